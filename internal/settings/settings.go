@@ -1,0 +1,138 @@
+// Package settings is the one registry of FLEXLINK_* environment variables
+// (like NCCL_PARAM): every setting is declared once in Table with its default
+// and meaning, and read only through this package. The README's settings
+// table is checked against Table by a test.
+package settings
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Setting is one environment variable.
+type Setting struct {
+	Name    string // full variable name, FLEXLINK_...
+	Default string // value used when unset or empty
+	Doc     string // one line for the README table
+}
+
+// Table lists every setting. Add new ones here, nowhere else.
+var Table = []Setting{
+	{"FLEXLINK_DEBUG", "WARN", "log level: WARN, INFO, DEBUG or TRACE (like NCCL_DEBUG); lines are tagged with host and rank"},
+	{"FLEXLINK_RANK", "", "set by the launcher: this process's rank in the world"},
+	{"FLEXLINK_WORLD_SIZE", "", "set by the launcher: number of ranks"},
+	{"FLEXLINK_LOCAL_RANK", "", "set by the launcher: rank among the ranks on this host"},
+	{"FLEXLINK_LOCAL_SIZE", "", "set by the launcher: number of ranks on this host"},
+	{"FLEXLINK_NODE_RANK", "", "set by the launcher: index of this host in the job"},
+	{"FLEXLINK_BOOTSTRAP", "", "set by the launcher: host:port of the bootstrap store"},
+	{"FLEXLINK_JOB_ID", "", "set by the launcher: job identifier (names shared-memory segments)"},
+	{"FLEXLINK_JOB_SECRET", "", "set by the launcher: hex per-job secret; proves membership to the bootstrap (never sent on the wire)"},
+	{"FLEXLINK_BOOTSTRAP_TIMEOUT", "60s", "how long Init waits for every rank to join the bootstrap"},
+	{"FLEXLINK_TIMEOUT", "0", "default deadline of one collective when the caller's context has none (0: none; peer loss is still detected)"},
+	{"FLEXLINK_TRANSPORT", "auto", "host links: auto (shm within a host, tcp across hosts), shm or tcp"},
+	{"FLEXLINK_SOCKET_IFNAME", "", "network interface (or prefix, ^ to exclude) for tcp links, like NCCL_SOCKET_IFNAME"},
+	{"FLEXLINK_SOCKETS_PER_PEER", "2", "tcp sockets per peer pair"},
+	{"FLEXLINK_SHM_RING_BYTES", "4194304", "bytes in each direction of a shared-memory ring"},
+	{"FLEXLINK_ALGO", "auto", "collective algorithm: auto, ring or rd (recursive doubling / latency-optimised)"},
+	{"FLEXLINK_ALGO_THRESHOLD", "65536", "message size in bytes below which auto picks the latency-optimised algorithm"},
+	{"FLEXLINK_CHUNK_BYTES", "1048576", "pipeline chunk size of ring algorithms"},
+	{"FLEXLINK_LINKS", "", "restrict the links used between a pair, e.g. nvlink or nvlink,pcie (empty: all)"},
+	{"FLEXLINK_CACHE_DIR", "", "where link profiles are cached (empty: the user's cache directory)"},
+	{"FLEXLINK_TOPO_FILE", "", "load the host topology from this file instead of detecting it (JSON, YAML or NCCL XML)"},
+	{"FLEXLINK_TOPO_DUMP_FILE", "", "write the detected host topology to this file"},
+	{"FLEXLINK_REQUIRE_SYSTEM", "0", "tests: fail instead of skip when a system component (libcuda, OpenMPI, sshd, Slurm) is missing"},
+}
+
+func lookup(name string) Setting {
+	for _, s := range Table {
+		if s.Name == name {
+			return s
+		}
+	}
+	panic("settings: " + name + " is not declared in settings.Table")
+}
+
+// Env reads variables; tests pass a map, programs pass os.LookupEnv.
+type Env func(string) (string, bool)
+
+// OS is the process environment.
+func OS() Env { return os.LookupEnv }
+
+// Map makes an Env from a map (for tests and for building child environments).
+func Map(m map[string]string) Env {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// String returns the setting's value, or its default when unset or empty.
+func (e Env) String(name string) string {
+	s := lookup(name)
+	if v, ok := e(name); ok && v != "" {
+		return v
+	}
+	return s.Default
+}
+
+// IsSet reports whether the variable is set to a non-empty value.
+func (e Env) IsSet(name string) bool {
+	lookup(name)
+	v, ok := e(name)
+	return ok && v != ""
+}
+
+// Int parses the setting as an integer.
+func (e Env) Int(name string) (int, error) {
+	v := e.String(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not an integer", name, v)
+	}
+	return n, nil
+}
+
+// Duration parses the setting as a Go duration ("90s"); a bare number is seconds.
+func (e Env) Duration(name string) (time.Duration, error) {
+	v := strings.TrimSpace(e.String(name))
+	if v == "" || v == "0" {
+		return 0, nil
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not a duration", name, v)
+	}
+	return d, nil
+}
+
+// Bool is true for 1, true, yes, on (any case).
+func (e Env) Bool(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(e.String(name))) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// Markdown renders Table as the README's settings table.
+func Markdown() string {
+	rows := append([]Setting(nil), Table...)
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+	for _, s := range rows {
+		d := s.Default
+		if d == "" {
+			d = "—"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", s.Name, d, s.Doc)
+	}
+	return b.String()
+}

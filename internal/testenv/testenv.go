@@ -1,0 +1,52 @@
+// Package testenv is the one place tests skip for missing hardware or a
+// missing system component. With FLEXLINK_REQUIRE_SYSTEM=1 (set by .ci/run)
+// a skip becomes a failure, so CI cannot go green by skipping.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Missing skips the test because component is not available (why says what
+// was looked for), or fails it when FLEXLINK_REQUIRE_SYSTEM=1.
+func Missing(t testing.TB, component, why string) {
+	t.Helper()
+	msg := "missing system component " + component + ": " + why
+	if require() {
+		t.Fatalf("%s (FLEXLINK_REQUIRE_SYSTEM=1 makes this a failure)", msg)
+	}
+	t.Skip(msg)
+}
+
+// MissingHardware skips for hardware that CI machines never have (a GPU).
+// FLEXLINK_REQUIRE_SYSTEM does not turn it into a failure; FLEXLINK_REQUIRE_GPU=1
+// (set by the GPU run script) does.
+func MissingHardware(t testing.TB, hw, why string) {
+	t.Helper()
+	msg := "missing hardware " + hw + ": " + why
+	if v := os.Getenv("FLEXLINK_REQUIRE_GPU"); v == "1" {
+		t.Fatalf("%s (FLEXLINK_REQUIRE_GPU=1 makes this a failure)", msg)
+	}
+	t.Skip(msg)
+}
+
+// LookPath returns the path of an executable or skips/fails through Missing.
+func LookPath(t testing.TB, component, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, component, name+" not found on PATH")
+	}
+	return p
+}
+
+func require() bool {
+	switch strings.ToLower(os.Getenv("FLEXLINK_REQUIRE_SYSTEM")) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}

@@ -4,10 +4,10 @@
 package testenv
 
 import (
-	"os"
 	"os/exec"
-	"strings"
 	"testing"
+
+	"flexlink/internal/settings"
 )
 
 // Missing skips the test because component is not available (why says what
@@ -27,7 +27,7 @@ func Missing(t testing.TB, component, why string) {
 func MissingHardware(t testing.TB, hw, why string) {
 	t.Helper()
 	msg := "missing hardware " + hw + ": " + why
-	if v := os.Getenv("FLEXLINK_REQUIRE_GPU"); v == "1" {
+	if settings.OS().Bool("FLEXLINK_REQUIRE_GPU") {
 		t.Fatalf("%s (FLEXLINK_REQUIRE_GPU=1 makes this a failure)", msg)
 	}
 	t.Skip(msg)
@@ -43,10 +43,4 @@ func LookPath(t testing.TB, component, name string) string {
 	return p
 }
 
-func require() bool {
-	switch strings.ToLower(os.Getenv("FLEXLINK_REQUIRE_SYSTEM")) {
-	case "1", "true", "yes":
-		return true
-	}
-	return false
-}
+func require() bool { return settings.OS().Bool("FLEXLINK_REQUIRE_SYSTEM") }

@@ -1,0 +1,32 @@
+# flexlink — see README.md
+GO       ?= go
+BIN      := bin
+GOFLAGS  ?=
+TESTTIME ?= 18m
+
+.PHONY: all build demo test vet bench bench-mpi clean gpu-build
+
+all: build
+
+build:
+	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/... ./examples/...
+
+# The main job on this machine: data-parallel training on 4 local ranks.
+demo: build
+	$(BIN)/flexrun -np 4 --tag-output $(BIN)/train
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Every test. FLEXLINK_REQUIRE_SYSTEM=1 (set by .ci/run) turns skips for
+# missing system components into failures.
+test: vet
+	$(GO) test -timeout $(TESTTIME) -count=1 ./...
+
+bench: build
+	scripts/bench-host.sh
+
+clean:
+	rm -rf $(BIN)

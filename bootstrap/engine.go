@@ -1,0 +1,258 @@
+package bootstrap
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// engine is the job's rendezvous state, shared by the TCP server and the
+// in-process store: it matches collectives by sequence number, keeps the
+// key/value table, and fails the whole job on an abort or a lost rank. It
+// does no I/O: results go to each member's sink, which must not block and
+// must not call back into the engine.
+type engine struct {
+	log hclog.Logger
+
+	mu      sync.Mutex
+	members []member
+	ops     map[uint64]*pendingOp
+	kv      map[string][]byte
+	waiters map[string][]waiter
+	failed  *failure
+}
+
+// sink receives what the engine sends one rank.
+type sink interface{ deliver(o *outMsg) }
+
+// outMsg is a message for one or more ranks; frame() encodes it once.
+type outMsg struct {
+	m     message
+	once  sync.Once
+	frame []byte
+}
+
+func newOut(m message) *outMsg { return &outMsg{m: m} }
+
+func (o *outMsg) encoded() []byte {
+	o.once.Do(func() { o.frame = marshal(o.m) })
+	return o.frame
+}
+
+type member struct {
+	sink   sink
+	host   string
+	joined bool
+	left   bool   // said goodbye
+	next   uint64 // one past the highest collective sequence it contributed to
+}
+
+type pendingOp struct {
+	kind  collKind
+	root  uint32
+	first int // rank whose call fixed kind and root
+	parts [][]byte
+	have  []bool
+	n     int
+}
+
+type waiter struct {
+	rank int
+	id   uint64
+}
+
+func newEngine(size int, log hclog.Logger) *engine {
+	return &engine{
+		log:     log,
+		members: make([]member, size),
+		ops:     make(map[uint64]*pendingOp),
+		kv:      make(map[string][]byte),
+		waiters: make(map[string][]waiter),
+	}
+}
+
+// join admits rank. onJoined runs under the engine's lock before anything
+// is delivered to s (the server queues its welcome there). A rank joins
+// once; a second join of the same rank is refused.
+func (e *engine) join(rank int, host string, s sink, onJoined func()) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := &e.members[rank]
+	if m.joined {
+		return fmt.Errorf("rank %d already joined from host %q", rank, m.host)
+	}
+	m.joined, m.host, m.sink = true, host, s
+	onJoined()
+	if e.failed != nil {
+		s.deliver(newOut(e.failed.msg()))
+	}
+	return nil
+}
+
+// handle applies one message from rank (coll, put, get, abort).
+func (e *engine) handle(rank int, msg message) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed != nil || e.members[rank].left {
+		return
+	}
+	switch m := msg.(type) {
+	case collMsg:
+		e.contribute(rank, m)
+	case putMsg:
+		e.put(rank, m)
+	case getMsg:
+		if v, ok := e.kv[m.Key]; ok {
+			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Value: v}))
+			return
+		}
+		e.waiters[m.Key] = append(e.waiters[m.Key], waiter{rank, m.ID})
+	case abortMsg:
+		e.fail(failure{Class: m.Class, Rank: rank, Text: m.Text})
+	}
+}
+
+func (e *engine) contribute(rank int, m collMsg) {
+	size := len(e.members)
+	if m.Kind == kBroadcast && int(m.Root) >= size {
+		e.fail(failure{Class: classMismatch, Rank: rank, Text: fmt.Sprintf("broadcast #%d: root %d out of range [0,%d)", m.Seq, m.Root, size)})
+		return
+	}
+	op := e.ops[m.Seq]
+	if op == nil {
+		op = &pendingOp{kind: m.Kind, root: m.Root, first: rank, parts: make([][]byte, size), have: make([]bool, size)}
+		e.ops[m.Seq] = op
+	}
+	if op.kind != m.Kind || op.root != m.Root {
+		e.fail(failure{Class: classMismatch, Rank: rank, Text: fmt.Sprintf("collective #%d: rank %d called %s, rank %d called %s",
+			m.Seq, op.first, describe(op.kind, op.root), rank, describe(m.Kind, m.Root))})
+		return
+	}
+	if op.have[rank] {
+		e.fail(failure{Class: classMismatch, Rank: rank, Text: fmt.Sprintf("collective #%d: rank %d contributed twice", m.Seq, rank)})
+		return
+	}
+	op.have[rank] = true
+	op.n++
+	if op.kind != kBarrier && (op.kind == kAllGather || int(op.root) == rank) {
+		op.parts[rank] = m.Data
+	}
+	e.members[rank].next = max(e.members[rank].next, m.Seq+1)
+	for r := range e.members {
+		if e.members[r].left && !op.have[r] {
+			e.failOp(m.Seq, op, r)
+			return
+		}
+	}
+	if op.n < size {
+		return
+	}
+	delete(e.ops, m.Seq)
+	res := collResMsg{Seq: m.Seq, Kind: op.kind}
+	switch op.kind {
+	case kAllGather:
+		res.Parts = op.parts
+	case kBroadcast:
+		res.Parts = [][]byte{op.parts[op.root]}
+	}
+	out := newOut(res)
+	for r := range e.members {
+		if !e.members[r].left {
+			e.members[r].sink.deliver(out)
+		}
+	}
+}
+
+func describe(k collKind, root uint32) string {
+	if k == kBroadcast {
+		return fmt.Sprintf("broadcast(root %d)", root)
+	}
+	return k.String()
+}
+
+// failOp ends a collective that can never complete because rank gone said
+// goodbye without taking part; its contributors get an error.
+func (e *engine) failOp(seq uint64, op *pendingOp, gone int) {
+	delete(e.ops, seq)
+	out := newOut(collResMsg{Seq: seq, Kind: op.kind, Status: classClosed,
+		Text: fmt.Sprintf("%s #%d: rank %d (host %s) closed its store without taking part", op.kind, seq, gone, e.members[gone].host)})
+	for r, ok := range op.have {
+		if ok && !e.members[r].left {
+			e.members[r].sink.deliver(out)
+		}
+	}
+}
+
+func (e *engine) put(rank int, m putMsg) {
+	s := e.members[rank].sink
+	if old, ok := e.kv[m.Key]; ok {
+		if bytes.Equal(old, m.Value) {
+			s.deliver(newOut(replyMsg{ID: m.ID}))
+			return
+		}
+		s.deliver(newOut(replyMsg{ID: m.ID, Status: classMismatch,
+			Text: fmt.Sprintf("key %q is already set to different bytes", m.Key)}))
+		return
+	}
+	e.kv[m.Key] = m.Value
+	s.deliver(newOut(replyMsg{ID: m.ID}))
+	for _, w := range e.waiters[m.Key] {
+		if !e.members[w.rank].left {
+			e.members[w.rank].sink.deliver(newOut(replyMsg{ID: w.id, Value: m.Value}))
+		}
+	}
+	delete(e.waiters, m.Key)
+}
+
+// leave records rank's goodbye; collectives it never joined fail.
+func (e *engine) leave(rank int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.members[rank].left = true
+	for seq, op := range e.ops {
+		if !op.have[rank] {
+			e.failOp(seq, op, rank)
+		}
+	}
+}
+
+// lost reports that rank's connection ended before its goodbye; the job
+// fails with errs.ErrPeerLost naming the rank and its host.
+func (e *engine) lost(rank int, cause string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := e.members[rank]
+	if !m.joined || m.left {
+		return
+	}
+	e.members[rank].left = true // nothing more is delivered to it
+	e.fail(failure{Class: classPeerLost, Lost: true, Rank: -1,
+		Text: fmt.Sprintf("rank %d on host %s lost: %s", rank, m.host, cause)})
+}
+
+// abort fails the job on behalf of rank (rankLauncher for the launcher).
+func (e *engine) abort(rank int, c class, text string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fail(failure{Class: c, Rank: rank, Text: text})
+}
+
+// fail ends the job: every member still present is told; later requests
+// are ignored (members fail them locally). Only the first failure counts.
+func (e *engine) fail(f failure) {
+	if e.failed != nil {
+		return
+	}
+	e.failed = &f
+	e.log.Error("job failed", "error", f.err())
+	out := newOut(f.msg())
+	for r := range e.members {
+		if m := e.members[r]; m.joined && !m.left {
+			m.sink.deliver(out)
+		}
+	}
+	e.ops = nil
+	e.waiters = nil
+}

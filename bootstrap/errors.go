@@ -1,0 +1,134 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"flexlink/internal/errs"
+)
+
+// class is an error's sentinel class as it travels on the wire, so that a
+// remote rank's error wraps the same sentinel as the original.
+type class uint8
+
+const (
+	classAborted  class = iota + 1 // errs.ErrAborted (anything unclassified)
+	classMismatch                  // errs.ErrMismatch
+	classPeerLost                  // errs.ErrPeerLost
+	classTimeout                   // errs.ErrTimeout
+	classAuth                      // errs.ErrAuth
+	classClosed                    // errs.ErrClosed
+	classLast
+)
+
+func (c class) valid() bool { return c >= classAborted && c < classLast }
+
+func (c class) sentinel() error {
+	switch c {
+	case classMismatch:
+		return errs.ErrMismatch
+	case classPeerLost:
+		return errs.ErrPeerLost
+	case classTimeout:
+		return errs.ErrTimeout
+	case classAuth:
+		return errs.ErrAuth
+	case classClosed:
+		return errs.ErrClosed
+	}
+	return errs.ErrAborted
+}
+
+// classOf picks err's class; the order decides for errors wrapping several.
+func classOf(err error) class {
+	switch {
+	case errors.Is(err, errs.ErrMismatch):
+		return classMismatch
+	case errors.Is(err, errs.ErrPeerLost):
+		return classPeerLost
+	case errors.Is(err, errs.ErrTimeout):
+		return classTimeout
+	case errors.Is(err, errs.ErrAuth):
+		return classAuth
+	case errors.Is(err, errs.ErrClosed):
+		return classClosed
+	}
+	return classAborted
+}
+
+// wireError is an error rebuilt from its class and text; errors.Is matches
+// the class's sentinel (and errs.ErrAborted when the job was aborted).
+type wireError struct {
+	msg     string
+	wrapped []error
+}
+
+func (e *wireError) Error() string   { return e.msg }
+func (e *wireError) Unwrap() []error { return e.wrapped }
+
+func newWireError(c class, msg string) error {
+	return &wireError{msg: msg, wrapped: []error{c.sentinel()}}
+}
+
+// failure describes why a job failed: an abort by a rank (or the launcher,
+// Rank -1), or the loss of a rank.
+type failure struct {
+	Class class
+	Rank  int // aborting rank, -1: the launcher
+	Text  string
+	Lost  bool // true: Text already says which rank was lost and where
+}
+
+// err renders the failure as the error a rank's calls return.
+func (f failure) err() error {
+	if f.Lost {
+		return newWireError(f.Class, "bootstrap: "+f.Text)
+	}
+	who := "the launcher"
+	if f.Rank >= 0 {
+		who = fmt.Sprintf("rank %d", f.Rank)
+	}
+	e := &wireError{
+		msg:     fmt.Sprintf("bootstrap: job aborted by %s: %s", who, f.Text),
+		wrapped: []error{f.Class.sentinel()},
+	}
+	if f.Class != classAborted {
+		e.wrapped = append(e.wrapped, errs.ErrAborted)
+	}
+	return e
+}
+
+func (f failure) msg() abortMsg {
+	r := int32(f.Rank)
+	if f.Lost {
+		r = rankLost
+	}
+	return abortMsg{Class: f.Class, Rank: r, Text: f.Text}
+}
+
+func failureFromAbort(m abortMsg) failure {
+	if m.Rank == rankLost {
+		return failure{Class: m.Class, Rank: -1, Text: m.Text, Lost: true}
+	}
+	return failure{Class: m.Class, Rank: int(m.Rank), Text: m.Text}
+}
+
+// Abort frames name the aborting rank, rankLauncher, or rankLost when the
+// server reports a lost rank (the text names it).
+const (
+	rankLauncher = -1
+	rankLost     = -2
+)
+
+// ctxError wraps ctx's error; a passed deadline also wraps errs.ErrTimeout.
+func ctxError(ctx context.Context, what string) error {
+	err := context.Cause(ctx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w (%w)", what, errs.ErrTimeout, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,249 @@
+package rank
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"flexlink/collectives"
+	"flexlink/dtype"
+)
+
+// Data is a buffer with its element type and count, like NCCL's
+// (pointer, count, datatype). Make one with Of, Half, BFloat16 or Bytes for
+// host memory; GPU buffers come from package gpu.
+type Data struct {
+	Buf   collectives.Buffer
+	Count int
+	Type  dtype.DType
+}
+
+// Elem is a Go element type with a flexlink dtype.
+type Elem interface {
+	~int8 | ~uint8 | ~int32 | ~int64 | ~float32 | ~float64
+}
+
+// Of wraps a host slice. It shares memory with s.
+func Of[T Elem](s []T) Data {
+	var z T
+	var dt dtype.DType
+	switch any(z).(type) {
+	case int8:
+		dt = dtype.Int8
+	case uint8:
+		dt = dtype.Uint8
+	case int32:
+		dt = dtype.Int32
+	case int64:
+		dt = dtype.Int64
+	case float32:
+		dt = dtype.Float32
+	case float64:
+		dt = dtype.Float64
+	default:
+		// ~T of a named type: fall back on the size and kind.
+		panic(fmt.Sprintf("rank.Of: unsupported element type %T", z))
+	}
+	n := len(s) * int(unsafe.Sizeof(z))
+	var b []byte
+	if n > 0 {
+		b = unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), n)
+	}
+	return Data{Buf: collectives.HostBuffer(b), Count: len(s), Type: dt}
+}
+
+// Half wraps IEEE float16 values held as uint16 bits.
+func Half(s []uint16) Data { return u16(s, dtype.Float16) }
+
+// BFloat16 wraps bfloat16 values held as uint16 bits.
+func BFloat16(s []uint16) Data { return u16(s, dtype.BFloat16) }
+
+func u16(s []uint16, dt dtype.DType) Data {
+	var b []byte
+	if len(s) > 0 {
+		b = unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 2*len(s))
+	}
+	return Data{Buf: collectives.HostBuffer(b), Count: len(s), Type: dt}
+}
+
+// Bytes wraps raw host bytes holding elements of type dt.
+func Bytes(b []byte, dt dtype.DType) Data {
+	if dt.Size() == 0 {
+		return Data{Buf: collectives.HostBuffer(b), Type: dt}
+	}
+	return Data{Buf: collectives.HostBuffer(b), Count: len(b) / dt.Size(), Type: dt}
+}
+
+func (d Data) check(what string, wantCount int) error {
+	if !d.Type.Valid() {
+		return fmt.Errorf("%s: invalid dtype %v", what, d.Type)
+	}
+	if d.Count < 0 || d.Buf == nil && d.Count > 0 {
+		return fmt.Errorf("%s: invalid buffer (count %d)", what, d.Count)
+	}
+	if wantCount >= 0 && d.Count != wantCount {
+		return fmt.Errorf("%s: count %d, want %d", what, d.Count, wantCount)
+	}
+	if d.Buf != nil && d.Buf.Len() < d.Count*d.Type.Size() {
+		return fmt.Errorf("%s: buffer holds %d bytes, %d %v need %d", what, d.Buf.Len(), d.Count, d.Type, d.Count*d.Type.Size())
+	}
+	return nil
+}
+
+func (d Data) buf() collectives.Buffer {
+	if d.Buf == nil {
+		return collectives.HostBuffer(nil)
+	}
+	return d.Buf.Slice(0, d.Count*d.Type.Size())
+}
+
+func sameType(a, b Data) error {
+	if a.Type != b.Type {
+		return fmt.Errorf("send is %v but recv is %v", a.Type, b.Type)
+	}
+	return nil
+}
+
+// AllReduce combines send from every rank with op and leaves the result in
+// recv on every rank. send and recv may be the same buffer (in place).
+func (c *Comm) AllReduce(ctx context.Context, send, recv Data, op dtype.Op) error {
+	if err := firstErr(send.check("allreduce send", -1), recv.check("allreduce recv", send.Count), sameType(send, recv)); err != nil {
+		return err
+	}
+	return c.run(ctx, "allreduce", func(ctx context.Context) error {
+		return c.engine.AllReduce(ctx, send.buf(), recv.buf(), send.Count, send.Type, op)
+	})
+}
+
+// AllGather concatenates every rank's send, in rank order, into recv
+// (Size()*send.Count elements).
+func (c *Comm) AllGather(ctx context.Context, send, recv Data) error {
+	if err := firstErr(send.check("allgather send", -1), recv.check("allgather recv", send.Count*c.size), sameType(send, recv)); err != nil {
+		return err
+	}
+	return c.run(ctx, "allgather", func(ctx context.Context) error {
+		return c.engine.AllGather(ctx, send.buf(), recv.buf(), send.Count, send.Type)
+	})
+}
+
+// ReduceScatter reduces send (Size()*recv.Count elements) across ranks and
+// leaves block Rank() of the result in recv.
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv Data, op dtype.Op) error {
+	if err := firstErr(recv.check("reducescatter recv", -1), send.check("reducescatter send", recv.Count*c.size), sameType(send, recv)); err != nil {
+		return err
+	}
+	return c.run(ctx, "reducescatter", func(ctx context.Context) error {
+		return c.engine.ReduceScatter(ctx, send.buf(), recv.buf(), recv.Count, recv.Type, op)
+	})
+}
+
+// Broadcast copies root's send into every rank's recv.
+func (c *Comm) Broadcast(ctx context.Context, send, recv Data, root int) error {
+	if err := firstErr(c.checkRoot(root), recv.check("broadcast recv", -1)); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := firstErr(send.check("broadcast send", recv.Count), sameType(send, recv)); err != nil {
+			return err
+		}
+	} else {
+		send = recv
+	}
+	return c.run(ctx, "broadcast", func(ctx context.Context) error {
+		return c.engine.Broadcast(ctx, send.buf(), recv.buf(), recv.Count, recv.Type, root)
+	})
+}
+
+// Reduce combines send from every rank with op into root's recv.
+func (c *Comm) Reduce(ctx context.Context, send, recv Data, op dtype.Op, root int) error {
+	if err := firstErr(c.checkRoot(root), send.check("reduce send", -1)); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := firstErr(recv.check("reduce recv", send.Count), sameType(send, recv)); err != nil {
+			return err
+		}
+	} else if recv.Buf == nil {
+		recv = send
+	}
+	return c.run(ctx, "reduce", func(ctx context.Context) error {
+		return c.engine.Reduce(ctx, send.buf(), recv.buf(), send.Count, send.Type, op, root)
+	})
+}
+
+// AllToAll sends block j of send (send.Count/Size() elements) to rank j,
+// which stores it as block Rank() of its recv.
+func (c *Comm) AllToAll(ctx context.Context, send, recv Data) error {
+	if err := firstErr(send.check("alltoall send", -1), recv.check("alltoall recv", send.Count), sameType(send, recv)); err != nil {
+		return err
+	}
+	if send.Count%c.size != 0 {
+		return fmt.Errorf("alltoall: count %d is not a multiple of the communicator size %d", send.Count, c.size)
+	}
+	return c.run(ctx, "alltoall", func(ctx context.Context) error {
+		return c.engine.AllToAll(ctx, send.buf(), recv.buf(), send.Count/c.size, send.Type)
+	})
+}
+
+// P2P is one send or receive of a Group.
+type P2P struct {
+	Send bool
+	Peer int
+	Data Data
+}
+
+// SendTo and RecvFrom make the P2P entries of a Group.
+func SendTo(peer int, d Data) P2P   { return P2P{Send: true, Peer: peer, Data: d} }
+func RecvFrom(peer int, d Data) P2P { return P2P{Send: false, Peer: peer, Data: d} }
+
+// Group issues sends and receives together (like ncclGroupStart/End around
+// ncclSend/ncclRecv), so a ring exchange cannot deadlock. Messages between a
+// pair are matched in order; sizes must agree.
+func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
+	ps := make([]collectives.P2P, len(ops))
+	for i, o := range ops {
+		if err := firstErr(c.checkPeer(o.Peer), o.Data.check("group entry", -1)); err != nil {
+			return fmt.Errorf("group entry %d: %w", i, err)
+		}
+		ps[i] = collectives.P2P{Send: o.Send, Peer: o.Peer, Buf: o.Data.buf()}
+	}
+	return c.run(ctx, "group send/recv", func(ctx context.Context) error {
+		return c.engine.Group(ctx, ps)
+	})
+}
+
+// Send sends d to peer; Recv receives into d from peer.
+func (c *Comm) Send(ctx context.Context, d Data, peer int) error {
+	return c.Group(ctx, SendTo(peer, d))
+}
+func (c *Comm) Recv(ctx context.Context, d Data, peer int) error {
+	return c.Group(ctx, RecvFrom(peer, d))
+}
+
+// Barrier returns once every rank of the communicator has entered it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	return c.run(ctx, "barrier", c.engine.Barrier)
+}
+
+func (c *Comm) checkRoot(root int) error {
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("root %d out of range [0,%d)", root, c.size)
+	}
+	return nil
+}
+
+func (c *Comm) checkPeer(p int) error {
+	if p < 0 || p >= c.size || p == c.rank {
+		return fmt.Errorf("peer %d invalid for rank %d of %d", p, c.rank, c.size)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,25 @@
+package rank
+
+import (
+	"os"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/internal/settings"
+)
+
+// newLogger makes the per-process logger: level from FLEXLINK_DEBUG
+// (WARN, INFO, DEBUG, TRACE, like NCCL_DEBUG), every line tagged with host
+// and rank, written to stderr.
+func newLogger(env settings.Env, host string, rank int) hclog.Logger {
+	level := hclog.LevelFromString(strings.ToLower(env.String("FLEXLINK_DEBUG")))
+	if level == hclog.NoLevel {
+		level = hclog.Warn
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "flexlink",
+		Level:  level,
+		Output: os.Stderr,
+	}).With("host", host, "rank", rank)
+}

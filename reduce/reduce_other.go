@@ -1,0 +1,9 @@
+//go:build !amd64
+
+package reduce
+
+import "flexlink/dtype"
+
+// reduceFast has no vector kernels on this architecture: it does nothing and
+// leaves the whole buffer to reduceGo.
+func reduceFast(dst, src []byte, dt dtype.DType, op dtype.Op) int { return 0 }

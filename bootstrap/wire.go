@@ -157,13 +157,13 @@ func writeFrame(w *bufio.Writer, t msgType, payload []byte) error {
 // enc builds a payload.
 type enc struct{ b []byte }
 
-func (e *enc) u8(v uint8)    { e.b = append(e.b, v) }
-func (e *enc) u32(v uint32)  { e.b = binary.BigEndian.AppendUint32(e.b, v) }
-func (e *enc) i32(v int32)   { e.u32(uint32(v)) }
-func (e *enc) u64(v uint64)  { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) u8(v uint8)     { e.b = append(e.b, v) }
+func (e *enc) u32(v uint32)   { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) i32(v int32)    { e.u32(uint32(v)) }
+func (e *enc) u64(v uint64)   { e.b = binary.BigEndian.AppendUint64(e.b, v) }
 func (e *enc) bytes(v []byte) { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
-func (e *enc) str(v string)  { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
-func (e *enc) raw(v []byte)  { e.b = append(e.b, v...) }
+func (e *enc) str(v string)   { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
+func (e *enc) raw(v []byte)   { e.b = append(e.b, v...) }
 
 // dec reads a payload; the first failure sticks and later reads return
 // zero values. Byte slices returned alias the payload.

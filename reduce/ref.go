@@ -79,7 +79,7 @@ func opHalf(a, b uint16, op dtype.Op, toF32 func(uint16) float32, fromF32 func(f
 // refLoop is the plain reference: decode one element of each buffer,
 // combine, encode. The lengths have been checked.
 func refLoop(dst, src []byte, dt dtype.DType, op dtype.Op) {
-	le := binary.LittleEndian
+	le := binary.NativeEndian
 	switch dt {
 	case dtype.Int8:
 		for i := range dst {
@@ -120,7 +120,7 @@ func refLoop(dst, src []byte, dt dtype.DType, op dtype.Op) {
 
 // finishAvg divides every element by n (n ≥ 2).
 func finishAvg(dst []byte, dt dtype.DType, n int) {
-	le := binary.LittleEndian
+	le := binary.NativeEndian
 	switch dt {
 	case dtype.Int8:
 		for i := range dst {

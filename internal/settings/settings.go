@@ -44,6 +44,7 @@ var Table = []Setting{
 	{"FLEXLINK_CACHE_DIR", "", "where link profiles are cached (empty: the user's cache directory)"},
 	{"FLEXLINK_TOPO_FILE", "", "load the host topology from this file instead of detecting it (JSON, YAML or NCCL XML)"},
 	{"FLEXLINK_TOPO_DUMP_FILE", "", "write the detected host topology to this file"},
+	{"FLEXLINK_RAILS", "", "NIC names in rail order, comma-separated (mlx5_0,mlx5_1,...): NIC i is rail i on this host (empty: numbered by nearest GPU)"},
 	{"FLEXLINK_REQUIRE_GPU", "0", "tests: fail instead of skip when no GPU/libcuda is found (set by scripts/gpu-run.sh)"},
 	{"FLEXLINK_REQUIRE_SYSTEM", "0", "tests: fail instead of skip when a system component (libcuda, OpenMPI, sshd, Slurm) is missing"},
 }

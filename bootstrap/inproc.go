@@ -1,0 +1,118 @@
+package bootstrap
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/internal/errs"
+)
+
+// NewInProc returns the stores of a job of size ranks that live in this
+// process (ranks are goroutines), for tests. They behave as TCP stores do,
+// including Abort, Close and loss (see LoseInProc); data is copied in and
+// out, so no slice is shared between ranks or with the caller.
+func NewInProc(size int) []Store {
+	if size <= 0 {
+		panic(fmt.Sprintf("bootstrap: NewInProc(%d)", size))
+	}
+	eng := newEngine(size, hclog.NewNullLogger())
+	stores := make([]Store, size)
+	for r := range stores {
+		tx := &inprocTx{eng: eng, rank: r}
+		ep := newEndpoint(r, size, tx)
+		tx.ep = ep
+		host := fmt.Sprintf("inproc-%d", r)
+		if err := eng.join(r, host, sinkFunc(func(o *outMsg) { ep.handle(cloneMsg(o.m)) }), func() {}); err != nil {
+			panic(err) // each rank joins once
+		}
+		stores[r] = ep
+	}
+	return stores
+}
+
+// LoseInProc simulates the loss of an in-process store's rank, as if its
+// connection dropped without a goodbye: every other rank's pending and
+// later calls fail with errs.ErrPeerLost naming it; its own calls fail with
+// errs.ErrClosed. It returns an error if s is not from NewInProc.
+func LoseInProc(s Store) error {
+	ep, ok := s.(*endpoint)
+	var tx *inprocTx
+	if ok {
+		tx, ok = ep.tx.(*inprocTx)
+	}
+	if !ok {
+		return fmt.Errorf("bootstrap: LoseInProc: %T is not an in-process store", s)
+	}
+	tx.mu.Lock()
+	tx.down = true
+	tx.mu.Unlock()
+	ep.failWith(fmt.Errorf("bootstrap: rank %d: connection cut: store %w", ep.rank, errs.ErrClosed))
+	tx.eng.lost(ep.rank, "connection cut")
+	return nil
+}
+
+// inprocTx hands one rank's messages straight to the engine.
+type inprocTx struct {
+	eng  *engine
+	rank int
+	ep   *endpoint
+
+	mu   sync.Mutex
+	down bool
+}
+
+func (t *inprocTx) peer() string { return "in-process store" }
+
+func (t *inprocTx) send(m message) error {
+	t.mu.Lock()
+	down := t.down
+	t.mu.Unlock()
+	if down {
+		return errConnDown
+	}
+	switch v := m.(type) {
+	case byeMsg:
+		t.eng.leave(t.rank)
+	default:
+		t.eng.handle(t.rank, cloneMsg(v))
+	}
+	return nil
+}
+
+func (t *inprocTx) sendWait(m message, _ time.Duration) error { return t.send(m) }
+
+func (t *inprocTx) close() {
+	t.mu.Lock()
+	t.down = true
+	t.mu.Unlock()
+}
+
+// cloneMsg copies the byte slices a message carries.
+func cloneMsg(m message) message {
+	switch v := m.(type) {
+	case collMsg:
+		v.Data = bytes.Clone(v.Data)
+		return v
+	case putMsg:
+		v.Value = bytes.Clone(v.Value)
+		return v
+	case collResMsg:
+		parts := make([][]byte, len(v.Parts))
+		for i, p := range v.Parts {
+			parts[i] = bytes.Clone(p)
+			if parts[i] == nil {
+				parts[i] = []byte{}
+			}
+		}
+		v.Parts = parts
+		return v
+	case replyMsg:
+		v.Value = bytes.Clone(v.Value)
+		return v
+	}
+	return m
+}

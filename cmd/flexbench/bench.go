@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"flexlink/collectives"
+	"flexlink/dtype"
+	"flexlink/rank"
+)
+
+// config is one flexbench run.
+type config struct {
+	spec         *opSpec
+	minB, maxB   int64
+	factor       float64
+	step         int64
+	dt           dtype.DType
+	op           dtype.Op
+	root         int
+	iters, warm  int
+	check        bool
+	inPlaceAlso  bool
+	iterDeadline time.Duration
+}
+
+// result is one row: a size, measured out of place and in place.
+type result struct {
+	Bytes   int64   `json:"size"`
+	Count   int     `json:"count"`
+	Type    string  `json:"type"`
+	Op      string  `json:"redop"`
+	Root    int     `json:"root"`
+	OutTime float64 `json:"out_time_us"`
+	OutAlg  float64 `json:"out_algbw_gbs"`
+	OutBus  float64 `json:"out_busbw_gbs"`
+	OutErr  int64   `json:"out_wrong"`
+	InTime  float64 `json:"in_time_us"`
+	InAlg   float64 `json:"in_algbw_gbs"`
+	InBus   float64 `json:"in_busbw_gbs"`
+	InErr   int64   `json:"in_wrong"`
+}
+
+func sizes(c config) []int64 {
+	var out []int64
+	for s := c.minB; s <= c.maxB; {
+		out = append(out, s)
+		next := s + c.step
+		if c.factor > 1 {
+			next = int64(float64(s) * c.factor)
+		}
+		if next <= s {
+			break
+		}
+		s = next
+	}
+	return out
+}
+
+// measure runs one size on every rank and returns the row (every rank gets
+// the same, agreed row: time is the slowest rank's, #wrong the sum).
+func measure(ctx context.Context, c *rank.Comm, cfg config, size int64) (result, error) {
+	n, me := c.Size(), c.Rank()
+	tsz := cfg.dt.Size()
+	elems := cfg.spec.round(int(size)/tsz, n)
+	sc, rc := cfg.spec.counts(elems, n)
+	row := result{Bytes: int64(elems * tsz), Count: elems, Type: cfg.dt.String(), Op: "none", Root: -1}
+	if cfg.spec.reduces {
+		row.Op = cfg.op.String()
+	}
+	if cfg.spec.rooted {
+		row.Root = cfg.root
+	}
+	for _, inPlace := range []bool{false, true} {
+		if inPlace && !cfg.inPlaceAlso {
+			continue
+		}
+		send, recv := buffers(cfg, sc, rc, me, n, inPlace)
+		wrong := int64(0)
+		if cfg.check {
+			fill(send, cfg, me, n)
+			if err := cfg.spec.run(ctx, c, send, recv, cfg.op, cfg.root); err != nil {
+				return row, err
+			}
+			wrong = verify(recv, cfg, me, n, sc)
+		}
+		for i := 0; i < cfg.warm; i++ {
+			if err := cfg.spec.run(ctx, c, send, recv, cfg.op, cfg.root); err != nil {
+				return row, err
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return row, err
+		}
+		t0 := time.Now()
+		for i := 0; i < cfg.iters; i++ {
+			if err := cfg.spec.run(ctx, c, send, recv, cfg.op, cfg.root); err != nil {
+				return row, err
+			}
+		}
+		us := float64(time.Since(t0).Microseconds()) / float64(max(cfg.iters, 1))
+		agg := []float64{us, float64(wrong)}
+		if err := c.AllReduce(ctx, rank.Of(agg[:1]), rank.Of(agg[:1]), dtype.Max); err != nil {
+			return row, err
+		}
+		if err := c.AllReduce(ctx, rank.Of(agg[1:]), rank.Of(agg[1:]), dtype.Sum); err != nil {
+			return row, err
+		}
+		us, wrong = agg[0], int64(agg[1])
+		alg := 0.0
+		if us > 0 {
+			alg = float64(row.Bytes) / us / 1e3 // bytes/µs → GB/s
+		}
+		bus := alg * cfg.spec.bus(n)
+		if inPlace {
+			row.InTime, row.InAlg, row.InBus, row.InErr = us, alg, bus, wrong
+		} else {
+			row.OutTime, row.OutAlg, row.OutBus, row.OutErr = us, alg, bus, wrong
+		}
+	}
+	return row, nil
+}
+
+// buffers allocates send and recv for one size; in place they overlap the
+// way NCCL defines for each collective.
+func buffers(cfg config, sc, rc, me, n int, inPlace bool) (rank.Data, rank.Data) {
+	tsz := cfg.dt.Size()
+	if !inPlace {
+		return rank.Bytes(make([]byte, sc*tsz), cfg.dt), rank.Bytes(make([]byte, rc*tsz), cfg.dt)
+	}
+	switch {
+	case sc == rc:
+		d := rank.Bytes(make([]byte, sc*tsz), cfg.dt)
+		return d, d
+	case rc > sc: // allgather: send is this rank's block of recv
+		recv := rank.Bytes(make([]byte, rc*tsz), cfg.dt)
+		b := recv.Buf.(collectives.HostBuffer).Bytes()
+		return rank.Bytes(b[me*sc*tsz:(me+1)*sc*tsz], cfg.dt), recv
+	default: // reducescatter: recv is this rank's block of send
+		send := rank.Bytes(make([]byte, sc*tsz), cfg.dt)
+		b := send.Buf.(collectives.HostBuffer).Bytes()
+		return send, rank.Bytes(b[me*rc*tsz:(me+1)*rc*tsz], cfg.dt)
+	}
+}
+
+func fill(d rank.Data, cfg config, me, n int) {
+	b := d.Buf.(collectives.HostBuffer).Bytes()
+	for i := 0; i < d.Count; i++ {
+		dtype.Put(b, i, cfg.dt, cfg.spec.input(me, i, n, cfg.op))
+	}
+}
+
+// verify counts the elements of recv that differ from the float64 reference
+// by more than the dtype's tolerance.
+func verify(d rank.Data, cfg config, me, n, sc int) int64 {
+	b := d.Buf.(collectives.HostBuffer).Bytes()
+	tol := dtype.Tolerance(cfg.dt)
+	var wrong int64
+	for i := 0; i < d.Count; i++ {
+		want, ok := cfg.spec.expect(me, i, n, sc, cfg.op, cfg.root)
+		if !ok {
+			continue
+		}
+		if cfg.op == dtype.Avg && !cfg.dt.IsFloat() {
+			want = math.Trunc(want)
+		}
+		want = dtype.Round(want, cfg.dt)
+		got := dtype.Get(b, i, cfg.dt)
+		if math.Abs(got-want) > tol*math.Max(1, math.Abs(want)) || math.IsNaN(got) {
+			wrong++
+		}
+	}
+	return wrong
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("%12d  %12d  %8s  %6s  %6d  %9.1f  %7.2f  %7.2f  %6d  %9.1f  %7.2f  %7.2f  %6d",
+		r.Bytes, r.Count, r.Type, r.Op, r.Root, r.OutTime, r.OutAlg, r.OutBus, r.OutErr, r.InTime, r.InAlg, r.InBus, r.InErr)
+}

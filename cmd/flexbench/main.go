@@ -1,0 +1,135 @@
+// Command flexbench measures flexlink collectives the way nccl-tests does,
+// with the same columns and bus-bandwidth formulas, so figures compare
+// directly:
+//
+//	flexrun -np 4 flexbench allreduce -b 8 -e 256M -f 2 -d float -o sum -n 20 -w 5 -c 1
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"flexlink/dtype"
+	"flexlink/rank"
+)
+
+func main() {
+	app := &cli.App{
+		Name:            "flexbench",
+		Usage:           "benchmark flexlink collectives (nccl-tests compatible output)",
+		ArgsUsage:       "COLLECTIVE (" + opNames() + ")",
+		HideHelpCommand: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "minbytes", Aliases: []string{"b"}, Value: "32M", Usage: "smallest size (K, M, G suffixes)"},
+			&cli.StringFlag{Name: "maxbytes", Aliases: []string{"e"}, Value: "32M", Usage: "largest size"},
+			&cli.Float64Flag{Name: "stepfactor", Aliases: []string{"f"}, Value: 2, Usage: "multiply the size by this each step"},
+			&cli.StringFlag{Name: "stepbytes", Aliases: []string{"i"}, Value: "0", Usage: "add this to the size each step (when -f is 1)"},
+			&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float", Usage: "int8 uint8 int32 int64 half bfloat16 float double"},
+			&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "sum prod min max avg"},
+			&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Value: 0, Usage: "root of broadcast and reduce"},
+			&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Value: 20, Usage: "timed iterations per size"},
+			&cli.IntFlag{Name: "warmup_iters", Aliases: []string{"w"}, Value: 5, Usage: "untimed iterations per size"},
+			&cli.IntFlag{Name: "check", Aliases: []string{"c"}, Value: 1, Usage: "1: check every result against a float64 reference (#wrong)"},
+			&cli.BoolFlag{Name: "no-inplace", Usage: "skip the in-place measurement"},
+			&cli.BoolFlag{Name: "csv", Usage: "print CSV instead of the table"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of the table"},
+			&cli.StringFlag{Name: "plot", Usage: "draw busbw against size into FILE.svg or FILE.png"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu (gpu: not yet)"},
+		},
+		Action: run,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "flexbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cc *cli.Context) error {
+	if cc.NArg() != 1 {
+		return fmt.Errorf("want one collective (%s), got %d arguments", opNames(), cc.NArg())
+	}
+	spec, err := lookupOp(strings.ToLower(cc.Args().First()))
+	if err != nil {
+		return err
+	}
+	if d := cc.String("device"); d != "cpu" {
+		return fmt.Errorf("--device %s: only cpu buffers are supported by this build", d)
+	}
+	cfg := config{spec: spec, factor: cc.Float64("stepfactor"), root: cc.Int("root"),
+		iters: cc.Int("iters"), warm: cc.Int("warmup_iters"), check: cc.Int("check") != 0,
+		inPlaceAlso: !cc.Bool("no-inplace")}
+	if cfg.minB, err = parseSize(cc.String("minbytes")); err != nil {
+		return err
+	}
+	if cfg.maxB, err = parseSize(cc.String("maxbytes")); err != nil {
+		return err
+	}
+	if cfg.step, err = parseSize(cc.String("stepbytes")); err != nil {
+		return err
+	}
+	if cfg.dt, err = dtype.ParseDType(cc.String("datatype")); err != nil {
+		return err
+	}
+	if cfg.op, err = dtype.ParseOp(cc.String("op")); err != nil {
+		return err
+	}
+	if cfg.factor <= 1 && cfg.step <= 0 {
+		cfg.factor = 2
+	}
+	ctx := context.Background()
+	c, err := rank.Init(ctx)
+	if err != nil {
+		return err
+	}
+	if cfg.root < 0 || cfg.root >= c.Size() {
+		c.Close()
+		return fmt.Errorf("root %d out of range for %d ranks", cfg.root, c.Size())
+	}
+	out := newPrinter(os.Stdout, c.Rank() == 0, cc.Bool("csv"), cc.Bool("json"))
+	out.header(cfg, c)
+	var rows []result
+	var wrong int64
+	for _, s := range sizes(cfg) {
+		row, err := measure(ctx, c, cfg, s)
+		if err != nil {
+			return fmt.Errorf("%s at %d bytes: %w", spec.name, s, err)
+		}
+		rows = append(rows, row)
+		wrong += row.OutErr + row.InErr
+		out.row(row)
+	}
+	out.footer(rows)
+	if p := cc.String("plot"); p != "" && c.Rank() == 0 {
+		if err := plotBusBW(p, spec.name, c.Size(), rows); err != nil {
+			return err
+		}
+	}
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if wrong > 0 {
+		return fmt.Errorf("%d wrong elements", wrong)
+	}
+	return nil
+}
+
+// parseSize reads 8, 64K, 256M, 1G (powers of 1024).
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
+		if strings.HasSuffix(s, suf) {
+			mult, s = m, strings.TrimSuffix(s, suf)
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v * mult, nil
+}

@@ -1,0 +1,78 @@
+package dtype
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// Put stores v as element i of b (little-endian) in type d: integers are
+// converted with Go's truncating conversion and wrap to the type's width;
+// floats round to nearest even. It is meant for tests, checks and examples,
+// not for hot loops.
+func Put(b []byte, i int, d DType, v float64) {
+	switch d {
+	case Int8:
+		b[i] = byte(int8(int64(v)))
+	case Uint8:
+		b[i] = byte(uint8(int64(v)))
+	case Int32:
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(int64(v))))
+	case Int64:
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(int64(v)))
+	case Float16:
+		binary.LittleEndian.PutUint16(b[2*i:], Float32ToFloat16(float32(v)))
+	case BFloat16:
+		binary.LittleEndian.PutUint16(b[2*i:], Float32ToBFloat16(float32(v)))
+	case Float32:
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+	case Float64:
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+}
+
+// Get reads element i of b as type d and returns it as a float64.
+func Get(b []byte, i int, d DType) float64 {
+	switch d {
+	case Int8:
+		return float64(int8(b[i]))
+	case Uint8:
+		return float64(b[i])
+	case Int32:
+		return float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+	case Int64:
+		return float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
+	case Float16:
+		return float64(Float16ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
+	case BFloat16:
+		return float64(BFloat16ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
+	case Float32:
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+	case Float64:
+		return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return math.NaN()
+}
+
+// Round returns v as type d would store it (Put then Get).
+func Round(v float64, d DType) float64 {
+	var b [8]byte
+	Put(b[:], 0, d, v)
+	return Get(b[:], 0, d)
+}
+
+// Tolerance is the relative error flexlink's checks allow for a reduced
+// value of type d whose inputs are exact: zero for integers, a few units in
+// the last place for floats (reductions round at every step).
+func Tolerance(d DType) float64 {
+	switch d {
+	case Float16:
+		return 1e-2
+	case BFloat16:
+		return 4e-2
+	case Float32:
+		return 1e-5
+	case Float64:
+		return 1e-12
+	}
+	return 0
+}

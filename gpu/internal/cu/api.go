@@ -1,0 +1,82 @@
+package cu
+
+import "unsafe"
+
+// API is the set of driver calls flexlink makes. Lib implements it with
+// libcuda; cufake implements it with host memory for tests.
+//
+// Every method returns nil or an *Error naming the entry point. Methods
+// marked (ctx) need the right context current on the calling OS thread: the
+// caller locks its goroutine to the thread and calls CtxSetCurrent first.
+// Asynchronous calls (…Async, Record, LaunchKernel) only enqueue work on the
+// stream; memory they name must stay valid until the stream has passed them.
+// Implementations are safe for concurrent use from several threads.
+type API interface {
+	DriverVersion() (int, error)
+	DeviceCount() (int, error)
+	DeviceGet(ordinal int) (Device, error)
+	DeviceName(d Device) (string, error)
+	DeviceAttribute(a Attr, d Device) (int, error)
+	DevicePCIBusID(d Device) (string, error)
+	DeviceTotalMem(d Device) (uint64, error)
+	DeviceCanAccessPeer(d, peer Device) (bool, error)
+
+	// PrimaryCtxRetain returns d's primary context, retaining it (one
+	// reference per call); PrimaryCtxRelease drops one reference.
+	PrimaryCtxRetain(d Device) (Context, error)
+	PrimaryCtxRelease(d Device) error
+	// CtxSetCurrent binds c to the calling OS thread.
+	CtxSetCurrent(c Context) error
+	// CtxEnablePeerAccess (ctx) lets kernels and copies of the current context
+	// reach peer's memory. It fails with ErrorPeerAlreadyEnabled when done
+	// before.
+	CtxEnablePeerAccess(peer Context) error
+
+	MemGetInfo() (free, total uint64, err error) // (ctx)
+	MemAlloc(n uint64) (DevPtr, error)           // (ctx)
+	MemFree(p DevPtr) error                      // (ctx)
+	// MemHostAlloc (ctx) returns n bytes of page-locked host memory.
+	MemHostAlloc(n uint64, flags uint32) (unsafe.Pointer, error)
+	MemFreeHost(p unsafe.Pointer) error // (ctx)
+	// MemHostRegister (ctx) page-locks an existing mapping [p, p+n).
+	MemHostRegister(p unsafe.Pointer, n uint64, flags uint32) error
+	MemHostUnregister(p unsafe.Pointer) error                     // (ctx)
+	MemHostGetDevicePointer(p unsafe.Pointer) (DevPtr, error)     // (ctx)
+	MemcpyHtoDAsync(dst DevPtr, src unsafe.Pointer, n uint64, s Stream) error // (ctx)
+	MemcpyDtoHAsync(dst unsafe.Pointer, src DevPtr, n uint64, s Stream) error // (ctx)
+	// MemcpyAsync (ctx) copies between any two device pointers (unified
+	// addressing), within one device or across peers.
+	MemcpyAsync(dst, src DevPtr, n uint64, s Stream) error
+	MemcpyPeerAsync(dst DevPtr, dstCtx Context, src DevPtr, srcCtx Context, n uint64, s Stream) error // (ctx)
+	MemsetD8Async(dst DevPtr, v uint8, n uint64, s Stream) error                                      // (ctx)
+
+	StreamCreate(flags uint32) (Stream, error) // (ctx)
+	StreamDestroy(s Stream) error
+	StreamSynchronize(s Stream) error
+	// StreamQuery reports whether all work on s has completed.
+	StreamQuery(s Stream) (bool, error)
+	StreamWaitEvent(s Stream, e Event) error
+
+	EventCreate(flags uint32) (Event, error) // (ctx)
+	EventDestroy(e Event) error
+	EventRecord(e Event, s Stream) error
+	EventSynchronize(e Event) error
+	// EventQuery reports whether the work e captured has completed.
+	EventQuery(e Event) (bool, error)
+	// EventElapsedTime returns milliseconds between two recorded timing events.
+	EventElapsedTime(start, end Event) (float32, error)
+
+	IpcGetMemHandle(p DevPtr) (IPCHandle, error)               // (ctx)
+	IpcOpenMemHandle(h IPCHandle, flags uint32) (DevPtr, error) // (ctx)
+	IpcCloseMemHandle(p DevPtr) error                          // (ctx)
+	IpcGetEventHandle(e Event) (IPCHandle, error)              // (ctx)
+	IpcOpenEventHandle(h IPCHandle) (Event, error)             // (ctx)
+
+	// ModuleLoadData (ctx) loads a PTX or cubin image (JIT-compiling PTX).
+	ModuleLoadData(image []byte) (Module, error)
+	ModuleUnload(m Module) error // (ctx)
+	ModuleGetFunction(m Module, name string) (Function, error)
+	// LaunchKernel (ctx) enqueues f on s. params[i] points at the value of the
+	// kernel's i-th parameter; the values are copied before it returns.
+	LaunchKernel(f Function, grid, block [3]uint32, sharedMem uint32, s Stream, params []unsafe.Pointer) error
+}

@@ -1,0 +1,205 @@
+package launcher
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MapBy says how ranks are laid out over hosts.
+type MapBy string
+
+const (
+	// MapBySlot fills each host's slots before moving to the next host, so
+	// consecutive ranks share a host (OpenMPI --map-by slot, the default).
+	MapBySlot MapBy = "slot"
+	// MapByNode deals ranks to hosts round-robin, one at a time
+	// (OpenMPI --map-by node).
+	MapByNode MapBy = "node"
+)
+
+// ParseMapBy accepts "slot" (or "") and "node".
+func ParseMapBy(s string) (MapBy, error) {
+	switch strings.ToLower(s) {
+	case "", "slot":
+		return MapBySlot, nil
+	case "node":
+		return MapByNode, nil
+	}
+	return "", fmt.Errorf("--map-by %q: want slot or node", s)
+}
+
+// Placement is where one rank runs.
+type Placement struct {
+	Rank      int
+	Host      string
+	NodeRank  int // index of Host among the hosts that got at least one rank
+	LocalRank int // index of this rank among the ranks on Host, in rank order
+	LocalSize int // number of ranks on Host
+	GPU       int // LocalRank mod the host's GPUs; -1 when it has none
+}
+
+// PlanRequest is the planner's input.
+type PlanRequest struct {
+	Hosts         []Host
+	NP            int // ranks; 0 means the total of the hosts' slots
+	MapBy         MapBy
+	Oversubscribe bool // allow more ranks than slots (up to MaxSlots)
+}
+
+// Plan places ranks on hosts. It is pure: same request, same plan.
+//
+// Without Oversubscribe a host takes at most Slots ranks. With it, once
+// every slot is taken the remaining ranks are dealt round-robin to the
+// hosts that are below their MaxSlots (no cap when MaxSlots is 0). Under
+// MapBySlot each host's ranks are consecutive; under MapByNode rank r goes
+// to the r-th host in round-robin order among hosts with room.
+func Plan(req PlanRequest) ([]Placement, error) {
+	if len(req.Hosts) == 0 {
+		return nil, fmt.Errorf("plan: no hosts")
+	}
+	total := 0
+	for _, h := range req.Hosts {
+		if h.Slots < 1 {
+			return nil, fmt.Errorf("plan: host %s has %d slots", h.Name, h.Slots)
+		}
+		if h.MaxSlots != 0 && h.MaxSlots < h.Slots {
+			return nil, fmt.Errorf("plan: host %s: max_slots=%d is below slots=%d", h.Name, h.MaxSlots, h.Slots)
+		}
+		total += h.Slots
+	}
+	np := req.NP
+	if np == 0 {
+		np = total
+	}
+	if np < 0 {
+		return nil, fmt.Errorf("plan: -np %d: must be positive", np)
+	}
+	if np > total && !req.Oversubscribe {
+		return nil, fmt.Errorf("plan: %d ranks requested but only %d slots available on %s; use --oversubscribe to run more ranks than slots", np, total, hostSummary(req.Hosts))
+	}
+	var order []int // host index of each rank
+	var err error
+	switch req.MapBy {
+	case "", MapBySlot:
+		order, err = mapBySlot(req.Hosts, np)
+	case MapByNode:
+		order, err = mapByNode(req.Hosts, np)
+	default:
+		return nil, fmt.Errorf("plan: unknown map-by %q", req.MapBy)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return placements(req.Hosts, order), nil
+}
+
+// capacity is how many ranks host h may take in the current pass: its slots
+// in the first pass, its MaxSlots (or unbounded) when oversubscribing.
+func capacity(h Host, oversubscribed bool) int {
+	if !oversubscribed {
+		return h.Slots
+	}
+	if h.MaxSlots == 0 {
+		return int(^uint(0) >> 1)
+	}
+	return h.MaxSlots
+}
+
+// counts decides how many ranks each host gets: slots first, in host
+// order, then the rest one at a time round-robin to hosts with room.
+func counts(hosts []Host, np int) ([]int, error) {
+	n := make([]int, len(hosts))
+	left := np
+	for i, h := range hosts {
+		k := min(h.Slots, left)
+		n[i], left = k, left-k
+	}
+	for left > 0 {
+		placed := false
+		for i, h := range hosts {
+			if left > 0 && n[i] < capacity(h, true) {
+				n[i]++
+				left--
+				placed = true
+			}
+		}
+		if !placed {
+			return nil, fmt.Errorf("plan: %d ranks do not fit on %s even oversubscribed (max_slots reached)", np, hostSummary(hosts))
+		}
+	}
+	return n, nil
+}
+
+func mapBySlot(hosts []Host, np int) ([]int, error) {
+	n, err := counts(hosts, np)
+	if err != nil {
+		return nil, err
+	}
+	order := make([]int, 0, np)
+	for i, k := range n {
+		for range k {
+			order = append(order, i)
+		}
+	}
+	return order, nil
+}
+
+func mapByNode(hosts []Host, np int) ([]int, error) {
+	n := make([]int, len(hosts))
+	order := make([]int, 0, np)
+	for _, over := range []bool{false, true} {
+		for len(order) < np {
+			placed := false
+			for i, h := range hosts {
+				if len(order) < np && n[i] < capacity(h, over) {
+					n[i]++
+					order = append(order, i)
+					placed = true
+				}
+			}
+			if !placed {
+				break
+			}
+		}
+	}
+	if len(order) < np {
+		return nil, fmt.Errorf("plan: %d ranks do not fit on %s even oversubscribed (max_slots reached)", np, hostSummary(hosts))
+	}
+	return order, nil
+}
+
+// placements turns the host of each rank into Placements.
+func placements(hosts []Host, order []int) []Placement {
+	size := make([]int, len(hosts))
+	for _, h := range order {
+		size[h]++
+	}
+	node := make([]int, len(hosts))
+	next := 0
+	for i, s := range size {
+		node[i] = -1
+		if s > 0 {
+			node[i] = next
+			next++
+		}
+	}
+	local := make([]int, len(hosts))
+	out := make([]Placement, len(order))
+	for r, h := range order {
+		gpu := -1
+		if g := hosts[h].GPUs; g > 0 {
+			gpu = local[h] % g
+		}
+		out[r] = Placement{Rank: r, Host: hosts[h].Name, NodeRank: node[h], LocalRank: local[h], LocalSize: size[h], GPU: gpu}
+		local[h]++
+	}
+	return out
+}
+
+func hostSummary(hosts []Host) string {
+	parts := make([]string, len(hosts))
+	for i, h := range hosts {
+		parts[i] = fmt.Sprintf("%s (%d)", h.Name, h.Slots)
+	}
+	return strings.Join(parts, ", ")
+}

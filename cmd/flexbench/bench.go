@@ -61,8 +61,8 @@ func sizes(c config) []int64 {
 
 // measure runs one size on every rank and returns the row (every rank gets
 // the same, agreed row: time is the slowest rank's, #wrong the sum).
-func measure(ctx context.Context, c *rank.Comm, cfg config, size int64) (result, error) {
-	n, me := c.Size(), c.Rank()
+func measure(ctx context.Context, c backend, cfg config, size int64) (result, error) {
+	n, me := c.size(), c.rank()
 	tsz := cfg.dt.Size()
 	elems := cfg.spec.round(int(size)/tsz, n)
 	sc, rc := cfg.spec.counts(elems, n)
@@ -81,13 +81,13 @@ func measure(ctx context.Context, c *rank.Comm, cfg config, size int64) (result,
 		wrong := int64(0)
 		if cfg.check {
 			fill(send, cfg, me, n)
-			if err := cfg.spec.run(ctx, c, send, recv, cfg.op, cfg.root); err != nil {
+			if err := c.run(ctx, cfg.spec, send, recv, cfg.op, cfg.root); err != nil {
 				return row, err
 			}
 			wrong = verify(recv, cfg, me, n, sc)
 		}
 		for i := 0; i < cfg.warm; i++ {
-			if err := cfg.spec.run(ctx, c, send, recv, cfg.op, cfg.root); err != nil {
+			if err := c.run(ctx, cfg.spec, send, recv, cfg.op, cfg.root); err != nil {
 				return row, err
 			}
 		}
@@ -96,19 +96,19 @@ func measure(ctx context.Context, c *rank.Comm, cfg config, size int64) (result,
 		}
 		t0 := time.Now()
 		for i := 0; i < cfg.iters; i++ {
-			if err := cfg.spec.run(ctx, c, send, recv, cfg.op, cfg.root); err != nil {
+			if err := c.run(ctx, cfg.spec, send, recv, cfg.op, cfg.root); err != nil {
 				return row, err
 			}
 		}
-		us := float64(time.Since(t0).Microseconds()) / float64(max(cfg.iters, 1))
-		agg := []float64{us, float64(wrong)}
-		if err := c.AllReduce(ctx, rank.Of(agg[:1]), rank.Of(agg[:1]), dtype.Max); err != nil {
+		us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(max(cfg.iters, 1))
+		if us, err = c.reduceF64(ctx, us, dtype.Max); err != nil {
 			return row, err
 		}
-		if err := c.AllReduce(ctx, rank.Of(agg[1:]), rank.Of(agg[1:]), dtype.Sum); err != nil {
+		w, err := c.reduceF64(ctx, float64(wrong), dtype.Sum)
+		if err != nil {
 			return row, err
 		}
-		us, wrong = agg[0], int64(agg[1])
+		wrong = int64(w)
 		alg := 0.0
 		if us > 0 {
 			alg = float64(row.Bytes) / us / 1e3 // bytes/µs → GB/s

@@ -15,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"flexlink/dtype"
-	"flexlink/rank"
 )
 
 func main() {
@@ -39,6 +38,7 @@ func main() {
 			&cli.BoolFlag{Name: "csv", Usage: "print CSV instead of the table"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of the table"},
 			&cli.StringFlag{Name: "plot", Usage: "draw busbw against size into FILE.svg or FILE.png"},
+			&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink, or mpi in the build with -tags mpi (run it under mpirun)"},
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu (gpu: not yet)"},
 		},
 		Action: run,
@@ -82,15 +82,15 @@ func run(cc *cli.Context) error {
 		cfg.factor = 2
 	}
 	ctx := context.Background()
-	c, err := rank.Init(ctx)
+	c, err := openBackend(ctx, cc.String("backend"))
 	if err != nil {
 		return err
 	}
-	if cfg.root < 0 || cfg.root >= c.Size() {
-		c.Close()
-		return fmt.Errorf("root %d out of range for %d ranks", cfg.root, c.Size())
+	if cfg.root < 0 || cfg.root >= c.size() {
+		c.close()
+		return fmt.Errorf("root %d out of range for %d ranks", cfg.root, c.size())
 	}
-	out := newPrinter(os.Stdout, c.Rank() == 0, cc.Bool("csv"), cc.Bool("json"))
+	out := newPrinter(os.Stdout, c.rank() == 0, cc.Bool("csv"), cc.Bool("json"))
 	out.header(cfg, c)
 	var rows []result
 	var wrong int64
@@ -104,12 +104,12 @@ func run(cc *cli.Context) error {
 		out.row(row)
 	}
 	out.footer(rows)
-	if p := cc.String("plot"); p != "" && c.Rank() == 0 {
-		if err := plotBusBW(p, spec.name, c.Size(), rows); err != nil {
+	if p := cc.String("plot"); p != "" && c.rank() == 0 {
+		if err := plotBusBW(p, c.name()+" "+spec.name, c.size(), rows); err != nil {
 			return err
 		}
 	}
-	if err := c.Close(); err != nil {
+	if err := c.close(); err != nil {
 		return err
 	}
 	if wrong > 0 {

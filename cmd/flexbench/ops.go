@@ -28,7 +28,7 @@ type opSpec struct {
 	expect func(me, i, n, sendCount int, op dtype.Op, root int) (v float64, ok bool)
 }
 
-func one(int) float64          { return 1 }
+func one(int) float64           { return 1 }
 func same(elems, _ int) int     { return elems }
 func multiple(elems, n int) int { return elems / n * n }
 

@@ -10,8 +10,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-
-	"flexlink/rank"
 )
 
 // printer writes rows on rank 0 only, as an nccl-tests table, CSV or JSON.
@@ -32,7 +30,7 @@ func newPrinter(w io.Writer, on, asCSV, asJSON bool) *printer {
 	return p
 }
 
-func (p *printer) header(cfg config, c *rank.Comm) {
+func (p *printer) header(cfg config, c backend) {
 	if !p.on || p.json {
 		return
 	}
@@ -40,9 +38,9 @@ func (p *printer) header(cfg config, c *rank.Comm) {
 		p.csv.Write([]string{"size", "count", "type", "redop", "root", "out_time_us", "out_algbw", "out_busbw", "out_wrong", "in_time_us", "in_algbw", "in_busbw", "in_wrong"})
 		return
 	}
-	fmt.Fprintf(p.w, "# flexbench %s: nranks %d, iters %d, warmup %d, check %v\n", cfg.spec.name, c.Size(), cfg.iters, cfg.warm, cfg.check)
-	for r := 0; r < c.Size(); r++ {
-		fmt.Fprintf(p.w, "#  Rank %2d on %s\n", r, c.PeerHost(r))
+	fmt.Fprintf(p.w, "# flexbench %s over %s: nranks %d, iters %d, warmup %d, check %v\n", cfg.spec.name, c.name(), c.size(), cfg.iters, cfg.warm, cfg.check)
+	for r := 0; r < c.size(); r++ {
+		fmt.Fprintf(p.w, "#  Rank %2d on %s\n", r, c.host(r))
 	}
 	fmt.Fprintf(p.w, "#%65s%41s\n", "out-of-place", "in-place")
 	fmt.Fprintf(p.w, "#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %9s  %7s  %7s  %6s\n", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")

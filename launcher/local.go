@@ -91,32 +91,40 @@ func (m Machine) IsLocal(name string) bool {
 	if n == "localhost" || n == host || n == short {
 		return true
 	}
-	if ip := net.ParseIP(n); ip != nil && ip.IsLoopback() {
-		return true
+	if ip := net.ParseIP(n); ip != nil {
+		return m.isLocalIP(ip)
 	}
-	if m.Resolve == nil || m.Addrs == nil {
+	if m.Resolve == nil {
 		return false
 	}
 	addrs, err := m.Resolve(name)
 	if err != nil {
 		return false
 	}
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip != nil && m.isLocalIP(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLocalIP reports whether ip is a loopback address or one of this
+// machine's interface addresses.
+func (m Machine) isLocalIP(ip net.IP) bool {
+	if ip.IsLoopback() {
+		return true
+	}
+	if m.Addrs == nil {
+		return false
+	}
 	mine, err := m.Addrs()
 	if err != nil {
 		return false
 	}
-	for _, a := range addrs {
-		ip := net.ParseIP(a)
-		if ip == nil {
-			continue
-		}
-		if ip.IsLoopback() {
+	for _, a := range mine {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.Equal(ip) {
 			return true
-		}
-		for _, ma := range mine {
-			if ipn, ok := ma.(*net.IPNet); ok && ipn.IP.Equal(ip) {
-				return true
-			}
 		}
 	}
 	return false

@@ -138,8 +138,8 @@ func startRank(sp *spawner, rs rankSpec) (*rankProc, error) {
 	return rp, nil
 }
 
-// drain waits up to grace for the rank's output to reach end of file after
-// the rank exited (a child it left behind may hold the pipes open). Past
+// drain waits up to grace for the rank's output to reach end of file once
+// the rank has exited (a child it left behind may hold the pipes open). Past
 // that it kills what is left of the rank's process group and reads for at
 // most one more second.
 func (rp *rankProc) drain(grace time.Duration) {

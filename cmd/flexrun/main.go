@@ -1,0 +1,191 @@
+// Command flexrun starts a flexlink job: N copies of a program, each told
+// its rank and how to reach the job's bootstrap store, supervised so that
+// the job ends as a whole.
+//
+//	flexrun [flags] PROGRAM [ARGS...]
+//
+// Flags end at PROGRAM: everything after it is passed to the program
+// untouched (flexrun -np 4 ./train --lr 0.1). The behaviour (placement,
+// environment, output, signals, exit codes) is documented in package
+// launcher.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"flexlink/bootstrap"
+	"flexlink/internal/settings"
+	"flexlink/launcher"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run is flexrun with its process state passed in; it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	stdout, stderr = launcher.Locked(stdout), launcher.Locked(stderr)
+	code := 0
+	app := newApp(stdin, stdout, stderr, &code)
+	if err := app.RunContext(ctx, args); err != nil {
+		var je *launcher.JobError
+		if !errors.As(err, &je) { // a JobError has been reported already
+			fmt.Fprintf(stderr, "flexrun: %v\n", err)
+		}
+		if code == 0 {
+			code = 2 // the command line could not be parsed
+		}
+	}
+	return code
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer, code *int) *cli.App {
+	return &cli.App{
+		Name:      "flexrun",
+		Usage:     "launch a flexlink job",
+		UsageText: "flexrun [flags] PROGRAM [ARGS...]   (flags end at PROGRAM)",
+		Version:   version(),
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// Values of -x and -H keep their commas; -H splits its own.
+		DisableSliceFlagSeparator: true,
+		// No subcommands: a program named "help" is run, not explained.
+		HideHelpCommand: true,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return fmt.Errorf("%w (see flexrun --help)", err)
+		},
+		Flags:  flags(),
+		Action: func(c *cli.Context) error { return action(c, stdin, stdout, stderr, code) },
+	}
+}
+
+func flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "np", Aliases: []string{"n"}, Usage: "start `N` ranks", DefaultText: "the total of the slots"},
+		&cli.StringSliceFlag{Name: "host", Aliases: []string{"H"}, Usage: "`HOSTS` as host[:slots],... (repeatable; a host named twice adds slots)"},
+		&cli.StringFlag{Name: "hostfile", Aliases: []string{"machinefile"}, Usage: "OpenMPI hostfile `FILE`: lines of host [slots=N] [max_slots=M]"},
+		&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than slots"},
+		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "rank layout `HOW`: slot (fill each host) or node (round-robin)"},
+		&cli.StringSliceFlag{Name: "x", Usage: "export `VAR` or VAR=value to the ranks (repeatable; commas are kept)"},
+		&cli.BoolFlag{Name: "tag-output", Usage: `prefix each output line with "[rank] "`},
+		&cli.StringFlag{Name: "output-dir", Usage: "also write each rank's output to `DIR`/rank.N/stdout and stderr"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "print the placement and exit"},
+		&cli.DurationFlag{Name: "timeout", Usage: "time limit of the whole job; exceeded: exit 124", DefaultText: "none"},
+		&cli.DurationFlag{Name: "bootstrap-timeout", Value: launcher.DefaultBootstrapTimeout, Usage: "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)"},
+		&cli.DurationFlag{Name: "kill-grace", Value: launcher.DefaultKillGrace, Usage: "time between SIGTERM and SIGKILL when the job is torn down"},
+	}
+}
+
+func action(c *cli.Context, stdin io.Reader, stdout, stderr io.Writer, code *int) error {
+	*code = 1
+	if c.NArg() == 0 {
+		*code = 2
+		return errors.New("no program given: flexrun [flags] PROGRAM [ARGS...] (see flexrun --help)")
+	}
+	job, err := jobFromFlags(c)
+	if err != nil {
+		return err
+	}
+	job.Stdin, job.Stdout, job.Stderr = stdin, stdout, stderr
+	job.Logger = newLogger(stderr)
+	job.NewBootstrap = newBootstrap
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	job.Signals = sigs
+
+	*code, err = launcher.Run(c.Context, job)
+	return err
+}
+
+// jobFromFlags turns the command line into a launcher.Job.
+func jobFromFlags(c *cli.Context) (launcher.Job, error) {
+	job := launcher.Job{
+		Program:          c.Args().First(),
+		Args:             c.Args().Tail(),
+		NP:               c.Int("np"),
+		Oversubscribe:    c.Bool("oversubscribe"),
+		Exports:          c.StringSlice("x"),
+		TagOutput:        c.Bool("tag-output"),
+		OutputDir:        c.String("output-dir"),
+		DryRun:           c.Bool("dry-run"),
+		Timeout:          c.Duration("timeout"),
+		BootstrapTimeout: c.Duration("bootstrap-timeout"),
+		KillGrace:        c.Duration("kill-grace"),
+	}
+	if job.NP < 0 {
+		return job, fmt.Errorf("-np %d: must be positive", job.NP)
+	}
+	var err error
+	if job.MapBy, err = launcher.ParseMapBy(c.String("map-by")); err != nil {
+		return job, err
+	}
+	hostList, hostfile := c.StringSlice("host"), c.String("hostfile")
+	switch {
+	case len(hostList) > 0 && hostfile != "":
+		return job, errors.New("give either -H or --hostfile, not both")
+	case len(hostList) > 0:
+		job.Hosts, err = launcher.ParseHostList(hostList)
+	case hostfile != "":
+		job.Hosts, err = launcher.ReadHostfile(hostfile)
+	}
+	return job, err
+}
+
+// newBootstrap serves the job's bootstrap store on the loopback interface
+// (all ranks are local until ssh launch lands).
+func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
+	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
+		Addr: "127.0.0.1:0", Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// newLogger logs to stderr at the level FLEXLINK_DEBUG names (WARN when
+// unset or unknown).
+func newLogger(stderr io.Writer) hclog.Logger {
+	level := hclog.LevelFromString(settings.OS().String("FLEXLINK_DEBUG"))
+	if level == hclog.NoLevel {
+		level = hclog.Warn
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "flexrun", Level: level, Output: stderr})
+}
+
+// version is the module version and VCS revision the binary was built from.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "-dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " (" + rev[:min(len(rev), 12)] + modified + ")"
+	}
+	return strings.TrimSpace(v) + ", " + bi.GoVersion
+}

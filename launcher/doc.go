@@ -1,0 +1,60 @@
+// Package launcher starts and supervises the ranks of a flexlink job; it is
+// the body of the flexrun command.
+//
+// # Placement
+//
+// Hosts come from -H (ParseHostList) or an OpenMPI hostfile
+// (ParseHostfile); without either the job runs on this host with one slot
+// per GPU, or per CPU core when there is none. Plan is a pure function from
+// hosts, slots and rank count to Placements. Only this host is supported
+// for now (every alias of it folds into one host); any other host is an
+// error before anything starts.
+//
+// # Environment of a rank
+//
+// flexrun's environment, with -x VAR=value applied, plus:
+//
+//	FLEXLINK_RANK, FLEXLINK_WORLD_SIZE, FLEXLINK_LOCAL_RANK,
+//	FLEXLINK_LOCAL_SIZE, FLEXLINK_NODE_RANK    the placement
+//	FLEXLINK_BOOTSTRAP                         host:port of the job's store
+//	FLEXLINK_JOB_ID, FLEXLINK_JOB_SECRET       job id; hex of 32 random bytes
+//	FLEXLINK_BOOTSTRAP_TIMEOUT                 --bootstrap-timeout
+//	FLEXLINK_GPU                               local rank mod visible GPUs, -1 if none
+//	RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//
+// The last line is what PyTorch's env:// initialisation reads; MASTER_PORT
+// is a free port distinct from the bootstrap's. CUDA_VISIBLE_DEVICES is
+// left as it is (when set, it decides how many GPUs are counted).
+//
+// # Output
+//
+// Each rank's stdout and stderr go to flexrun's stdout and stderr in whole
+// lines: a line is written with one call, so two ranks never share a line.
+// A final line without a newline gets one; a line longer than MaxLine
+// (1 MiB) is cut into MaxLine pieces, each ended with a newline. With
+// --tag-output each line starts with "[RANK] ". With --output-dir DIR the
+// rank's bytes, untouched and untagged, also go to DIR/rank.N/stdout and
+// DIR/rank.N/stderr. Rank 0 reads flexrun's stdin; the others read
+// /dev/null.
+//
+// # Failure, signals and exit codes
+//
+// Every rank runs in its own process group, and signals go to the group.
+// When a rank exits non-zero or dies by a signal, flexrun writes one line
+//
+//	flexrun: rank 2 (host h, pid 1234) exited with status 3; terminating 3 other ranks
+//
+// aborts the bootstrap store with that error (wrapping errs.ErrPeerLost),
+// sends SIGTERM to every other rank, SIGKILL after --kill-grace, and exits
+// with the rank's code (128+signal for a signal). --timeout does the same
+// with exit code 124. SIGINT and SIGTERM to flexrun send SIGTERM to every
+// rank (either way; a second one while tearing down sends SIGKILL at once)
+// and flexrun exits 130 or 143. SIGUSR1 and SIGUSR2 are forwarded as they
+// are. If flexrun itself is killed, each rank gets SIGKILL from the kernel
+// (Pdeathsig; children a rank started itself are not covered), and the
+// bootstrap connection drops, which the rank runtime notices.
+//
+// Once every rank has exited, each rank's output gets --kill-grace to reach
+// end of file (a process the rank left behind may hold it open); then what
+// is left of the rank's process group is killed.
+package launcher

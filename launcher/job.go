@@ -1,0 +1,233 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults of Job's durations.
+const (
+	DefaultBootstrapTimeout = 60 * time.Second
+	DefaultKillGrace        = 2 * time.Second
+)
+
+// Job is one flexrun invocation.
+type Job struct {
+	Program string   // run on every rank; looked up on PATH unless it has a slash
+	Args    []string // passed to Program untouched
+
+	Hosts         []Host // from -H or --hostfile; empty: this host, Machine.DefaultSlots slots
+	NP            int    // ranks; 0: the total of the hosts' slots
+	MapBy         MapBy  // "" is MapBySlot
+	Oversubscribe bool   // allow more ranks than slots
+
+	Exports []string // -x VAR or VAR=value
+	Environ []string // flexrun's environment, inherited by the ranks; nil: os.Environ()
+
+	TagOutput bool   // prefix forwarded lines with "[rank] "
+	OutputDir string // also write DIR/rank.N/stdout and stderr
+	DryRun    bool   // print the placement to Stdout and return 0
+
+	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
+	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
+	KillGrace        time.Duration // SIGTERM to SIGKILL; 0: 2 s
+
+	Stdin  io.Reader // rank 0's stdin; nil: /dev/null (other ranks always get /dev/null)
+	Stdout io.Writer // ranks' stdout lines; nil: discarded
+	Stderr io.Writer // ranks' stderr lines and flexrun's messages; nil: discarded
+
+	// Signals delivers the signals flexrun received (signal.Notify):
+	// SIGINT and SIGTERM tear the job down, SIGUSR1 and SIGUSR2 are
+	// forwarded. nil: none.
+	Signals <-chan os.Signal
+
+	Machine      *Machine     // nil: LocalMachine(Environ)
+	NewBootstrap NewBootstrap // serves the job's bootstrap store; required unless DryRun
+	Logger       hclog.Logger // nil: discard
+}
+
+// Bootstrap is the job's rendezvous server as the launcher uses it
+// (bootstrap.Server satisfies it through a small adapter in cmd/flexrun).
+type Bootstrap interface {
+	Addr() string    // host:port the ranks dial
+	Abort(err error) // deliver err to every rank's pending and later calls
+	Close() error    // stop serving
+}
+
+// BootstrapConfig is what the launcher asks of its bootstrap server.
+type BootstrapConfig struct {
+	Size   int
+	Secret []byte
+	JobID  string
+	Logger hclog.Logger
+}
+
+// NewBootstrap starts a bootstrap server listening on the loopback interface.
+type NewBootstrap func(BootstrapConfig) (Bootstrap, error)
+
+// Run plans the job, starts every rank and supervises them until all have
+// exited. It returns the exit code flexrun should end with: 0 when every
+// rank exited 0, else the first failing rank's code (128+signal when it was
+// killed by one), 124 when Timeout passed, 128+signal when flexrun was told
+// to stop by SIGINT or SIGTERM, 127 when Program is not found, 1 for other
+// errors. err is a *JobError when the job ran and failed (its one-line
+// message has already been written to Stderr), another error when it could
+// not be started (not yet written anywhere).
+func Run(ctx context.Context, job Job) (int, error) {
+	job = job.withDefaults()
+	plan, env, err := job.prepare()
+	if err != nil {
+		return 1, err
+	}
+	if job.DryRun {
+		return 0, printPlan(job.Stdout, job, plan)
+	}
+	path, err := exec.LookPath(job.Program)
+	if err != nil {
+		code := 126
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return code, fmt.Errorf("program %s: %w", job.Program, err)
+	}
+	if job.NewBootstrap == nil {
+		return 1, fmt.Errorf("launcher: Job.NewBootstrap is nil")
+	}
+	je, err := job.secrets(len(plan))
+	if err != nil {
+		return 1, err
+	}
+	srv, err := job.NewBootstrap(BootstrapConfig{Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger})
+	if err != nil {
+		return 1, fmt.Errorf("start bootstrap server: %w", err)
+	}
+	defer srv.Close()
+	je.Bootstrap = srv.Addr()
+	if je.MasterPort, err = freePort(je.Bootstrap); err != nil {
+		return 1, err
+	}
+	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv}
+	return sup.run(ctx)
+}
+
+func (job Job) withDefaults() Job {
+	if job.Environ == nil {
+		job.Environ = os.Environ()
+	}
+	if job.BootstrapTimeout <= 0 {
+		job.BootstrapTimeout = DefaultBootstrapTimeout
+	}
+	if job.KillGrace <= 0 {
+		job.KillGrace = DefaultKillGrace
+	}
+	if job.Stdout == nil {
+		job.Stdout = io.Discard
+	}
+	if job.Stderr == nil {
+		job.Stderr = io.Discard
+	}
+	job.Stdout, job.Stderr = Locked(job.Stdout), Locked(job.Stderr)
+	if job.Logger == nil {
+		job.Logger = hclog.NewNullLogger()
+	}
+	if job.Machine == nil {
+		m := LocalMachine(job.Environ)
+		job.Machine = &m
+	}
+	return job
+}
+
+// prepare checks the hosts, plans the ranks and applies -x: everything that
+// can fail before a process starts.
+func (job Job) prepare() ([]Placement, []string, error) {
+	if job.Program == "" {
+		return nil, nil, fmt.Errorf("no program given")
+	}
+	hosts, err := job.Machine.LocalHosts(job.Hosts)
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := Plan(PlanRequest{Hosts: hosts, NP: job.NP, MapBy: job.MapBy, Oversubscribe: job.Oversubscribe})
+	if err != nil {
+		return nil, nil, err
+	}
+	env, warnings, err := applyExports(job.Environ, job.Exports)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, w := range warnings {
+		job.Logger.Warn(w)
+	}
+	return plan, env, nil
+}
+
+type jobSecrets struct {
+	jobEnv
+	secret []byte
+}
+
+// secrets draws the job id and the 32-byte job secret from crypto/rand.
+func (job Job) secrets(size int) (jobSecrets, error) {
+	b := make([]byte, 40)
+	if _, err := rand.Read(b); err != nil {
+		return jobSecrets{}, fmt.Errorf("job secret: %w", err)
+	}
+	return jobSecrets{
+		jobEnv: jobEnv{
+			Size:             size,
+			JobID:            hex.EncodeToString(b[32:]),
+			Secret:           hex.EncodeToString(b[:32]),
+			BootstrapTimeout: job.BootstrapTimeout,
+			MasterAddr:       "127.0.0.1",
+		},
+		secret: b[:32],
+	}, nil
+}
+
+// freePort finds a free TCP port on the loopback interface for PyTorch's
+// MASTER_PORT, other than the bootstrap's.
+func freePort(bootstrap string) (int, error) {
+	_, bport, _ := net.SplitHostPort(bootstrap)
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port for MASTER_PORT: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if fmt.Sprint(port) != bport {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("find a free port for MASTER_PORT: kept getting the bootstrap's port %s", bport)
+}
+
+// printPlan writes the --dry-run table.
+func printPlan(w io.Writer, job Job, plan []Placement) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "flexrun: dry run: %d ranks: %s\n", len(plan), strings.Join(append([]string{job.Program}, job.Args...), " "))
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tHOST\tNODE\tLOCAL_RANK\tLOCAL_SIZE\tGPU")
+	for _, p := range plan {
+		gpu := "-"
+		if p.GPU >= 0 {
+			gpu = fmt.Sprint(p.GPU)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\n", p.Rank, p.Host, p.NodeRank, p.LocalRank, p.LocalSize, gpu)
+	}
+	tw.Flush()
+	_, err := io.WriteString(w, b.String())
+	return err
+}

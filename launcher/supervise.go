@@ -1,0 +1,281 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"flexlink/internal/errs"
+)
+
+// JobError says why a job that ran failed. Its message names the rank,
+// host and pid when a rank caused it; Err is the sentinel it wraps, which
+// the bootstrap abort carries too: errs.ErrPeerLost (a rank failed),
+// errs.ErrTimeout (--timeout) or errs.ErrAborted (signal, cancellation).
+type JobError struct {
+	Rank int    // failing rank; -1 when the cause was not a rank
+	Host string // failing rank's host
+	PID  int    // failing rank's pid
+	Code int    // flexrun's exit code
+	Msg  string
+	Err  error
+}
+
+func (e *JobError) Error() string { return e.Msg }
+func (e *JobError) Unwrap() error { return e.Err }
+
+// supervisor runs one job's ranks: it starts them, watches their exits,
+// timeout and signals, and tears the job down on the first failure.
+type supervisor struct {
+	job  Job
+	path string
+	plan []Placement
+	env  []string
+	je   jobEnv
+	srv  Bootstrap
+
+	ranks   []*rankProc
+	exited  []bool
+	alive   int
+	exits   chan rankExit
+	cause   error // first failure; nil while all is well
+	code    int
+	killC   <-chan time.Time // SIGKILL time, once tearing down
+	giveUpC <-chan time.Time // stop waiting for ranks that ignore SIGKILL
+}
+
+type rankExit struct {
+	rank  int
+	state *os.ProcessState // nil when waiting failed
+	err   error
+}
+
+// run starts the ranks and supervises them to the end.
+func (s *supervisor) run(ctx context.Context) (int, error) {
+	sp := newSpawner()
+	defer sp.stop()
+	stdin, closeStdin, err := rankZeroStdin(s.job.Stdin)
+	if err != nil {
+		return 1, err
+	}
+	s.exits = make(chan rankExit, len(s.plan))
+	s.exited = make([]bool, len(s.plan))
+	var startErr error
+	for _, p := range s.plan {
+		rs := rankSpec{
+			path: s.path, args: s.job.Args, env: rankEnv(s.env, s.je, p), p: p,
+			stdout: s.job.Stdout.(*LockedWriter), stderr: s.job.Stderr.(*LockedWriter),
+			tag: s.job.TagOutput, outputDir: s.job.OutputDir, maxLine: MaxLine,
+		}
+		if p.Rank == 0 {
+			rs.stdin = stdin
+		}
+		rp, err := startRank(sp, rs)
+		if err != nil {
+			startErr = err
+			break
+		}
+		s.job.Logger.Debug("rank started", "rank", p.Rank, "host", p.Host, "pid", rp.pid)
+		s.ranks = append(s.ranks, rp)
+		s.alive++
+		go func(rp *rankProc) {
+			err := rp.cmd.Wait()
+			s.exits <- rankExit{rank: rp.p.Rank, state: rp.cmd.ProcessState, err: err}
+		}(rp)
+	}
+	closeStdin()
+	if startErr != nil {
+		s.fail(startErr, 1, "") // Run's caller reports startErr
+	}
+	s.loop(ctx)
+	if s.alive > 0 {
+		_, _ = io.WriteString(s.job.Stderr, "flexrun: "+s.stragglers()+"\n")
+	}
+	var wg sync.WaitGroup
+	for _, rp := range s.ranks {
+		wg.Go(func() { rp.drain(s.job.KillGrace) })
+	}
+	wg.Wait()
+	if startErr != nil {
+		return s.code, startErr
+	}
+	return s.code, s.cause
+}
+
+// loop handles events until every started rank has exited (or ignored
+// SIGKILL for 5 s).
+func (s *supervisor) loop(ctx context.Context) {
+	var timeoutC <-chan time.Time
+	if s.job.Timeout > 0 {
+		t := time.NewTimer(s.job.Timeout)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	done := ctx.Done()
+	for s.alive > 0 {
+		select {
+		case ex := <-s.exits:
+			s.exited[ex.rank] = true
+			s.alive--
+			s.onExit(ex)
+		case sig := <-s.job.Signals:
+			s.onSignal(sig)
+		case <-timeoutC:
+			msg := fmt.Sprintf("job timed out after %v (--timeout)", s.job.Timeout)
+			s.fail(&JobError{Rank: -1, Code: 124, Msg: msg, Err: errs.ErrTimeout}, 124, msg+"; terminating "+plural(s.alive, "rank"))
+		case <-done:
+			done = nil
+			msg := fmt.Sprintf("canceled: %v", ctx.Err())
+			s.fail(&JobError{Rank: -1, Code: 1, Msg: msg, Err: errs.ErrAborted}, 1, msg+"; terminating "+plural(s.alive, "rank"))
+		case <-s.killC:
+			s.killC = nil
+			s.job.Logger.Debug("kill grace over; sending SIGKILL", "alive", s.alive)
+			s.signalAll(syscall.SIGKILL)
+			s.giveUpC = time.After(5 * time.Second)
+		case <-s.giveUpC:
+			return
+		}
+	}
+}
+
+// onExit judges one rank's exit.
+func (s *supervisor) onExit(ex rankExit) {
+	rp := s.ranks[ex.rank]
+	code, how := exitStatus(ex)
+	s.job.Logger.Debug("rank exited", "rank", ex.rank, "pid", rp.pid, "status", how)
+	if code == 0 || s.cause != nil {
+		return
+	}
+	msg := fmt.Sprintf("rank %d (host %s, pid %d) %s", ex.rank, rp.p.Host, rp.pid, how)
+	err := &JobError{Rank: ex.rank, Host: rp.p.Host, PID: rp.pid, Code: code, Msg: msg, Err: errs.ErrPeerLost}
+	s.fail(err, code, msg+"; terminating "+plural(s.alive, "other rank"))
+}
+
+// onSignal forwards or acts on a signal flexrun received.
+func (s *supervisor) onSignal(sig os.Signal) {
+	ss, ok := sig.(syscall.Signal)
+	if !ok {
+		return
+	}
+	switch ss {
+	case syscall.SIGINT, syscall.SIGTERM:
+		if s.cause != nil {
+			// A second interrupt while tearing down: no more grace.
+			s.job.Logger.Warn("signal during teardown; sending SIGKILL", "signal", ss)
+			s.killC = nil
+			s.signalAll(syscall.SIGKILL)
+			s.giveUpC = time.After(5 * time.Second)
+			return
+		}
+		msg := "received " + sigName(ss)
+		code := 128 + int(ss)
+		s.fail(&JobError{Rank: -1, Code: code, Msg: "flexrun " + msg, Err: errs.ErrAborted}, code,
+			msg+"; terminating "+plural(s.alive, "rank"))
+	case syscall.SIGUSR1, syscall.SIGUSR2:
+		s.job.Logger.Info("forwarding signal", "signal", ss)
+		s.signalAll(ss)
+	}
+}
+
+// fail records the job's first failure, writes line to Stderr, aborts the
+// bootstrap (so ranks blocked in it learn why) and sends SIGTERM to every
+// rank, SIGKILL following after the kill grace.
+func (s *supervisor) fail(cause error, code int, line string) {
+	if s.cause != nil {
+		return
+	}
+	s.cause, s.code = cause, code
+	if line != "" {
+		_, _ = io.WriteString(s.job.Stderr, "flexrun: "+line+"\n")
+	}
+	var je *JobError
+	if errors.As(cause, &je) {
+		s.srv.Abort(fmt.Errorf("%s: %w", je.Msg, je.Err))
+	} else {
+		s.srv.Abort(fmt.Errorf("%w: %w", errs.ErrAborted, cause))
+	}
+	s.signalAll(syscall.SIGTERM)
+	s.killC = time.After(s.job.KillGrace)
+}
+
+// signalAll sends sig to the process group of every rank still running.
+// SIGTERM and SIGKILL (teardown) also go to the groups of ranks that have
+// exited, since processes they started may live on in them.
+func (s *supervisor) signalAll(sig syscall.Signal) {
+	teardown := sig == syscall.SIGTERM || sig == syscall.SIGKILL
+	for i, rp := range s.ranks {
+		if teardown || !s.exited[i] {
+			rp.signal(sig)
+		}
+	}
+}
+
+func (s *supervisor) stragglers() string {
+	var b strings.Builder
+	for i, rp := range s.ranks {
+		if !s.exited[i] {
+			fmt.Fprintf(&b, " %d (pid %d)", rp.p.Rank, rp.pid)
+		}
+	}
+	return "ranks still running 5 s after SIGKILL, given up on:" + b.String()
+}
+
+// exitStatus turns a rank's exit into flexrun's exit code and words.
+func exitStatus(ex rankExit) (int, string) {
+	if ex.state == nil {
+		return 1, fmt.Sprintf("could not be waited for: %v", ex.err)
+	}
+	if ws, ok := ex.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), fmt.Sprintf("was killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
+	}
+	code := ex.state.ExitCode()
+	return code, fmt.Sprintf("exited with status %d", code)
+}
+
+func sigName(s syscall.Signal) string {
+	if s == syscall.SIGINT {
+		return "SIGINT"
+	}
+	return "SIGTERM"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// rankZeroStdin returns the file rank 0 reads as stdin. A regular file or
+// pipe is handed over as it is; anything else (a terminal, an in-memory
+// reader) is copied through a pipe, since a rank in its own process group
+// may not read the terminal. closeParent drops flexrun's copy of the read
+// end once rank 0 has started.
+func rankZeroStdin(in io.Reader) (f *os.File, closeParent func(), err error) {
+	if in == nil {
+		return nil, func() {}, nil
+	}
+	if file, ok := in.(*os.File); ok {
+		if st, err := file.Stat(); err == nil && st.Mode()&os.ModeCharDevice == 0 {
+			return file, func() {}, nil
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	// The copy ends at the reader's end of file, or when rank 0 is gone
+	// (the write fails). Reading a terminal may outlive the job; that
+	// goroutine then ends with flexrun.
+	go func() {
+		_, _ = io.Copy(w, in)
+		w.Close()
+	}()
+	return r, func() { r.Close() }, nil
+}

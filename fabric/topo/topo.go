@@ -13,6 +13,7 @@
 package topo
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -26,8 +27,8 @@ type Host struct {
 	Source string `json:"source,omitempty"`
 	// NoGPU says why GPUs is empty (NVML missing, no device, ...); empty
 	// when GPUs were found.
-	NoGPU  string `json:"no_gpu,omitempty"`
-	Driver string `json:"driver,omitempty"` // GPU driver version
+	NoGPU  string     `json:"no_gpu,omitempty"`
+	Driver string     `json:"driver,omitempty"` // GPU driver version
 	NUMA   []NUMANode `json:"numa,omitempty"`
 	GPUs   []GPU      `json:"gpus"`
 	NICs   []NIC      `json:"nics"`
@@ -81,12 +82,12 @@ type NVLink struct {
 
 // GPU is one GPU.
 type GPU struct {
-	Index       int    `json:"index"` // NVML / CUDA_VISIBLE_DEVICES-free index
-	UUID        string `json:"uuid,omitempty"`
-	Name        string `json:"name,omitempty"`
-	BusID       string `json:"bus_id"`
-	NUMANode    int    `json:"numa_node"`              // -1: unknown
-	CPUAffinity string `json:"cpu_affinity,omitempty"` // cpulist
+	Index       int      `json:"index"` // NVML / CUDA_VISIBLE_DEVICES-free index
+	UUID        string   `json:"uuid,omitempty"`
+	Name        string   `json:"name,omitempty"`
+	BusID       string   `json:"bus_id"`
+	NUMANode    int      `json:"numa_node"`              // -1: unknown
+	CPUAffinity string   `json:"cpu_affinity,omitempty"` // cpulist
 	PCIe        PCIeLink `json:"pcie"`
 	PCI         PCIPos   `json:"pci"`
 	NVLinks     []NVLink `json:"nvlinks,omitempty"`
@@ -125,7 +126,7 @@ type NIC struct {
 func (g *GPU) UnmarshalJSON(b []byte) error {
 	type plain GPU
 	p := plain{NUMANode: -1}
-	if err := json.Unmarshal(b, &p); err != nil {
+	if err := strictJSON(b, &p); err != nil {
 		return err
 	}
 	*g = GPU(p)
@@ -136,11 +137,19 @@ func (g *GPU) UnmarshalJSON(b []byte) error {
 func (n *NIC) UnmarshalJSON(b []byte) error {
 	type plain NIC
 	p := plain{NUMANode: -1, Rail: -1}
-	if err := json.Unmarshal(b, &p); err != nil {
+	if err := strictJSON(b, &p); err != nil {
 		return err
 	}
 	*n = NIC(p)
 	return nil
+}
+
+// strictJSON decodes, rejecting fields the type does not have (a typo in a
+// hand-written topology file must not pass as "unknown").
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // GPUByBusID returns the index in h.GPUs of the GPU at busID, or -1.

@@ -135,7 +135,13 @@ func (e *endpoint) collective(ctx context.Context, kind collKind, root int, data
 		if r.Status != 0 {
 			return collResMsg{}, newWireError(r.Status, "bootstrap: "+r.Text)
 		}
-		want := map[collKind]int{kAllGather: e.size, kBroadcast: 1, kBarrier: 0}[kind]
+		want := 0 // parts: every rank's for AllGather, the root's for Broadcast
+		switch kind {
+		case kAllGather:
+			want = e.size
+		case kBroadcast:
+			want = 1
+		}
 		if r.Kind != kind || len(r.Parts) != want {
 			return collResMsg{}, fmt.Errorf("%s: result is %s with %d parts: %w", what, r.Kind, len(r.Parts), errMalformed)
 		}
@@ -264,7 +270,7 @@ func (e *endpoint) Abort(err error) error {
 	if err == nil {
 		err = errors.New("aborted")
 	}
-	f := failure{Class: classOf(err), Rank: e.rank, Text: err.Error()}
+	f := failure{Class: classOf(err), Rank: e.rank, Text: truncate(err.Error(), maxTextLen)}
 	e.failWith(f.err())
 	if serr := e.tx.sendWait(f.msg(), flushBound); serr != nil {
 		return fmt.Errorf("bootstrap: rank %d abort: %s: %w", e.rank, e.tx.peer(), serr)

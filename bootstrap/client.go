@@ -53,7 +53,9 @@ func Dial(ctx context.Context, cfg DialConfig) (Store, error) {
 	}
 	ic, br, bw := newConnPair(conn)
 	deadline := time.Now().Add(dialHandshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+	d, ctxBound := ctx.Deadline()
+	ctxBound = ctxBound && d.Before(deadline)
+	if ctxBound {
 		deadline = d
 	}
 	_ = conn.SetDeadline(deadline)
@@ -67,12 +69,15 @@ func Dial(ctx context.Context, cfg DialConfig) (Store, error) {
 		_ = conn.Close()
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
+			if ctxBound { // the connection's deadline was ctx's
+				return nil, fmt.Errorf("%s: handshake: %w (%w: %v)", what, errs.ErrTimeout, context.DeadlineExceeded, err)
+			}
 			return nil, fmt.Errorf("%s: handshake: %w (%w)", what, errs.ErrTimeout, err)
 		}
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	c := &tcpClient{addr: cfg.Addr, log: cfg.Logger}
-	c.pc = startPeerConn(conn, ic, br, bw)
+	c.pc = startPeerConn(conn, ic, br, bw, peerTimeoutOr(cfg.PeerTimeout))
 	c.ep = newEndpoint(cfg.Rank, cfg.Size, c)
 	go c.readLoop()
 	cfg.Logger.Debug("joined bootstrap", "addr", cfg.Addr, "rank", cfg.Rank, "size", cfg.Size)
@@ -142,22 +147,24 @@ func (c *tcpClient) readLoop() {
 			}
 		}
 	}()
+	c.pc.readerExited()
 	if c.ep.isClosing() {
 		return
 	}
+	err = c.pc.readErr(err)
 	c.log.Error("lost bootstrap server", "addr", c.addr, "rank", c.ep.rank, "error", err)
-	c.ep.failWith(fmt.Errorf("bootstrap: rank %d: %s lost: %s: %w", c.ep.rank, c.peer(), describeReadErr(err), errs.ErrPeerLost))
+	c.ep.failWith(fmt.Errorf("bootstrap: rank %d: %s lost: %s: %w", c.ep.rank, c.peer(), describeReadErr(err, c.pc.timeout), errs.ErrPeerLost))
 	c.pc.shutdown(0)
 }
 
 // describeReadErr says in words why a read loop ended.
-func describeReadErr(err error) string {
+func describeReadErr(err error, timeout time.Duration) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, io.EOF):
 		return "connection closed"
 	case errors.As(err, &ne) && ne.Timeout():
-		return fmt.Sprintf("silent for more than %v", peerTimeout)
+		return fmt.Sprintf("silent for more than %v", timeout)
 	}
 	return err.Error()
 }

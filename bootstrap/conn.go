@@ -3,27 +3,42 @@ package bootstrap
 import (
 	"bufio"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Liveness. Both ends send a heartbeat every heartbeatEvery; a reader that
-// sees no bytes for peerTimeout declares the peer lost, so a silent peer is
-// reported within peerTimeout plus one hop (well under the 2 s contract).
-// A write that makes no progress for writeStall breaks the connection.
+// Liveness. Both ends send a heartbeat every heartbeatFor(timeout); a
+// reader that sees no bytes for the peer timeout declares the peer lost,
+// so a silent peer is reported within the timeout plus one hop (with the
+// default, well under the 2 s contract). A write that makes no progress
+// for writeStall breaks the connection.
 const (
-	heartbeatEvery = 400 * time.Millisecond
-	peerTimeout    = 1500 * time.Millisecond
-	writeStall     = 5 * time.Second
-	writeChunk     = 256 << 10
-	ioBufSize      = 64 << 10
+	defaultPeerTimeout = 1500 * time.Millisecond
+	maxHeartbeat       = 400 * time.Millisecond
+	writeStall         = 5 * time.Second
+	writeChunk         = 1 << 20
+	ioBufSize          = 16 << 10
 	// flushBound bounds how long a goodbye, an abort or a server shutdown
 	// waits for queued frames to leave.
 	flushBound = 2 * time.Second
+	// drainGrace is how long a reader may go on after its writer failed.
+	drainGrace = 500 * time.Millisecond
 )
 
 var errConnDown = errors.New("connection down")
+
+func peerTimeoutOr(d time.Duration) time.Duration {
+	if d <= 0 {
+		return defaultPeerTimeout
+	}
+	return d
+}
+
+func heartbeatFor(timeout time.Duration) time.Duration { return min(maxHeartbeat, timeout/4) }
 
 // idleConn puts progress deadlines on a connection: each Read must see a
 // byte within readIdle, each chunk of a Write must go out within
@@ -32,15 +47,30 @@ var errConnDown = errors.New("connection down")
 type idleConn struct {
 	net.Conn
 	readIdle, writeIdle time.Duration
+	// readBy, when not zero, is a hard read deadline (UnixNano) that the
+	// writer sets when it fails, so the reader drains what has arrived and
+	// then stops.
+	readBy atomic.Int64
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
 	if c.readIdle > 0 {
-		if err := c.Conn.SetReadDeadline(time.Now().Add(c.readIdle)); err != nil {
+		d := time.Now().Add(c.readIdle)
+		if by := c.readBy.Load(); by != 0 && by < d.UnixNano() {
+			d = time.Unix(0, by)
+		}
+		if err := c.Conn.SetReadDeadline(d); err != nil {
 			return 0, err
 		}
 	}
 	return c.Conn.Read(p)
+}
+
+// stopReadingBy bounds reads to t from now on, including a Read that is
+// already waiting.
+func (c *idleConn) stopReadingBy(t time.Time) {
+	c.readBy.Store(t.UnixNano())
+	_ = c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) Write(p []byte) (int, error) {
@@ -64,21 +94,31 @@ func (c *idleConn) Write(p []byte) (int, error) {
 
 // peerConn is one established, authenticated connection: a writer
 // goroutine drains a queue of encoded frames and sends heartbeats; the
-// owner runs the read loop on br.
+// owner runs the read loop on br and calls readerExited when it ends.
+//
+// Closing is graceful so that nothing queued is lost to a TCP reset:
+// shutdown flushes the queue, half-closes (FIN), waits for the read loop
+// to see the peer's end, then closes. A write failure does not close the
+// socket under the reader: it lets the reader drain what has arrived (an
+// abort, say) for at most drainGrace.
 type peerConn struct {
-	conn net.Conn
-	ic   *idleConn
-	br   *bufio.Reader
-	bw   *bufio.Writer
+	conn    net.Conn
+	ic      *idleConn
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	timeout time.Duration // peer timeout (read idle)
 
 	mu       sync.Mutex
 	queue    []outFrame
 	stopping bool
+	werr     error // why the writer failed
 
 	wake     chan struct{} // capacity 1: the queue is not empty
 	stop     chan struct{} // closed: flush the queue and exit
 	dead     chan struct{} // closed when the writer has exited
+	readDone chan struct{} // closed when the read loop has exited
 	stopOnce sync.Once
+	readOnce sync.Once
 }
 
 // outFrame is an encoded frame; done (if not nil) is closed once it has
@@ -96,16 +136,17 @@ func newConnPair(c net.Conn) (*idleConn, *bufio.Reader, *bufio.Writer) {
 	return ic, bufio.NewReaderSize(ic, ioBufSize), bufio.NewWriterSize(ic, ioBufSize)
 }
 
-// startPeerConn switches a handshaken connection to progress deadlines and
-// starts its writer.
-func startPeerConn(c net.Conn, ic *idleConn, br *bufio.Reader, bw *bufio.Writer) *peerConn {
+// startPeerConn switches a handshaken connection to progress deadlines
+// (timeout of silence on reads) and starts its writer.
+func startPeerConn(c net.Conn, ic *idleConn, br *bufio.Reader, bw *bufio.Writer, timeout time.Duration) *peerConn {
 	_ = c.SetDeadline(time.Time{})
-	ic.readIdle, ic.writeIdle = peerTimeout, writeStall
+	ic.readIdle, ic.writeIdle = timeout, max(writeStall, timeout)
 	p := &peerConn{
-		conn: c, ic: ic, br: br, bw: bw,
-		wake: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		dead: make(chan struct{}),
+		conn: c, ic: ic, br: br, bw: bw, timeout: timeout,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		dead:     make(chan struct{}),
+		readDone: make(chan struct{}),
 	}
 	go p.writeLoop()
 	return p
@@ -162,15 +203,17 @@ func (p *peerConn) take() []outFrame {
 func (p *peerConn) writeLoop() {
 	defer close(p.dead)
 	hb := marshal(heartbeatMsg{})
-	tick := time.NewTicker(heartbeatEvery)
+	tick := time.NewTicker(heartbeatFor(p.timeout))
 	defer tick.Stop()
 	write := func(q []outFrame) bool {
 		for _, f := range q {
 			if _, err := p.bw.Write(f.b); err != nil {
+				p.setWriteErr(err)
 				return false
 			}
 		}
 		if err := p.bw.Flush(); err != nil {
+			p.setWriteErr(err)
 			return false
 		}
 		for _, f := range q {
@@ -202,23 +245,53 @@ func (p *peerConn) writeLoop() {
 	}
 }
 
-// fail marks the connection unusable after a write error and closes it, so
-// that the read loop ends too.
+func (p *peerConn) setWriteErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.werr == nil {
+		p.werr = err
+	}
+}
+
+// readErr prefers the writer's error when the writer's failure is what
+// ended the read loop.
+func (p *peerConn) readErr(err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.werr != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("write: %w", p.werr)
+	}
+	return err
+}
+
+// fail marks the connection unusable after a write error; the reader gets
+// drainGrace to take in what has already arrived.
 func (p *peerConn) fail() {
 	p.mu.Lock()
 	p.stopping = true
 	p.mu.Unlock()
-	_ = p.conn.Close()
+	p.ic.stopReadingBy(time.Now().Add(drainGrace))
 }
 
-// shutdown flushes what is queued (waiting at most d) and closes the
-// connection. Safe to call more than once and concurrently.
+// readerExited tells shutdown that the read loop is over.
+func (p *peerConn) readerExited() { p.readOnce.Do(func() { close(p.readDone) }) }
+
+// shutdown flushes what is queued, half-closes, waits for the read loop
+// to end (the peer closing its side), and closes; all within about d.
+// Safe to call more than once and concurrently.
 func (p *peerConn) shutdown(d time.Duration) {
 	p.stopOnce.Do(func() { close(p.stop) })
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-p.dead:
+		if cw, ok := p.conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		select {
+		case <-p.readDone:
+		case <-t.C:
+		}
 	case <-t.C:
 	}
 	_ = p.conn.Close()

@@ -117,7 +117,7 @@ func (e *engine) handle(rank int, msg message) {
 func (e *engine) contribute(rank int, m collMsg) {
 	size := len(e.members)
 	if m.Kind == kBroadcast && int(m.Root) >= size {
-		e.fail(failure{Class: classMismatch, Rank: rank, Text: fmt.Sprintf("broadcast #%d: root %d out of range [0,%d)", m.Seq, m.Root, size)})
+		e.fail(failure{Class: classMismatch, Detected: true, Text: fmt.Sprintf("broadcast #%d: root %d out of range [0,%d)", m.Seq, m.Root, size)})
 		return
 	}
 	op := e.ops[m.Seq]
@@ -126,12 +126,12 @@ func (e *engine) contribute(rank int, m collMsg) {
 		e.ops[m.Seq] = op
 	}
 	if op.kind != m.Kind || op.root != m.Root {
-		e.fail(failure{Class: classMismatch, Rank: rank, Text: fmt.Sprintf("collective #%d: rank %d called %s, rank %d called %s",
+		e.fail(failure{Class: classMismatch, Detected: true, Text: fmt.Sprintf("collective #%d: rank %d called %s, rank %d called %s",
 			m.Seq, op.first, describe(op.kind, op.root), rank, describe(m.Kind, m.Root))})
 		return
 	}
 	if op.have[rank] {
-		e.fail(failure{Class: classMismatch, Rank: rank, Text: fmt.Sprintf("collective #%d: rank %d contributed twice", m.Seq, rank)})
+		e.fail(failure{Class: classMismatch, Detected: true, Text: fmt.Sprintf("collective #%d: rank %d contributed twice", m.Seq, rank)})
 		return
 	}
 	op.have[rank] = true
@@ -156,6 +156,14 @@ func (e *engine) contribute(rank int, m collMsg) {
 		res.Parts = op.parts
 	case kBroadcast:
 		res.Parts = [][]byte{op.parts[op.root]}
+	}
+	total := 64
+	for _, p := range res.Parts {
+		total += 4 + len(p)
+	}
+	if total > MaxFrameSize {
+		res = collResMsg{Seq: m.Seq, Kind: op.kind, Status: classNotSupported,
+			Text: fmt.Sprintf("%s #%d: result of %d bytes exceeds the %d-byte frame limit", op.kind, m.Seq, total, MaxFrameSize)}
 	}
 	out := newOut(res)
 	for r := range e.members {
@@ -228,7 +236,7 @@ func (e *engine) lost(rank int, cause string) {
 		return
 	}
 	e.members[rank].left = true // nothing more is delivered to it
-	e.fail(failure{Class: classPeerLost, Lost: true, Rank: -1,
+	e.fail(failure{Class: classPeerLost, Detected: true,
 		Text: fmt.Sprintf("rank %d on host %s lost: %s", rank, m.host, cause)})
 }
 

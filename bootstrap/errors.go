@@ -13,12 +13,13 @@ import (
 type class uint8
 
 const (
-	classAborted  class = iota + 1 // errs.ErrAborted (anything unclassified)
-	classMismatch                  // errs.ErrMismatch
-	classPeerLost                  // errs.ErrPeerLost
-	classTimeout                   // errs.ErrTimeout
-	classAuth                      // errs.ErrAuth
-	classClosed                    // errs.ErrClosed
+	classAborted      class = iota + 1 // errs.ErrAborted (anything unclassified)
+	classMismatch                      // errs.ErrMismatch
+	classPeerLost                      // errs.ErrPeerLost
+	classTimeout                       // errs.ErrTimeout
+	classAuth                          // errs.ErrAuth
+	classClosed                        // errs.ErrClosed
+	classNotSupported                  // errs.ErrNotSupported
 	classLast
 )
 
@@ -36,6 +37,8 @@ func (c class) sentinel() error {
 		return errs.ErrAuth
 	case classClosed:
 		return errs.ErrClosed
+	case classNotSupported:
+		return errs.ErrNotSupported
 	}
 	return errs.ErrAborted
 }
@@ -53,6 +56,8 @@ func classOf(err error) class {
 		return classAuth
 	case errors.Is(err, errs.ErrClosed):
 		return classClosed
+	case errors.Is(err, errs.ErrNotSupported):
+		return classNotSupported
 	}
 	return classAborted
 }
@@ -72,17 +77,18 @@ func newWireError(c class, msg string) error {
 }
 
 // failure describes why a job failed: an abort by a rank (or the launcher,
-// Rank -1), or the loss of a rank.
+// Rank -1), or something the engine detected (a lost rank, mismatched
+// collectives).
 type failure struct {
-	Class class
-	Rank  int // aborting rank, -1: the launcher
-	Text  string
-	Lost  bool // true: Text already says which rank was lost and where
+	Class    class
+	Rank     int // aborting rank, -1: the launcher
+	Text     string
+	Detected bool // found by the engine; Text says what and who
 }
 
 // err renders the failure as the error a rank's calls return.
 func (f failure) err() error {
-	if f.Lost {
+	if f.Detected {
 		return newWireError(f.Class, "bootstrap: "+f.Text)
 	}
 	who := "the launcher"
@@ -101,24 +107,33 @@ func (f failure) err() error {
 
 func (f failure) msg() abortMsg {
 	r := int32(f.Rank)
-	if f.Lost {
-		r = rankLost
+	if f.Detected {
+		r = rankDetected
 	}
-	return abortMsg{Class: f.Class, Rank: r, Text: f.Text}
+	return abortMsg{Class: f.Class, Rank: r, Text: truncate(f.Text, maxTextLen)}
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 func failureFromAbort(m abortMsg) failure {
-	if m.Rank == rankLost {
-		return failure{Class: m.Class, Rank: -1, Text: m.Text, Lost: true}
+	if m.Rank == rankDetected {
+		return failure{Class: m.Class, Rank: -1, Text: m.Text, Detected: true}
 	}
 	return failure{Class: m.Class, Rank: int(m.Rank), Text: m.Text}
 }
 
-// Abort frames name the aborting rank, rankLauncher, or rankLost when the
-// server reports a lost rank (the text names it).
+// Abort frames name the aborting rank, rankLauncher, or rankDetected when
+// the server itself found the failure (a lost rank, mismatched
+// collectives; the text says who).
 const (
 	rankLauncher = -1
-	rankLost     = -2
+	rankDetected = -2
 )
 
 // ctxError wraps ctx's error; a passed deadline also wraps errs.ErrTimeout.

@@ -87,10 +87,15 @@ type tcpJob struct {
 }
 
 func testServer(t testing.TB, size int, hs time.Duration) (*Server, *logWatch) {
+	return testServerCfg(t, ServerConfig{Size: size, HandshakeTimeout: hs})
+}
+
+// testServerCfg starts a server on 127.0.0.1 with the test job's secret.
+func testServerCfg(t testing.TB, cfg ServerConfig) (*Server, *logWatch) {
 	t.Helper()
 	lw := newLogWatch()
-	srv, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", Size: size, Secret: testSecret, JobID: testJob,
-		HandshakeTimeout: hs, Logger: lw.logger()})
+	cfg.Addr, cfg.Secret, cfg.JobID, cfg.Logger = "127.0.0.1:0", testSecret, testJob, lw.logger()
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +109,11 @@ func dialCfg(addr string, rank, size int) DialConfig {
 
 // dialAll joins ranks [0,size) concurrently.
 func dialAll(t testing.TB, addr string, size int) []Store {
+	return dialAllTimeout(t, addr, size, 0)
+}
+
+// dialAllTimeout is dialAll with a peer timeout.
+func dialAllTimeout(t testing.TB, addr string, size int, peerTimeout time.Duration) []Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -114,7 +124,9 @@ func dialAll(t testing.TB, addr string, size int) []Store {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stores[r], errc[r] = Dial(ctx, dialCfg(addr, r, size))
+			cfg := dialCfg(addr, r, size)
+			cfg.PeerTimeout = peerTimeout
+			stores[r], errc[r] = Dial(ctx, cfg)
 		}()
 	}
 	wg.Wait()

@@ -99,7 +99,7 @@ type replyMsg struct {
 }
 
 // abortMsg fails the whole job. Rank is the aborting rank, rankLauncher,
-// or rankLost.
+// or rankDetected.
 type abortMsg struct {
 	Class class
 	Rank  int32
@@ -245,7 +245,7 @@ func decodeMsg(f frame) (message, error) {
 	case tAbort:
 		a := abortMsg{Class: class(d.u8()), Rank: d.i32()}
 		a.Text = d.strMax(maxTextLen, "text")
-		if d.err == nil && (!a.Class.valid() || a.Rank < rankLost) {
+		if d.err == nil && (!a.Class.valid() || a.Rank < rankDetected) {
 			d.err = fmt.Errorf("abort class %d rank %d: %w", a.Class, a.Rank, errMalformed)
 		}
 		m = a

@@ -41,6 +41,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = defaultHandshakeTimeout
 	}
+	cfg.PeerTimeout = peerTimeoutOr(cfg.PeerTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -66,7 +67,7 @@ func (s *Server) Abort(err error) {
 	if err == nil {
 		err = errors.New("aborted")
 	}
-	s.eng.abort(rankLauncher, classOf(err), err.Error())
+	s.eng.abort(rankLauncher, classOf(err), truncate(err.Error(), maxTextLen))
 }
 
 // Close stops accepting, flushes what is queued for each rank (waiting at
@@ -155,7 +156,7 @@ func (s *Server) serve(c net.Conn) {
 	rank := int(h.Rank)
 	var pc *peerConn
 	err = s.eng.join(rank, h.Host, sinkFunc(func(o *outMsg) { _ = pc.send(o.encoded(), nil) }), func() {
-		pc = startPeerConn(c, ic, br, bw)
+		pc = startPeerConn(c, ic, br, bw, s.cfg.PeerTimeout)
 		_ = pc.send(marshal(welcomeMsg{}), nil)
 	})
 	if err != nil {
@@ -174,6 +175,8 @@ func (s *Server) serve(c net.Conn) {
 	s.log.Debug("rank joined", "rank", rank, "host", h.Host, "from", from)
 
 	bye, err := s.readLoop(pc, rank)
+	pc.readerExited()
+	err = pc.readErr(err)
 	pc.shutdown(flushBound)
 	if bye {
 		s.log.Debug("rank left", "rank", rank, "host", h.Host)
@@ -184,7 +187,7 @@ func (s *Server) serve(c net.Conn) {
 	s.mu.Unlock()
 	if !closing {
 		s.log.Error("rank lost", "rank", rank, "host", h.Host, "from", from, "error", err)
-		s.eng.lost(rank, describeReadErr(err)+" before goodbye")
+		s.eng.lost(rank, describeReadErr(err, pc.timeout)+" before goodbye")
 	}
 }
 

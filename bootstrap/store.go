@@ -21,24 +21,40 @@ import (
 //
 // Failure: when a rank's connection drops before it called Close (its
 // goodbye), every other rank's pending and later calls fail within 2 s with
-// an error wrapping errs.ErrPeerLost that names the lost rank and its host.
-// Abort(err) delivers err to every rank: their pending and later calls fail
-// with an error wrapping the same sentinel as err (errs.ErrMismatch,
-// errs.ErrPeerLost, errs.ErrTimeout, otherwise errs.ErrAborted) and carrying
-// err's text and the aborting rank. Done is closed when either happens, and
-// Err then returns that error. Every call honours ctx.
+// an error wrapping errs.ErrPeerLost that names the lost rank and its host
+// (a rank silent for PeerTimeout counts as dropped); when the server is
+// lost, the error names the server's address. Abort(err) delivers err to
+// every rank: their pending and later calls fail with an error wrapping the
+// same sentinel as err (errs.ErrMismatch, errs.ErrPeerLost, errs.ErrTimeout,
+// otherwise errs.ErrAborted; always errs.ErrAborted too) and carrying err's
+// text and the aborting rank (or "the launcher", for Server.Abort). Done is closed when either happens (or
+// on Close), and Err then returns that error. Every call honours ctx: when
+// ctx ends first the call fails with ctx's error (wrapping errs.ErrTimeout
+// too when its deadline passed); a collective abandoned that way has still
+// been contributed, so the sequence stays aligned across ranks.
 //
-// Returned slices are owned by the caller. Methods are safe for concurrent
-// use, but collective calls (AllGather, Broadcast, Barrier) must be issued in
-// the same order on every rank.
+// Returned slices are owned by the caller; input slices may be reused as
+// soon as a call returns. Methods are safe for concurrent use, but
+// collective calls (AllGather, Broadcast, Barrier) must be issued in the
+// same order on every rank: ranks whose k-th calls differ (kind or root)
+// fail the job with errs.ErrMismatch. A collective that needs a rank which
+// has said goodbye fails with errs.ErrClosed naming it. Payloads are bounded
+// by MaxFrameSize (an AllGather's result, all ranks' data together, too).
 type Store interface {
 	Rank() int
 	Size() int
+	// AllGather returns every rank's data, indexed by rank.
 	AllGather(ctx context.Context, data []byte) ([][]byte, error)
+	// Broadcast returns root's data on every rank (others' data is ignored).
 	Broadcast(ctx context.Context, root int, data []byte) ([]byte, error)
+	// Barrier returns once every rank has called it.
 	Barrier(ctx context.Context) error
+	// Put returns once the store holds value under key.
 	Put(ctx context.Context, key string, value []byte) error
+	// Get blocks until key has a value and returns it.
 	Get(ctx context.Context, key string) ([]byte, error)
+	// Abort fails the job for every rank (this one at once) and returns
+	// once the abort has left this process, or an error if it could not.
 	Abort(err error) error
 	Done() <-chan struct{}
 	Err() error
@@ -56,7 +72,11 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds a connection's time from accept to a valid
 	// proof (default 10 s); a silent connection is dropped after it.
 	HandshakeTimeout time.Duration
-	Logger           hclog.Logger // nil: discard
+	// PeerTimeout is how long a joined rank may stay silent (no byte, not
+	// even a heartbeat) before it is declared lost (default 1.5 s).
+	// Heartbeats go out every PeerTimeout/4, at most every 400 ms.
+	PeerTimeout time.Duration
+	Logger      hclog.Logger // nil: discard
 }
 
 // DialConfig configures one rank's connection.
@@ -66,6 +86,9 @@ type DialConfig struct {
 	Size   int
 	Secret []byte
 	JobID  string
-	Host   string // this rank's host name, reported in errors about it
-	Logger hclog.Logger
+	Host   string // this rank's host name, reported in errors about it (default: os.Hostname)
+	// PeerTimeout is how long the server may stay silent before this rank
+	// declares it lost (default 1.5 s); see ServerConfig.PeerTimeout.
+	PeerTimeout time.Duration
+	Logger      hclog.Logger // nil: discard
 }

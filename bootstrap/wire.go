@@ -1,11 +1,11 @@
 package bootstrap
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Wire format. Every message travels in one frame:
@@ -30,8 +30,8 @@ const (
 	// maxHandshakeFrame bounds frames before authentication, so that an
 	// unauthenticated peer cannot make the server buffer much.
 	maxHandshakeFrame = 4 << 10
-	// readChunk is how much payload is read (and allocated) at a time.
-	readChunk = 64 << 10
+	// readChunk is the most payload allocated before any of it has arrived.
+	readChunk = 4 << 20
 )
 
 // msgType names the kind of message a frame carries.
@@ -54,12 +54,10 @@ const (
 	tLast                         // one past the last valid type
 )
 
-var typeNames = [...]string{"invalid", "hello", "challenge", "proof", "welcome", "reject",
-	"heartbeat", "bye", "coll", "collres", "put", "get", "reply", "abort"}
-
 func (t msgType) String() string {
-	if int(t) < len(typeNames) {
-		return typeNames[t]
+	const names = "invalid hello challenge proof welcome reject heartbeat bye coll collres put get reply abort"
+	if t < tLast {
+		return strings.Fields(names)[t]
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -71,13 +69,6 @@ var errMalformed = errors.New("malformed frame")
 type frame struct {
 	typ     msgType
 	payload []byte
-}
-
-// appendFrame appends a frame of type t with the given payload to dst.
-func appendFrame(dst []byte, t msgType, payload []byte) []byte {
-	dst = append(dst, frameMagic, wireVersion, byte(t))
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(payload)))
-	return append(dst, payload...)
 }
 
 // readFrame reads one frame whose payload is at most max bytes. It returns
@@ -114,44 +105,32 @@ func readFrame(r io.Reader, max int) (frame, error) {
 	return frame{typ: t, payload: payload}, nil
 }
 
-// readPayload reads exactly n bytes, growing the buffer by at most
-// readChunk beyond what has arrived, so a peer that declares a large frame
-// and sends little costs little.
+// readPayload reads exactly n bytes. Up to readChunk it allocates the
+// whole payload at once; beyond that the buffer grows (doubling) only as
+// bytes arrive, so a peer that declares a large frame and sends little
+// costs at most readChunk.
 func readPayload(r io.Reader, n int) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	buf := make([]byte, 0, min(n, readChunk))
-	for len(buf) < n {
-		want := min(n-len(buf), readChunk)
-		if cap(buf)-len(buf) < want {
-			grown := make([]byte, len(buf), min(n, max(2*cap(buf), len(buf)+want)))
-			copy(grown, buf)
-			buf = grown
-		}
-		got, err := io.ReadFull(r, buf[len(buf):len(buf)+want])
-		buf = buf[:len(buf)+got]
+	buf := make([]byte, min(n, readChunk))
+	got := 0
+	for {
+		k, err := io.ReadFull(r, buf[got:])
+		got += k
 		if err != nil {
 			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				return nil, fmt.Errorf("truncated payload (%d of %d bytes): %w", len(buf), n, errMalformed)
+				return nil, fmt.Errorf("truncated payload (%d of %d bytes): %w", got, n, errMalformed)
 			}
 			return nil, err
 		}
+		if got == n {
+			return buf, nil
+		}
+		grown := make([]byte, min(n, 2*len(buf)))
+		copy(grown, buf)
+		buf = grown
 	}
-	return buf, nil
-}
-
-// writeFrame writes one frame through w (buffered writers are flushed by
-// the caller).
-func writeFrame(w *bufio.Writer, t msgType, payload []byte) error {
-	var h [headerLen]byte
-	h[0], h[1], h[2] = frameMagic, wireVersion, byte(t)
-	binary.BigEndian.PutUint32(h[3:], uint32(len(payload)))
-	if _, err := w.Write(h[:]); err != nil {
-		return err
-	}
-	_, err := w.Write(payload)
-	return err
 }
 
 // enc builds a payload.

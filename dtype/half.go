@@ -18,27 +18,18 @@ import "math"
 // Float16ToFloat32 returns the float32 value of the binary16 bits h.
 func Float16ToFloat32(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch exp {
-	case 0x1f:
-		if man == 0 {
-			return math.Float32frombits(sign | 0x7f800000) // ±Inf
-		}
-		return math.Float32frombits(sign | 0x7fc00000 | man<<13) // NaN, quieted
-	case 0:
-		if man == 0 {
-			return math.Float32frombits(sign) // ±0
-		}
-		// Subnormal: man·2⁻²⁴. Normalise so the leading 1 becomes implicit.
-		e := uint32(113) // float32 biased exponent of 2⁻¹⁴
-		for man&0x400 == 0 {
-			man <<= 1
-			e--
-		}
-		return math.Float32frombits(sign | e<<23 | (man&0x3ff)<<13)
+	em := uint32(h & 0x7fff) // exponent and mantissa
+	switch {
+	case em > 0x7c00: // NaN: quiet it (em<<13 lands inside the exponent's ones)
+		return math.Float32frombits(sign | 0x7fc00000 | em<<13)
+	case em == 0x7c00:
+		return math.Float32frombits(sign | 0x7f800000)
+	case em >= 0x0400: // normal: rebias the exponent (15 → 127)
+		return math.Float32frombits(sign | (em<<13 + 112<<23))
 	}
-	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+	// Zero or subnormal: em·2⁻²⁴, exact in float32 (and a normal float32,
+	// so the result does not depend on denormals-are-zero modes).
+	return math.Float32frombits(sign | math.Float32bits(float32(em)*0x1p-24))
 }
 
 // Float32ToFloat16 rounds f to binary16 bits (nearest, ties to even).
@@ -55,21 +46,15 @@ func Float32ToFloat16(f float32) uint16 {
 		r := x - 112<<23     // rebias the exponent (127 → 15)
 		r += 0xfff + r>>13&1 // round the 13 dropped bits, ties to even
 		return sign | uint16(r>>13)
-	}
-	// Subnormal binary16 (or zero): the result is round(|f|·2²⁴).
-	e := x >> 23
-	if e < 102 { // |f| < 2⁻²⁵: rounds to zero
+	case x < 0x33000000: // < 2⁻²⁵: rounds to zero (2⁻²⁵ itself is a tie to 0)
 		return sign
 	}
-	man := x&0x7fffff | 0x800000
-	shift := 126 - e // 14..24
-	m := man >> shift
-	rem := man & (1<<shift - 1)
-	half := uint32(1) << (shift - 1)
-	if rem > half || rem == half && m&1 == 1 {
-		m++ // may carry into the smallest normal, 0x0400, which is right
-	}
-	return sign | uint16(m)
+	// Subnormal binary16: round(|f|·2²⁴) to an integer. |f|·2²⁴ is exact and
+	// below 1024; adding 2²³ makes the float32 addition round it to an
+	// integer, nearest even, which is then the low mantissa bits. A result
+	// of 1024 is the smallest normal, 0x0400, as it should be.
+	v := float32(math.Float32frombits(x)*0x1p24 + 0x1p23)
+	return sign | uint16(math.Float32bits(v)-0x4b000000)
 }
 
 // BFloat16ToFloat32 returns the float32 value of the bfloat16 bits b.

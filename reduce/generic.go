@@ -1,6 +1,7 @@
 package reduce
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"flexlink/dtype"
@@ -8,12 +9,11 @@ import (
 
 // reduceGo reduces with portable Go loops, unrolled four ways. It serves
 // non-amd64 machines, CPUs without AVX2, the (dtype, op) pairs with no
-// vector kernel (int64 prod, and int8/uint8 prod where noted), and the
-// tails the vector kernels leave.
+// vector kernel (int64 prod), and the tails the vector kernels leave.
 //
-// The loops work on typed slices. Casting a byte slice to []T needs T's
-// alignment (the Go memory model and -race's checkptr insist), so buffers
-// that are not element-aligned go through aligned stack buffers in chunks.
+// The loops work on typed slices. A *T must be aligned for T (checkptr,
+// which -race enables, enforces it), so buffers that are not element-aligned
+// go through aligned stack buffers, 512 bytes at a time.
 func reduceGo(dst, src []byte, dt dtype.DType, op dtype.Op) {
 	if len(dst) == 0 {
 		return
@@ -43,10 +43,14 @@ func as[T any](b []byte) []T {
 
 func reduceTyped(dst, src []byte, dt dtype.DType, op dtype.Op) {
 	switch dt {
-	case dtype.Int8:
-		loopInt(as[int8](dst), as[int8](src), op)
-	case dtype.Uint8:
-		loopInt(dst, src, op)
+	case dtype.Int8, dtype.Uint8:
+		if op == dtype.Sum || op == dtype.Avg {
+			sumBytes(dst, src)
+		} else if dt == dtype.Int8 {
+			loopInt(as[int8](dst), as[int8](src), op)
+		} else {
+			loopInt(dst, src, op)
+		}
 	case dtype.Int32:
 		loopInt(as[int32](dst), as[int32](src), op)
 	case dtype.Int64:
@@ -56,9 +60,26 @@ func reduceTyped(dst, src []byte, dt dtype.DType, op dtype.Op) {
 	case dtype.Float64:
 		loopFloat(as[float64](dst), as[float64](src), op)
 	case dtype.Float16:
-		loopHalf(as[uint16](dst), as[uint16](src), op, dtype.Float16ToFloat32, dtype.Float32ToFloat16)
+		loopF16(as[uint16](dst), as[uint16](src), op)
 	case dtype.BFloat16:
-		loopHalf(as[uint16](dst), as[uint16](src), op, dtype.BFloat16ToFloat32, dtype.Float32ToBFloat16)
+		loopBF16(as[uint16](dst), as[uint16](src), op)
+	}
+}
+
+// sumBytes adds bytes (int8 and uint8 wrap to the same bits) eight at a
+// time in 64-bit words: add the low seven bits of each byte, so no carry
+// crosses a byte, then put each top bit back with XOR.
+func sumBytes(d, s []byte) {
+	const high = 0x8080808080808080
+	ne := binary.NativeEndian
+	s = s[:len(d)]
+	i := 0
+	for ; i+8 <= len(d); i += 8 {
+		a, b := ne.Uint64(d[i:]), ne.Uint64(s[i:])
+		ne.PutUint64(d[i:], (a&^high+b&^high)^(a^b)&high)
+	}
+	for ; i < len(d); i++ {
+		d[i] += s[i]
 	}
 }
 
@@ -116,10 +137,19 @@ func loopFloat[T float](d, s []T, op dtype.Op) {
 	}
 }
 
-// loopHalf reduces 16-bit floats through float32.
-func loopHalf(d, s []uint16, op dtype.Op, toF32 func(uint16) float32, fromF32 func(float32) uint16) {
+// loopF16 reduces float16 through float32. The conversions are called
+// directly (not through function values) so that they can be inlined.
+func loopF16(d, s []uint16, op dtype.Op) {
 	s = s[:len(d)]
 	for i := range d {
-		d[i] = fromF32(opFloat(toF32(d[i]), toF32(s[i]), op))
+		d[i] = dtype.Float32ToFloat16(opFloat(dtype.Float16ToFloat32(d[i]), dtype.Float16ToFloat32(s[i]), op))
+	}
+}
+
+// loopBF16 reduces bfloat16 through float32.
+func loopBF16(d, s []uint16, op dtype.Op) {
+	s = s[:len(d)]
+	for i := range d {
+		d[i] = dtype.Float32ToBFloat16(opFloat(dtype.BFloat16ToFloat32(d[i]), dtype.BFloat16ToFloat32(s[i]), op))
 	}
 }

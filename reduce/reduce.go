@@ -20,9 +20,14 @@
 //     when both are NaN is unspecified). -0 is less than +0.
 //   - Avg reduces as Sum; Finish divides by the number of contributions.
 //
-// Reduce uses AVX2 (and F16C for float16) on amd64 where the CPU has them,
-// and unrolled Go loops elsewhere; Ref is the plain one-element-at-a-time
-// loop kept as the specification for tests and comparisons.
+// Reduce uses AVX2 kernels (and F16C for float16) on amd64 where the CPU
+// has them, for every dtype and op except int64 Prod, and unrolled Go loops
+// elsewhere (build tag purego forces them); Finish divides the float types
+// with AVX2 too. Ref is the plain one-element-at-a-time loop kept as the
+// specification for tests and comparisons. On the development machine
+// (2-core AMD EPYC) float32 Sum runs at 70-90 GB/s of dst while the data
+// sits in L1/L2 and at about 14 GB/s (memory-bound: three bytes of traffic
+// per byte of dst) at 128 MiB; bench_test.go measures the rest.
 package reduce
 
 import (
@@ -60,8 +65,10 @@ func Ref(dst, src []byte, dt dtype.DType, op dtype.Op) error {
 // Finish applies op's last step to a fully reduced buffer of n
 // contributions. For Avg it divides every element by n: integers with
 // truncation toward zero (like C), Float32 and Float64 in their own
-// precision, Float16 and BFloat16 through float32 and round back to
-// nearest even. For the other ops it does nothing. n must be positive.
+// precision (x / float32(n), x / float64(n)), Float16 and BFloat16 through
+// float32 and round back to nearest even. The float results are correctly
+// rounded quotients while n is exact in float32 (n ≤ 2²⁴). For the other
+// ops, and for n = 1, it does nothing. n must be positive.
 func Finish(dst []byte, dt dtype.DType, op dtype.Op, n int) error {
 	if err := check(dst, dst, dt, op); err != nil {
 		return err
@@ -72,7 +79,8 @@ func Finish(dst []byte, dt dtype.DType, op dtype.Op, n int) error {
 	if op != dtype.Avg || n == 1 {
 		return nil
 	}
-	finishAvg(dst, dt, n)
+	m := finishFast(dst, dt, n)
+	finishAvg(dst[m:], dt, n)
 	return nil
 }
 

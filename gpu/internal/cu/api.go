@@ -40,8 +40,8 @@ type API interface {
 	MemFreeHost(p unsafe.Pointer) error // (ctx)
 	// MemHostRegister (ctx) page-locks an existing mapping [p, p+n).
 	MemHostRegister(p unsafe.Pointer, n uint64, flags uint32) error
-	MemHostUnregister(p unsafe.Pointer) error                     // (ctx)
-	MemHostGetDevicePointer(p unsafe.Pointer) (DevPtr, error)     // (ctx)
+	MemHostUnregister(p unsafe.Pointer) error                                 // (ctx)
+	MemHostGetDevicePointer(p unsafe.Pointer) (DevPtr, error)                 // (ctx)
 	MemcpyHtoDAsync(dst DevPtr, src unsafe.Pointer, n uint64, s Stream) error // (ctx)
 	MemcpyDtoHAsync(dst unsafe.Pointer, src DevPtr, n uint64, s Stream) error // (ctx)
 	// MemcpyAsync (ctx) copies between any two device pointers (unified
@@ -66,11 +66,11 @@ type API interface {
 	// EventElapsedTime returns milliseconds between two recorded timing events.
 	EventElapsedTime(start, end Event) (float32, error)
 
-	IpcGetMemHandle(p DevPtr) (IPCHandle, error)               // (ctx)
+	IpcGetMemHandle(p DevPtr) (IPCHandle, error)                // (ctx)
 	IpcOpenMemHandle(h IPCHandle, flags uint32) (DevPtr, error) // (ctx)
-	IpcCloseMemHandle(p DevPtr) error                          // (ctx)
-	IpcGetEventHandle(e Event) (IPCHandle, error)              // (ctx)
-	IpcOpenEventHandle(h IPCHandle) (Event, error)             // (ctx)
+	IpcCloseMemHandle(p DevPtr) error                           // (ctx)
+	IpcGetEventHandle(e Event) (IPCHandle, error)               // (ctx)
+	IpcOpenEventHandle(h IPCHandle) (Event, error)              // (ctx)
 
 	// ModuleLoadData (ctx) loads a PTX or cubin image (JIT-compiling PTX).
 	ModuleLoadData(image []byte) (Module, error)

@@ -69,24 +69,24 @@ type Result int32
 
 // Results flexlink acts on (values from cuda.h).
 const (
-	Success                   Result = 0
-	ErrorInvalidValue         Result = 1
-	ErrorOutOfMemory          Result = 2
-	ErrorNotInitialized       Result = 3
-	ErrorInsufficientDriver   Result = 35
-	ErrorNoDevice             Result = 100
-	ErrorInvalidDevice        Result = 101
-	ErrorInvalidImage         Result = 200
-	ErrorInvalidContext       Result = 201
-	ErrorUnsupportedPTX       Result = 222
-	ErrorInvalidHandle        Result = 400
-	ErrorNotFound             Result = 500
-	ErrorNotReady             Result = 600
-	ErrorPeerAlreadyEnabled   Result = 704
+	Success                    Result = 0
+	ErrorInvalidValue          Result = 1
+	ErrorOutOfMemory           Result = 2
+	ErrorNotInitialized        Result = 3
+	ErrorInsufficientDriver    Result = 35
+	ErrorNoDevice              Result = 100
+	ErrorInvalidDevice         Result = 101
+	ErrorInvalidImage          Result = 200
+	ErrorInvalidContext        Result = 201
+	ErrorUnsupportedPTX        Result = 222
+	ErrorInvalidHandle         Result = 400
+	ErrorNotFound              Result = 500
+	ErrorNotReady              Result = 600
+	ErrorPeerAlreadyEnabled    Result = 704
 	ErrorHostAlreadyRegistered Result = 712
-	ErrorNotSupported         Result = 801
-	ErrorSystemDriverMismatch Result = 803
-	ErrorCompatNotSupported   Result = 804
+	ErrorNotSupported          Result = 801
+	ErrorSystemDriverMismatch  Result = 803
+	ErrorCompatNotSupported    Result = 804
 )
 
 // Error is a failed driver call: "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of

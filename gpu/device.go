@@ -1,0 +1,157 @@
+package gpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"flexlink/gpu/internal/cu"
+)
+
+// Device is one GPU and its primary context. Get it from Driver.Device.
+type Device struct {
+	drv   *Driver
+	ord   int
+	h     cu.Device
+	ctx   cu.Context
+	name  string
+	bus   string
+	major int
+	minor int
+	sms   int
+
+	mu    sync.Mutex
+	peers map[int]bool // ordinals whose memory this device's context may access
+
+	kmu  sync.Mutex // held while loading kernels (a JIT compile: seconds)
+	kern *kernelSet // reduction kernels, loaded on first use
+}
+
+func openDevice(d *Driver, i int) (*Device, error) {
+	api := d.api
+	h, err := api.DeviceGet(i)
+	if err != nil {
+		return nil, fmt.Errorf("gpu %d: %w", i, err)
+	}
+	dv := &Device{drv: d, ord: i, h: h, peers: map[int]bool{}}
+	if dv.name, err = api.DeviceName(h); err != nil {
+		return nil, fmt.Errorf("gpu %d: %w", i, err)
+	}
+	if dv.bus, err = api.DevicePCIBusID(h); err != nil {
+		return nil, fmt.Errorf("gpu %d: %w", i, err)
+	}
+	for _, a := range []struct {
+		attr cu.Attr
+		v    *int
+	}{{cu.AttrComputeMajor, &dv.major}, {cu.AttrComputeMinor, &dv.minor}, {cu.AttrMultiprocessors, &dv.sms}} {
+		if *a.v, err = api.DeviceAttribute(a.attr, h); err != nil {
+			return nil, fmt.Errorf("gpu %d: %w", i, err)
+		}
+	}
+	if dv.ctx, err = api.PrimaryCtxRetain(h); err != nil {
+		return nil, fmt.Errorf("gpu %d: %w", i, err)
+	}
+	return dv, nil
+}
+
+// release unloads what the device loaded and drops the primary context.
+func (dv *Device) release() error {
+	dv.kmu.Lock()
+	k := dv.kern
+	dv.kern = nil
+	dv.kmu.Unlock()
+	var first error
+	if k != nil && k.mod != nil {
+		first = k.mod.Close()
+	}
+	if err := dv.drv.api.PrimaryCtxRelease(dv.h); err != nil && first == nil {
+		first = fmt.Errorf("%s: %w", dv, err)
+	}
+	return first
+}
+
+// do runs f with this device's primary context current on the calling OS
+// thread, the goroutine locked to that thread for the duration. Every
+// context-bound driver call in this package goes through it.
+func (dv *Device) do(f func(api cu.API) error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := dv.drv.api.CtxSetCurrent(dv.ctx); err != nil {
+		return err
+	}
+	return f(dv.drv.api)
+}
+
+// Ordinal is the device's index in the driver (0-based).
+func (dv *Device) Ordinal() int { return dv.ord }
+
+// Name is the product name, e.g. "NVIDIA H200".
+func (dv *Device) Name() string { return dv.name }
+
+// PCIBusID is the device's PCI address, "0000:19:00.0".
+func (dv *Device) PCIBusID() string { return dv.bus }
+
+// ComputeCapability returns the major and minor compute capability (9, 0 for
+// Hopper).
+func (dv *Device) ComputeCapability() (major, minor int) { return dv.major, dv.minor }
+
+// Multiprocessors is the number of SMs.
+func (dv *Device) Multiprocessors() int { return dv.sms }
+
+func (dv *Device) String() string {
+	return fmt.Sprintf("gpu %d (%s, %s)", dv.ord, dv.name, dv.bus)
+}
+
+// MemInfo returns the device's free and total memory in bytes.
+func (dv *Device) MemInfo() (free, total uint64, err error) {
+	err = dv.do(func(api cu.API) (e error) { free, total, e = api.MemGetInfo(); return })
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: memory info: %w", dv, err)
+	}
+	return free, total, nil
+}
+
+// CanAccessPeer reports whether this device can map peer's memory (over
+// NVLink or PCIe peer-to-peer).
+func (dv *Device) CanAccessPeer(peer *Device) (bool, error) {
+	ok, err := dv.drv.api.DeviceCanAccessPeer(dv.h, peer.h)
+	if err != nil {
+		return false, fmt.Errorf("%s: can access %s: %w", dv, peer, err)
+	}
+	return ok, nil
+}
+
+// EnablePeerAccess lets kernels and copies on this device read and write
+// peer's memory directly. It is idempotent; access is one-way (call it on
+// both devices for both ways).
+func (dv *Device) EnablePeerAccess(peer *Device) error {
+	if peer.drv != dv.drv || peer == dv {
+		return fmt.Errorf("%s: enable peer access to %s: not another device of the same driver", dv, peer)
+	}
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if dv.peers[peer.ord] {
+		return nil
+	}
+	err := dv.do(func(api cu.API) error { return api.CtxEnablePeerAccess(peer.ctx) })
+	if err != nil && !cu.Is(err, cu.ErrorPeerAlreadyEnabled) {
+		return fmt.Errorf("%s: enable peer access to %s: %w", dv, peer, err)
+	}
+	dv.peers[peer.ord] = true
+	return nil
+}
+
+// reaches reports whether this device's kernels may touch memory of owner.
+func (dv *Device) reaches(owner *Device) bool {
+	if owner == dv {
+		return true
+	}
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	return dv.peers[owner.ord]
+}
+
+// errPeer is the error for an operand on a device this one cannot reach.
+func (dv *Device) errPeer(what string, owner *Device) error {
+	return fmt.Errorf("%s: %s lives on %s: call EnablePeerAccess first", dv, what, owner)
+}

@@ -1,0 +1,94 @@
+package gpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"flexlink/dtype"
+	"flexlink/gpu/internal/cu"
+	"flexlink/gpu/internal/cufake"
+	"flexlink/reduce"
+)
+
+// FakeConfig describes the machine OpenFake simulates: number of devices,
+// memory per device, compute capability, SM count, whether peers can reach
+// each other. Zero fields take defaults (2 devices of 1 GiB, sm_90, 4 SMs,
+// peer access possible).
+type FakeConfig = cufake.Config
+
+// OpenFake returns a Driver backed by host memory, for tests of code that
+// drives GPUs on machines without one. Streams run each operation at once;
+// the reduction kernels run as package reduce on the host (the PTX is still
+// loaded and its kernel names checked); contexts, devices of streams and
+// buffers, and peer access are checked as the real driver checks them.
+func OpenFake(cfg FakeConfig) (*Driver, error) {
+	f := cufake.New(cfg)
+	for _, dt := range dtype.All() {
+		for _, op := range reduceOps() {
+			f.RegisterKernel(ReduceKernelName(dt, op), hostReduce(dt, op))
+		}
+		f.RegisterKernel(ScaleKernelName(dt), hostScale(dt))
+	}
+	return newDriver(f, "fake")
+}
+
+// kernelArgs reads a launch's parameters, all 8 bytes (see Stream.Launch).
+func kernelArgs(params []unsafe.Pointer, want int) ([]uint64, error) {
+	if len(params) != want {
+		return nil, fmt.Errorf("fake kernel: %d parameters, want %d", len(params), want)
+	}
+	v := make([]uint64, want)
+	for i, p := range params {
+		v[i] = *(*uint64)(p)
+	}
+	return v, nil
+}
+
+// hostReduce is flexlink_reduce_<op>_<dt> on the host:
+// (dst, a, b, count) -> dst = a op b.
+func hostReduce(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
+	return func(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
+		v, err := kernelArgs(params, 4)
+		if err != nil {
+			return err
+		}
+		n := v[3] * uint64(dt.Size())
+		bufs := make([][]byte, 3)
+		for i := range bufs {
+			if bufs[i], err = f.Mem(cu.DevPtr(v[i]), n); err != nil {
+				return err
+			}
+		}
+		acc := append([]byte(nil), bufs[1]...)
+		if err := reduce.Reduce(acc, bufs[2], dt, op); err != nil {
+			return err
+		}
+		copy(bufs[0], acc)
+		return nil
+	}
+}
+
+// hostScale is flexlink_scale_<dt> on the host: (dst, src, count, n).
+func hostScale(dt dtype.DType) cufake.KernelFunc {
+	return func(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
+		v, err := kernelArgs(params, 4)
+		if err != nil {
+			return err
+		}
+		n := v[2] * uint64(dt.Size())
+		dst, err := f.Mem(cu.DevPtr(v[0]), n)
+		if err != nil {
+			return err
+		}
+		src, err := f.Mem(cu.DevPtr(v[1]), n)
+		if err != nil {
+			return err
+		}
+		acc := append([]byte(nil), src...)
+		if err := reduce.Finish(acc, dt, dtype.Avg, int(v[3])); err != nil {
+			return err
+		}
+		copy(dst, acc)
+		return nil
+	}
+}

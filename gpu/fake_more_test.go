@@ -1,0 +1,283 @@
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"flexlink/dtype"
+	"flexlink/gpu/kernels"
+	"flexlink/internal/errs"
+)
+
+// TestFakeContextsAcrossGoroutines: many goroutines drive both devices at
+// once. The fake checks, per OS thread, that the context current at each
+// call is the one of the stream and memory used, so a method that let its
+// goroutine migrate between cuCtxSetCurrent and its call, or forgot the
+// context, fails here.
+func TestFakeContextsAcrossGoroutines(t *testing.T) {
+	drv, _ := openFake(t, FakeConfig{})
+	const workers, rounds = 8, 50
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			errc <- ctxWorker(drv, w%2, rounds, byte(w))
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func ctxWorker(drv *Driver, dev, rounds int, seed byte) error {
+	dv, err := drv.Device(dev)
+	if err != nil {
+		return err
+	}
+	s, err := dv.NewStream()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for i := 0; i < rounds; i++ {
+		data := pattern(1000+i, seed)
+		b, err := dv.Alloc(len(data))
+		if err != nil {
+			return err
+		}
+		out := make([]byte, len(data))
+		if err := errors.Join(s.CopyHtoD(b, data), s.CopyDtoH(out, b), s.Synchronize(), b.Free()); err != nil {
+			return err
+		}
+		if !bytes.Equal(out, data) {
+			return fmt.Errorf("worker on gpu %d round %d: data differs", dev, i)
+		}
+	}
+	return nil
+}
+
+// TestFakeLaunchGeometry: one thread per 16-byte vector, 512-thread blocks,
+// at most one wave (4 blocks per SM).
+func TestFakeLaunchGeometry(t *testing.T) {
+	drv, fake := openFake(t, FakeConfig{SMs: 4, MemPerDevice: 64 << 20})
+	r := newRig(t, drv, 1)
+	buf := r.alloc(t, r.devs[0], 32<<20)
+	for _, tc := range []struct {
+		count int
+		dt    dtype.DType
+		grid  uint32
+	}{
+		{1, dtype.Float32, 1},
+		{2048, dtype.Float32, 1},        // 512 vectors
+		{2049, dtype.Float32, 2},        // 513 vectors
+		{2048 * 8, dtype.Int8, 2},       // 1024 vectors
+		{4 << 20, dtype.Float64, 16},    // capped at 4 SMs × 4
+		{5 * 512 * 8, dtype.Float16, 5}, // 2560 vectors
+	} {
+		if err := r.streams[0].Reduce(buf, buf, buf, tc.count, tc.dt, dtype.Max); err != nil {
+			t.Fatal(err)
+		}
+		_, grid, block := fake.Launches(ReduceKernelName(tc.dt, dtype.Max))
+		if grid != [3]uint32{tc.grid, 1, 1} || block != [3]uint32{512, 1, 1} {
+			t.Errorf("%d × %s: grid %v block %v, want grid %d of 512", tc.count, tc.dt, grid, block, tc.grid)
+		}
+	}
+}
+
+// TestFakeFinish: Finish launches the scale kernel for Avg with n > 1 only.
+func TestFakeFinish(t *testing.T) {
+	drv, fake := openFake(t, FakeConfig{})
+	r := newRig(t, drv, 1)
+	buf := r.alloc(t, r.devs[0], 64)
+	for _, tc := range []struct {
+		op     dtype.Op
+		n      int
+		launch int
+	}{
+		{dtype.Sum, 4, 0}, {dtype.Prod, 4, 0}, {dtype.Min, 4, 0}, {dtype.Max, 4, 0},
+		{dtype.Avg, 1, 0}, {dtype.Avg, 4, 1},
+	} {
+		before, _, _ := fake.Launches(ScaleKernelName(dtype.Int32))
+		if err := r.streams[0].Finish(buf, 16, dtype.Int32, tc.op, tc.n); err != nil {
+			t.Fatal(err)
+		}
+		after, _, _ := fake.Launches(ScaleKernelName(dtype.Int32))
+		if after-before != tc.launch {
+			t.Errorf("finish %s over %d: %d scale launches, want %d", tc.op, tc.n, after-before, tc.launch)
+		}
+	}
+}
+
+// TestFakeIPC: a handle exported on one device opens on another and aliases
+// the same memory.
+func TestFakeIPC(t *testing.T) {
+	drv, _ := openFake(t, FakeConfig{})
+	r := newRig(t, drv, 2)
+	src := r.alloc(t, r.devs[0], 4096)
+	r.upload(t, src, pattern(4096, 1))
+	h, err := src.IPCHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := r.devs[1].OpenIPCBuffer(h, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r.download(t, view), pattern(4096, 1)) {
+		t.Error("IPC view does not show the exporter's data")
+	}
+	r.upload(t, view, pattern(4096, 2))
+	if !bytes.Equal(r.download(t, src), pattern(4096, 2)) {
+		t.Error("write through the IPC view is not visible to the exporter")
+	}
+	if _, err := view.IPCHandle(); err == nil {
+		t.Error("re-exporting an IPC view succeeded")
+	}
+	if err := view.Free(); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := r.devs[0].NewIPCEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	eh, err := ev.IPCHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := r.devs[1].OpenIPCEvent(eh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(r.streams[1].Wait(opened), opened.Synchronize(), opened.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeHostMemory: pinned allocations and registered mappings carry
+// data both ways; a range cannot be registered twice.
+func TestFakeHostMemory(t *testing.T) {
+	drv, _ := openFake(t, FakeConfig{})
+	r := newRig(t, drv, 1)
+	dv, s := r.devs[0], r.streams[0]
+	m, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	reg, err := dv.RegisterHost(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dv.RegisterHost(m[4096:]); err == nil {
+		t.Error("registering an overlapping range succeeded")
+	}
+	pin, err := dv.AllocHost(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(pin.Bytes(), pattern(1<<16, 4))
+	buf := r.alloc(t, dv, 1<<16)
+	if err := errors.Join(s.CopyHtoD(buf, pin.Bytes()), s.CopyDtoH(reg.Bytes(), buf), s.Synchronize()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m, pattern(1<<16, 4)) {
+		t.Error("pinned -> device -> registered copy differs")
+	}
+	if err := errors.Join(reg.Free(), pin.Free()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeEvents: timing events measure the (fake, 1 ms per operation)
+// time between them.
+func TestFakeEvents(t *testing.T) {
+	drv, _ := openFake(t, FakeConfig{})
+	r := newRig(t, drv, 1)
+	dv, s := r.devs[0], r.streams[0]
+	start, _ := dv.NewEvent(true)
+	end, _ := dv.NewEvent(true)
+	defer start.Close()
+	defer end.Close()
+	buf := r.alloc(t, dv, 64)
+	if err := errors.Join(s.Record(start), s.Memset(buf, 1), s.Memset(buf, 2), s.Record(end)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := end.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d != 3*time.Millisecond { // two memsets and the second record
+		t.Errorf("Since = %v, want 3ms of fake time", d)
+	}
+	if done, err := end.Done(); !done || err != nil {
+		t.Errorf("Done = %v, %v", done, err)
+	}
+}
+
+// TestFakeComputeCapability: sm_80 and sm_90 devices load their PTX and
+// reduce; older ones are not supported.
+func TestFakeComputeCapability(t *testing.T) {
+	for _, tc := range []struct {
+		major, minor int
+		ok           bool
+	}{{9, 0, true}, {8, 6, true}, {8, 0, true}, {10, 0, true}, {7, 5, false}} {
+		t.Run(fmt.Sprintf("sm_%d%d", tc.major, tc.minor), func(t *testing.T) {
+			drv, _ := openFake(t, FakeConfig{ComputeMajor: tc.major, ComputeMinor: tc.minor})
+			r := newRig(t, drv, 1)
+			buf := r.alloc(t, r.devs[0], 64)
+			err := r.streams[0].Reduce(buf, buf, buf, 16, dtype.BFloat16, dtype.Sum)
+			if tc.ok && err != nil {
+				t.Fatal(err)
+			}
+			if !tc.ok && !errors.Is(err, errs.ErrNotSupported) {
+				t.Fatalf("reduce on sm_%d%d = %v, want ErrNotSupported", tc.major, tc.minor, err)
+			}
+		})
+	}
+}
+
+// TestEmbeddedPTX: both builds declare every kernel the Go side launches,
+// for the architecture their name says.
+func TestEmbeddedPTX(t *testing.T) {
+	entry := regexp.MustCompile(`\.visible \.entry (\w+)\(`)
+	for _, tc := range []struct {
+		major  int
+		target string
+	}{{9, ".target sm_90"}, {8, ".target sm_80"}} {
+		ptx, ok := kernels.ReducePTX(tc.major, 0)
+		if !ok || !bytes.Contains(ptx, []byte(tc.target)) {
+			t.Fatalf("PTX for sm_%d0: ok %v, lacks %q", tc.major, ok, tc.target)
+		}
+		have := map[string]bool{}
+		for _, m := range entry.FindAllSubmatch(ptx, -1) {
+			have[string(m[1])] = true
+		}
+		for _, dt := range dtype.All() {
+			names := []string{ScaleKernelName(dt)}
+			for _, op := range dtype.Ops() {
+				names = append(names, ReduceKernelName(dt, op))
+			}
+			for _, n := range names {
+				if !have[n] {
+					t.Errorf("%s: no kernel %s", tc.target, n)
+				}
+			}
+		}
+		if len(have) != 40 {
+			t.Errorf("%s: %d kernels, want 40 (8 dtypes × sum, prod, min, max, scale)", tc.target, len(have))
+		}
+	}
+}

@@ -1,0 +1,236 @@
+// Package cufake is a fake CUDA driver (a cu.API) for tests on machines
+// without a GPU. Device memory is host byte slices behind made-up device
+// addresses; streams run every operation at once, in call order; kernels run
+// as Go functions registered by name; modules accept PTX text and know the
+// entry points it declares, so a launch of a kernel the PTX lacks fails as
+// it would on a GPU.
+//
+// It checks what the real driver checks and tests tend to get wrong: the
+// calling OS thread must have a current context for context-bound calls,
+// streams, events and memory must belong to that context's device (or to a
+// peer whose access was enabled), and sizes must fit allocations.
+package cufake
+
+import (
+	"fmt"
+	"regexp"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"flexlink/gpu/internal/cu"
+)
+
+// Config describes the fake machine.
+type Config struct {
+	Devices      int    // number of GPUs (default 2)
+	MemPerDevice uint64 // bytes of memory each (default 1 GiB)
+	Name         string // device name (default "Fake GPU")
+	ComputeMajor int    // compute capability (default 9.0)
+	ComputeMinor int
+	SMs          int  // multiprocessors (default 4)
+	NoPeer       bool // when set, no device can access another's memory
+}
+
+// KernelFunc runs a kernel on the host. params are as passed to
+// cuLaunchKernel: params[i] points at the i-th argument's value.
+type KernelFunc func(f *Fake, grid, block [3]uint32, params []unsafe.Pointer) error
+
+// Fake is the fake driver. It is safe for concurrent use.
+type Fake struct {
+	cfg Config
+
+	mu      sync.Mutex
+	next    uint64                     // handle counter
+	current map[int]cu.Context         // OS thread id -> current context
+	used    []uint64                   // bytes allocated per device
+	allocs  map[cu.DevPtr]*alloc       // by base address
+	host    map[uintptr]*hostRange     // pinned or registered host ranges, by start
+	peers   map[[2]int]bool            // [from, to] access enabled
+	streams map[cu.Stream]int          // device
+	events  map[cu.Event]*event        // recorded events
+	modules map[cu.Module]*module      //
+	funcs   map[cu.Function]string     // kernel name
+	kernels map[string]KernelFunc      // host implementations
+	clock   float32                    // fake milliseconds; each stream operation takes 1
+	retains []int                      // primary context references per device
+	ipc     map[cu.IPCHandle]cu.DevPtr // exported allocations
+	ipcEv   map[cu.IPCHandle]cu.Event  // exported events
+	opened  map[cu.DevPtr]bool         // mappings made by IpcOpenMemHandle
+	launchN map[string]int             // launches per kernel name, for tests
+	lastDim map[string][2][3]uint32    // last grid and block per kernel
+	entryRE *regexp.Regexp             // finds .entry names in PTX
+}
+
+type alloc struct {
+	dev  int
+	data []byte
+}
+
+type hostRange struct {
+	data       []byte // Go memory for MemHostAlloc, nil for registered ranges
+	n          uint64
+	registered bool
+}
+
+type event struct {
+	dev      int
+	flags    uint32
+	recorded bool
+	at       float32
+}
+
+type module struct {
+	dev     int
+	entries map[string]bool
+}
+
+// New makes a fake driver.
+func New(cfg Config) *Fake {
+	if cfg.Devices == 0 {
+		cfg.Devices = 2
+	}
+	if cfg.MemPerDevice == 0 {
+		cfg.MemPerDevice = 1 << 30
+	}
+	if cfg.Name == "" {
+		cfg.Name = "Fake GPU"
+	}
+	if cfg.ComputeMajor == 0 {
+		cfg.ComputeMajor = 9
+	}
+	if cfg.SMs == 0 {
+		cfg.SMs = 4
+	}
+	return &Fake{
+		cfg: cfg, next: 1,
+		current: map[int]cu.Context{}, used: make([]uint64, cfg.Devices),
+		allocs: map[cu.DevPtr]*alloc{}, host: map[uintptr]*hostRange{},
+		peers: map[[2]int]bool{}, streams: map[cu.Stream]int{}, events: map[cu.Event]*event{},
+		modules: map[cu.Module]*module{}, funcs: map[cu.Function]string{}, kernels: map[string]KernelFunc{},
+		retains: make([]int, cfg.Devices), ipc: map[cu.IPCHandle]cu.DevPtr{}, ipcEv: map[cu.IPCHandle]cu.Event{},
+		opened: map[cu.DevPtr]bool{}, launchN: map[string]int{}, lastDim: map[string][2][3]uint32{},
+		entryRE: regexp.MustCompile(`\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)`),
+	}
+}
+
+// RegisterKernel gives the host implementation of the kernel called name.
+func (f *Fake) RegisterKernel(name string, fn KernelFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kernels[name] = fn
+}
+
+// Launches reports how many times kernel name was launched, and the grid and
+// block of the last launch.
+func (f *Fake) Launches(name string) (n int, grid, block [3]uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.lastDim[name]
+	return f.launchN[name], d[0], d[1]
+}
+
+// Live counts what is allocated and not freed: device allocations (IPC
+// mappings included), host ranges, streams, events, modules and primary
+// context references.
+func (f *Fake) Live() (allocs, host, streams, events, modules, contexts int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.retains {
+		contexts += r
+	}
+	return len(f.allocs), len(f.host), len(f.streams), len(f.events), len(f.modules), contexts
+}
+
+// Mem returns the device memory [p, p+n) as a byte slice that aliases it.
+// Kernel implementations use it to reach their operands.
+func (f *Fake) Mem(p cu.DevPtr, n uint64) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, _, err := f.resolve("kernel", p, n)
+	return b, err
+}
+
+func (f *Fake) handle() uint64 { f.next++; return f.next }
+
+// errText gives a result's name and description as the driver spells them.
+func errText(code cu.Result) (name, desc string) {
+	switch code {
+	case cu.ErrorInvalidValue:
+		return "CUDA_ERROR_INVALID_VALUE", "invalid argument"
+	case cu.ErrorOutOfMemory:
+		return "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"
+	case cu.ErrorInvalidDevice:
+		return "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"
+	case cu.ErrorInvalidImage:
+		return "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"
+	case cu.ErrorInvalidContext:
+		return "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"
+	case cu.ErrorInvalidHandle:
+		return "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"
+	case cu.ErrorNotFound:
+		return "CUDA_ERROR_NOT_FOUND", "named symbol not found"
+	case cu.ErrorPeerAlreadyEnabled:
+		return "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"
+	case cu.ErrorHostAlreadyRegistered:
+		return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"
+	case cu.ErrorNotSupported:
+		return "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"
+	}
+	return fmt.Sprintf("CUDA_ERROR_%d", int32(code)), "unknown error"
+}
+
+// fail builds the error the real driver would return; detail is appended to
+// the description to make fake failures easy to diagnose.
+func fail(fn string, code cu.Result, detail string, args ...any) error {
+	name, desc := errText(code)
+	return &cu.Error{Func: fn, Code: code, Name: name, Desc: desc + " (fake: " + fmt.Sprintf(detail, args...) + ")"}
+}
+
+// ctxDev returns the device of the calling thread's current context.
+func (f *Fake) ctxDev(fn string) (int, error) {
+	c, ok := f.current[syscall.Gettid()]
+	if !ok || c == 0 {
+		return 0, fail(fn, cu.ErrorInvalidContext, "no current context on this OS thread")
+	}
+	return int(c) - 1, nil
+}
+
+// resolve finds [p, p+n) inside one allocation.
+func (f *Fake) resolve(fn string, p cu.DevPtr, n uint64) ([]byte, int, error) {
+	for base, a := range f.allocs {
+		if p >= base && uint64(p-base)+n <= uint64(len(a.data)) {
+			off := uint64(p - base)
+			return a.data[off : off+n : off+n], a.dev, nil
+		}
+	}
+	return nil, 0, fail(fn, cu.ErrorInvalidValue, "%#x+%d is not inside one allocation", uint64(p), n)
+}
+
+// reach checks that device dev may access memory of device owner.
+func (f *Fake) reach(fn string, dev, owner int) error {
+	if dev != owner && !f.peers[[2]int{dev, owner}] {
+		return fail(fn, cu.ErrorInvalidValue, "device %d has no peer access to device %d", dev, owner)
+	}
+	return nil
+}
+
+// streamDev checks that s belongs to the current context and returns its device.
+func (f *Fake) streamDev(fn string, s cu.Stream) (int, error) {
+	dev, err := f.ctxDev(fn)
+	if err != nil {
+		return 0, err
+	}
+	if s == 0 {
+		return dev, nil
+	}
+	sd, ok := f.streams[s]
+	if !ok {
+		return 0, fail(fn, cu.ErrorInvalidHandle, "unknown stream %#x", uint64(s))
+	}
+	if sd != dev {
+		return 0, fail(fn, cu.ErrorInvalidHandle, "stream of device %d used with device %d current", sd, dev)
+	}
+	f.clock++
+	return dev, nil
+}

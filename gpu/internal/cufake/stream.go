@@ -1,0 +1,255 @@
+package cufake
+
+import (
+	"unsafe"
+
+	"flexlink/gpu/internal/cu"
+)
+
+// Streams, events, modules and launches. Every stream operation has already
+// completed when its call returns, so queries report done and waits return
+// at once; each operation advances a fake clock by one millisecond, which
+// events record.
+
+func (f *Fake) StreamCreate(flags uint32) (cu.Stream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dev, err := f.ctxDev("cuStreamCreate")
+	if err != nil {
+		return 0, err
+	}
+	s := cu.Stream(f.handle())
+	f.streams[s] = dev
+	return s, nil
+}
+
+func (f *Fake) knownStream(fn string, s cu.Stream) error {
+	if _, ok := f.streams[s]; !ok && s != 0 {
+		return fail(fn, cu.ErrorInvalidHandle, "unknown stream %#x", uint64(s))
+	}
+	return nil
+}
+
+func (f *Fake) StreamDestroy(s cu.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.knownStream("cuStreamDestroy", s); err != nil {
+		return err
+	}
+	delete(f.streams, s)
+	return nil
+}
+
+func (f *Fake) StreamSynchronize(s cu.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.knownStream("cuStreamSynchronize", s)
+}
+
+func (f *Fake) StreamQuery(s cu.Stream) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return true, f.knownStream("cuStreamQuery", s)
+}
+
+func (f *Fake) StreamWaitEvent(s cu.Stream, e cu.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.knownStream("cuStreamWaitEvent", s); err != nil {
+		return err
+	}
+	_, err := f.event("cuStreamWaitEvent", e)
+	return err
+}
+
+func (f *Fake) event(fn string, e cu.Event) (*event, error) {
+	ev, ok := f.events[e]
+	if !ok {
+		return nil, fail(fn, cu.ErrorInvalidHandle, "unknown event %#x", uint64(e))
+	}
+	return ev, nil
+}
+
+func (f *Fake) EventCreate(flags uint32) (cu.Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dev, err := f.ctxDev("cuEventCreate")
+	if err != nil {
+		return 0, err
+	}
+	if flags&cu.EventInterprocess != 0 && flags&cu.EventDisableTiming == 0 {
+		return 0, fail("cuEventCreate", cu.ErrorInvalidValue, "interprocess events must disable timing")
+	}
+	e := cu.Event(f.handle())
+	f.events[e] = &event{dev: dev, flags: flags}
+	return e, nil
+}
+
+func (f *Fake) EventDestroy(e cu.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.event("cuEventDestroy", e); err != nil {
+		return err
+	}
+	delete(f.events, e)
+	return nil
+}
+
+func (f *Fake) EventRecord(e cu.Event, s cu.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev, err := f.event("cuEventRecord", e)
+	if err != nil {
+		return err
+	}
+	dev, err := f.streamDev("cuEventRecord", s)
+	if err != nil {
+		return err
+	}
+	if ev.dev != dev {
+		return fail("cuEventRecord", cu.ErrorInvalidHandle, "event of device %d recorded on a stream of device %d", ev.dev, dev)
+	}
+	ev.recorded, ev.at = true, f.clock
+	return nil
+}
+
+func (f *Fake) EventSynchronize(e cu.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, err := f.event("cuEventSynchronize", e)
+	return err
+}
+
+func (f *Fake) EventQuery(e cu.Event) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, err := f.event("cuEventQuery", e)
+	return err == nil, err
+}
+
+func (f *Fake) EventElapsedTime(start, end cu.Event) (float32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, err := f.event("cuEventElapsedTime", start)
+	if err != nil {
+		return 0, err
+	}
+	b, err := f.event("cuEventElapsedTime", end)
+	if err != nil {
+		return 0, err
+	}
+	if (a.flags|b.flags)&cu.EventDisableTiming != 0 || !a.recorded || !b.recorded {
+		return 0, fail("cuEventElapsedTime", cu.ErrorInvalidHandle, "events must be recorded timing events")
+	}
+	return b.at - a.at, nil
+}
+
+func (f *Fake) IpcGetEventHandle(e cu.Event) (cu.IPCHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.ctxDev("cuIpcGetEventHandle"); err != nil {
+		return cu.IPCHandle{}, err
+	}
+	ev, err := f.event("cuIpcGetEventHandle", e)
+	if err != nil {
+		return cu.IPCHandle{}, err
+	}
+	if ev.flags&cu.EventInterprocess == 0 {
+		return cu.IPCHandle{}, fail("cuIpcGetEventHandle", cu.ErrorInvalidValue, "event was not created interprocess")
+	}
+	h := ipcHandle('e', uint64(e))
+	f.ipcEv[h] = e
+	return h, nil
+}
+
+func (f *Fake) IpcOpenEventHandle(h cu.IPCHandle) (cu.Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dev, err := f.ctxDev("cuIpcOpenEventHandle")
+	if err != nil {
+		return 0, err
+	}
+	src, ok := f.ipcEv[h]
+	if _, live := f.events[src]; !ok || !live {
+		return 0, fail("cuIpcOpenEventHandle", cu.ErrorInvalidHandle, "unknown or destroyed event handle")
+	}
+	e := cu.Event(f.handle())
+	f.events[e] = &event{dev: dev, flags: f.events[src].flags}
+	return e, nil
+}
+
+func (f *Fake) ModuleLoadData(image []byte) (cu.Module, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dev, err := f.ctxDev("cuModuleLoadData")
+	if err != nil {
+		return 0, err
+	}
+	m := &module{dev: dev, entries: map[string]bool{}}
+	for _, sub := range f.entryRE.FindAllSubmatch(image, -1) {
+		m.entries[string(sub[1])] = true
+	}
+	if len(m.entries) == 0 {
+		return 0, fail("cuModuleLoadData", cu.ErrorInvalidImage, "no .entry in %d bytes of PTX", len(image))
+	}
+	h := cu.Module(f.handle())
+	f.modules[h] = m
+	return h, nil
+}
+
+func (f *Fake) ModuleUnload(m cu.Module) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.modules[m]; !ok {
+		return fail("cuModuleUnload", cu.ErrorInvalidHandle, "unknown module")
+	}
+	delete(f.modules, m)
+	return nil
+}
+
+func (f *Fake) ModuleGetFunction(m cu.Module, name string) (cu.Function, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mod, ok := f.modules[m]
+	if !ok {
+		return 0, fail("cuModuleGetFunction", cu.ErrorInvalidHandle, "unknown module")
+	}
+	if !mod.entries[name] {
+		return 0, fail("cuModuleGetFunction", cu.ErrorNotFound, "no kernel %q in the module", name)
+	}
+	fn := cu.Function(f.handle())
+	f.funcs[fn] = name
+	return fn, nil
+}
+
+// LaunchKernel runs the kernel's registered host implementation at once
+// (outside the fake's lock, so it may call Mem).
+func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uint32, s cu.Stream, params []unsafe.Pointer) error {
+	f.mu.Lock()
+	name, ok := f.funcs[fn]
+	_, err := f.streamDev("cuLaunchKernel", s)
+	impl := f.kernels[name]
+	if err == nil && !ok {
+		err = fail("cuLaunchKernel", cu.ErrorInvalidHandle, "unknown function")
+	}
+	if err == nil && impl == nil {
+		err = fail("cuLaunchKernel", cu.ErrorNotSupported, "no host implementation of %s", name)
+	}
+	for i := 0; err == nil && i < 3; i++ {
+		if grid[i] == 0 || block[i] == 0 {
+			err = fail("cuLaunchKernel", cu.ErrorInvalidValue, "grid %v block %v", grid, block)
+		}
+	}
+	if err == nil && block[0]*block[1]*block[2] > 1024 {
+		err = fail("cuLaunchKernel", cu.ErrorInvalidValue, "block %v has more than 1024 threads", block)
+	}
+	if err == nil {
+		f.launchN[name]++
+		f.lastDim[name] = [2][3]uint32{grid, block}
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return impl(f, grid, block, params)
+}

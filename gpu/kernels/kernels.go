@@ -1,0 +1,29 @@
+// Package kernels holds flexlink's CUDA kernels as PTX text, generated from
+// reduce.cu beside it (see README.md) and embedded in the binary. Package gpu
+// loads them with cuModuleLoadData; the driver JIT-compiles the PTX for the
+// device it runs on.
+package kernels
+
+import _ "embed"
+
+//go:generate sh -c "nvcc -ptx -arch=sm_90 -O3 -std=c++17 -o reduce_sm90.ptx reduce.cu && nvcc -ptx -arch=compute_80 -O3 -std=c++17 -o reduce_sm80.ptx reduce.cu"
+
+//go:embed reduce_sm90.ptx
+var reduceSM90 string
+
+//go:embed reduce_sm80.ptx
+var reduceSM80 string
+
+// ReducePTX returns the reduction kernels' PTX for a device of compute
+// capability major.minor: the sm_90 build for Hopper and later (the driver
+// JITs it forward), the compute_80 build for Ampere and Ada, and ok=false
+// below 8.0 (bfloat16 conversions need sm_80).
+func ReducePTX(major, minor int) (ptx []byte, ok bool) {
+	switch {
+	case major >= 9:
+		return []byte(reduceSM90), true
+	case major == 8:
+		return []byte(reduceSM80), true
+	}
+	return nil, false
+}

@@ -1,0 +1,219 @@
+// flexlink reduction kernels. Compiled to PTX (see README.md) and embedded in
+// the Go binary; package gpu launches them with cuLaunchKernel.
+//
+//   flexlink_reduce_<op>_<t>(T* dst, const T* a, const T* b, u64 n)
+//       dst[i] = a[i] op b[i] for i < n        op: sum prod min max
+//   flexlink_scale_<t>(T* dst, const T* src, u64 n, u64 d)
+//       dst[i] = src[i] / d (the last step of avg)
+//   t: i8 u8 i32 i64 f16 bf16 f32 f64
+//
+// Semantics match package reduce (the host path) bit for bit:
+//   - integers wrap on overflow (two's complement) for sum and prod;
+//   - float16 and bfloat16 compute in float32 and round to nearest even;
+//   - float min/max return NaN when either input is NaN (a+b), and order
+//     -0 below +0;
+//   - scale divides integers with truncation toward zero (in 64 bits), float16,
+//     bfloat16 and float32 in float32, float64 in float64 (IEEE division).
+//
+// dst, a and b are separate pointers, so a and b may live on a peer GPU
+// (peer access enabled) or be dst itself. When all three are 16-byte
+// aligned the kernels move 16-byte vectors, four in flight per thread;
+// otherwise, and for the tail, one element per thread. The grid strides, so
+// any grid size covers any n.
+//
+// Self-contained: no CUDA headers, so any nvcc (or clang) compiles it.
+
+typedef unsigned long long u64;
+typedef signed char i8;
+typedef unsigned char u8;
+typedef int i32;
+typedef long long i64;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+struct alignas(16) vec16 {
+    u32 x, y, z, w;
+};
+
+// ---- element types: storage S, arithmetic type A, load/store conversions
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float bf16_to_f32(u16 h) {
+    float f;
+    asm("mov.b32 %0, %1;" : "=f"(f) : "r"((u32)h << 16));  // bfloat16 is float32's high half
+    return f;
+}
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+template <class S_, class A_, bool Int_>
+struct Plain {
+    typedef S_ S;
+    typedef A_ A;
+    static const bool Int = Int_;
+    __device__ static __forceinline__ A ld(S x) { return x; }
+    __device__ static __forceinline__ S st(A x) { return x; }
+};
+struct TI8 : Plain<i8, i8, true> {};
+struct TU8 : Plain<u8, u8, true> {};
+struct TI32 : Plain<i32, i32, true> {};
+struct TI64 : Plain<i64, i64, true> {};
+struct TF32 : Plain<float, float, false> {};
+struct TF64 : Plain<double, double, false> {};
+struct TF16 {
+    typedef u16 S;
+    typedef float A;
+    static const bool Int = false;
+    __device__ static __forceinline__ A ld(S x) { return f16_to_f32(x); }
+    __device__ static __forceinline__ S st(A x) { return f32_to_f16(x); }
+};
+struct TBF16 {
+    typedef u16 S;
+    typedef float A;
+    static const bool Int = false;
+    __device__ static __forceinline__ A ld(S x) { return bf16_to_f32(x); }
+    __device__ static __forceinline__ S st(A x) { return f32_to_bf16(x); }
+};
+
+// ---- operators on the arithmetic type. Integer sum and prod go through
+// unsigned 64-bit arithmetic, whose low bits are the wrapped result (signed
+// overflow is undefined in C++).
+
+template <class T>
+struct Sum {
+    __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A b) const {
+        if constexpr (T::Int) return (typename T::A)((u64)a + (u64)b);
+        else return a + b;
+    }
+};
+template <class T>
+struct Prod {
+    __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A b) const {
+        if constexpr (T::Int) return (typename T::A)((u64)a * (u64)b);
+        else return a * b;
+    }
+};
+template <class T>
+struct Min {
+    __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A b) const {
+        if constexpr (T::Int) {
+            return b < a ? b : a;
+        } else {
+            if (a != a || b != b) return a + b;  // NaN in, NaN out
+            if (a < b) return a;
+            if (b < a) return b;
+            return negative(a) ? a : b;  // equal: -0 below +0
+        }
+    }
+    // negative is the sign bit of a float: true for -0 too.
+    __device__ static __forceinline__ bool negative(typename T::A x) { return x < 0 || 1 / x < 0; }
+};
+template <class T>
+struct Max {
+    __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A b) const {
+        if constexpr (T::Int) {
+            return b > a ? b : a;
+        } else {
+            if (a != a || b != b) return a + b;
+            if (a > b) return a;
+            if (b > a) return b;
+            return Min<T>::negative(a) ? b : a;  // equal: +0 above -0
+        }
+    }
+};
+// Scale divides by d; b is ignored.
+template <class T>
+struct Scale {
+    u64 d;
+    __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A) const {
+        if constexpr (T::Int) return (typename T::A)((i64)a / (i64)d);
+        else return a / (typename T::A)d;
+    }
+};
+
+// ---- the loop
+
+template <class T, class F>
+__device__ __forceinline__ vec16 apply16(vec16 x, vec16 y, const F& f) {
+    typedef typename T::S S;
+    const int V = 16 / sizeof(S);
+    union U {
+        vec16 v;
+        S s[V];
+    } ux, uy;
+    ux.v = x;
+    uy.v = y;
+#pragma unroll
+    for (int k = 0; k < V; k++) ux.s[k] = T::st(f(T::ld(ux.s[k]), T::ld(uy.s[k])));
+    return ux.v;
+}
+
+template <class T, class F>
+__device__ __forceinline__ void elementwise(typename T::S* dst, const typename T::S* a,
+                                            const typename T::S* b, u64 n, const F& f) {
+    typedef typename T::S S;
+    const u64 V = 16 / sizeof(S);
+    const int U = 4;  // vectors in flight per thread
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nt = (u64)gridDim.x * blockDim.x;
+    u64 done = 0;
+    if ((((u64)dst | (u64)a | (u64)b) & 15) == 0) {
+        const u64 nv = n / V;
+        const vec16* av = (const vec16*)a;
+        const vec16* bv = (const vec16*)b;
+        vec16* dv = (vec16*)dst;
+        u64 i = tid;
+        for (; i + (U - 1) * nt < nv; i += U * nt) {
+            vec16 x[U], y[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                x[u] = av[i + u * nt];
+                y[u] = bv[i + u * nt];
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) dv[i + u * nt] = apply16<T>(x[u], y[u], f);
+        }
+        for (; i < nv; i += nt) dv[i] = apply16<T>(av[i], bv[i], f);
+        done = nv * V;
+    }
+    for (u64 i = done + tid; i < n; i += nt) dst[i] = T::st(f(T::ld(a[i]), T::ld(b[i])));
+}
+
+#define REDUCE(OP, OPT, NAME, T)                                                             \
+    extern "C" __global__ void __launch_bounds__(512)                                        \
+        flexlink_reduce_##OP##_##NAME(T::S* dst, const T::S* a, const T::S* b, u64 n) {      \
+        elementwise<T>(dst, a, b, n, OPT<T>());                                              \
+    }
+
+#define TYPE(NAME, T)                                                                        \
+    REDUCE(sum, Sum, NAME, T)                                                                \
+    REDUCE(prod, Prod, NAME, T)                                                              \
+    REDUCE(min, Min, NAME, T)                                                                \
+    REDUCE(max, Max, NAME, T)                                                                \
+    extern "C" __global__ void __launch_bounds__(512)                                        \
+        flexlink_scale_##NAME(T::S* dst, const T::S* src, u64 n, u64 d) {                    \
+        Scale<T> f;                                                                          \
+        f.d = d;                                                                             \
+        elementwise<T>(dst, src, src, n, f);                                                 \
+    }
+
+TYPE(i8, TI8)
+TYPE(u8, TU8)
+TYPE(i32, TI32)
+TYPE(i64, TI64)
+TYPE(f16, TF16)
+TYPE(bf16, TBF16)
+TYPE(f32, TF32)
+TYPE(f64, TF64)

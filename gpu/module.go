@@ -1,0 +1,87 @@
+package gpu
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"flexlink/gpu/internal/cu"
+	"flexlink/internal/errs"
+)
+
+// Module is PTX (or a cubin) loaded into one device's context; the driver
+// JIT-compiles PTX for the device when it loads it.
+type Module struct {
+	dev *Device
+	h   cu.Module
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Function is one kernel of a Module.
+type Function struct {
+	mod  *Module
+	h    cu.Function
+	name string
+}
+
+// LoadModule loads a PTX or cubin image into the device's context.
+func (dv *Device) LoadModule(image []byte) (*Module, error) {
+	if len(image) == 0 {
+		return nil, fmt.Errorf("%s: load module: empty image", dv)
+	}
+	var h cu.Module
+	err := dv.do(func(api cu.API) (e error) { h, e = api.ModuleLoadData(image); return })
+	if err != nil {
+		return nil, fmt.Errorf("%s: load module: %w", dv, err)
+	}
+	return &Module{dev: dv, h: h}, nil
+}
+
+// Function looks up the kernel called name (an extern "C" name).
+func (m *Module) Function(name string) (*Function, error) {
+	var f cu.Function
+	err := m.dev.do(func(api cu.API) (e error) { f, e = api.ModuleGetFunction(m.h, name); return })
+	if err != nil {
+		return nil, fmt.Errorf("%s: kernel %s: %w", m.dev, name, err)
+	}
+	return &Function{mod: m, h: f, name: name}, nil
+}
+
+// Close unloads the module; its Functions become invalid. A second Close
+// returns an error wrapping errs.ErrClosed.
+func (m *Module) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return fmt.Errorf("%s: unload module: %w", m.dev, errs.ErrClosed)
+	}
+	if err := m.dev.do(func(api cu.API) error { return api.ModuleUnload(m.h) }); err != nil {
+		return fmt.Errorf("%s: unload module: %w", m.dev, err)
+	}
+	m.closed = true
+	return nil
+}
+
+// Name is the kernel's name.
+func (f *Function) Name() string { return f.name }
+
+// Launch enqueues kernel f on s with grid × block threads and no dynamic
+// shared memory. Every kernel parameter is 8 bytes: pass device pointers
+// (Buffer.Ptr), 64-bit integers, or math.Float64bits of a double. f must be
+// loaded on s's device.
+func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) error {
+	if f.mod.dev != s.dev {
+		return fmt.Errorf("%s: launch %s: kernel is loaded on %s", s.dev, f.name, f.mod.dev)
+	}
+	vals := make([]uint64, len(args))
+	copy(vals, args)
+	params := make([]unsafe.Pointer, len(vals))
+	for i := range vals {
+		params[i] = unsafe.Pointer(&vals[i])
+	}
+	return s.enqueue("launch "+f.name, func(api cu.API) error {
+		return api.LaunchKernel(f.h, grid, block, 0, s.h, params)
+	})
+}

@@ -1,0 +1,225 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+
+	"flexlink/dtype"
+	"flexlink/gpu/kernels"
+	"flexlink/internal/errs"
+)
+
+// The reduction kernels (kernels/reduce.cu) and their launchers. Semantics
+// are those of package reduce, bit for bit: integers wrap, float16 and
+// bfloat16 go through float32 and round to nearest even, float min/max
+// propagate NaN and order -0 below +0, Avg is Sum then a division by n.
+
+const (
+	reduceBlock  = 512 // threads per block (the kernels' __launch_bounds__)
+	blocksPerSM  = 4   // 2048 resident threads per SM on sm_80/sm_90: one full wave
+	vectorBytes  = 16  // the kernels' vector width
+	numReduceOps = 4   // sum, prod, min, max
+	kernelPrefix = "flexlink_"
+	maxCount     = 1 << 60 // elements; keeps count × size in range
+)
+
+// kernelType is the kernels' suffix for dt.
+func kernelType(dt dtype.DType) string {
+	switch dt {
+	case dtype.Int8:
+		return "i8"
+	case dtype.Uint8:
+		return "u8"
+	case dtype.Int32:
+		return "i32"
+	case dtype.Int64:
+		return "i64"
+	case dtype.Float16:
+		return "f16"
+	case dtype.BFloat16:
+		return "bf16"
+	case dtype.Float32:
+		return "f32"
+	case dtype.Float64:
+		return "f64"
+	}
+	return ""
+}
+
+// reduceOps are the ops with a kernel of their own, in kernelSet.reduce order;
+// Avg runs as Sum.
+func reduceOps() [numReduceOps]dtype.Op {
+	return [numReduceOps]dtype.Op{dtype.Sum, dtype.Prod, dtype.Min, dtype.Max}
+}
+
+// opIndex is op's place in reduceOps (Avg takes Sum's).
+func opIndex(op dtype.Op) int {
+	switch op {
+	case dtype.Prod:
+		return 1
+	case dtype.Min:
+		return 2
+	case dtype.Max:
+		return 3
+	}
+	return 0
+}
+
+// ReduceKernelName is the kernel that computes op on dt ("flexlink_reduce_sum_f32");
+// Avg maps to Sum's. ScaleKernelName is Avg's final division.
+func ReduceKernelName(dt dtype.DType, op dtype.Op) string {
+	if op == dtype.Avg {
+		op = dtype.Sum
+	}
+	return kernelPrefix + "reduce_" + op.String() + "_" + kernelType(dt)
+}
+
+// ScaleKernelName is the kernel that divides dt elements by n.
+func ScaleKernelName(dt dtype.DType) string { return kernelPrefix + "scale_" + kernelType(dt) }
+
+// kernelSet is the reduction kernels loaded on one device.
+type kernelSet struct {
+	mod     *Module
+	reduce  [8][numReduceOps]*Function // by dtype, then reduceOps order
+	scale   [8]*Function
+	maxGrid uint32
+}
+
+// reduceKernels loads the device's reduction kernels on first use: the embedded
+// PTX for its compute capability, or the file the driver was told to use
+// instead (FLEXLINK_GPU_PTX).
+func (dv *Device) reduceKernels() (*kernelSet, error) {
+	dv.kmu.Lock()
+	defer dv.kmu.Unlock()
+	if dv.kern != nil {
+		return dv.kern, nil
+	}
+	var ptx []byte
+	if p := dv.drv.ptxFile; p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: reduction kernels (FLEXLINK_GPU_PTX): %w", dv, err)
+		}
+		ptx = b
+	} else {
+		b, ok := kernels.ReducePTX(dv.major, dv.minor)
+		if !ok {
+			return nil, fmt.Errorf("%s: reduction kernels need compute capability 8.0 or later, have %d.%d: %w",
+				dv, dv.major, dv.minor, errs.ErrNotSupported)
+		}
+		ptx = b
+	}
+	mod, err := dv.LoadModule(ptx)
+	if err != nil {
+		return nil, fmt.Errorf("reduction kernels: %w", err)
+	}
+	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.sms) * blocksPerSM)}
+	for _, dt := range dtype.All() {
+		for i, op := range reduceOps() {
+			if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			k.scale[dt], err = mod.Function(ScaleKernelName(dt))
+		}
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("reduction kernels: %w", err)
+		}
+	}
+	dv.kern = k
+	return k, nil
+}
+
+// grid returns the launch size for count elements of dt: one thread per
+// 16-byte vector, at most one full wave of blocks (the kernels stride).
+func (k *kernelSet) grid(count int, dt dtype.DType) [3]uint32 {
+	threads := (count*dt.Size() + vectorBytes - 1) / vectorBytes
+	blocks := uint32(min((threads+reduceBlock-1)/reduceBlock, int(k.maxGrid)))
+	return [3]uint32{max(blocks, 1), 1, 1}
+}
+
+// Reduce enqueues dst[i] = a[i] op b[i] for the first count elements of type
+// dt. dst must be on the stream's device; a and b may be on it, on a peer
+// whose access it enabled (EnablePeerAccess), or be dst itself. Each buffer
+// must hold at least count elements. Avg reduces as Sum (call Finish once
+// all contributions are in). Buffers 16-byte aligned (as allocations are)
+// take the vector path; others work, more slowly.
+func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.Op) error {
+	what := fmt.Sprintf("reduce %d %s %s", count, dt, op)
+	if !dt.Valid() || !op.Valid() {
+		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
+	}
+	if err := s.operands(what, count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
+		return err
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	return s.Launch(k.reduce[dt][opIndex(op)], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},
+		uint64(dst.ptr), uint64(a.ptr), uint64(b.ptr), uint64(count))
+}
+
+// Scale enqueues dst[i] = src[i] / n for the first count elements of type
+// dt: integers truncate toward zero, float16 and bfloat16 divide in float32
+// and round to nearest even. src may be dst, or on a reachable peer.
+func (s *Stream) Scale(dst, src *Buffer, count int, dt dtype.DType, n int) error {
+	what := fmt.Sprintf("scale %d %s by 1/%d", count, dt, n)
+	if !dt.Valid() {
+		return fmt.Errorf("%s: %s: unknown dtype", s.dev, what)
+	}
+	if n <= 0 {
+		return fmt.Errorf("%s: %s: divisor must be positive", s.dev, what)
+	}
+	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil || count == 0 {
+		return err
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	return s.Launch(k.scale[dt], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},
+		uint64(dst.ptr), uint64(src.ptr), uint64(count), uint64(n))
+}
+
+// Finish applies op's last step to count fully reduced elements in dst, n
+// contributions: Avg divides by n (see Scale); other ops do nothing. n must
+// be positive.
+func (s *Stream) Finish(dst *Buffer, count int, dt dtype.DType, op dtype.Op, n int) error {
+	if !op.Valid() {
+		return fmt.Errorf("%s: finish %s: unknown op", s.dev, op)
+	}
+	if n <= 0 {
+		return fmt.Errorf("%s: finish %s: %d contributions, want at least 1", s.dev, op, n)
+	}
+	if op != dtype.Avg || n == 1 {
+		return nil
+	}
+	return s.Scale(dst, dst, count, dt, n)
+}
+
+// operands checks a kernel's buffers: the first (the destination) on the
+// stream's device, the others reachable from it, each at least bytes long.
+func (s *Stream) operands(what string, bytes, count int, bufs ...*Buffer) error {
+	if count < 0 || count > maxCount {
+		return fmt.Errorf("%s: %s: bad count", s.dev, what)
+	}
+	names := []string{"dst", "a", "b"}
+	if len(bufs) == 2 {
+		names[1] = "src"
+	}
+	for i, b := range bufs {
+		if b.n < bytes {
+			return fmt.Errorf("%s: %s: %s has %d bytes, need %d: %w", s.dev, what, names[i], b.n, bytes, errs.ErrMismatch)
+		}
+		if i == 0 && b.dev != s.dev {
+			return fmt.Errorf("%s: %s: dst is on %s, not the stream's device", s.dev, what, b.dev)
+		}
+		if !s.dev.reaches(b.dev) {
+			return fmt.Errorf("%s: %w", what, s.dev.errPeer(names[i], b.dev))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package gpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"flexlink/gpu/internal/cu"
+	"flexlink/internal/errs"
+)
+
+// Stream is an ordered queue of device work (a non-blocking CUstream: it
+// does not synchronise with the legacy default stream). Its methods enqueue
+// and return; see the package comment for what that means for the memory
+// they name.
+type Stream struct {
+	dev *Device
+	h   cu.Stream
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewStream creates a stream on the device.
+func (dv *Device) NewStream() (*Stream, error) {
+	var h cu.Stream
+	err := dv.do(func(api cu.API) (e error) { h, e = api.StreamCreate(cu.StreamNonBlocking); return })
+	if err != nil {
+		return nil, fmt.Errorf("%s: new stream: %w", dv, err)
+	}
+	return &Stream{dev: dv, h: h}, nil
+}
+
+// Device is the stream's GPU.
+func (s *Stream) Device() *Device { return s.dev }
+
+// Close destroys the stream. Work already enqueued still completes. A second
+// Close returns an error wrapping errs.ErrClosed.
+func (s *Stream) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%s: close stream: %w", s.dev, errs.ErrClosed)
+	}
+	if err := s.dev.do(func(api cu.API) error { return api.StreamDestroy(s.h) }); err != nil {
+		return fmt.Errorf("%s: close stream: %w", s.dev, err)
+	}
+	s.closed = true
+	return nil
+}
+
+// enqueue runs f in the device's context, naming the stream's operation in
+// errors.
+func (s *Stream) enqueue(what string, f func(api cu.API) error) error {
+	if err := s.dev.do(f); err != nil {
+		return fmt.Errorf("%s: %s: %w", s.dev, what, err)
+	}
+	return nil
+}
+
+// Synchronize blocks (the OS thread, not the Go scheduler) until all work
+// enqueued so far has completed; it returns the first asynchronous error.
+func (s *Stream) Synchronize() error {
+	return s.enqueue("synchronize", func(api cu.API) error { return api.StreamSynchronize(s.h) })
+}
+
+// Done reports whether all work enqueued so far has completed, without
+// blocking.
+func (s *Stream) Done() (bool, error) {
+	var done bool
+	err := s.enqueue("query stream", func(api cu.API) (e error) { done, e = api.StreamQuery(s.h); return })
+	return done, err
+}
+
+// CopyHtoD copies src into dst (same length) from host memory. Pageable Go
+// memory is staged by the driver before CopyHtoD returns; pinned memory
+// (HostMem.Bytes) is read asynchronously and must not change until the
+// stream has passed the copy.
+func (s *Stream) CopyHtoD(dst *Buffer, src []byte) error {
+	if err := s.local("copy host to device", dst, len(src)); err != nil || len(src) == 0 {
+		return err
+	}
+	err := s.enqueue("copy host to device", func(api cu.API) error {
+		return api.MemcpyHtoDAsync(dst.ptr, unsafe.Pointer(&src[0]), uint64(len(src)), s.h)
+	})
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyDtoH copies src into the host memory dst (same length). Into pageable
+// Go memory the copy has completed when CopyDtoH returns; into pinned memory
+// (HostMem.Bytes) it completes with the stream.
+func (s *Stream) CopyDtoH(dst []byte, src *Buffer) error {
+	if err := s.local("copy device to host", src, len(dst)); err != nil || len(dst) == 0 {
+		return err
+	}
+	err := s.enqueue("copy device to host", func(api cu.API) error {
+		return api.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), src.ptr, uint64(len(dst)), s.h)
+	})
+	runtime.KeepAlive(dst)
+	return err
+}
+
+// CopyDtoD copies src into dst (same length) on the copy engines. Both may
+// be on this stream's device, or one on a peer: then the copy goes over
+// NVLink or PCIe peer-to-peer (cuMemcpyPeerAsync; enabling peer access first
+// makes it direct, otherwise the driver stages it).
+func (s *Stream) CopyDtoD(dst, src *Buffer) error {
+	if dst.n != src.n {
+		return fmt.Errorf("%s: copy device to device: dst has %d bytes, src %d: %w", s.dev, dst.n, src.n, errs.ErrMismatch)
+	}
+	if dst.dev != s.dev && src.dev != s.dev {
+		return fmt.Errorf("%s: copy %s to %s: neither is this stream's device", s.dev, src.dev, dst.dev)
+	}
+	if dst.n == 0 {
+		return nil
+	}
+	if dst.dev == src.dev {
+		return s.enqueue("copy device to device", func(api cu.API) error {
+			return api.MemcpyAsync(dst.ptr, src.ptr, uint64(dst.n), s.h)
+		})
+	}
+	return s.enqueue(fmt.Sprintf("copy gpu %d to gpu %d", src.dev.ord, dst.dev.ord), func(api cu.API) error {
+		return api.MemcpyPeerAsync(dst.ptr, dst.dev.ctx, src.ptr, src.dev.ctx, uint64(dst.n), s.h)
+	})
+}
+
+// Memset sets every byte of dst (on this stream's device) to v.
+func (s *Stream) Memset(dst *Buffer, v byte) error {
+	if err := s.local("memset", dst, dst.n); err != nil || dst.n == 0 {
+		return err
+	}
+	return s.enqueue("memset", func(api cu.API) error { return api.MemsetD8Async(dst.ptr, v, uint64(dst.n), s.h) })
+}
+
+// local checks that b is on the stream's device and has n bytes.
+func (s *Stream) local(what string, b *Buffer, n int) error {
+	if b.dev != s.dev {
+		return fmt.Errorf("%s: %s: buffer is on %s", s.dev, what, b.dev)
+	}
+	if b.n != n {
+		return fmt.Errorf("%s: %s: buffer has %d bytes, host side %d: %w", s.dev, what, b.n, n, errs.ErrMismatch)
+	}
+	return nil
+}
+
+// Event marks a point in a stream's work: record it on a stream, then wait
+// for it on the host (Synchronize, Done), on another stream (Stream.Wait),
+// or in another process (IPCHandle).
+type Event struct {
+	dev    *Device
+	h      cu.Event
+	timing bool
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewEvent creates an event. timing events can measure elapsed time (Since)
+// and cost a little more to record.
+func (dv *Device) NewEvent(timing bool) (*Event, error) {
+	var flags uint32 = cu.EventDisableTiming
+	if timing {
+		flags = 0
+	}
+	return dv.newEvent(flags, timing)
+}
+
+func (dv *Device) newEvent(flags uint32, timing bool) (*Event, error) {
+	var h cu.Event
+	err := dv.do(func(api cu.API) (e error) { h, e = api.EventCreate(flags); return })
+	if err != nil {
+		return nil, fmt.Errorf("%s: new event: %w", dv, err)
+	}
+	return &Event{dev: dv, h: h, timing: timing}, nil
+}
+
+// Record captures the work enqueued on s so far; e must belong to s's device.
+func (s *Stream) Record(e *Event) error {
+	if e.dev != s.dev {
+		return fmt.Errorf("%s: record an event of %s", s.dev, e.dev)
+	}
+	return s.enqueue("record event", func(api cu.API) error { return api.EventRecord(e.h, s.h) })
+}
+
+// Wait makes work enqueued on s after this call wait until e has completed
+// (e may belong to another device). The host does not block.
+func (s *Stream) Wait(e *Event) error {
+	return s.enqueue("wait for event", func(api cu.API) error { return api.StreamWaitEvent(s.h, e.h) })
+}
+
+// Synchronize blocks until the work e captured has completed.
+func (e *Event) Synchronize() error {
+	if err := e.dev.do(func(api cu.API) error { return api.EventSynchronize(e.h) }); err != nil {
+		return fmt.Errorf("%s: synchronize event: %w", e.dev, err)
+	}
+	return nil
+}
+
+// Done reports, without blocking, whether the work e captured has completed.
+func (e *Event) Done() (bool, error) {
+	var done bool
+	err := e.dev.do(func(api cu.API) (err error) { done, err = api.EventQuery(e.h); return })
+	if err != nil {
+		return false, fmt.Errorf("%s: query event: %w", e.dev, err)
+	}
+	return done, nil
+}
+
+// Since returns the GPU time between start's completion and e's (both
+// timing events, both recorded and completed). Resolution is about 0.5 µs.
+func (e *Event) Since(start *Event) (time.Duration, error) {
+	if !e.timing || !start.timing {
+		return 0, fmt.Errorf("%s: elapsed time: both events must be made with NewEvent(true)", e.dev)
+	}
+	var ms float32
+	err := e.dev.do(func(api cu.API) (err error) { ms, err = api.EventElapsedTime(start.h, e.h); return })
+	if err != nil {
+		return 0, fmt.Errorf("%s: elapsed time: %w", e.dev, err)
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
+}
+
+// Close destroys the event. A second Close returns an error wrapping
+// errs.ErrClosed.
+func (e *Event) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("%s: close event: %w", e.dev, errs.ErrClosed)
+	}
+	if err := e.dev.do(func(api cu.API) error { return api.EventDestroy(e.h) }); err != nil {
+		return fmt.Errorf("%s: close event: %w", e.dev, err)
+	}
+	e.closed = true
+	return nil
+}

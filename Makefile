@@ -13,7 +13,7 @@ build:
 
 # The main job on this machine: data-parallel training on 4 local ranks.
 demo: build
-	$(BIN)/flexrun -np 4 --tag-output $(BIN)/train
+	$(BIN)/flexrun -np 4 --oversubscribe --tag-output $(BIN)/train
 
 vet:
 	$(GO) vet ./...
@@ -25,8 +25,12 @@ vet:
 test: vet
 	$(GO) test -timeout $(TESTTIME) -count=1 ./...
 
+# Host benchmarks beside the OpenMPI anchor (figures for docs/PERF.md).
 bench: build
 	scripts/bench-host.sh
+
+# The same, named for the MPI side by side (needs libopenmpi-dev).
+bench-mpi: bench
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,58 @@
+package settings
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The README's settings table must be exactly what the registry declares.
+func TestReadmeTableMatchesRegistry(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), Markdown()) {
+		t.Fatalf("README.md's settings table is out of date; replace it with:\n%s", Markdown())
+	}
+}
+
+func TestNamesUniqueAndPrefixed(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range Table {
+		if !strings.HasPrefix(s.Name, "FLEXLINK_") || s.Doc == "" {
+			t.Errorf("bad setting %+v", s)
+		}
+		if seen[s.Name] {
+			t.Errorf("%s declared twice", s.Name)
+		}
+		seen[s.Name] = true
+	}
+}
+
+func TestParsing(t *testing.T) {
+	env := Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "90", "FLEXLINK_TIMEOUT": "1m30s",
+		"FLEXLINK_CHUNK_BYTES": "x", "FLEXLINK_REQUIRE_SYSTEM": "yes", "FLEXLINK_ALGO": ""})
+	if d, err := env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT"); err != nil || d != 90*time.Second {
+		t.Errorf("bare seconds: %v %v", d, err)
+	}
+	if d, err := env.Duration("FLEXLINK_TIMEOUT"); err != nil || d != 90*time.Second {
+		t.Errorf("duration: %v %v", d, err)
+	}
+	if _, err := env.Int("FLEXLINK_CHUNK_BYTES"); err == nil {
+		t.Error("non-integer accepted")
+	}
+	if !env.Bool("FLEXLINK_REQUIRE_SYSTEM") {
+		t.Error("yes is true")
+	}
+	if env.String("FLEXLINK_ALGO") != "auto" || env.IsSet("FLEXLINK_ALGO") {
+		t.Error("empty value must fall back to the default")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("undeclared setting did not panic")
+		}
+	}()
+	env.String("FLEXLINK_NOT_DECLARED")
+}

@@ -1,0 +1,36 @@
+package multilink_test
+
+import (
+	"testing"
+	"time"
+
+	"flexlink/fabric"
+	"flexlink/fabric/fake"
+	"flexlink/fabric/linktest"
+	"flexlink/fabric/multilink"
+)
+
+// TestConformance runs the Link conformance suite over multilink pairs: one
+// link (nothing to split), three ideal links (large messages split three
+// ways), and three segmented, timed links of unequal speed.
+func TestConformance(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		links []fake.Options
+	}{
+		{"OneLink", []fake.Options{{}}},
+		{"ThreeIdeal", []fake.Options{{}, {}, {}}},
+		{"ThreeTimed", []fake.Options{
+			{Seed: 1, Latency: 20 * time.Microsecond, Bandwidth: 8e9, MaxSegment: 1 << 20},
+			{Seed: 2, Latency: 50 * time.Microsecond, Jitter: 100 * time.Microsecond, Bandwidth: 2e9, MaxSegment: 256 << 10},
+			{Seed: 3, Latency: 80 * time.Microsecond, Bandwidth: 1e9, MaxSegment: 64 << 10},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			linktest.Run(t, func(t *testing.T) (fabric.Link, fabric.Link) {
+				r := newRig(t, tc.links, nil, multilink.Options{})
+				return r.a, r.b
+			})
+		})
+	}
+}

@@ -1,0 +1,216 @@
+package multilink
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"flexlink/fabric"
+	"flexlink/fabric/balance"
+	"flexlink/internal/errs"
+)
+
+// Kind is the kind a multilink channel reports in its Props.
+const Kind fabric.Kind = "multi"
+
+// Options tune a channel. Both sides of a pair must use the same
+// FrameBytes; the rest is local.
+type Options struct {
+	// Now is the clock the part durations fed to the planner are measured
+	// with; nil means time.Now. Tests inject a clock here.
+	Now func() time.Time
+	// Align is the granularity of split boundaries (default 4096: page
+	// sized parts for copy engines; an element size keeps elements whole).
+	Align int
+	// FrameBytes is the size of the frame message that carries each part's
+	// header, and the part itself when it fits (default 4096).
+	FrameBytes int
+	// OnLinkFailure is called, from a goroutine of its own, once for each
+	// link that fails (index into the links given to New). The channel
+	// carries on over the others.
+	OnLinkFailure func(link int, kind fabric.Kind, err error)
+}
+
+// Specs describes links for balance.NewPlanner from their Props, with IDs
+// equal to their indexes, as New expects. A link that reports no
+// bandwidth (an unthrottled in-memory link) is given 1 GB/s and one that
+// reports no latency 1µs, so the planner has a finite prior to start from.
+func Specs(links []fabric.Link) []balance.LinkSpec {
+	out := make([]balance.LinkSpec, len(links))
+	for i, l := range links {
+		p := l.Props()
+		out[i] = balance.LinkSpec{ID: i, Kind: p.Kind, Bandwidth: p.Bandwidth, Latency: p.Latency}
+		if !(out[i].Bandwidth > 0) {
+			out[i].Bandwidth = 1e9
+		}
+		if out[i].Latency <= 0 {
+			out[i].Latency = time.Microsecond
+		}
+	}
+	return out
+}
+
+// channel is the multilink fabric.Link.
+type channel struct {
+	peer    int
+	links   []fabric.Link
+	planner *balance.Planner
+	opt     Options
+
+	mu   sync.Mutex
+	cond *sync.Cond // signalled when a receive is posted or the channel fails
+	err  error      // set once: Abort, Close, or every link lost
+	dead []bool     // per link: failed (and excluded from the planner)
+	// Sender state.
+	sendSeq  uint64
+	sending  map[*outMsg]struct{}
+	linkFree []time.Time // per link: when its last part completed
+	// Receiver state.
+	recvSeq uint64            // number of the next Recv
+	inbox   map[uint64]*inMsg // posted but not done, or not yet posted
+}
+
+// New joins links, all to rank peer, into one Link. Part sizes follow
+// planner, whose link IDs must be indexes into links (see Specs); nil
+// builds one from Specs(links) with the default configuration. The planner
+// must not be shared with another channel: its measurements describe these
+// links. New panics on an empty links slice or a planner naming a link
+// that is not there, which are programming errors.
+//
+// The channel owns the links: Close and Abort close and abort them.
+func New(peer int, links []fabric.Link, planner *balance.Planner, opts Options) fabric.Link {
+	if len(links) == 0 {
+		panic("multilink.New: no links")
+	}
+	if planner == nil {
+		var err error
+		if planner, err = balance.NewPlanner(Specs(links), nil, balance.Config{}); err != nil {
+			panic("multilink.New: " + err.Error())
+		}
+	}
+	for _, s := range planner.Links() {
+		if s.ID < 0 || s.ID >= len(links) {
+			panic(fmt.Sprintf("multilink.New: planner link id %d is not an index into %d links", s.ID, len(links)))
+		}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Align <= 0 {
+		opts.Align = 4096
+	}
+	if opts.FrameBytes < headerLen {
+		opts.FrameBytes = 4096
+	}
+	c := &channel{
+		peer: peer, links: links, planner: planner, opt: opts,
+		dead:     make([]bool, len(links)),
+		sending:  map[*outMsg]struct{}{},
+		linkFree: make([]time.Time, len(links)),
+		inbox:    map[uint64]*inMsg{},
+	}
+	c.cond = sync.NewCond(&c.mu)
+	for j := range links {
+		go c.read(j)
+	}
+	return c
+}
+
+func (c *channel) Peer() int { return c.peer }
+
+// Props sums the bandwidth of the links still alive; the latency is the
+// lowest of theirs (small messages take the fastest link).
+func (c *channel) Props() fabric.Props {
+	c.mu.Lock()
+	dead := append([]bool(nil), c.dead...)
+	c.mu.Unlock()
+	p := fabric.Props{Kind: Kind}
+	var parts []string
+	for j, l := range c.links {
+		lp := l.Props()
+		state := ""
+		if dead[j] {
+			state = " (failed)"
+		} else {
+			p.Bandwidth += lp.Bandwidth
+			if p.Latency == 0 || lp.Latency < p.Latency {
+				p.Latency = lp.Latency
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%d %s: %s%s", j, lp.Kind, lp.Desc, state))
+	}
+	p.Desc = fmt.Sprintf("multilink to rank %d over %d links [%s]", c.peer, len(c.links), strings.Join(parts, "; "))
+	return p
+}
+
+// Abort fails every pending and later request with err and aborts the
+// links.
+func (c *channel) Abort(err error) {
+	if err == nil {
+		err = fmt.Errorf("multilink to rank %d aborted: %w", c.peer, errs.ErrAborted)
+	}
+	c.mu.Lock()
+	c.failLocked(err)
+	c.mu.Unlock()
+	for _, l := range c.links {
+		l.Abort(err)
+	}
+}
+
+// Close fails pending requests with errs.ErrClosed and closes the links.
+func (c *channel) Close() error {
+	c.mu.Lock()
+	c.failLocked(fmt.Errorf("multilink to rank %d: %w", c.peer, errs.ErrClosed))
+	c.mu.Unlock()
+	var first error
+	for j, l := range c.links {
+		if err := l.Close(); err != nil && first == nil {
+			first = fmt.Errorf("multilink to rank %d: close link %d: %w", c.peer, j, err)
+		}
+	}
+	return first
+}
+
+// failLocked fails the channel with err (the first failure wins): every
+// pending send and receive completes with it, and so will every later one.
+func (c *channel) failLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	for m := range c.sending {
+		m.req.Complete(err)
+	}
+	clear(c.sending)
+	for _, m := range c.inbox {
+		if m.posted && !m.done {
+			m.done = true
+			m.req.Complete(err)
+		}
+	}
+	c.cond.Broadcast()
+}
+
+// linkDownLocked records that link j failed with err. The first time, the
+// planner excludes it and OnLinkFailure hears of it; when it was the last
+// link alive the channel fails with errs.ErrPeerLost.
+func (c *channel) linkDownLocked(j int, err error) {
+	c.planner.Exclude(j) // again if someone re-admitted a dead link
+	if c.dead[j] || c.err != nil {
+		return
+	}
+	c.dead[j] = true
+	kind := c.links[j].Props().Kind
+	if f := c.opt.OnLinkFailure; f != nil {
+		go f(j, kind, err)
+	}
+	for _, d := range c.dead {
+		if !d {
+			c.cond.Broadcast()
+			return
+		}
+	}
+	c.failLocked(fmt.Errorf("multilink to rank %d: all %d links failed, the last (%d, %s): %v: %w",
+		c.peer, len(c.links), j, kind, err, errs.ErrPeerLost))
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package multilink_test
+
+const raceEnabled = false

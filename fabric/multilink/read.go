@@ -1,0 +1,160 @@
+package multilink
+
+import (
+	"fmt"
+
+	"flexlink/fabric"
+)
+
+// Where a part's bytes go.
+const (
+	direct  = iota // into the posted receive's buffer
+	stage          // into a buffer of its own until the receive is posted
+	discard        // nowhere: the message failed or was already complete
+)
+
+type placement struct {
+	m    *inMsg // nil for a part of a message already forgotten
+	kind int
+}
+
+// read is link j's reader: it keeps a frame receive posted, places each
+// part it announces, receives the payload, and accounts for it. It stops
+// when the link fails or the channel does.
+func (c *channel) read(j int) {
+	link := c.links[j]
+	inline := c.opt.FrameBytes - headerLen
+	// Two frame buffers: the next frame is posted before the current
+	// part's payload is waited for, so the link never idles between parts.
+	frames := [2][]byte{make([]byte, c.opt.FrameBytes), make([]byte, c.opt.FrameBytes)}
+	k := 0
+	next := link.Recv(frameTag(), frames[k])
+	for {
+		<-next.Done()
+		if err := next.Err(); err != nil {
+			c.readFailed(j, placement{}, err)
+			return
+		}
+		h, err := parseHeader(frames[k])
+		if err != nil {
+			err = fmt.Errorf("multilink from rank %d: link %d: %w", c.peer, j, err)
+			link.Abort(err) // out of step: the peer must stop using it too
+			c.readFailed(j, placement{}, err)
+			return
+		}
+		dst, pl, ok := c.place(h)
+		if !ok {
+			return // the channel failed
+		}
+		var payload fabric.Request
+		if h.len <= inline {
+			copy(dst, frames[k][headerLen:headerLen+h.len])
+		} else {
+			payload = link.Recv(payloadTag(h), dst)
+		}
+		k ^= 1
+		next = link.Recv(frameTag(), frames[k])
+		if payload != nil {
+			<-payload.Done()
+			if err := payload.Err(); err != nil {
+				c.readFailed(j, pl, fmt.Errorf("receive part [%d,+%d) of message %d: %w", h.off, h.len, h.seq, err))
+				return
+			}
+		}
+		c.arrived(pl, h, dst)
+	}
+}
+
+// place decides where the part h goes. A part of the next message to be
+// received, when every earlier receive has completed, waits for the
+// caller's Recv (backpressure); other early parts are staged. It returns
+// false when the channel failed.
+func (c *channel) place(h header) ([]byte, placement, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.err != nil {
+			return nil, placement{}, false
+		}
+		m := c.inbox[h.seq]
+		if m == nil && h.seq < c.recvSeq {
+			return make([]byte, h.len), placement{kind: discard}, true
+		}
+		if m != nil && m.posted {
+			if !m.seen {
+				m.seen, m.total, m.sent = true, h.total, h.tag
+				c.checkLocked(m)
+			}
+			switch {
+			case h.total != m.total: // a broken sender: drop the part
+				return make([]byte, h.len), placement{kind: discard}, true
+			case m.failed: // drained, and counted so the message is forgotten
+				return make([]byte, h.len), placement{m: m, kind: discard}, true
+			}
+			m.writing++
+			return m.buf[h.off : h.off+h.len], placement{m: m, kind: direct}, true
+		}
+		if h.seq == c.recvSeq && c.earlierDoneLocked(h.seq) {
+			c.cond.Wait()
+			continue
+		}
+		m = c.msgLocked(h.seq)
+		if !m.seen {
+			m.seen, m.total, m.sent = true, h.total, h.tag
+		}
+		return make([]byte, h.len), placement{m: m, kind: stage}, true
+	}
+}
+
+// earlierDoneLocked reports whether every receive before seq has completed
+// for the caller.
+func (c *channel) earlierDoneLocked(seq uint64) bool {
+	for s, m := range c.inbox {
+		if s < seq && !m.done {
+			return false
+		}
+	}
+	return true
+}
+
+// arrived accounts for a part whose bytes are in place.
+func (c *channel) arrived(pl placement, h header, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := pl.m
+	if m == nil {
+		return
+	}
+	switch pl.kind {
+	case direct:
+		m.writing--
+	case stage:
+		if !m.posted {
+			m.staged = append(m.staged, stagedPart{h: h, data: data})
+			return
+		}
+		if h.total != m.total {
+			return
+		}
+		if !m.failed { // posted while the part was in flight
+			copy(m.buf[h.off:], data)
+		}
+	}
+	m.got = m.got.add(h.off, h.len)
+	c.settleLocked(m)
+}
+
+// readFailed handles the failure of link j's reader: a part being received
+// straight into a buffer is given up (the sender sends it again), and the
+// link is marked dead.
+func (c *channel) readFailed(j int, pl placement, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pl.kind == direct && pl.m != nil {
+		pl.m.writing--
+		c.settleLocked(pl.m)
+	}
+	if c.err == nil {
+		c.linkDownLocked(j, err)
+	}
+}

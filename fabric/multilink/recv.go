@@ -1,0 +1,102 @@
+package multilink
+
+import (
+	"fmt"
+
+	"flexlink/fabric"
+	"flexlink/internal/errs"
+)
+
+// inMsg is one incoming message: posted by Recv, or announced by a frame
+// that arrived first, or both.
+type inMsg struct {
+	seq    uint64
+	posted bool
+	tag    fabric.Tag
+	buf    []byte
+	req    *fabric.Req
+	done   bool // req completed (with success or an error)
+	failed bool // tag or size mismatch: parts are drained, not stored
+	seen   bool // a frame arrived: total and sent are known
+	total  int
+	sent   fabric.Tag // the sender's tag
+	got    ranges
+	// writing counts parts being received straight into buf; the receive
+	// completes only when none is (a duplicate part must not land in a
+	// buffer the caller already has back).
+	writing int
+	staged  []stagedPart // arrived before Recv was posted
+}
+
+type stagedPart struct {
+	h    header
+	data []byte
+}
+
+// Recv posts a receive; parts already staged for it are copied in now.
+func (c *channel) Recv(tag fabric.Tag, buf []byte) fabric.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return fabric.DoneReq(c.err)
+	}
+	m := c.msgLocked(c.recvSeq)
+	c.recvSeq++
+	m.posted, m.tag, m.buf, m.req = true, tag, buf, fabric.NewReq()
+	staged := m.staged
+	m.staged = nil
+	if m.seen {
+		c.checkLocked(m)
+	}
+	for _, s := range staged {
+		if s.h.total != m.total {
+			continue // not this message's size: a broken sender; ignore it
+		}
+		if !m.failed {
+			copy(m.buf[s.h.off:], s.data)
+		}
+		m.got = m.got.add(s.h.off, s.h.len)
+	}
+	c.settleLocked(m)
+	c.cond.Broadcast()
+	return m.req
+}
+
+func (c *channel) msgLocked(seq uint64) *inMsg {
+	m := c.inbox[seq]
+	if m == nil {
+		m = &inMsg{seq: seq}
+		c.inbox[seq] = m
+	}
+	return m
+}
+
+// checkLocked compares the first frame of a posted message with the
+// receive: a different tag or length fails the receive at once, and the
+// message's parts are drained so that the sender completes normally and
+// the links stay in step.
+func (c *channel) checkLocked(m *inMsg) {
+	switch {
+	case m.failed || m.done:
+	case m.tag != m.sent:
+		m.failed, m.done = true, true
+		m.req.Complete(&fabric.TagMismatchError{Peer: c.peer, Want: m.tag, Got: m.sent})
+	case m.total != len(m.buf):
+		m.failed, m.done = true, true
+		m.req.Complete(fmt.Errorf("multilink from rank %d: message %d has %d bytes, receive posted for %d: %w",
+			c.peer, m.seq, m.total, len(m.buf), errs.ErrMismatch))
+	}
+}
+
+// settleLocked completes a message whose bytes have all arrived, and
+// forgets it once nothing more can arrive for it.
+func (c *channel) settleLocked(m *inMsg) {
+	if !m.seen || !m.posted || m.writing > 0 || m.got.bytes() < m.total {
+		return
+	}
+	if !m.done {
+		m.done = true
+		m.req.Complete(nil)
+	}
+	delete(c.inbox, m.seq)
+}

@@ -51,11 +51,14 @@ func newLinkSet(c *Comm, addr addrFunc) *linkSet {
 
 // post issues or queues one message to the peer of comm rank peer.
 func (s *linkSet) post(peer int, send bool, tag fabric.Tag, b collectives.Buffer) fabric.Request {
-	hb, ok := b.(collectives.HostBuffer)
-	if !ok {
-		return fabric.DoneReq(fmt.Errorf("rank %d: buffer of type %T is not host memory", s.c.rank, b))
+	var buf []byte
+	if b != nil {
+		hb, ok := b.(collectives.HostBuffer)
+		if !ok {
+			return fabric.DoneReq(fmt.Errorf("rank %d: buffer of type %T is not host memory", s.c.rank, b))
+		}
+		buf = hb.Bytes()
 	}
-	buf := hb.Bytes()
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()

@@ -91,7 +91,7 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 				return row, err
 			}
 		}
-		if err := c.Barrier(ctx); err != nil {
+		if err := c.barrier(ctx); err != nil {
 			return row, err
 		}
 		t0 := time.Now()
@@ -100,8 +100,8 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 				return row, err
 			}
 		}
-		us := float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(max(cfg.iters, 1))
-		if us, err = c.reduceF64(ctx, us, dtype.Max); err != nil {
+		us, err := c.reduceF64(ctx, float64(time.Since(t0).Nanoseconds())/1e3/float64(max(cfg.iters, 1)), dtype.Max)
+		if err != nil {
 			return row, err
 		}
 		w, err := c.reduceF64(ctx, float64(wrong), dtype.Sum)

@@ -1,0 +1,169 @@
+package shm
+
+import (
+	"context"
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"flexlink/fabric"
+	"flexlink/internal/errs"
+)
+
+// dial runs the dialer's side of the handshake against peer's socket.
+func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Link, err error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", "@"+name)
+	if err != nil {
+		return nil, fmt.Errorf("dial shm socket @%s: %w", name, err)
+	}
+	conn := c.(*net.UnixConn)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	var seg *segment
+	defer func() {
+		if !stop() && err == nil {
+			err = fabric.CtxErr(ctx)
+			l.Close()
+			l = nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", fabric.CtxErr(ctx), err)
+			}
+			conn.Close()
+			if l == nil && seg != nil {
+				seg.unmap()
+			}
+		}
+	}()
+	pid, err := peerCred(conn)
+	if err != nil {
+		return nil, err
+	}
+	h := hello{from: e.cfg.Rank, to: peer, ringBytes: e.ringBytes, nonce: newNonce(), job: e.cfg.JobID, comm: e.cfg.Comm}
+	m1 := h.marshal()
+	if _, err := conn.Write(m1); err != nil {
+		return nil, fmt.Errorf("send hello to pid %d: %w", pid, err)
+	}
+	m2, fds, err := readPacket(conn)
+	closeFds(fds)
+	if err != nil {
+		return nil, fmt.Errorf("read proof from pid %d: %w", pid, err)
+	}
+	if len(m2) != nonceBytes+macBytes || !hmac.Equal(m2[nonceBytes:], proof(e.cfg.Secret, "listener", m1, m2[:nonceBytes])) {
+		return nil, fmt.Errorf("process %d at shm socket @%s did not prove job membership: %w", pid, name, errs.ErrAuth)
+	}
+	fd, seg, err := createSegment("flexlink-"+sanitize(e.cfg.JobID, 40), e.ringBytes)
+	if err != nil {
+		return nil, err
+	}
+	_, _, err = conn.WriteMsgUnix(proof(e.cfg.Secret, "dialer", m1, m2[:nonceBytes]), unix.UnixRights(fd), nil)
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("send segment to pid %d: %w", pid, err)
+	}
+	m4, fds, err := readPacket(conn)
+	closeFds(fds)
+	if err != nil {
+		return nil, fmt.Errorf("wait for rank %d (pid %d) to accept: %w", peer, pid, err)
+	}
+	if len(m4) != 1 || m4[0] != 0 {
+		return nil, fmt.Errorf("rank %d (pid %d) refused the link: %q", peer, pid, m4)
+	}
+	conn.SetDeadline(time.Time{})
+	return newLink(linkConfig{peer: peer, peerPid: pid, host: e.cfg.Host, side: 0, seg: seg, ctl: conn, log: e.log}), nil
+}
+
+func (e *endpoint) acceptLoop() {
+	defer e.handshake.Done()
+	for {
+		conn, err := e.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				e.log.Error("accept on shm socket failed; no more links can be made", "socket", e.name, "error", err)
+			}
+			return
+		}
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			conn.Close()
+			return
+		}
+		e.shaking[conn] = true
+		e.handshake.Add(1)
+		e.mu.Unlock()
+		go func() {
+			defer e.handshake.Done()
+			from, a, err := e.answer(conn)
+			e.mu.Lock()
+			delete(e.shaking, conn)
+			e.mu.Unlock()
+			if err == nil && !e.arrive(from, a) {
+				err = fmt.Errorf("rank %d dialed twice, or the endpoint closed", from)
+				a.release()
+			}
+			if err != nil {
+				e.log.Warn("dropped shm connection", "socket", e.name, "error", err)
+				conn.Close()
+			}
+		}()
+	}
+}
+
+// answer runs the listener's side of the handshake up to mapping the
+// segment; Connect sends the confirmation.
+func (e *endpoint) answer(conn *net.UnixConn) (int, *accepted, error) {
+	conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	pid, err := peerCred(conn)
+	if err != nil {
+		return 0, nil, err
+	}
+	m1, fds, err := readPacket(conn)
+	closeFds(fds)
+	if err != nil {
+		return 0, nil, fmt.Errorf("pid %d: read hello: %w", pid, err)
+	}
+	h, err := parseHello(m1)
+	switch {
+	case err != nil:
+		return 0, nil, fmt.Errorf("pid %d: %w", pid, err)
+	case h.job != e.cfg.JobID || h.comm != e.cfg.Comm:
+		return 0, nil, fmt.Errorf("pid %d: hello for job %q communicator %q, this is job %q communicator %q",
+			pid, h.job, h.comm, e.cfg.JobID, e.cfg.Comm)
+	case h.to != e.cfg.Rank || h.from < 0 || h.from >= h.to:
+		return 0, nil, fmt.Errorf("pid %d: hello from rank %d to rank %d reached rank %d", pid, h.from, h.to, e.cfg.Rank)
+	}
+	if err := checkRingBytes(h.ringBytes); err != nil {
+		return 0, nil, fmt.Errorf("rank %d (pid %d): %w", h.from, pid, err)
+	}
+	nonce := newNonce()
+	if _, err := conn.Write(append(nonce[:], proof(e.cfg.Secret, "listener", m1, nonce[:])...)); err != nil {
+		return 0, nil, fmt.Errorf("rank %d (pid %d): send proof: %w", h.from, pid, err)
+	}
+	m3, fds, err := readPacket(conn)
+	if err != nil {
+		return 0, nil, fmt.Errorf("rank %d (pid %d): read proof: %w", h.from, pid, err)
+	}
+	defer closeFds(fds)
+	if !hmac.Equal(m3, proof(e.cfg.Secret, "dialer", m1, nonce[:])) {
+		return 0, nil, fmt.Errorf("rank %d (pid %d) did not prove job membership: %w", h.from, pid, errs.ErrAuth)
+	}
+	if len(fds) != 1 {
+		return 0, nil, fmt.Errorf("rank %d (pid %d) passed %d descriptors, want 1", h.from, pid, len(fds))
+	}
+	seg, err := mapSegment(fds[0], h.ringBytes)
+	if err != nil {
+		return 0, nil, fmt.Errorf("rank %d (pid %d): %w", h.from, pid, err)
+	}
+	if !seg.valid() {
+		seg.unmap()
+		return 0, nil, fmt.Errorf("rank %d (pid %d) passed a segment without the flexlink stamp", h.from, pid)
+	}
+	conn.SetDeadline(time.Time{})
+	return h.from, &accepted{conn: conn, seg: seg, pid: pid}, nil
+}

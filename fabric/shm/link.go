@@ -1,0 +1,219 @@
+package shm
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/fabric"
+	"flexlink/internal/errs"
+)
+
+const (
+	// frameBytes is the header before every message in a ring: the 32-byte
+	// tag, the length, a sequence number. Payloads are padded to align so
+	// that every copy starts on a cache line.
+	frameBytes = 64
+	align      = 64
+	// maxChunk bounds how much a side copies before publishing its counter.
+	maxChunk = 256 << 10
+	// spinFor is how long a waiting side polls the ring before it sleeps on
+	// the futex; it covers a small message's round trip.
+	spinFor = 50 * time.Microsecond
+	// checkEvery is the longest a sleeping side goes without checking that
+	// the link still stands and the peer process lives.
+	checkEvery = 200 * time.Millisecond
+	// inlineMax is the largest message Send may write in the caller.
+	inlineMax = 64 << 10
+	// maxMessage rejects frame lengths that can only come from corruption.
+	maxMessage = 1 << 46
+)
+
+// link is one rank's end of a shared-memory link: a producer on the ring
+// towards the peer, a consumer on the ring from it, one progress goroutine
+// for each, and a watcher on the control socket, whose end of file says at
+// once that the peer process died or closed the link.
+type link struct {
+	peer, peerPid int
+	host          string
+	side          int // 0: dialer, 1: listener
+	seg           *segment
+	tx            producer
+	rx            consumer
+	txq, rxq      *queue
+	txSeq, rxSeq  uint64
+	ctl           *net.UnixConn
+	proc          *procWatch
+	mine, theirs  *atomic.Uint32 // closed flags in the segment
+	props         fabric.Props
+	log           hclog.Logger
+
+	mapMu   sync.RWMutex // Close's unmap waits for inline senders
+	mu      sync.Mutex
+	stopErr error // set once by Abort or Close
+	lostErr error // set once when the peer is found gone
+	stopped atomic.Bool
+	lost    atomic.Bool
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type linkConfig struct {
+	peer, peerPid int
+	host          string
+	side          int
+	seg           *segment
+	ctl           *net.UnixConn
+	log           hclog.Logger
+}
+
+func newLink(c linkConfig) *link {
+	l := &link{
+		peer: c.peer, peerPid: c.peerPid, host: c.host, side: c.side,
+		seg: c.seg, ctl: c.ctl, log: c.log,
+		txq: newQueue(), rxq: newQueue(),
+		proc:   watchProc(c.peerPid),
+		mine:   c.seg.closed(c.side),
+		theirs: c.seg.closed(1 - c.side),
+	}
+	chunk := min(c.seg.ringBytes/4, maxChunk)
+	l.tx = producer{r: c.seg.ring(c.side), chunk: chunk, wait: l.waitSpace}
+	l.rx = consumer{r: c.seg.ring(1 - c.side), chunk: chunk, wait: l.waitData}
+	l.props = fabric.Props{
+		Kind:      fabric.KindShm,
+		Bandwidth: 6e9,
+		Latency:   2 * time.Microsecond,
+		Desc: fmt.Sprintf("shm %s memfd ring %d KiB, pid %d <-> rank %d pid %d",
+			c.host, c.seg.ringBytes>>10, os.Getpid(), c.peer, c.peerPid),
+	}
+	l.wg.Add(3)
+	go l.sendLoop()
+	go l.recvLoop()
+	go l.watch()
+	return l
+}
+
+func (l *link) Peer() int           { return l.peer }
+func (l *link) Props() fabric.Props { return l.props }
+
+// Send queues buf for the peer; the request completes once the whole
+// message is in the ring. A small message that finds nothing queued and
+// room in the ring is written at once, by the caller.
+func (l *link) Send(tag fabric.Tag, buf []byte) fabric.Request {
+	if len(buf) > inlineMax || !l.txq.tryOwn() {
+		return l.txq.push(tag, buf)
+	}
+	if l.sendInline(tag, buf) {
+		l.txq.release()
+		return fabric.DoneReq(nil)
+	}
+	return l.txq.pushRelease(tag, buf)
+}
+
+// sendInline writes the message if the ring has room for it now. The
+// caller owns the ring end.
+func (l *link) sendInline(tag fabric.Tag, buf []byte) bool {
+	l.mapMu.RLock()
+	defer l.mapMu.RUnlock()
+	need := frameBytes + padded(uint64(len(buf)))
+	if l.seg.mem == nil || l.stopped.Load() || l.lost.Load() || !l.tx.hasRoom(need) {
+		return false
+	}
+	return l.writeFrame(op{tag: tag, buf: buf}) == nil
+}
+
+// Recv queues buf for the next message; the request completes once the
+// message has been copied into it (or failed its tag or size check).
+func (l *link) Recv(tag fabric.Tag, buf []byte) fabric.Request { return l.rxq.push(tag, buf) }
+
+// Abort fails every pending and later request with err and tells the peer,
+// whose requests then fail with errs.ErrPeerLost.
+func (l *link) Abort(err error) { l.stop(err) }
+
+// Close aborts with errs.ErrClosed, waits for the progress goroutines to
+// leave the shared memory, and unmaps it.
+func (l *link) Close() error {
+	l.stop(fmt.Errorf("shm link to rank %d: %w", l.peer, errs.ErrClosed))
+	var err error
+	l.closeOnce.Do(func() {
+		l.wg.Wait()
+		l.proc.close()
+		l.mapMu.Lock()
+		err = l.seg.unmap()
+		l.mapMu.Unlock()
+	})
+	return err
+}
+
+func (l *link) stop(err error) {
+	l.mu.Lock()
+	if l.stopErr != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.stopErr = err
+	l.stopped.Store(true)
+	l.mu.Unlock()
+	l.txq.fail(err)
+	l.rxq.fail(err)
+	l.mine.Store(1)
+	l.wakeAll()
+	l.ctl.Close()
+}
+
+// peerGone records that the peer is gone and fails sending at once;
+// receiving fails when the ring holds no more whole messages.
+func (l *link) peerGone(why string) error {
+	l.mu.Lock()
+	if l.lostErr == nil {
+		l.lostErr = fmt.Errorf("shm link to rank %d (host %s, pid %d): %s: %w",
+			l.peer, l.host, l.peerPid, why, errs.ErrPeerLost)
+		l.lost.Store(true)
+		if l.stopErr == nil {
+			l.log.Warn("shm peer lost", "peer", l.peer, "pid", l.peerPid, "why", why)
+		}
+	}
+	err := l.lostErr
+	l.mu.Unlock()
+	l.txq.fail(err)
+	l.wakeAll()
+	return err
+}
+
+// wakeAll wakes every sleeper on the link's four futex words (in this
+// process and the peer's), so that they re-check the link's state.
+func (l *link) wakeAll() {
+	for _, r := range []*ring{l.tx.r, l.rx.r} {
+		for _, w := range []*atomic.Uint32{r.dataWait, r.spaceWait} {
+			w.Store(0)
+			futexWake(w)
+		}
+	}
+}
+
+// check returns the error that ends a wait: the local stop, or the peer's
+// loss. full also asks the kernel whether the peer process still runs.
+func (l *link) check(full bool) error {
+	if l.stopped.Load() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.stopErr
+	}
+	switch {
+	case l.lost.Load():
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.lostErr
+	case l.theirs.Load() != 0:
+		return l.peerGone("peer closed the link")
+	case full && !l.proc.alive():
+		return l.peerGone("peer process exited")
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"flexlink/fabric"
+	"flexlink/internal/errs"
+)
+
+func (l *link) waitSpace(ready func() bool, w *atomic.Uint32) error {
+	return l.await(ready, w, false)
+}
+
+func (l *link) waitData(ready func() bool, w *atomic.Uint32) error {
+	return l.await(ready, w, true)
+}
+
+// await spins on ready for spinFor, then sleeps on the futex word w in
+// slices of checkEvery, checking between them that the link stands. When
+// the peer is gone and drain is set, data it wrote before still counts.
+func (l *link) await(ready func() bool, w *atomic.Uint32, drain bool) error {
+	fail := func(err error) error {
+		if drain && !l.stopped.Load() && ready() {
+			return nil
+		}
+		return err
+	}
+	until := time.Now().Add(spinFor)
+	for i := 1; ; i++ {
+		if ready() {
+			return nil
+		}
+		if i%64 == 0 {
+			if err := l.check(false); err != nil {
+				return fail(err)
+			}
+			if time.Now().After(until) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	for {
+		w.Store(1)
+		if ready() {
+			w.Store(0)
+			return nil
+		}
+		if err := l.check(false); err != nil {
+			return fail(err)
+		}
+		futexWait(w, 1, checkEvery)
+		if err := l.check(true); err != nil {
+			return fail(err)
+		}
+	}
+}
+
+func padded(n uint64) uint64 { return (n + align - 1) &^ (align - 1) }
+
+func (l *link) sendLoop() {
+	defer l.wg.Done()
+	for {
+		o, err := l.txq.pop()
+		if err != nil {
+			return
+		}
+		o.req.Complete(l.writeFrame(o))
+		l.txq.release()
+	}
+}
+
+func (l *link) writeFrame(o op) error {
+	var h [frameBytes]byte
+	for i, w := range o.tag {
+		binary.LittleEndian.PutUint64(h[8*i:], w)
+	}
+	n := uint64(len(o.buf))
+	binary.LittleEndian.PutUint64(h[32:], n)
+	binary.LittleEndian.PutUint64(h[40:], l.txSeq)
+	l.txSeq++
+	if err := l.tx.write(h[:], frameBytes); err != nil {
+		return err
+	}
+	if err := l.tx.write(o.buf, n); err != nil {
+		return err
+	}
+	if err := l.tx.write(nil, padded(n)-n); err != nil {
+		return err
+	}
+	l.tx.publish()
+	return nil
+}
+
+func (l *link) recvLoop() {
+	defer l.wg.Done()
+	for {
+		o, err := l.rxq.pop()
+		if err != nil {
+			return
+		}
+		err = l.readFrame(o)
+		o.req.Complete(err)
+		l.rxq.release()
+		if err != nil && !errors.Is(err, errs.ErrMismatch) {
+			l.rxq.fail(err)
+		}
+	}
+}
+
+// readFrame takes the next message out of the ring into o's buffer. A
+// message with another tag or length than o expects is consumed and
+// dropped, and o fails with errs.ErrMismatch.
+func (l *link) readFrame(o op) error {
+	var h [frameBytes]byte
+	if err := l.rx.read(h[:], frameBytes); err != nil {
+		return err
+	}
+	var tag fabric.Tag
+	for i := range tag {
+		tag[i] = binary.LittleEndian.Uint64(h[8*i:])
+	}
+	n := binary.LittleEndian.Uint64(h[32:])
+	if seq := binary.LittleEndian.Uint64(h[40:]); seq != l.rxSeq || n > maxMessage {
+		err := fmt.Errorf("corrupt frame (sequence %d, want %d; length %d)", seq, l.rxSeq, n)
+		l.Abort(fmt.Errorf("shm link to rank %d (host %s): %w: %w", l.peer, l.host, err, errs.ErrPeerLost))
+		return l.check(false)
+	}
+	l.rxSeq++
+	dst := o.buf
+	var mismatch error
+	switch {
+	case tag != o.tag:
+		dst, mismatch = nil, fmt.Errorf("recv over shm: %w", &fabric.TagMismatchError{Peer: l.peer, Want: o.tag, Got: tag})
+	case n != uint64(len(o.buf)):
+		dst, mismatch = nil, fmt.Errorf("recv from rank %d over shm (host %s): message has %d bytes, receive posted for %d: %w",
+			l.peer, l.host, n, len(o.buf), errs.ErrMismatch)
+	}
+	if err := l.rx.read(dst, n); err != nil {
+		return err
+	}
+	if err := l.rx.read(nil, padded(n)-n); err != nil {
+		return err
+	}
+	l.rx.release()
+	return mismatch
+}
+
+// watch waits on the control socket. The peer never writes to it after the
+// handshake, so any return means its end closed: the process died, or it
+// closed the link.
+func (l *link) watch() {
+	defer l.wg.Done()
+	var b [16]byte
+	for {
+		n, err := l.ctl.Read(b[:])
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	if !l.stopped.Load() {
+		l.peerGone("control socket closed")
+	}
+}

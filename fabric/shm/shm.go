@@ -1,0 +1,241 @@
+// Package shm links ranks on one host through shared memory.
+//
+// Each pair shares one anonymous memfd segment holding a lock-free
+// single-producer/single-consumer ring per direction (FLEXLINK_SHM_RING_BYTES
+// each). Messages stream through the rings in chunks, so a message larger
+// than the ring flows while the receiver copies out behind the sender. A
+// waiting side spins briefly, then sleeps on a futex in the shared page and
+// checks at least every 200 ms that the peer process lives.
+//
+// Connecting: every endpoint listens on an abstract unix socket with a
+// random name (its Address); the lower rank of a pair dials the higher, both
+// prove they hold the job secret (HMAC), and the dialer passes the memfd.
+// The segment never has a name in /dev/shm, so nothing is left behind when
+// a process dies; the socket stays open and tells each side at once when
+// the other goes away.
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/fabric"
+	"flexlink/internal/errs"
+)
+
+const (
+	addrMagic = "flexlink-shm/1"
+	// handshakeTimeout bounds an accepted connection's time to prove itself.
+	handshakeTimeout = 10 * time.Second
+)
+
+// accepted is a dialer that proved itself and whose segment is mapped,
+// waiting for this rank's Connect.
+type accepted struct {
+	conn *net.UnixConn
+	seg  *segment
+	pid  int
+}
+
+func (a *accepted) release() {
+	a.conn.Close()
+	a.seg.unmap()
+}
+
+type endpoint struct {
+	cfg       fabric.EndpointConfig
+	log       hclog.Logger
+	ringBytes uint64
+	hostKey   string // boot id and network namespace: equal only on one host
+	name      string // abstract socket name, without the leading '@'
+	ln        *net.UnixListener
+
+	mu        sync.Mutex
+	arrived   map[int]*accepted
+	changed   chan struct{} // closed and replaced when arrived changes
+	used      map[int]bool  // peers Connect was called for
+	shaking   map[*net.UnixConn]bool
+	closed    bool
+	handshake sync.WaitGroup
+}
+
+// NewEndpoint starts listening for this rank's shared-memory links.
+func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ring, err := cfg.Settings().Int("FLEXLINK_SHM_RING_BYTES")
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRingBytes(uint64(ring)); err != nil {
+		return nil, fmt.Errorf("FLEXLINK_SHM_RING_BYTES: %w", err)
+	}
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	e := &endpoint{
+		cfg: cfg, log: cfg.Log().Named("shm"), ringBytes: uint64(ring), hostKey: hostKey(),
+		name:    fmt.Sprintf("flexlink-%s-%x", sanitize(cfg.JobID, 40), rnd),
+		arrived: map[int]*accepted{}, changed: make(chan struct{}),
+		used: map[int]bool{}, shaking: map[*net.UnixConn]bool{},
+	}
+	e.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + e.name, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: listen on shm socket @%s: %w", cfg.Rank, e.name, err)
+	}
+	e.handshake.Add(1)
+	go e.acceptLoop()
+	return e, nil
+}
+
+func (e *endpoint) Kind() fabric.Kind { return fabric.KindShm }
+
+// Address is "flexlink-shm/1 <host key> <socket name>".
+func (e *endpoint) Address() []byte {
+	return []byte(addrMagic + " " + e.hostKey + " " + e.name)
+}
+
+// Connect makes the link to peer. The lower rank dials the higher one's
+// socket; the higher rank waits for that dial. Both return once both have
+// called Connect (or ctx ends).
+func (e *endpoint) Connect(ctx context.Context, peer int, peerAddress []byte) (fabric.Link, error) {
+	if err := e.cfg.CheckPeer(peer); err != nil {
+		return nil, err
+	}
+	f := strings.Fields(string(peerAddress))
+	if len(f) != 3 || f[0] != addrMagic {
+		return nil, fmt.Errorf("connect rank %d to rank %d over shm: bad address %q", e.cfg.Rank, peer, peerAddress)
+	}
+	if f[1] != e.hostKey {
+		return nil, fmt.Errorf("connect rank %d to rank %d over shm: peer is on another host or network namespace: %w",
+			e.cfg.Rank, peer, errs.ErrNotSupported)
+	}
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return nil, fmt.Errorf("connect rank %d to rank %d over shm: endpoint %w", e.cfg.Rank, peer, errs.ErrClosed)
+	case e.used[peer]:
+		e.mu.Unlock()
+		return nil, fmt.Errorf("connect rank %d to rank %d over shm: already connected", e.cfg.Rank, peer)
+	}
+	e.used[peer] = true
+	e.mu.Unlock()
+	var l fabric.Link
+	var err error
+	if e.cfg.Rank < peer {
+		l, err = e.dial(ctx, peer, f[2])
+	} else {
+		l, err = e.await(ctx, peer)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect rank %d to rank %d over shm (host %s): %w", e.cfg.Rank, peer, e.cfg.Host, err)
+	}
+	e.log.Debug("connected", "rank", e.cfg.Rank, "peer", peer, "link", l.Props().Desc)
+	return l, nil
+}
+
+// Close stops listening and drops dialers no Connect took. Links stay.
+func (e *endpoint) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	for _, a := range e.arrived {
+		a.release()
+	}
+	e.arrived = nil
+	for c := range e.shaking {
+		c.Close()
+	}
+	close(e.changed)
+	e.mu.Unlock()
+	err := e.ln.Close()
+	e.handshake.Wait()
+	return err
+}
+
+// await waits for peer's dial, then confirms it (M4) and makes the link.
+func (e *endpoint) await(ctx context.Context, peer int) (fabric.Link, error) {
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("endpoint %w", errs.ErrClosed)
+		}
+		a := e.arrived[peer]
+		changed := e.changed
+		if a != nil {
+			delete(e.arrived, peer)
+			e.mu.Unlock()
+			return e.confirm(ctx, peer, a)
+		}
+		e.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for rank %d to dial: %w", peer, fabric.CtxErr(ctx))
+		}
+	}
+}
+
+func (e *endpoint) confirm(ctx context.Context, peer int, a *accepted) (fabric.Link, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(handshakeTimeout)
+	}
+	a.conn.SetDeadline(deadline)
+	if _, err := a.conn.Write([]byte{0}); err != nil {
+		a.release()
+		return nil, fmt.Errorf("confirm to rank %d (pid %d): %w: %w", peer, a.pid, err, errs.ErrPeerLost)
+	}
+	a.conn.SetDeadline(time.Time{})
+	return newLink(linkConfig{peer: peer, peerPid: a.pid, host: e.cfg.Host, side: 1, seg: a.seg, ctl: a.conn, log: e.log}), nil
+}
+
+// arrive files a proven dialer for its rank's Connect.
+func (e *endpoint) arrive(from int, a *accepted) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.arrived[from] != nil {
+		return false
+	}
+	e.arrived[from] = a
+	close(e.changed)
+	e.changed = make(chan struct{})
+	return true
+}
+
+func hostKey() string {
+	id, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		h, _ := os.Hostname()
+		id = []byte(h)
+	}
+	ns, _ := os.Readlink("/proc/self/ns/net")
+	return sanitize(strings.TrimSpace(string(id))+"/"+ns, 80)
+}
+
+// sanitize keeps the characters that are safe in names and addresses.
+func sanitize(s string, max int) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > max {
+		b = b[:max]
+	}
+	return string(b)
+}

@@ -176,7 +176,7 @@ func (l *link) peerGone(why string) error {
 			l.peer, l.host, l.peerPid, why, errs.ErrPeerLost)
 		l.lost.Store(true)
 		if l.stopErr == nil {
-			l.log.Warn("shm peer lost", "peer", l.peer, "pid", l.peerPid, "why", why)
+			l.log.Debug("shm peer gone", "peer", l.peer, "pid", l.peerPid, "why", why)
 		}
 	}
 	err := l.lostErr

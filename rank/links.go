@@ -7,6 +7,8 @@ import (
 
 	"flexlink/collectives"
 	"flexlink/fabric"
+	"flexlink/fabric/balance"
+	"flexlink/fabric/multilink"
 	"flexlink/internal/errs"
 )
 
@@ -131,19 +133,46 @@ func chain(from fabric.Request, to *fabric.Req) {
 
 func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 	w := s.c.world
-	kind, err := w.kindFor(wpeer)
+	kinds, err := w.linkKinds(wpeer)
 	if err != nil {
 		return nil, err
-	}
-	ep, ok := s.c.eps[kind]
-	if !ok {
-		return nil, fmt.Errorf("rank %d on %s: no %s endpoint", w.store.Rank(), w.host, kind)
 	}
 	ctx := s.ctx
 	if d, _ := w.env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT"); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
+	}
+	links := make([]fabric.Link, 0, len(kinds))
+	for _, kind := range kinds {
+		l, err := s.dialKind(ctx, wpeer, kind)
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, err
+		}
+		links = append(links, l)
+	}
+	if len(links) == 1 {
+		return links[0], nil
+	}
+	planner, err := balance.NewPlanner(multilink.Specs(links), nil, balance.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
+	}
+	return multilink.New(wpeer, links, planner, multilink.Options{
+		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
+			w.log.Warn("link failed; its traffic moves to the others", "peer", wpeer, "kind", kind, "error", err)
+		},
+	}), nil
+}
+
+func (s *linkSet) dialKind(ctx context.Context, wpeer int, kind string) (fabric.Link, error) {
+	w := s.c.world
+	ep, ok := s.c.eps[kind]
+	if !ok {
+		return nil, fmt.Errorf("rank %d on %s: no %s endpoint", w.store.Rank(), w.host, kind)
 	}
 	addr, err := s.addr(ctx, wpeer, kind)
 	if err != nil {

@@ -19,8 +19,13 @@ import (
 // returns each rank's error.
 func runWorld(t *testing.T, n int, transport string, body func(c *Comm) error) []error {
 	t.Helper()
+	return runWorldEnv(t, n, map[string]string{"FLEXLINK_TRANSPORT": transport, "FLEXLINK_CHUNK_BYTES": "8192"}, body)
+}
+
+func runWorldEnv(t *testing.T, n int, vars map[string]string, body func(c *Comm) error) []error {
+	t.Helper()
 	stores := bootstrap.NewInProc(n)
-	env := settings.Map(map[string]string{"FLEXLINK_TRANSPORT": transport, "FLEXLINK_CHUNK_BYTES": "8192"})
+	env := settings.Map(vars)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -294,4 +299,42 @@ func TestArgumentErrors(t *testing.T) {
 		// The communicator still works after rejected arguments.
 		return c.AllReduce(ctx, Of(a), Of(a), dtype.Sum)
 	}))
+}
+
+// FLEXLINK_LINKS=shm,tcp joins each pair with both host links at once (a
+// FlexLink multi-link channel); results must not change.
+func TestMultiLinkHostCollectives(t *testing.T) {
+	const n = 3
+	kinds := make([][]string, n)
+	noErrors(t, runWorldEnv(t, n, map[string]string{"FLEXLINK_LINKS": "shm,tcp", "FLEXLINK_CHUNK_BYTES": "1048576"}, func(c *Comm) error {
+		ctx := context.Background()
+		for it := 0; it < 3; it++ {
+			x := make([]float32, 3<<20)
+			for i := range x {
+				x[i] = float32(c.Rank() + i%5)
+			}
+			if err := c.AllReduce(ctx, Of(x), Of(x), dtype.Sum); err != nil {
+				return err
+			}
+			for i, v := range x {
+				if want := float32(0+1+2) + float32(n*(i%5)); v != want {
+					return fmt.Errorf("iteration %d element %d = %v, want %v", it, i, v, want)
+				}
+			}
+		}
+		for _, l := range c.Links() {
+			kinds[c.Rank()] = append(kinds[c.Rank()], l.Kind)
+		}
+		return nil
+	}))
+	for r, ks := range kinds {
+		if len(ks) == 0 {
+			t.Errorf("rank %d reports no links", r)
+		}
+		for _, k := range ks {
+			if k != "multi" {
+				t.Errorf("rank %d: link kind %q, want multi", r, k)
+			}
+		}
+	}
 }

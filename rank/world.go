@@ -2,6 +2,8 @@ package rank
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -106,6 +108,38 @@ func (e endpoints) close() {
 	for _, ep := range e {
 		ep.Close()
 	}
+}
+
+// linkKinds lists the host transports to join this rank and a peer with.
+// Normally one (kindFor); FLEXLINK_LINKS naming several host kinds (e.g.
+// "shm,tcp") asks for all that can reach the peer, and the link is then a
+// FlexLink multi-link channel that splits large messages across them.
+func (w *world) linkKinds(peerWorldRank int) ([]string, error) {
+	def, err := w.kindFor(peerWorldRank)
+	if err != nil {
+		return nil, err
+	}
+	if w.env.String("FLEXLINK_TRANSPORT") != "auto" {
+		return []string{def}, nil
+	}
+	var kinds []string
+	for _, k := range strings.Split(w.env.String("FLEXLINK_LINKS"), ",") {
+		switch k = strings.TrimSpace(k); k {
+		case string(fabric.KindShm):
+			if w.hosts[peerWorldRank] == w.host && !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		case string(fabric.KindTCP):
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	if len(kinds) == 0 {
+		return []string{def}, nil
+	}
+	slices.Sort(kinds) // both sides must list the links in the same order
+	return kinds, nil
 }
 
 // kindFor picks the host transport between this rank and a peer: shm on one

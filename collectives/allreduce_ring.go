@@ -1,0 +1,69 @@
+package collectives
+
+// Ring allreduce: a reduce-scatter followed by an allgather, run as one
+// pipelined ring pass of 2(n-1) steps (see ring.go).
+//
+// The count elements are split into n segments. In reduce-scatter step s
+// (0 <= s < n-1) rank r sends segment r-s and receives segment r-s-1,
+// which it reduces into recv: after n-1 steps rank r holds segment r+1
+// reduced over all ranks. In allgather step t (s = n-1+t) rank r sends
+// segment r+1-t and receives segment r-t, already final, straight into
+// recv. Every rank moves 2(n-1)/n of the data, the bandwidth optimum, and
+// the reduction of one chunk overlaps the transfer of the next.
+//
+// Every element is reduced in the same order (along the ring, starting at
+// its segment's owner's right neighbour) and then copied, so all ranks end
+// with bit-identical results. Avg divides each segment once, by its owner,
+// before the allgather.
+//
+// Out of place, recv is written only where a chunk is reduced (recv = send
+// op incoming, one copy and one reduction) or received, so send is read
+// once and never copied wholesale.
+func (c *call) allReduceRing(send, recv Buffer, count int, inPlace bool) error {
+	n, r := c.size, c.rank
+	segs := split(count, n)
+	ce := c.chunkElems(segs[0].n) // segment 0 is the longest
+	k := chunks(segs[0].n, ce)
+	chunk := func(b Buffer, seg, ch int) Buffer { return c.bytes(b, chunkOf(segs[mod(seg, n)], ch, ce)) }
+	src := send
+	if inPlace {
+		src = recv
+	}
+	rs := n - 1 // reduce-scatter steps
+	return c.ring(&ringPass{
+		steps: 2 * rs, chunks: k, stride: k,
+		slots: depth, slotBytes: ce * c.es,
+		useSlot: func(s int) bool { return s < rs },
+		recvLen: func(s, ch int) int { return chunkOf(segs[mod(r-s-1, n)], ch, ce).n * c.es },
+		recvInto: func(s, ch int) Buffer {
+			return chunk(recv, r-(s-rs), ch)
+		},
+		sendBuf: func(s, ch int) Buffer {
+			switch {
+			case s == 0:
+				return chunk(src, r, ch)
+			case s < rs:
+				return chunk(recv, r-s, ch)
+			}
+			return chunk(recv, r+1-(s-rs), ch)
+		},
+		process: func(s, ch int, slot Buffer) error {
+			if s >= rs {
+				return nil // allgather: received in place
+			}
+			dst := chunk(recv, r-s-1, ch)
+			if !inPlace {
+				if err := c.copyBuf(dst, chunk(send, r-s-1, ch)); err != nil {
+					return err
+				}
+			}
+			if err := c.reduce(dst, slot); err != nil {
+				return err
+			}
+			if s == rs-1 { // segment r+1 is complete
+				return c.finish(dst)
+			}
+			return nil
+		},
+	})
+}

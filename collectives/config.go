@@ -1,0 +1,96 @@
+package collectives
+
+import (
+	"fmt"
+
+	"flexlink/internal/settings"
+)
+
+// Algorithm names accepted by Config.Algo (and FLEXLINK_ALGO).
+const (
+	AlgoAuto = "auto" // by size: latency-optimised below Threshold, ring at or above
+	AlgoRing = "ring" // bandwidth-optimised: ring allreduce, chain broadcast/reduce
+	AlgoRD   = "rd"   // latency-optimised: recursive doubling, binomial trees
+)
+
+// Defaults used for zero fields of a Config.
+const (
+	DefaultThreshold  = 64 << 10
+	DefaultChunkBytes = 1 << 20
+	// MaxChunkBytes caps ChunkBytes so that an operation's scratch (at most
+	// a dozen chunks, see call.go) stays under 64 MiB.
+	MaxChunkBytes = 4 << 20
+)
+
+// Config chooses algorithms and pipelining. Every rank of a communicator
+// must use the same Config: the algorithm is part of every message's
+// header, so ranks that disagree fail with errs.ErrMismatch.
+type Config struct {
+	// Algo is auto, ring or rd ("" means auto).
+	Algo string
+	// Threshold is the message size in bytes below which auto uses the
+	// latency-optimised algorithm (0: ring for every size).
+	Threshold int
+	// ChunkBytes is the pipeline chunk of ring and chain algorithms and
+	// the piece size of tree algorithms (0: DefaultChunkBytes; larger than
+	// MaxChunkBytes: MaxChunkBytes). Scratch per operation is a few chunks.
+	ChunkBytes int
+}
+
+// DefaultConfig is what an empty environment gives.
+func DefaultConfig() Config {
+	return Config{Algo: AlgoAuto, Threshold: DefaultThreshold, ChunkBytes: DefaultChunkBytes}
+}
+
+// ConfigFromEnv reads FLEXLINK_ALGO, FLEXLINK_ALGO_THRESHOLD and
+// FLEXLINK_CHUNK_BYTES.
+func ConfigFromEnv(env settings.Env) (Config, error) {
+	c := Config{Algo: env.String("FLEXLINK_ALGO")}
+	var err error
+	if c.Threshold, err = env.Int("FLEXLINK_ALGO_THRESHOLD"); err != nil {
+		return Config{}, err
+	}
+	if c.ChunkBytes, err = env.Int("FLEXLINK_CHUNK_BYTES"); err != nil {
+		return Config{}, err
+	}
+	if err := c.validate(); err != nil {
+		return Config{}, fmt.Errorf("settings: %w", err)
+	}
+	return c, nil
+}
+
+func (c Config) validate() error {
+	switch c.Algo {
+	case "", AlgoAuto, AlgoRing, AlgoRD:
+	default:
+		return fmt.Errorf("FLEXLINK_ALGO=%q: want auto, ring or rd", c.Algo)
+	}
+	if c.Threshold < 0 {
+		return fmt.Errorf("FLEXLINK_ALGO_THRESHOLD=%d: must not be negative", c.Threshold)
+	}
+	if c.ChunkBytes < 0 {
+		return fmt.Errorf("FLEXLINK_CHUNK_BYTES=%d: must not be negative", c.ChunkBytes)
+	}
+	return nil
+}
+
+// latency reports whether a message of n bytes takes the latency-optimised
+// algorithm.
+func (c Config) latency(n int) bool {
+	switch c.Algo {
+	case AlgoRD:
+		return true
+	case AlgoRing:
+		return false
+	}
+	return n < c.Threshold
+}
+
+// chunkElems is the pipeline chunk in elements of size esize (at least 1).
+func (c Config) chunkElems(esize int) int {
+	cb := c.ChunkBytes
+	if cb <= 0 {
+		cb = DefaultChunkBytes
+	}
+	return max(1, min(cb, MaxChunkBytes)/esize)
+}

@@ -1,0 +1,69 @@
+package collectives_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/collectives"
+	"flexlink/fabric/fake"
+)
+
+// hangLimit bounds every multi-rank run: a collective that has not
+// returned by then is reported as a hang (the test fails; nothing blocks
+// the test binary).
+const hangLimit = 30 * time.Second
+
+// world is a communicator of n goroutine ranks on a fake network.
+type world struct {
+	n       int
+	nw      *fake.Network
+	engines []*collectives.Engine
+}
+
+func newWorld(n int, opt fake.Options, cfg collectives.Config) *world {
+	return newWorldCfg(n, opt, func(int) collectives.Config { return cfg })
+}
+
+// newWorldCfg gives every rank its own Config (for mismatch tests).
+func newWorldCfg(n int, opt fake.Options, cfg func(rank int) collectives.Config) *world {
+	w := &world{n: n, nw: fake.NewNetwork(n, opt)}
+	for r := range n {
+		p := collectives.NewLinkPeers(r, n, w.nw.Links(r))
+		w.engines = append(w.engines, collectives.NewEngine(0xc0ffee, p, collectives.HostMemory{}, cfg(r)))
+	}
+	return w
+}
+
+// run calls fn on every rank at once and returns each rank's error. It
+// emulates the rank runtime: the first rank whose fn fails aborts the job
+// (Network.Abort with its error, as bootstrap.Store.Abort delivers it to
+// every rank), so the others fail too instead of waiting. Ranks for which
+// silent(rank) is true (killed ones: a dead process reports nothing) do
+// not abort the job.
+func (w *world) run(t testing.TB, silent func(int) bool, fn func(ctx context.Context, r int, e *collectives.Engine) error) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangLimit)
+	defer cancel()
+	errs := make([]error, w.n)
+	var wg sync.WaitGroup
+	for r := range w.n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(ctx, r, w.engines[r])
+			if errs[r] != nil && (silent == nil || !silent(r)) {
+				w.nw.Abort(fmt.Errorf("job aborted by rank %d: %w", r, errs[r]))
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Errorf("a rank was still running after %v (hang): %v", hangLimit, errs)
+	}
+	return errs
+}
+
+func noSilent(int) bool { return false }

@@ -1,0 +1,98 @@
+package collectives
+
+import (
+	"fmt"
+	"unsafe"
+
+	"flexlink/dtype"
+	"flexlink/internal/errs"
+	"flexlink/reduce"
+)
+
+// HostBuffer is host memory as a Buffer. Slice shares memory with the
+// receiver (and caps the result so appends cannot spill into neighbours).
+type HostBuffer []byte
+
+// Len is the length in bytes.
+func (b HostBuffer) Len() int { return len(b) }
+
+// Slice returns b[off : off+n]; it panics when out of range.
+func (b HostBuffer) Slice(off, n int) Buffer { return b[off : off+n : off+n] }
+
+// Bytes returns the memory itself (not a copy).
+func (b HostBuffer) Bytes() []byte { return b }
+
+// Addr is the address of the first byte (0 for an empty nil buffer); the
+// engine uses it to recognise in-place calls (see Addresser).
+func (b HostBuffer) Addr() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// Addresser is implemented by Buffers that can say where they start in
+// their address space. Two buffers with the same Addr and Len are the same
+// memory; the engine uses it to recognise NCCL-style in-place calls and to
+// reject overlapping ones. A Buffer without it is always taken as a
+// separate buffer unless it is the very same interface value.
+type Addresser interface {
+	Addr() uintptr
+}
+
+// HostMemory is the Memory of host buffers: Go allocation, copy, and the
+// reduce package's kernels. It accepts HostBuffers only.
+type HostMemory struct{}
+
+func host(b Buffer, what string) ([]byte, error) {
+	h, ok := b.(HostBuffer)
+	if !ok {
+		return nil, fmt.Errorf("host memory: %s is a %T, not a HostBuffer: %w", what, b, errs.ErrNotSupported)
+	}
+	return h, nil
+}
+
+// Alloc returns n zeroed bytes.
+func (HostMemory) Alloc(n int) (Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("host memory: alloc of %d bytes", n)
+	}
+	return HostBuffer(make([]byte, n)), nil
+}
+
+// Free does nothing: the garbage collector takes the memory back.
+func (HostMemory) Free(Buffer) {}
+
+// Copy copies src into dst; the lengths must be equal.
+func (HostMemory) Copy(dst, src Buffer) error {
+	d, err := host(dst, "copy destination")
+	if err != nil {
+		return err
+	}
+	s, err := host(src, "copy source")
+	if err != nil {
+		return err
+	}
+	if len(d) != len(s) {
+		return fmt.Errorf("host memory: copy of %d bytes into %d: %w", len(s), len(d), errs.ErrMismatch)
+	}
+	copy(d, s)
+	return nil
+}
+
+// Reduce sets dst = dst op src element-wise (reduce.Reduce).
+func (HostMemory) Reduce(dst, src Buffer, dt dtype.DType, op dtype.Op) error {
+	d, err := host(dst, "reduce destination")
+	if err != nil {
+		return err
+	}
+	s, err := host(src, "reduce source")
+	if err != nil {
+		return err
+	}
+	return reduce.Reduce(d, s, dt, op)
+}
+
+// Finish applies op's last step for n contributions (reduce.Finish).
+func (HostMemory) Finish(dst Buffer, dt dtype.DType, op dtype.Op, n int) error {
+	d, err := host(dst, "finish buffer")
+	if err != nil {
+		return err
+	}
+	return reduce.Finish(d, dt, op, n)
+}

@@ -1,0 +1,128 @@
+package collectives
+
+// The ring pipeline shared by ring allreduce, reduce-scatter and
+// allgather.
+//
+// Ranks form a ring (rank r sends to r+1 and receives from r-1). The data
+// is cut into Size() segments, one per rank, and each segment into chunks
+// of Config.ChunkBytes. A pass has `steps` steps; in step s every rank
+// sends chunk c of one segment to its right neighbour and receives chunk c
+// of another from its left neighbour, for every c. Which segments, where
+// they come from and what happens to a received chunk is the algorithm's
+// business (the callbacks); the pass only schedules the messages.
+//
+// Message m = s*chunks + c. On each link messages are posted, and hence
+// matched, in increasing m, on both sides. Dependencies follow the data:
+// the send of (s, c) for s > 0 forwards what was received as (s-1, c), so
+// it waits until message m-chunks has been received and processed. This
+// is what pipelines the ring: while chunk c is being reduced, chunk c+1 is
+// already on the wire, and chunk c moves on to the next rank as soon as it
+// is reduced, without waiting for the rest of its segment.
+//
+// Bounds keep memory and the number of requests small: at most `window`
+// sends and at most `slots` (or `window`) receives in flight. Received
+// chunks land in one of `slots` scratch chunks (for reduction) or straight
+// in the user's buffer. An algorithm that overwrites, while processing
+// (s, c), the memory that the send of (s, c) reads sets waitSend; the
+// pass then processes (s, c) only after that send finished. Neither bound
+// can deadlock: everything message m waits for on any rank concerns
+// messages with smaller numbers (or the same number one hop to the left),
+// and scratch is freed by processing alone, never by a later send.
+type ringPass struct {
+	steps, chunks int
+	// tag step of message (s, c) is stepBase + s*stride + c.
+	stepBase, stride int
+	// slots is the number of scratch chunks of slotBytes to receive into;
+	// 0 receives in place (recvInto).
+	slots, slotBytes int
+	// useSlot reports whether step s receives into scratch (else recvInto).
+	useSlot func(s int) bool
+	// recvLen is the length of message (s, c) when received into scratch.
+	recvLen func(s, c int) int
+	// recvInto is where message (s, c) lands when not in scratch.
+	recvInto func(s, c int) Buffer
+	// sendBuf is what message (s, c) sends.
+	sendBuf func(s, c int) Buffer
+	// process runs, in message order, once message (s, c) has arrived;
+	// slot is its scratch chunk (nil when received in place).
+	process func(s, c int, slot Buffer) error
+	// waitSend reports whether processing step s overwrites what the send
+	// of the same (s, c) reads.
+	waitSend func(s int) bool
+}
+
+func (c *call) ring(p *ringPass) error {
+	right, left := mod(c.rank+1, c.size), mod(c.rank-1, c.size)
+	total := p.steps * p.chunks
+	if total == 0 {
+		return nil
+	}
+	var slots []Buffer
+	recvWindow := window
+	if p.slots > 0 {
+		var err error
+		if slots, err = c.allocN(min(p.slots, total), p.slotBytes); err != nil {
+			return err
+		}
+		recvWindow = len(slots)
+	}
+	step := func(m int) uint64 {
+		return uint64(p.stepBase + (m/p.chunks)*p.stride + m%p.chunks)
+	}
+	sends := make([]*xfer, total)
+	recvs := make([]*xfer, total)
+	slotOf := make([]Buffer, total)
+	nextSend, nextRecv, sendsDone, done := 0, 0, 0, 0
+	for done < total || nextSend < total {
+		if err := c.poll(); err != nil {
+			return err
+		}
+		for sendsDone < nextSend && sends[sendsDone].done {
+			sendsDone++
+		}
+		for nextRecv < total && nextRecv-done < recvWindow {
+			s, ch := nextRecv/p.chunks, nextRecv%p.chunks
+			var b Buffer
+			if p.useSlot(s) {
+				b = slots[nextRecv%len(slots)].Slice(0, p.recvLen(s, ch))
+				slotOf[nextRecv] = b
+			} else {
+				b = p.recvInto(s, ch)
+			}
+			recvs[nextRecv] = c.recv(left, step(nextRecv), b)
+			nextRecv++
+		}
+		for nextSend < total && nextSend-sendsDone < window && nextSend-p.chunks < done {
+			s, ch := nextSend/p.chunks, nextSend%p.chunks
+			sends[nextSend] = c.send(right, step(nextSend), p.sendBuf(s, ch))
+			nextSend++
+		}
+		// Block until something this rank waits for moves.
+		var targets []*xfer
+		if done < total {
+			s, ch := done/p.chunks, done%p.chunks
+			sendOK := p.waitSend == nil || !p.waitSend(s) || (done < nextSend && sends[done].done)
+			if recvs[done].done && sendOK {
+				if err := p.process(s, ch, slotOf[done]); err != nil {
+					return err
+				}
+				recvs[done], slotOf[done] = nil, nil
+				done++
+				continue
+			}
+			if !recvs[done].done {
+				targets = append(targets, recvs[done])
+			}
+			if !sendOK && done < nextSend {
+				targets = append(targets, sends[done])
+			}
+		}
+		if nextSend < total && nextSend-sendsDone >= window {
+			targets = append(targets, sends[sendsDone])
+		}
+		if err := c.waitAny(targets...); err != nil {
+			return err
+		}
+	}
+	return c.waitAll()
+}

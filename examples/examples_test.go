@@ -60,7 +60,9 @@ func TestHelloEveryWorldSize(t *testing.T) {
 			}
 			ranks = append(ranks, m[1])
 		}
-		sort.Slice(ranks, func(i, j int) bool { return len(ranks[i]) < len(ranks[j]) || len(ranks[i]) == len(ranks[j]) && ranks[i] < ranks[j] })
+		sort.Slice(ranks, func(i, j int) bool {
+			return len(ranks[i]) < len(ranks[j]) || len(ranks[i]) == len(ranks[j]) && ranks[i] < ranks[j]
+		})
 		for i, r := range ranks {
 			if r != fmt.Sprint(i) {
 				t.Fatalf("n=%d: ranks %v, want 0..%d once each", n, ranks, n-1)

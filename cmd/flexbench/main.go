@@ -18,30 +18,42 @@ import (
 )
 
 func main() {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "minbytes", Aliases: []string{"b"}, Value: "32M", Usage: "smallest size (K, M, G suffixes)"},
+		&cli.StringFlag{Name: "maxbytes", Aliases: []string{"e"}, Value: "32M", Usage: "largest size"},
+		&cli.Float64Flag{Name: "stepfactor", Aliases: []string{"f"}, Value: 2, Usage: "multiply the size by this each step"},
+		&cli.StringFlag{Name: "stepbytes", Aliases: []string{"i"}, Value: "0", Usage: "add this to the size each step (when -f is 1)"},
+		&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float", Usage: "int8 uint8 int32 int64 half bfloat16 float double"},
+		&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "sum prod min max avg"},
+		&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Value: 0, Usage: "root of broadcast and reduce"},
+		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Value: 20, Usage: "timed iterations per size"},
+		&cli.IntFlag{Name: "warmup_iters", Aliases: []string{"w"}, Value: 5, Usage: "untimed iterations per size"},
+		&cli.IntFlag{Name: "check", Aliases: []string{"c"}, Value: 1, Usage: "1: check every result against a float64 reference (#wrong)"},
+		&cli.BoolFlag{Name: "no-inplace", Usage: "skip the in-place measurement"},
+		&cli.BoolFlag{Name: "csv", Usage: "print CSV instead of the table"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of the table"},
+		&cli.StringFlag{Name: "plot", Usage: "draw busbw against size into FILE.svg or FILE.png"},
+		&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink, or mpi in the build with -tags mpi (run it under mpirun)"},
+		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu (gpu: not yet)"},
+	}
+	// One subcommand per collective, all with the same flags, so that
+	// "flexbench allreduce -b 8 -e 256M" reads like nccl-tests' all_reduce_perf.
+	var cmds []*cli.Command
+	for _, name := range strings.Split(opNames(), ", ") {
+		name := name
+		cmds = append(cmds, &cli.Command{
+			Name:   name,
+			Usage:  "measure " + name,
+			Flags:  flags,
+			Action: func(cc *cli.Context) error { return run(cc, name) },
+		})
+	}
 	app := &cli.App{
 		Name:            "flexbench",
 		Usage:           "benchmark flexlink collectives (nccl-tests compatible output)",
-		ArgsUsage:       "COLLECTIVE (" + opNames() + ")",
+		UsageText:       "flexbench COLLECTIVE [flags]   (COLLECTIVE: " + opNames() + ")",
 		HideHelpCommand: true,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "minbytes", Aliases: []string{"b"}, Value: "32M", Usage: "smallest size (K, M, G suffixes)"},
-			&cli.StringFlag{Name: "maxbytes", Aliases: []string{"e"}, Value: "32M", Usage: "largest size"},
-			&cli.Float64Flag{Name: "stepfactor", Aliases: []string{"f"}, Value: 2, Usage: "multiply the size by this each step"},
-			&cli.StringFlag{Name: "stepbytes", Aliases: []string{"i"}, Value: "0", Usage: "add this to the size each step (when -f is 1)"},
-			&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float", Usage: "int8 uint8 int32 int64 half bfloat16 float double"},
-			&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "sum prod min max avg"},
-			&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Value: 0, Usage: "root of broadcast and reduce"},
-			&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Value: 20, Usage: "timed iterations per size"},
-			&cli.IntFlag{Name: "warmup_iters", Aliases: []string{"w"}, Value: 5, Usage: "untimed iterations per size"},
-			&cli.IntFlag{Name: "check", Aliases: []string{"c"}, Value: 1, Usage: "1: check every result against a float64 reference (#wrong)"},
-			&cli.BoolFlag{Name: "no-inplace", Usage: "skip the in-place measurement"},
-			&cli.BoolFlag{Name: "csv", Usage: "print CSV instead of the table"},
-			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of the table"},
-			&cli.StringFlag{Name: "plot", Usage: "draw busbw against size into FILE.svg or FILE.png"},
-			&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink, or mpi in the build with -tags mpi (run it under mpirun)"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu (gpu: not yet)"},
-		},
-		Action: run,
+		Commands:        cmds,
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "flexbench:", err)
@@ -49,16 +61,13 @@ func main() {
 	}
 }
 
-func run(cc *cli.Context) error {
-	if cc.NArg() != 1 {
-		return fmt.Errorf("want one collective (%s), got %d arguments", opNames(), cc.NArg())
+func run(cc *cli.Context, name string) error {
+	if cc.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %v", cc.Args().Slice())
 	}
-	spec, err := lookupOp(strings.ToLower(cc.Args().First()))
+	spec, err := lookupOp(name)
 	if err != nil {
 		return err
-	}
-	if d := cc.String("device"); d != "cpu" {
-		return fmt.Errorf("--device %s: only cpu buffers are supported by this build", d)
 	}
 	cfg := config{spec: spec, factor: cc.Float64("stepfactor"), root: cc.Int("root"),
 		iters: cc.Int("iters"), warm: cc.Int("warmup_iters"), check: cc.Int("check") != 0,
@@ -82,6 +91,9 @@ func run(cc *cli.Context) error {
 		cfg.factor = 2
 	}
 	ctx := context.Background()
+	if d := cc.String("device"); d != "cpu" {
+		return fmt.Errorf("--device %s: only cpu buffers are supported by this build", d)
+	}
 	c, err := openBackend(ctx, cc.String("backend"))
 	if err != nil {
 		return err

@@ -33,7 +33,7 @@ for op in allreduce allgather alltoall; do
 	for np in 2 4; do
 		f="$out/${op}_np${np}_flexlink.txt"; m="$out/${op}_np${np}_mpi.txt"
 		bin/flexrun -np "$np" --oversubscribe bin/flexbench "$op" -b 64M -e 64M -d float -n "$iters" -w 3 > "$f"
-		mpirun -np "$np" "${mpiflags[@]}" bin/flexbench-mpi --backend mpi "$op" -b 64M -e 64M -d float -n "$iters" -w 3 > "$m"
+		mpirun -np "$np" "${mpiflags[@]}" bin/flexbench-mpi "$op" --backend mpi -b 64M -e 64M -d float -n "$iters" -w 3 > "$m"
 		a=$(busbw "$f"); b=$(busbw "$m")
 		printf "%-10s %5s %12s %12s %8s\n" "$op" "$np" "$a" "$b" "$(awk "BEGIN{printf \"%.2f\", $a/$b}")" | tee -a "$out/summary.txt"
 	done

@@ -97,3 +97,21 @@ func TestModelParallelGroups(t *testing.T) {
 		t.Errorf("rank 5's groups are wrong:\n%s", out)
 	}
 }
+
+// Without a launcher, Init gives a world of one rank (like MPI's singleton
+// init) and the program runs as a plain process.
+func TestHelloWithoutLauncher(t *testing.T) {
+	cmd := exec.Command(filepath.Join(bin, "hello"))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLEXLINK_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hello alone: %v\n%s", err, out)
+	}
+	if m := helloLine.FindStringSubmatch(strings.TrimSpace(string(out))); m == nil || m[1] != "0" || m[2] != "1" {
+		t.Fatalf("hello alone printed %q, want rank 0 of 1", out)
+	}
+}

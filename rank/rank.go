@@ -9,6 +9,7 @@ package rank
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -47,8 +48,12 @@ func Init(ctx context.Context) (*Comm, error) {
 		if _, ok := os.LookupEnv("SLURM_PROCID"); ok && os.Getenv("SLURM_NTASKS") != "1" {
 			return nil, fmt.Errorf("rank init: started by srun, which is not supported yet: launch with flexrun: %w", errs.ErrNotSupported)
 		}
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("rank init: %w", err)
+		}
 		stores := bootstrap.NewInProc(1)
-		return New(ctx, stores[0], Options{Env: env, Host: host, JobID: fmt.Sprintf("single-%d", os.Getpid())})
+		return New(ctx, stores[0], Options{Env: env, Host: host, JobID: fmt.Sprintf("single-%d", os.Getpid()), Secret: secret})
 	}
 	r, err := env.Int("FLEXLINK_RANK")
 	if err != nil {

@@ -33,8 +33,8 @@ func main() {
 		&cli.BoolFlag{Name: "csv", Usage: "print CSV instead of the table"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of the table"},
 		&cli.StringFlag{Name: "plot", Usage: "draw busbw against size into FILE.svg or FILE.png"},
-		&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink, or mpi in the build with -tags mpi (run it under mpirun)"},
-		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu (gpu: not yet)"},
+		&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink; with --device gpu also nccl or both (prints both and their ratio); mpi in the build with -tags mpi (run it under mpirun)"},
+		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu, or gpu (one GPU per rank: FLEXLINK_GPU, else the local rank)"},
 	}
 	// One subcommand per collective, all with the same flags, so that
 	// "flexbench allreduce -b 8 -e 256M" reads like nccl-tests' all_reduce_perf.
@@ -91,8 +91,12 @@ func run(cc *cli.Context, name string) error {
 		cfg.factor = 2
 	}
 	ctx := context.Background()
-	if d := cc.String("device"); d != "cpu" {
-		return fmt.Errorf("--device %s: only cpu buffers are supported by this build", d)
+	switch d := cc.String("device"); d {
+	case "gpu":
+		return runGPU(ctx, cfg, gpuOptions{backend: cc.String("backend"), json: cc.Bool("json")})
+	case "cpu":
+	default:
+		return fmt.Errorf("--device %s: want cpu or gpu", d)
 	}
 	c, err := openBackend(ctx, cc.String("backend"))
 	if err != nil {

@@ -1,0 +1,431 @@
+package rank
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"flexlink/collectives"
+	"flexlink/fabric"
+	"flexlink/gpu"
+)
+
+// The direct plane: ranks of one host whose GPUs reach each other read and
+// write each other's user buffers (CUDA IPC mappings) with copy engines and
+// reduction kernels. What follows is the per-call protocol; the data
+// movement of each collective is in gpu_direct_ops.go.
+//
+// # Ordering across processes
+//
+// Every call runs this on rank i with the caller's stream s:
+//
+//  1. s records ready_i (an IPC event): "the work enqueued on s before this
+//     call is done" (the send buffer is written, the recv buffer is free).
+//  2. i sends each peer a "ready" message (its call number and descriptors
+//     of its buffers) and receives theirs over the host links.
+//  3. s waits on every peer's ready_j (their opened IPC events): the work
+//     below touches peer memory only once the peer's earlier work is done.
+//  4. the work is enqueued on s (and on i's copy streams, joined back to s).
+//  5. s records done_i→j for every peer j: "i has finished reading j's
+//     buffers and writing into them".
+//  6. i sends each peer a "done" message and receives theirs.
+//  7. s waits on every peer's done_j→i: work the caller enqueues on s later
+//     runs only after the peers have finished with this rank's buffers.
+//
+// The host blocks only in 2 and 6 (a few microseconds over shm links, every
+// wait bounded by ctx); the data moves asynchronously.
+//
+// # When an IPC event may be recorded again
+//
+// cuStreamWaitEvent waits for the most recent record of an event at the
+// time the wait is enqueued. If an owner re-recorded an event before a peer
+// had enqueued its wait for the previous record, the peer would wait for
+// the wrong (later) record, which may depend on the peer itself: a deadlock.
+// So an event is recorded again only after every peer that waits on it has
+// enqueued that wait, and the host messages prove it:
+//
+//   - ready_i is recorded once per call. Peer j waits on it in step 3 and
+//     only then sends its "done" message (step 6), which i receives before
+//     its call returns, so before i records ready_i again in its next call.
+//   - done_i→j is recorded only in calls that involve j. j waits on it in
+//     step 7 of the same call, before j's call returns; j's next call with
+//     i starts with its "ready" message, which i receives (step 2) before it
+//     records done_i→j again (step 5). One done event per peer (not one per
+//     rank) is what makes this hold for Group calls, which involve only
+//     some peers: a rank never re-records an event toward a peer it has not
+//     heard from since.
+//
+// The test TestGPUEventRecordOrder checks this on the fake driver from a log
+// of every record and wait.
+type directPlane struct {
+	c        *Comm
+	dev      *gpu.Device
+	n, me    int
+	ipc      *ipcCache
+	ready    *gpu.Event     // mine
+	done     []*gpu.Event   // done[j]: mine toward peer j
+	pReady   []*gpu.Event   // pReady[j]: peer j's ready, opened here
+	pDone    []*gpu.Event   // pDone[j]: peer j's done toward me, opened here
+	lanes    []*lanes       // copy streams toward each peer (nil for me)
+	width    int            // lanes per group (FLEXLINK_GPU_COPY_STREAMS)
+	startEv  *gpu.Event     // recorded on s to release the copy lanes
+	chunkEv  *gpu.Event     // recorded on s after each reduced chunk
+	pushEv   [][]*gpu.Event // pushEv[j][k]: mine, "chunk k of my push to j has landed"
+	pPush    [][]*gpu.Event // pPush[j][k]: peer j's pushEv toward me, opened here
+	scratch  *gpu.Buffer    // where peers push for the push allreduce (grown on demand)
+	retired  []*gpu.Buffer  // outgrown scratch, freed at close (peers may still map it)
+	arMode   string         // FLEXLINK_GPU_ALLREDUCE
+	calls    uint64         // calls so far (sent in messages, for the trace)
+	pairSeq  []uint64       // calls so far with each peer (in the tags)
+	lastDone []uint64       // each peer's call number in its last done message (trace)
+	chunkMax int
+
+	// trace, when set (tests), sees every record and wait of an IPC event.
+	trace func(traceRec)
+}
+
+// traceRec is one record or wait of an IPC event: by rank actor, on the
+// event owned by owner (toward peer to: a done event; -1: the ready event),
+// for owner's call number call.
+type traceRec struct {
+	actor, owner, to int
+	chunk            int // push events: the chunk; -1 otherwise
+	call             uint64
+	wait             bool
+}
+
+func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
+	n := c.size
+	env := c.world.env
+	chunk, err := env.Int("FLEXLINK_GPU_CHUNK_BYTES")
+	if err != nil {
+		return nil, err
+	}
+	if chunk < 1<<16 {
+		return nil, fmt.Errorf("FLEXLINK_GPU_CHUNK_BYTES=%d: want at least 65536", chunk)
+	}
+	width, err := env.Int("FLEXLINK_GPU_COPY_STREAMS")
+	if err != nil {
+		return nil, err
+	}
+	if width < 1 || width > 16 {
+		return nil, fmt.Errorf("FLEXLINK_GPU_COPY_STREAMS=%d: want 1 to 16", width)
+	}
+	mode := env.String("FLEXLINK_GPU_ALLREDUCE")
+	if mode != "auto" && mode != "push" && mode != "read" {
+		return nil, fmt.Errorf("FLEXLINK_GPU_ALLREDUCE=%q: want auto, push or read", mode)
+	}
+	p = &directPlane{c: c, dev: dev, n: n, me: c.rank, chunkMax: chunk, width: width, arMode: mode,
+		ipc:  newIPCCache(dev, n, c.PeerHost),
+		done: make([]*gpu.Event, n), pReady: make([]*gpu.Event, n), pDone: make([]*gpu.Event, n),
+		lanes: make([]*lanes, n), pushEv: make([][]*gpu.Event, n), pPush: make([][]*gpu.Event, n),
+		pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.ready, err = dev.NewIPCEvent(); err != nil {
+		return nil, err
+	}
+	if p.startEv, err = dev.NewEvent(false); err != nil {
+		return nil, err
+	}
+	if p.chunkEv, err = dev.NewEvent(false); err != nil {
+		return nil, err
+	}
+	for j := 0; j < n; j++ {
+		if j == p.me {
+			continue
+		}
+		if p.done[j], err = dev.NewIPCEvent(); err != nil {
+			return nil, err
+		}
+		if p.lanes[j], err = newLanes(dev, width); err != nil {
+			return nil, err
+		}
+		p.pushEv[j] = make([]*gpu.Event, pushChunks)
+		for k := range p.pushEv[j] {
+			if p.pushEv[j][k], err = dev.NewIPCEvent(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p, nil
+}
+
+// eventBlobBytes is the size of one rank's event handles in the setup
+// exchange: ready, then done toward each rank, then the push events toward
+// each rank (zeros where the rank is itself).
+func eventBlobBytes(n int) int { return (1 + n + n*pushChunks) * gpu.IPCHandleSize }
+
+func (p *directPlane) putEventHandles(b []byte) error {
+	hs := gpu.IPCHandleSize
+	put := func(slot int, e *gpu.Event) error {
+		h, err := e.IPCHandle()
+		copy(b[slot*hs:], h)
+		return err
+	}
+	if err := put(0, p.ready); err != nil {
+		return err
+	}
+	for j := 0; j < p.n; j++ {
+		if j == p.me {
+			continue
+		}
+		if err := put(1+j, p.done[j]); err != nil {
+			return err
+		}
+		for k, e := range p.pushEv[j] {
+			if err := put(1+p.n+j*pushChunks+k, e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// openPeerEvents opens, for every peer, its ready event and its done and
+// push events toward this rank, from the setup exchange (stride bytes per
+// rank: a verdict byte, then the handles).
+func (p *directPlane) openPeerEvents(all []byte, stride int) error {
+	hs := gpu.IPCHandleSize
+	for j := 0; j < p.n; j++ {
+		if j == p.me {
+			continue
+		}
+		b := all[j*stride+1 : (j+1)*stride]
+		open := func(slot int, what string) (*gpu.Event, error) {
+			e, err := p.dev.OpenIPCEvent(b[slot*hs : (slot+1)*hs])
+			if err != nil {
+				return nil, fmt.Errorf("open rank %d's %s event (on %s): %w", j, what, p.c.PeerHost(j), err)
+			}
+			return e, nil
+		}
+		var err error
+		if p.pReady[j], err = open(0, "ready"); err != nil {
+			return err
+		}
+		if p.pDone[j], err = open(1+p.me, "done"); err != nil {
+			return err
+		}
+		p.pPush[j] = make([]*gpu.Event, pushChunks)
+		for k := range p.pPush[j] {
+			if p.pPush[j][k], err = open(1+p.n+p.me*pushChunks+k, "push"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *directPlane) close() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, l := range p.lanes {
+		if l != nil {
+			keep(l.close())
+		}
+	}
+	keep(p.ipc.close())
+	if p.scratch != nil {
+		p.retired = append(p.retired, p.scratch)
+		p.scratch = nil
+	}
+	for _, b := range p.retired {
+		keep(b.Free())
+	}
+	p.retired = nil
+	sets := [][]*gpu.Event{{p.ready, p.startEv, p.chunkEv}, p.done, p.pReady, p.pDone}
+	sets = append(append(sets, p.pushEv...), p.pPush...)
+	for _, set := range sets {
+		for _, e := range set {
+			if e != nil {
+				keep(e.Close())
+			}
+		}
+	}
+	return first
+}
+
+// Message phases, in the first tag word.
+const (
+	gpuTagMagic = uint64(0x676e766c_00000000) // "gnvl"
+	phaseReady  = 1
+	phaseDone   = 2
+	phasePushed = 3
+	readyHeader = 4 * 8 // call number, kind/dtype/op, count, root
+)
+
+// do runs one call: handshake, work, handshake (see the type's comment).
+func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
+	peers := p.peersOf(o)
+	p.calls++
+	call := p.calls
+	push := o.kind == devAllReduce && p.pushPlan(o).ok
+	if push {
+		if err := p.prepPush(o); err != nil {
+			return err
+		}
+	}
+	// Records are noted before they happen and waits after, so the trace
+	// test sees every overlap the protocol might allow.
+	p.note(traceRec{actor: p.me, owner: p.me, to: -1, chunk: -1, call: call})
+	if err := s.Record(p.ready); err != nil {
+		return err
+	}
+	out, inLen, err := p.readyMessages(o, peers, call)
+	if err != nil {
+		return err
+	}
+	in, err := p.exchange(ctx, phaseReady, o, peers, out, inLen)
+	if err != nil {
+		return err
+	}
+	for _, j := range peers {
+		if err := s.Wait(p.pReady[j]); err != nil {
+			return err
+		}
+		p.note(traceRec{actor: p.me, owner: j, to: -1, chunk: -1, call: binary.LittleEndian.Uint64(in[j]), wait: true})
+	}
+	if push {
+		err = p.allReducePush(ctx, o, s, in, peers, call)
+	} else {
+		err = p.work(o, s, in)
+	}
+	if err != nil {
+		return err
+	}
+	for _, j := range peers {
+		p.note(traceRec{actor: p.me, owner: p.me, to: j, chunk: -1, call: call})
+		if err := s.Record(p.done[j]); err != nil {
+			return err
+		}
+		out[j] = binary.LittleEndian.AppendUint64(out[j][:0], call)
+		inLen[j] = 8
+	}
+	if in, err = p.exchange(ctx, phaseDone, o, peers, out, inLen); err != nil {
+		return err
+	}
+	for _, j := range peers {
+		if err := s.Wait(p.pDone[j]); err != nil {
+			return err
+		}
+		p.lastDone[j] = binary.LittleEndian.Uint64(in[j])
+		p.note(traceRec{actor: p.me, owner: j, to: p.me, chunk: -1, call: p.lastDone[j], wait: true})
+		p.pairSeq[j]++
+	}
+	return nil
+}
+
+func (p *directPlane) note(r traceRec) {
+	if p.trace != nil {
+		p.trace(r)
+	}
+}
+
+// peersOf lists the peers a call involves: all of them for a collective,
+// the ones named for a Group.
+func (p *directPlane) peersOf(o *devOp) []int {
+	var peers []int
+	if o.kind != devGroup {
+		for j := 0; j < p.n; j++ {
+			if j != p.me {
+				peers = append(peers, j)
+			}
+		}
+		return peers
+	}
+	seen := make([]bool, p.n)
+	for _, e := range o.p2p {
+		if !seen[e.Peer] {
+			seen[e.Peer] = true
+			peers = append(peers, e.Peer)
+		}
+	}
+	return peers
+}
+
+// readyMessages builds the "ready" message for each peer and the length of
+// the one expected from it: the header, then descriptors of the buffers the
+// peer may touch (send and recv for a collective; for a Group, this rank's
+// sends to that peer, which the peer pulls).
+func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][]byte, inLen []int, err error) {
+	out, inLen = make([][]byte, p.n), make([]int, p.n)
+	hdr := make([]byte, readyHeader)
+	le := binary.LittleEndian
+	le.PutUint64(hdr[0:], call)
+	le.PutUint64(hdr[8:], uint64(o.kind)|uint64(o.dt)<<8|uint64(o.op)<<16)
+	le.PutUint64(hdr[16:], uint64(o.count))
+	le.PutUint64(hdr[24:], uint64(o.root))
+	bufs := make([][]*gpu.Buffer, p.n)
+	want := make([]int, p.n)
+	if o.kind == devGroup {
+		for _, e := range o.p2p {
+			if e.Send {
+				bufs[e.Peer] = append(bufs[e.Peer], e.Buf)
+			} else {
+				want[e.Peer]++
+			}
+		}
+	} else {
+		// An allreduce also describes the scratch its peers push into (nil
+		// unless this call uses the push allreduce).
+		mine := []*gpu.Buffer{o.send, o.recv}
+		if o.kind == devAllReduce {
+			var scr *gpu.Buffer
+			if p.pushPlan(o).ok {
+				scr = p.scratch
+			}
+			mine = append(mine, scr)
+		}
+		for _, j := range peers {
+			bufs[j], want[j] = mine, len(mine)
+		}
+	}
+	for _, j := range peers {
+		m := make([]byte, readyHeader+len(bufs[j])*descBytes)
+		copy(m, hdr)
+		for k, b := range bufs[j] {
+			d, err := p.ipc.describe(b)
+			if err != nil {
+				return nil, nil, err
+			}
+			d.put(m[readyHeader+k*descBytes:])
+		}
+		out[j], inLen[j] = m, readyHeader+want[j]*descBytes
+	}
+	return out, inLen, nil
+}
+
+// exchange sends out[j] to and receives a message of inLen[j] bytes from
+// every peer, over the Comm's host links. The tag carries the phase, the
+// pair's call count and the call's signature, so ranks that disagree about
+// which collective this is fail with ErrMismatch instead of mixing data.
+func (p *directPlane) exchange(ctx context.Context, phase uint64, o *devOp, with []int, out [][]byte, inLen []int) ([][]byte, error) {
+	sig := uint64(o.kind)
+	if o.kind != devGroup {
+		sig |= uint64(o.dt)<<8 | uint64(o.op)<<16 | uint64(o.root)<<24 | uint64(o.count)<<32
+	}
+	in := make([][]byte, p.n)
+	reqs := make([]fabric.Request, 0, 2*len(with))
+	lp := peers{p.c.links}
+	for _, j := range with {
+		tag := fabric.Tag{gpuTagMagic | phase, p.c.id, p.pairSeq[j], sig}
+		in[j] = make([]byte, inLen[j])
+		reqs = append(reqs, lp.Recv(j, tag, collectives.HostBuffer(in[j])))
+	}
+	for _, j := range with {
+		tag := fabric.Tag{gpuTagMagic | phase, p.c.id, p.pairSeq[j], sig}
+		reqs = append(reqs, lp.Send(j, tag, collectives.HostBuffer(out[j])))
+	}
+	if err := fabric.WaitAll(ctx, reqs...); err != nil {
+		what := map[uint64]string{phaseReady: "ready", phaseDone: "done", phasePushed: "pushed"}[phase]
+		return nil, fmt.Errorf("gpu %s: %s handshake with ranks %v: %w", o.kind, what, with, err)
+	}
+	return in, nil
+}

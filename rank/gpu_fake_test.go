@@ -1,0 +1,355 @@
+package rank
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+	"flexlink/internal/settings"
+)
+
+// Device collectives on the fake driver: ranks are goroutines of this
+// process, each with its own fake GPU of one shared fake driver (which, unlike
+// libcuda, lets a process open its own IPC handles). Fake streams run every
+// operation when it is enqueued, so what these tests check is the protocol:
+// that a rank touches a peer's buffer only after the peer's "ready" message
+// (the peer's earlier writes are then in place), the data movement of every
+// algorithm, the choice of plane, and failures.
+
+// fakeRanks starts n ranks on a fake driver with env settings, each with a
+// DeviceComm on GPU r and test buffers of bufBytes.
+func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, bufBytes int) []*devRank {
+	t.Helper()
+	cfg.Devices = n
+	drv, err := gpu.OpenFake(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	stores := bootstrap.NewInProc(n)
+	job := fmt.Sprintf("gpufake%d-%d", os.Getpid(), time.Now().UnixNano())
+	rs := make([]*devRank, n)
+	ctx := testCtx(t, 30*time.Second)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
+				if err != nil {
+					return err
+				}
+				dev, err := drv.Device(r)
+				if err != nil {
+					return err
+				}
+				dr := &devRank{c: c}
+				rs[r] = dr
+				if dr.s, err = dev.NewStream(); err != nil {
+					return err
+				}
+				if dr.a, err = dev.Alloc(bufBytes); err != nil {
+					return err
+				}
+				if dr.b, err = dev.Alloc(bufBytes); err != nil {
+					return err
+				}
+				dr.dc, err = c.Device(ctx, dev)
+				return err
+			}()
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		onRanks(rs, func(r *devRank) error {
+			if r == nil {
+				return nil
+			}
+			if r.dc != nil {
+				r.dc.Close(context.Background())
+			}
+			for _, b := range []*gpu.Buffer{r.a, r.b} {
+				if b != nil {
+					b.Free()
+				}
+			}
+			if r.s != nil {
+				r.s.Close()
+			}
+			return r.c.Close()
+		})
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return rs
+}
+
+// sweep runs every case on every rank and fails on any error or wrong
+// element.
+func sweep(t *testing.T, rs []*devRank, cases []devCase) {
+	ctx := testCtx(t, 60*time.Second)
+	for _, c := range cases {
+		wrong := make([]int, len(rs))
+		errs := onRanks(rs, func(r *devRank) (err error) {
+			wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
+			return err
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%v: rank %d: %v", c, r, err)
+			}
+			if wrong[r] != 0 {
+				t.Errorf("%v: rank %d: %d wrong elements", c, r, wrong[r])
+			}
+		}
+	}
+}
+
+const fakeBig = 300_000 // elements: several 64 KiB chunks and pushes over fanOutMin
+
+func TestGPUFakeDirect(t *testing.T) {
+	for _, tc := range []struct {
+		n           int
+		mode, lanes string
+	}{{1, "auto", "1"}, {2, "read", "1"}, {2, "push", "3"}, {3, "push", "1"}, {3, "read", "2"}, {4, "auto", "2"}} {
+		n := tc.n
+		t.Run(fmt.Sprintf("%dranks-%s-%slanes", n, tc.mode, tc.lanes), func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_ALLREDUCE": tc.mode, "FLEXLINK_GPU_COPY_STREAMS": tc.lanes}
+			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, n*fakeBig*8)
+			for _, r := range rs {
+				if r.dc.Path() != "direct" {
+					t.Fatalf("rank %d path %s, want direct", r.c.Rank(), r.dc.Path())
+				}
+			}
+			sweep(t, rs, devCases(n, fakeBig))
+		})
+	}
+}
+
+func TestGPUFakeStaged(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  gpu.FakeConfig
+		env  map[string]string
+	}{
+		{"forced", gpu.FakeConfig{}, map[string]string{"FLEXLINK_GPU_PATH": "staged"}},
+		{"nopeer", gpu.FakeConfig{NoPeer: true}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := fakeRanks(t, 3, tc.cfg, tc.env, 3*fakeBig*8)
+			for _, r := range rs {
+				if r.dc.Path() != "staged" {
+					t.Fatalf("rank %d path %s, want staged", r.c.Rank(), r.dc.Path())
+				}
+			}
+			sweep(t, rs, devCases(3, 5000))
+		})
+	}
+}
+
+// TestGPUFakeDirectRefused: forcing the direct plane where a GPU cannot
+// reach another fails on every rank with ErrNotSupported.
+func TestGPUFakeDirectRefused(t *testing.T) {
+	drv, err := gpu.OpenFake(gpu.FakeConfig{Devices: 2, NoPeer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	stores := bootstrap.NewInProc(2)
+	ctx := testCtx(t, 20*time.Second)
+	job := fmt.Sprintf("gpufake%d-%d", os.Getpid(), time.Now().UnixNano())
+	errs2 := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := New(ctx, stores[r], Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
+			if err != nil {
+				errs2[r] = err
+				return
+			}
+			defer c.Close()
+			dev, _ := drv.Device(r)
+			_, errs2[r] = c.Device(ctx, dev)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs2 {
+		if !errors.Is(err, errs.ErrNotSupported) {
+			t.Errorf("rank %d: %v, want ErrNotSupported", r, err)
+		}
+	}
+}
+
+// TestGPUFakeGroup: a ring of sends and receives, and a pair exchange among
+// some ranks only, through both planes.
+func TestGPUFakeGroup(t *testing.T) {
+	for _, path := range []string{"direct", "staged"} {
+		t.Run(path, func(t *testing.T) {
+			const n, elems = 4, 5000
+			rs := fakeRanks(t, n, gpu.FakeConfig{}, map[string]string{"FLEXLINK_GPU_PATH": path}, 4*elems*4)
+			ctx := testCtx(t, 30*time.Second)
+			errs := onRanks(rs, func(r *devRank) error { return groupRound(ctx, r, elems) })
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// groupRound: every rank sends block 0 of a to the next rank and receives
+// block 1 of b from the previous; then the first and last ranks swap (the
+// others sit out) with two messages each way.
+func groupRound(ctx context.Context, r *devRank, elems int) error {
+	n, me := r.c.Size(), r.c.Rank()
+	blk := elems * 4
+	vals := func(src, k int) []byte {
+		b := make([]byte, blk)
+		for i := 0; i < elems; i++ {
+			dtype.Put(b, i, dtype.Float32, float64(src*1000+k*100+i%97))
+		}
+		return b
+	}
+	check := func(got []byte, src, k int) error {
+		want := vals(src, k)
+		for i := range want {
+			if got[i] != want[i] {
+				return fmt.Errorf("rank %d: message %d from rank %d differs at byte %d", me, k, src, i)
+			}
+		}
+		return nil
+	}
+	a, b := r.a, r.b
+	if err := r.s.CopyHtoD(a.Sub(0, blk), vals(me, 0)); err != nil {
+		return err
+	}
+	if err := r.s.CopyHtoD(a.Sub(blk, blk), vals(me, 1)); err != nil {
+		return err
+	}
+	next, prev := (me+1)%n, (me+n-1)%n
+	if err := r.dc.Group(ctx, r.s, DeviceSendTo(next, a.Sub(0, blk)), DeviceRecvFrom(prev, b.Sub(blk, blk))); err != nil {
+		return err
+	}
+	got := make([]byte, blk)
+	if err := r.s.CopyDtoH(got, b.Sub(blk, blk)); err != nil {
+		return err
+	}
+	if err := check(got, prev, 0); err != nil {
+		return err
+	}
+	if x, y := 0, n-1; n > 1 && (me == x || me == y) {
+		other := x + y - me
+		if err := r.dc.Group(ctx, r.s,
+			DeviceRecvFrom(other, b.Sub(0, blk)), DeviceSendTo(other, a.Sub(0, blk)),
+			DeviceSendTo(other, a.Sub(blk, blk)), DeviceRecvFrom(other, b.Sub(2*blk, blk))); err != nil {
+			return err
+		}
+		for k, off := range []int{0, 2 * blk} {
+			if err := r.s.CopyDtoH(got, b.Sub(off, blk)); err != nil {
+				return err
+			}
+			if err := check(got, other, k); err != nil {
+				return err
+			}
+		}
+	}
+	return r.s.Synchronize()
+}
+
+// TestGPUFakeMismatch: ranks that call different collectives fail with
+// ErrMismatch instead of mixing data or hanging.
+func TestGPUFakeMismatch(t *testing.T) {
+	rs := fakeRanks(t, 2, gpu.FakeConfig{}, nil, 1<<16)
+	ctx := testCtx(t, 20*time.Second)
+	errs2 := onRanks(rs, func(r *devRank) error {
+		count := 100 + r.c.Rank()
+		return r.dc.AllReduce(ctx, r.a, r.b, count, dtype.Float32, dtype.Sum, r.s)
+	})
+	for r, err := range errs2 {
+		if !errors.Is(err, errs.ErrMismatch) {
+			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+}
+
+// TestGPUEventRecordOrder checks the rule in gpu_direct.go: when a rank
+// enqueues a wait on a peer's IPC event, the event's latest record is the
+// one for the call the wait belongs to (never a later one). The log holds
+// records before they happen and waits after, so any overlap shows.
+func TestGPUEventRecordOrder(t *testing.T) {
+	const n = 3
+	env := map[string]string{"FLEXLINK_GPU_ALLREDUCE": "push", "FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": "2"}
+	rs := fakeRanks(t, n, gpu.FakeConfig{}, env, 1<<20)
+	var mu sync.Mutex
+	var log []traceRec
+	for _, r := range rs {
+		r.dc.plane.(*directPlane).trace = func(x traceRec) {
+			mu.Lock()
+			log = append(log, x)
+			mu.Unlock()
+		}
+	}
+	ctx := testCtx(t, 30*time.Second)
+	for round := 0; round < 20; round++ {
+		errs := onRanks(rs, func(r *devRank) error {
+			me := r.c.Rank()
+			if err := r.dc.AllReduce(ctx, r.a, r.b, 100_000, dtype.Float32, dtype.Sum, r.s); err != nil {
+				return err
+			}
+			// A ring (every rank), then a pair that leaves the third rank
+			// out, a different pair each round.
+			if err := r.dc.Group(ctx, r.s, DeviceSendTo((me+1)%n, r.a.Sub(0, 256)), DeviceRecvFrom((me+n-1)%n, r.b.Sub(0, 256))); err != nil {
+				return err
+			}
+			if x, y := round%n, (round+1)%n; me == x || me == y {
+				other := x + y - me
+				if err := r.dc.Group(ctx, r.s, DeviceSendTo(other, r.a.Sub(0, 512)), DeviceRecvFrom(other, r.b.Sub(512, 512))); err != nil {
+					return err
+				}
+			}
+			return r.dc.AllGather(ctx, r.a.Sub(0, 1024), r.b.Sub(0, n*1024), 256, dtype.Float32, r.s)
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d rank %d: %v", round, r, err)
+			}
+		}
+	}
+	type key struct{ owner, to, chunk int }
+	latest := map[key]uint64{}
+	waits, pushWaits := 0, 0
+	for i, x := range log {
+		k := key{x.owner, x.to, x.chunk}
+		if x.wait && x.chunk >= 0 {
+			pushWaits++
+		}
+		if !x.wait {
+			latest[k] = x.call
+			continue
+		}
+		waits++
+		if latest[k] != x.call {
+			t.Fatalf("log entry %d: rank %d waits on rank %d's event (to %d, chunk %d) for call %d, but its latest record is call %d",
+				i, x.actor, x.owner, x.to, x.chunk, x.call, latest[k])
+		}
+	}
+	if waits == 0 || pushWaits == 0 {
+		t.Fatalf("%d waits traced, %d on push events", waits, pushWaits)
+	}
+}

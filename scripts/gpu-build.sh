@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine runs (it has no Go toolchain) into .devbin/:
+# the programs (flexbench, flexrun, flexinfo), the GPU test binaries
+# (rank, gpu, internal/nccl: `go test -c`), the NCCL anchor script and
+# scripts/gpu-device.sh. Carry .devbin with the device tool and run
+#   .devbin/gpu-device.sh
+# there. amd64 Linux; stripped, so the folder stays well under the tool's
+# 64 MiB working-tree limit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=.devbin
+mkdir -p "$out"
+export GOOS=linux GOARCH=amd64
+flags=(-trimpath -ldflags='-s -w')
+go build "${flags[@]}" -o "$out/" ./cmd/flexbench ./cmd/flexinfo
+if ! go build "${flags[@]}" -o "$out/" ./cmd/flexrun 2>"$out/flexrun-build.err"; then
+	# Someone's launcher work in progress does not build: take flexrun's
+	# packages as committed (a build overlay; the working tree is untouched).
+	echo "flexrun: working tree does not build ($(head -1 "$out/flexrun-build.err")); using HEAD's launcher/ and cmd/flexrun/"
+	tmp=$(mktemp -d)
+	for dir in launcher cmd/flexrun; do
+		for f in $(git ls-tree --name-only HEAD "$dir/"); do
+			case $f in *.go) mkdir -p "$tmp/$(dirname "$f")"; git show "HEAD:$f" >"$tmp/$f" ;; esac
+		done
+	done
+	python3 - "$tmp" <<'PY'
+import json, os, subprocess, sys
+tmp = sys.argv[1]
+rep = {}
+for d in ("launcher", "cmd/flexrun"):
+    for f in os.listdir(d):
+        if f.endswith(".go"):
+            p = os.path.join(d, f)
+            rep[os.path.abspath(p)] = os.path.join(tmp, p) if os.path.exists(os.path.join(tmp, p)) else ""
+    for root, _, files in os.walk(os.path.join(tmp, d)):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), tmp)
+            rep.setdefault(os.path.abspath(rel), os.path.join(root, f))
+json.dump({"Replace": rep}, open(os.path.join(tmp, "overlay.json"), "w"))
+PY
+	go build "${flags[@]}" -overlay "$tmp/overlay.json" -o "$out/" ./cmd/flexrun
+	rm -rf "$tmp"
+fi
+rm -f "$out/flexrun-build.err"
+for pkg in rank gpu internal/nccl; do
+	go test -c "${flags[@]}" -o "$out/$(basename "$pkg").test" "./$pkg"
+done
+anchor=../shared/anchors/nccl_baseline.py
+if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
+cp scripts/gpu-device.sh "$out/"
+du -sh "$out"

@@ -1,17 +1,35 @@
 package settings
 
 import (
+	"flag"
 	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The README's settings table must be exactly what the registry declares.
+var update = flag.Bool("update", false, "rewrite README.md's settings table from the registry")
+
+// The README's settings table must be exactly what the registry declares
+// (go test ./internal/settings -update rewrites it).
 func TestReadmeTableMatchesRegistry(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	const path = "../../README.md"
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *update {
+		s := string(b)
+		start := strings.Index(s, "| variable | default | meaning |")
+		end := strings.Index(s, "\n## Layout")
+		if start < 0 || end < start {
+			t.Fatal("README.md has no settings table followed by ## Layout")
+		}
+		s = s[:start] + Markdown() + s[end:]
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(s)
 	}
 	if !strings.Contains(string(b), Markdown()) {
 		t.Fatalf("README.md's settings table is out of date; replace it with:\n%s", Markdown())

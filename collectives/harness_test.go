@@ -16,11 +16,14 @@ import (
 // the test binary).
 const hangLimit = 30 * time.Second
 
-// world is a communicator of n goroutine ranks on a fake network.
+// world is a communicator of n goroutine ranks on a fake network (or, with
+// nw nil, on real links: see transport_sweep_test.go).
 type world struct {
 	n       int
 	nw      *fake.Network
 	engines []*collectives.Engine
+	// abort fails every link of the world (nw.Abort on the fake network).
+	abort func(error)
 }
 
 func newWorld(n int, opt fake.Options, cfg collectives.Config) *world {
@@ -30,6 +33,7 @@ func newWorld(n int, opt fake.Options, cfg collectives.Config) *world {
 // newWorldCfg gives every rank its own Config (for mismatch tests).
 func newWorldCfg(n int, opt fake.Options, cfg func(rank int) collectives.Config) *world {
 	w := &world{n: n, nw: fake.NewNetwork(n, opt)}
+	w.abort = w.nw.Abort
 	for r := range n {
 		p := collectives.NewLinkPeers(r, n, w.nw.Links(r))
 		w.engines = append(w.engines, collectives.NewEngine(0xc0ffee, p, collectives.HostMemory{}, cfg(r)))
@@ -55,7 +59,7 @@ func (w *world) run(t testing.TB, silent func(int) bool, fn func(ctx context.Con
 			defer wg.Done()
 			errs[r] = fn(ctx, r, w.engines[r])
 			if errs[r] != nil && (silent == nil || !silent(r)) {
-				w.nw.Abort(fmt.Errorf("job aborted by rank %d: %w", r, errs[r]))
+				w.abort(fmt.Errorf("job aborted by rank %d: %w", r, errs[r]))
 			}
 		}()
 	}

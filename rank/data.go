@@ -207,6 +207,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 		}
 		ps[i] = collectives.P2P{Send: o.Send, Peer: o.Peer, Buf: o.Data.buf()}
 	}
+	unaliasSends(ps)
 	return c.run(ctx, "group send/recv", func(ctx context.Context) error {
 		return c.engine.Group(ctx, ps)
 	})
@@ -246,4 +247,27 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// unaliasSends gives every send of a group that overlaps a receive of the
+// same group a private copy, so that an in-place exchange (the same buffer
+// sent and received, as in a ring shift) cannot overwrite bytes before they
+// are sent. NCCL leaves this undefined; it costs one copy and never corrupts.
+func unaliasSends(ps []collectives.P2P) {
+	for i, s := range ps {
+		sb, ok := s.Buf.(collectives.HostBuffer)
+		if !s.Send || !ok || len(sb) == 0 {
+			continue
+		}
+		for _, r := range ps {
+			rb, ok := r.Buf.(collectives.HostBuffer)
+			if r.Send || !ok || len(rb) == 0 {
+				continue
+			}
+			if sb.Addr() < rb.Addr()+uintptr(len(rb)) && rb.Addr() < sb.Addr()+uintptr(len(sb)) {
+				ps[i].Buf = collectives.HostBuffer(append([]byte(nil), sb...))
+				break
+			}
+		}
+	}
 }

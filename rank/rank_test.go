@@ -338,3 +338,26 @@ func TestMultiLinkHostCollectives(t *testing.T) {
 		}
 	}
 }
+
+// A ring shift that sends and receives the same buffer (in place) must
+// still deliver the neighbour's original data.
+func TestGroupInPlaceRingShift(t *testing.T) {
+	const n, count = 3, 1 << 17
+	noErrors(t, runWorld(t, n, "tcp", func(c *Comm) error {
+		x := make([]int32, count)
+		for i := range x {
+			x[i] = int32(c.Rank()*count + i)
+		}
+		me := c.Rank()
+		if err := c.Group(context.Background(), SendTo((me+1)%n, Of(x)), RecvFrom((me+n-1)%n, Of(x))); err != nil {
+			return err
+		}
+		from := (me + n - 1) % n
+		for i, v := range x {
+			if v != int32(from*count+i) {
+				return fmt.Errorf("element %d = %d, want %d", i, v, from*count+i)
+			}
+		}
+		return nil
+	}))
+}

@@ -66,7 +66,14 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 	tsz := cfg.dt.Size()
 	elems := cfg.spec.round(int(size)/tsz, n)
 	sc, rc := cfg.spec.counts(elems, n)
-	row := result{Bytes: int64(elems * tsz), Count: elems, Type: cfg.dt.String(), Op: "none", Root: -1}
+	// The count column is what nccl-tests prints: the elements of one
+	// rank's block for allgather, reducescatter and alltoall.
+	count := elems
+	switch cfg.spec.name {
+	case "allgather", "reducescatter", "alltoall":
+		count = elems / n
+	}
+	row := result{Bytes: int64(elems * tsz), Count: count, Type: cfg.dt.String(), Op: "none", Root: -1}
 	if cfg.spec.reduces {
 		row.Op = cfg.op.String()
 	}

@@ -54,6 +54,11 @@ func main() {
 		UsageText:       "flexbench COLLECTIVE [flags]   (COLLECTIVE: " + opNames() + ")",
 		HideHelpCommand: true,
 		Commands:        cmds,
+		CommandNotFound: func(cc *cli.Context, name string) {
+			_, err := lookupOp(name)
+			fmt.Fprintln(os.Stderr, "flexbench:", err)
+			os.Exit(2)
+		},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "flexbench:", err)

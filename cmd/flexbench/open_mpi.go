@@ -70,6 +70,8 @@ static int flexAlltoall(void *s, void *r, int n, int d) {
 	return MPI_Alltoall(inplace(s, r), n, flexDtype(d), r, n, flexDtype(d), MPI_COMM_WORLD);
 }
 static int flexSendrecv(void *s, void *r, int n, int d, int to, int from) {
+	if (s == r)
+		return MPI_Sendrecv_replace(r, n, flexDtype(d), to, 7, from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 	return MPI_Sendrecv(s, n, flexDtype(d), to, 7, r, n, flexDtype(d), from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 static int flexBarrier(void) { return MPI_Barrier(MPI_COMM_WORLD); }

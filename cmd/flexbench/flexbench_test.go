@@ -1,0 +1,595 @@
+package main
+
+// End-to-end tests of flexbench under flexrun (two real ranks), checked
+// against what nccl-tests prints, and a unit test of the result check.
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"image/png"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"flexlink/dtype"
+	"flexlink/rank"
+)
+
+// benchBins are built once by TestMain and only read afterwards.
+var benchBins struct{ flexrun, flexbench string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flexbench-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	benchBins.flexrun, benchBins.flexbench = filepath.Join(dir, "flexrun"), filepath.Join(dir, "flexbench")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "flexlink/cmd/flexrun", "flexlink/cmd/flexbench")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build flexrun flexbench: %v\n", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// benchOut is one finished flexrun job.
+type benchOut struct {
+	stdout, stderr string
+	code           int
+	maxRSS         int64 // bytes: the largest of flexrun and its ranks
+}
+
+// flexrunBench runs flexrun -np np --oversubscribe flexbench args... (60 s at most).
+func flexrunBench(t *testing.T, np int, args ...string) benchOut {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	argv := append([]string{"-np", strconv.Itoa(np), "--oversubscribe", benchBins.flexbench}, args...)
+	cmd := exec.CommandContext(ctx, benchBins.flexrun, argv...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("flexrun %q did not finish in 60 s; stderr:\n%s", argv, errb.String())
+	}
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatalf("flexrun %q: %v", argv, err)
+	}
+	r := benchOut{stdout: out.String(), stderr: errb.String(), code: cmd.ProcessState.ExitCode()}
+	// wait4 reports the largest resident set of flexrun and of every
+	// descendant it reaped (the ranks), in KiB on Linux.
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss << 10
+	}
+	return r
+}
+
+// benchColl is what nccl-tests defines for a collective: whether the count
+// column is the per-rank block (its "paramcount": allgather's send count,
+// reducescatter's recv count, alltoall's count per peer) with sizes rounded
+// down to whole blocks, whether it has a reduction op and a root, and the
+// bus-bandwidth factor. (Recent nccl-tests also align reducescatter's
+// block to 16 bytes; flexbench rounds to whole blocks only, as earlier
+// versions did, and so do these tests.)
+type benchColl struct {
+	name                     string
+	perRank, reduces, rooted bool
+	factor                   func(n float64) float64
+}
+
+var benchColls = []benchColl{
+	{"allreduce", false, true, false, func(n float64) float64 { return 2 * (n - 1) / n }},
+	{"allgather", true, false, false, func(n float64) float64 { return (n - 1) / n }},
+	{"reducescatter", true, true, false, func(n float64) float64 { return (n - 1) / n }},
+	{"broadcast", false, false, true, func(float64) float64 { return 1 }},
+	{"reduce", false, true, true, func(float64) float64 { return 1 }},
+	{"alltoall", true, false, false, func(n float64) float64 { return (n - 1) / n }},
+	{"sendrecv", false, false, false, func(float64) float64 { return 1 }},
+}
+
+func collByName(t *testing.T, name string) benchColl {
+	for _, c := range benchColls {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no collective %q", name)
+	return benchColl{}
+}
+
+// benchTypes are the dtype/op pairs every collective runs with.
+var benchTypes = []struct {
+	dtype, op string
+	size      int64
+}{{"float", "sum", 4}, {"int8", "max", 1}, {"half", "avg", 2}, {"double", "prod", 8}}
+
+// benchRow is one row of output, whatever the format.
+type benchRow struct {
+	size, count             int64
+	typ, redop              string
+	root                    int64
+	outTime, outAlg, outBus float64
+	inTime, inAlg, inBus    float64
+	outWrong, inWrong       int64
+	// precTime and precBW are half a unit of the last printed digit of
+	// times and bandwidths (0 for JSON's full precision).
+	precTime, precBW float64
+	source           string
+}
+
+// wantRows lists the rows nccl-tests would print (timings aside) for
+// sizes min, min*f, ... <= max on n ranks.
+func wantRows(c benchColl, dt string, tsize, minB, maxB, f int64, n int, op string) []benchRow {
+	var rows []benchRow
+	for s := minB; s <= maxB; s *= f {
+		w := benchRow{typ: dt, redop: "none", root: -1}
+		elems := s / tsize
+		if c.perRank {
+			w.count = elems / int64(n)
+			w.size = w.count * int64(n) * tsize
+		} else {
+			w.count, w.size = elems, elems*tsize
+		}
+		if c.reduces {
+			w.redop = op
+		}
+		if c.rooted {
+			w.root = 0
+		}
+		rows = append(rows, w)
+	}
+	return rows
+}
+
+// parseTable reads the table's data rows (lines not starting with #).
+func parseTable(out string) ([]benchRow, error) {
+	var rows []benchRow
+	for _, line := range strings.Split(out, "\n") {
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 13 {
+			return nil, fmt.Errorf("table row %q has %d columns, want 13", line, len(f))
+		}
+		r, err := rowFromStrings(f)
+		r.precTime, r.precBW, r.source = 0.05, 0.005, "table"
+		if err != nil {
+			return nil, fmt.Errorf("table row %q: %w", line, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+var csvHeader = []string{"size", "count", "type", "redop", "root", "out_time_us", "out_algbw", "out_busbw", "out_wrong",
+	"in_time_us", "in_algbw", "in_busbw", "in_wrong"}
+
+func parseCSV(out string) ([]benchRow, error) {
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 || strings.Join(recs[0], ",") != strings.Join(csvHeader, ",") {
+		return nil, fmt.Errorf("csv header %q, want %q", recs, csvHeader)
+	}
+	var rows []benchRow
+	for _, rec := range recs[1:] {
+		r, err := rowFromStrings(rec)
+		r.precTime, r.precBW, r.source = 0.0005, 0.0005, "csv"
+		if err != nil {
+			return nil, fmt.Errorf("csv record %q: %w", rec, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// rowFromStrings reads the 13 columns in table/CSV order.
+func rowFromStrings(f []string) (benchRow, error) {
+	var r benchRow
+	var errs []error
+	i := func(s string) int64 { v, err := strconv.ParseInt(s, 10, 64); errs = append(errs, err); return v }
+	x := func(s string) float64 { v, err := strconv.ParseFloat(s, 64); errs = append(errs, err); return v }
+	r.size, r.count, r.typ, r.redop, r.root = i(f[0]), i(f[1]), f[2], f[3], i(f[4])
+	r.outTime, r.outAlg, r.outBus, r.outWrong = x(f[5]), x(f[6]), x(f[7]), i(f[8])
+	r.inTime, r.inAlg, r.inBus, r.inWrong = x(f[9]), x(f[10]), x(f[11]), i(f[12])
+	return r, errors.Join(errs...)
+}
+
+// parseJSON reads the JSON array by key names (not through flexbench's
+// own struct), so a renamed or missing key shows.
+func parseJSON(out string) ([]benchRow, error) {
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	var recs []map[string]any
+	if err := dec.Decode(&recs); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("data after the JSON array: %v", err)
+	}
+	var rows []benchRow
+	for _, m := range recs {
+		var errs []error
+		num := func(k string) json.Number {
+			v, ok := m[k].(json.Number)
+			if !ok {
+				errs = append(errs, fmt.Errorf("key %q: %v is not a number", k, m[k]))
+			}
+			return v
+		}
+		i := func(k string) int64 { v, err := num(k).Int64(); errs = append(errs, err); return v }
+		x := func(k string) float64 { v, err := num(k).Float64(); errs = append(errs, err); return v }
+		s := func(k string) string {
+			v, ok := m[k].(string)
+			if !ok {
+				errs = append(errs, fmt.Errorf("key %q: %v is not a string", k, m[k]))
+			}
+			return v
+		}
+		r := benchRow{size: i("size"), count: i("count"), typ: s("type"), redop: s("redop"), root: i("root"),
+			outTime: x("out_time_us"), outAlg: x("out_algbw_gbs"), outBus: x("out_busbw_gbs"), outWrong: i("out_wrong"),
+			inTime: x("in_time_us"), inAlg: x("in_algbw_gbs"), inBus: x("in_busbw_gbs"), inWrong: i("in_wrong"),
+			source: "json"}
+		if err := errors.Join(errs...); err != nil {
+			return nil, fmt.Errorf("json record %v: %w", m, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// checkRows compares rows with the expected ones: identical non-timing
+// columns, no wrong elements, algbw = size/time and busbw = algbw × the
+// nccl-tests factor up to the printed precision.
+func checkRows(t *testing.T, got, want []benchRow, factor float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d (sizes %v)", len(got), len(want), want)
+	}
+	for i, g := range got {
+		w := want[i]
+		if g.size != w.size || g.count != w.count || g.typ != w.typ || g.redop != w.redop || g.root != w.root {
+			t.Errorf("%s row %d: size %d count %d type %s redop %s root %d; want %d %d %s %s %d%s",
+				g.source, i, g.size, g.count, g.typ, g.redop, g.root, w.size, w.count, w.typ, w.redop, w.root, countHint(g, w))
+		}
+		if g.outWrong != 0 || g.inWrong != 0 {
+			t.Errorf("%s row %d (size %d): #wrong %d out of place, %d in place", g.source, i, g.size, g.outWrong, g.inWrong)
+		}
+		checkBW(t, g, "out of place", g.outTime, g.outAlg, g.outBus, factor)
+		checkBW(t, g, "in place", g.inTime, g.inAlg, g.inBus, factor)
+	}
+}
+
+// countHint explains the most likely count mismatch.
+func countHint(g, w benchRow) string {
+	if g.size == w.size && g.count > w.count {
+		return " (nccl-tests prints the per-rank block count, its paramcount, for allgather, reducescatter and alltoall)"
+	}
+	return ""
+}
+
+func checkBW(t *testing.T, r benchRow, what string, us, alg, bus, factor float64) {
+	t.Helper()
+	const rel = 1e-9
+	if us <= r.precTime {
+		t.Errorf("%s size %d %s: time %v", r.source, r.size, what, us)
+		return
+	}
+	gb := float64(r.size) / 1e3 // GB/s × µs
+	lo, hi := gb/(us+r.precTime)-r.precBW, gb/(us-r.precTime)+r.precBW
+	if alg < lo-rel*alg || alg > hi+rel*alg {
+		t.Errorf("%s size %d %s: algbw %v with time %v µs, want size/time in [%v, %v]", r.source, r.size, what, alg, us, lo, hi)
+	}
+	if d := math.Abs(bus - alg*factor); d > r.precBW*(1+factor)+rel*bus {
+		t.Errorf("%s size %d %s: busbw %v, want algbw %v × %v", r.source, r.size, what, bus, alg, factor)
+	}
+}
+
+// TestCollectives runs every collective with four dtype/op pairs on two
+// ranks and checks the nccl-tests table it prints.
+func TestCollectives(t *testing.T) {
+	for _, c := range benchColls {
+		for _, ty := range benchTypes {
+			t.Run(c.name+"/"+ty.dtype+"/"+ty.op, func(t *testing.T) {
+				out := flexrunBench(t, 2, c.name, "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-d", ty.dtype, "-o", ty.op)
+				if out.code != 0 {
+					t.Fatalf("exit status %d; stderr:\n%s", out.code, out.stderr)
+				}
+				rows, err := parseTable(out.stdout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRows(t, rows, wantRows(c, ty.dtype, ty.size, 1<<10, 64<<10, 4, 2, ty.op), c.factor(2))
+				if !strings.Contains(out.stdout, "\n# Out of bounds values : 0 OK\n") {
+					t.Errorf("no clean footer:\n%s", out.stdout)
+				}
+			})
+		}
+	}
+}
+
+// TestFormats checks that --csv and --json carry the same rows as the
+// table, for every collective (dtype/op pairs rotate).
+func TestFormats(t *testing.T) {
+	for i, c := range benchColls {
+		for j, format := range []struct {
+			flag  string
+			parse func(string) ([]benchRow, error)
+		}{{"--csv", parseCSV}, {"--json", parseJSON}} {
+			ty := benchTypes[(i+j)%len(benchTypes)]
+			t.Run(c.name+format.flag, func(t *testing.T) {
+				out := flexrunBench(t, 2, c.name, "-b", "1K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-d", ty.dtype, "-o", ty.op, format.flag)
+				if out.code != 0 {
+					t.Fatalf("exit status %d; stderr:\n%s", out.code, out.stderr)
+				}
+				rows, err := format.parse(out.stdout)
+				if err != nil {
+					t.Fatalf("%v; output:\n%s", err, out.stdout)
+				}
+				checkRows(t, rows, wantRows(c, ty.dtype, ty.size, 1<<10, 64<<10, 4, 2, ty.op), c.factor(2))
+			})
+		}
+	}
+}
+
+// TestRounding uses sizes that are not whole blocks on three ranks.
+func TestRounding(t *testing.T) {
+	for _, tc := range []struct {
+		coll, dtype string
+		tsize, size int64
+	}{
+		{"allreduce", "float", 4, 1001},
+		{"allgather", "double", 8, 1000},
+		{"reducescatter", "float", 4, 1000},
+		{"alltoall", "int8", 1, 1000},
+	} {
+		t.Run(tc.coll, func(t *testing.T) {
+			c := collByName(t, tc.coll)
+			sz := strconv.FormatInt(tc.size, 10)
+			out := flexrunBench(t, 3, tc.coll, "-b", sz, "-e", sz, "-n", "1", "-w", "0", "-d", tc.dtype, "--json")
+			if out.code != 0 {
+				t.Fatalf("exit status %d; stderr:\n%s", out.code, out.stderr)
+			}
+			rows, err := parseJSON(out.stdout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRows(t, rows, wantRows(c, tc.dtype, tc.tsize, tc.size, tc.size, 2, 3, "sum"), c.factor(3))
+		})
+	}
+}
+
+// TestPlot checks that --plot writes a valid SVG and a decodable PNG.
+func TestPlot(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		coll, file string
+		valid      func(f *os.File) error
+	}{
+		{"allreduce", "busbw.svg", func(f *os.File) error {
+			dec := xml.NewDecoder(f)
+			var root string
+			for {
+				tok, err := dec.Token()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					return err
+				}
+				if se, ok := tok.(xml.StartElement); ok && root == "" {
+					root = se.Name.Local
+				}
+			}
+			if root != "svg" {
+				return fmt.Errorf("root element %q, want svg", root)
+			}
+			return nil
+		}},
+		{"alltoall", "busbw.png", func(f *os.File) error {
+			img, err := png.Decode(f)
+			if err != nil {
+				return err
+			}
+			b := img.Bounds()
+			colors := map[[4]uint32]bool{}
+			for y := b.Min.Y; y < b.Max.Y; y += 3 {
+				for x := b.Min.X; x < b.Max.X; x += 3 {
+					r, g, bl, a := img.At(x, y).RGBA()
+					colors[[4]uint32{r, g, bl, a}] = true
+				}
+			}
+			if b.Dx() < 100 || b.Dy() < 100 || len(colors) < 2 {
+				return fmt.Errorf("%v image with %d colours: nothing drawn", b, len(colors))
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join(dir, tc.file)
+			out := flexrunBench(t, 2, tc.coll, "-b", "1K", "-e", "64K", "-f", "4", "-n", "1", "-w", "0", "--plot", path)
+			if out.code != 0 {
+				t.Fatalf("exit status %d; stderr:\n%s", out.code, out.stderr)
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := tc.valid(f); err != nil {
+				t.Errorf("%s: %v", tc.file, err)
+			}
+		})
+	}
+}
+
+// TestBadArguments checks that mistakes end the job with a non-zero status
+// and a message naming what was wrong.
+func TestBadArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"allreduce", "-d", "float17"}, `unknown dtype "float17"`},
+		{[]string{"allreduce", "-o", "median"}, `unknown op "median"`},
+		{[]string{"allscatter", "-b", "1K"}, "allscatter"},
+		{[]string{"allreduce", "-b", "12Q"}, `bad size "12Q"`},
+		{[]string{"broadcast", "-b", "1K", "-e", "1K", "-r", "5"}, "root 5 out of range"},
+		{[]string{"allreduce", "--device", "tpu"}, "tpu"},
+		{[]string{"allreduce", "stray"}, "stray"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out := flexrunBench(t, 2, tc.args...)
+			if out.code == 0 {
+				t.Errorf("exit status 0; stdout:\n%s", out.stdout)
+			}
+			if !strings.Contains(out.stderr, tc.want) {
+				t.Errorf("stderr does not name the problem (%s):\n%s", tc.want, out.stderr)
+			}
+		})
+	}
+}
+
+// TestAllReduceMemory checks the peak resident set of a 64 MiB float
+// allreduce out of place: at most twice the user's buffers (send and recv,
+// 128 MiB) plus 64 MiB on every rank.
+func TestAllReduceMemory(t *testing.T) {
+	const user = 2 * 64 << 20
+	out := flexrunBench(t, 2, "allreduce", "-b", "64M", "-e", "64M", "-n", "3", "-w", "1", "--no-inplace")
+	if out.code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", out.code, out.stderr)
+	}
+	rows, err := parseTable(out.stdout)
+	if err != nil || len(rows) != 1 || rows[0].outWrong != 0 {
+		t.Fatalf("rows %+v, %v", rows, err)
+	}
+	if out.maxRSS == 0 || out.maxRSS > 2*user+64<<20 {
+		t.Errorf("peak RSS of a rank %d MiB, want at most %d MiB", out.maxRSS>>20, (2*user+64<<20)>>20)
+	}
+	t.Logf("peak RSS of a rank: %d MiB", out.maxRSS>>20)
+}
+
+// simulate computes, from the collective's definition, what rank me's recv
+// holds after coll on n ranks whose send element i is in(r, i); blk is the
+// per-rank block. sig[i] is false where recv is not significant (reduce on
+// a non-root). It also returns the send count.
+func simulate(coll string, dt dtype.DType, op dtype.Op, in func(r, i int) float64, blk, n, me, root int) (want []float64, sig []bool, send int) {
+	red := func(i int) float64 {
+		acc := in(0, i)
+		for r := 1; r < n; r++ {
+			switch v := in(r, i); op {
+			case dtype.Sum, dtype.Avg:
+				acc += v
+			case dtype.Prod:
+				acc *= v
+			case dtype.Min:
+				acc = math.Min(acc, v)
+			case dtype.Max:
+				acc = math.Max(acc, v)
+			}
+		}
+		if op == dtype.Avg {
+			acc /= float64(n)
+			if !dt.IsFloat() {
+				acc = math.Trunc(acc)
+			}
+		}
+		return acc
+	}
+	send, recv := blk*n, blk*n
+	switch coll {
+	case "allgather":
+		send = blk
+	case "reducescatter":
+		recv = blk
+	}
+	for i := range recv {
+		v, ok := 0.0, true
+		switch coll {
+		case "allreduce":
+			v = red(i)
+		case "reduce":
+			v, ok = red(i), me == root
+		case "broadcast":
+			v = in(root, i)
+		case "sendrecv":
+			v = in((me+n-1)%n, i)
+		case "allgather":
+			v = in(i/blk, i%blk)
+		case "alltoall":
+			v = in(i/blk, me*blk+i%blk)
+		case "reducescatter":
+			v = red(me*blk + i)
+		default:
+			panic(coll)
+		}
+		want, sig = append(want, v), append(sig, ok)
+	}
+	return want, sig, send
+}
+
+// TestVerifyCountsWrong checks flexbench's result check (#wrong) against
+// results built from each collective's definition: zero on a correct
+// buffer, and exactly the damaged significant elements on a corrupted one.
+func TestVerifyCountsWrong(t *testing.T) {
+	for name, spec := range ops() {
+		for _, dt := range dtype.All() {
+			for _, op := range dtype.Ops() {
+				for _, n := range []int{1, 2, 3, 5} {
+					for me := range n {
+						const blk = 7
+						root := (me + 1) % n
+						in := func(r, i int) float64 { // as fill stores it
+							b := make([]byte, dt.Size())
+							dtype.Put(b, 0, dt, spec.input(r, i, n, op))
+							return dtype.Get(b, 0, dt)
+						}
+						want, sig, sc := simulate(name, dt, op, in, blk, n, me, root)
+						if gsc, grc := spec.counts(spec.round(blk*n, n), n); gsc != sc || grc != len(want) {
+							t.Errorf("%s n=%d: counts %d, %d; want send %d, recv %d", name, n, gsc, grc, sc, len(want))
+							continue
+						}
+						recv := make([]byte, len(want)*dt.Size())
+						for i, v := range want {
+							dtype.Put(recv, i, dt, v)
+						}
+						cfg := config{spec: spec, dt: dt, op: op, root: root}
+						if got := verify(rank.Bytes(recv, dt), cfg, me, n, sc); got != 0 {
+							t.Errorf("%s %s %s n=%d rank %d: %d wrong in a correct result", name, dt, op, n, me, got)
+						}
+						bad := int64(0) // len(want) >= 7: three distinct elements
+						for _, i := range []int{0, len(want) / 2, len(want) - 1} {
+							dtype.Put(recv, i, dt, dtype.Get(recv, i, dt)+3)
+							if sig[i] {
+								bad++
+							}
+						}
+						if got := verify(rank.Bytes(recv, dt), cfg, me, n, sc); got != bad {
+							t.Errorf("%s %s %s n=%d rank %d: %d wrong, want the %d corrupted", name, dt, op, n, me, got, bad)
+						}
+					}
+				}
+			}
+		}
+	}
+}

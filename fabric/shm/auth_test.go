@@ -78,7 +78,7 @@ func TestIntruders(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.proof {
-				if m2, fds, err := readPacket(uc); err != nil || len(m2) != nonceBytes+macBytes {
+				if m2, fds, err := readPacket(uc); err != nil || len(m2) != m2Body+macBytes {
 					t.Fatalf("valid hello got answer %d bytes, %v", len(m2), err)
 				} else {
 					closeFds(fds)

@@ -16,13 +16,18 @@ var benchSizes = []struct {
 // (OneWay, PingPong) and between this process and a helper process
 // (TwoProcess).
 func BenchmarkShm(b *testing.B) {
-	for _, tc := range benchSizes {
-		b.Run("OneWay/"+tc.name, func(b *testing.B) {
-			a, c := newPair(b, nil)
-			defer a.Close()
-			defer c.Close()
-			linktest.BenchOneWay(b, a, c, tc.size, tc.window)
-		})
+	// The data paths compared: single copy forced on from 64 KiB, and off
+	// (every byte through the ring, as before single copy existed).
+	benchModes := []struct{ name, cma string }{{"cma=on", "65536"}, {"cma=off", "0"}}
+	for _, m := range benchModes {
+		for _, tc := range benchSizes {
+			b.Run("OneWay/"+m.name+"/"+tc.name, func(b *testing.B) {
+				a, c := newPair(b, map[string]string{"FLEXLINK_SHM_CMA_BYTES": m.cma})
+				defer a.Close()
+				defer c.Close()
+				linktest.BenchOneWay(b, a, c, tc.size, tc.window)
+			})
+		}
 	}
 	for _, size := range []int{8, 4 << 10} {
 		b.Run(fmt.Sprintf("PingPong/%dB", size), func(b *testing.B) {
@@ -32,17 +37,19 @@ func BenchmarkShm(b *testing.B) {
 			linktest.BenchPingPong(b, a, c, size)
 		})
 	}
-	for _, tc := range benchSizes {
-		b.Run("TwoProcess/"+tc.name, func(b *testing.B) {
-			p, l := connectHelper(b, newJob())
-			p.Echo(b, l, tc.size) // warm up and check the path
-			b.SetBytes(int64(tc.size))
-			b.ResetTimer()
-			p.Sink(b, l, tc.size, b.N, tc.window)
-		})
+	for _, m := range benchModes {
+		for _, tc := range benchSizes {
+			b.Run("TwoProcess/"+m.name+"/"+tc.name, func(b *testing.B) {
+				p, l := connectHelper(b, newJob(), m.cma)
+				p.Echo(b, l, tc.size) // warm up and check the path
+				b.SetBytes(int64(tc.size))
+				b.ResetTimer()
+				p.Sink(b, l, tc.size, b.N, tc.window)
+			})
+		}
 	}
 	b.Run("TwoProcess/PingPong/8B", func(b *testing.B) {
-		p, l := connectHelper(b, newJob())
+		p, l := connectHelper(b, newJob(), "")
 		p.Echo(b, l, 8)
 		b.ResetTimer()
 		oneway := p.PingPong(b, l, 8, b.N)

@@ -18,16 +18,22 @@ import (
 // The connect handshake runs over a SOCK_SEQPACKET unix socket in the
 // abstract namespace (nothing on disk), dialed by the lower rank:
 //
-//	M1 dialer→listener  hello: magic, from, to, ring bytes, nonceD, job, comm
-//	M2 listener→dialer  nonceL, HMAC(secret, "listener" | M1 | nonceL)
-//	M3 dialer→listener  HMAC(secret, "dialer" | M1 | nonceL) + the memfd (SCM_RIGHTS)
-//	M4 listener→dialer  0 once the listener's Connect has taken the link
+//	M1 dialer→listener  hello: magic, from, to, ring bytes, probeD, nonceD, job, comm
+//	M2 listener→dialer  nonceL, probeL, HMAC(secret, "listener" | M1 | nonceL | probeL)
+//	M3 dialer→listener  okL, HMAC(secret, "dialer" | M1 | nonceL | probeL | okL) + the memfd (SCM_RIGHTS)
+//	M4 listener→dialer  0, okD once the listener's Connect has taken the link
 //
 // Each side proves it holds the job secret before the other acts on
 // anything it sent; the memfd goes only to a listener that proved it. The
 // socket then stays open: its end of file tells each side the other is gone.
+//
+// probeD and probeL are the addresses of each side's copy of its nonce
+// (0: single copy is off on that side). Once a side has checked the other's
+// proof it reads the other's probe word with process_vm_readv and says in
+// okL / okD (1 or 0) whether that worked, which decides whether the other
+// may send it single-copy frames (cma.go).
 const (
-	helloMagic = "FLXSHM01"
+	helloMagic = "FLXSHM02"
 	nonceBytes = 32
 	macBytes   = sha256.Size
 	maxPacket  = 1024
@@ -36,6 +42,7 @@ const (
 type hello struct {
 	from, to  int
 	ringBytes uint64
+	probe     uint64
 	nonce     [nonceBytes]byte
 	job, comm string
 }
@@ -46,6 +53,7 @@ func (h *hello) marshal() []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.from))
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.to))
 	b = binary.LittleEndian.AppendUint64(b, h.ringBytes)
+	b = binary.LittleEndian.AppendUint64(b, h.probe)
 	b = append(b, h.nonce[:]...)
 	b = append(b, byte(len(h.job)))
 	b = append(b, h.job...)
@@ -54,7 +62,7 @@ func (h *hello) marshal() []byte {
 }
 
 func parseHello(b []byte) (*hello, error) {
-	const fixed = len(helloMagic) + 4 + 4 + 8 + nonceBytes
+	const fixed = len(helloMagic) + 4 + 4 + 8 + 8 + nonceBytes
 	if len(b) < fixed+2 || string(b[:len(helloMagic)]) != helloMagic {
 		return nil, errors.New("not a flexlink shm hello")
 	}
@@ -63,8 +71,9 @@ func parseHello(b []byte) (*hello, error) {
 	h.from = int(int32(binary.LittleEndian.Uint32(p)))
 	h.to = int(int32(binary.LittleEndian.Uint32(p[4:])))
 	h.ringBytes = binary.LittleEndian.Uint64(p[8:])
-	copy(h.nonce[:], p[16:])
-	p = p[16+nonceBytes:]
+	h.probe = binary.LittleEndian.Uint64(p[16:])
+	copy(h.nonce[:], p[24:])
+	p = p[24+nonceBytes:]
 	for _, s := range []*string{&h.job, &h.comm} {
 		if len(p) < 1 || len(p) < 1+int(p[0]) {
 			return nil, errors.New("truncated shm hello")
@@ -78,12 +87,26 @@ func parseHello(b []byte) (*hello, error) {
 	return h, nil
 }
 
-func proof(secret []byte, role string, m1, nonceL []byte) []byte {
+// proof is the HMAC that proves role's side holds the secret; rest are the
+// fields of M2 and M3 before their MACs.
+func proof(secret []byte, role string, m1 []byte, rest ...[]byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("flexlink shm " + role + "\x00"))
 	m.Write(m1)
-	m.Write(nonceL)
+	for _, b := range rest {
+		m.Write(b)
+	}
 	return m.Sum(nil)
+}
+
+// m2Body is the part of M2 before its MAC: nonceL and probeL.
+const m2Body = nonceBytes + 8
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func newNonce() (n [nonceBytes]byte) {

@@ -23,7 +23,8 @@ const (
 	// maxChunk bounds how much a side copies before publishing its counter.
 	maxChunk = 256 << 10
 	// spinFor is how long a waiting side polls the ring before it sleeps on
-	// the futex; it covers a small message's round trip.
+	// the futex; it covers a small message's round trip. Oversubscribed
+	// hosts do not spin at all (spinBudget).
 	spinFor = 50 * time.Microsecond
 	// checkEvery is the longest a sleeping side goes without checking that
 	// the link still stands and the peer process lives.
@@ -36,8 +37,9 @@ const (
 
 // link is one rank's end of a shared-memory link: a producer on the ring
 // towards the peer, a consumer on the ring from it, one progress goroutine
-// for each, and a watcher on the control socket, whose end of file says at
-// once that the peer process died or closed the link.
+// for each, one that completes single-copy sends as the peer acknowledges
+// them (cma.go), and a watcher on the control socket, whose end of file
+// says at once that the peer process died or closed the link.
 type link struct {
 	peer, peerPid int
 	host          string
@@ -46,12 +48,20 @@ type link struct {
 	tx            producer
 	rx            consumer
 	txq, rxq      *queue
+	acks          *ackQueue
 	txSeq, rxSeq  uint64
+	cma           cmaConfig
+	spin          time.Duration // how long await polls before it sleeps
 	ctl           *net.UnixConn
 	proc          *procWatch
 	mine, theirs  *atomic.Uint32 // closed flags in the segment
 	props         fabric.Props
 	log           hclog.Logger
+
+	// cmaPulled counts the bytes received by single copy; pullHook, when
+	// set (by tests, before the receive is posted), runs after each piece.
+	cmaPulled atomic.Uint64
+	pullHook  func(pulled int)
 
 	mapMu   sync.RWMutex // Close's unmap waits for inline senders
 	mu      sync.Mutex
@@ -71,13 +81,16 @@ type linkConfig struct {
 	seg           *segment
 	ctl           *net.UnixConn
 	log           hclog.Logger
+	cma           cmaConfig
+	spin          time.Duration
 }
 
 func newLink(c linkConfig) *link {
 	l := &link{
 		peer: c.peer, peerPid: c.peerPid, host: c.host, side: c.side,
 		seg: c.seg, ctl: c.ctl, log: c.log,
-		txq: newQueue(), rxq: newQueue(),
+		txq: newQueue(), rxq: newQueue(), acks: newAckQueue(),
+		cma: c.cma, spin: c.spin,
 		proc:   watchProc(c.peerPid),
 		mine:   c.seg.closed(c.side),
 		theirs: c.seg.closed(1 - c.side),
@@ -89,12 +102,13 @@ func newLink(c linkConfig) *link {
 		Kind:      fabric.KindShm,
 		Bandwidth: 6e9,
 		Latency:   2 * time.Microsecond,
-		Desc: fmt.Sprintf("shm %s memfd ring %d KiB, pid %d <-> rank %d pid %d",
-			c.host, c.seg.ringBytes>>10, os.Getpid(), c.peer, c.peerPid),
+		Desc: fmt.Sprintf("shm %s memfd ring %d KiB, %v, pid %d <-> rank %d pid %d",
+			c.host, c.seg.ringBytes>>10, c.cma, os.Getpid(), c.peer, c.peerPid),
 	}
-	l.wg.Add(3)
+	l.wg.Add(4)
 	go l.sendLoop()
 	go l.recvLoop()
+	go l.ackLoop()
 	go l.watch()
 	return l
 }
@@ -102,30 +116,47 @@ func newLink(c linkConfig) *link {
 func (l *link) Peer() int           { return l.peer }
 func (l *link) Props() fabric.Props { return l.props }
 
-// Send queues buf for the peer; the request completes once the whole
-// message is in the ring. A small message that finds nothing queued and
-// room in the ring is written at once, by the caller.
+// Send queues buf for the peer. A copied message's request completes once
+// the whole message is in the ring; a single-copy one's once the peer has
+// pulled it (cma.go). A small message, or a single-copy frame, that finds
+// nothing queued and room in the ring is written at once, by the caller.
 func (l *link) Send(tag fabric.Tag, buf []byte) fabric.Request {
-	if len(buf) > inlineMax || !l.txq.tryOwn() {
+	cma := l.singleCopy(len(buf))
+	if !cma && len(buf) > inlineMax || !l.txq.tryOwn() {
 		return l.txq.push(tag, buf)
 	}
-	if l.sendInline(tag, buf) {
+	if r := l.sendInline(tag, buf, cma); r != nil {
 		l.txq.release()
-		return fabric.DoneReq(nil)
+		return r
 	}
 	return l.txq.pushRelease(tag, buf)
 }
 
-// sendInline writes the message if the ring has room for it now. The
-// caller owns the ring end.
-func (l *link) sendInline(tag fabric.Tag, buf []byte) bool {
+// singleCopy reports whether an n-byte message goes by single copy.
+func (l *link) singleCopy(n int) bool { return l.cma.sendMin > 0 && n >= l.cma.sendMin }
+
+// sendInline writes the message's frame if the ring has room for it now
+// and returns its request, or nil when it wrote nothing. The caller owns
+// the ring end.
+func (l *link) sendInline(tag fabric.Tag, buf []byte, cma bool) fabric.Request {
 	l.mapMu.RLock()
 	defer l.mapMu.RUnlock()
-	need := frameBytes + padded(uint64(len(buf)))
-	if l.seg.mem == nil || l.stopped.Load() || l.lost.Load() || !l.tx.hasRoom(need) {
-		return false
+	need := uint64(frameBytes)
+	if !cma {
+		need += padded(uint64(len(buf)))
 	}
-	return l.writeFrame(op{tag: tag, buf: buf}) == nil
+	if l.seg.mem == nil || l.stopped.Load() || l.lost.Load() || !l.tx.hasRoom(need) {
+		return nil
+	}
+	if !cma {
+		if l.writeFrame(op{tag: tag, buf: buf}, false) != nil {
+			return nil
+		}
+		return fabric.DoneReq(nil)
+	}
+	o := op{req: fabric.NewReq(), tag: tag, buf: buf}
+	l.post(o, true)
+	return o.req
 }
 
 // Recv queues buf for the next message; the request completes once the
@@ -163,6 +194,9 @@ func (l *link) stop(err error) {
 	l.txq.fail(err)
 	l.rxq.fail(err)
 	l.mine.Store(1)
+	// Only after the closed word is set, so that a peer still pulling one
+	// of these buffers sees it and drops what it read.
+	l.acks.fail(err, 0)
 	l.wakeAll()
 	l.ctl.Close()
 }
@@ -182,15 +216,16 @@ func (l *link) peerGone(why string) error {
 	err := l.lostErr
 	l.mu.Unlock()
 	l.txq.fail(err)
+	l.acks.fail(err, l.tx.r.acked.Load())
 	l.wakeAll()
 	return err
 }
 
-// wakeAll wakes every sleeper on the link's four futex words (in this
+// wakeAll wakes every sleeper on the link's six futex words (in this
 // process and the peer's), so that they re-check the link's state.
 func (l *link) wakeAll() {
 	for _, r := range []*ring{l.tx.r, l.rx.r} {
-		for _, w := range []*atomic.Uint32{r.dataWait, r.spaceWait} {
+		for _, w := range []*atomic.Uint32{r.dataWait, r.spaceWait, r.ackWait} {
 			w.Store(0)
 			futexWake(w)
 		}

@@ -25,7 +25,8 @@ import (
 func TestHelperProcess(t *testing.T) {
 	switch os.Getenv(linktest.HelperEnv) {
 	case "shm":
-		ep, err := NewEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, nil))
+		env := map[string]string{"FLEXLINK_SHM_CMA_BYTES": os.Getenv("LINKTEST_SHM_CMA")}
+		ep, err := NewEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, env))
 		if err == nil {
 			err = linktest.Serve(ep, 0, os.Stdin, os.Stdout)
 		}
@@ -65,14 +66,15 @@ func jobTraces(t *testing.T, job string) (files, maps []string) {
 	return files, maps
 }
 
-// connectHelper starts a helper process as rank 1 and connects to it.
-func connectHelper(t testing.TB, job string) (*linktest.Proc, fabric.Link) {
-	ep, err := NewEndpoint(config(job, 0, nil))
+// connectHelper starts a helper process as rank 1 and connects to it; cma
+// is both sides' FLEXLINK_SHM_CMA_BYTES ("": the default).
+func connectHelper(t testing.TB, job, cma string) (*linktest.Proc, fabric.Link) {
+	ep, err := NewEndpoint(config(job, 0, map[string]string{"FLEXLINK_SHM_CMA_BYTES": cma}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ep.Close() })
-	p := linktest.StartHelper(t, "TestHelperProcess", "shm", "LINKTEST_JOB="+job)
+	p := linktest.StartHelper(t, "TestHelperProcess", "shm", "LINKTEST_JOB="+job, "LINKTEST_SHM_CMA="+cma)
 	addr, err := hex.DecodeString(p.Expect(t, "addr"))
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +101,7 @@ func TestTwoProcesses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := newJob()
-			p, l := connectHelper(t, job)
+			p, l := connectHelper(t, job, "65536")
 			files, maps := jobTraces(t, job)
 			if len(files) != 0 {
 				t.Errorf("/dev/shm holds %v after connecting", files)
@@ -109,6 +111,9 @@ func TestTwoProcesses(t *testing.T) {
 			}
 			for _, n := range []int{0, 1, 4097, 1<<20 + 3, 64<<20 + 3} {
 				p.Echo(t, l, n)
+			}
+			if got, want := pulled(l), uint64(1<<20+3+64<<20+3); got != want {
+				t.Errorf("pulled %d bytes from the helper by single copy, want %d (the two large echoes)", got, want)
 			}
 			r := l.Recv(linktest.TagOf(1<<30), make([]byte, 8))
 			start := time.Now()

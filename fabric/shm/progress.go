@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"flexlink/fabric"
 	"flexlink/internal/errs"
@@ -20,7 +21,7 @@ func (l *link) waitData(ready func() bool, w *atomic.Uint32) error {
 	return l.await(ready, w, true)
 }
 
-// await spins on ready for spinFor, then sleeps on the futex word w in
+// await spins on ready for l.spin, then sleeps on the futex word w in
 // slices of checkEvery, checking between them that the link stands. When
 // the peer is gone and drain is set, data it wrote before still counts.
 func (l *link) await(ready func() bool, w *atomic.Uint32, drain bool) error {
@@ -30,8 +31,8 @@ func (l *link) await(ready func() bool, w *atomic.Uint32, drain bool) error {
 		}
 		return err
 	}
-	until := time.Now().Add(spinFor)
-	for i := 1; ; i++ {
+	until := time.Now().Add(l.spin)
+	for i := 1; l.spin > 0; i++ {
 		if ready() {
 			return nil
 		}
@@ -70,12 +71,30 @@ func (l *link) sendLoop() {
 		if err != nil {
 			return
 		}
-		o.req.Complete(l.writeFrame(o))
+		l.post(o, l.singleCopy(len(o.buf)))
 		l.txq.release()
 	}
 }
 
-func (l *link) writeFrame(o op) error {
+// post writes o's frame and completes its request: a copied message's at
+// once, a single-copy one's when the peer acknowledges it (ackLoop). The
+// caller owns the ring end.
+func (l *link) post(o op, cma bool) {
+	if !cma {
+		o.req.Complete(l.writeFrame(o, false))
+		return
+	}
+	if !l.acks.add(o) {
+		return
+	}
+	if err := l.writeFrame(o, true); err != nil {
+		o.req.Complete(err)
+	}
+}
+
+// writeFrame writes o's header and, unless cma is set, its payload. A
+// single-copy frame carries the payload's address in this process instead.
+func (l *link) writeFrame(o op, cma bool) error {
 	var h [frameBytes]byte
 	for i, w := range o.tag {
 		binary.LittleEndian.PutUint64(h[8*i:], w)
@@ -84,8 +103,16 @@ func (l *link) writeFrame(o op) error {
 	binary.LittleEndian.PutUint64(h[32:], n)
 	binary.LittleEndian.PutUint64(h[40:], l.txSeq)
 	l.txSeq++
+	if cma {
+		binary.LittleEndian.PutUint64(h[offKind:], kindCMA)
+		binary.LittleEndian.PutUint64(h[offAddr:], uint64(uintptr(unsafe.Pointer(&o.buf[0]))))
+	}
 	if err := l.tx.write(h[:], frameBytes); err != nil {
 		return err
+	}
+	if cma {
+		l.tx.publish()
+		return nil
 	}
 	if err := l.tx.write(o.buf, n); err != nil {
 		return err
@@ -113,9 +140,10 @@ func (l *link) recvLoop() {
 	}
 }
 
-// readFrame takes the next message out of the ring into o's buffer. A
-// message with another tag or length than o expects is consumed and
-// dropped, and o fails with errs.ErrMismatch.
+// readFrame takes the next message out of the ring (or, for a single-copy
+// frame, out of the sender's memory) into o's buffer. A message with
+// another tag or length than o expects is consumed and dropped (a
+// single-copy one acknowledged unread), and o fails with errs.ErrMismatch.
 func (l *link) readFrame(o op) error {
 	var h [frameBytes]byte
 	if err := l.rx.read(h[:], frameBytes); err != nil {
@@ -126,8 +154,10 @@ func (l *link) readFrame(o op) error {
 		tag[i] = binary.LittleEndian.Uint64(h[8*i:])
 	}
 	n := binary.LittleEndian.Uint64(h[32:])
-	if seq := binary.LittleEndian.Uint64(h[40:]); seq != l.rxSeq || n > maxMessage {
-		err := fmt.Errorf("corrupt frame (sequence %d, want %d; length %d)", seq, l.rxSeq, n)
+	kind := binary.LittleEndian.Uint64(h[offKind:])
+	seq := binary.LittleEndian.Uint64(h[40:])
+	if seq != l.rxSeq || n > maxMessage || kind != kindCopy && (kind != kindCMA || !l.cma.recv || n == 0) {
+		err := fmt.Errorf("corrupt frame (sequence %d, want %d; length %d; kind %d)", seq, l.rxSeq, n, kind)
 		l.Abort(fmt.Errorf("shm link to rank %d (host %s): %w: %w", l.peer, l.host, err, errs.ErrPeerLost))
 		return l.check(false)
 	}
@@ -140,6 +170,16 @@ func (l *link) readFrame(o op) error {
 	case n != uint64(len(o.buf)):
 		dst, mismatch = nil, fmt.Errorf("recv from rank %d over shm (host %s): message has %d bytes, receive posted for %d: %w",
 			l.peer, l.host, n, len(o.buf), errs.ErrMismatch)
+	}
+	if kind == kindCMA {
+		l.rx.release()
+		if dst != nil {
+			if err := l.pull(dst, binary.LittleEndian.Uint64(h[offAddr:])); err != nil {
+				return err
+			}
+		}
+		l.ack()
+		return mismatch
 	}
 	if err := l.rx.read(dst, n); err != nil {
 		return err

@@ -8,11 +8,17 @@ import "sync/atomic"
 // other's. Bytes in [tail, head) are readable, the rest of the ring is free.
 // A side that waits sets its futex word to 1 and sleeps on it; the other
 // side, after moving its counter, swaps the word to 0 and wakes it.
+//
+// acked counts the single-copy messages of this direction that the
+// consumer has finished with (pulled, or dropped on a mismatch); it is the
+// consumer's, and the producer sleeps on ackWait until it moves (cma.go).
 type ring struct {
 	buf                 []byte
 	size                uint64
 	head, tail          *atomic.Uint64
 	dataWait, spaceWait *atomic.Uint32
+	acked               *atomic.Uint64
+	ackWait             *atomic.Uint32
 }
 
 // waitFunc blocks until ready() is true, sleeping on word; it returns an

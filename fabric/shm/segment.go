@@ -16,9 +16,11 @@ import (
 // Layout: one 4 KiB control page, then the ring of direction 0 (dialer to
 // listener), then the ring of direction 1. The control page holds, per
 // direction, the producer's head and the consumer's tail (bytes ever
-// written / consumed, on cache lines of their own) and the two futex words
-// that a sleeping consumer (data) or producer (space) waits on, and one
-// "closed" word per side.
+// written / consumed, on cache lines of their own), the two futex words
+// that a sleeping consumer (data) or producer (space) waits on, the count
+// of single-copy (CMA) messages the consumer has pulled and the futex word
+// a producer waiting for that count sleeps on, and one "closed" word per
+// side.
 const (
 	ctlBytes     = 4096
 	segMagic     = 0x01534d5358414c46 // "FLXSMS\x01" little-endian
@@ -28,6 +30,8 @@ const (
 	offTail      = 128
 	offDataWait  = 256
 	offSpaceWait = 384
+	offAcked     = 512
+	offAckWait   = 640
 	offClosed    = 2560 // + side*128
 
 	minRingBytes = 64 << 10
@@ -116,6 +120,8 @@ func (s *segment) ring(d int) *ring {
 		tail:      s.u64(base + offTail),
 		dataWait:  s.u32(base + offDataWait),
 		spaceWait: s.u32(base + offSpaceWait),
+		acked:     s.u64(base + offAcked),
+		ackWait:   s.u32(base + offAckWait),
 	}
 }
 

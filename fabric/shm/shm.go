@@ -3,9 +3,14 @@
 // Each pair shares one anonymous memfd segment holding a lock-free
 // single-producer/single-consumer ring per direction (FLEXLINK_SHM_RING_BYTES
 // each). Messages stream through the rings in chunks, so a message larger
-// than the ring flows while the receiver copies out behind the sender. A
-// waiting side spins briefly, then sleeps on a futex in the shared page and
-// checks at least every 200 ms that the peer process lives.
+// than the ring flows while the receiver copies out behind the sender.
+// Where it pays (FLEXLINK_SHM_CMA_BYTES, cma.go), a large message instead
+// sends only a frame with its address, and the receiver pulls it straight
+// from the sender's memory with process_vm_readv: one copy instead of two.
+// A waiting side spins briefly (not at all when the host runs as many ranks
+// as it has cores: the spinner would hold the core its peer needs), then
+// sleeps on a futex in the shared page and checks at least every 200 ms
+// that the peer process lives.
 //
 // Connecting: every endpoint listens on an abstract unix socket with a
 // random name (its Address); the lower rank of a pair dials the higher, both
@@ -21,6 +26,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +39,7 @@ import (
 )
 
 const (
-	addrMagic = "flexlink-shm/1"
+	addrMagic = "flexlink-shm/2"
 	// handshakeTimeout bounds an accepted connection's time to prove itself.
 	handshakeTimeout = 10 * time.Second
 )
@@ -43,6 +50,7 @@ type accepted struct {
 	conn *net.UnixConn
 	seg  *segment
 	pid  int
+	cma  cmaConfig
 }
 
 func (a *accepted) release() {
@@ -54,9 +62,19 @@ type endpoint struct {
 	cfg       fabric.EndpointConfig
 	log       hclog.Logger
 	ringBytes uint64
-	hostKey   string // boot id and network namespace: equal only on one host
-	name      string // abstract socket name, without the leading '@'
-	ln        *net.UnixListener
+	cmaBytes  int           // smallest single-copy message; 0: off
+	readv     readvFunc     // process_vm_readv, or a test's stand-in
+	spin      time.Duration // how long a waiting side polls before it sleeps
+	oversub   bool          // at least as many ranks on the host as cores
+
+	// With FLEXLINK_SHM_CMA_BYTES=auto, measure (nil otherwise) decides
+	// once whether this rank pulls single-copy messages (calibrate.go).
+	measure  measureFunc
+	autoOnce sync.Once
+	autoPull bool
+	hostKey  string // boot id and network namespace: equal only on one host
+	name     string // abstract socket name, without the leading '@'
+	ln       *net.UnixListener
 
 	mu        sync.Mutex
 	arrived   map[int]*accepted
@@ -79,10 +97,24 @@ func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
 	if err := checkRingBytes(uint64(ring)); err != nil {
 		return nil, fmt.Errorf("FLEXLINK_SHM_RING_BYTES: %w", err)
 	}
+	cma, measure := autoCMABytes, measureFunc(measureCMA)
+	if v := cfg.Settings().String("FLEXLINK_SHM_CMA_BYTES"); v != "auto" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("FLEXLINK_SHM_CMA_BYTES=%q: want auto, 0 (off) or a size in bytes", v)
+		}
+		cma, measure = n, nil
+	}
+	local, err := cfg.Settings().Int("FLEXLINK_LOCAL_SIZE")
+	if err != nil {
+		return nil, err
+	}
 	var rnd [12]byte
 	rand.Read(rnd[:])
 	e := &endpoint{
 		cfg: cfg, log: cfg.Log().Named("shm"), ringBytes: uint64(ring), hostKey: hostKey(),
+		cmaBytes: cma, readv: processRead, measure: measure,
+		oversub: oversubscribed(local, runtime.NumCPU()), spin: spinBudget(local, runtime.NumCPU()),
 		name:    fmt.Sprintf("flexlink-%s-%x", sanitize(cfg.JobID, 40), rnd),
 		arrived: map[int]*accepted{}, changed: make(chan struct{}),
 		used: map[int]bool{}, shaking: map[*net.UnixConn]bool{},
@@ -98,7 +130,7 @@ func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
 
 func (e *endpoint) Kind() fabric.Kind { return fabric.KindShm }
 
-// Address is "flexlink-shm/1 <host key> <socket name>".
+// Address is "flexlink-shm/2 <host key> <socket name>".
 func (e *endpoint) Address() []byte {
 	return []byte(addrMagic + " " + e.hostKey + " " + e.name)
 }
@@ -195,12 +227,13 @@ func (e *endpoint) confirm(ctx context.Context, peer int, a *accepted) (fabric.L
 		deadline = time.Now().Add(handshakeTimeout)
 	}
 	a.conn.SetDeadline(deadline)
-	if _, err := a.conn.Write([]byte{0}); err != nil {
+	if _, err := a.conn.Write([]byte{0, boolByte(a.cma.recv)}); err != nil {
 		a.release()
 		return nil, fmt.Errorf("confirm to rank %d (pid %d): %w: %w", peer, a.pid, err, errs.ErrPeerLost)
 	}
 	a.conn.SetDeadline(time.Time{})
-	return newLink(linkConfig{peer: peer, peerPid: a.pid, host: e.cfg.Host, side: 1, seg: a.seg, ctl: a.conn, log: e.log}), nil
+	return newLink(linkConfig{peer: peer, peerPid: a.pid, host: e.cfg.Host, side: 1, seg: a.seg, ctl: a.conn, log: e.log,
+		cma: a.cma, spin: e.spin}), nil
 }
 
 // arrive files a proven dialer for its rank's Connect.
@@ -214,6 +247,18 @@ func (e *endpoint) arrive(from int, a *accepted) bool {
 	close(e.changed)
 	e.changed = make(chan struct{})
 	return true
+}
+
+// spinBudget is how long a waiting side polls before it sleeps on the
+// futex. Polling pays when the side it waits for runs on another core; when
+// the host has at least as many ranks as cores (localRanks, from the
+// launcher; 0 when unknown), the poller takes the very CPU that the other
+// side needs to produce, so it sleeps at once instead.
+func spinBudget(localRanks, cpus int) time.Duration {
+	if oversubscribed(localRanks, cpus) {
+		return 0
+	}
+	return spinFor
 }
 
 func hostKey() string {

@@ -25,7 +25,9 @@ import (
 //   - direct: every rank on one host, every pair of GPUs with peer access.
 //     Ranks map each other's user buffers through CUDA IPC (once per
 //     allocation, then cached) and move data with copy engines and
-//     reduction kernels that read the peers' memory. See gpu_direct.go.
+//     reduction kernels that read the peers' memory; large pushes give a
+//     share, chosen by a balancer, to PCIe through shared pinned host
+//     memory (LinkShares reports it). See gpu_direct.go, gpu_pcie.go.
 //   - staged: anything else. Buffers are copied through pinned host memory
 //     and the host algorithms run on the copies. Correct, not fast; see
 //     gpu_staged.go.
@@ -122,6 +124,19 @@ func (d *DeviceComm) Comm() *Comm { return d.c }
 
 // GPU is the device whose buffers the DeviceComm moves.
 func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
+
+// LinkShares reports how the last call's pushes from this rank to its
+// peers were divided among link kinds: "nvlink" (copy engines) and "pcie"
+// (staged through host memory) as fractions of the bytes pushed, summing
+// to 1. It is empty after a call that pushed nothing (reductions that only
+// read, broadcast, send/recv, a zero count) and on the staged plane. Safe
+// to call from any goroutine.
+func (d *DeviceComm) LinkShares() map[string]float64 {
+	if ls, ok := d.plane.(interface{ linkShares() map[string]float64 }); ok {
+		return ls.linkShares()
+	}
+	return map[string]float64{}
+}
 
 // Close releases the mappings, events and streams. It is collective (the
 // ranks pass a barrier first, so none is still mid-call), and the streams

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/fabric"
 	"flexlink/gpu"
 )
 
@@ -25,12 +23,15 @@ import (
 //     of its buffers) and receives theirs over the host links.
 //  3. s waits on every peer's ready_j (their opened IPC events): the work
 //     below touches peer memory only once the peer's earlier work is done.
-//  4. the work is enqueued on s (and on i's copy streams, joined back to s).
+//  4. the work is enqueued on s (and on i's copy streams, joined back to s;
+//     the PCIe share of large pushes is staged D2H, see gpu_pcie.go).
 //  5. s records done_i→j for every peer j: "i has finished reading j's
-//     buffers and writing into them".
-//  6. i sends each peer a "done" message and receives theirs.
+//     buffers and writing into them" (apart from the staged PCIe part).
+//  6. i sends each peer a "done" message (with the staging table, if any)
+//     and receives theirs.
 //  7. s waits on every peer's done_j→i: work the caller enqueues on s later
-//     runs only after the peers have finished with this rank's buffers.
+//     runs only after the peers have finished with this rank's buffers;
+//     then on the H2D copies of the peers' PCIe parts into them.
 //
 // The host blocks only in 2 and 6 (a few microseconds over shm links, every
 // wait bounded by ctx); the data moves asynchronously.
@@ -79,6 +80,7 @@ type directPlane struct {
 	pairSeq  []uint64       // calls so far with each peer (in the tags)
 	lastDone []uint64       // each peer's call number in its last done message (trace)
 	chunkMax int
+	px       pcieState // the PCIe share of large pushes (gpu_pcie*.go)
 
 	// trace, when set (tests), sees every record and wait of an IPC event.
 	trace func(traceRec)
@@ -89,7 +91,7 @@ type directPlane struct {
 // for owner's call number call.
 type traceRec struct {
 	actor, owner, to int
-	chunk            int // push events: the chunk; -1 otherwise
+	chunk            int // push events: the chunk; pcie slot k: -2-k; -1 otherwise
 	call             uint64
 	wait             bool
 }
@@ -120,11 +122,15 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 		done: make([]*gpu.Event, n), pReady: make([]*gpu.Event, n), pDone: make([]*gpu.Event, n),
 		lanes: make([]*lanes, n), pushEv: make([][]*gpu.Event, n), pPush: make([][]*gpu.Event, n),
 		pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}
+	made := p // p is nil in the deferred call after "return nil, err"
 	defer func() {
 		if err != nil {
-			p.close()
+			made.close()
 		}
 	}()
+	if err = p.px.settings(c); err != nil {
+		return nil, err
+	}
 	if p.ready, err = dev.NewIPCEvent(); err != nil {
 		return nil, err
 	}
@@ -231,6 +237,7 @@ func (p *directPlane) close() error {
 			keep(l.close())
 		}
 	}
+	keep(p.closePCIe())
 	keep(p.ipc.close())
 	if p.scratch != nil {
 		p.retired = append(p.retired, p.scratch)
@@ -252,15 +259,6 @@ func (p *directPlane) close() error {
 	return first
 }
 
-// Message phases, in the first tag word.
-const (
-	gpuTagMagic = uint64(0x676e766c_00000000) // "gnvl"
-	phaseReady  = 1
-	phaseDone   = 2
-	phasePushed = 3
-	readyHeader = 4 * 8 // call number, kind/dtype/op, count, root
-)
-
 // do runs one call: handshake, work, handshake (see the type's comment).
 func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 	peers := p.peersOf(o)
@@ -271,6 +269,9 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 		if err := p.prepPush(o); err != nil {
 			return err
 		}
+	}
+	if err := p.pcieBegin(o, peers); err != nil {
+		return err
 	}
 	// Records are noted before they happen and waits after, so the trace
 	// test sees every overlap the protocol might allow.
@@ -292,10 +293,16 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 		}
 		p.note(traceRec{actor: p.me, owner: j, to: -1, chunk: -1, call: binary.LittleEndian.Uint64(in[j]), wait: true})
 	}
+	if err := p.pcieReady(s, in, peers); err != nil {
+		return err
+	}
 	if push {
 		err = p.allReducePush(ctx, o, s, in, peers, call)
 	} else {
 		err = p.work(o, s, in)
+	}
+	if err == nil {
+		err = p.pcieFinish(s)
 	}
 	if err != nil {
 		return err
@@ -305,8 +312,7 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 		if err := s.Record(p.done[j]); err != nil {
 			return err
 		}
-		out[j] = binary.LittleEndian.AppendUint64(out[j][:0], call)
-		inLen[j] = 8
+		out[j], inLen[j] = p.doneMessage(j, call, out[j][:0]), p.doneLen(j)
 	}
 	if in, err = p.exchange(ctx, phaseDone, o, peers, out, inLen); err != nil {
 		return err
@@ -319,7 +325,7 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 		p.note(traceRec{actor: p.me, owner: j, to: p.me, chunk: -1, call: p.lastDone[j], wait: true})
 		p.pairSeq[j]++
 	}
-	return nil
+	return p.pcieReceive(s, o, in, peers)
 }
 
 func (p *directPlane) note(r traceRec) {
@@ -348,84 +354,4 @@ func (p *directPlane) peersOf(o *devOp) []int {
 		}
 	}
 	return peers
-}
-
-// readyMessages builds the "ready" message for each peer and the length of
-// the one expected from it: the header, then descriptors of the buffers the
-// peer may touch (send and recv for a collective; for a Group, this rank's
-// sends to that peer, which the peer pulls).
-func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][]byte, inLen []int, err error) {
-	out, inLen = make([][]byte, p.n), make([]int, p.n)
-	hdr := make([]byte, readyHeader)
-	le := binary.LittleEndian
-	le.PutUint64(hdr[0:], call)
-	le.PutUint64(hdr[8:], uint64(o.kind)|uint64(o.dt)<<8|uint64(o.op)<<16)
-	le.PutUint64(hdr[16:], uint64(o.count))
-	le.PutUint64(hdr[24:], uint64(o.root))
-	bufs := make([][]*gpu.Buffer, p.n)
-	want := make([]int, p.n)
-	if o.kind == devGroup {
-		for _, e := range o.p2p {
-			if e.Send {
-				bufs[e.Peer] = append(bufs[e.Peer], e.Buf)
-			} else {
-				want[e.Peer]++
-			}
-		}
-	} else {
-		// An allreduce also describes the scratch its peers push into (nil
-		// unless this call uses the push allreduce).
-		mine := []*gpu.Buffer{o.send, o.recv}
-		if o.kind == devAllReduce {
-			var scr *gpu.Buffer
-			if p.pushPlan(o).ok {
-				scr = p.scratch
-			}
-			mine = append(mine, scr)
-		}
-		for _, j := range peers {
-			bufs[j], want[j] = mine, len(mine)
-		}
-	}
-	for _, j := range peers {
-		m := make([]byte, readyHeader+len(bufs[j])*descBytes)
-		copy(m, hdr)
-		for k, b := range bufs[j] {
-			d, err := p.ipc.describe(b)
-			if err != nil {
-				return nil, nil, err
-			}
-			d.put(m[readyHeader+k*descBytes:])
-		}
-		out[j], inLen[j] = m, readyHeader+want[j]*descBytes
-	}
-	return out, inLen, nil
-}
-
-// exchange sends out[j] to and receives a message of inLen[j] bytes from
-// every peer, over the Comm's host links. The tag carries the phase, the
-// pair's call count and the call's signature, so ranks that disagree about
-// which collective this is fail with ErrMismatch instead of mixing data.
-func (p *directPlane) exchange(ctx context.Context, phase uint64, o *devOp, with []int, out [][]byte, inLen []int) ([][]byte, error) {
-	sig := uint64(o.kind)
-	if o.kind != devGroup {
-		sig |= uint64(o.dt)<<8 | uint64(o.op)<<16 | uint64(o.root)<<24 | uint64(o.count)<<32
-	}
-	in := make([][]byte, p.n)
-	reqs := make([]fabric.Request, 0, 2*len(with))
-	lp := peers{p.c.links}
-	for _, j := range with {
-		tag := fabric.Tag{gpuTagMagic | phase, p.c.id, p.pairSeq[j], sig}
-		in[j] = make([]byte, inLen[j])
-		reqs = append(reqs, lp.Recv(j, tag, collectives.HostBuffer(in[j])))
-	}
-	for _, j := range with {
-		tag := fabric.Tag{gpuTagMagic | phase, p.c.id, p.pairSeq[j], sig}
-		reqs = append(reqs, lp.Send(j, tag, collectives.HostBuffer(out[j])))
-	}
-	if err := fabric.WaitAll(ctx, reqs...); err != nil {
-		what := map[uint64]string{phaseReady: "ready", phaseDone: "done", phasePushed: "pushed"}[phase]
-		return nil, fmt.Errorf("gpu %s: %s handshake with ranks %v: %w", o.kind, what, with, err)
-	}
-	return in, nil
 }

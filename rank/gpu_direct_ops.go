@@ -154,9 +154,9 @@ func (p *directPlane) allReduce(o *devOp, s *gpu.Stream, in [][]byte) error {
 			}
 			var err error
 			if piped {
-				err = p.split(j, 0, sub(recvs[j], a, b, sz), dst, p.startEv)
+				err = p.pushSplit(j, 0, a*sz, sub(recvs[j], a, b, sz), dst, p.startEv)
 			} else {
-				err = s.CopyDtoD(sub(recvs[j], a, b, sz), dst)
+				err = p.pushOn(s, sub(recvs[j], a, b, sz), dst)
 			}
 			if err != nil {
 				return err
@@ -169,13 +169,24 @@ func (p *directPlane) allReduce(o *devOp, s *gpu.Stream, in [][]byte) error {
 	return nil
 }
 
-// copyPair is one push: dst (peer memory) = src.
-type copyPair struct{ dst, src *gpu.Buffer }
+// copyPair is one push: dst (peer memory, at offset off of the peer's
+// recv buffer) = src.
+type copyPair struct {
+	dst, src *gpu.Buffer
+	off      int
+}
+
+// pushOn enqueues a small push on s itself (counted as NVLink bytes).
+func (p *directPlane) pushOn(s *gpu.Stream, dst, src *gpu.Buffer) error {
+	p.px.cur[linkNVLink] += int64(dst.Len())
+	return s.CopyDtoD(dst, src)
+}
 
 // pushes enqueues one copy per peer plus this rank's local part. Large
 // pushes each get their peer's copy stream, so the copy engines toward
-// different peers and the local copy on s run at once; small ones stay on
-// s, where fewer driver calls mean less latency.
+// different peers and the local copy on s run at once, and give their PCIe
+// share to the staged path (pushSplit); small ones stay on s, where fewer
+// driver calls mean less latency.
 func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) error {
 	total := 0
 	for _, c := range cs {
@@ -186,7 +197,7 @@ func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) 
 	if total < fanOutMin {
 		for _, c := range cs {
 			if c != nil {
-				if err := s.CopyDtoD(c.dst, c.src); err != nil {
+				if err := p.pushOn(s, c.dst, c.src); err != nil {
 					return err
 				}
 			}
@@ -200,7 +211,7 @@ func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) 
 		if c == nil {
 			continue
 		}
-		if err := p.split(j, 0, c.dst, c.src, p.startEv); err != nil {
+		if err := p.pushSplit(j, 0, c.off, c.dst, c.src, p.startEv); err != nil {
 			return err
 		}
 	}
@@ -220,7 +231,7 @@ func (p *directPlane) allGather(o *devOp, s *gpu.Stream, in [][]byte) error {
 	cs := make([]*copyPair, p.n)
 	for j, r := range recvs {
 		if r != nil {
-			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.send}
+			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.send, off: p.me * blk}
 		}
 	}
 	mine := o.recv.Sub(p.me*blk, blk)
@@ -242,7 +253,7 @@ func (p *directPlane) allToAll(o *devOp, s *gpu.Stream, in [][]byte) error {
 	cs := make([]*copyPair, p.n)
 	for j, r := range recvs {
 		if r != nil {
-			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.send.Sub(j*blk, blk)}
+			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.send.Sub(j*blk, blk), off: p.me * blk}
 		}
 	}
 	return p.pushes(s, cs, func() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"testing"
@@ -28,6 +29,15 @@ import (
 // DeviceComm on GPU r and test buffers of bufBytes.
 func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, bufBytes int) []*devRank {
 	t.Helper()
+	// The PCIe planners' profiles go to a directory of the test's own, so
+	// a run neither reads nor leaves anything in the user's cache.
+	if _, ok := env["FLEXLINK_CACHE_DIR"]; !ok {
+		env = maps.Clone(env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["FLEXLINK_CACHE_DIR"] = t.TempDir()
+	}
 	cfg.Devices = n
 	drv, err := gpu.OpenFake(cfg)
 	if err != nil {
@@ -291,20 +301,47 @@ func TestGPUFakeMismatch(t *testing.T) {
 // TestGPUEventRecordOrder checks the rule in gpu_direct.go: when a rank
 // enqueues a wait on a peer's IPC event, the event's latest record is the
 // one for the call the wait belongs to (never a later one). The log holds
-// records before they happen and waits after, so any overlap shows.
+// records before they happen and waits after, so any overlap shows. It
+// runs twice: with the push allreduce (its per-chunk push events), and with
+// the read allreduce and large allgathers split over PCIe (the staging
+// slot events of gpu_pcie.go).
 func TestGPUEventRecordOrder(t *testing.T) {
 	const n = 3
-	env := map[string]string{"FLEXLINK_GPU_ALLREDUCE": "push", "FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": "2"}
-	rs := fakeRanks(t, n, gpu.FakeConfig{}, env, 1<<20)
-	var mu sync.Mutex
-	var log []traceRec
-	for _, r := range rs {
-		r.dc.plane.(*directPlane).trace = func(x traceRec) {
-			mu.Lock()
-			log = append(log, x)
-			mu.Unlock()
-		}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		big  int // allgather count per rank
+	}{
+		{"push", map[string]string{"FLEXLINK_GPU_ALLREDUCE": "push", "FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": "2"}, 256},
+		{"pcie", map[string]string{"FLEXLINK_GPU_ALLREDUCE": "read", "FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": "2",
+			"FLEXLINK_PCIE_SHARE": "0.3", "FLEXLINK_PCIE_STAGING_BYTES": "131072"}, 100_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := fakeRanks(t, n, gpu.FakeConfig{}, tc.env, n*tc.big*4+(1<<20))
+			var mu sync.Mutex
+			var log []traceRec
+			for _, r := range rs {
+				pl := r.dc.plane.(*directPlane)
+				pl.px.minSlot = 4096
+				pl.trace = func(x traceRec) {
+					mu.Lock()
+					log = append(log, x)
+					mu.Unlock()
+				}
+			}
+			recordOrderRounds(t, rs, tc.big)
+			kinds := checkRecordOrder(t, log)
+			if kinds["ready/done"] == 0 || tc.name == "push" && kinds["push"] == 0 || tc.name == "pcie" && kinds["slot"] == 0 {
+				t.Fatalf("waits traced by kind: %v", kinds)
+			}
+		})
 	}
+}
+
+// recordOrderRounds runs rounds of collectives and group calls that
+// involve every rank or only some.
+func recordOrderRounds(t *testing.T, rs []*devRank, big int) {
+	n := len(rs)
 	ctx := testCtx(t, 30*time.Second)
 	for round := 0; round < 20; round++ {
 		errs := onRanks(rs, func(r *devRank) error {
@@ -323,7 +360,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 					return err
 				}
 			}
-			return r.dc.AllGather(ctx, r.a.Sub(0, 1024), r.b.Sub(0, n*1024), 256, dtype.Float32, r.s)
+			return r.dc.AllGather(ctx, r.a.Sub(0, big*4), r.b.Sub(0, n*big*4), big, dtype.Float32, r.s)
 		})
 		for r, err := range errs {
 			if err != nil {
@@ -331,25 +368,32 @@ func TestGPUEventRecordOrder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkRecordOrder fails t at the first wait whose event was re-recorded
+// since the record it belongs to, and counts the waits by event kind.
+func checkRecordOrder(t *testing.T, log []traceRec) map[string]int {
 	type key struct{ owner, to, chunk int }
 	latest := map[key]uint64{}
-	waits, pushWaits := 0, 0
+	kinds := map[string]int{}
 	for i, x := range log {
 		k := key{x.owner, x.to, x.chunk}
-		if x.wait && x.chunk >= 0 {
-			pushWaits++
-		}
 		if !x.wait {
 			latest[k] = x.call
 			continue
 		}
-		waits++
+		switch {
+		case x.chunk >= 0:
+			kinds["push"]++
+		case x.chunk <= -2:
+			kinds["slot"]++
+		default:
+			kinds["ready/done"]++
+		}
 		if latest[k] != x.call {
 			t.Fatalf("log entry %d: rank %d waits on rank %d's event (to %d, chunk %d) for call %d, but its latest record is call %d",
 				i, x.actor, x.owner, x.to, x.chunk, x.call, latest[k])
 		}
 	}
-	if waits == 0 || pushWaits == 0 {
-		t.Fatalf("%d waits traced, %d on push events", waits, pushWaits)
-	}
+	return kinds
 }

@@ -67,6 +67,7 @@ func (p *directPlane) copyOn(j, g, i int, dst, src *gpu.Buffer, after *gpu.Event
 		}
 	}
 	l.used[k] = true
+	p.px.cur[linkNVLink] += int64(dst.Len())
 	return s, s.CopyDtoD(dst, src)
 }
 
@@ -88,8 +89,13 @@ func (p *directPlane) split(j, g int, dst, src *gpu.Buffer, after *gpu.Event) er
 	return nil
 }
 
-// joinCopies makes s wait for every lane used since the last join.
+// joinCopies makes s wait for every lane used since the last join (first
+// timing the lanes of pushes whose NVLink part is measured, see
+// gpu_pcie_probe.go).
 func (p *directPlane) joinCopies(s *gpu.Stream) error {
+	if err := p.probeLaneEnds(); err != nil {
+		return err
+	}
 	for _, l := range p.lanes {
 		if l == nil {
 			continue

@@ -67,10 +67,17 @@ func openGPUs(t *testing.T, want int) *gpu.Driver {
 func TestGPUProcs(t *testing.T) {
 	drv := openGPUs(t, 2)
 	n := min(drv.DeviceCount(), 8)
-	for _, tc := range []struct{ name, path, allreduce, lanes string }{
-		{"direct-push", "direct", "auto", "1"},
-		{"direct-read-2lanes", "direct", "read", "2"},
-		{"staged", "staged", "auto", "1"},
+	for _, tc := range []struct {
+		name, path, allreduce, lanes string
+		env                          []string
+	}{
+		{"direct-push", "direct", "auto", "1", nil},
+		{"direct-read-2lanes", "direct", "read", "2", nil},
+		// A forced PCIe share on every large push, with a staging buffer
+		// smaller than the PCIe part of the 64 MiB cases (capped, several
+		// slots): the real memfd mapping, D2H/H2D and slot events.
+		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456"}},
+		{"staged", "staged", "auto", "1", nil},
 	} {
 		path := tc.path
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,6 +88,7 @@ func TestGPUProcs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
+			cache := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			var wg sync.WaitGroup
@@ -98,6 +106,10 @@ func TestGPUProcs(t *testing.T) {
 						"FLEXLINK_JOB_SECRET="+hex.EncodeToString(secret), "FLEXLINK_GPU="+strconv.Itoa(r),
 						"FLEXLINK_GPU_PATH="+path, "FLEXLINK_GPU_ALLREDUCE="+tc.allreduce,
 						"FLEXLINK_GPU_COPY_STREAMS="+tc.lanes, "FLEXLINK_TIMEOUT=120s")
+					cmd.Env = append(cmd.Env, tc.env...)
+					if !settings.OS().IsSet("FLEXLINK_CACHE_DIR") {
+						cmd.Env = append(cmd.Env, "FLEXLINK_CACHE_DIR="+cache) // not the user's
+					}
 					out, err := cmd.CombinedOutput()
 					outs[r], errs[r] = string(out), err
 				}()
@@ -162,11 +174,13 @@ func gpuChild(path string) error {
 	}
 	total, bad := 0, 0
 	start := time.Now()
+	pcie := 0.0 // the largest PCIe share of a call
 	for _, cs := range devCases(c.Size(), big) {
 		wrong, err := runDevCase(ctx, r, cs)
 		if err != nil {
 			return fmt.Errorf("%v: %w", cs, err)
 		}
+		pcie = max(pcie, r.dc.LinkShares()["pcie"])
 		total++
 		if wrong != 0 {
 			bad++
@@ -176,8 +190,11 @@ func gpuChild(path string) error {
 	if err := groupRound(ctx, r, min(1<<20, big/4)); err != nil {
 		return err
 	}
-	fmt.Printf("rank %d on %s: %d cases over the %s plane in %v, %d with wrong elements; group round ok\n",
-		c.Rank(), dev, total, path, time.Since(start).Round(time.Millisecond), bad)
+	fmt.Printf("rank %d on %s: %d cases over the %s plane in %v, %d with wrong elements; group round ok; pcie share up to %.3f\n",
+		c.Rank(), dev, total, path, time.Since(start).Round(time.Millisecond), bad, pcie)
+	if settings.OS().IsSet("FLEXLINK_PCIE_SHARE") && pcie == 0 {
+		return fmt.Errorf("rank %d: FLEXLINK_PCIE_SHARE is set but no call used pcie (staging not mapped? see the warnings above)", c.Rank())
+	}
 	if err := r.dc.Close(ctx); err != nil {
 		return err
 	}

@@ -18,9 +18,12 @@ import (
 //     among the devices its own driver sees and ask the driver whether it
 //     can reach them (peer access), without creating contexts on them;
 //  2. every rank's verdict (can it use the direct plane with every peer?)
-//     and, for the direct plane, its IPC event handles. All ranks must pick
-//     the same plane, so the direct plane is used only when every verdict
-//     is yes.
+//     and, for the direct plane, its IPC event handles and the references
+//     of its PCIe staging buffers (gpu_pcie.go). All ranks must pick the
+//     same plane, so the direct plane is used only when every verdict is
+//     yes.
+//  3. on the direct plane with PCIe staging offered: which staging buffers
+//     each rank could map (gpu_pcie.go's openPCIe).
 
 const busIDBytes = 64 // PCI bus id, NUL-padded
 
@@ -57,10 +60,15 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 			return nil, err
 		}
 	}
-	blob := make([]byte, 1+eventBlobBytes(n))
+	evBytes := eventBlobBytes(n)
+	blob := make([]byte, 1+evBytes+pcieBlobBytes(n))
 	if dp != nil {
 		blob[0] = 1
-		if err := dp.putEventHandles(blob[1:]); err != nil {
+		err := dp.putEventHandles(blob[1:])
+		if err == nil {
+			err = dp.offerPCIe(blob[1+evBytes:])
+		}
+		if err != nil {
 			dp.close()
 			return nil, err
 		}
@@ -93,7 +101,15 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		c.world.log.Info("gpu data plane", "comm", c.name, "path", dc.path, "why", why, "gpu", dev.String())
 		return dc, nil
 	}
-	if err := dp.openPeerEvents(all, len(blob)); err != nil {
+	pcie := make([][]byte, n)
+	for r := range pcie {
+		pcie[r] = all[r*len(blob)+1+evBytes : (r+1)*len(blob)]
+	}
+	err := dp.openPeerEvents(all, len(blob))
+	if err == nil {
+		err = dp.openPCIe(ctx, pcie, bus)
+	}
+	if err != nil {
 		dp.close()
 		return nil, err
 	}

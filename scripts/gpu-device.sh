@@ -5,14 +5,21 @@
 #   .devbin/gpu-device.sh [quick|dev|full]
 #
 # Logs go to $OUT (8 files at most): topo.txt, tests.log (the GPU tests with
-# FLEXLINK_REQUIRE_GPU=1, so a skip is a failure), bench-<op>.log
-# (flexbench --device gpu --backend both: flexlink and NCCL in the same
-# processes, 1 MiB to 1 GiB, with the busbw ratio per size), variants.log
-# (flexlink under other settings: push allreduce, 4 copy streams) and
-# anchor.log (NCCL through PyTorch). Every step has its own time limit.
-#   quick  tests + allreduce/allgather, fewer iterations  (~2 min)
-#   dev    tests + 4 collectives + variants               (~4.5 min)
-#   full   dev + gpu/nccl package tests + the anchor      (~6.5 min)
+# FLEXLINK_REQUIRE_GPU=1, so a skip is a failure; direct-pcie forces a PCIe
+# share through the real shared staging buffers), bench-<op>.log (flexbench
+# --device gpu --backend both: flexlink and NCCL in the same processes, with
+# the busbw ratio per size and, after each flexlink row, the link shares of
+# its last call), variants.log (other settings) and anchor.log (NCCL through
+# PyTorch). Every step has its own time limit; together under 600 s.
+#
+# The FlexLink must-show is in bench-allreduce.log and bench-allgather.log:
+# 64 MiB to 1 GiB with FLEXLINK_LINKS=nvlink, then with nvlink,pcie (the
+# balancer learning the PCIe share; FLEXLINK_DEBUG=INFO logs the shares in
+# force), both beside NCCL. The profile the balancer learnt is printed at
+# the end of bench-allgather.log.
+#   quick  tests + the must-show, fewer iterations            (~3 min)
+#   dev    tests + the must-show + 1-16 MiB + 2 more ops + variants (~5 min)
+#   full   dev + gpu/nccl package tests + the anchor          (~7 min)
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
@@ -21,14 +28,14 @@ mode=${1:-full}
 export NCCL_NVLS_ENABLE=0 FLEXLINK_REQUIRE_GPU=1 FLEXLINK_TIMEOUT=120s
 T0=$(date +%s)
 stamp() { echo "== $(($(date +%s) - T0))s $*"; }
-iters=(-n 20 -w 5)
-ops=(allreduce allgather reducescatter alltoall)
-if [ "$mode" = quick ]; then iters=(-n 10 -w 3) ops=(allreduce allgather); fi
+iters=(-n 10 -w 3) # sizes that only show the path works
+must=(-n 20 -w 5)  # the must-show: enough calls for the balancer to settle
+if [ "$mode" = quick ]; then must=(-n 10 -w 3); fi
 bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	local limit=$1 op=$2
 	shift 2
-	timeout "$limit" $B/flexrun -np 2 $B/flexbench "$op" --device gpu "$@" 2>&1
-	echo "flexbench exit $?"
+	timeout "$limit" $B/flexrun -np 2 $B/flexbench "$op" --device gpu "$@" 2>&1 | grep -v 'link up'
+	echo "flexbench exit ${PIPESTATUS[0]}"
 }
 
 {
@@ -40,7 +47,7 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 
 {
 	stamp rank tests
-	timeout 90 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 85s 2>&1 | grep -v '^=== RUN'
+	FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 110 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 105s 2>&1 | grep -v '^=== RUN'
 	echo "rank.test exit ${PIPESTATUS[0]}"
 	if [ "$mode" = full ]; then
 		stamp gpu and nccl package tests
@@ -49,21 +56,52 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	fi
 } >"$OUT/tests.log" 2>&1
 
-for op in "${ops[@]}"; do
+# The benchmarks share one profile cache: what the balancer learns in the
+# allreduce run is the allgather run's starting point (stage 1).
+export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+rm -rf "$FLEXLINK_CACHE_DIR"
+for op in allreduce allgather; do
 	{
-		stamp "flexbench $op"
-		bench 75 "$op" --backend both -b 1M -e 1G -f 4 "${iters[@]}"
+		if [ "$mode" != quick ]; then
+			stamp "flexbench $op 1-16 MiB (pushes below the pcie threshold: nvlink only)"
+			bench 40 "$op" --backend both -b 1M -e 16M -f 4 "${iters[@]}"
+		fi
+		stamp "flexbench $op 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink"
+		FLEXLINK_LINKS=nvlink bench 55 "$op" --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp "flexbench $op 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink,pcie"
+		FLEXLINK_LINKS=nvlink,pcie FLEXLINK_DEBUG=INFO bench 55 "$op" --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		if [ "$op" = allgather ]; then
+			stamp "balancer profiles learnt (per size class: bytes, shares, GB/s per link)"
+			python3 - "$FLEXLINK_CACHE_DIR" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/balance/*.json")):
+    s = json.load(open(f))
+    print(f.rsplit("/", 1)[1])
+    kinds = [l["spec"]["Kind"] for l in s["links"]]
+    for c in s["classes"]:
+        if c["up_to"] >= 32 << 20:
+            bw = " ".join("%s=%.0f" % (k, 1e-9 / e["s_per_byte"]) for k, e in zip(kinds, c["links"]))
+            sh = " ".join("%s=%.3f" % (k, x) for k, x in zip(kinds, c["shares"]))
+            print("  up to %5d MiB  shares %s  GB/s %s" % (c["up_to"] >> 20, sh, bw))
+PY
+		fi
 	} >"$OUT/bench-$op.log" 2>&1
 done
 
 if [ "$mode" != quick ]; then
+	for op in reducescatter alltoall; do
+		{
+			stamp "flexbench $op"
+			bench 45 "$op" --backend both -b 4M -e 1G -f 4 "${iters[@]}"
+		} >"$OUT/bench-$op.log" 2>&1
+	done
 	{
-		stamp "allreduce, push algorithm"
-		FLEXLINK_GPU_ALLREDUCE=auto bench 30 allreduce -b 16M -e 1G -f 4 "${iters[@]}"
-		stamp "allreduce, push algorithm, 4 copy streams per peer"
-		FLEXLINK_GPU_ALLREDUCE=auto FLEXLINK_GPU_COPY_STREAMS=4 bench 30 allreduce -b 64M -e 1G -f 4 "${iters[@]}"
-		stamp "allgather, 4 copy streams per peer"
-		FLEXLINK_GPU_COPY_STREAMS=4 bench 30 allgather -b 64M -e 1G -f 4 "${iters[@]}"
+		stamp "allreduce, push algorithm (nvlink only by design)"
+		FLEXLINK_GPU_ALLREDUCE=auto bench 20 allreduce -b 256M -e 1G -f 4 "${iters[@]}"
+		stamp "allgather, fixed pcie share 0.08 (the anchor's best both-ways split)"
+		FLEXLINK_PCIE_SHARE=0.08 bench 20 allgather -b 256M -e 1G -f 4 "${iters[@]}"
+		stamp "allgather, nvlink only, 4 copy streams per peer"
+		FLEXLINK_LINKS=nvlink FLEXLINK_GPU_COPY_STREAMS=4 bench 20 allgather -b 256M -e 1G -f 4 "${iters[@]}"
 	} >"$OUT/variants.log" 2>&1
 fi
 
@@ -74,4 +112,4 @@ if [ "$mode" = full ] && [ -f $B/nccl_baseline.py ]; then
 	} >"$OUT/anchor.log" 2>&1
 fi
 stamp done >>"$OUT/tests.log"
-grep -h "^==\|ratio\|Out of bounds\|exit\|^--- \|^    --- \|cases over\|wrong" "$OUT"/*.log | head -90
+grep -h "^==\|ratio\|shares\|up to\|Out of bounds\|exit\|^--- \|^    --- \|cases over\|wrong\|pcie: \|panic" "$OUT"/*.log | grep -v '\[INFO\]' | head -150

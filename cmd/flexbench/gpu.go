@@ -97,6 +97,7 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 			wrong += row.OutErr + row.InErr
 			if !opt.json {
 				fmt.Fprintf(w, "%s  %s\n", row, co.name())
+				printShares(w, co, row.Bytes)
 			}
 		}
 		if len(rows) == 2 && !opt.json && rows[1].OutBus > 0 {
@@ -127,6 +128,21 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 		return fmt.Errorf("%d wrong elements", wrong)
 	}
 	return nil
+}
+
+// printShares writes, after a flexlink row, how its last call's pushes
+// were divided among the links (DeviceComm.LinkShares, this rank's view):
+// "#   67108864  shares nvlink=0.920 pcie=0.080".
+func printShares(w io.Writer, co gpuColl, bytes int64) {
+	f, ok := co.(flexColl)
+	if !ok {
+		return
+	}
+	ls := f.dc.LinkShares()
+	if len(ls) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "#%11d  shares nvlink=%.3f pcie=%.3f\n", bytes, ls["nvlink"], ls["pcie"])
 }
 
 // openRig opens this rank's GPU, a stream and buffers for the largest size.

@@ -4,11 +4,26 @@
 // # Placement
 //
 // Hosts come from -H (ParseHostList) or an OpenMPI hostfile
-// (ParseHostfile); without either the job runs on this host with one slot
-// per GPU, or per CPU core when there is none. Plan is a pure function from
-// hosts, slots and rank count to Placements. Only this host is supported
-// for now (every alias of it folds into one host); any other host is an
-// error before anything starts.
+// (ParseHostfile); inside a Slurm allocation without either, from
+// SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE (SlurmHosts); otherwise the
+// job runs on this host with one slot per GPU, or per CPU core when there
+// is none. Every name of this machine folds into one local host
+// (Machine.Hosts). Plan is a pure function from hosts, slots and rank count
+// to Placements.
+//
+// # Other hosts
+//
+// Ranks on other hosts are started by one agent per host, `flexrun agent`
+// (RunAgent), reached with the system ssh (Remote, ssh.go) or, inside a
+// Slurm allocation, with one srun step. Every agent says hello and accepts
+// the job (finds the program) before any rank starts anywhere; problems
+// are reported per host. The agent protocol (agentwire.go) carries the
+// job, signals, a remote rank 0's stdin, and back the ranks' output and
+// exits; flexrun forwards remote output through the same line forwarder as
+// local output. A host whose connection ends, or that is silent for
+// Remote.AgentTimeout, is lost: flexrun names it and tears the job down,
+// and the agent kills its ranks when flexrun goes away. See
+// docs/LAUNCH.md.
 //
 // # Environment of a rank
 //
@@ -23,7 +38,10 @@
 //	RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 //
 // The last line is what PyTorch's env:// initialisation reads; MASTER_PORT
-// is a free port distinct from the bootstrap's. CUDA_VISIBLE_DEVICES is
+// is a free port distinct from the bootstrap's. On other hosts the base is
+// the host's own environment plus the -x exports and flexrun's FLEXLINK_*
+// settings, and FLEXLINK_BOOTSTRAP and MASTER_ADDR name addresses that host
+// reaches. CUDA_VISIBLE_DEVICES is
 // left as it is (when set, it decides how many GPUs are counted).
 //
 // # Output

@@ -20,6 +20,9 @@ type Host struct {
 	// GPUs is the number of GPUs visible on the host (0: none). Parsers
 	// leave it 0; the launcher fills it in for hosts it can inspect.
 	GPUs int
+	// Local is set by the launcher for this machine (under any of its
+	// names); other hosts are reached through an agent (ssh or srun).
+	Local bool
 }
 
 // addHost appends h to hosts, or adds its slots to an earlier entry of the

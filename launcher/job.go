@@ -53,6 +53,10 @@ type Job struct {
 	// forwarded. nil: none.
 	Signals <-chan os.Signal
 
+	// Remote says how hosts other than this one are reached (ssh, or srun
+	// inside a Slurm allocation).
+	Remote Remote
+
 	Machine      *Machine     // nil: LocalMachine(Environ)
 	NewBootstrap NewBootstrap // serves the job's bootstrap store; required unless DryRun
 	Logger       hclog.Logger // nil: discard
@@ -68,13 +72,16 @@ type Bootstrap interface {
 
 // BootstrapConfig is what the launcher asks of its bootstrap server.
 type BootstrapConfig struct {
+	// Listen is the address to listen on: "127.0.0.1:0" when every rank
+	// is local, "0.0.0.0:0" when some run on other hosts.
+	Listen string
 	Size   int
 	Secret []byte
 	JobID  string
 	Logger hclog.Logger
 }
 
-// NewBootstrap starts a bootstrap server listening on the loopback interface.
+// NewBootstrap starts a bootstrap server listening on cfg.Listen.
 type NewBootstrap func(BootstrapConfig) (Bootstrap, error)
 
 // Run plans the job, starts every rank and supervises them until all have
@@ -87,38 +94,73 @@ type NewBootstrap func(BootstrapConfig) (Bootstrap, error)
 // not be started (not yet written anywhere).
 func Run(ctx context.Context, job Job) (int, error) {
 	job = job.withDefaults()
-	plan, env, err := job.prepare()
+	plan, env, hosts, err := job.prepare()
 	if err != nil {
 		return 1, err
 	}
 	if job.DryRun {
 		return 0, printPlan(job.Stdout, job, plan)
 	}
-	path, err := exec.LookPath(job.Program)
-	if err != nil {
-		code := 126
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = 127
+	var remote []Host
+	path := job.Program
+	for _, h := range hosts {
+		if h.Local {
+			if path, err = exec.LookPath(job.Program); err != nil {
+				code := 126
+				if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+					code = 127
+				}
+				return code, fmt.Errorf("program %s: %w", job.Program, err)
+			}
+		} else if used(plan, h.Name) {
+			remote = append(remote, h)
 		}
-		return code, fmt.Errorf("program %s: %w", job.Program, err)
 	}
 	if job.NewBootstrap == nil {
 		return 1, fmt.Errorf("launcher: Job.NewBootstrap is nil")
+	}
+	exits := make(chan rankExit, len(plan))
+	var rj *remoteJob
+	if len(remote) > 0 {
+		// Every host says hello before anything else starts, so that
+		// unreachable hosts are reported before any rank runs.
+		if rj, err = launchAgents(ctx, job.Remote, remote, job.srunMode(), exits, job.Logger); err != nil {
+			return 1, err
+		}
+		defer rj.shutdown(job.KillGrace + 2*time.Second)
 	}
 	je, err := job.secrets(len(plan))
 	if err != nil {
 		return 1, err
 	}
-	srv, err := job.NewBootstrap(BootstrapConfig{Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger})
+	listen := "127.0.0.1:0"
+	if len(remote) > 0 {
+		listen = "0.0.0.0:0"
+	}
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}
 	defer srv.Close()
-	je.Bootstrap = srv.Addr()
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	je.Bootstrap = net.JoinHostPort("127.0.0.1", port)
 	if je.MasterPort, err = freePort(je.Bootstrap); err != nil {
 		return 1, err
 	}
-	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv}
+	if !isLocalHost(hosts, plan[0].Host) {
+		je.MasterAddr = plan[0].Host // rank 0's host, as the user named it
+	}
+	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits}
+	if rj != nil {
+		specs, err := job.agentSpecs(rj, plan, je.jobEnv)
+		if err != nil {
+			return 1, err
+		}
+		if err := rj.prepare(ctx, specs); err != nil {
+			return 1, err
+		}
+		sup.remote = rj
+	}
 	return sup.run(ctx)
 }
 
@@ -139,6 +181,7 @@ func (job Job) withDefaults() Job {
 		job.Stderr = io.Discard
 	}
 	job.Stdout, job.Stderr = Locked(job.Stdout), Locked(job.Stderr)
+	job.Remote = job.Remote.withDefaults()
 	if job.Logger == nil {
 		job.Logger = hclog.NewNullLogger()
 	}
@@ -151,26 +194,26 @@ func (job Job) withDefaults() Job {
 
 // prepare checks the hosts, plans the ranks and applies -x: everything that
 // can fail before a process starts.
-func (job Job) prepare() ([]Placement, []string, error) {
+func (job Job) prepare() ([]Placement, []string, []Host, error) {
 	if job.Program == "" {
-		return nil, nil, fmt.Errorf("no program given")
+		return nil, nil, nil, fmt.Errorf("no program given")
 	}
-	hosts, err := job.Machine.LocalHosts(job.Hosts)
+	hosts, err := job.hosts()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	plan, err := Plan(PlanRequest{Hosts: hosts, NP: job.NP, MapBy: job.MapBy, Oversubscribe: job.Oversubscribe})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	env, warnings, err := applyExports(job.Environ, job.Exports)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, w := range warnings {
 		job.Logger.Warn(w)
 	}
-	return plan, env, nil
+	return plan, env, hosts, nil
 }
 
 type jobSecrets struct {

@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -130,28 +129,31 @@ func (m Machine) isLocalIP(ip net.IP) bool {
 	return false
 }
 
-// LocalHosts checks that every host is this machine and folds them into
-// one Host (the slots of all its names add up) carrying this machine's GPU
-// count. With no hosts it returns this machine with DefaultSlots.
-func (m Machine) LocalHosts(hosts []Host) ([]Host, error) {
+// Hosts folds every name of this machine into one host (the slots of all
+// its names add up, at the position of its first name) marked Local and
+// carrying this machine's GPU count; other hosts are kept as they are, in
+// order. With no hosts it returns this machine with DefaultSlots.
+func (m Machine) Hosts(hosts []Host) []Host {
 	if len(hosts) == 0 {
-		return []Host{{Name: m.Hostname, Slots: m.DefaultSlots(), GPUs: m.GPUs}}, nil
+		return []Host{{Name: m.Hostname, Slots: m.DefaultSlots(), GPUs: m.GPUs, Local: true}}
 	}
-	var local *Host
+	out := make([]Host, 0, len(hosts))
+	local := -1
 	for _, h := range hosts {
 		if !m.IsLocal(h.Name) {
-			return nil, fmt.Errorf("host %s is not this host: launching on other hosts is not supported yet (ssh launch: planned)", h.Name)
-		}
-		if local == nil {
-			c := h
-			local = &c
+			out = append(out, h)
 			continue
 		}
-		merged := addHost([]Host{{Name: h.Name, Slots: local.Slots, MaxSlots: local.MaxSlots}}, h)[0]
-		local.Slots, local.MaxSlots = merged.Slots, merged.MaxSlots
+		if local < 0 {
+			local = len(out)
+			h.Local, h.GPUs = true, m.GPUs
+			out = append(out, h)
+			continue
+		}
+		merged := addHost([]Host{{Name: h.Name, Slots: out[local].Slots, MaxSlots: out[local].MaxSlots}}, h)[0]
+		out[local].Slots, out[local].MaxSlots = merged.Slots, merged.MaxSlots
 	}
-	local.GPUs = m.GPUs
-	return []Host{*local}, nil
+	return out
 }
 
 // lookupEnv finds key in a KEY=value list; the last setting wins.

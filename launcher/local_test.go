@@ -83,28 +83,28 @@ func TestIsLocal(t *testing.T) {
 	}
 }
 
-func TestLocalHosts(t *testing.T) {
+func TestHosts(t *testing.T) {
 	tests := []struct {
-		name    string
-		gpus    int
-		hosts   []Host
-		want    []Host
-		wantErr string
+		name  string
+		gpus  int
+		hosts []Host
+		want  []Host
 	}{
-		{"default: one slot per GPU", 4, nil, []Host{{Name: "node1.example.com", Slots: 4, GPUs: 4}}, ""},
-		{"default: one slot per core without GPUs", 0, nil, []Host{{Name: "node1.example.com", Slots: 8}}, ""},
+		{"default: one slot per GPU", 4, nil, []Host{{Name: "node1.example.com", Slots: 4, GPUs: 4, Local: true}}},
+		{"default: one slot per core without GPUs", 0, nil, []Host{{Name: "node1.example.com", Slots: 8, Local: true}}},
 		{"aliases fold into one host", 2, []Host{{Name: "localhost", Slots: 2}, {Name: "node1", Slots: 3, MaxSlots: 4}},
-			[]Host{{Name: "localhost", Slots: 5, GPUs: 2}}, ""},
+			[]Host{{Name: "localhost", Slots: 5, GPUs: 2, Local: true}}},
 		{"caps add when all capped", 0, []Host{{Name: "localhost", Slots: 1, MaxSlots: 2}, {Name: "127.0.0.1", Slots: 1, MaxSlots: 3}},
-			[]Host{{Name: "localhost", Slots: 2, MaxSlots: 5}}, ""},
-		{"other host refused", 0, []Host{{Name: "localhost", Slots: 1}, {Name: "node2.example.com", Slots: 1}}, nil,
-			"host node2.example.com is not this host: launching on other hosts is not supported yet (ssh launch: planned)"},
+			[]Host{{Name: "localhost", Slots: 2, MaxSlots: 5, Local: true}}},
+		{"other hosts kept in order", 1, []Host{{Name: "node2.example.com", Slots: 2}, {Name: "localhost", Slots: 1}, {Name: "10.0.0.9", Slots: 3}, {Name: "node1", Slots: 1}},
+			[]Host{{Name: "node2.example.com", Slots: 2}, {Name: "localhost", Slots: 2, GPUs: 1, Local: true}, {Name: "10.0.0.9", Slots: 3}}},
+		{"only other hosts", 1, []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}},
+			[]Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := fakeMachine(tc.gpus).LocalHosts(tc.hosts)
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
+			got := fakeMachine(tc.gpus).Hosts(tc.hosts)
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

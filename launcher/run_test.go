@@ -210,7 +210,8 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 		{"program not found", func(j *Job) { j.Program = "/nonexistent/prog" }, 127, "program /nonexistent/prog", ""},
 		{"not executable", func(j *Job) { j.Program = writeScript(t, 0o644) }, 126, "permission denied", ""},
 		{"oversubscribed", func(j *Job) { j.Oversubscribe = false }, 1, "3 ranks requested but only 1 slots", ""},
-		{"remote host", func(j *Job) { j.Hosts = []Host{{Name: "elsewhere", Slots: 4}} }, 1, "host elsewhere is not this host", ""},
+		{"unreachable host", func(j *Job) { j.Hosts = []Host{{Name: "elsewhere", Slots: 4}}; j.Remote.SSH = "false" }, 1,
+			"cannot start flexrun's agent on 1 host; no rank was started\n  host elsewhere: ssh to elsewhere exited with status 1", ""},
 		{"no bootstrap", func(j *Job) { j.NewBootstrap = nil }, 1, "NewBootstrap is nil", ""},
 		{"dry run", func(j *Job) { j.DryRun = true }, 0, "", "flexrun: dry run: 3 ranks: /bin/sh -c exit 0\n"},
 	}

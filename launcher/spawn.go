@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,14 +49,18 @@ func (s *spawner) start(cmd *exec.Cmd) error {
 // stop lets the spawner's thread exit; call it once every rank is reaped.
 func (s *spawner) stop() { close(s.release) }
 
-// rankProc is one started rank.
+// rankProc is one started rank: a child of this process, or (agent set) a
+// rank that an agent runs on another host.
 type rankProc struct {
 	p       Placement
-	cmd     *exec.Cmd
-	pid     int
+	cmd     *exec.Cmd     // nil for a remote rank
+	pid     int           // 0 until a remote rank's agent reports it
 	outR    *os.File      // read end of the rank's stdout pipe
 	errR    *os.File      // read end of the rank's stderr pipe
 	outDone chan struct{} // closed when both streams are forwarded to the end
+
+	agent *agentConn  // the agent running a remote rank
+	sinks [2]*os.File // remote rank: write ends the agent's output frames go to
 }
 
 // rankSpec is what startRank needs besides the spawner.
@@ -63,6 +68,7 @@ type rankSpec struct {
 	path      string // resolved program
 	args      []string
 	env       []string
+	dir       string // working directory; "": this process's
 	p         Placement
 	stdin     *os.File // nil: /dev/null
 	stdout    *LockedWriter
@@ -70,42 +76,25 @@ type rankSpec struct {
 	tag       bool
 	outputDir string // "": no per-rank files
 	maxLine   int
+	// relay, when set, receives the rank's raw output instead of the line
+	// forwarder (stream 0 is stdout, 1 stderr); an agent sends it on.
+	relay func(stream int, r io.Reader)
 }
 
 // startRank starts one rank in its own process group, with Pdeathsig
 // SIGKILL, its output piped to forwarders.
 func startRank(sp *spawner, rs rankSpec) (*rankProc, error) {
-	var prefix []byte
-	if rs.tag {
-		prefix = []byte("[" + strconv.Itoa(rs.p.Rank) + "] ")
+	files, err := outputFiles(rs)
+	if err != nil {
+		return nil, err
 	}
-	var files [2]*os.File // per-rank copies of stdout, stderr
-	if rs.outputDir != "" {
-		dir := filepath.Join(rs.outputDir, "rank."+strconv.Itoa(rs.p.Rank))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("output dir of rank %d: %w", rs.p.Rank, err)
-		}
-		for i, name := range []string{"stdout", "stderr"} {
-			f, err := os.Create(filepath.Join(dir, name))
-			if err != nil {
-				closeAll(files[:]...)
-				return nil, fmt.Errorf("output dir of rank %d: %w", rs.p.Rank, err)
-			}
-			files[i] = f
-		}
-	}
-	outR, outW, err := os.Pipe()
+	outR, outW, errR, errW, err := outputPipes(rs.p.Rank)
 	if err != nil {
 		closeAll(files[:]...)
-		return nil, fmt.Errorf("stdout pipe of rank %d: %w", rs.p.Rank, err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(append(files[:], outR, outW)...)
-		return nil, fmt.Errorf("stderr pipe of rank %d: %w", rs.p.Rank, err)
+		return nil, err
 	}
 	cmd := exec.Command(rs.path, rs.args...)
-	cmd.Env = rs.env
+	cmd.Env, cmd.Dir = rs.env, rs.dir
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if rs.stdin != nil {
 		cmd.Stdin = rs.stdin
@@ -118,37 +107,110 @@ func startRank(sp *spawner, rs rankSpec) (*rankProc, error) {
 		return nil, fmt.Errorf("start rank %d (host %s): %w", rs.p.Rank, rs.p.Host, err)
 	}
 	rp := &rankProc{p: rs.p, cmd: cmd, pid: cmd.Process.Pid, outR: outR, errR: errR, outDone: make(chan struct{})}
-	fwd := func(r *os.File, dst *LockedWriter, file *os.File, done chan<- struct{}) {
-		f := forwarder{dst: dst, prefix: prefix, max: rs.maxLine}
-		if file != nil {
-			f.file = file
+	rp.forward(rs, files)
+	return rp, nil
+}
+
+// remoteRank is the local end of a rank an agent runs: the agent's output
+// frames are written to pipes whose read ends are forwarded exactly like a
+// local rank's output.
+func remoteRank(rs rankSpec, a *agentConn) (*rankProc, error) {
+	files, err := outputFiles(rs)
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, errR, errW, err := outputPipes(rs.p.Rank)
+	if err != nil {
+		closeAll(files[:]...)
+		return nil, err
+	}
+	rp := &rankProc{p: rs.p, outR: outR, errR: errR, outDone: make(chan struct{}), agent: a, sinks: [2]*os.File{outW, errW}}
+	rp.forward(rs, files)
+	return rp, nil
+}
+
+// outputFiles creates DIR/rank.N/stdout and stderr for --output-dir.
+func outputFiles(rs rankSpec) ([2]*os.File, error) {
+	var files [2]*os.File
+	if rs.outputDir == "" {
+		return files, nil
+	}
+	dir := filepath.Join(rs.outputDir, "rank."+strconv.Itoa(rs.p.Rank))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return files, fmt.Errorf("output dir of rank %d: %w", rs.p.Rank, err)
+	}
+	for i, name := range []string{"stdout", "stderr"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			closeAll(files[:]...)
+			return files, fmt.Errorf("output dir of rank %d: %w", rs.p.Rank, err)
 		}
-		_ = f.run(r) // a broken destination must not stop the job
+		files[i] = f
+	}
+	return files, nil
+}
+
+func outputPipes(rank int) (outR, outW, errR, errW *os.File, err error) {
+	if outR, outW, err = os.Pipe(); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("stdout pipe of rank %d: %w", rank, err)
+	}
+	if errR, errW, err = os.Pipe(); err != nil {
+		closeAll(outR, outW)
+		return nil, nil, nil, nil, fmt.Errorf("stderr pipe of rank %d: %w", rank, err)
+	}
+	return outR, outW, errR, errW, nil
+}
+
+// forward copies the rank's two streams (to forwarders, or to rs.relay)
+// and closes outDone when both have ended.
+func (rp *rankProc) forward(rs rankSpec, files [2]*os.File) {
+	var prefix []byte
+	if rs.tag {
+		prefix = []byte("[" + strconv.Itoa(rs.p.Rank) + "] ")
+	}
+	fwd := func(stream int, r *os.File, dst *LockedWriter, file *os.File, done chan<- struct{}) {
+		if rs.relay != nil {
+			rs.relay(stream, r)
+		} else {
+			f := forwarder{dst: dst, prefix: prefix, max: rs.maxLine}
+			if file != nil {
+				f.file = file
+			}
+			_ = f.run(r) // a broken destination must not stop the job
+		}
 		closeAll(r, file)
 		done <- struct{}{}
 	}
 	done := make(chan struct{}, 2)
-	go fwd(outR, rs.stdout, files[0], done)
-	go fwd(errR, rs.stderr, files[1], done)
+	go fwd(0, rp.outR, rs.stdout, files[0], done)
+	go fwd(1, rp.errR, rs.stderr, files[1], done)
 	go func() {
 		<-done
 		<-done
 		close(rp.outDone)
 	}()
-	return rp, nil
 }
 
 // drain waits up to grace for the rank's output to reach end of file once
 // the rank has exited (a child it left behind may hold the pipes open). Past
 // that it kills what is left of the rank's process group and reads for at
-// most one more second.
+// most one more second. A remote rank's agent does that on its host; here
+// its output gets the grace plus a second for the agent's last frames.
 func (rp *rankProc) drain(grace time.Duration) {
+	if rp.agent != nil {
+		grace += time.Second
+	}
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-rp.outDone:
 		return
 	case <-t.C:
+	}
+	if rp.agent != nil {
+		rp.agent.closeSinks(rp)
+		<-rp.outDone
+		return
 	}
 	rp.signal(syscall.SIGKILL)
 	deadline := time.Now().Add(time.Second)
@@ -157,9 +219,14 @@ func (rp *rankProc) drain(grace time.Duration) {
 	<-rp.outDone
 }
 
-// signal sends sig to the rank's process group, reaching its children too.
-// A group that is gone already (ESRCH) is not an error worth reporting.
+// signal sends sig to the rank's process group, reaching its children too
+// (through its agent for a remote rank). A group that is gone already
+// (ESRCH) is not an error worth reporting.
 func (rp *rankProc) signal(sig syscall.Signal) {
+	if rp.agent != nil {
+		rp.agent.signal(rp.p.Rank, sig)
+		return
+	}
 	_ = syscall.Kill(-rp.pid, sig)
 }
 

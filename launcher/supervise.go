@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,12 +34,13 @@ func (e *JobError) Unwrap() error { return e.Err }
 // supervisor runs one job's ranks: it starts them, watches their exits,
 // timeout and signals, and tears the job down on the first failure.
 type supervisor struct {
-	job  Job
-	path string
-	plan []Placement
-	env  []string
-	je   jobEnv
-	srv  Bootstrap
+	job    Job
+	path   string
+	plan   []Placement
+	env    []string
+	je     jobEnv
+	srv    Bootstrap
+	remote *remoteJob // agents of the other hosts; nil: all ranks local
 
 	ranks   []*rankProc
 	exited  []bool
@@ -54,19 +56,36 @@ type rankExit struct {
 	rank  int
 	state *os.ProcessState // nil when waiting failed
 	err   error
+
+	// A remote rank's end, as its agent reported it (or its loss).
+	remote   bool
+	pid      int
+	code     int
+	sig      syscall.Signal
+	lost     string // set when the rank was lost with its host: why
+	lostWith []int  // the ranks lost with it
 }
 
 // run starts the ranks and supervises them to the end.
 func (s *supervisor) run(ctx context.Context) (int, error) {
 	sp := newSpawner()
 	defer sp.stop()
-	stdin, closeStdin, err := rankZeroStdin(s.job.Stdin)
-	if err != nil {
-		return 1, err
+	var stdin *os.File
+	closeStdin := func() {}
+	if a := s.agentOf(0); a != nil {
+		go forwardStdin(s.job.Stdin, a)
+	} else {
+		var err error
+		if stdin, closeStdin, err = rankZeroStdin(s.job.Stdin); err != nil {
+			return 1, err
+		}
 	}
-	s.exits = make(chan rankExit, len(s.plan))
+	if s.exits == nil {
+		s.exits = make(chan rankExit, len(s.plan))
+	}
 	s.exited = make([]bool, len(s.plan))
 	var startErr error
+	remoteRanks := 0
 	for _, p := range s.plan {
 		rs := rankSpec{
 			path: s.path, args: s.job.Args, env: rankEnv(s.env, s.je, p), p: p,
@@ -75,6 +94,19 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		}
 		if p.Rank == 0 {
 			rs.stdin = stdin
+		}
+		if a := s.agentOf(p.Rank); a != nil {
+			rp, err := remoteRank(rs, a)
+			if err != nil {
+				startErr = err
+				break
+			}
+			a.mu.Lock()
+			a.ranks[p.Rank] = rp
+			a.mu.Unlock()
+			s.ranks = append(s.ranks, rp)
+			remoteRanks++
+			continue
 		}
 		rp, err := startRank(sp, rs)
 		if err != nil {
@@ -90,6 +122,19 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		}(rp)
 	}
 	closeStdin()
+	if s.remote != nil {
+		if startErr == nil {
+			s.alive += remoteRanks
+			s.remote.start()
+		} else {
+			for _, rp := range s.ranks {
+				if rp.agent != nil {
+					s.exited[rp.p.Rank] = true
+					rp.agent.closeSinks(rp)
+				}
+			}
+		}
+	}
 	if startErr != nil {
 		s.fail(startErr, 1, "") // Run's caller reports startErr
 	}
@@ -106,6 +151,19 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		return s.code, startErr
 	}
 	return s.code, s.cause
+}
+
+// agentOf returns the agent that runs rank, or nil when it runs here.
+func (s *supervisor) agentOf(rank int) *agentConn {
+	if s.remote == nil || rank >= len(s.plan) {
+		return nil
+	}
+	for _, a := range s.remote.conns {
+		if a.host.Name == s.plan[rank].Host {
+			return a
+		}
+	}
+	return nil
 }
 
 // loop handles events until every started rank has exited (or ignored
@@ -147,9 +205,24 @@ func (s *supervisor) loop(ctx context.Context) {
 // onExit judges one rank's exit.
 func (s *supervisor) onExit(ex rankExit) {
 	rp := s.ranks[ex.rank]
+	if ex.pid != 0 {
+		rp.pid = ex.pid
+	}
 	code, how := exitStatus(ex)
-	s.job.Logger.Debug("rank exited", "rank", ex.rank, "pid", rp.pid, "status", how)
+	s.job.Logger.Debug("rank exited", "rank", ex.rank, "host", rp.p.Host, "pid", rp.pid, "status", how)
+	if ex.lost != "" && s.cause != nil && ex.rank == ex.lostWith[0] {
+		// Lost while tearing down (a cut network shows so, after the
+		// ranks elsewhere failed first): still name the host.
+		_, _ = io.WriteString(s.job.Stderr, "flexrun: "+ex.lost+"\n")
+	}
 	if code == 0 || s.cause != nil {
+		return
+	}
+	if ex.lost != "" {
+		others := s.alive - (len(ex.lostWith) - 1)
+		msg := fmt.Sprintf("%s (ranks %s gone with it)", ex.lost, joinInts(ex.lostWith))
+		err := &JobError{Rank: ex.rank, Host: rp.p.Host, Code: code, Msg: msg, Err: errs.ErrPeerLost}
+		s.fail(err, code, msg+"; terminating "+plural(others, "other rank"))
 		return
 	}
 	msg := fmt.Sprintf("rank %d (host %s, pid %d) %s", ex.rank, rp.p.Host, rp.pid, how)
@@ -220,14 +293,24 @@ func (s *supervisor) stragglers() string {
 	var b strings.Builder
 	for i, rp := range s.ranks {
 		if !s.exited[i] {
-			fmt.Fprintf(&b, " %d (pid %d)", rp.p.Rank, rp.pid)
+			fmt.Fprintf(&b, " %d (host %s, pid %d)", rp.p.Rank, rp.p.Host, rp.pid)
 		}
 	}
 	return "ranks still running 5 s after SIGKILL, given up on:" + b.String()
 }
 
-// exitStatus turns a rank's exit into flexrun's exit code and words.
+// exitStatus turns a rank's exit into flexrun's exit code and words. A
+// rank lost with its host counts as exit code 1.
 func exitStatus(ex rankExit) (int, string) {
+	if ex.remote {
+		switch {
+		case ex.lost != "":
+			return 1, ex.lost
+		case ex.sig != 0:
+			return 128 + int(ex.sig), fmt.Sprintf("was killed by signal %d (%s)", int(ex.sig), ex.sig)
+		}
+		return ex.code, fmt.Sprintf("exited with status %d", ex.code)
+	}
 	if ex.state == nil {
 		return 1, fmt.Sprintf("could not be waited for: %v", ex.err)
 	}
@@ -236,6 +319,14 @@ func exitStatus(ex rankExit) (int, string) {
 	}
 	code := ex.state.ExitCode()
 	return code, fmt.Sprintf("exited with status %d", code)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
 }
 
 func sigName(s syscall.Signal) string {
@@ -278,4 +369,25 @@ func rankZeroStdin(in io.Reader) (f *os.File, closeParent func(), err error) {
 		w.Close()
 	}()
 	return r, func() { r.Close() }, nil
+}
+
+// forwardStdin sends in to a remote rank 0 through its agent, then the
+// end of file. Nothing is sent when in is nil.
+func forwardStdin(in io.Reader, a *agentConn) {
+	if in == nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			if a.link.fw.sendChunks(kIn, a.node, 0, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = a.link.fw.send(frame{Kind: kInEOF, Node: a.node, Rank: 0})
+			return
+		}
+	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/bootstrap"
-	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 )
 
@@ -37,16 +36,18 @@ type Options struct {
 // compatible launcher) sets: FLEXLINK_RANK, FLEXLINK_WORLD_SIZE,
 // FLEXLINK_BOOTSTRAP, FLEXLINK_JOB_ID, FLEXLINK_JOB_SECRET. With no launcher
 // environment at all it returns a world of one rank (like MPI's singleton
-// init). It waits at most FLEXLINK_BOOTSTRAP_TIMEOUT for every rank to join.
+// init). Started by srun or mpirun without flexrun, it joins through a
+// bootstrap server that rank 0 runs (see docs/LAUNCH.md). It waits at
+// most FLEXLINK_BOOTSTRAP_TIMEOUT for every rank to join.
 func Init(ctx context.Context) (*Comm, error) {
 	env := settings.OS()
-	host, _ := os.Hostname()
+	host := hostName(env)
 	if !env.IsSet("FLEXLINK_RANK") {
 		if _, ok := os.LookupEnv("OMPI_COMM_WORLD_RANK"); ok {
-			return nil, fmt.Errorf("rank init: started by mpirun without FLEXLINK_BOOTSTRAP: build with -tags mpi or launch with flexrun: %w", errs.ErrNotSupported)
+			return initMPI(ctx, env, os.LookupEnv, host)
 		}
-		if _, ok := os.LookupEnv("SLURM_PROCID"); ok && os.Getenv("SLURM_NTASKS") != "1" {
-			return nil, fmt.Errorf("rank init: started by srun, which is not supported yet: launch with flexrun: %w", errs.ErrNotSupported)
+		if inSlurmStep(os.LookupEnv) {
+			return initSlurm(ctx, env, os.LookupEnv, host)
 		}
 		secret := make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
@@ -115,7 +116,7 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 		opt.Env = settings.OS()
 	}
 	if opt.Host == "" {
-		opt.Host, _ = os.Hostname()
+		opt.Host = hostName(opt.Env)
 	}
 	if opt.Logger == nil {
 		opt.Logger = newLogger(opt.Env, opt.Host, store.Rank())

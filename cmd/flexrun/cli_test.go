@@ -126,7 +126,11 @@ func TestCommandLineErrors(t *testing.T) {
 		{"max_slots cap", []string{"-np", "3", "--oversubscribe", "--hostfile", writeFile(t, "localhost slots=1 max_slots=2\n"), "true"}, 1, "max_slots reached"},
 		{"malformed hostfile line", []string{"--hostfile", bad, "true"}, 1, "line 4"},
 		{"missing hostfile", []string{"--hostfile", filepath.Join(dir, "none"), "true"}, 1, "no such file"},
-		{"other host", []string{"-H", "gpu-node-7.invalid:4", "true"}, 1, "host gpu-node-7.invalid is not this host: launching on other hosts is not supported yet (ssh launch: planned)"},
+		// ssh runs, but its connection command fails at once: no network.
+		{"unreachable host", []string{"-H", "203.0.113.7:4", "--ssh-args", "-o 'ProxyCommand=false'", "true"}, 1,
+			"flexrun: cannot start flexrun's agent on 1 host; no rank was started\n  host 203.0.113.7: ssh to 203.0.113.7 exited with status 255"},
+		{"bad --ssh-args", []string{"-H", "203.0.113.7:4", "--ssh-args", "-o 'x", "true"}, 1, "--ssh-args \"-o 'x\": unclosed single quote"},
+		{"bad --launcher", []string{"--launcher", "pbs", "true"}, 1, `--launcher "pbs": want ssh or srun`},
 		{"both host flags", []string{"-H", "localhost", "--hostfile", bad, "true"}, 1, "either -H or --hostfile"},
 		{"bad map-by", []string{"--map-by", "socket", "true"}, 1, "want slot or node"},
 		{"program not found", []string{"-np", "1", filepath.Join(dir, "nothing-here")}, 127, "nothing-here"},

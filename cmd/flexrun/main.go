@@ -3,6 +3,7 @@
 // the job ends as a whole.
 //
 //	flexrun [flags] PROGRAM [ARGS...]
+//	flexrun agent [--node N] [--check]     (hidden: started by flexrun over ssh or srun)
 //
 // Flags end at PROGRAM: everything after it is passed to the program
 // untouched (flexrun -np 4 ./train --lr 0.1). The behaviour (placement,
@@ -35,6 +36,9 @@ func main() {
 
 // run is flexrun with its process state passed in; it returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 1 && args[1] == "agent" {
+		return runAgent(ctx, args[2:], stdin, stdout, stderr)
+	}
 	stdout, stderr = launcher.Locked(stdout), launcher.Locked(stderr)
 	code := 0
 	app := newApp(stdin, stdout, stderr, &code)
@@ -84,6 +88,16 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "timeout", Usage: "time limit of the whole job; exceeded: exit 124", DefaultText: "none"},
 		&cli.DurationFlag{Name: "bootstrap-timeout", Value: launcher.DefaultBootstrapTimeout, Usage: "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)"},
 		&cli.DurationFlag{Name: "kill-grace", Value: launcher.DefaultKillGrace, Usage: "time between SIGTERM and SIGKILL when the job is torn down"},
+		&cli.StringFlag{Name: "launcher", Usage: "how other hosts are reached: `ssh` or srun", DefaultText: "srun inside a Slurm allocation, else ssh"},
+		&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "ssh `PROGRAM` that starts the agents (called like ssh: [options] -- HOST COMMAND)"},
+		&cli.StringFlag{Name: "ssh-args", Usage: "extra `ARGS` for ssh, split like a shell would (e.g. \"-F cfg -p 2222\")"},
+		&cli.StringFlag{Name: "srun-args", Usage: "extra `ARGS` for the srun that starts the agents"},
+		&cli.StringFlag{Name: "prefix", Usage: "flexrun is installed in `DIR`/bin on the other hosts (also put first on the ranks' PATH there)"},
+		&cli.DurationFlag{Name: "connect-timeout", Value: launcher.DefaultConnectTimeout, Usage: "ssh -o ConnectTimeout"},
+		&cli.DurationFlag{Name: "launch-timeout", Value: launcher.DefaultLaunchTimeout, Usage: "how long an agent may take to start and accept the job"},
+		&cli.DurationFlag{Name: "agent-timeout", Value: launcher.DefaultAgentTimeout, Usage: "a host silent this long is lost (and its agent kills its ranks)"},
+		&cli.IntFlag{Name: "launch-parallel", Value: launcher.DefaultMaxParallel, Usage: "at most `N` ssh connections opened at once"},
+		&cli.StringFlag{Name: "bootstrap-addr", Usage: "`ADDR` of this machine that ranks on other hosts dial", DefaultText: "the interface that routes to each host"},
 	}
 }
 
@@ -129,6 +143,9 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 		return job, fmt.Errorf("-np %d: must be positive", job.NP)
 	}
 	var err error
+	if job.Remote, err = remoteFromFlags(c); err != nil {
+		return job, err
+	}
 	if job.MapBy, err = launcher.ParseMapBy(c.String("map-by")); err != nil {
 		return job, err
 	}
@@ -144,11 +161,39 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 	return job, err
 }
 
-// newBootstrap serves the job's bootstrap store on the loopback interface
-// (all ranks are local until ssh launch lands).
+// remoteFromFlags reads the flags about other hosts.
+func remoteFromFlags(c *cli.Context) (launcher.Remote, error) {
+	r := launcher.Remote{
+		Launcher:       c.String("launcher"),
+		SSH:            c.String("ssh"),
+		Prefix:         c.String("prefix"),
+		ConnectTimeout: c.Duration("connect-timeout"),
+		LaunchTimeout:  c.Duration("launch-timeout"),
+		AgentTimeout:   c.Duration("agent-timeout"),
+		MaxParallel:    c.Int("launch-parallel"),
+		BootstrapHost:  c.String("bootstrap-addr"),
+	}
+	switch r.Launcher {
+	case "", "ssh", "srun":
+	default:
+		return r, fmt.Errorf("--launcher %q: want ssh or srun", r.Launcher)
+	}
+	var err error
+	if r.SSHArgs, err = launcher.SplitArgs(c.String("ssh-args")); err != nil {
+		return r, fmt.Errorf("--ssh-args %w", err)
+	}
+	if r.SrunArgs, err = launcher.SplitArgs(c.String("srun-args")); err != nil {
+		return r, fmt.Errorf("--srun-args %w", err)
+	}
+	return r, nil
+}
+
+// newBootstrap serves the job's bootstrap store on the address the
+// launcher asks for (loopback, or every interface when ranks run on other
+// hosts).
 func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
-		Addr: "127.0.0.1:0", Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: cfg.Logger,
+		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,175 @@
+package launcher
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"strings"
+)
+
+// hosts decides the job's hosts: -H or --hostfile (this machine's names
+// folded into one local host, the others reached by agents), else inside
+// a Slurm allocation its nodes with their task counts (every one reached
+// by an srun agent, this node's too, so all ranks run in a job step; with
+// --launcher ssh the other nodes over ssh), else this machine alone.
+func (job Job) hosts() ([]Host, error) {
+	if len(job.Hosts) == 0 {
+		hosts, ok, err := slurmAllocation(job.Environ)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok && job.Remote.Launcher == "ssh": // the allocation's nodes, over ssh
+			return job.Machine.Hosts(hosts), nil
+		case ok:
+			return hosts, nil
+		}
+	}
+	if job.Remote.Launcher == "srun" {
+		if len(job.Hosts) == 0 {
+			return nil, fmt.Errorf("--launcher srun: not inside a Slurm allocation (no SLURM_JOB_NODELIST) and no -H")
+		}
+		return job.Hosts, nil
+	}
+	return job.Machine.Hosts(job.Hosts), nil
+}
+
+// slurmAllocation returns the hosts of the Slurm allocation flexrun runs
+// in (SLURM_JOB_NODELIST with SLURM_TASKS_PER_NODE); ok is false outside
+// one.
+func slurmAllocation(environ []string) (hosts []Host, ok bool, err error) {
+	nodes, ok1 := lookupEnv(environ, "SLURM_JOB_NODELIST")
+	tasks, ok2 := lookupEnv(environ, "SLURM_TASKS_PER_NODE")
+	if !ok1 || !ok2 || nodes == "" || tasks == "" {
+		return nil, false, nil
+	}
+	hosts, err = SlurmHosts(nodes, tasks)
+	if err != nil {
+		return nil, true, fmt.Errorf("slurm allocation: %w", err)
+	}
+	return hosts, true, nil
+}
+
+// srunMode reports whether agents are started with srun rather than ssh.
+func (job Job) srunMode() bool {
+	switch job.Remote.Launcher {
+	case "srun":
+		return true
+	case "ssh":
+		return false
+	}
+	_, ok, _ := slurmAllocation(job.Environ)
+	return ok && len(job.Hosts) == 0
+}
+
+func used(plan []Placement, host string) bool {
+	for _, p := range plan {
+		if p.Host == host {
+			return true
+		}
+	}
+	return false
+}
+
+func isLocalHost(hosts []Host, name string) bool {
+	for _, h := range hosts {
+		if h.Name == name {
+			return h.Local
+		}
+	}
+	return false
+}
+
+// agentSpecs builds each agent's job: its ranks (GPU from the GPUs it
+// counted), and the bootstrap and MASTER_ADDR as its host must dial them.
+func (job Job) agentSpecs(rj *remoteJob, plan []Placement, je jobEnv) (map[*agentConn]agentSpec, error) {
+	_, port, _ := net.SplitHostPort(je.Bootstrap)
+	dir, _ := os.Getwd()
+	env := job.remoteEnv()
+	prefix := ""
+	if job.Remote.Prefix != "" {
+		prefix = path.Join(job.Remote.Prefix, "bin")
+	}
+	var problems hostErrors
+	specs := map[*agentConn]agentSpec{}
+	for _, a := range rj.conns {
+		a.mu.Lock()
+		info := a.info
+		a.mu.Unlock()
+		addr, err := job.bootstrapHost(a.host.Name, info)
+		if err != nil {
+			problems.add(a.host.Name, err)
+			continue
+		}
+		sj := je
+		sj.Bootstrap = net.JoinHostPort(addr, port)
+		switch {
+		case plan[0].Host == a.host.Name:
+			sj.MasterAddr = "127.0.0.1"
+		case je.MasterAddr == "127.0.0.1": // rank 0 is on flexrun's host
+			sj.MasterAddr = addr
+		}
+		spec := agentSpec{
+			Node: a.node, Program: job.Program, Args: job.Args, Dir: dir, Env: env, PathPrefix: prefix,
+			Job: sj, KillGrace: job.KillGrace, Timeout: rj.cfg.AgentTimeout, StdinRank: -1,
+		}
+		for _, p := range plan {
+			if p.Host != a.host.Name {
+				continue
+			}
+			p.GPU = -1
+			if info.GPUs > 0 {
+				p.GPU = p.LocalRank % info.GPUs
+			}
+			spec.Ranks = append(spec.Ranks, p)
+			if p.Rank == 0 && job.Stdin != nil {
+				spec.StdinRank = 0
+			}
+		}
+		specs[a] = spec
+	}
+	return specs, problems.err("cannot tell the ranks how to reach flexrun")
+}
+
+// bootstrapHost is the address of this machine that ranks on host dial:
+// --bootstrap-addr, else the address of the interface that routes to the
+// host, else the address the host saw the ssh connection come from.
+func (job Job) bootstrapHost(host string, info agentHello) (string, error) {
+	if job.Remote.BootstrapHost != "" {
+		return job.Remote.BootstrapHost, nil
+	}
+	addr, err := routeAddr(host, job.Machine.Resolve)
+	if err == nil {
+		return addr, nil
+	}
+	if info.Client != "" {
+		return info.Client, nil
+	}
+	return "", fmt.Errorf("cannot tell which address of this machine it reaches (%v); give --bootstrap-addr", err)
+}
+
+// remoteEnv is what the agents set over their own environment before the
+// rank variables: the -x exports and flexrun's FLEXLINK_* settings (not
+// FLEXLINK_HOSTNAME, which names one host). The rest of flexrun's
+// environment stays here, as with mpirun: a remote rank starts from its
+// host's login environment.
+func (job Job) remoteEnv() []string {
+	var env []string
+	for _, kv := range job.Environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "FLEXLINK_") && k != "FLEXLINK_HOSTNAME" && !isRankVar(k) {
+			env = setEnv(env, k, kv[len(k)+1:])
+		}
+	}
+	for _, x := range job.Exports {
+		k, v, hasVal := strings.Cut(x, "=")
+		if !hasVal {
+			var ok bool
+			if v, ok = lookupEnv(job.Environ, k); !ok {
+				continue
+			}
+		}
+		env = setEnv(env, k, v)
+	}
+	return env
+}

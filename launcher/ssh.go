@@ -1,0 +1,170 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of the remote launch.
+const (
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultLaunchTimeout  = 30 * time.Second
+	DefaultAgentTimeout   = 10 * time.Second
+	DefaultMaxParallel    = 64
+)
+
+// Remote configures how flexrun reaches hosts other than its own: one
+// agent per host (`flexrun agent`), started with the system ssh, or with
+// srun inside a Slurm allocation.
+type Remote struct {
+	// Launcher is "ssh" or "srun"; "" picks srun inside an allocation
+	// whose hosts are the job's (Job.Slurm), else ssh.
+	Launcher string
+	SSH      string   // ssh program; "": "ssh"
+	SSHArgs  []string // extra ssh arguments (--ssh-args, split), before the host
+	Srun     string   // srun program; "": "srun"
+	SrunArgs []string // extra srun arguments
+	// Prefix is where flexrun is installed on the other hosts: the agent
+	// runs PREFIX/bin/flexrun and the ranks get PREFIX/bin first on PATH
+	// (like mpirun --prefix). "": flexrun on the remote PATH (ssh), this
+	// executable's path (srun, which assumes a shared file system).
+	Prefix         string
+	ConnectTimeout time.Duration // ssh -o ConnectTimeout; 0: 10 s
+	// LaunchTimeout bounds the time from starting an agent to its hello
+	// and its acceptance of the job; 0: 30 s.
+	LaunchTimeout time.Duration
+	// AgentTimeout: an agent (or flexrun, seen from the agent) silent this
+	// long counts as lost; 0: 10 s.
+	AgentTimeout time.Duration
+	MaxParallel  int    // agents started at once; 0: 64
+	Executable   string // flexrun's own path (for srun without Prefix); "": os.Executable
+	// BootstrapHost is the address the ranks on other hosts dial for the
+	// bootstrap and PyTorch's MASTER_ADDR; "": for each host, the address
+	// of this machine's interface that routes to it, else the address the
+	// host saw the ssh connection come from.
+	BootstrapHost string
+}
+
+func (r Remote) withDefaults() Remote {
+	if r.SSH == "" {
+		r.SSH = "ssh"
+	}
+	if r.Srun == "" {
+		r.Srun = "srun"
+	}
+	if r.ConnectTimeout <= 0 {
+		r.ConnectTimeout = DefaultConnectTimeout
+	}
+	if r.LaunchTimeout <= 0 {
+		r.LaunchTimeout = DefaultLaunchTimeout
+	}
+	if r.AgentTimeout <= 0 {
+		r.AgentTimeout = DefaultAgentTimeout
+	}
+	if r.MaxParallel <= 0 {
+		r.MaxParallel = DefaultMaxParallel
+	}
+	if r.Executable == "" {
+		r.Executable, _ = os.Executable()
+	}
+	return r
+}
+
+// agentPath is the flexrun the agents run.
+func (r Remote) agentPath(fallback string) string {
+	if r.Prefix != "" {
+		return path.Join(r.Prefix, "bin", "flexrun")
+	}
+	return fallback
+}
+
+// sshCommand is the command line that starts the agent of node on host:
+//
+//	ssh -T -x -o BatchMode=yes -o ConnectTimeout=10 [SSHArgs] -- HOST 'flexrun' agent --node N
+//
+// BatchMode makes a host that would ask for a password or a host key
+// confirmation fail at once instead of hanging; everything else comes
+// from the user's ssh configuration (~/.ssh/config, agents, ProxyJump).
+func (r Remote) sshCommand(host string, node int) []string {
+	secs := int((r.ConnectTimeout + time.Second - 1) / time.Second)
+	args := []string{r.SSH, "-T", "-x", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + strconv.Itoa(secs)}
+	args = append(args, r.SSHArgs...)
+	remote := shellQuote(r.agentPath("flexrun")) + " agent --node " + strconv.Itoa(node)
+	return append(args, "--", host, remote)
+}
+
+// srunCommand starts one agent on each of hosts in one job step.
+func (r Remote) srunCommand(hosts []string, exe string) []string {
+	args := []string{r.Srun, "--ntasks-per-node=1", "--nodes=" + strconv.Itoa(len(hosts)),
+		"--ntasks=" + strconv.Itoa(len(hosts)), "--nodelist=" + strings.Join(hosts, ","),
+		"--kill-on-bad-exit=1", "--cpu-bind=none", "--label", "--input=all", "--job-name=flexrun-agents"}
+	args = append(args, r.SrunArgs...)
+	return append(args, r.agentPath(exe), "agent", "--node", "-1")
+}
+
+// shellQuote quotes s for a POSIX shell (the remote login shell).
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// SplitArgs splits a command-line fragment (--ssh-args) into words the way
+// a POSIX shell would: blanks separate words, single quotes keep
+// everything, double quotes keep everything but \" and \\, a backslash
+// outside quotes escapes the next character.
+func SplitArgs(s string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n':
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("%q: unclosed single quote", s)
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case c == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\\') {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, fmt.Errorf("%q: unclosed double quote", s)
+			}
+			inWord = true
+		case c == '\\':
+			if i+1 >= len(s) {
+				return nil, fmt.Errorf("%q: trailing backslash", s)
+			}
+			i++
+			cur.WriteByte(s[i])
+			inWord = true
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}

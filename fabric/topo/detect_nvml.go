@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -22,8 +23,10 @@ type NVML interface {
 	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
 }
 
-// fabricTarget is the remote bus id NVML gives for links into an NVLink
-// fabric whose switches are not visible as PCI devices (B200, GB200).
+// fabricTarget is the all-ones remote bus id NVML gives when it has none:
+// for links into an NVLink fabric whose switches are not visible as PCI
+// devices (B200, GB200), and for direct links in some VMs (the 2xH200
+// machine of docs/h200x2-topology.txt).
 const fabricTarget = "ffffffff:ff:ff.0"
 
 // nvmlLibrary is the file name dlopen looks for.
@@ -86,8 +89,12 @@ func DetectWith(lib NVML, opt Options) (*Host, error) {
 		}
 		return finish(h)
 	}
+	unres := make([][]nvLink, len(devs))
 	for i, d := range devs {
-		readNVLinks(h, i, d, s)
+		unres[i] = readNVLinks(h, i, d, s)
+	}
+	resolveUnknownRemotes(h, devs, unres)
+	for i, d := range devs {
 		h.GPUs[i].P2P = map[int]string{}
 		for j, e := range devs {
 			if i == j {
@@ -161,9 +168,19 @@ func readGPU(d nvml.Device, i int, s sysfs, numaNodes int) GPU {
 	return g
 }
 
+// nvLink is one active NVLink as NVML reports it.
+type nvLink struct {
+	target  string // normalised remote bus id; invalidBusID when NVML gives none
+	kind    string // remote kind from the device type or bus id
+	typed   string // remote kind from the device type alone ("" when not reported)
+	version int    // NVLink generation, 0 unknown
+}
+
 // readNVLinks reads GPU i's active NVLinks, grouped by remote device, and
-// the per-link rate.
-func readNVLinks(h *Host, i int, d nvml.Device, s sysfs) {
+// the per-link rate. Links whose remote bus id NVML does not give are
+// returned (unresolved, to be placed by resolveUnknownRemotes once every
+// GPU is read); the others go to h.GPUs[i].NVLinks.
+func readNVLinks(h *Host, i int, d nvml.Device, s sysfs) (unresolved []nvLink) {
 	g := &h.GPUs[i]
 	byTarget := map[string]int{}
 	version := 0
@@ -178,37 +195,203 @@ func readNVLinks(h *Host, i int, d nvml.Device, s sysfs) {
 			continue
 		}
 		target := NormBusID(cString(pci.BusId[:]))
-		v, r := d.GetNvLinkVersion(l)
-		if r == nvml.SUCCESS {
-			version = int(v)
+		lv := 0
+		if v, r := d.GetNvLinkVersion(l); r == nvml.SUCCESS {
+			lv = nvlinkGenFromVersion(v)
+			version = lv
+		}
+		typed := remoteType(d, l)
+		if invalidBusID(target, pci) {
+			unresolved = append(unresolved, nvLink{target: fabricTarget, typed: typed, version: lv})
+			continue
 		}
 		k, ok := byTarget[target]
 		if !ok {
 			k = len(g.NVLinks)
 			byTarget[target] = k
-			g.NVLinks = append(g.NVLinks, NVLink{Target: target, Remote: remoteKind(h, d, l, target, s), Version: int(v)})
+			g.NVLinks = append(g.NVLinks, NVLink{Target: target, Remote: remoteKind(h, typed, target, s), Version: lv})
 		}
 		g.NVLinks[k].Count++
 	}
-	if len(g.NVLinks) == 0 {
-		return
+	if len(g.NVLinks) == 0 && len(unresolved) == 0 {
+		return nil
 	}
 	vals := []nvml.FieldValue{{FieldId: nvml.FI_DEV_NVLINK_SPEED_MBPS_COMMON}}
 	if r := d.GetFieldValues(vals); r == nvml.SUCCESS && nvml.Return(vals[0].NvmlReturn) == nvml.SUCCESS {
 		if mbs := fieldValue(vals[0]); mbs > 0 {
 			g.LinkBW = mbs * 1e6
-			return
+			return unresolved
 		}
 	}
-	if g.LinkBW = NominalNVLinkBW(version); g.LinkBW > 0 {
-		g.LinkBWNominal = true
-		return
+	gen := gpuNVLinkGen(d, g.Name)
+	if gen == 0 {
+		gen = version
 	}
-	g.Unknown = append(g.Unknown, fmt.Sprintf("nvlink bandwidth: not reported, and NVLink version %d is not in the table", version))
+	if g.LinkBW = NominalNVLinkBW(gen); g.LinkBW > 0 {
+		g.LinkBWNominal = true
+		return unresolved
+	}
+	g.Unknown = append(g.Unknown, fmt.Sprintf("nvlink bandwidth: not reported, and neither the GPU (%q) nor NVLink version %d is in the table", g.Name, version))
+	return unresolved
 }
 
-// remoteKind classifies the device at the far end of NVLink l.
-func remoteKind(h *Host, d nvml.Device, l int, target string, s sysfs) string {
+// nvlinkGenFromVersion maps what nvmlDeviceGetNvLinkVersion returns to an
+// NVLink generation. Recent drivers (R560 on, e.g. 580 on the H200 machine,
+// which returns 6) answer with nvmlNvlinkVersion_t (NVLINK_VERSION_4_0 =
+// 6, 5_0 = 7, 3_1 = 5); older ones with the generation itself (1-4). Values
+// 1-4 are read as generations: gpuNVLinkGen, by architecture, settles the
+// rate where it matters.
+func nvlinkGenFromVersion(v uint32) int {
+	switch nvml.NvlinkVersion(v) {
+	case nvml.NVLINK_VERSION_3_1:
+		return 3
+	case nvml.NVLINK_VERSION_4_0:
+		return 4
+	case nvml.NVLINK_VERSION_5_0:
+		return 5
+	}
+	if v >= 1 && v <= 4 {
+		return int(v)
+	}
+	return 0
+}
+
+// gpuNVLinkGen is the NVLink generation of a GPU by name, else by NVML's
+// architecture; 0 when neither tells.
+func gpuNVLinkGen(d nvml.Device, name string) int {
+	n := strings.ToUpper(name)
+	for _, t := range []struct {
+		gen   int
+		names []string
+	}{
+		{5, []string{"B100", "B200", "B300", "GB200", "GB300"}},
+		{4, []string{"H100", "H200", "H800", "H20", "GH200"}},
+		{3, []string{"A100", "A800"}},
+		{2, []string{"V100"}},
+		{1, []string{"P100"}},
+	} {
+		for _, m := range t.names {
+			if strings.Contains(n, m) {
+				return t.gen
+			}
+		}
+	}
+	if a, r := d.GetArchitecture(); r == nvml.SUCCESS {
+		switch a {
+		case nvml.DEVICE_ARCH_PASCAL:
+			return 1
+		case nvml.DEVICE_ARCH_VOLTA:
+			return 2
+		case nvml.DEVICE_ARCH_AMPERE:
+			return 3
+		case nvml.DEVICE_ARCH_HOPPER:
+			return 4
+		case nvml.DEVICE_ARCH_BLACKWELL:
+			return 5
+		}
+	}
+	return 0
+}
+
+// invalidBusID reports whether NVML gave no usable remote bus id: empty,
+// all ones (ffffffff:ff:ff.0, as a VM's driver or an NVLink fabric whose
+// switches are not PCI devices answer), or out of PCI's range.
+func invalidBusID(target string, pci nvml.PciInfo) bool {
+	if target == "" || target == fabricTarget || pci.Domain == 0xffffffff || pci.Bus == 0xffffffff {
+		return true
+	}
+	dom, rest, ok := strings.Cut(target, ":")
+	if !ok || len(dom) > 4 {
+		return true
+	}
+	var bus, dev, fn uint
+	if _, err := fmt.Sscanf(rest, "%x:%x.%x", &bus, &dev, &fn); err != nil {
+		return true
+	}
+	return bus > 0xff || dev > 0x1f || fn > 7 || (bus == 0xff && dev == 0x1f && fn == 7)
+}
+
+// resolveUnknownRemotes places the links whose remote bus id NVML did not
+// give (unres[i] for h.GPUs[i]). When all of a GPU's links are such, they
+// are direct links to one peer GPU when the host has exactly two GPUs with
+// the same number of them, or when NVML's NVLink P2P capability names one
+// peer only (in both directions). Otherwise they go to an NVLink fabric
+// when the driver says the remote is a switch (B200 and GB200, whose
+// switches are not PCI devices), and stay unknown remotes else.
+func resolveUnknownRemotes(h *Host, devs []nvml.Device, unres [][]nvLink) {
+	allUnknown := func(i int) bool { return len(unres[i]) > 0 && len(h.GPUs[i].NVLinks) == 0 }
+	nvPeers := func(i int) []int {
+		var out []int
+		for j := range devs {
+			if j == i {
+				continue
+			}
+			if st, r := devs[i].GetP2PStatus(devs[j], nvml.P2P_CAPS_INDEX_NVLINK); r == nvml.SUCCESS && st == nvml.P2P_STATUS_OK {
+				out = append(out, j)
+			}
+		}
+		return out
+	}
+	peer := func(i int) int {
+		if !allUnknown(i) {
+			return -1
+		}
+		if len(h.GPUs) == 2 {
+			j := 1 - i
+			if allUnknown(j) && len(unres[j]) == len(unres[i]) {
+				return j
+			}
+		}
+		if p := nvPeers(i); len(p) == 1 && allUnknown(p[0]) {
+			if q := nvPeers(p[0]); len(q) == 1 && q[0] == i {
+				return p[0]
+			}
+		}
+		return -1
+	}
+	peers := make([]int, len(h.GPUs))
+	for i := range h.GPUs {
+		peers[i] = peer(i)
+	}
+	for i, links := range unres {
+		g := &h.GPUs[i]
+		if len(links) == 0 {
+			continue
+		}
+		version := links[0].version
+		for _, l := range links[1:] {
+			if l.version != version {
+				version = 0
+			}
+		}
+		if j := peers[i]; j >= 0 {
+			g.NVLinks = append(g.NVLinks, NVLink{Target: h.GPUs[j].BusID, Remote: RemoteGPU, Count: len(links), Version: version})
+			continue
+		}
+		byKind := map[string]int{}
+		for _, l := range links {
+			k := RemoteUnknown
+			if l.typed == RemoteNVSwitch {
+				k = RemoteNVSwitch
+			}
+			if _, ok := byKind[k]; !ok {
+				byKind[k] = len(g.NVLinks)
+				g.NVLinks = append(g.NVLinks, NVLink{Target: fabricTarget, Remote: k, Version: l.version})
+			}
+			g.NVLinks[byKind[k]].Count++
+			if l.version != g.NVLinks[byKind[k]].Version {
+				g.NVLinks[byKind[k]].Version = 0
+			}
+		}
+		if n, ok := byKind[RemoteUnknown]; ok {
+			g.Unknown = append(g.Unknown, fmt.Sprintf("nvlink remote: %d links with no remote bus id, and no single peer GPU to assign them to", g.NVLinks[n].Count))
+		}
+	}
+}
+
+// remoteType is the remote kind of NVLink l by the device type NVML
+// reports, "" when it reports none.
+func remoteType(d nvml.Device, l int) string {
 	if t, r := d.GetNvLinkRemoteDeviceType(l); r == nvml.SUCCESS {
 		switch t {
 		case nvml.NVLINK_DEVICE_TYPE_GPU:
@@ -219,11 +402,19 @@ func remoteKind(h *Host, d nvml.Device, l int, target string, s sysfs) string {
 			return RemoteCPU
 		}
 	}
+	return ""
+}
+
+// remoteKind classifies the device at a valid remote bus id, by the
+// device type NVML reported (typed) when it did.
+func remoteKind(h *Host, typed, target string, s sysfs) string {
 	switch {
+	case typed == RemoteGPU && h.GPUByBusID(target) < 0:
+		return RemoteUnknown // not a GPU of this host: Validate would reject it
+	case typed != "":
+		return typed
 	case h.GPUByBusID(target) >= 0:
 		return RemoteGPU
-	case target == fabricTarget:
-		return RemoteNVSwitch
 	case len(s.pciClass(target)) >= 6 && s.pciClass(target)[:6] == "0x0680":
 		return RemoteNVSwitch
 	}

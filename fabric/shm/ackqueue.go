@@ -28,7 +28,7 @@ func (q *ackQueue) add(o op) bool {
 	q.mu.Lock()
 	if err := q.err; err != nil {
 		q.mu.Unlock()
-		o.req.Complete(err)
+		o.Req.Complete(err)
 		return false
 	}
 	q.pending = append(q.pending, o)
@@ -72,7 +72,7 @@ func (q *ackQueue) complete(acked uint64) {
 	}
 	q.mu.Unlock()
 	for _, o := range done {
-		o.req.Complete(nil)
+		o.Req.Complete(nil)
 	}
 }
 
@@ -90,7 +90,7 @@ func (q *ackQueue) fail(err error, acked uint64) {
 	err = q.err
 	q.mu.Unlock()
 	for _, o := range ops {
-		o.req.Complete(err)
+		o.Req.Complete(err)
 	}
 	select {
 	case q.ready <- struct{}{}:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,29 +17,12 @@ import (
 	"flexlink/internal/errs"
 )
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestIntruders has processes that do not belong to the job reach a
 // listening endpoint's socket. Each must be dropped (the socket closed,
 // no segment taken) and logged; the real peer connects afterwards.
 func TestIntruders(t *testing.T) {
 	job := newJob()
-	var logs logBuffer
+	var logs linktest.LogBuffer
 	cfg1 := config(job, 1, nil)
 	cfg1.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
 	e1, err := NewEndpoint(cfg1)
@@ -105,7 +87,7 @@ func TestIntruders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e0.Close()
-	l0, l1 := connectPair(t, e0, e1)
+	l0, l1 := linktest.ConnectPair(t, e0, e1)
 	defer l0.Close()
 	defer l1.Close()
 	r := l1.Recv(linktest.TagOf(1), make([]byte, 3))

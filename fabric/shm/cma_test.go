@@ -83,7 +83,7 @@ func TestSingleCopyOff(t *testing.T) {
 // are copied, while rank 1 still pulls from rank 0. The fallback is logged
 // at DEBUG.
 func TestSingleCopyRefused(t *testing.T) {
-	var logs logBuffer
+	var logs linktest.LogBuffer
 	a, b := newPairWith(t, forced(), func(rank int, e *endpoint) {
 		e.log = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
 		if rank == 0 {

@@ -90,41 +90,30 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 		cma: e.cmaConfig(m4[1] == 1, okL), spin: e.spin}), nil
 }
 
+// acceptLoop starts answering dialers and filing the proven ones for
+// their rank's Connect.
 func (e *endpoint) acceptLoop() {
-	defer e.handshake.Done()
-	for {
-		conn, err := e.ln.AcceptUnix()
+	e.lb.Accept(e.ln.AcceptUnix, func(conn *net.UnixConn) error {
+		from, a, err := e.answer(conn)
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				e.log.Error("accept on shm socket failed; no more links can be made", "socket", e.name, "error", err)
-			}
-			return
+			return err
 		}
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			conn.Close()
-			return
+		err = e.lb.File(conn, from, func(_ *accepted, dup bool) (*accepted, error) {
+			if dup {
+				return nil, errors.New("dialed twice")
+			}
+			return a, nil
+		})
+		if err != nil {
+			a.release()
+			return fmt.Errorf("rank %d dialed twice, or the endpoint closed", from)
 		}
-		e.shaking[conn] = true
-		e.handshake.Add(1)
-		e.mu.Unlock()
-		go func() {
-			defer e.handshake.Done()
-			from, a, err := e.answer(conn)
-			e.mu.Lock()
-			delete(e.shaking, conn)
-			e.mu.Unlock()
-			if err == nil && !e.arrive(from, a) {
-				err = fmt.Errorf("rank %d dialed twice, or the endpoint closed", from)
-				a.release()
-			}
-			if err != nil {
-				e.log.Warn("dropped shm connection", "socket", e.name, "error", err)
-				conn.Close()
-			}
-		}()
-	}
+		return nil
+	}, func(err error) {
+		e.log.Error("accept on shm socket failed; no more links can be made", "socket", e.name, "error", err)
+	}, func(_ *net.UnixConn, err error) {
+		e.log.Warn("dropped shm connection", "socket", e.name, "error", err)
+	})
 }
 
 // answer runs the listener's side of the handshake up to mapping the

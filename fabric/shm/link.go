@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/fabric"
+	"flexlink/fabric/internal/linkq"
 	"flexlink/internal/errs"
 )
 
@@ -35,6 +36,9 @@ const (
 	maxMessage = 1 << 46
 )
 
+// op is one posted Send or Recv.
+type op = linkq.Op
+
 // link is one rank's end of a shared-memory link: a producer on the ring
 // towards the peer, a consumer on the ring from it, one progress goroutine
 // for each, one that completes single-copy sends as the peer acknowledges
@@ -47,7 +51,7 @@ type link struct {
 	seg           *segment
 	tx            producer
 	rx            consumer
-	txq, rxq      *queue
+	txq, rxq      *linkq.Queue
 	acks          *ackQueue
 	txSeq, rxSeq  uint64
 	cma           cmaConfig
@@ -89,7 +93,7 @@ func newLink(c linkConfig) *link {
 	l := &link{
 		peer: c.peer, peerPid: c.peerPid, host: c.host, side: c.side,
 		seg: c.seg, ctl: c.ctl, log: c.log,
-		txq: newQueue(), rxq: newQueue(), acks: newAckQueue(),
+		txq: linkq.New(), rxq: linkq.New(), acks: newAckQueue(),
 		cma: c.cma, spin: c.spin,
 		proc:   watchProc(c.peerPid),
 		mine:   c.seg.closed(c.side),
@@ -122,14 +126,14 @@ func (l *link) Props() fabric.Props { return l.props }
 // nothing queued and room in the ring is written at once, by the caller.
 func (l *link) Send(tag fabric.Tag, buf []byte) fabric.Request {
 	cma := l.singleCopy(len(buf))
-	if !cma && len(buf) > inlineMax || !l.txq.tryOwn() {
-		return l.txq.push(tag, buf)
+	if !cma && len(buf) > inlineMax || !l.txq.TryOwn() {
+		return l.txq.Push(tag, buf)
 	}
 	if r := l.sendInline(tag, buf, cma); r != nil {
-		l.txq.release()
+		l.txq.Release()
 		return r
 	}
-	return l.txq.pushRelease(tag, buf)
+	return l.txq.PushRelease(tag, buf)
 }
 
 // singleCopy reports whether an n-byte message goes by single copy.
@@ -149,19 +153,19 @@ func (l *link) sendInline(tag fabric.Tag, buf []byte, cma bool) fabric.Request {
 		return nil
 	}
 	if !cma {
-		if l.writeFrame(op{tag: tag, buf: buf}, false) != nil {
+		if l.writeFrame(op{Tag: tag, Buf: buf}, false) != nil {
 			return nil
 		}
 		return fabric.DoneReq(nil)
 	}
-	o := op{req: fabric.NewReq(), tag: tag, buf: buf}
+	o := op{Req: fabric.NewReq(), Tag: tag, Buf: buf}
 	l.post(o, true)
-	return o.req
+	return o.Req
 }
 
 // Recv queues buf for the next message; the request completes once the
 // message has been copied into it (or failed its tag or size check).
-func (l *link) Recv(tag fabric.Tag, buf []byte) fabric.Request { return l.rxq.push(tag, buf) }
+func (l *link) Recv(tag fabric.Tag, buf []byte) fabric.Request { return l.rxq.Push(tag, buf) }
 
 // Abort fails every pending and later request with err and tells the peer,
 // whose requests then fail with errs.ErrPeerLost.
@@ -191,8 +195,8 @@ func (l *link) stop(err error) {
 	l.stopErr = err
 	l.stopped.Store(true)
 	l.mu.Unlock()
-	l.txq.fail(err)
-	l.rxq.fail(err)
+	l.txq.Fail(err)
+	l.rxq.Fail(err)
 	l.mine.Store(1)
 	// Only after the closed word is set, so that a peer still pulling one
 	// of these buffers sees it and drops what it read.
@@ -215,7 +219,7 @@ func (l *link) peerGone(why string) error {
 	}
 	err := l.lostErr
 	l.mu.Unlock()
-	l.txq.fail(err)
+	l.txq.Fail(err)
 	l.acks.fail(err, l.tx.r.acked.Load())
 	l.wakeAll()
 	return err

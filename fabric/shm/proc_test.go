@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -74,21 +73,7 @@ func connectHelper(t testing.TB, job, cma string) (*linktest.Proc, fabric.Link) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ep.Close() })
-	p := linktest.StartHelper(t, "TestHelperProcess", "shm", "LINKTEST_JOB="+job, "LINKTEST_SHM_CMA="+cma)
-	addr, err := hex.DecodeString(p.Expect(t, "addr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Tell(t, "addr %x", ep.Address())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := ep.Connect(ctx, 1, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p.Expect(t, "ready")
-	return p, l
+	return linktest.ConnectHelper(t, ep, "TestHelperProcess", "shm", "LINKTEST_JOB="+job, "LINKTEST_SHM_CMA="+cma)
 }
 
 func TestTwoProcesses(t *testing.T) {

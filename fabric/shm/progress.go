@@ -67,12 +67,12 @@ func padded(n uint64) uint64 { return (n + align - 1) &^ (align - 1) }
 func (l *link) sendLoop() {
 	defer l.wg.Done()
 	for {
-		o, err := l.txq.pop()
+		o, err := l.txq.PopOwn()
 		if err != nil {
 			return
 		}
-		l.post(o, l.singleCopy(len(o.buf)))
-		l.txq.release()
+		l.post(o, l.singleCopy(len(o.Buf)))
+		l.txq.Release()
 	}
 }
 
@@ -81,14 +81,14 @@ func (l *link) sendLoop() {
 // caller owns the ring end.
 func (l *link) post(o op, cma bool) {
 	if !cma {
-		o.req.Complete(l.writeFrame(o, false))
+		o.Req.Complete(l.writeFrame(o, false))
 		return
 	}
 	if !l.acks.add(o) {
 		return
 	}
 	if err := l.writeFrame(o, true); err != nil {
-		o.req.Complete(err)
+		o.Req.Complete(err)
 	}
 }
 
@@ -96,16 +96,16 @@ func (l *link) post(o op, cma bool) {
 // single-copy frame carries the payload's address in this process instead.
 func (l *link) writeFrame(o op, cma bool) error {
 	var h [frameBytes]byte
-	for i, w := range o.tag {
+	for i, w := range o.Tag {
 		binary.LittleEndian.PutUint64(h[8*i:], w)
 	}
-	n := uint64(len(o.buf))
+	n := uint64(len(o.Buf))
 	binary.LittleEndian.PutUint64(h[32:], n)
 	binary.LittleEndian.PutUint64(h[40:], l.txSeq)
 	l.txSeq++
 	if cma {
 		binary.LittleEndian.PutUint64(h[offKind:], kindCMA)
-		binary.LittleEndian.PutUint64(h[offAddr:], uint64(uintptr(unsafe.Pointer(&o.buf[0]))))
+		binary.LittleEndian.PutUint64(h[offAddr:], uint64(uintptr(unsafe.Pointer(&o.Buf[0]))))
 	}
 	if err := l.tx.write(h[:], frameBytes); err != nil {
 		return err
@@ -114,7 +114,7 @@ func (l *link) writeFrame(o op, cma bool) error {
 		l.tx.publish()
 		return nil
 	}
-	if err := l.tx.write(o.buf, n); err != nil {
+	if err := l.tx.write(o.Buf, n); err != nil {
 		return err
 	}
 	if err := l.tx.write(nil, padded(n)-n); err != nil {
@@ -127,15 +127,15 @@ func (l *link) writeFrame(o op, cma bool) error {
 func (l *link) recvLoop() {
 	defer l.wg.Done()
 	for {
-		o, err := l.rxq.pop()
+		o, err := l.rxq.PopOwn()
 		if err != nil {
 			return
 		}
 		err = l.readFrame(o)
-		o.req.Complete(err)
-		l.rxq.release()
+		o.Req.Complete(err)
+		l.rxq.Release()
 		if err != nil && !errors.Is(err, errs.ErrMismatch) {
-			l.rxq.fail(err)
+			l.rxq.Fail(err)
 		}
 	}
 }
@@ -162,14 +162,14 @@ func (l *link) readFrame(o op) error {
 		return l.check(false)
 	}
 	l.rxSeq++
-	dst := o.buf
+	dst := o.Buf
 	var mismatch error
 	switch {
-	case tag != o.tag:
-		dst, mismatch = nil, fmt.Errorf("recv over shm: %w", &fabric.TagMismatchError{Peer: l.peer, Want: o.tag, Got: tag})
-	case n != uint64(len(o.buf)):
+	case tag != o.Tag:
+		dst, mismatch = nil, fmt.Errorf("recv over shm: %w", &fabric.TagMismatchError{Peer: l.peer, Want: o.Tag, Got: tag})
+	case n != uint64(len(o.Buf)):
 		dst, mismatch = nil, fmt.Errorf("recv from rank %d over shm (host %s): message has %d bytes, receive posted for %d: %w",
-			l.peer, l.host, n, len(o.buf), errs.ErrMismatch)
+			l.peer, l.host, n, len(o.Buf), errs.ErrMismatch)
 	}
 	if kind == kindCMA {
 		l.rx.release()

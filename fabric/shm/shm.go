@@ -35,6 +35,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/fabric"
+	"flexlink/fabric/internal/lobby"
 	"flexlink/internal/errs"
 )
 
@@ -75,14 +76,7 @@ type endpoint struct {
 	hostKey  string // boot id and network namespace: equal only on one host
 	name     string // abstract socket name, without the leading '@'
 	ln       *net.UnixListener
-
-	mu        sync.Mutex
-	arrived   map[int]*accepted
-	changed   chan struct{} // closed and replaced when arrived changes
-	used      map[int]bool  // peers Connect was called for
-	shaking   map[*net.UnixConn]bool
-	closed    bool
-	handshake sync.WaitGroup
+	lb       *lobby.Lobby[*net.UnixConn, *accepted]
 }
 
 // NewEndpoint starts listening for this rank's shared-memory links.
@@ -115,16 +109,14 @@ func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
 		cfg: cfg, log: cfg.Log().Named("shm"), ringBytes: uint64(ring), hostKey: hostKey(),
 		cmaBytes: cma, readv: processRead, measure: measure,
 		oversub: oversubscribed(local, runtime.NumCPU()), spin: spinBudget(local, runtime.NumCPU()),
-		name:    fmt.Sprintf("flexlink-%s-%x", sanitize(cfg.JobID, 40), rnd),
-		arrived: map[int]*accepted{}, changed: make(chan struct{}),
-		used: map[int]bool{}, shaking: map[*net.UnixConn]bool{},
+		name: fmt.Sprintf("flexlink-%s-%x", sanitize(cfg.JobID, 40), rnd),
+		lb:   lobby.New[*net.UnixConn, *accepted](),
 	}
 	e.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + e.name, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: listen on shm socket @%s: %w", cfg.Rank, e.name, err)
 	}
-	e.handshake.Add(1)
-	go e.acceptLoop()
+	e.acceptLoop()
 	return e, nil
 }
 
@@ -150,17 +142,9 @@ func (e *endpoint) Connect(ctx context.Context, peer int, peerAddress []byte) (f
 		return nil, fmt.Errorf("connect rank %d to rank %d over shm: peer is on another host or network namespace: %w",
 			e.cfg.Rank, peer, errs.ErrNotSupported)
 	}
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("connect rank %d to rank %d over shm: endpoint %w", e.cfg.Rank, peer, errs.ErrClosed)
-	case e.used[peer]:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("connect rank %d to rank %d over shm: already connected", e.cfg.Rank, peer)
+	if err := e.lb.Claim(peer, fmt.Sprintf("connect rank %d to rank %d over shm", e.cfg.Rank, peer)); err != nil {
+		return nil, err
 	}
-	e.used[peer] = true
-	e.mu.Unlock()
 	var l fabric.Link
 	var err error
 	if e.cfg.Rank < peer {
@@ -176,49 +160,15 @@ func (e *endpoint) Connect(ctx context.Context, peer int, peerAddress []byte) (f
 }
 
 // Close stops listening and drops dialers no Connect took. Links stay.
-func (e *endpoint) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	for _, a := range e.arrived {
-		a.release()
-	}
-	e.arrived = nil
-	for c := range e.shaking {
-		c.Close()
-	}
-	close(e.changed)
-	e.mu.Unlock()
-	err := e.ln.Close()
-	e.handshake.Wait()
-	return err
-}
+func (e *endpoint) Close() error { return e.lb.Close(e.ln, (*accepted).release) }
 
 // await waits for peer's dial, then confirms it (M4) and makes the link.
 func (e *endpoint) await(ctx context.Context, peer int) (fabric.Link, error) {
-	for {
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			return nil, fmt.Errorf("endpoint %w", errs.ErrClosed)
-		}
-		a := e.arrived[peer]
-		changed := e.changed
-		if a != nil {
-			delete(e.arrived, peer)
-			e.mu.Unlock()
-			return e.confirm(ctx, peer, a)
-		}
-		e.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for rank %d to dial: %w", peer, fabric.CtxErr(ctx))
-		}
+	a, err := e.lb.Await(ctx, peer, func(*accepted) bool { return true })
+	if err != nil {
+		return nil, err
 	}
+	return e.confirm(ctx, peer, a)
 }
 
 func (e *endpoint) confirm(ctx context.Context, peer int, a *accepted) (fabric.Link, error) {
@@ -234,19 +184,6 @@ func (e *endpoint) confirm(ctx context.Context, peer int, a *accepted) (fabric.L
 	a.conn.SetDeadline(time.Time{})
 	return newLink(linkConfig{peer: peer, peerPid: a.pid, host: e.cfg.Host, side: 1, seg: a.seg, ctl: a.conn, log: e.log,
 		cma: a.cma, spin: e.spin}), nil
-}
-
-// arrive files a proven dialer for its rank's Connect.
-func (e *endpoint) arrive(from int, a *accepted) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed || e.arrived[from] != nil {
-		return false
-	}
-	e.arrived[from] = a
-	close(e.changed)
-	e.changed = make(chan struct{})
-	return true
 }
 
 // spinBudget is how long a waiting side polls before it sleeps on the

@@ -1,11 +1,7 @@
 package shm
 
 import (
-	"context"
-	"crypto/rand"
-	"fmt"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -15,35 +11,13 @@ import (
 )
 
 // newJob returns a job id unique to this test run.
-func newJob() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return fmt.Sprintf("shmtest-%x", b)
-}
+func newJob() string { return linktest.NewJob("shmtest") }
 
 func config(job string, rank int, env map[string]string) fabric.EndpointConfig {
 	return fabric.EndpointConfig{
 		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
 		Host: "testhost", Comm: "world", Env: settings.Map(env),
 	}
-}
-
-// connectPair connects two endpoints from two goroutines, as two ranks do.
-func connectPair(t testing.TB, ea, eb fabric.Endpoint) (a, b fabric.Link) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		var err error
-		b, err = eb.Connect(ctx, 0, ea.Address())
-		errc <- err
-	}()
-	a, err := ea.Connect(ctx, 1, eb.Address())
-	if berr := <-errc; err != nil || berr != nil {
-		t.Fatalf("connect: rank 0: %v; rank 1: %v", err, berr)
-	}
-	return a, b
 }
 
 // newPair makes two connected links between goroutines of this process.
@@ -69,7 +43,7 @@ func newPairWith(t testing.TB, env map[string]string, mod func(rank int, e *endp
 		}
 		eps[rank] = ep
 	}
-	return connectPair(t, eps[0], eps[1])
+	return linktest.ConnectPair(t, eps[0], eps[1])
 }
 
 // TestConformance runs the Link contract over every path a message can

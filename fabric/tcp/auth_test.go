@@ -18,30 +18,12 @@ import (
 	"flexlink/internal/errs"
 )
 
-// logBuffer collects log output from several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestIntruders has connections that do not belong to the job reach a
 // listening endpoint. Each must be dropped (the server closes it) and
 // logged, and the endpoint must still make its real link afterwards.
 func TestIntruders(t *testing.T) {
 	job := newJob()
-	var logs logBuffer
+	var logs linktest.LogBuffer
 	cfg1 := config(job, 1, nil)
 	cfg1.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
 	e1 := newEndpoint(t, cfg1)
@@ -101,7 +83,7 @@ func TestIntruders(t *testing.T) {
 		t.Errorf("logged %d dropped connections, want 8:\n%s", n, logs.String())
 	}
 	// The real rank 0 still connects, and the link works.
-	l0, l1 := connectPair(t, newEndpoint(t, config(job, 0, nil)), e1)
+	l0, l1 := linktest.ConnectPair(t, newEndpoint(t, config(job, 0, nil)), e1)
 	defer l0.Close()
 	defer l1.Close()
 	r := l1.Recv(linktest.TagOf(1), make([]byte, 3))
@@ -163,7 +145,7 @@ func TestCommunicatorsApart(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, b := connectPair(t, e0, e1)
+			a, b := linktest.ConnectPair(t, e0, e1)
 			mu.Lock()
 			links[comm] = [2]fabric.Link{a, b}
 			mu.Unlock()

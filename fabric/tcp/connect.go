@@ -77,26 +77,11 @@ func (e *endpoint) dial(ctx context.Context, peer int, a address) (conns []*net.
 
 // await waits until peer's sockets have all arrived, then confirms them.
 func (e *endpoint) await(ctx context.Context, peer int) ([]*net.TCPConn, error) {
-	for {
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			return nil, fmt.Errorf("endpoint %w", errs.ErrClosed)
-		}
-		a := e.arrived[peer]
-		changed := e.changed
-		if a != nil && a.n == len(a.conns) {
-			delete(e.arrived, peer)
-			e.mu.Unlock()
-			return confirm(ctx, a.conns)
-		}
-		e.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for rank %d to dial: %w", peer, fabric.CtxErr(ctx))
-		}
+	a, err := e.lb.Await(ctx, peer, func(a *arrival) bool { return a.n == len(a.conns) })
+	if err != nil {
+		return nil, err
 	}
+	return confirm(ctx, a.conns)
 }
 
 func confirm(ctx context.Context, conns []*net.TCPConn) ([]*net.TCPConn, error) {
@@ -117,40 +102,20 @@ func confirm(ctx context.Context, conns []*net.TCPConn) ([]*net.TCPConn, error) 
 	return conns, nil
 }
 
+// acceptLoop starts answering dialers and filing the proven sockets for
+// their rank's Connect.
 func (e *endpoint) acceptLoop() {
-	defer e.handshake.Done()
-	for {
-		conn, err := e.ln.AcceptTCP()
+	e.lb.Accept(e.ln.AcceptTCP, func(conn *net.TCPConn) error {
+		h, err := e.answer(conn)
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				e.log.Error("accept failed; no more links can be made", "addr", e.addr.hostPort, "error", err)
-			}
-			return
+			return err
 		}
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			conn.Close()
-			return
-		}
-		e.shaking[conn] = true
-		e.handshake.Add(1)
-		e.mu.Unlock()
-		go func() {
-			defer e.handshake.Done()
-			h, err := e.answer(conn)
-			e.mu.Lock()
-			delete(e.shaking, conn)
-			if err == nil {
-				err = e.arrive(h, conn)
-			}
-			e.mu.Unlock()
-			if err != nil {
-				e.log.Warn("dropped connection", "from", conn.RemoteAddr(), "error", err)
-				conn.Close()
-			}
-		}()
-	}
+		return e.lb.File(conn, h.from, func(a *arrival, ok bool) (*arrival, error) { return arrive(h, conn, a, ok) })
+	}, func(err error) {
+		e.log.Error("accept failed; no more links can be made", "addr", e.addr.hostPort, "error", err)
+	}, func(conn *net.TCPConn, err error) {
+		e.log.Warn("dropped connection", "from", conn.RemoteAddr(), "error", err)
+	})
 }
 
 // answer runs the listener's side of one socket's proof.
@@ -184,24 +149,18 @@ func (e *endpoint) answer(conn *net.TCPConn) (*hello, error) {
 	return h, nil
 }
 
-// arrive files a proven socket for its rank's Connect. Called with e.mu.
-func (e *endpoint) arrive(h *hello, conn *net.TCPConn) error {
-	if e.closed {
-		return fmt.Errorf("endpoint %w", errs.ErrClosed)
-	}
-	a := e.arrived[h.from]
-	if a == nil {
+// arrive adds a proven socket to a, the sockets of its rank already here
+// (ok false: none yet), for its rank's Connect.
+func arrive(h *hello, conn *net.TCPConn, a *arrival, ok bool) (*arrival, error) {
+	if !ok {
 		a = &arrival{conns: make([]*net.TCPConn, h.socks)}
-		e.arrived[h.from] = a
 	}
 	if len(a.conns) != h.socks || a.conns[h.index] != nil {
-		return fmt.Errorf("rank %d: socket %d of %d does not fit the %d already here", h.from, h.index, h.socks, a.n)
+		return nil, fmt.Errorf("rank %d: socket %d of %d does not fit the %d already here", h.from, h.index, h.socks, a.n)
 	}
 	a.conns[h.index] = conn
 	a.n++
-	close(e.changed)
-	e.changed = make(chan struct{})
-	return nil
+	return a, nil
 }
 
 // setUserTimeout bounds how long written data may stay unacknowledged.

@@ -14,8 +14,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/fabric"
+	"flexlink/fabric/internal/linkq"
 	"flexlink/internal/errs"
 )
+
+// op is one posted Recv.
+type op = linkq.Op
 
 // link is one rank's end of a TCP link: k sockets, a writer goroutine and
 // a reader goroutine on each. Send cuts a message into its parts (stripes)
@@ -37,7 +41,7 @@ type link struct {
 	txSeq   uint64
 	writers []*writer
 
-	rxq     *queue
+	rxq     *linkq.Queue
 	rxSeq   uint64
 	readers []*reader
 
@@ -63,7 +67,7 @@ type linkConfig struct {
 func newLink(c linkConfig) *link {
 	l := &link{
 		peer: c.peer, who: c.who, conns: c.conns, timeout: c.timeout, props: c.props, log: c.log,
-		rxq: newQueue(), txDead: make(chan struct{}), rxDead: make(chan struct{}),
+		rxq: linkq.New(), txDead: make(chan struct{}), rxDead: make(chan struct{}),
 	}
 	for i, c := range c.conns {
 		l.writers = append(l.writers, &writer{l: l, i: i, conn: c, ready: make(chan struct{}, 1)})
@@ -113,7 +117,7 @@ func (l *link) Send(tag fabric.Tag, buf []byte) fabric.Request {
 }
 
 // Recv queues buf for the next message.
-func (l *link) Recv(tag fabric.Tag, buf []byte) fabric.Request { return l.rxq.push(tag, buf) }
+func (l *link) Recv(tag fabric.Tag, buf []byte) fabric.Request { return l.rxq.Push(tag, buf) }
 
 // Abort fails every pending and later request with err and closes the
 // sockets, so the peer's requests fail with errs.ErrPeerLost.
@@ -139,7 +143,7 @@ func (l *link) fail(err error) error {
 	err = l.rxErr
 	l.mu.Unlock()
 	if first {
-		l.rxq.fail(err)
+		l.rxq.Fail(err)
 		for _, c := range l.conns {
 			c.Close()
 		}

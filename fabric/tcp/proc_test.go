@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -37,21 +36,7 @@ func TestHelperProcess(t *testing.T) {
 func connectHelper(t testing.TB) (*linktest.Proc, fabric.Link) {
 	job := newJob()
 	ep := newEndpoint(t, config(job, 0, nil))
-	p := linktest.StartHelper(t, "TestHelperProcess", "tcp", "LINKTEST_JOB="+job)
-	addr, err := hex.DecodeString(p.Expect(t, "addr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Tell(t, "addr %x", ep.Address())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := ep.Connect(ctx, 1, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p.Expect(t, "ready")
-	return p, l
+	return linktest.ConnectHelper(t, ep, "TestHelperProcess", "tcp", "LINKTEST_JOB="+job)
 }
 
 func TestTwoProcesses(t *testing.T) {

@@ -173,7 +173,7 @@ func (r *reader) match() {
 			l.fail(err)
 			return
 		}
-		o, err := l.rxq.pop()
+		o, err := l.rxq.Pop()
 		if err != nil {
 			return
 		}
@@ -181,25 +181,25 @@ func (r *reader) match() {
 		if h.seq != l.rxSeq || h.part != parts[0] {
 			err := fmt.Errorf("tcp link to %s: corrupt stream: message %d (want %d) part of %d bytes (want %d): %w",
 				l.who, h.seq, l.rxSeq, h.part, parts[0], errs.ErrPeerLost)
-			o.req.Complete(l.fail(err))
+			o.Req.Complete(l.fail(err))
 			return
 		}
 		l.rxSeq++
-		dst := o.buf
+		dst := o.Buf
 		var mismatch error
 		switch {
-		case h.tag != o.tag:
-			dst, mismatch = nil, fmt.Errorf("recv over tcp: %w", &fabric.TagMismatchError{Peer: l.peer, Want: o.tag, Got: h.tag})
-		case h.total != uint64(len(o.buf)):
+		case h.tag != o.Tag:
+			dst, mismatch = nil, fmt.Errorf("recv over tcp: %w", &fabric.TagMismatchError{Peer: l.peer, Want: o.Tag, Got: h.tag})
+		case h.total != uint64(len(o.Buf)):
 			dst, mismatch = nil, fmt.Errorf("recv from %s over tcp: message has %d bytes, receive posted for %d: %w",
-				l.who, h.total, len(o.buf), errs.ErrMismatch)
+				l.who, h.total, len(o.Buf), errs.ErrMismatch)
 		}
 		err = r.collect(h, parts, dst, done)
 		if err != nil {
-			o.req.Complete(l.fail(err))
+			o.Req.Complete(l.fail(err))
 			return
 		}
-		o.req.Complete(mismatch)
+		o.Req.Complete(mismatch)
 	}
 }
 

@@ -19,13 +19,12 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"flexlink/fabric/internal/lobby"
 )
 
 const (
@@ -73,14 +72,7 @@ type endpoint struct {
 	timeout time.Duration
 	addr    address
 	ln      *net.TCPListener
-
-	mu        sync.Mutex
-	arrived   map[int]*arrival
-	changed   chan struct{} // closed and replaced when arrived changes
-	used      map[int]bool
-	shaking   map[*net.TCPConn]bool
-	closed    bool
-	handshake sync.WaitGroup
+	lb      *lobby.Lobby[*net.TCPConn, *arrival]
 }
 
 // NewEndpoint listens for this rank's TCP links.
@@ -121,13 +113,11 @@ func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
 	}
 	e := &endpoint{
 		cfg: cfg, log: cfg.Log().Named("tcp"), socks: socks, timeout: timeout, ln: ln,
-		addr:    address{hostPort: ln.Addr().String(), ifname: f.name, host: strings.ReplaceAll(host, " ", "_")},
-		arrived: map[int]*arrival{}, changed: make(chan struct{}),
-		used: map[int]bool{}, shaking: map[*net.TCPConn]bool{},
+		addr: address{hostPort: ln.Addr().String(), ifname: f.name, host: strings.ReplaceAll(host, " ", "_")},
+		lb:   lobby.New[*net.TCPConn, *arrival](),
 	}
 	rand.Read(e.addr.id[:])
-	e.handshake.Add(1)
-	go e.acceptLoop()
+	e.acceptLoop()
 	return e, nil
 }
 
@@ -146,17 +136,9 @@ func (e *endpoint) Connect(ctx context.Context, peer int, peerAddress []byte) (f
 	if err != nil {
 		return nil, fmt.Errorf("connect rank %d to rank %d over tcp: %w", e.cfg.Rank, peer, err)
 	}
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("connect rank %d to rank %d over tcp: endpoint %w", e.cfg.Rank, peer, errs.ErrClosed)
-	case e.used[peer]:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("connect rank %d to rank %d over tcp: already connected", e.cfg.Rank, peer)
+	if err := e.lb.Claim(peer, fmt.Sprintf("connect rank %d to rank %d over tcp", e.cfg.Rank, peer)); err != nil {
+		return nil, err
 	}
-	e.used[peer] = true
-	e.mu.Unlock()
 	var conns []*net.TCPConn
 	if e.cfg.Rank < peer {
 		conns, err = e.dial(ctx, peer, a)
@@ -196,26 +178,11 @@ func tune(c *net.TCPConn, timeout time.Duration) {
 
 // Close stops listening and drops sockets no Connect took. Links stay.
 func (e *endpoint) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	for _, a := range e.arrived {
+	return e.lb.Close(e.ln, func(a *arrival) {
 		for _, c := range a.conns {
 			if c != nil {
 				c.Close()
 			}
 		}
-	}
-	e.arrived = nil
-	for c := range e.shaking {
-		c.Close()
-	}
-	close(e.changed)
-	e.mu.Unlock()
-	err := e.ln.Close()
-	e.handshake.Wait()
-	return err
+	})
 }

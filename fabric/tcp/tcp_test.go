@@ -1,22 +1,15 @@
 package tcp
 
 import (
-	"context"
-	"crypto/rand"
 	"fmt"
 	"testing"
-	"time"
 
 	"flexlink/fabric"
 	"flexlink/fabric/linktest"
 	"flexlink/internal/settings"
 )
 
-func newJob() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return fmt.Sprintf("tcptest-%x", b)
-}
+func newJob() string { return linktest.NewJob("tcptest") }
 
 // config makes rank's endpoint config on loopback; env adds settings.
 func config(job string, rank int, env map[string]string) fabric.EndpointConfig {
@@ -28,24 +21,6 @@ func config(job string, rank int, env map[string]string) fabric.EndpointConfig {
 		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
 		Host: fmt.Sprintf("host%d", rank), Comm: "world", Env: settings.Map(m),
 	}
-}
-
-// connectPair connects two endpoints from two goroutines, as two ranks do.
-func connectPair(t testing.TB, ea, eb fabric.Endpoint) (a, b fabric.Link) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		var err error
-		b, err = eb.Connect(ctx, 0, ea.Address())
-		errc <- err
-	}()
-	a, err := ea.Connect(ctx, 1, eb.Address())
-	if berr := <-errc; err != nil || berr != nil {
-		t.Fatalf("connect: rank 0: %v; rank 1: %v", err, berr)
-	}
-	return a, b
 }
 
 func newEndpoint(t testing.TB, cfg fabric.EndpointConfig) fabric.Endpoint {
@@ -62,7 +37,7 @@ func newEndpoint(t testing.TB, cfg fabric.EndpointConfig) fabric.Endpoint {
 func newPair(t testing.TB, env map[string]string) (a, b fabric.Link) {
 	t.Helper()
 	job := newJob()
-	return connectPair(t, newEndpoint(t, config(job, 0, env)), newEndpoint(t, config(job, 1, env)))
+	return linktest.ConnectPair(t, newEndpoint(t, config(job, 0, env)), newEndpoint(t, config(job, 1, env)))
 }
 
 func TestConformance(t *testing.T) {

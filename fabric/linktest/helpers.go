@@ -1,0 +1,82 @@
+package linktest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/fabric"
+)
+
+// Helpers that the tests of the host transports share.
+
+// NewJob returns a job id unique to this test run: prefix, a dash and
+// random hex.
+func NewJob(prefix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%x", prefix, b)
+}
+
+// LogBuffer collects log output from several goroutines.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// ConnectPair connects two endpoints (ranks 0 and 1) from two goroutines,
+// as two ranks do.
+func ConnectPair(t testing.TB, ea, eb fabric.Endpoint) (a, b fabric.Link) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		b, err = eb.Connect(ctx, 0, ea.Address())
+		errc <- err
+	}()
+	a, err := ea.Connect(ctx, 1, eb.Address())
+	if berr := <-errc; err != nil || berr != nil {
+		t.Fatalf("connect: rank 0: %v; rank 1: %v", err, berr)
+	}
+	return a, b
+}
+
+// ConnectHelper starts a helper process (StartHelper with test, transport
+// and env) as rank 1 and connects ep, rank 0's endpoint, to it. The link is
+// closed when the test ends.
+func ConnectHelper(t testing.TB, ep fabric.Endpoint, test, transport string, env ...string) (*Proc, fabric.Link) {
+	p := StartHelper(t, test, transport, env...)
+	addr, err := hex.DecodeString(p.Expect(t, "addr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Tell(t, "addr %x", ep.Address())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := ep.Connect(ctx, 1, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	p.Expect(t, "ready")
+	return p, l
+}

@@ -264,7 +264,7 @@ func TestSingleCopyReadFails(t *testing.T) {
 	}
 }
 
-// TestSingleCopyAuto: with the default (auto) a rank pulls only when its
+// TestSingleCopyAuto: with auto a rank pulls only when its
 // measurement says the pull beats the ring copies, with the margin that
 // depends on oversubscription; it measures once per endpoint.
 func TestSingleCopyAuto(t *testing.T) {
@@ -282,7 +282,7 @@ func TestSingleCopyAuto(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int32
-			a, b := newPairWith(t, nil, func(_ int, e *endpoint) {
+			a, b := newPairWith(t, map[string]string{"FLEXLINK_SHM_CMA_BYTES": "auto"}, func(_ int, e *endpoint) {
 				e.oversub = tc.oversub
 				e.measure = func(readvFunc) (time.Duration, time.Duration, error) {
 					calls.Add(1)

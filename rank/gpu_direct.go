@@ -76,6 +76,9 @@ type directPlane struct {
 	scratch  *gpu.Buffer    // where peers push for the push allreduce (grown on demand)
 	retired  []*gpu.Buffer  // outgrown scratch, freed at close (peers may still map it)
 	arMode   string         // FLEXLINK_GPU_ALLREDUCE
+	agPull   bool           // FLEXLINK_GPU_ALLGATHER=pull (gpu_direct_pull.go)
+	a2aPull  bool           // FLEXLINK_GPU_ALLTOALL=pull
+	zeros    *gpu.Buffer    // zeroed device memory for the pull copy (nil unless a pull mode is on)
 	calls    uint64         // calls so far (sent in messages, for the trace)
 	pairSeq  []uint64       // calls so far with each peer (in the tags)
 	lastDone []uint64       // each peer's call number in its last done message (trace)
@@ -117,7 +120,16 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 	if mode != "auto" && mode != "push" && mode != "read" {
 		return nil, fmt.Errorf("FLEXLINK_GPU_ALLREDUCE=%q: want auto, push or read", mode)
 	}
+	agPull, err := pullSetting(env.String("FLEXLINK_GPU_ALLGATHER"), "FLEXLINK_GPU_ALLGATHER")
+	if err != nil {
+		return nil, err
+	}
+	a2aPull, err := pullSetting(env.String("FLEXLINK_GPU_ALLTOALL"), "FLEXLINK_GPU_ALLTOALL")
+	if err != nil {
+		return nil, err
+	}
 	p = &directPlane{c: c, dev: dev, n: n, me: c.rank, chunkMax: chunk, width: width, arMode: mode,
+		agPull: agPull, a2aPull: a2aPull,
 		ipc:  newIPCCache(dev, n, c.PeerHost),
 		done: make([]*gpu.Event, n), pReady: make([]*gpu.Event, n), pDone: make([]*gpu.Event, n),
 		lanes: make([]*lanes, n), pushEv: make([][]*gpu.Event, n), pPush: make([][]*gpu.Event, n),
@@ -132,6 +144,9 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 		return nil, err
 	}
 	if p.ready, err = dev.NewIPCEvent(); err != nil {
+		return nil, err
+	}
+	if err = p.allocZeros(); err != nil {
 		return nil, err
 	}
 	if p.startEv, err = dev.NewEvent(false); err != nil {
@@ -247,6 +262,10 @@ func (p *directPlane) close() error {
 		keep(b.Free())
 	}
 	p.retired = nil
+	if p.zeros != nil {
+		keep(p.zeros.Free())
+		p.zeros = nil
+	}
 	sets := [][]*gpu.Event{{p.ready, p.startEv, p.chunkEv}, p.done, p.pReady, p.pDone}
 	sets = append(append(sets, p.pushEv...), p.pPush...)
 	for _, set := range sets {

@@ -14,7 +14,8 @@ import (
 // gpu_direct.go for what they prove), "pushed" in the push allreduce.
 //
 // A ready message is readyHeader bytes, then one descriptor per buffer the
-// peer may touch. Header words: call number, kind/dtype/op, count, root,
+// peer may touch. Header words: call number, kind/dtype/op (bit 24: this
+// rank pulls, gpu_direct_pull.go), count, root,
 // then four words of the PCIe share (gpu_pcie_call.go): whether this rank's
 // done message to the peer carries a staging table, the sequence number of
 // this call's timed push to the peer (0: not timed), and this rank's report
@@ -39,7 +40,7 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 	hdr := make([]byte, readyHeader)
 	le := binary.LittleEndian
 	le.PutUint64(hdr[0:], call)
-	le.PutUint64(hdr[8:], uint64(o.kind)|uint64(o.dt)<<8|uint64(o.op)<<16)
+	le.PutUint64(hdr[8:], uint64(o.kind)|uint64(o.dt)<<8|uint64(o.op)<<16|p.readyFlags(o))
 	le.PutUint64(hdr[16:], uint64(o.count))
 	le.PutUint64(hdr[24:], uint64(o.root))
 	bufs := make([][]*gpu.Buffer, p.n)

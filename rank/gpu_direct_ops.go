@@ -15,7 +15,8 @@ import (
 //
 // All algorithms are "direct" (one hop): with NVLink or NVSwitch between
 // every pair there is no ring to walk. Bulk bytes go over copy engines
-// (cuMemcpyAsync on IPC-mapped peer memory); reductions run in kernels that
+// (cuMemcpyAsync on IPC-mapped peer memory), or, for allgather and alltoall
+// in pull mode, kernels that read the peers' blocks (gpu_direct_pull.go); reductions run in kernels that
 // read the peers' buffers in place. Each rank owns 1/N of a reduced vector,
 // so every element is reduced by exactly one rank and all ranks end with
 // the same bits.
@@ -33,9 +34,18 @@ func (p *directPlane) work(o *devOp, s *gpu.Stream, in [][]byte) error {
 		return p.allReduce(o, s, in)
 	case devReduceScatter:
 		return p.reduceScatter(o, s, in)
-	case devAllGather:
-		return p.allGather(o, s, in)
-	case devAllToAll:
+	case devAllGather, devAllToAll:
+		if err := p.checkModes(o, in); err != nil {
+			return err
+		}
+		switch {
+		case o.kind == devAllGather && p.agPull:
+			return p.allGatherPull(o, s, in)
+		case o.kind == devAllGather:
+			return p.allGather(o, s, in)
+		case p.a2aPull:
+			return p.allToAllPull(o, s, in)
+		}
 		return p.allToAll(o, s, in)
 	case devBroadcast:
 		return p.broadcast(o, s, in)

@@ -315,6 +315,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 		{"push", map[string]string{"FLEXLINK_GPU_ALLREDUCE": "push", "FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": "2"}, 256},
 		{"pcie", map[string]string{"FLEXLINK_GPU_ALLREDUCE": "read", "FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": "2",
 			"FLEXLINK_PCIE_SHARE": "0.3", "FLEXLINK_PCIE_STAGING_BYTES": "131072"}, 100_000},
+		{"pull", map[string]string{"FLEXLINK_GPU_ALLGATHER": "pull", "FLEXLINK_GPU_ALLTOALL": "pull", "FLEXLINK_GPU_COPY_STREAMS": "2"}, 400_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := fakeRanks(t, n, gpu.FakeConfig{}, tc.env, n*tc.big*4+(1<<20))

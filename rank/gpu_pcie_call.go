@@ -39,11 +39,15 @@ type pcieSplitRec struct {
 // the read allreduce's own block when it is pipelined. Pushes that stay on
 // the caller's stream are small and never split; the push allreduce keeps
 // NVLink only (its scratch pushes are ordered by per-chunk events that a
-// PCIe part would need too).
+// PCIe part would need too), and so do pull allgathers and alltoalls
+// (gpu_direct_pull.go), which push nothing.
 func (p *directPlane) pushBytes(o *devOp) int {
 	sz := o.dt.Size()
 	switch o.kind {
 	case devAllGather, devAllToAll:
+		if p.pulls(o) {
+			return 0 // kernels read the peers' blocks over NVLink: nothing to split
+		}
 		if blk := o.count * sz; (p.n-1)*blk >= fanOutMin {
 			return blk
 		}

@@ -6,10 +6,12 @@
 #
 # Logs go to $OUT (8 files at most): topo.txt, tests.log (the GPU tests with
 # FLEXLINK_REQUIRE_GPU=1, so a skip is a failure; direct-pcie forces a PCIe
-# share through the real shared staging buffers), bench-<op>.log (flexbench
+# share through the real shared staging buffers, direct-pull runs allgather
+# and alltoall as SM pulls), bench-<op>.log (flexbench
 # --device gpu --backend both: flexlink and NCCL in the same processes, with
 # the busbw ratio per size and, after each flexlink row, the link shares of
-# its last call), variants.log (other settings) and anchor.log (NCCL through
+# its last call), variants.log (other settings, among them the pull
+# allgather and alltoall, FLEXLINK_GPU_ALLGATHER/ALLTOALL=pull) and anchor.log (NCCL through
 # PyTorch). Every step has its own time limit; together under 600 s.
 #
 # The FlexLink must-show is in bench-allreduce.log and bench-allgather.log:
@@ -102,6 +104,10 @@ if [ "$mode" != quick ]; then
 		FLEXLINK_PCIE_SHARE=0.08 bench 20 allgather -b 256M -e 1G -f 4 "${iters[@]}"
 		stamp "allgather, nvlink only, 4 copy streams per peer"
 		FLEXLINK_LINKS=nvlink FLEXLINK_GPU_COPY_STREAMS=4 bench 20 allgather -b 256M -e 1G -f 4 "${iters[@]}"
+		stamp "allgather, pull: kernels read the peer's send over NVLink (no copy engines, no pcie share), beside NCCL"
+		FLEXLINK_GPU_ALLGATHER=pull bench 45 allgather --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp "alltoall, pull: kernels read block Rank() of the peer's send, beside NCCL"
+		FLEXLINK_GPU_ALLTOALL=pull bench 40 alltoall --backend both -b 64M -e 1G -f 4 "${iters[@]}"
 	} >"$OUT/variants.log" 2>&1
 fi
 

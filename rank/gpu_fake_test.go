@@ -31,12 +31,19 @@ func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, b
 	t.Helper()
 	// The PCIe planners' profiles go to a directory of the test's own, so
 	// a run neither reads nor leaves anything in the user's cache.
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
 	if _, ok := env["FLEXLINK_CACHE_DIR"]; !ok {
-		env = maps.Clone(env)
-		if env == nil {
-			env = map[string]string{}
-		}
 		env["FLEXLINK_CACHE_DIR"] = t.TempDir()
+	}
+	// The fake-driver suites were written for the copy-engine pushes (the
+	// path that takes the PCIe share); the pull tests ask for pull.
+	for _, k := range []string{"FLEXLINK_GPU_ALLGATHER", "FLEXLINK_GPU_ALLTOALL"} {
+		if _, ok := env[k]; !ok {
+			env[k] = "push"
+		}
 	}
 	cfg.Devices = n
 	drv, err := gpu.OpenFake(cfg)

@@ -76,7 +76,7 @@ func TestGPUProcs(t *testing.T) {
 		// A forced PCIe share on every large push, with a staging buffer
 		// smaller than the PCIe part of the 64 MiB cases (capped, several
 		// slots): the real memfd mapping, D2H/H2D and slot events.
-		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456"}},
+		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_ALLGATHER=push", "FLEXLINK_GPU_ALLTOALL=push"}},
 		// Allgather and alltoall pulled by kernels reading the peers' sends
 		// (the 128 MiB float64 allgather blocks outgrow the 64 MiB zeros).
 		{"direct-pull", "direct", "read", "2", []string{"FLEXLINK_GPU_ALLGATHER=pull", "FLEXLINK_GPU_ALLTOALL=pull"}},

@@ -26,6 +26,7 @@ type Server struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]*peerConn // nil value: still in handshake
 	closing bool
+	done    chan struct{} // closed by Close: ends the accept loop's back-off wait
 	wg      sync.WaitGroup
 }
 
@@ -50,7 +51,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bootstrap: server: listen %s: %w", cfg.Addr, err)
 	}
 	log := cfg.Logger.Named("bootstrap")
-	s := &Server{cfg: cfg, ln: ln, log: log, eng: newEngine(cfg.Size, log), conns: make(map[net.Conn]*peerConn)}
+	s := &Server{cfg: cfg, ln: ln, log: log, eng: newEngine(cfg.Size, log), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Debug("serving", "addr", s.Addr(), "size", cfg.Size, "job", cfg.JobID)
@@ -80,6 +81,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closing = true
+	close(s.done)
 	conns := make(map[net.Conn]*peerConn, len(s.conns))
 	for c, p := range s.conns {
 		conns[c] = p
@@ -112,9 +114,16 @@ func (s *Server) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// Out of descriptors and the like: log, wait a little, go on.
+			// Out of descriptors and the like: log, wait a little (or until
+			// Close), go on.
 			s.log.Warn("accept", "error", err)
-			time.Sleep(backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
 			backoff = min(2*backoff, time.Second)
 			continue
 		}

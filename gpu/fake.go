@@ -28,6 +28,9 @@ func OpenFake(cfg FakeConfig) (*Driver, error) {
 			f.RegisterKernel(ReduceKernelName(dt, op), hostReduce(dt, op))
 		}
 		f.RegisterKernel(ScaleKernelName(dt), hostScale(dt))
+		for _, op := range reduceOps() {
+			f.RegisterKernel(FlagKernelName(dt, op), hostFlag(dt, op))
+		}
 	}
 	return newDriver(f, "fake")
 }

@@ -82,6 +82,7 @@ type kernelSet struct {
 	mod     *Module
 	reduce  [8][numReduceOps]*Function // by dtype, then reduceOps order
 	scale   [8]*Function
+	flag    [8][numReduceOps]*Function // the flag allreduce (flag.go)
 	maxGrid uint32
 }
 
@@ -117,6 +118,9 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 	for _, dt := range dtype.All() {
 		for i, op := range reduceOps() {
 			if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
+				break
+			}
+			if k.flag[dt][i], err = mod.Function(FlagKernelName(dt, op)); err != nil {
 				break
 			}
 		}

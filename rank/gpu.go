@@ -143,11 +143,33 @@ func (d *DeviceComm) LinkShares() map[string]float64 {
 // passed to earlier calls must have been synchronized, as before freeing
 // memory they use.
 func (d *DeviceComm) Close(ctx context.Context) error {
+	if dp, ok := d.plane.(*directPlane); ok {
+		// The peers' flag kernels write into this rank's region until they
+		// end: every rank waits for its own before the barrier.
+		if err := dp.flag.quiesce(); err != nil {
+			return fmt.Errorf("rank %d: gpu close: %w", d.c.rank, err)
+		}
+	}
 	err := d.c.run(ctx, "gpu close", d.c.engine.Barrier)
 	if cerr := d.plane.close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// AsyncError reports a failure that work already enqueued has met inside
+// the GPU, as ncclCommGetAsyncError does: a flag kernel (the small and
+// two-rank allreduce) that waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT
+// for a peer. The error names the peer and its host; once it is set, every
+// later call on the communicator fails. Call it after synchronising the
+// stream when a collective's result matters and no later call follows.
+func (d *DeviceComm) AsyncError() error {
+	if dp, ok := d.plane.(*directPlane); ok {
+		if err := dp.flagError(); err != nil {
+			return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
+		}
+	}
+	return nil
 }
 
 // AllReduce combines send (count elements) across ranks with op into every

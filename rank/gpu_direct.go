@@ -83,7 +83,8 @@ type directPlane struct {
 	pairSeq  []uint64       // calls so far with each peer (in the tags)
 	lastDone []uint64       // each peer's call number in its last done message (trace)
 	chunkMax int
-	px       pcieState // the PCIe share of large pushes (gpu_pcie*.go)
+	px       pcieState  // the PCIe share of large pushes (gpu_pcie*.go)
+	flag     *flagPlane // the flag allreduce (gpu_flag.go); nil when off
 
 	// trace, when set (tests), sees every record and wait of an IPC event.
 	trace func(traceRec)
@@ -253,6 +254,9 @@ func (p *directPlane) close() error {
 		}
 	}
 	keep(p.closePCIe())
+	if p.flag != nil {
+		keep(p.flag.close())
+	}
 	keep(p.ipc.close())
 	if p.scratch != nil {
 		p.retired = append(p.retired, p.scratch)
@@ -280,6 +284,12 @@ func (p *directPlane) close() error {
 
 // do runs one call: handshake, work, handshake (see the type's comment).
 func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
+	if err := p.flagError(); err != nil {
+		return err
+	}
+	if p.flag.takes(o) {
+		return p.flagAllReduce(o, s)
+	}
 	peers := p.peersOf(o)
 	p.calls++
 	call := p.calls

@@ -39,10 +39,11 @@ func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, b
 		env["FLEXLINK_CACHE_DIR"] = t.TempDir()
 	}
 	// The fake-driver suites were written for the copy-engine pushes (the
-	// path that takes the PCIe share); the pull tests ask for pull.
-	for _, k := range []string{"FLEXLINK_GPU_ALLGATHER", "FLEXLINK_GPU_ALLTOALL"} {
+	// path that takes the PCIe share) and the handshake allreduce; the pull
+	// and flag tests ask for theirs.
+	for k, v := range map[string]string{"FLEXLINK_GPU_ALLGATHER": "push", "FLEXLINK_GPU_ALLTOALL": "push", "FLEXLINK_GPU_FLAG_BYTES": "0"} {
 		if _, ok := env[k]; !ok {
-			env[k] = "push"
+			env[k] = v
 		}
 	}
 	cfg.Devices = n
@@ -138,13 +139,24 @@ func sweep(t *testing.T, rs []*devRank, cases []devCase) {
 const fakeBig = 300_000 // elements: several 64 KiB chunks and pushes over fanOutMin
 
 func TestGPUFakeDirect(t *testing.T) {
+	// flag: FLEXLINK_GPU_FLAG_BYTES ("0": the handshake allreduce only;
+	// "-1": the default, flag kernels for every size at 2 ranks and up to
+	// 1 MiB beyond, so the larger cases mix both; a small region and few
+	// blocks make the slots wrap many times within one call).
 	for _, tc := range []struct {
-		n           int
-		mode, lanes string
-	}{{1, "auto", "1"}, {2, "read", "1"}, {2, "push", "3"}, {3, "push", "1"}, {3, "read", "2"}, {4, "auto", "2"}} {
+		n                 int
+		mode, lanes, flag string
+		blocks, region    string
+	}{{1, "auto", "1", "-1", "32", "67108864"}, {2, "read", "1", "0", "", ""}, {2, "push", "3", "0", "", ""},
+		{3, "push", "1", "0", "", ""}, {3, "read", "2", "0", "", ""}, {4, "auto", "2", "0", "", ""},
+		{2, "read", "1", "-1", "3", "262144"}, {3, "auto", "1", "-1", "5", "1048576"}, {4, "read", "1", "-1", "32", "67108864"}} {
 		n := tc.n
-		t.Run(fmt.Sprintf("%dranks-%s-%slanes", n, tc.mode, tc.lanes), func(t *testing.T) {
-			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_ALLREDUCE": tc.mode, "FLEXLINK_GPU_COPY_STREAMS": tc.lanes}
+		t.Run(fmt.Sprintf("%dranks-%s-%slanes-flag%s", n, tc.mode, tc.lanes, tc.flag), func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_ALLREDUCE": tc.mode, "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
+				"FLEXLINK_GPU_FLAG_BYTES": tc.flag}
+			if tc.blocks != "" {
+				env["FLEXLINK_GPU_FLAG_BLOCKS"], env["FLEXLINK_GPU_FLAG_REGION_BYTES"] = tc.blocks, tc.region
+			}
 			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, n*fakeBig*8)
 			for _, r := range rs {
 				if r.dc.Path() != "direct" {
@@ -152,8 +164,21 @@ func TestGPUFakeDirect(t *testing.T) {
 				}
 			}
 			sweep(t, rs, devCases(n, fakeBig))
+			for _, r := range rs {
+				f := r.dc.plane.(*directPlane).flag
+				if on := n > 1 && tc.flag != "0"; on != (f != nil) || on && f.calls == 0 {
+					t.Errorf("rank %d: flag plane %v (calls %d), want on=%v", r.c.Rank(), f != nil, flagCalls(f), on)
+				}
+			}
 		})
 	}
+}
+
+func flagCalls(f *flagPlane) uint64 {
+	if f == nil {
+		return 0
+	}
+	return f.calls
 }
 
 func TestGPUFakeStaged(t *testing.T) {

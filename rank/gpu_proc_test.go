@@ -71,12 +71,17 @@ func TestGPUProcs(t *testing.T) {
 		name, path, allreduce, lanes string
 		env                          []string
 	}{
-		{"direct-push", "direct", "auto", "1", nil},
-		{"direct-read-2lanes", "direct", "read", "2", nil},
+		// The default: every 2-rank allreduce as one flag kernel per rank.
+		{"direct-flag", "direct", "read", "1", nil},
+		// Few blocks and a small region: slots wrap many times per call.
+		{"direct-flag-wrap", "direct", "read", "1", []string{"FLEXLINK_GPU_FLAG_BLOCKS=3", "FLEXLINK_GPU_FLAG_REGION_BYTES=1048576"}},
+		// The handshake allreduces (flag kernels off).
+		{"direct-push", "direct", "auto", "1", []string{"FLEXLINK_GPU_FLAG_BYTES=0"}},
+		{"direct-read-2lanes", "direct", "read", "2", []string{"FLEXLINK_GPU_FLAG_BYTES=0"}},
 		// A forced PCIe share on every large push, with a staging buffer
 		// smaller than the PCIe part of the 64 MiB cases (capped, several
 		// slots): the real memfd mapping, D2H/H2D and slot events.
-		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_ALLGATHER=push", "FLEXLINK_GPU_ALLTOALL=push"}},
+		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_GPU_FLAG_BYTES=0", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_ALLGATHER=push", "FLEXLINK_GPU_ALLTOALL=push"}},
 		// Allgather and alltoall pulled by kernels reading the peers' sends
 		// (the 128 MiB float64 allgather blocks outgrow the 64 MiB zeros).
 		{"direct-pull", "direct", "read", "2", []string{"FLEXLINK_GPU_ALLGATHER=pull", "FLEXLINK_GPU_ALLTOALL=pull"}},
@@ -193,8 +198,18 @@ func gpuChild(path string) error {
 	if err := groupRound(ctx, r, min(1<<20, big/4)); err != nil {
 		return err
 	}
-	fmt.Printf("rank %d on %s: %d cases over the %s plane in %v, %d with wrong elements; group round ok; pcie share up to %.3f\n",
-		c.Rank(), dev, total, path, time.Since(start).Round(time.Millisecond), bad, pcie)
+	var flag uint64
+	if dp, ok := r.dc.plane.(*directPlane); ok && dp.flag != nil {
+		flag = dp.flag.calls
+	}
+	if err := r.dc.AsyncError(); err != nil {
+		return err
+	}
+	fmt.Printf("rank %d on %s: %d cases over the %s plane in %v, %d with wrong elements; group round ok; pcie share up to %.3f; %d flag allreduces\n",
+		c.Rank(), dev, total, path, time.Since(start).Round(time.Millisecond), bad, pcie, flag)
+	if want := settings.OS().String("FLEXLINK_GPU_FLAG_BYTES") != "0" && path == "direct"; want != (flag > 0) {
+		return fmt.Errorf("rank %d: %d flag allreduces with FLEXLINK_GPU_FLAG_BYTES=%q", c.Rank(), flag, settings.OS().String("FLEXLINK_GPU_FLAG_BYTES"))
+	}
 	if settings.OS().IsSet("FLEXLINK_PCIE_SHARE") && pcie == 0 {
 		return fmt.Errorf("rank %d: FLEXLINK_PCIE_SHARE is set but no call used pcie (staging not mapped? see the warnings above)", c.Rank())
 	}

@@ -61,12 +61,16 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		}
 	}
 	evBytes := eventBlobBytes(n)
-	blob := make([]byte, 1+evBytes+pcieBlobBytes(n))
+	pcBytes := pcieBlobBytes(n)
+	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes)
 	if dp != nil {
 		blob[0] = 1
 		err := dp.putEventHandles(blob[1:])
 		if err == nil {
 			err = dp.offerPCIe(blob[1+evBytes:])
+		}
+		if err == nil {
+			err = dp.setupFlag(blob[1+evBytes+pcBytes:])
 		}
 		if err != nil {
 			dp.close()
@@ -101,13 +105,17 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		c.world.log.Info("gpu data plane", "comm", c.name, "path", dc.path, "why", why, "gpu", dev.String())
 		return dc, nil
 	}
-	pcie := make([][]byte, n)
+	pcie, flag := make([][]byte, n), make([][]byte, n)
 	for r := range pcie {
-		pcie[r] = all[r*len(blob)+1+evBytes : (r+1)*len(blob)]
+		at := r*len(blob) + 1 + evBytes
+		pcie[r], flag[r] = all[at:at+pcBytes], all[at+pcBytes:(r+1)*len(blob)]
 	}
 	err := dp.openPeerEvents(all, len(blob))
 	if err == nil {
 		err = dp.openPCIe(ctx, pcie, bus)
+	}
+	if err == nil {
+		err = dp.openFlag(flag)
 	}
 	if err != nil {
 		dp.close()

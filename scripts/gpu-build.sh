@@ -48,4 +48,5 @@ done
 anchor=../shared/anchors/nccl_baseline.py
 if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh "$out/"
+rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/"
 du -sh "$out"

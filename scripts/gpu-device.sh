@@ -22,14 +22,36 @@
 #   quick  tests + the must-show, fewer iterations            (~3 min)
 #   dev    tests + the must-show + 1-16 MiB + 2 more ops + variants (~5 min)
 #   full   dev + gpu/nccl package tests + the anchor          (~7 min)
+#   flag   kernels from nvcc, tests, allreduce 8 KiB-1 GiB: flag kernels vs NCCL and variants
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-full}
-export NCCL_NVLS_ENABLE=0 FLEXLINK_REQUIRE_GPU=1 FLEXLINK_TIMEOUT=120s
+export NCCL_NVLS_ENABLE=0 FLEXLINK_REQUIRE_GPU=1 FLEXLINK_TIMEOUT=120s FLEXLINK_GPU_KERNEL_TIMEOUT=${FLEXLINK_GPU_KERNEL_TIMEOUT:-10s}
 T0=$(date +%s)
 stamp() { echo "== $(($(date +%s) - T0))s $*"; }
+
+# Kernels: where nvcc exists, compile gpu/kernels (carried as
+# .devbin/kernels) to PTX, keep the files in $OUT (they are what
+# gpu/kernels commits) and run everything below on them.
+if [ -d $B/kernels ]; then
+	nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+	{
+		stamp "nvcc: ${nvcc:-none}"
+		if [ -n "$nvcc" ]; then
+			"$nvcc" --version | tail -2
+			(cd $B/kernels && "$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$OUT/reduce_sm90.ptx" reduce.cu) &
+			(cd $B/kernels && "$nvcc" -ptx -arch=compute_80 -O3 -std=c++17 -o "$OUT/reduce_sm80.ptx" reduce.cu) &
+			wait
+			(cd $B/kernels && "$nvcc" -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -o /tmp/reduce.cubin reduce.cu 2>&1 | grep -A1 flexlink_flag_sum_f32 | head -4)
+			ls -l "$OUT"/*.ptx
+		fi
+		stamp kernels done
+	} >"$OUT/kernels.log" 2>&1
+	if [ -s "$OUT/reduce_sm90.ptx" ]; then export FLEXLINK_GPU_PTX=$OUT/reduce_sm90.ptx; fi
+fi
+
 iters=(-n 10 -w 3) # sizes that only show the path works
 must=(-n 20 -w 5)  # the must-show: enough calls for the balancer to settle
 if [ "$mode" = quick ]; then must=(-n 10 -w 3); fi
@@ -39,6 +61,29 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	timeout "$limit" $B/flexrun -np 2 $B/flexbench "$op" --device gpu "$@" 2>&1 | grep -v 'link up'
 	echo "flexbench exit ${PIPESTATUS[0]}"
 }
+
+if [ "$mode" = flag ]; then
+	{
+		stamp "rank tests (flag allreduce and the others)"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 170 $B/rank.test -test.run TestGPUProcs -test.v -test.timeout 165s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -60
+		echo "rank.test exit ${PIPESTATUS[0]}"
+	} >"$OUT/tests.log" 2>&1
+	{
+		stamp "allreduce 8 KiB-1 GiB, default (flag kernels), beside NCCL"
+		bench 90 allreduce --backend both -b 8K -e 1G -f 4 "${must[@]}"
+		stamp "allreduce 1-16 MiB, default, beside NCCL (repeat, more iterations)"
+		bench 30 allreduce --backend both -b 1M -e 16M -f 4 -n 100 -w 20
+		stamp "allreduce 64 MiB-1 GiB, handshake read allreduce (FLEXLINK_GPU_FLAG_BYTES=0), beside NCCL"
+		FLEXLINK_GPU_FLAG_BYTES=0 bench 60 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		for blocks in 16 64; do
+			stamp "allreduce 64 MiB-1 GiB, flag, FLEXLINK_GPU_FLAG_BLOCKS=$blocks"
+			FLEXLINK_GPU_FLAG_BLOCKS=$blocks bench 40 allreduce -b 1M -e 1G -f 4 "${must[@]}"
+		done
+	} >"$OUT/bench-allreduce.log" 2>&1
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|wrong\|panic\|error" "$OUT"/*.log | grep -v '\[INFO\]' | head -150
+	exit 0
+fi
 
 {
 	stamp topology

@@ -217,3 +217,5 @@ TYPE(f16, TF16)
 TYPE(bf16, TBF16)
 TYPE(f32, TF32)
 TYPE(f64, TF64)
+
+#include "flag.cu"

@@ -225,8 +225,16 @@ func (f *Fake) MemHostUnregister(p unsafe.Pointer) error {
 	return nil
 }
 
+// MemHostGetDevicePointer gives memory from MemHostAlloc the device address
+// equal to its host address, as unified addressing does; kernels reach it
+// through Mem.
 func (f *Fake) MemHostGetDevicePointer(p unsafe.Pointer) (cu.DevPtr, error) {
-	return 0, fail("cuMemHostGetDevicePointer", cu.ErrorNotSupported, "mapped host memory is not faked")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.host[uintptr(p)]; !ok || r.data == nil {
+		return 0, fail("cuMemHostGetDevicePointer", cu.ErrorInvalidValue, "%p is not the start of memory from cuMemHostAlloc", p)
+	}
+	return cu.DevPtr(uintptr(p)), nil
 }
 
 func (f *Fake) MemcpyHtoDAsync(dst cu.DevPtr, src unsafe.Pointer, n uint64, s cu.Stream) error {

@@ -204,6 +204,13 @@ func (f *Fake) resolve(fn string, p cu.DevPtr, n uint64) ([]byte, int, error) {
 			return a.data[off : off+n : off+n], a.dev, nil
 		}
 	}
+	// Mapped host memory (MemHostGetDevicePointer): device address = host address.
+	for start, r := range f.host {
+		if r.data != nil && uintptr(p) >= start && uint64(uintptr(p)-start)+n <= r.n {
+			off := uint64(uintptr(p) - start)
+			return r.data[off : off+n : off+n], -1, nil
+		}
+	}
 	return nil, 0, fail(fn, cu.ErrorInvalidValue, "%#x+%d is not inside one allocation", uint64(p), n)
 }
 

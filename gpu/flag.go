@@ -1,0 +1,175 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"flexlink/dtype"
+	"flexlink/gpu/internal/cu"
+)
+
+// The flag allreduce (kernels/flag.cu): one kernel per call moves and
+// reduces a vector across the ranks of one host with no host messages in
+// between. Each rank owns a flag region of device memory that every peer
+// has mapped; the kernel pushes this rank's part of each chunk into the
+// peers' slots with SM stores over NVLink, raises a counter in the peer's
+// region, waits for the peers' counters in its own, and folds all ranks'
+// parts in rank order (the same bits on every rank). The offsets below are
+// those of flag.cu.
+
+const (
+	// FlagMaxRanks and FlagMaxBlocks bound a region's counter arrays.
+	FlagMaxRanks  = 8
+	FlagMaxBlocks = 128
+	// FlagBlock is the flag kernels' block size.
+	FlagBlock = 512
+
+	flagReadyOff = 4096
+	flagConsOff  = 4096 + 8192
+	flagBaseOff  = 4096 + 16384
+	flagDataOff  = 65536
+	// FlagSlotHeader is the bytes of each slot before its chunk (the
+	// call's signature).
+	FlagSlotHeader = 256
+	flagCtlBytes = 15 * 8
+)
+
+// FlagLayout is the shape of every rank's flag region; all ranks of a
+// communicator must use the same one.
+type FlagLayout struct {
+	SlotBytes int // bytes of one slot, a multiple of 256
+	Depth     int // slots per sender and block (at least 2)
+	MaxBlocks int // largest grid, at most FlagMaxBlocks
+}
+
+// Check reports what is wrong with l, if anything.
+func (l FlagLayout) Check() error {
+	if l.SlotBytes < 256 || l.SlotBytes%256 != 0 || l.Depth < 2 || l.MaxBlocks < 1 || l.MaxBlocks > FlagMaxBlocks {
+		return fmt.Errorf("gpu: flag layout %+v: want slots of a positive multiple of 256 bytes, depth >= 2, 1 to %d blocks", l, FlagMaxBlocks)
+	}
+	return nil
+}
+
+// RegionBytes is the size of one rank's region for n ranks.
+func (l FlagLayout) RegionBytes(n int) int {
+	return flagDataOff + n*l.MaxBlocks*l.Depth*l.SlotBytes
+}
+
+// FlagCtl is a region's control block, written by the host once the peers'
+// regions are mapped.
+type FlagCtl struct {
+	Region    [FlagMaxRanks]uint64 // rank j's region as mapped on this device (own for me)
+	ErrHost   uint64               // device address of the host-mapped error word (0: none)
+	TimeoutNs uint64               // how long a wait inside the kernel may take
+	Layout    FlagLayout
+	Ranks, Me int
+}
+
+// Bytes encodes c as flag.cu's struct FlagCtl.
+func (c FlagCtl) Bytes() []byte {
+	b := make([]byte, flagCtlBytes)
+	le := binary.LittleEndian
+	for j, r := range c.Region {
+		le.PutUint64(b[8*j:], r)
+	}
+	for i, v := range []uint64{c.ErrHost, c.TimeoutNs, uint64(c.Layout.SlotBytes), uint64(c.Layout.Depth),
+		uint64(c.Layout.MaxBlocks), uint64(c.Ranks), uint64(c.Me)} {
+		le.PutUint64(b[8*(FlagMaxRanks+i):], v)
+	}
+	return b
+}
+
+func parseFlagCtl(b []byte) FlagCtl {
+	le := binary.LittleEndian
+	var c FlagCtl
+	for j := range c.Region {
+		c.Region[j] = le.Uint64(b[8*j:])
+	}
+	w := func(i int) uint64 { return le.Uint64(b[8*(FlagMaxRanks+i):]) }
+	c.ErrHost, c.TimeoutNs = w(0), w(1)
+	c.Layout = FlagLayout{SlotBytes: int(w(2)), Depth: int(w(3)), MaxBlocks: int(w(4))}
+	c.Ranks, c.Me = int(w(5)), int(w(6))
+	return c
+}
+
+// FlagError decodes a non-zero error word written by a flag kernel.
+type FlagError struct {
+	Peer  int // the rank waited for or disagreed with
+	Block int // the block that gave up
+	What  int // 1: timed out waiting for room in the peer's slots, 2: for its data, 3: the peer's call differs
+}
+
+// DecodeFlagError reads an error word; ok is false for 0 (no error).
+func DecodeFlagError(w uint64) (e FlagError, ok bool) {
+	if w>>63 == 0 {
+		return e, false
+	}
+	return FlagError{Peer: int(w & 0xffff), Block: int(w >> 16 & 0xffffff), What: int(w >> 40 & 0xff)}, true
+}
+
+// FlagKernelName is the flag allreduce kernel for dt and op (Avg: Sum's).
+func FlagKernelName(dt dtype.DType, op dtype.Op) string {
+	if op == dtype.Avg {
+		op = dtype.Sum
+	}
+	return kernelPrefix + "flag_" + op.String() + "_" + kernelType(dt)
+}
+
+// FlagAllReduce enqueues one flag allreduce of count elements: out = the
+// fold of every rank's in, in chunks of chunk elements (chunk × size a
+// multiple of 256 bytes and at most the layout's slot less its header)
+// over grid blocks. Every rank must enqueue the same call (count, dt, op,
+// chunk, grid); a rank whose peer's chunks carry another signature
+// (FlagSignature) records the mismatch in the error word. A rank's flag
+// calls must run one after the other (the caller orders them). region is
+// this rank's region; Avg divides by ranks.
+func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, chunk, grid, ranks int) error {
+	what := fmt.Sprintf("flag allreduce %d %s %s", count, dt, op)
+	if !dt.Valid() || !op.Valid() {
+		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
+	}
+	if err := s.operands(what, count*dt.Size(), count, out, in); err != nil || count == 0 {
+		return err
+	}
+	if region.dev != s.dev || region.n < flagDataOff {
+		return fmt.Errorf("%s: %s: region is not a flag region on this device", s.dev, what)
+	}
+	if chunk <= 0 || chunk*dt.Size()%256 != 0 || grid < 1 || grid > FlagMaxBlocks {
+		return fmt.Errorf("%s: %s: chunk %d, grid %d: want chunks of a multiple of 256 bytes and 1 to %d blocks", s.dev, what, chunk, grid, FlagMaxBlocks)
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	div := 0
+	if op == dtype.Avg && ranks > 1 {
+		div = ranks
+	}
+	return s.Launch(k.flag[dt][opIndex(op)], [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
+		FlagSignature(count, dt, op))
+}
+
+// FlagSignature is what a flag call stamps on its chunks: count, dtype
+// and op (never 0 for a non-empty call).
+func FlagSignature(count int, dt dtype.DType, op dtype.Op) uint64 {
+	return uint64(count)<<16 | uint64(dt)<<8 | uint64(op)
+}
+
+// DevicePtr is the device address of pinned memory from AllocHost, for
+// kernels to read and write it directly (it is mapped: DEVICEMAP).
+func (h *HostMem) DevicePtr() (uintptr, error) {
+	var d cu.DevPtr
+	err := h.dev.do(func(api cu.API) (e error) { d, e = api.MemHostGetDevicePointer(h.p); return })
+	if err != nil {
+		return 0, fmt.Errorf("%s: device address of pinned host memory: %w", h.dev, err)
+	}
+	return uintptr(d), nil
+}
+
+// Word returns the i-th 64-bit word of h for atomic access by the host (h
+// must be at least 8(i+1) bytes; pinned allocations are page aligned).
+func (h *HostMem) Word(i int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&h.b[8*i]))
+}

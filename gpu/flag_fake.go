@@ -1,0 +1,213 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"flexlink/dtype"
+	"flexlink/gpu/internal/cu"
+	"flexlink/gpu/internal/cufake"
+	"flexlink/reduce"
+)
+
+// hostFlag is flexlink_flag_<op>_<dt> on the fake driver: the protocol of
+// flag.cu (slots, cumulative ready and cons counters, rank-order fold,
+// timeouts written to the error word), with the blocks run one after the
+// other. Ranks are goroutines, so a launch blocks until the peers' launches
+// have delivered their chunks, as a kernel would spin.
+func hostFlag(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
+	return func(f *cufake.Fake, grid, _ [3]uint32, params []unsafe.Pointer) error {
+		v, err := kernelArgs(params, 7)
+		if err != nil {
+			return err
+		}
+		raw, err := f.Mem(cu.DevPtr(v[3]), flagCtlBytes)
+		if err != nil {
+			return err
+		}
+		k := &fakeFlag{f: f, c: parseFlagCtl(raw), dt: dt, op: op, region: v[3],
+			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0])}
+		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
+		for b := uint64(0); b < k.grid; b++ {
+			ok, err := k.block(b)
+			if err != nil || !ok {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+type fakeFlag struct {
+	f                                   *cufake.Fake
+	c                                   FlagCtl
+	dt                                  dtype.DType
+	op                                  dtype.Op
+	region, out, in, count, chunk, grid, sig uint64
+	div                                 int
+	deadline                            time.Time
+}
+
+func (k *fakeFlag) word(p uint64) (*uint64, error) {
+	m, err := k.f.Mem(cu.DevPtr(p), 8)
+	if err != nil {
+		return nil, err
+	}
+	return (*uint64)(unsafe.Pointer(&m[0])), nil
+}
+
+func (k *fakeFlag) slot(owner, sender int, b, seq uint64) uint64 {
+	l := k.c.Layout
+	return k.c.Region[owner] + flagDataOff +
+		((uint64(sender)*uint64(l.MaxBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(l.SlotBytes)
+}
+
+// fail writes the error word.
+func (k *fakeFlag) fail(what, b uint64, peer int) error {
+	if k.c.ErrHost == 0 {
+		return nil
+	}
+	e, err := k.word(k.c.ErrHost)
+	if err == nil {
+		atomic.StoreUint64(e, 1<<63|what<<40|b<<16|uint64(peer))
+	}
+	return err
+}
+
+// wait polls *p until it reaches want; false when the deadline passes
+// first (error word written) or the error word is set.
+func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, error) {
+	w, err := k.word(p)
+	if err != nil || want <= 0 {
+		return err == nil, err
+	}
+	for int64(atomic.LoadUint64(w)) < want {
+		if k.c.ErrHost != 0 {
+			e, err := k.word(k.c.ErrHost)
+			if err != nil || atomic.LoadUint64(e) != 0 {
+				return false, err
+			}
+		}
+		if time.Now().After(k.deadline) {
+			return false, k.fail(what, b, peer)
+		}
+		time.Sleep(20 * time.Microsecond) // a polling interval, as the kernel spins
+	}
+	return true, nil
+}
+
+func (k *fakeFlag) block(b uint64) (bool, error) {
+	n, me, sz := k.c.Ranks, k.c.Me, uint64(k.dt.Size())
+	base, err := k.word(k.region + flagBaseOff + 8*b)
+	if err != nil {
+		return false, err
+	}
+	b0 := atomic.LoadUint64(base)
+	G := (k.count + k.chunk - 1) / k.chunk
+	var nb uint64
+	if G > b {
+		nb = (G - b + k.grid - 1) / k.grid
+	}
+	rng := func(i uint64) (lo, cnt uint64) {
+		lo = (b + i*k.grid) * k.chunk
+		return lo, min(k.count, lo+k.chunk) - lo
+	}
+	send := func(i uint64) (bool, error) {
+		seq := b0 + i
+		lo, cnt := rng(i)
+		src, err := k.f.Mem(cu.DevPtr(k.in+lo*sz), cnt*sz)
+		if err != nil {
+			return false, err
+		}
+		for t := 0; t < n; t++ {
+			if t == me {
+				continue
+			}
+			if ok, err := k.wait(k.region+flagConsOff+8*(uint64(t)*FlagMaxBlocks+b), int64(seq+1)-int64(k.c.Layout.Depth), 1, b, t); !ok {
+				return false, err
+			}
+			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, b, seq)), FlagSlotHeader+cnt*sz)
+			if err != nil {
+				return false, err
+			}
+			binary.LittleEndian.PutUint64(dst, k.sig)
+			copy(dst[FlagSlotHeader:], src)
+			w, err := k.word(k.c.Region[t] + flagReadyOff + 8*(uint64(me)*FlagMaxBlocks+b))
+			if err != nil {
+				return false, err
+			}
+			atomic.StoreUint64(w, seq+1)
+		}
+		return true, nil
+	}
+	recv := func(i uint64) (bool, error) {
+		seq := b0 + i
+		lo, cnt := rng(i)
+		acc := make([]byte, cnt*sz)
+		for r := 0; r < n; r++ {
+			var part []byte
+			if r == me {
+				part, err = k.f.Mem(cu.DevPtr(k.in+lo*sz), cnt*sz)
+			} else {
+				var ok bool
+				if ok, err = k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+b), int64(seq+1), 2, b, r); !ok {
+					return false, err
+				}
+				part, err = k.f.Mem(cu.DevPtr(k.slot(me, r, b, seq)), FlagSlotHeader+cnt*sz)
+				if err == nil && binary.LittleEndian.Uint64(part) != k.sig {
+					return false, k.fail(3, b, r)
+				}
+				part = part[min(len(part), FlagSlotHeader):]
+			}
+			if err != nil {
+				return false, err
+			}
+			if r == 0 {
+				copy(acc, part)
+			} else if err := reduce.Reduce(acc, part, k.dt, k.op); err != nil {
+				return false, err
+			}
+		}
+		if k.div > 0 {
+			if err := reduce.Finish(acc, k.dt, dtype.Avg, k.div); err != nil {
+				return false, err
+			}
+		}
+		dst, err := k.f.Mem(cu.DevPtr(k.out+lo*sz), cnt*sz)
+		if err != nil {
+			return false, err
+		}
+		copy(dst, acc)
+		for s := 0; s < n; s++ {
+			if s == me {
+				continue
+			}
+			w, err := k.word(k.c.Region[s] + flagConsOff + 8*(uint64(me)*FlagMaxBlocks+b))
+			if err != nil {
+				return false, err
+			}
+			atomic.StoreUint64(w, seq+1)
+		}
+		return true, nil
+	}
+	if nb == 0 {
+		return true, nil
+	}
+	if ok, err := send(0); !ok {
+		return false, err
+	}
+	for i := uint64(0); i < nb; i++ {
+		if i+1 < nb {
+			if ok, err := send(i + 1); !ok {
+				return false, err
+			}
+		}
+		if ok, err := recv(i); !ok {
+			return false, err
+		}
+	}
+	atomic.StoreUint64(base, b0+nb)
+	return true, nil
+}

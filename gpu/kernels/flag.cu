@@ -1,0 +1,298 @@
+// The flag allreduce: one kernel per call, no host involvement between
+// ranks. Included by reduce.cu (same compile unit, same PTX).
+//
+//   flexlink_flag_<op>_<t>(T* out, const T* in, u64 count, u8* region,
+//                          u64 chunk, u64 div, u64 sig)
+//
+// Every rank of the communicator owns a "region" of device memory that the
+// others have mapped (CUDA IPC) at setup; the layout is fixed (package gpu,
+// flag.go, mirrors these offsets):
+//
+//   [0, 4 KiB)        control, written once by the host:
+//                       u64 region[8]   rank j's region as mapped here
+//                       u64 errHost     device address of a host-mapped
+//                                       error word (0: none)
+//                       u64 timeoutNs   how long a wait may take
+//                       u64 slotBytes, depth, maxBlocks, nranks, me
+//   [4 KiB, 12 KiB)   ready[s][b]: chunks sender s's block b has delivered
+//                     here (written by s over NVLink)
+//   [12 KiB, 20 KiB)  cons[t][b]: chunks receiver t's block b has consumed
+//                     of what this rank sent it (written by t)
+//   [20 KiB, 21 KiB)  base[b]: chunks block b has processed in all calls so
+//                     far (this rank only)
+//   [64 KiB, ...)     data[s][b][k]: slot k of sender s's block b, slotBytes:
+//                     a 256-byte header (u64 sig: the call's signature),
+//                     then the chunk
+//
+// The vector is cut into chunks of `chunk` elements; block b takes chunks b,
+// b+grid, b+2*grid, ... Per chunk it pushes its rank's part of `in` into
+// every peer's slot (SM stores over NVLink), raises the peer's ready
+// counter, waits for every peer's ready counter, folds all ranks' parts in
+// rank order (so every rank computes the same bits) into `out`, and raises
+// every sender's cons counter, which frees the slot for reuse `depth`
+// chunks later. Counters are cumulative across calls; every rank runs the
+// same calls with the same grid, so they stay in step; the signature (the
+// host's encoding of count, dtype and op) in each slot header catches ranks
+// that are not. A wait that outlasts timeoutNs, or a chunk whose signature
+// differs from this rank's, writes (1<<63 | what<<40 | block<<16 | peer)
+// to the error word (what: 1 waiting for room in the peer's slots, 2
+// waiting for its data, 3 signature mismatch) and ends the kernel; every
+// block of this rank then stops waiting too. The host reports the word and
+// breaks the communicator.
+//
+// Each block is 512 threads; thread 0 does the waiting and signalling, the
+// barrier spreads what it saw (acquire) and gathers what the others did
+// (release) around it.
+
+#define FLAG_MAX_RANKS 8
+#define FLAG_MAX_BLOCKS 128
+#define FLAG_READY_OFF 4096
+#define FLAG_CONS_OFF (4096 + 8192)
+#define FLAG_BASE_OFF (4096 + 16384)
+#define FLAG_DATA_OFF 65536
+#define FLAG_SLOT_HDR 256
+
+struct FlagCtl {
+    u64 region[FLAG_MAX_RANKS];
+    u64 errHost;
+    u64 timeoutNs;
+    u64 slotBytes, depth, maxBlocks, nranks, me;
+};
+
+__device__ __forceinline__ u64 ld_acquire(const u64* p) {
+    u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release(u64* p, u64 v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ u64 globaltimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ vec16 ld_cg(const vec16* p) {
+    vec16 v;
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+template <class S>
+__device__ __forceinline__ S ld_cg_one(const S* p) {
+    return *(const volatile S*)p;
+}
+
+// wait_at_least spins (thread 0 only) until *p >= want or the deadline;
+// false on timeout, after writing the error word.
+// fail records what went wrong in the error word (mapped host memory, so
+// a plain store: when blocks fail at once, one of their reports stays).
+__device__ __forceinline__ void fail(const FlagCtl& c, u64 what, u64 peer) {
+    if (c.errHost) {
+        *(volatile u64*)c.errHost = (1ull << 63) | (what << 40) | ((u64)blockIdx.x << 16) | peer;
+        __threadfence_system();
+    }
+}
+
+// wait_at_least spins (thread 0 only) until *p >= want; false when the
+// deadline passes first (after recording it) or another block has failed.
+__device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const FlagCtl& c,
+                                              u64 deadline, u64 what, u64 peer) {
+    if ((long long)want <= 0) return true;
+    for (int spin = 0;; spin++) {
+        if (ld_acquire(p) >= want) return true;
+        if ((spin & 63) == 63) {
+            if (c.errHost && *(volatile u64*)c.errHost) return false;
+            if (globaltimer() > deadline) {
+                fail(c, what, peer);
+                return false;
+            }
+        }
+    }
+}
+
+// fold computes out[i] = in_0[i] op in_1[i] op ... over ranks in order, where
+// rank me's part is `mine` and rank r's is src[r] (local slots), then the
+// division of avg.
+template <class T, class F>
+__device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mine,
+                                     const typename T::S* const* src, int n, int me, u64 cnt,
+                                     const F& f, u64 div) {
+    typedef typename T::S S;
+    typedef typename T::A A;
+    const u64 V = 16 / sizeof(S);
+    u64 done = 0;
+    if ((((u64)out | (u64)mine) & 15) == 0) {
+        const u64 nv = cnt / V;
+        for (u64 i = threadIdx.x; i < nv; i += blockDim.x) {
+            union U {
+                vec16 v;
+                S s[16 / sizeof(S)];
+            } acc, x;
+            A a[16 / sizeof(S)];
+            for (int r = 0; r < n; r++) {
+                x.v = r == me ? ((const vec16*)mine)[i] : ld_cg((const vec16*)src[r] + i);
+#pragma unroll
+                for (int k = 0; k < (int)V; k++) a[k] = r == 0 ? T::ld(x.s[k]) : f(a[k], T::ld(x.s[k]));
+            }
+#pragma unroll
+            for (int k = 0; k < (int)V; k++) {
+                if (div) a[k] = Scale<T>{div}(a[k], a[k]);
+                acc.s[k] = T::st(a[k]);
+            }
+            ((vec16*)out)[i] = acc.v;
+        }
+        done = nv * V;
+    }
+    for (u64 i = done + threadIdx.x; i < cnt; i += blockDim.x) {
+        A a = 0;
+        for (int r = 0; r < n; r++) {
+            A x = T::ld(r == me ? mine[i] : ld_cg_one(src[r] + i));
+            a = r == 0 ? x : f(a, x);
+        }
+        if (div) a = Scale<T>{div}(a, a);
+        out[i] = T::st(a);
+    }
+}
+
+// push copies cnt elements of src into dst (a peer's slot), 16-byte vectors
+// when both allow it.
+template <class S>
+__device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
+    const u64 V = 16 / sizeof(S);
+    u64 done = 0;
+    if ((((u64)dst | (u64)src) & 15) == 0) {
+        const u64 nv = cnt / V;
+        const vec16* s = (const vec16*)src;
+        vec16* d = (vec16*)dst;
+        u64 i = threadIdx.x;
+        const u64 nt = blockDim.x;
+        for (; i + 3 * nt < nv; i += 4 * nt) {
+            vec16 x0 = s[i], x1 = s[i + nt], x2 = s[i + 2 * nt], x3 = s[i + 3 * nt];
+            d[i] = x0;
+            d[i + nt] = x1;
+            d[i + 2 * nt] = x2;
+            d[i + 3 * nt] = x3;
+        }
+        for (; i < nv; i += nt) d[i] = s[i];
+        done = nv * V;
+    }
+    for (u64 i = done + threadIdx.x; i < cnt; i += blockDim.x) dst[i] = src[i];
+}
+
+template <class T, class F>
+__device__ __forceinline__ void flag_allreduce(typename T::S* out, const typename T::S* in, u64 count,
+                                               unsigned char* region, u64 chunk, u64 div, u64 sig,
+                                               const F& f) {
+    typedef typename T::S S;
+    __shared__ FlagCtl c;
+    __shared__ u64 b0;
+    __shared__ int abort_;
+    if (threadIdx.x == 0) {
+        c = *(const FlagCtl*)region;
+        b0 = ((const u64*)(region + FLAG_BASE_OFF))[blockIdx.x];
+        abort_ = 0;
+    }
+    __syncthreads();
+    const int n = (int)c.nranks, me = (int)c.me;
+    const u64 b = blockIdx.x, grid = gridDim.x;
+    const u64 G = (count + chunk - 1) / chunk;
+    const u64 nb = G > b ? (G - b + grid - 1) / grid : 0;
+    const u64 deadline = globaltimer() + c.timeoutNs;
+    u64* ready = (u64*)(region + FLAG_READY_OFF);  // [s][b], mine
+    u64* cons = (u64*)(region + FLAG_CONS_OFF);    // [t][b], mine
+    auto slot = [&](int owner, int sender, u64 seq) -> unsigned char* {
+        return (unsigned char*)c.region[owner] + FLAG_DATA_OFF +
+               ((sender * c.maxBlocks + b) * c.depth + seq % c.depth) * c.slotBytes;
+    };
+    auto range = [&](u64 i, u64* lo) -> u64 {
+        *lo = (b + i * grid) * chunk;
+        const u64 hi = *lo + chunk < count ? *lo + chunk : count;
+        return hi - *lo;
+    };
+    // send i: wait for room in every peer's slot, fill it, raise its ready.
+    auto send = [&](u64 i) -> bool {
+        const u64 seq = b0 + i;
+        u64 lo;
+        const u64 cnt = range(i, &lo);
+        if (threadIdx.x == 0) {
+            for (int t = 0; t < n && !abort_; t++)
+                if (t != me && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + b], seq + 1 - c.depth, c, deadline, 1, t))
+                    abort_ = 1;
+        }
+        __syncthreads();
+        if (abort_) return false;
+        for (int t = 0; t < n; t++) {
+            if (t == me) continue;
+            unsigned char* sl = slot(t, me, seq);
+            if (threadIdx.x == 0) *(u64*)sl = sig;
+            push((S*)(sl + FLAG_SLOT_HDR), in + lo, cnt);
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int t = 0; t < n; t++)
+                if (t != me) st_release((u64*)((unsigned char*)c.region[t] + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + b, seq + 1);
+        }
+        return true;
+    };
+    // recv i: wait for every peer's part, fold, free the peers' slots.
+    auto recv = [&](u64 i) -> bool {
+        const u64 seq = b0 + i;
+        u64 lo;
+        const u64 cnt = range(i, &lo);
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < n && !abort_; s++) {
+                if (s == me) continue;
+                if (!wait_at_least(&ready[s * FLAG_MAX_BLOCKS + b], seq + 1, c, deadline, 2, s)) {
+                    abort_ = 1;
+                } else if (*(volatile u64*)slot(me, s, seq) != sig) {
+                    fail(c, 3, s);
+                    abort_ = 1;
+                }
+            }
+        }
+        __syncthreads();
+        if (abort_) return false;
+        const S* src[FLAG_MAX_RANKS];
+        for (int s = 0; s < n; s++) src[s] = s == me ? 0 : (const S*)(slot(me, s, seq) + FLAG_SLOT_HDR);
+        fold<T>(out + lo, in + lo, src, n, me, cnt, f, div);
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < n; s++)
+                if (s != me) st_release((u64*)((unsigned char*)c.region[s] + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + b, seq + 1);
+        }
+        return true;
+    };
+    if (nb == 0) return;
+    if (!send(0)) return;
+    for (u64 i = 0; i < nb; i++) {
+        if (i + 1 < nb && !send(i + 1)) return;
+        if (!recv(i)) return;
+    }
+    if (threadIdx.x == 0) ((u64*)(region + FLAG_BASE_OFF))[blockIdx.x] = b0 + nb;
+}
+
+#define FLAG(OP, OPT, NAME, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(512)                                           \
+        flexlink_flag_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
+                                    u64 chunk, u64 div, u64 sig) {                              \
+        flag_allreduce<T>(out, in, count, region, chunk, div, sig, OPT<T>());                   \
+    }
+
+#define FLAG_TYPE(NAME, T)      \
+    FLAG(sum, Sum, NAME, T)     \
+    FLAG(prod, Prod, NAME, T)   \
+    FLAG(min, Min, NAME, T)     \
+    FLAG(max, Max, NAME, T)
+
+FLAG_TYPE(i8, TI8)
+FLAG_TYPE(u8, TU8)
+FLAG_TYPE(i32, TI32)
+FLAG_TYPE(i64, TI64)
+FLAG_TYPE(f16, TF16)
+FLAG_TYPE(bf16, TBF16)
+FLAG_TYPE(f32, TF32)
+FLAG_TYPE(f64, TF64)

@@ -1,0 +1,87 @@
+package rank
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+)
+
+// The flag allreduce's failure paths on the fake driver: ranks that call
+// different allreduces, and a peer that never calls. The call itself only
+// enqueues, so the failure shows in AsyncError once the stream is through,
+// and in the next call.
+
+func TestGPUFakeFlagMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		counts [2]int
+		op     [2]dtype.Op
+	}{
+		{"count", [2]int{100, 101}, [2]dtype.Op{dtype.Sum, dtype.Sum}},
+		{"count-grid", [2]int{100, 300_000}, [2]dtype.Op{dtype.Sum, dtype.Sum}},
+		{"op", [2]int{4096, 4096}, [2]dtype.Op{dtype.Sum, dtype.Max}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "20s"}
+			rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 300_000*4)
+			ctx := testCtx(t, 20*time.Second)
+			start := time.Now()
+			errs2 := onRanks(rs, func(r *devRank) error {
+				me := r.c.Rank()
+				if err := r.dc.AllReduce(ctx, r.a, r.b, tc.counts[me], dtype.Float32, tc.op[me], r.s); err != nil {
+					return err
+				}
+				if err := r.s.Synchronize(); err != nil {
+					return err
+				}
+				return r.dc.AsyncError()
+			})
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("mismatch took %v to show (a timeout, not the signature check)", d)
+			}
+			for r, err := range errs2 {
+				if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "rank "+string(rune('0'+1-r))) {
+					t.Errorf("rank %d: %v, want ErrMismatch naming rank %d", r, err, 1-r)
+				}
+			}
+			// The communicator is broken: the next call fails at once.
+			errs2 = onRanks(rs, func(r *devRank) error {
+				return r.dc.AllReduce(ctx, r.a, r.b, 100, dtype.Float32, dtype.Sum, r.s)
+			})
+			for r, err := range errs2 {
+				if err == nil {
+					t.Errorf("rank %d: call after a mismatch succeeded", r)
+				}
+			}
+		})
+	}
+}
+
+func TestGPUFakeFlagLostPeer(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
+	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<20)
+	ctx := testCtx(t, 20*time.Second)
+	r := rs[0] // rank 1 never calls
+	start := time.Now()
+	if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Errorf("gave up after %v, want about FLEXLINK_GPU_KERNEL_TIMEOUT (300ms)", d)
+	}
+	err := r.dc.AsyncError()
+	if !errors.Is(err, errs.ErrTimeout) || !strings.Contains(err.Error(), "rank 1 on fakehost") {
+		t.Fatalf("AsyncError: %v, want ErrTimeout naming rank 1 on fakehost", err)
+	}
+	if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); !errors.Is(err, errs.ErrTimeout) {
+		t.Fatalf("next call: %v, want the recorded timeout", err)
+	}
+}

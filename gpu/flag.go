@@ -32,7 +32,7 @@ const (
 	// FlagSlotHeader is the bytes of each slot before its chunk (the
 	// call's signature).
 	FlagSlotHeader = 256
-	flagCtlBytes = 15 * 8
+	flagCtlBytes   = 15 * 8
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a

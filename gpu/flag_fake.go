@@ -41,13 +41,13 @@ func hostFlag(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
 }
 
 type fakeFlag struct {
-	f                                   *cufake.Fake
-	c                                   FlagCtl
-	dt                                  dtype.DType
-	op                                  dtype.Op
+	f                                        *cufake.Fake
+	c                                        FlagCtl
+	dt                                       dtype.DType
+	op                                       dtype.Op
 	region, out, in, count, chunk, grid, sig uint64
-	div                                 int
-	deadline                            time.Time
+	div                                      int
+	deadline                                 time.Time
 }
 
 func (k *fakeFlag) word(p uint64) (*uint64, error) {

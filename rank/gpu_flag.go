@@ -31,10 +31,10 @@ import (
 // it, naming the peer and its host, and the communicator is broken.
 
 const (
-	flagDepth      = 4         // slots per sender and block
-	flagMinChunk   = 8 << 10   // bytes: smallest chunk a block takes (more blocks below that only add waits)
-	flagAutoSmall  = 1 << 20   // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
-	flagBlobFields = 4         // enabled, slot bytes, depth, max blocks
+	flagDepth      = 4       // slots per sender and block
+	flagMinChunk   = 8 << 10 // bytes: smallest chunk a block takes (more blocks below that only add waits)
+	flagAutoSmall  = 1 << 20 // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
+	flagBlobFields = 4       // enabled, slot bytes, depth, max blocks
 	flagBlobBytes  = flagBlobFields*8 + gpu.IPCHandleSize
 )
 

@@ -62,6 +62,26 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	echo "flexbench exit ${PIPESTATUS[0]}"
 }
 
+if [ "$mode" = flagtune ]; then
+	{
+		stamp "rank tests: flag allreduce"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 60 $B/rank.test -test.run 'TestGPUProcs/direct-flag' -test.v -test.timeout 55s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -20
+		echo "rank.test exit ${PIPESTATUS[0]}"
+	} >"$OUT/tests.log" 2>&1
+	{
+		stamp "allreduce 1 MiB-1 GiB, flag (32 blocks), beside NCCL"
+		bench 50 allreduce --backend both -b 1M -e 1G -f 4 "${must[@]}"
+		for v in "64 67108864" "128 67108864" "64 134217728" "128 134217728" "128 268435456"; do
+			set -- $v
+			stamp "allreduce 16 MiB-1 GiB, flag, FLEXLINK_GPU_FLAG_BLOCKS=$1 FLEXLINK_GPU_FLAG_REGION_BYTES=$2"
+			FLEXLINK_GPU_FLAG_BLOCKS=$1 FLEXLINK_GPU_FLAG_REGION_BYTES=$2 bench 30 allreduce -b 16M -e 1G -f 4 "${must[@]}"
+		done
+	} >"$OUT/bench-allreduce.log" 2>&1
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
+	exit 0
+fi
+
 if [ "$mode" = flag ]; then
 	{
 		stamp "rank tests (flag allreduce and the others)"

@@ -69,9 +69,9 @@ if [ "$mode" = flagtune ]; then
 		echo "rank.test exit ${PIPESTATUS[0]}"
 	} >"$OUT/tests.log" 2>&1
 	{
-		stamp "allreduce 1 MiB-1 GiB, flag (32 blocks), beside NCCL"
-		bench 50 allreduce --backend both -b 1M -e 1G -f 4 "${must[@]}"
-		for v in "64 67108864" "128 67108864" "64 134217728" "128 134217728" "128 268435456"; do
+		stamp "allreduce 8 KiB-1 GiB, flag (defaults), beside NCCL"
+		bench 60 allreduce --backend both -b 8K -e 1G -f 4 "${must[@]}"
+		for v in ${FLAG_VARIANTS:-"32 67108864" "64 67108864" "64 134217728" "128 134217728" "128 268435456"}; do
 			set -- $v
 			stamp "allreduce 16 MiB-1 GiB, flag, FLEXLINK_GPU_FLAG_BLOCKS=$1 FLEXLINK_GPU_FLAG_REGION_BYTES=$2"
 			FLEXLINK_GPU_FLAG_BLOCKS=$1 FLEXLINK_GPU_FLAG_REGION_BYTES=$2 bench 30 allreduce -b 16M -e 1G -f 4 "${must[@]}"

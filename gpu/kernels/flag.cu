@@ -115,7 +115,7 @@ __device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const Flag
 
 // fold_vec folds U vectors of 16 bytes at i, i+nt, ...: the loads of one
 // rank's U vectors are in flight together.
-template <class T, int U, class F>
+template <class T, int U, int NR, class F>
 __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S* mine,
                                          const typename T::S* const* src, int n, int me, u64 i,
                                          u64 nt, const F& f, u64 div) {
@@ -127,6 +127,22 @@ __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S
         S s[16 / sizeof(S)];
     };
     A a[U][16 / sizeof(S)];
+    if constexpr (NR == 2) {
+        // Two ranks: both operands' loads in flight at once, then rank 0's
+        // op rank 1's.
+        W x[U], y[U];
+        const vec16* peer = (const vec16*)src[1 - me];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            x[u].v = ((const vec16*)mine)[i + u * nt];
+            y[u].v = ld_cg(peer + i + u * nt);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                a[u][k] = me == 0 ? f(T::ld(x[u].s[k]), T::ld(y[u].s[k])) : f(T::ld(y[u].s[k]), T::ld(x[u].s[k]));
+    } else {
     for (int r = 0; r < n; r++) {
         W x[U];
 #pragma unroll
@@ -136,6 +152,7 @@ __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int k = 0; k < V; k++) a[u][k] = r == 0 ? T::ld(x[u].s[k]) : f(a[u][k], T::ld(x[u].s[k]));
+    }
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -153,7 +170,7 @@ __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S
 // fold computes out[i] = in_0[i] op in_1[i] op ... over ranks in order, where
 // rank me's part is `mine` and rank r's is src[r] (local slots), then the
 // division of avg.
-template <class T, class F>
+template <class T, int NR, class F>
 __device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mine,
                                      const typename T::S* const* src, int n, int me, u64 cnt,
                                      const F& f, u64 div) {
@@ -164,8 +181,8 @@ __device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mi
     if ((((u64)out | (u64)mine) & 15) == 0) {
         const u64 nv = cnt / V, nt = blockDim.x;
         u64 i = threadIdx.x;
-        for (; i + 3 * nt < nv; i += 4 * nt) fold_vec<T, 4>(out, mine, src, n, me, i, nt, f, div);
-        for (; i < nv; i += nt) fold_vec<T, 1>(out, mine, src, n, me, i, nt, f, div);
+        for (; i + 3 * nt < nv; i += 4 * nt) fold_vec<T, 4, NR>(out, mine, src, n, me, i, nt, f, div);
+        for (; i < nv; i += nt) fold_vec<T, 1, NR>(out, mine, src, n, me, i, nt, f, div);
         done = nv * V;
     }
     for (u64 i = done + threadIdx.x; i < cnt; i += blockDim.x) {
@@ -191,12 +208,13 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
         vec16* d = (vec16*)dst;
         u64 i = threadIdx.x;
         const u64 nt = blockDim.x;
-        for (; i + 3 * nt < nv; i += 4 * nt) {
-            vec16 x0 = s[i], x1 = s[i + nt], x2 = s[i + 2 * nt], x3 = s[i + 3 * nt];
-            d[i] = x0;
-            d[i + nt] = x1;
-            d[i + 2 * nt] = x2;
-            d[i + 3 * nt] = x3;
+        const int U = 8;  // vectors in flight per thread
+        for (; i + (U - 1) * nt < nv; i += U * nt) {
+            vec16 x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) x[u] = s[i + u * nt];
+#pragma unroll
+            for (int u = 0; u < U; u++) d[i + u * nt] = x[u];
         }
         for (; i < nv; i += nt) d[i] = s[i];
         done = nv * V;
@@ -234,67 +252,61 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
         const u64 hi = *lo + chunk < count ? *lo + chunk : count;
         return hi - *lo;
     };
-    // send i: wait for room in every peer's slot, fill it, raise its ready.
-    auto send = [&](u64 i) -> bool {
-        const u64 seq = b0 + i;
-        u64 lo;
-        const u64 cnt = range(i, &lo);
+    // Step i pushes chunk i+1 into every peer's slot and folds chunk i,
+    // which the peers pushed in their step i-1: thread 0 waits for room in
+    // the peers' slots (they have folded chunk i+1-depth) and for their
+    // chunk i, the block pushes and folds, and thread 0 raises the peers'
+    // ready counters (after a system fence: the barrier put every thread's
+    // stores before it) and their cons counters. Step i on one rank needs
+    // only step i-1 on the others, so blocks never wait on each other.
+    for (long long i = -1; i < (long long)nb; i++) {
+        const bool doPush = i + 1 < (long long)nb, doFold = i >= 0;
+        const u64 sseq = b0 + (u64)(i + 1), rseq = b0 + (u64)i;
         if (threadIdx.x == 0) {
-            for (int t = 0; t < n && !abort_; t++)
-                if (t != me && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + b], seq + 1 - c.depth, c, deadline, 1, t))
+            for (int t = 0; t < n && !abort_; t++) {
+                if (t == me) continue;
+                if (doPush && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + b], sseq + 1 - c.depth, c, deadline, 1, t)) {
                     abort_ = 1;
-        }
-        __syncthreads();
-        if (abort_) return false;
-        for (int t = 0; t < n; t++) {
-            if (t == me) continue;
-            unsigned char* sl = slot(t, me, seq);
-            if (threadIdx.x == 0) *(u64*)sl = sig;
-            push((S*)(sl + FLAG_SLOT_HDR), in + lo, cnt);
-        }
-        // The barrier orders every thread's stores before thread 0's
-        // system-scope fence, which makes them visible before the counter.
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence_system();
-            for (int t = 0; t < n; t++)
-                if (t != me) st_release((u64*)((unsigned char*)c.region[t] + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + b, seq + 1);
-        }
-        return true;
-    };
-    // recv i: wait for every peer's part, fold, free the peers' slots.
-    auto recv = [&](u64 i) -> bool {
-        const u64 seq = b0 + i;
-        u64 lo;
-        const u64 cnt = range(i, &lo);
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < n && !abort_; s++) {
-                if (s == me) continue;
-                if (!wait_at_least(&ready[s * FLAG_MAX_BLOCKS + b], seq + 1, c, deadline, 2, s)) {
+                } else if (doFold && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + b], rseq + 1, c, deadline, 2, t)) {
                     abort_ = 1;
-                } else if (*(volatile u64*)slot(me, s, seq) != sig) {
-                    fail(c, 3, s);
+                } else if (doFold && *(volatile u64*)slot(me, t, rseq) != sig) {
+                    fail(c, 3, t);
                     abort_ = 1;
                 }
             }
         }
         __syncthreads();
-        if (abort_) return false;
-        const S* src[FLAG_MAX_RANKS];
-        for (int s = 0; s < n; s++) src[s] = s == me ? 0 : (const S*)(slot(me, s, seq) + FLAG_SLOT_HDR);
-        fold<T>(out + lo, in + lo, src, n, me, cnt, f, div);
-        __syncthreads();  // every thread's loads of the slots have returned
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < n; s++)
-                if (s != me) st_release((u64*)((unsigned char*)c.region[s] + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + b, seq + 1);
+        if (abort_) return;
+        if (doPush) {
+            u64 lo;
+            const u64 cnt = range((u64)(i + 1), &lo);
+            for (int t = 0; t < n; t++) {
+                if (t == me) continue;
+                unsigned char* sl = slot(t, me, sseq);
+                if (threadIdx.x == 0) *(u64*)sl = sig;
+                push((S*)(sl + FLAG_SLOT_HDR), in + lo, cnt);
+            }
         }
-        return true;
-    };
-    if (nb == 0) return;
-    if (!send(0)) return;
-    for (u64 i = 0; i < nb; i++) {
-        if (i + 1 < nb && !send(i + 1)) return;
-        if (!recv(i)) return;
+        if (doFold) {
+            u64 lo;
+            const u64 cnt = range((u64)i, &lo);
+            const S* src[FLAG_MAX_RANKS];
+            for (int t = 0; t < n; t++) src[t] = t == me ? 0 : (const S*)(slot(me, t, rseq) + FLAG_SLOT_HDR);
+            if (n == 2)
+                fold<T, 2>(out + lo, in + lo, src, n, me, cnt, f, div);
+            else
+                fold<T, 0>(out + lo, in + lo, src, n, me, cnt, f, div);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (doPush) __threadfence_system();
+            for (int t = 0; t < n; t++) {
+                if (t == me) continue;
+                unsigned char* peer = (unsigned char*)c.region[t];
+                if (doPush) st_release((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + b, sseq + 1);
+                if (doFold) st_release((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + b, rseq + 1);
+            }
+        }
     }
     if (threadIdx.x == 0) ((u64*)(region + FLAG_BASE_OFF))[blockIdx.x] = b0 + nb;
 }

@@ -31,7 +31,7 @@ import (
 // it, naming the peer and its host, and the communicator is broken.
 
 const (
-	flagDepth      = 4       // slots per sender and block
+	flagDepth      = 2       // slots per sender and block: step i fills slot i+1 while the peer folds slot i
 	flagMinChunk   = 8 << 10 // bytes: smallest chunk a block takes (more blocks below that only add waits)
 	flagAutoSmall  = 1 << 20 // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
 	flagBlobFields = 4       // enabled, slot bytes, depth, max blocks

@@ -268,7 +268,7 @@ func TestEmbeddedPTX(t *testing.T) {
 		for _, dt := range dtype.All() {
 			names := []string{ScaleKernelName(dt)}
 			for _, op := range dtype.Ops() {
-				names = append(names, ReduceKernelName(dt, op))
+				names = append(names, ReduceKernelName(dt, op), FlagKernelName(dt, op))
 			}
 			for _, n := range names {
 				if !have[n] {
@@ -276,8 +276,8 @@ func TestEmbeddedPTX(t *testing.T) {
 				}
 			}
 		}
-		if len(have) != 40 {
-			t.Errorf("%s: %d kernels, want 40 (8 dtypes × sum, prod, min, max, scale)", tc.target, len(have))
+		if len(have) != 72 {
+			t.Errorf("%s: %d kernels, want 72 (8 dtypes × reduce and flag for sum, prod, min, max, and scale)", tc.target, len(have))
 		}
 	}
 }

@@ -189,7 +189,7 @@ func (f *flagPlane) shape(bytes, sz int) (grid, chunk int) {
 	grid = min(f.layout.MaxBlocks, max(1, (bytes+flagMinChunk-1)/flagMinChunk))
 	cb := (bytes + grid - 1) / grid
 	cb = min(f.layout.SlotBytes-gpu.FlagSlotHeader, (cb+255)/256*256)
-	return grid, cb / sz
+	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
 }
 
 // asyncError reports a failure a flag kernel recorded, if any.

@@ -1,0 +1,80 @@
+package gpu
+
+import (
+	"testing"
+
+	"flexlink/dtype"
+)
+
+func TestFlagCtlRoundTrip(t *testing.T) {
+	for _, c := range []FlagCtl{
+		{},
+		{Region: [FlagMaxRanks]uint64{0x7f0000000000, 0x7f0010000000}, ErrHost: 0x7e00, TimeoutNs: 30e9,
+			Layout: FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, Ranks: 2, Me: 1},
+		{Region: [FlagMaxRanks]uint64{1, 2, 3, 4, 5, 6, 7, 8}, Layout: FlagLayout{SlotBytes: 256, Depth: 9, MaxBlocks: 1}, Ranks: 8, Me: 7},
+	} {
+		b := c.Bytes()
+		if len(b) != flagCtlBytes || flagCtlBytes > flagReadyOff {
+			t.Fatalf("control block of %d bytes (ready counters at %d)", len(b), flagReadyOff)
+		}
+		if got := parseFlagCtl(b); got != c {
+			t.Errorf("%+v decodes as %+v", c, got)
+		}
+	}
+}
+
+func TestDecodeFlagError(t *testing.T) {
+	for _, tc := range []struct {
+		w    uint64
+		want FlagError
+		ok   bool
+	}{
+		{0, FlagError{}, false},
+		{1<<63 | 2<<40 | 17<<16 | 1, FlagError{Peer: 1, Block: 17, What: 2}, true},
+		{1<<63 | 3<<40 | 127<<16 | 7, FlagError{Peer: 7, Block: 127, What: 3}, true},
+		{1<<63 | 1<<40, FlagError{What: 1}, true},
+	} {
+		got, ok := DecodeFlagError(tc.w)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%#x: %+v %v, want %+v %v", tc.w, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestFlagLayout(t *testing.T) {
+	for _, tc := range []struct {
+		l     FlagLayout
+		ok    bool
+		bytes int // for 2 ranks
+	}{
+		{FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 2*128*2*262144},
+		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*2*256},
+		{FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
+		{FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},
+		{FlagLayout{SlotBytes: 256, Depth: 1, MaxBlocks: 1}, false, 0},
+		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 129}, false, 0},
+		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 0}, false, 0},
+	} {
+		err := tc.l.Check()
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: Check() = %v, want ok=%v", tc.l, err, tc.ok)
+		}
+		if tc.ok && tc.l.RegionBytes(2) != tc.bytes {
+			t.Errorf("%+v: RegionBytes(2) = %d, want %d", tc.l, tc.l.RegionBytes(2), tc.bytes)
+		}
+	}
+}
+
+func TestFlagNames(t *testing.T) {
+	if got := FlagKernelName(dtype.Float32, dtype.Avg); got != "flexlink_flag_sum_f32" {
+		t.Errorf("avg on float32: %s", got)
+	}
+	if got := FlagKernelName(dtype.BFloat16, dtype.Max); got != "flexlink_flag_max_bf16" {
+		t.Errorf("max on bfloat16: %s", got)
+	}
+	if FlagSignature(100, dtype.Float32, dtype.Sum) == FlagSignature(101, dtype.Float32, dtype.Sum) ||
+		FlagSignature(100, dtype.Float32, dtype.Sum) == FlagSignature(100, dtype.Float32, dtype.Max) ||
+		FlagSignature(100, dtype.Float32, dtype.Sum) == FlagSignature(100, dtype.Int32, dtype.Sum) {
+		t.Error("signatures of different calls agree")
+	}
+}

@@ -32,7 +32,26 @@ func OpenFake(cfg FakeConfig) (*Driver, error) {
 			f.RegisterKernel(FlagKernelName(dt, op), hostFlag(dt, op))
 		}
 	}
+	f.RegisterKernel(CopyKernelName, hostCopy)
 	return newDriver(f, "fake")
+}
+
+// hostCopy is flexlink_copy on the host: (dst, src, n).
+func hostCopy(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
+	v, err := kernelArgs(params, 3)
+	if err != nil {
+		return err
+	}
+	dst, err := f.Mem(cu.DevPtr(v[0]), v[2])
+	if err != nil {
+		return err
+	}
+	src, err := f.Mem(cu.DevPtr(v[1]), v[2])
+	if err != nil {
+		return err
+	}
+	copy(dst, src)
+	return nil
 }
 
 // kernelArgs reads a launch's parameters, all 8 bytes (see Stream.Launch).

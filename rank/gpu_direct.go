@@ -78,7 +78,9 @@ type directPlane struct {
 	arMode   string         // FLEXLINK_GPU_ALLREDUCE
 	agPull   bool           // FLEXLINK_GPU_ALLGATHER=pull (gpu_direct_pull.go)
 	a2aPull  bool           // FLEXLINK_GPU_ALLTOALL=pull
-	zeros    *gpu.Buffer    // zeroed device memory for the pull copy (nil unless a pull mode is on)
+	agStore  bool           // FLEXLINK_GPU_ALLGATHER=store: the pushes' NVLink part as kernel stores
+	a2aStore bool           // FLEXLINK_GPU_ALLTOALL=store
+	stores   bool           // this call's lane copies are kernels (copyOn)
 	calls    uint64         // calls so far (sent in messages, for the trace)
 	pairSeq  []uint64       // calls so far with each peer (in the tags)
 	lastDone []uint64       // each peer's call number in its last done message (trace)
@@ -121,16 +123,16 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 	if mode != "auto" && mode != "push" && mode != "read" {
 		return nil, fmt.Errorf("FLEXLINK_GPU_ALLREDUCE=%q: want auto, push or read", mode)
 	}
-	agPull, err := pullSetting(env.String("FLEXLINK_GPU_ALLGATHER"), "FLEXLINK_GPU_ALLGATHER")
+	agPull, agStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLGATHER"), "FLEXLINK_GPU_ALLGATHER")
 	if err != nil {
 		return nil, err
 	}
-	a2aPull, err := pullSetting(env.String("FLEXLINK_GPU_ALLTOALL"), "FLEXLINK_GPU_ALLTOALL")
+	a2aPull, a2aStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLTOALL"), "FLEXLINK_GPU_ALLTOALL")
 	if err != nil {
 		return nil, err
 	}
 	p = &directPlane{c: c, dev: dev, n: n, me: c.rank, chunkMax: chunk, width: width, arMode: mode,
-		agPull: agPull, a2aPull: a2aPull,
+		agPull: agPull, a2aPull: a2aPull, agStore: agStore, a2aStore: a2aStore,
 		ipc:  newIPCCache(dev, n, c.PeerHost),
 		done: make([]*gpu.Event, n), pReady: make([]*gpu.Event, n), pDone: make([]*gpu.Event, n),
 		lanes: make([]*lanes, n), pushEv: make([][]*gpu.Event, n), pPush: make([][]*gpu.Event, n),
@@ -145,9 +147,6 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 		return nil, err
 	}
 	if p.ready, err = dev.NewIPCEvent(); err != nil {
-		return nil, err
-	}
-	if err = p.allocZeros(); err != nil {
 		return nil, err
 	}
 	if p.startEv, err = dev.NewEvent(false); err != nil {
@@ -266,10 +265,6 @@ func (p *directPlane) close() error {
 		keep(b.Free())
 	}
 	p.retired = nil
-	if p.zeros != nil {
-		keep(p.zeros.Free())
-		p.zeros = nil
-	}
 	sets := [][]*gpu.Event{{p.ready, p.startEv, p.chunkEv}, p.done, p.pReady, p.pDone}
 	sets = append(append(sets, p.pushEv...), p.pPush...)
 	for _, set := range sets {

@@ -38,6 +38,8 @@ func (p *directPlane) work(o *devOp, s *gpu.Stream, in [][]byte) error {
 		if err := p.checkModes(o, in); err != nil {
 			return err
 		}
+		p.stores = o.kind == devAllGather && p.agStore || o.kind == devAllToAll && p.a2aStore
+		defer func() { p.stores = false }()
 		switch {
 		case o.kind == devAllGather && p.agPull:
 			return p.allGatherPull(o, s, in)
@@ -189,6 +191,9 @@ type copyPair struct {
 // pushOn enqueues a small push on s itself (counted as NVLink bytes).
 func (p *directPlane) pushOn(s *gpu.Stream, dst, src *gpu.Buffer) error {
 	p.px.cur[linkNVLink] += int64(dst.Len())
+	if p.stores {
+		return s.Copy(dst, src)
+	}
 	return s.CopyDtoD(dst, src)
 }
 

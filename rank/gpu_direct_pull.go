@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -18,13 +17,10 @@ import (
 // ~255–290 GB/s per direction with both ranks pushing, while a reduction
 // kernel reading one input from the peer ran at 367 GB/s over the link.
 //
-// There is no copy kernel in the PTX, so the copy is the reduction kernel
-// dst = src + 0 on Uint8 with Sum: x + 0 wraps to x for every byte, so the
-// copy is exact for any data. The zeros are a device buffer of
-// pullZeroBytes, zeroed once when the plane is set up (only when a pull
-// mode is on); blocks larger than it go in pieces of its size, a multiple
-// of 16 bytes, so every piece of an aligned block takes the kernel's
-// 16-byte vector path (the kernel handles any tail element by element).
+// The copy is the SMs' byte copy kernel (gpu.Stream.Copy) with the peer's
+// send as its source. (FLEXLINK_GPU_ALLGATHER=store is the other way
+// round: the pushes' NVLink part as the same kernel storing into the
+// peers' recv; see pushes in gpu_direct_ops.go.)
 //
 // The PCIe share (gpu_pcie*.go) does not apply: a pull pushes nothing, so
 // pushBytes is 0 for these calls and they move over NVLink only.
@@ -53,53 +49,22 @@ import (
 // mode (bit 24 of header word 1), and a call whose ranks disagree fails
 // with ErrMismatch on every rank before any data moves.
 
-// pullZeroBytes is the size of the zero buffer, so of the largest piece one
-// pull kernel copies (a variable so that tests can make blocks outgrow it).
-var pullZeroBytes = 64 << 20
-
 // pullFlag is the ready-header bit that says this rank's call pulls.
 const pullFlag = 1 << 24
 
-func pullSetting(v, name string) (bool, error) {
+// moveSetting parses FLEXLINK_GPU_ALLGATHER or FLEXLINK_GPU_ALLTOALL:
+// push (copy engines), store (the same pushes as kernel stores) or pull.
+func moveSetting(v, name string) (pull, store bool, err error) {
 	switch v {
 	case "push", "":
-		return false, nil
+		return false, false, nil
+	case "store":
+		return false, true, nil
 	case "pull":
-		return true, nil
+		return true, false, nil
 	}
-	return false, fmt.Errorf("%s=%q: want push or pull", name, v)
+	return false, false, fmt.Errorf("%s=%q: want push, store or pull", name, v)
 }
-
-// allocZeros allocates and zeroes the pull copy's zero buffer when a pull
-// mode is on.
-func (p *directPlane) allocZeros() error {
-	if !p.agPull && !p.a2aPull {
-		return nil
-	}
-	n := max(vecAlign, pullZeroBytes/vecAlign*vecAlign)
-	b, err := p.dev.Alloc(n)
-	if err != nil {
-		return fmt.Errorf("gpu pull copy: zero buffer: %w", err)
-	}
-	s, err := p.dev.NewStream()
-	if err == nil {
-		err = s.Memset(b, 0)
-		if err == nil {
-			err = s.Synchronize()
-		}
-		if cerr := s.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		b.Free()
-		return fmt.Errorf("gpu pull copy: zero buffer: %w", err)
-	}
-	p.zeros = b
-	return nil
-}
-
-const vecAlign = 16 // the reduction kernels' vector width
 
 // pulls says whether o is an allgather or alltoall that this rank pulls.
 func (p *directPlane) pulls(o *devOp) bool {
@@ -132,19 +97,10 @@ func (p *directPlane) checkModes(o *devOp, in [][]byte) error {
 	return nil
 }
 
-// pullCopy enqueues dst = src on s with the reduction kernel (src + 0 as
-// bytes), in pieces no larger than the zero buffer.
+// pullCopy enqueues dst = src on s with the copy kernel reading the peer.
 func (p *directPlane) pullCopy(s *gpu.Stream, dst, src *gpu.Buffer) error {
-	n := dst.Len()
-	p.px.cur[linkNVLink] += int64(n)
-	piece := p.zeros.Len()
-	for off := 0; off < n; off += piece {
-		m := min(piece, n-off)
-		if err := s.Reduce(dst.Sub(off, m), src.Sub(off, m), p.zeros.Sub(0, m), m, dtype.Uint8, dtype.Sum); err != nil {
-			return err
-		}
-	}
-	return nil
+	p.px.cur[linkNVLink] += int64(dst.Len())
+	return s.Copy(dst, src)
 }
 
 // sideCopy enqueues this rank's local block copy dst = src: on a copy lane

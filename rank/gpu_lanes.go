@@ -68,6 +68,9 @@ func (p *directPlane) copyOn(j, g, i int, dst, src *gpu.Buffer, after *gpu.Event
 	}
 	l.used[k] = true
 	p.px.cur[linkNVLink] += int64(dst.Len())
+	if p.stores {
+		return s, s.Copy(dst, src) // FLEXLINK_GPU_ALLGATHER/ALLTOALL=store: a kernel on the lane
+	}
 	return s, s.CopyDtoD(dst, src)
 }
 

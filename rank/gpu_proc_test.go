@@ -82,9 +82,10 @@ func TestGPUProcs(t *testing.T) {
 		// smaller than the PCIe part of the 64 MiB cases (capped, several
 		// slots): the real memfd mapping, D2H/H2D and slot events.
 		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_GPU_FLAG_BYTES=0", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_ALLGATHER=push", "FLEXLINK_GPU_ALLTOALL=push"}},
-		// Allgather and alltoall pulled by kernels reading the peers' sends
-		// (the 128 MiB float64 allgather blocks outgrow the 64 MiB zeros).
+		// Allgather and alltoall pulled by kernels reading the peers' sends.
 		{"direct-pull", "direct", "read", "2", []string{"FLEXLINK_GPU_ALLGATHER=pull", "FLEXLINK_GPU_ALLTOALL=pull"}},
+		// Allgather and alltoall pushed by kernel stores, with a PCIe share.
+		{"direct-store-pcie", "direct", "read", "1", []string{"FLEXLINK_GPU_ALLGATHER=store", "FLEXLINK_GPU_ALLTOALL=store", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456"}},
 		{"staged", "staged", "auto", "1", nil},
 	} {
 		path := tc.path

@@ -11,20 +11,22 @@ import (
 )
 
 // TestGPUFakePull runs the sweep with allgather and alltoall in pull mode
-// (gpu_direct_pull.go), with a zero buffer small enough that large blocks
-// go in several pieces, plus block sizes that leave unaligned tails and
-// unaligned block offsets.
+// (gpu_direct_pull.go) and in store mode (the pushes as kernel stores; with
+// a forced PCIe share too), plus block sizes that leave unaligned tails
+// and unaligned block offsets.
 func TestGPUFakePull(t *testing.T) {
-	defer func(z int) { pullZeroBytes = z }(pullZeroBytes)
-	pullZeroBytes = 40_000 // 16-byte multiple; fakeBig float32 blocks take 30 pieces
 	for _, tc := range []struct {
-		n     int
-		lanes string
-	}{{2, "1"}, {3, "2"}} {
-		t.Run(fmt.Sprintf("%dranks", tc.n), func(t *testing.T) {
+		n           int
+		lanes, mode string
+		pcie        bool
+	}{{2, "1", "pull", false}, {3, "2", "pull", false}, {2, "1", "store", false}, {3, "2", "store", true}} {
+		t.Run(fmt.Sprintf("%dranks-%s-pcie%v", tc.n, tc.mode, tc.pcie), func(t *testing.T) {
 			n := tc.n
 			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
-				"FLEXLINK_GPU_ALLGATHER": "pull", "FLEXLINK_GPU_ALLTOALL": "pull"}
+				"FLEXLINK_GPU_ALLGATHER": tc.mode, "FLEXLINK_GPU_ALLTOALL": tc.mode}
+			if tc.pcie {
+				env["FLEXLINK_PCIE_SHARE"], env["FLEXLINK_PCIE_STAGING_BYTES"] = "0.3", "131072"
+			}
 			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, n*fakeBig*8)
 			for _, r := range rs {
 				if r.dc.Path() != "direct" {
@@ -41,8 +43,8 @@ func TestGPUFakePull(t *testing.T) {
 			}
 			sweep(t, rs, cs)
 			for _, r := range rs {
-				if sh := r.dc.LinkShares(); sh["pcie"] != 0 {
-					t.Errorf("rank %d: pcie share %v in pull mode", r.c.Rank(), sh)
+				if sh := r.dc.LinkShares(); (sh["pcie"] != 0) != tc.pcie {
+					t.Errorf("rank %d: link shares %v in %s mode with a forced pcie share %v", r.c.Rank(), sh, tc.mode, tc.pcie)
 				}
 			}
 		})

@@ -62,6 +62,30 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	echo "flexbench exit ${PIPESTATUS[0]}"
 }
 
+if [ "$mode" = storetune ]; then
+	{
+		stamp "rank tests: flag, pull, store"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 90 $B/rank.test -test.run 'TestGPUProcs/direct-(flag|pull|store)' -test.v -test.timeout 85s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -20
+		echo "rank.test exit ${PIPESTATUS[0]}"
+	} >"$OUT/tests.log" 2>&1
+	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+	for op in allgather alltoall; do
+		{
+			stamp "$op 64 MiB-1 GiB, pull (default), beside NCCL"
+			bench 40 $op --backend both -b 64M -e 1G -f 4 "${must[@]}"
+			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_LINKS=nvlink"
+			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_LINKS=nvlink bench 30 $op -b 64M -e 1G -f 4 "${must[@]}"
+			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_LINKS=nvlink,pcie (balancer)"
+			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_LINKS=nvlink,pcie bench 40 $op -b 64M -e 1G -f 4 -n 40 -w 10
+			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_PCIE_SHARE=0.08"
+			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_PCIE_SHARE=0.08 bench 30 $op -b 64M -e 1G -f 4 "${must[@]}"
+		} >"$OUT/bench-$op.log" 2>&1
+	done
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
+	exit 0
+fi
+
 if [ "$mode" = flagtune ]; then
 	{
 		stamp "rank tests: flag allreduce"

@@ -5,6 +5,8 @@
 //       dst[i] = a[i] op b[i] for i < n        op: sum prod min max
 //   flexlink_scale_<t>(T* dst, const T* src, u64 n, u64 d)
 //       dst[i] = src[i] / d (the last step of avg)
+//   flexlink_copy(u8* dst, const u8* src, u64 n)    a byte copy on the SMs
+//   flexlink_flag_<op>_<t>(...)                     the flag allreduce (flag.cu)
 //   t: i8 u8 i32 i64 f16 bf16 f32 f64
 //
 // Semantics match package reduce (the host path) bit for bit:
@@ -217,5 +219,33 @@ TYPE(f16, TF16)
 TYPE(bf16, TBF16)
 TYPE(f32, TF32)
 TYPE(f64, TF64)
+
+// flexlink_copy(u8* dst, const u8* src, u64 n): dst[i] = src[i] for n
+// bytes. Either side may be a peer's memory (IPC mapping, peer access on):
+// a remote dst makes the SMs push with stores over NVLink, a remote src
+// makes them pull with loads. 16-byte vectors, eight in flight per thread,
+// when both are 16-byte aligned; bytes otherwise.
+extern "C" __global__ void __launch_bounds__(512) flexlink_copy(u8* dst, const u8* src, u64 n) {
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nt = (u64)gridDim.x * blockDim.x;
+    u64 done = 0;
+    if ((((u64)dst | (u64)src) & 15) == 0) {
+        const int U = 8;
+        const u64 nv = n / 16;
+        const vec16* s = (const vec16*)src;
+        vec16* d = (vec16*)dst;
+        u64 i = tid;
+        for (; i + (U - 1) * nt < nv; i += U * nt) {
+            vec16 x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) x[u] = s[i + u * nt];
+#pragma unroll
+            for (int u = 0; u < U; u++) d[i + u * nt] = x[u];
+        }
+        for (; i < nv; i += nt) d[i] = s[i];
+        done = nv * 16;
+    }
+    for (u64 i = done + tid; i < n; i += nt) dst[i] = src[i];
+}
 
 #include "flag.cu"

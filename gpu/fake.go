@@ -33,6 +33,7 @@ func OpenFake(cfg FakeConfig) (*Driver, error) {
 		}
 	}
 	f.RegisterKernel(CopyKernelName, hostCopy)
+	f.RegisterKernel(Copy2KernelName, hostCopy2)
 	return newDriver(f, "fake")
 }
 
@@ -113,4 +114,24 @@ func hostScale(dt dtype.DType) cufake.KernelFunc {
 		copy(dst, acc)
 		return nil
 	}
+}
+
+// hostCopy2 is flexlink_copy2 on the host: (d1, d2, src, n).
+func hostCopy2(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
+	v, err := kernelArgs(params, 4)
+	if err != nil {
+		return err
+	}
+	src, err := f.Mem(cu.DevPtr(v[2]), v[3])
+	if err != nil {
+		return err
+	}
+	for _, d := range v[:2] {
+		dst, err := f.Mem(cu.DevPtr(d), v[3])
+		if err != nil {
+			return err
+		}
+		copy(dst, src)
+	}
+	return nil
 }

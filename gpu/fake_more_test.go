@@ -276,11 +276,13 @@ func TestEmbeddedPTX(t *testing.T) {
 				}
 			}
 		}
-		if !have[CopyKernelName] {
-			t.Errorf("%s: no kernel %s", tc.target, CopyKernelName)
+		for _, n := range []string{CopyKernelName, Copy2KernelName} {
+			if !have[n] {
+				t.Errorf("%s: no kernel %s", tc.target, n)
+			}
 		}
-		if len(have) != 73 {
-			t.Errorf("%s: %d kernels, want 73 (8 dtypes × reduce and flag for sum, prod, min, max, and scale; copy)", tc.target, len(have))
+		if len(have) != 74 {
+			t.Errorf("%s: %d kernels, want 74 (8 dtypes × reduce and flag for sum, prod, min, max, and scale; copy, copy2)", tc.target, len(have))
 		}
 	}
 }

@@ -74,8 +74,12 @@ func ReduceKernelName(dt dtype.DType, op dtype.Op) string {
 	return kernelPrefix + "reduce_" + op.String() + "_" + kernelType(dt)
 }
 
-// CopyKernelName is the SMs' byte copy (Stream.Copy).
-const CopyKernelName = kernelPrefix + "copy"
+// CopyKernelName is the SMs' byte copy (Stream.Copy); Copy2KernelName
+// copies into two places at once (Stream.Copy2).
+const (
+	CopyKernelName  = kernelPrefix + "copy"
+	Copy2KernelName = kernelPrefix + "copy2"
+)
 
 // ScaleKernelName is the kernel that divides dt elements by n.
 func ScaleKernelName(dt dtype.DType) string { return kernelPrefix + "scale_" + kernelType(dt) }
@@ -87,6 +91,7 @@ type kernelSet struct {
 	scale   [8]*Function
 	flag    [8][numReduceOps]*Function // the flag allreduce (flag.go)
 	copy    *Function                  // flexlink_copy (Stream.Copy)
+	copy2   *Function                  // flexlink_copy2 (Stream.Copy2)
 	maxGrid uint32
 }
 
@@ -136,7 +141,10 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 			return nil, fmt.Errorf("reduction kernels: %w", err)
 		}
 	}
-	if k.copy, err = mod.Function(CopyKernelName); err != nil {
+	if k.copy, err = mod.Function(CopyKernelName); err == nil {
+		k.copy2, err = mod.Function(Copy2KernelName)
+	}
+	if err != nil {
 		mod.Close()
 		return nil, fmt.Errorf("reduction kernels: %w", err)
 	}
@@ -220,6 +228,28 @@ func (s *Stream) Copy(dst, src *Buffer) error {
 	}
 	return s.Launch(k.copy, k.grid(dst.n, dtype.Uint8), [3]uint32{reduceBlock, 1, 1},
 		uint64(dst.ptr), uint64(src.ptr), uint64(dst.n))
+}
+
+// Copy2 enqueues d1 = d2 = src (all the same length) as one kernel that
+// reads src once; any of them may be on a reachable peer (Copy).
+func (s *Stream) Copy2(d1, d2, src *Buffer) error {
+	if d1.n != src.n || d2.n != src.n {
+		return fmt.Errorf("%s: copy2 kernel: %d and %d bytes from %d: %w", s.dev, d1.n, d2.n, src.n, errs.ErrMismatch)
+	}
+	for _, b := range []*Buffer{d1, d2, src} {
+		if !s.dev.reaches(b.dev) {
+			return fmt.Errorf("copy2 kernel: %w", s.dev.errPeer("buffer", b.dev))
+		}
+	}
+	if src.n == 0 {
+		return nil
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	return s.Launch(k.copy2, k.grid(src.n, dtype.Uint8), [3]uint32{reduceBlock, 1, 1},
+		uint64(d1.ptr), uint64(d2.ptr), uint64(src.ptr), uint64(src.n))
 }
 
 // Finish applies op's last step to count fully reduced elements in dst, n

@@ -250,12 +250,55 @@ func (p *directPlane) allGather(o *devOp, s *gpu.Stream, in [][]byte) error {
 		}
 	}
 	mine := o.recv.Sub(p.me*blk, blk)
+	if p.stores && !sameMem(mine, o.send) && (p.n-1)*blk >= fanOutMin {
+		return p.allGatherStore(s, cs, mine, o.send)
+	}
 	return p.pushes(s, cs, func() error {
 		if sameMem(mine, o.send) {
 			return nil
 		}
 		return s.CopyDtoD(mine, o.send)
 	})
+}
+
+// allGatherStore is the large out-of-place store allgather: the kernel
+// that pushes to the first peer also writes this rank's own block (one
+// read of send, no copy engine competing with the kernel for memory), the
+// other peers get store kernels of their own, and the PCIe parts go to the
+// staged path; the own block's bytes that match the first peer's PCIe
+// part are copied on s.
+func (p *directPlane) allGatherStore(s *gpu.Stream, cs []*copyPair, mine, send *gpu.Buffer) error {
+	if err := s.Record(p.startEv); err != nil {
+		return err
+	}
+	blk, local := send.Len(), 0
+	for j, c := range cs {
+		if c == nil {
+			continue
+		}
+		q := p.pcieTake(j, blk)
+		nv := blk - q
+		var err error
+		switch {
+		case nv > 0 && local == 0:
+			err = p.copy2On(j, c.dst.Sub(0, nv), mine.Sub(0, nv), c.src.Sub(0, nv), p.startEv)
+			local = nv
+		case nv > 0:
+			err = p.split(j, 0, c.dst.Sub(0, nv), c.src.Sub(0, nv), p.startEv)
+		}
+		if err == nil && q > 0 {
+			err = p.stage(j, c.off+nv, c.src.Sub(nv, q), p.startEv)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if local < blk {
+		if err := s.CopyDtoD(mine.Sub(local, blk-local), send.Sub(local, blk-local)); err != nil {
+			return err
+		}
+	}
+	return p.joinCopies(s)
 }
 
 // allToAll pushes send block j into block Rank() of peer j's recv.

@@ -74,6 +74,19 @@ func (p *directPlane) copyOn(j, g, i int, dst, src *gpu.Buffer, after *gpu.Event
 	return s, s.CopyDtoD(dst, src)
 }
 
+// copy2On is copyOn for the store allgather's fused push: dst (the peer's)
+// = local = src, one kernel on lane 0 of group 0 toward peer j.
+func (p *directPlane) copy2On(j int, dst, local, src *gpu.Buffer, after *gpu.Event) error {
+	l := p.lanes[j]
+	s := l.streams[0]
+	if err := s.Wait(after); err != nil {
+		return err
+	}
+	l.used[0] = true
+	p.px.cur[linkNVLink] += int64(dst.Len())
+	return s.Copy2(dst, local, src)
+}
+
 // split enqueues dst = src toward peer j on all lanes of group g, one slice
 // each (256-byte aligned), every lane first waiting for after.
 func (p *directPlane) split(j, g int, dst, src *gpu.Buffer, after *gpu.Event) error {

@@ -77,8 +77,9 @@ if [ "$mode" = storetune ]; then
 			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_LINKS=nvlink bench 30 $op -b 64M -e 1G -f 4 "${must[@]}"
 			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_LINKS=nvlink,pcie (balancer)"
 			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_LINKS=nvlink,pcie bench 40 $op -b 64M -e 1G -f 4 -n 40 -w 10
-			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_PCIE_SHARE=0.08"
-			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_PCIE_SHARE=0.08 bench 30 $op -b 64M -e 1G -f 4 "${must[@]}"
+			stamp "$op 1 MiB-16 MiB: pull beside store, beside NCCL"
+			bench 30 $op --backend both -b 1M -e 16M -f 4 "${must[@]}"
+			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store bench 30 $op -b 1M -e 16M -f 4 "${must[@]}"
 		} >"$OUT/bench-$op.log" 2>&1
 	done
 	stamp done >>"$OUT/tests.log"

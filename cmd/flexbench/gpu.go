@@ -59,8 +59,11 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 			co, err = openNCCL(ctx, c, g.dev)
 		} else {
 			var dc *rank.DeviceComm
+			before, _, _ := g.dev.MemInfo()
 			if dc, err = c.Device(ctx, g.dev); err == nil {
 				co = flexColl{dc}
+				after, _, _ := g.dev.MemInfo()
+				g.planeMem = int64(before) - int64(after)
 			}
 		}
 		if err != nil {
@@ -80,6 +83,10 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 			fmt.Fprintf(w, "#  backend %s\n", co.name())
 		}
 		fmt.Fprintf(w, "#  rank %2d on %s %s\n", me, c.Host(), g.dev)
+		if g.planeMem != 0 {
+			fmt.Fprintf(w, "#  gpu memory: the flexlink communicator took %.1f MiB of device memory at setup (buffers: 2 x %.1f MiB)\n",
+				float64(g.planeMem)/(1<<20), float64(g.a.Len())/(1<<20))
+		}
 		fmt.Fprintf(w, "#%65s%41s\n", "out-of-place", "in-place")
 		fmt.Fprintf(w, "#%11s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s  %9s  %7s  %7s  %6s  %s\n", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "backend")
 	}

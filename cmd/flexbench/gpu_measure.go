@@ -33,6 +33,8 @@ type gpuRig struct {
 	dev  *gpu.Device
 	s    *gpu.Stream
 	a, b *gpu.Buffer
+
+	planeMem int64 // device memory the flexlink communicator took at setup (bytes)
 }
 
 // countFor turns the send and recv element counts of a flexbench size into

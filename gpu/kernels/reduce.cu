@@ -6,6 +6,7 @@
 //   flexlink_scale_<t>(T* dst, const T* src, u64 n, u64 d)
 //       dst[i] = src[i] / d (the last step of avg)
 //   flexlink_copy(u8* dst, const u8* src, u64 n)    a byte copy on the SMs
+//   flexlink_copy2(u8* d1, u8* d2, const u8* src, u64 n)   into two places
 //   flexlink_flag_<op>_<t>(...)                     the flag allreduce (flag.cu)
 //   t: i8 u8 i32 i64 f16 bf16 f32 f64
 //
@@ -246,6 +247,35 @@ extern "C" __global__ void __launch_bounds__(512) flexlink_copy(u8* dst, const u
         done = nv * 16;
     }
     for (u64 i = done + tid; i < n; i += nt) dst[i] = src[i];
+}
+
+// flexlink_copy2(u8* d1, u8* d2, const u8* src, u64 n): d1[i] = d2[i] =
+// src[i]: one read, two writes (an allgather's push to a peer and its own
+// block), so no second pass over src and no copy engine beside the kernel.
+extern "C" __global__ void __launch_bounds__(512) flexlink_copy2(u8* d1, u8* d2, const u8* src, u64 n) {
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nt = (u64)gridDim.x * blockDim.x;
+    u64 done = 0;
+    if ((((u64)d1 | (u64)d2 | (u64)src) & 15) == 0) {
+        const int U = 8;
+        const u64 nv = n / 16;
+        const vec16* s = (const vec16*)src;
+        vec16* a = (vec16*)d1;
+        vec16* b = (vec16*)d2;
+        u64 i = tid;
+        for (; i + (U - 1) * nt < nv; i += U * nt) {
+            vec16 x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) x[u] = s[i + u * nt];
+#pragma unroll
+            for (int u = 0; u < U; u++) a[i + u * nt] = x[u];
+#pragma unroll
+            for (int u = 0; u < U; u++) b[i + u * nt] = x[u];
+        }
+        for (; i < nv; i += nt) a[i] = b[i] = s[i];
+        done = nv * 16;
+    }
+    for (u64 i = done + tid; i < n; i += nt) d1[i] = d2[i] = src[i];
 }
 
 #include "flag.cu"

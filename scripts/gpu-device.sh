@@ -22,7 +22,8 @@
 #   quick  tests + the must-show, fewer iterations            (~3 min)
 #   dev    tests + the must-show + 1-16 MiB + 2 more ops + variants (~5 min)
 #   full   dev + gpu/nccl package tests + the anchor          (~7 min)
-#   flag   kernels from nvcc, tests, allreduce 8 KiB-1 GiB: flag kernels vs NCCL and variants
+#   perf   kernels from nvcc, every GPU test, the four collectives and the FlexLink comparison beside NCCL (~5 min)
+#   flagtune, storetune   the experiments behind the flag allreduce's and the store allgather's defaults
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
@@ -107,26 +108,39 @@ if [ "$mode" = flagtune ]; then
 	exit 0
 fi
 
-if [ "$mode" = flag ]; then
+if [ "$mode" = perf ]; then
+	# The shipped defaults beside NCCL (docs/PERF.md): every GPU test, then
+	# the four collectives 1 MiB-1 GiB, then the FlexLink comparison (NVLink
+	# only, NVLink + PCIe, NCCL) for allreduce and allgather 64 MiB-1 GiB.
 	{
-		stamp "rank tests (flag allreduce and the others)"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 170 $B/rank.test -test.run TestGPUProcs -test.v -test.timeout 165s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -60
+		stamp "rank tests"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 150 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 145s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
 		echo "rank.test exit ${PIPESTATUS[0]}"
+		stamp "gpu package tests"
+		timeout 60 $B/gpu.test -test.timeout 55s 2>&1 | tail -3
 	} >"$OUT/tests.log" 2>&1
+	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+	rm -rf "$FLEXLINK_CACHE_DIR"
+	for op in allreduce allgather reducescatter alltoall; do
+		{
+			stamp "$op 1 MiB-1 GiB, defaults, beside NCCL"
+			bench 60 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
+		} >"$OUT/bench-$op.log" 2>&1
+	done
 	{
-		stamp "allreduce 8 KiB-1 GiB, default (flag kernels), beside NCCL"
-		bench 90 allreduce --backend both -b 8K -e 1G -f 4 "${must[@]}"
-		stamp "allreduce 1-16 MiB, default, beside NCCL (repeat, more iterations)"
-		bench 30 allreduce --backend both -b 1M -e 16M -f 4 -n 100 -w 20
-		stamp "allreduce 64 MiB-1 GiB, handshake read allreduce (FLEXLINK_GPU_FLAG_BYTES=0), beside NCCL"
-		FLEXLINK_GPU_FLAG_BYTES=0 bench 60 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
-		for blocks in 16 64; do
-			stamp "allreduce 64 MiB-1 GiB, flag, FLEXLINK_GPU_FLAG_BLOCKS=$blocks"
-			FLEXLINK_GPU_FLAG_BLOCKS=$blocks bench 40 allreduce -b 1M -e 1G -f 4 "${must[@]}"
-		done
-	} >"$OUT/bench-allreduce.log" 2>&1
+		stamp "allreduce 1 MiB latency, defaults, beside NCCL (200 iterations)"
+		bench 30 allreduce --backend both -b 1M -e 1M -n 200 -w 50
+		stamp "allreduce 64 MiB-1 GiB, handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), FLEXLINK_LINKS=nvlink, beside NCCL"
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink bench 50 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp "allreduce 64 MiB-1 GiB, handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), FLEXLINK_LINKS=nvlink,pcie, beside NCCL"
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink,pcie bench 50 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		stamp "allgather 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink, beside NCCL"
+		FLEXLINK_LINKS=nvlink bench 40 allgather --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp "allgather 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink,pcie, beside NCCL"
+		FLEXLINK_LINKS=nvlink,pcie bench 40 allgather --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+	} >"$OUT/flexlink.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|wrong\|panic\|error" "$OUT"/*.log | grep -v '\[INFO\]' | head -150
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares\|gpu memory\|^ok\|^FAIL" "$OUT"/*.log | grep -v "\[INFO\]" | head -200
 	exit 0
 fi
 

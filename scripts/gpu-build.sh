@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 out=.devbin
 mkdir -p "$out"
 export GOOS=linux GOARCH=amd64
-flags=(-trimpath -ldflags='-s -w')
+flags=(-trimpath -ldflags='-s -w' -tags flexlink_nosm80) # the GPU machine is Hopper: no sm_80 PTX
 go build "${flags[@]}" -o "$out/" ./cmd/flexbench ./cmd/flexinfo
 if ! go build "${flags[@]}" -o "$out/" ./cmd/flexrun 2>"$out/flexrun-build.err"; then
 	# Someone's launcher work in progress does not build: take flexrun's

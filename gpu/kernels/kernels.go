@@ -11,19 +11,20 @@ import _ "embed"
 //go:embed reduce_sm90.ptx
 var reduceSM90 string
 
-//go:embed reduce_sm80.ptx
-var reduceSM80 string
-
 // ReducePTX returns the reduction kernels' PTX for a device of compute
 // capability major.minor: the sm_90 build for Hopper and later (the driver
 // JITs it forward), the compute_80 build for Ampere and Ada, and ok=false
-// below 8.0 (bfloat16 conversions need sm_80).
+// below 8.0 (bfloat16 conversions need sm_80) or in a build tagged
+// flexlink_nosm80 (Hopper-only binaries, 4 MB smaller: scripts/gpu-build.sh).
 func ReducePTX(major, minor int) (ptx []byte, ok bool) {
 	switch {
 	case major >= 9:
 		return []byte(reduceSM90), true
-	case major == 8:
+	case major == 8 && reduceSM80 != "":
 		return []byte(reduceSM80), true
 	}
 	return nil, false
 }
+
+// HasSM80 reports whether this build carries the compute_80 PTX.
+func HasSM80() bool { return reduceSM80 != "" }

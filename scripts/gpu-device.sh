@@ -63,6 +63,27 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	echo "flexbench exit ${PIPESTATUS[0]}"
 }
 
+if [ "$mode" = smalltune ]; then
+	{
+		stamp "allreduce 1-16 MiB: grids and NCCL's presence"
+		bench 25 allreduce -b 1M -e 16M -f 4 -n 50 -w 10
+		for v in 32 64; do
+			stamp "FLEXLINK_GPU_FLAG_BLOCKS=$v"
+			FLEXLINK_GPU_FLAG_BLOCKS=$v bench 25 allreduce -b 1M -e 16M -f 4 -n 50 -w 10
+		done
+		stamp "FLEXLINK_GPU_FLAG_REGION_BYTES=33554432"
+		FLEXLINK_GPU_FLAG_REGION_BYTES=33554432 bench 25 allreduce -b 1M -e 16M -f 4 -n 50 -w 10
+		stamp "beside NCCL"
+		bench 30 allreduce --backend both -b 1M -e 16M -f 4 -n 50 -w 10
+		stamp "beside NCCL, 1 GiB buffers"
+		bench 40 allreduce --backend both -b 1M -e 1G -f 1024 -n 50 -w 10
+		stamp "FLEXLINK_GPU_FLAG_BLOCKS=32, beside NCCL, 1 GiB buffers"
+		FLEXLINK_GPU_FLAG_BLOCKS=32 bench 40 allreduce --backend both -b 1M -e 1G -f 1024 -n 50 -w 10
+	} >"$OUT/bench-allreduce.log" 2>&1
+	grep -h "^==\\|ratio\\| flexlink/direct\\| nccl$" "$OUT"/bench-allreduce.log | head -80
+	exit 0
+fi
+
 if [ "$mode" = storetune ]; then
 	{
 		stamp "rank tests: flag, pull, store"

@@ -31,18 +31,34 @@ import (
 // it, naming the peer and its host, and the communicator is broken.
 
 const (
-	flagDepth      = 2       // slots per sender and block: step i fills slot i+1 while the peer folds slot i
-	flagMinChunk   = 8 << 10 // bytes: smallest chunk a block takes (more blocks below that only add waits)
-	flagAutoSmall  = 1 << 20 // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
-	flagBlobFields = 4       // enabled, slot bytes, depth, max blocks
-	flagBlobBytes  = flagBlobFields*8 + gpu.IPCHandleSize
+	flagDepth      = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	flagMinChunk   = 8 << 10  // bytes: smallest chunk a block takes (more blocks below that only add waits)
+	flagAutoSmall  = 1 << 20  // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
+	flagSmallMax   = 32 << 20 // bytes: smaller calls use the small region
+	flagBlobFields = 3        // per region: slot bytes, depth, max blocks
+	flagRegionBlob = flagBlobFields*8 + gpu.IPCHandleSize
+	flagBlobBytes  = 8 + 2*flagRegionBlob // enabled, then the small and the large region
 )
 
+// A rank has two flag regions with the same number of blocks: a small one
+// (a quarter of FLEXLINK_GPU_FLAG_REGION_BYTES) for calls under
+// flagSmallMax and a large one for the rest. Measured on 2xH200 with one
+// 128 MiB region (256 KiB slots), calls of 1-16 MiB took 120-160 µs in
+// most runs instead of 14-75 µs: their one chunk per block lands in slots
+// spread 512 KiB apart over the whole region; with the slots of a 32 MiB
+// region they ran at 15 µs (1 MiB) every time, while large calls need the
+// large slots (fewer synchronisations per byte). Each region has its own
+// counters and fixed slots, so the credit protocol holds in each; a call
+// uses one of them.
+type flagRegion struct {
+	layout gpu.FlagLayout
+	mem    *gpu.Buffer
+	peers  []*gpu.Buffer // peers' regions mapped here (nil for me)
+}
+
 type flagPlane struct {
-	layout   gpu.FlagLayout
-	maxBytes int // largest allreduce taken (bytes)
-	region   *gpu.Buffer
-	peers    []*gpu.Buffer // peers' regions mapped here (nil for me)
+	maxBytes int           // largest allreduce taken (bytes)
+	regions  [2]flagRegion // small, large
 	errMem   *gpu.HostMem  // word 0: the kernels' error word
 	last     *gpu.Event    // after the latest flag kernel
 	lastS    *gpu.Stream   // the stream it was recorded on
@@ -76,15 +92,19 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	slot := budget / (p.n * max(blocks, 1) * flagDepth) / 256 * 256
-	l := gpu.FlagLayout{SlotBytes: slot, Depth: flagDepth, MaxBlocks: blocks}
-	if err := l.Check(); err != nil {
-		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BLOCKS=%d, FLEXLINK_GPU_FLAG_REGION_BYTES=%d: %w", blocks, budget, err)
+	f := &flagPlane{maxBytes: maxBytes}
+	for i, b := range []int{budget / 4, budget} {
+		slot := b / (p.n * max(blocks, 1) * flagDepth) / 256 * 256
+		l := gpu.FlagLayout{SlotBytes: slot, Depth: flagDepth, MaxBlocks: blocks}
+		if err := l.Check(); err != nil {
+			return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BLOCKS=%d, FLEXLINK_GPU_FLAG_REGION_BYTES=%d: %w", blocks, budget, err)
+		}
+		f.regions[i].layout = l
 	}
-	return &flagPlane{layout: l, maxBytes: maxBytes}, nil
+	return f, nil
 }
 
-// setupFlag allocates and zeroes this rank's region and error word and
+// setupFlag allocates and zeroes this rank's regions and error word and
 // writes its part of the setup exchange into b.
 func (p *directPlane) setupFlag(b []byte) error {
 	f, err := flagSettings(p)
@@ -92,9 +112,6 @@ func (p *directPlane) setupFlag(b []byte) error {
 		return err
 	}
 	p.flag = f
-	if f.region, err = p.dev.Alloc(f.layout.RegionBytes(p.n)); err != nil {
-		return fmt.Errorf("gpu flag region: %w", err)
-	}
 	if f.errMem, err = p.dev.AllocHost(8); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
 	}
@@ -107,26 +124,31 @@ func (p *directPlane) setupFlag(b []byte) error {
 		return err
 	}
 	defer s.Close()
-	if err = s.Memset(f.region, 0); err == nil {
-		err = s.Synchronize() // zero before any peer learns where it is
-	}
-	if err != nil {
-		return err
-	}
-	h, err := f.region.IPCHandle()
-	if err != nil {
-		return err
-	}
 	le := binary.LittleEndian
-	for i, v := range []uint64{1, uint64(f.layout.SlotBytes), uint64(f.layout.Depth), uint64(f.layout.MaxBlocks)} {
-		le.PutUint64(b[8*i:], v)
+	le.PutUint64(b, 1)
+	for i := range f.regions {
+		g := &f.regions[i]
+		if g.mem, err = p.dev.Alloc(g.layout.RegionBytes(p.n)); err != nil {
+			return fmt.Errorf("gpu flag region: %w", err)
+		}
+		if err = s.Memset(g.mem, 0); err != nil {
+			return err
+		}
+		h, err := g.mem.IPCHandle()
+		if err != nil {
+			return err
+		}
+		w := b[8+i*flagRegionBlob:]
+		for k, v := range []uint64{uint64(g.layout.SlotBytes), uint64(g.layout.Depth), uint64(g.layout.MaxBlocks)} {
+			le.PutUint64(w[8*k:], v)
+		}
+		copy(w[flagBlobFields*8:], h)
 	}
-	copy(b[flagBlobFields*8:], h)
-	return nil
+	return s.Synchronize() // zero before any peer learns where the regions are
 }
 
 // openFlag maps the peers' regions (blobs[r] is rank r's flag part) and
-// writes this rank's control block. Every rank sees the same blobs, so
+// writes this rank's control blocks. Every rank sees the same blobs, so
 // all keep the flag plane or all drop it.
 func (p *directPlane) openFlag(blobs [][]byte) error {
 	f := p.flag
@@ -135,9 +157,14 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 	}
 	le := binary.LittleEndian
 	for r, b := range blobs {
-		l := gpu.FlagLayout{SlotBytes: int(le.Uint64(b[8:])), Depth: int(le.Uint64(b[16:])), MaxBlocks: int(le.Uint64(b[24:]))}
-		if le.Uint64(b) != 1 || l != f.layout {
-			p.c.world.log.Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or a different layout (%+v)", r, p.c.PeerHost(r), l))
+		ok := le.Uint64(b) == 1
+		for i := range f.regions {
+			w := b[8+i*flagRegionBlob:]
+			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}
+			ok = ok && l == f.regions[i].layout
+		}
+		if !ok {
+			p.c.world.log.Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, p.c.PeerHost(r)))
 			p.flag = nil
 			return f.close()
 		}
@@ -146,32 +173,35 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 	if err != nil {
 		return err
 	}
-	ctl := gpu.FlagCtl{ErrHost: uint64(ptr), Layout: f.layout, Ranks: p.n, Me: p.me}
 	d, err := p.c.world.env.Duration("FLEXLINK_GPU_KERNEL_TIMEOUT")
 	if err != nil {
 		return err
-	}
-	ctl.TimeoutNs = uint64(d.Nanoseconds())
-	f.peers = make([]*gpu.Buffer, p.n)
-	for r, b := range blobs {
-		if r == p.me {
-			ctl.Region[r] = uint64(f.region.Ptr())
-			continue
-		}
-		m, err := p.dev.OpenIPCBuffer(b[flagBlobFields*8:flagBlobBytes], f.layout.RegionBytes(p.n))
-		if err != nil {
-			return fmt.Errorf("map rank %d's flag region (on %s): %w", r, p.c.PeerHost(r), err)
-		}
-		f.peers[r] = m
-		ctl.Region[r] = uint64(m.Ptr())
 	}
 	s, err := p.dev.NewStream()
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.CopyHtoD(f.region.Sub(0, len(ctl.Bytes())), ctl.Bytes()); err != nil {
-		return err
+	for i := range f.regions {
+		g := &f.regions[i]
+		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: uint64(d.Nanoseconds()), Layout: g.layout, Ranks: p.n, Me: p.me}
+		g.peers = make([]*gpu.Buffer, p.n)
+		for r, b := range blobs {
+			if r == p.me {
+				ctl.Region[r] = uint64(g.mem.Ptr())
+				continue
+			}
+			at := 8 + i*flagRegionBlob + flagBlobFields*8
+			m, err := p.dev.OpenIPCBuffer(b[at:at+gpu.IPCHandleSize], g.layout.RegionBytes(p.n))
+			if err != nil {
+				return fmt.Errorf("map rank %d's flag region (on %s): %w", r, p.c.PeerHost(r), err)
+			}
+			g.peers[r] = m
+			ctl.Region[r] = uint64(m.Ptr())
+		}
+		if err := s.CopyHtoD(g.mem.Sub(0, len(ctl.Bytes())), ctl.Bytes()); err != nil {
+			return err
+		}
 	}
 	return s.Synchronize()
 }
@@ -182,13 +212,21 @@ func (f *flagPlane) takes(o *devOp) bool {
 	return f != nil && o.kind == devAllReduce && b > 0 && b <= f.maxBytes
 }
 
-// shape is the grid and chunk (elements) of a call of bytes: blocks of at
-// least flagMinChunk, at most the layout's, chunks at most a slot. Every
-// rank computes the same from the same call.
-func (f *flagPlane) shape(bytes, sz int) (grid, chunk int) {
-	grid = min(f.layout.MaxBlocks, max(1, (bytes+flagMinChunk-1)/flagMinChunk))
+// region is the region a call of bytes uses.
+func (f *flagPlane) region(bytes int) *flagRegion {
+	if bytes < flagSmallMax {
+		return &f.regions[0]
+	}
+	return &f.regions[1]
+}
+
+// shape is the grid and chunk (elements) of a call of bytes in a region of
+// layout l: blocks of at least flagMinChunk, at most the layout's, chunks
+// at most a slot. Every rank computes the same from the same call.
+func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
+	grid = min(l.MaxBlocks, max(1, (bytes+flagMinChunk-1)/flagMinChunk))
 	cb := (bytes + grid - 1) / grid
-	cb = min(f.layout.SlotBytes-gpu.FlagSlotHeader, (cb+255)/256*256)
+	cb = min(l.SlotBytes-gpu.FlagSlotHeader, (cb+255)/256*256)
 	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
 }
 
@@ -225,8 +263,9 @@ func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
 			return err
 		}
 	}
-	grid, chunk := f.shape(o.count*o.dt.Size(), o.dt.Size())
-	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, f.region, chunk, grid, p.n); err != nil {
+	g := f.region(o.count * o.dt.Size())
+	grid, chunk := shape(g.layout, o.count*o.dt.Size(), o.dt.Size())
+	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, chunk, grid, p.n); err != nil {
 		return err
 	}
 	if err := s.Record(f.last); err != nil {
@@ -256,15 +295,18 @@ func (f *flagPlane) close() error {
 			first = err
 		}
 	}
-	for _, b := range f.peers {
-		if b != nil {
-			keep(b.Free())
+	for i := range f.regions {
+		g := &f.regions[i]
+		for _, b := range g.peers {
+			if b != nil {
+				keep(b.Free())
+			}
 		}
-	}
-	f.peers = nil
-	if f.region != nil {
-		keep(f.region.Free())
-		f.region = nil
+		g.peers = nil
+		if g.mem != nil {
+			keep(g.mem.Free())
+			g.mem = nil
+		}
 	}
 	if f.errMem != nil {
 		keep(f.errMem.Free())

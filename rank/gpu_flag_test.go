@@ -92,13 +92,12 @@ func TestFlagShape(t *testing.T) {
 		{SlotBytes: 43520, Depth: 2, MaxBlocks: 3},
 		{SlotBytes: 512, Depth: 2, MaxBlocks: 1},
 	} {
-		f := &flagPlane{layout: l}
 		for _, bytes := range []int{1, 255, 256, 8 << 10, 1 << 20, 1<<20 + 24, 64 << 20, 1 << 30} {
 			for _, sz := range []int{1, 2, 4, 8} {
 				if bytes%sz != 0 {
 					continue
 				}
-				grid, chunk := f.shape(bytes, sz)
+				grid, chunk := shape(l, bytes, sz)
 				cb := chunk * sz
 				if grid < 1 || grid > l.MaxBlocks || cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-gpu.FlagSlotHeader {
 					t.Errorf("%+v, %d bytes of %d: grid %d, chunk %d bytes", l, bytes, sz, grid, cb)

@@ -146,8 +146,9 @@ if [ "$mode" = perf ]; then
 		{
 			stamp "$op 1 MiB-1 GiB, defaults, beside NCCL"
 			bench 60 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
-		} >"$OUT/bench-$op.log" 2>&1
+		} >>"$OUT/bench-${op/reducescatter/rs-a2a}.log" 2>&1
 	done
+	mv "$OUT/bench-alltoall.log" /tmp/a2a.log && cat /tmp/a2a.log >>"$OUT/bench-rs-a2a.log" # 8 files come back
 	{
 		stamp "allreduce 1 MiB latency, defaults, beside NCCL (200 iterations)"
 		bench 30 allreduce --backend both -b 1M -e 1M -n 200 -w 50

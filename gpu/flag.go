@@ -28,6 +28,7 @@ const (
 	flagReadyOff = 4096
 	flagConsOff  = 4096 + 8192
 	flagBaseOff  = 4096 + 16384
+	flagAbortOff = flagBaseOff + 8*FlagMaxBlocks
 	flagDataOff  = 65536
 	// FlagSlotHeader is the bytes of each slot before its chunk (the
 	// call's signature).

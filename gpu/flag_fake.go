@@ -30,6 +30,9 @@ func hostFlag(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
 		k := &fakeFlag{f: f, c: parseFlagCtl(raw), dt: dt, op: op, region: v[3],
 			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0])}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
+		if abort, err := k.word(k.region + flagAbortOff); err != nil || atomic.LoadUint64(abort) != 0 {
+			return err // an earlier call failed
+		}
 		for b := uint64(0); b < k.grid; b++ {
 			ok, err := k.block(b)
 			if err != nil || !ok {
@@ -64,8 +67,13 @@ func (k *fakeFlag) slot(owner, sender int, b, seq uint64) uint64 {
 		((uint64(sender)*uint64(l.MaxBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(l.SlotBytes)
 }
 
-// fail writes the error word.
+// fail sets the region's abort word and writes the error word.
 func (k *fakeFlag) fail(what, b uint64, peer int) error {
+	a, err := k.word(k.region + flagAbortOff)
+	if err != nil {
+		return err
+	}
+	atomic.StoreUint64(a, 1)
 	if k.c.ErrHost == 0 {
 		return nil
 	}
@@ -83,12 +91,13 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	if err != nil || want <= 0 {
 		return err == nil, err
 	}
+	abort, err := k.word(k.region + flagAbortOff)
+	if err != nil {
+		return false, err
+	}
 	for int64(atomic.LoadUint64(w)) < want {
-		if k.c.ErrHost != 0 {
-			e, err := k.word(k.c.ErrHost)
-			if err != nil || atomic.LoadUint64(e) != 0 {
-				return false, err
-			}
+		if atomic.LoadUint64(abort) != 0 {
+			return false, nil
 		}
 		if time.Now().After(k.deadline) {
 			return false, k.fail(what, b, peer)

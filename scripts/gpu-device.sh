@@ -65,22 +65,14 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 
 if [ "$mode" = smalltune ]; then
 	{
-		stamp "allreduce 1-16 MiB: grids and NCCL's presence"
-		bench 25 allreduce -b 1M -e 16M -f 4 -n 50 -w 10
-		for v in 32 64; do
-			stamp "FLEXLINK_GPU_FLAG_BLOCKS=$v"
-			FLEXLINK_GPU_FLAG_BLOCKS=$v bench 25 allreduce -b 1M -e 16M -f 4 -n 50 -w 10
-		done
-		stamp "FLEXLINK_GPU_FLAG_REGION_BYTES=33554432"
-		FLEXLINK_GPU_FLAG_REGION_BYTES=33554432 bench 25 allreduce -b 1M -e 16M -f 4 -n 50 -w 10
-		stamp "beside NCCL"
-		bench 30 allreduce --backend both -b 1M -e 16M -f 4 -n 50 -w 10
-		stamp "beside NCCL, 1 GiB buffers"
-		bench 40 allreduce --backend both -b 1M -e 1G -f 1024 -n 50 -w 10
-		stamp "FLEXLINK_GPU_FLAG_BLOCKS=32, beside NCCL, 1 GiB buffers"
-		FLEXLINK_GPU_FLAG_BLOCKS=32 bench 40 allreduce --backend both -b 1M -e 1G -f 1024 -n 50 -w 10
+		stamp "rank tests: flag"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 60 $B/rank.test -test.run 'TestGPUProcs/direct-flag' -test.timeout 55s 2>&1 | tail -3
+		stamp "allreduce 1 MiB-1 GiB, 1 GiB buffers, defaults, beside NCCL"
+		bench 40 allreduce --backend both -b 1M -e 1G -f 4 -n 50 -w 10
+		stamp "allreduce 1 MiB, 1 MiB buffers, defaults, beside NCCL"
+		bench 20 allreduce --backend both -b 1M -e 1M -n 200 -w 50
 	} >"$OUT/bench-allreduce.log" 2>&1
-	grep -h "^==\\|ratio\\| flexlink/direct\\| nccl$" "$OUT"/bench-allreduce.log | head -80
+	grep -h "^==\\|ratio\\| flexlink/direct\\| nccl$\\|^ok\\|FAIL\\|PASS" "$OUT"/bench-allreduce.log | head -80
 	exit 0
 fi
 

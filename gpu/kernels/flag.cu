@@ -20,6 +20,9 @@
 //                     of what this rank sent it (written by t)
 //   [20 KiB, 21 KiB)  base[b]: chunks block b has processed in all calls so
 //                     far (this rank only)
+//   21 KiB            abort: set (with the error word) when a block of this
+//                     rank fails; the other blocks, polling device memory
+//                     rather than the host's word, stop too
 //   [64 KiB, ...)     data[s][b][k]: slot k of sender s's block b, slotBytes:
 //                     a 256-byte header (u64 sig: the call's signature),
 //                     then the chunk
@@ -50,6 +53,7 @@
 #define FLAG_READY_OFF 4096
 #define FLAG_CONS_OFF (4096 + 8192)
 #define FLAG_BASE_OFF (4096 + 16384)
+#define FLAG_ABORT_OFF (4096 + 16384 + 8 * FLAG_MAX_BLOCKS)
 #define FLAG_DATA_OFF 65536
 #define FLAG_SLOT_HDR 256
 
@@ -90,6 +94,7 @@ __device__ __forceinline__ S ld_cg_one(const S* p) {
 // fail records what went wrong in the error word (mapped host memory, so
 // a plain store: when blocks fail at once, one of their reports stays).
 __device__ __forceinline__ void fail(const FlagCtl& c, u64 what, u64 peer) {
+    *(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF) = 1;
     if (c.errHost) {
         *(volatile u64*)c.errHost = (1ull << 63) | (what << 40) | ((u64)blockIdx.x << 16) | peer;
         __threadfence_system();
@@ -104,7 +109,7 @@ __device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const Flag
     for (int spin = 0;; spin++) {
         if (ld_acquire(p) >= want) return true;
         if ((spin & 63) == 63) {
-            if (c.errHost && *(volatile u64*)c.errHost) return false;
+            if (*(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF)) return false;
             if (globaltimer() > deadline) {
                 fail(c, what, peer);
                 return false;
@@ -233,7 +238,7 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
     if (threadIdx.x == 0) {
         c = *(const FlagCtl*)region;
         b0 = ((const u64*)(region + FLAG_BASE_OFF))[blockIdx.x];
-        abort_ = 0;
+        abort_ = *(volatile u64*)(region + FLAG_ABORT_OFF) != 0;  // an earlier call failed
     }
     __syncthreads();
     const int n = (int)c.nranks, me = (int)c.me;

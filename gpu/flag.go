@@ -29,7 +29,13 @@ const (
 	flagConsOff  = 4096 + 8192
 	flagBaseOff  = 4096 + 16384
 	flagAbortOff = flagBaseOff + 8*FlagMaxBlocks
-	flagDataOff  = 65536
+	// FlagAbortOffset is where a region's abort word is: the host sets it
+	// (any non-zero value) to end this rank's flag kernels.
+	FlagAbortOffset = flagAbortOff
+	// FlagReadyOffset is where a region's ready counters start
+	// (ready[sender][block], 64-bit, FlagMaxBlocks per sender).
+	FlagReadyOffset = flagReadyOff
+	flagDataOff     = 65536
 	// FlagSlotHeader is the bytes of each slot before its chunk (the
 	// call's signature).
 	FlagSlotHeader = 256
@@ -46,8 +52,8 @@ type FlagLayout struct {
 
 // Check reports what is wrong with l, if anything.
 func (l FlagLayout) Check() error {
-	if l.SlotBytes < 256 || l.SlotBytes%256 != 0 || l.Depth < 2 || l.MaxBlocks < 1 || l.MaxBlocks > FlagMaxBlocks {
-		return fmt.Errorf("gpu: flag layout %+v: want slots of a positive multiple of 256 bytes, depth >= 2, 1 to %d blocks", l, FlagMaxBlocks)
+	if l.SlotBytes < FlagSlotHeader+256 || l.SlotBytes%256 != 0 || l.Depth < 2 || l.MaxBlocks < 1 || l.MaxBlocks > FlagMaxBlocks {
+		return fmt.Errorf("gpu: flag layout %+v: want slots of a multiple of 256 bytes, at least %d, depth >= 2, 1 to %d blocks", l, FlagSlotHeader+256, FlagMaxBlocks)
 	}
 	return nil
 }
@@ -125,7 +131,7 @@ func FlagKernelName(dt dtype.DType, op dtype.Op) string {
 // (FlagSignature) records the mismatch in the error word. A rank's flag
 // calls must run one after the other (the caller orders them). region is
 // this rank's region; Avg divides by ranks.
-func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, chunk, grid, ranks int) error {
+func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
 	what := fmt.Sprintf("flag allreduce %d %s %s", count, dt, op)
 	if !dt.Valid() || !op.Valid() {
 		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
@@ -133,11 +139,14 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 	if err := s.operands(what, count*dt.Size(), count, out, in); err != nil || count == 0 {
 		return err
 	}
-	if region.dev != s.dev || region.n < flagDataOff {
-		return fmt.Errorf("%s: %s: region is not a flag region on this device", s.dev, what)
+	if err := l.Check(); err != nil {
+		return err
 	}
-	if chunk <= 0 || chunk*dt.Size()%256 != 0 || grid < 1 || grid > FlagMaxBlocks {
-		return fmt.Errorf("%s: %s: chunk %d, grid %d: want chunks of a multiple of 256 bytes and 1 to %d blocks", s.dev, what, chunk, grid, FlagMaxBlocks)
+	if region.dev != s.dev || ranks < 1 || ranks > FlagMaxRanks || region.n < l.RegionBytes(ranks) {
+		return fmt.Errorf("%s: %s: region is not a flag region of %d ranks on this device", s.dev, what, ranks)
+	}
+	if cb := chunk * dt.Size(); chunk <= 0 || cb%256 != 0 || cb > l.SlotBytes-FlagSlotHeader || grid < 1 || grid > l.MaxBlocks {
+		return fmt.Errorf("%s: %s: chunk %d, grid %d: want chunks of a multiple of 256 bytes up to a slot and 1 to %d blocks", s.dev, what, chunk, grid, l.MaxBlocks)
 	}
 	k, err := s.dev.reduceKernels()
 	if err != nil {

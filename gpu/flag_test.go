@@ -48,12 +48,13 @@ func TestFlagLayout(t *testing.T) {
 		bytes int // for 2 ranks
 	}{
 		{FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 2*128*2*262144},
-		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*2*256},
+		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*2*512},
+		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, false, 0}, // no room beside the header
 		{FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
 		{FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},
-		{FlagLayout{SlotBytes: 256, Depth: 1, MaxBlocks: 1}, false, 0},
-		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 129}, false, 0},
-		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 0}, false, 0},
+		{FlagLayout{SlotBytes: 512, Depth: 1, MaxBlocks: 1}, false, 0},
+		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 129}, false, 0},
+		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 0}, false, 0},
 	} {
 		err := tc.l.Check()
 		if (err == nil) != tc.ok {

@@ -143,16 +143,28 @@ func (d *DeviceComm) LinkShares() map[string]float64 {
 // passed to earlier calls must have been synchronized, as before freeing
 // memory they use.
 func (d *DeviceComm) Close(ctx context.Context) error {
-	if dp, ok := d.plane.(*directPlane); ok {
-		// The peers' flag kernels write into this rank's region until they
+	dp, _ := d.plane.(*directPlane)
+	var qerr error
+	if dp != nil && dp.flag != nil {
+		// The peers' flag kernels write into this rank's regions until they
 		// end: every rank waits for its own before the barrier.
-		if err := dp.flag.quiesce(); err != nil {
-			return fmt.Errorf("rank %d: gpu close: %w", d.c.rank, err)
+		if qerr = dp.flag.quiesce(); qerr != nil {
+			qerr = fmt.Errorf("rank %d: gpu close: %w", d.c.rank, qerr)
 		}
 	}
 	err := d.c.run(ctx, "gpu close", d.c.engine.Barrier)
+	if err != nil && dp != nil && dp.flag != nil {
+		// Without the barrier a peer's kernel may still be writing into
+		// this rank's flag regions: leave them allocated (the process is
+		// usually about to exit after a failure) rather than free memory
+		// that is being written.
+		dp.flag.leak = true
+	}
 	if cerr := d.plane.close(); err == nil {
 		err = cerr
+	}
+	if qerr != nil {
+		return qerr
 	}
 	return err
 }
@@ -160,9 +172,11 @@ func (d *DeviceComm) Close(ctx context.Context) error {
 // AsyncError reports a failure that work already enqueued has met inside
 // the GPU, as ncclCommGetAsyncError does: a flag kernel (the small and
 // two-rank allreduce) that waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT
-// for a peer. The error names the peer and its host; once it is set, every
-// later call on the communicator fails. Call it after synchronising the
-// stream when a collective's result matters and no later call follows.
+// for a peer, found that the peer called another allreduce, or was ended
+// early because the job was aborted (a peer lost or failed). The error
+// names the peer and its host; once it is set, every later call on the
+// communicator fails. Call it after synchronising the stream when a
+// collective's result matters and no later call follows.
 func (d *DeviceComm) AsyncError() error {
 	if dp, ok := d.plane.(*directPlane); ok {
 		if err := dp.flagError(); err != nil {

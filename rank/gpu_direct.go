@@ -255,6 +255,7 @@ func (p *directPlane) close() error {
 	keep(p.closePCIe())
 	if p.flag != nil {
 		keep(p.flag.close())
+		p.flag = nil
 	}
 	keep(p.ipc.close())
 	if p.scratch != nil {

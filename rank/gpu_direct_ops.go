@@ -191,7 +191,7 @@ type copyPair struct {
 // pushOn enqueues a small push on s itself (counted as NVLink bytes).
 func (p *directPlane) pushOn(s *gpu.Stream, dst, src *gpu.Buffer) error {
 	p.px.cur[linkNVLink] += int64(dst.Len())
-	if p.stores {
+	if p.stores && aligned16(dst, src) {
 		return s.Copy(dst, src)
 	}
 	return s.CopyDtoD(dst, src)

@@ -3,6 +3,7 @@ package rank
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"flexlink/gpu"
@@ -37,7 +38,8 @@ const (
 	flagSmallMax   = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields = 3        // per region: slot bytes, depth, max blocks
 	flagRegionBlob = flagBlobFields*8 + gpu.IPCHandleSize
-	flagBlobBytes  = 8 + 2*flagRegionBlob // enabled, then the small and the large region
+	flagBlobHead   = 16                              // enabled, the largest call taken
+	flagBlobBytes  = flagBlobHead + 2*flagRegionBlob // then the small and the large region
 )
 
 // A rank has two flag regions with the same number of blocks: a small one
@@ -58,11 +60,20 @@ type flagRegion struct {
 
 type flagPlane struct {
 	maxBytes int           // largest allreduce taken (bytes)
-	regions  [2]flagRegion // small, large
-	errMem   *gpu.HostMem  // word 0: the kernels' error word
+	regions  [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
+	errMem   *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
 	last     *gpu.Event    // after the latest flag kernel
 	lastS    *gpu.Stream   // the stream it was recorded on
 	calls    uint64
+
+	// The abort watcher: when the job is aborted (a peer lost, a failure on
+	// another rank), it sets this rank's abort words through abortS, so
+	// kernels spinning for a peer that will never come end at once.
+	mu      sync.Mutex
+	abortS  *gpu.Stream
+	stop    chan struct{}
+	stopped bool
+	leak    bool // Close could not agree with the peers: keep the regions (peers may still write)
 }
 
 // flagSettings reads the flag plane's settings; nil when it is off.
@@ -92,6 +103,10 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Blocks wait for their peers' blocks: never more than the GPU runs at
+	// once (one per SM is always resident). Ranks on different GPUs that
+	// end up with different layouts turn the flag plane off (openFlag).
+	blocks = min(blocks, max(1, p.dev.Multiprocessors()))
 	f := &flagPlane{maxBytes: maxBytes}
 	for i, b := range []int{budget / 4, budget} {
 		slot := b / (p.n * max(blocks, 1) * flagDepth) / 256 * 256
@@ -112,11 +127,15 @@ func (p *directPlane) setupFlag(b []byte) error {
 		return err
 	}
 	p.flag = f
-	if f.errMem, err = p.dev.AllocHost(8); err != nil {
+	if f.errMem, err = p.dev.AllocHost(16); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
 	}
 	atomic.StoreUint64(f.errMem.Word(0), 0)
+	atomic.StoreUint64(f.errMem.Word(1), 1)
 	if f.last, err = p.dev.NewEvent(false); err != nil {
+		return err
+	}
+	if f.abortS, err = p.dev.NewStream(); err != nil {
 		return err
 	}
 	s, err := p.dev.NewStream()
@@ -126,8 +145,16 @@ func (p *directPlane) setupFlag(b []byte) error {
 	defer s.Close()
 	le := binary.LittleEndian
 	le.PutUint64(b, 1)
+	le.PutUint64(b[8:], uint64(f.maxBytes))
 	for i := range f.regions {
 		g := &f.regions[i]
+		w := b[flagBlobHead+i*flagRegionBlob:]
+		for k, v := range []uint64{uint64(g.layout.SlotBytes), uint64(g.layout.Depth), uint64(g.layout.MaxBlocks)} {
+			le.PutUint64(w[8*k:], v)
+		}
+		if i == 1 && f.maxBytes < flagSmallMax {
+			continue // every call it takes fits the small region (all ranks agree: maxBytes is in the blob)
+		}
 		if g.mem, err = p.dev.Alloc(g.layout.RegionBytes(p.n)); err != nil {
 			return fmt.Errorf("gpu flag region: %w", err)
 		}
@@ -137,10 +164,6 @@ func (p *directPlane) setupFlag(b []byte) error {
 		h, err := g.mem.IPCHandle()
 		if err != nil {
 			return err
-		}
-		w := b[8+i*flagRegionBlob:]
-		for k, v := range []uint64{uint64(g.layout.SlotBytes), uint64(g.layout.Depth), uint64(g.layout.MaxBlocks)} {
-			le.PutUint64(w[8*k:], v)
 		}
 		copy(w[flagBlobFields*8:], h)
 	}
@@ -157,9 +180,9 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 	}
 	le := binary.LittleEndian
 	for r, b := range blobs {
-		ok := le.Uint64(b) == 1
+		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.maxBytes)
 		for i := range f.regions {
-			w := b[8+i*flagRegionBlob:]
+			w := b[flagBlobHead+i*flagRegionBlob:]
 			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}
 			ok = ok && l == f.regions[i].layout
 		}
@@ -182,16 +205,23 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 		return err
 	}
 	defer s.Close()
+	timeout := uint64(d.Nanoseconds())
+	if d <= 0 {
+		timeout = 1 << 62 // no deadline: a lost peer still ends the kernels through the abort watcher
+	}
 	for i := range f.regions {
 		g := &f.regions[i]
-		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: uint64(d.Nanoseconds()), Layout: g.layout, Ranks: p.n, Me: p.me}
+		if g.mem == nil {
+			continue
+		}
+		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: timeout, Layout: g.layout, Ranks: p.n, Me: p.me}
 		g.peers = make([]*gpu.Buffer, p.n)
 		for r, b := range blobs {
 			if r == p.me {
 				ctl.Region[r] = uint64(g.mem.Ptr())
 				continue
 			}
-			at := 8 + i*flagRegionBlob + flagBlobFields*8
+			at := flagBlobHead + i*flagRegionBlob + flagBlobFields*8
 			m, err := p.dev.OpenIPCBuffer(b[at:at+gpu.IPCHandleSize], g.layout.RegionBytes(p.n))
 			if err != nil {
 				return fmt.Errorf("map rank %d's flag region (on %s): %w", r, p.c.PeerHost(r), err)
@@ -203,7 +233,34 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 			return err
 		}
 	}
-	return s.Synchronize()
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	f.stop = make(chan struct{})
+	go f.watch(p.c.world.store.Done())
+	return nil
+}
+
+// watch sets this rank's abort words once the job is aborted, until the
+// plane closes.
+func (f *flagPlane) watch(done <-chan struct{}) {
+	select {
+	case <-done:
+	case <-f.stop:
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	for i := range f.regions {
+		if g := &f.regions[i]; g.mem != nil {
+			// A copy engine writes the word while the kernel runs; errors
+			// here change nothing (the job is failing already).
+			_ = f.abortS.CopyHtoD(g.mem.Sub(gpu.FlagAbortOffset, 8), f.errMem.Bytes()[8:16])
+		}
+	}
 }
 
 // takes reports whether o runs on the flag plane.
@@ -214,7 +271,7 @@ func (f *flagPlane) takes(o *devOp) bool {
 
 // region is the region a call of bytes uses.
 func (f *flagPlane) region(bytes int) *flagRegion {
-	if bytes < flagSmallMax {
+	if bytes < flagSmallMax || f.regions[1].mem == nil {
 		return &f.regions[0]
 	}
 	return &f.regions[1]
@@ -230,7 +287,8 @@ func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
 	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
 }
 
-// asyncError reports a failure a flag kernel recorded, if any.
+// flagError reports a failure a flag kernel recorded, or the job's abort
+// (which ends the kernels early, their output unwritten), if any.
 func (p *directPlane) flagError() error {
 	f := p.flag
 	if f == nil {
@@ -238,6 +296,11 @@ func (p *directPlane) flagError() error {
 	}
 	e, bad := gpu.DecodeFlagError(atomic.LoadUint64(f.errMem.Word(0)))
 	if !bad {
+		if f.calls > 0 {
+			if se := p.c.world.store.Err(); se != nil {
+				return fmt.Errorf("gpu allreduce (flag kernels): the job was aborted, and kernels may have ended early: %w", se)
+			}
+		}
 		return nil
 	}
 	if e.What == 3 {
@@ -258,6 +321,9 @@ func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
 	if err := p.flagError(); err != nil {
 		return err
 	}
+	if se := p.c.world.store.Err(); se != nil {
+		return se // the job is aborted: the watcher has ended the kernels
+	}
 	if f.lastS != nil && f.lastS != s {
 		if err := s.Wait(f.last); err != nil {
 			return err
@@ -265,7 +331,7 @@ func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
 	}
 	g := f.region(o.count * o.dt.Size())
 	grid, chunk := shape(g.layout, o.count*o.dt.Size(), o.dt.Size())
-	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, chunk, grid, p.n); err != nil {
+	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
 		return err
 	}
 	if err := s.Record(f.last); err != nil {
@@ -289,6 +355,13 @@ func (f *flagPlane) quiesce() error {
 }
 
 func (f *flagPlane) close() error {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
+	if f.stop != nil {
+		close(f.stop)
+		f.stop = nil
+	}
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
@@ -303,10 +376,14 @@ func (f *flagPlane) close() error {
 			}
 		}
 		g.peers = nil
-		if g.mem != nil {
+		if g.mem != nil && !f.leak {
 			keep(g.mem.Free())
-			g.mem = nil
 		}
+		g.mem = nil
+	}
+	if f.abortS != nil {
+		keep(f.abortS.Close())
+		f.abortS = nil
 	}
 	if f.errMem != nil {
 		keep(f.errMem.Free())

@@ -2,6 +2,7 @@ package rank
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,44 @@ func TestFlagShape(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestGPUFakeFlagJobAbort: a rank whose flag kernel waits for a peer that
+// will not come ends as soon as the job is aborted (the abort watcher sets
+// the region's abort word), long before FLEXLINK_GPU_KERNEL_TIMEOUT, and
+// reports the abort.
+func TestGPUFakeFlagJobAbort(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "0"}
+	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<20)
+	ctx := testCtx(t, 20*time.Second)
+	// Rank 1 aborts the job once rank 0's kernel has pushed its chunk into
+	// rank 1's region (so it is waiting for rank 1's), which rank 1 sees
+	// in its ready counter for sender 0, block 0.
+	go func() {
+		r1 := rs[1]
+		region := r1.dc.plane.(*directPlane).flag.regions[0].mem
+		word := make([]byte, 8)
+		for ctx.Err() == nil {
+			if err := r1.s.CopyDtoH(word, region.Sub(gpu.FlagReadyOffset, 8)); err != nil || word[0] != 0 {
+				break
+			}
+			runtime.Gosched()
+		}
+		r1.c.Abort(errors.New("rank 1 gives up"))
+	}()
+	r := rs[0]
+	start := time.Now()
+	if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the kernel ended %v after it started, want soon after the abort", d)
+	}
+	if err := r.dc.AsyncError(); err == nil || !strings.Contains(err.Error(), "rank 1 gives up") {
+		t.Fatalf("AsyncError: %v, want the job's abort", err)
 	}
 }

@@ -68,7 +68,7 @@ func (p *directPlane) copyOn(j, g, i int, dst, src *gpu.Buffer, after *gpu.Event
 	}
 	l.used[k] = true
 	p.px.cur[linkNVLink] += int64(dst.Len())
-	if p.stores {
+	if p.stores && aligned16(dst, src) {
 		return s, s.Copy(dst, src) // FLEXLINK_GPU_ALLGATHER/ALLTOALL=store: a kernel on the lane
 	}
 	return s, s.CopyDtoD(dst, src)
@@ -84,7 +84,27 @@ func (p *directPlane) copy2On(j int, dst, local, src *gpu.Buffer, after *gpu.Eve
 	}
 	l.used[0] = true
 	p.px.cur[linkNVLink] += int64(dst.Len())
+	if !aligned16(dst, local, src) {
+		// The kernels store byte by byte unless every pointer is 16-byte
+		// aligned (a block of an odd count of 2-byte elements): copy
+		// engines do better then.
+		if err := s.CopyDtoD(dst, src); err != nil {
+			return err
+		}
+		return s.CopyDtoD(local, src)
+	}
 	return s.Copy2(dst, local, src)
+}
+
+// aligned16 reports whether every buffer starts on a 16-byte boundary, as
+// the copy kernels' vector path needs.
+func aligned16(bs ...*gpu.Buffer) bool {
+	for _, b := range bs {
+		if b.Ptr()%16 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // split enqueues dst = src toward peer j on all lanes of group g, one slice

@@ -10,7 +10,10 @@
 //   flexlink_flag_<op>_<t>(...)                     the flag allreduce (flag.cu)
 //   t: i8 u8 i32 i64 f16 bf16 f32 f64
 //
-// Semantics match package reduce (the host path) bit for bit:
+// The reduce and scale kernels match package reduce (the host path) bit
+// for bit (the flag kernels of flag.cu fold all ranks in float32 for
+// float16 and bfloat16 and round once, so they may differ from a chain of
+// reduce kernels in the last bit; the tests compare with dtype.Tolerance):
 //   - integers wrap on overflow (two's complement) for sum and prod;
 //   - float16 and bfloat16 compute in float32 and round to nearest even;
 //   - float min/max return NaN when either input is NaN (a+b), and order

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"math"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -154,7 +155,14 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 	recv := func(i uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
-		acc := make([]byte, cnt*sz)
+		// Like the kernel, float16 and bfloat16 fold in float32 and round
+		// once at the end (after avg's division).
+		wide := k.dt == dtype.Float16 || k.dt == dtype.BFloat16
+		at, asz := k.dt, sz
+		if wide {
+			at, asz = dtype.Float32, 4
+		}
+		acc := make([]byte, cnt*asz)
 		for r := 0; r < n; r++ {
 			var part []byte
 			if r == me {
@@ -173,14 +181,17 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 			if err != nil {
 				return false, err
 			}
+			if wide {
+				part = widen(part, k.dt)
+			}
 			if r == 0 {
 				copy(acc, part)
-			} else if err := reduce.Reduce(acc, part, k.dt, k.op); err != nil {
+			} else if err := reduce.Reduce(acc, part, at, k.op); err != nil {
 				return false, err
 			}
 		}
 		if k.div > 0 {
-			if err := reduce.Finish(acc, k.dt, dtype.Avg, k.div); err != nil {
+			if err := reduce.Finish(acc, at, dtype.Avg, k.div); err != nil {
 				return false, err
 			}
 		}
@@ -188,7 +199,11 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		copy(dst, acc)
+		if wide {
+			narrow(dst, acc, k.dt)
+		} else {
+			copy(dst, acc)
+		}
 		for s := 0; s < n; s++ {
 			if s == me {
 				continue
@@ -219,4 +234,32 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 	}
 	atomic.StoreUint64(base, b0+nb)
 	return true, nil
+}
+
+// widen converts float16 or bfloat16 elements to float32 (exact).
+func widen(b []byte, dt dtype.DType) []byte {
+	le := binary.LittleEndian
+	out := make([]byte, len(b)*2)
+	for i := 0; i+1 < len(b); i += 2 {
+		h := le.Uint16(b[i:])
+		f := dtype.Float16ToFloat32(h)
+		if dt == dtype.BFloat16 {
+			f = dtype.BFloat16ToFloat32(h)
+		}
+		le.PutUint32(out[2*i:], math.Float32bits(f))
+	}
+	return out
+}
+
+// narrow rounds float32 elements of src to dt (float16 or bfloat16) into dst.
+func narrow(dst, src []byte, dt dtype.DType) {
+	le := binary.LittleEndian
+	for i := 0; i+3 < len(src); i += 4 {
+		f := math.Float32frombits(le.Uint32(src[i:]))
+		h := dtype.Float32ToFloat16(f)
+		if dt == dtype.BFloat16 {
+			h = dtype.Float32ToBFloat16(f)
+		}
+		le.PutUint16(dst[i/2:], h)
+	}
 }

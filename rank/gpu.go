@@ -153,7 +153,7 @@ func (d *DeviceComm) Close(ctx context.Context) error {
 		}
 	}
 	err := d.c.run(ctx, "gpu close", d.c.engine.Barrier)
-	if err != nil && dp != nil && dp.flag != nil {
+	if (err != nil || qerr != nil) && dp != nil && dp.flag != nil {
 		// Without the barrier a peer's kernel may still be writing into
 		// this rank's flag regions: leave them allocated (the process is
 		// usually about to exit after a failure) rather than free memory

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"flexlink/gpu"
 	"flexlink/internal/errs"
@@ -72,6 +73,7 @@ type flagPlane struct {
 	mu      sync.Mutex
 	abortS  *gpu.Stream
 	stop    chan struct{}
+	exited  chan struct{} // closed when the watcher returns
 	stopped bool
 	leak    bool // Close could not agree with the peers: keep the regions (peers may still write)
 }
@@ -236,18 +238,39 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 	if err := s.Synchronize(); err != nil {
 		return err
 	}
-	f.stop = make(chan struct{})
-	go f.watch(p.c.world.store.Done())
+	f.stop, f.exited = make(chan struct{}), make(chan struct{})
+	go f.watch(p.c.world.store.Done(), f.stop, func() {
+		// A kernel of this rank failed (timeout, mismatch): abort the job
+		// now, so the peers' kernels end too, rather than at this rank's
+		// next call.
+		if err := p.flagWordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
+			p.c.world.store.Abort(fmt.Errorf("rank %d on %s: %w", p.c.WorldRank(), p.c.Host(), err))
+		}
+	})
 	return nil
 }
 
-// watch sets this rank's abort words once the job is aborted, until the
-// plane closes.
-func (f *flagPlane) watch(done <-chan struct{}) {
-	select {
-	case <-done:
-	case <-f.stop:
-		return
+// flagPoll is how often the watcher looks at the error word.
+const flagPoll = 20 * time.Millisecond
+
+// watch sets this rank's abort words once the job is aborted, and aborts
+// the job when a kernel of this rank records an error, until the plane
+// closes (stop).
+func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed func()) {
+	defer close(f.exited)
+	tick := time.NewTicker(flagPoll)
+	defer tick.Stop()
+	for wait := true; wait; {
+		select {
+		case <-done:
+			wait = false
+		case <-stop:
+			return
+		case <-tick.C:
+			if atomic.LoadUint64(f.errMem.Word(0)) != 0 {
+				failed() // the store's Done fires next
+			}
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -294,13 +317,21 @@ func (p *directPlane) flagError() error {
 	if f == nil {
 		return nil
 	}
-	e, bad := gpu.DecodeFlagError(atomic.LoadUint64(f.errMem.Word(0)))
-	if !bad {
-		if f.calls > 0 {
-			if se := p.c.world.store.Err(); se != nil {
-				return fmt.Errorf("gpu allreduce (flag kernels): the job was aborted, and kernels may have ended early: %w", se)
-			}
+	if err := p.flagWordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
+		return err
+	}
+	if f.calls > 0 {
+		if se := p.c.world.store.Err(); se != nil {
+			return fmt.Errorf("gpu allreduce (flag kernels): the job was aborted, and kernels may have ended early: %w", se)
 		}
+	}
+	return nil
+}
+
+// flagWordError is the error an error word w describes (nil for 0).
+func (p *directPlane) flagWordError(w uint64) error {
+	e, bad := gpu.DecodeFlagError(w)
+	if !bad {
 		return nil
 	}
 	if e.What == 3 {
@@ -357,16 +388,23 @@ func (f *flagPlane) quiesce() error {
 func (f *flagPlane) close() error {
 	f.mu.Lock()
 	f.stopped = true
-	f.mu.Unlock()
 	if f.stop != nil {
 		close(f.stop)
 		f.stop = nil
+	}
+	f.mu.Unlock()
+	if f.exited != nil {
+		<-f.exited // the watcher reads errMem and may enqueue an abort copy: done with both before they go
+		f.exited = nil
 	}
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
 			first = err
 		}
+	}
+	if f.abortS != nil {
+		keep(f.abortS.Synchronize()) // an abort copy reads errMem and writes the regions
 	}
 	for i := range f.regions {
 		g := &f.regions[i]

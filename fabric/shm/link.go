@@ -68,6 +68,7 @@ type link struct {
 	pullHook  func(pulled int)
 
 	mapMu   sync.RWMutex // Close's unmap waits for inline senders
+	wakeMu  sync.RWMutex // Close's unmap waits for stop and peerGone, which touch the segment's words
 	mu      sync.Mutex
 	stopErr error // set once by Abort or Close
 	lostErr error // set once when the peer is found gone
@@ -180,7 +181,9 @@ func (l *link) Close() error {
 		l.wg.Wait()
 		l.proc.close()
 		l.mapMu.Lock()
+		l.wakeMu.Lock()
 		err = l.seg.unmap()
+		l.wakeMu.Unlock()
 		l.mapMu.Unlock()
 	})
 	return err
@@ -197,11 +200,19 @@ func (l *link) stop(err error) {
 	l.mu.Unlock()
 	l.txq.Fail(err)
 	l.rxq.Fail(err)
-	l.mine.Store(1)
+	// An abort (another goroutine) may run while Close unmaps: the words
+	// live in the segment, so touch them only while it is mapped.
+	l.wakeMu.RLock()
+	if l.seg.mem != nil {
+		l.mine.Store(1)
+	}
 	// Only after the closed word is set, so that a peer still pulling one
 	// of these buffers sees it and drops what it read.
 	l.acks.fail(err, 0)
-	l.wakeAll()
+	if l.seg.mem != nil {
+		l.wakeAll()
+	}
+	l.wakeMu.RUnlock()
 	l.ctl.Close()
 }
 
@@ -220,6 +231,12 @@ func (l *link) peerGone(why string) error {
 	err := l.lostErr
 	l.mu.Unlock()
 	l.txq.Fail(err)
+	l.wakeMu.RLock()
+	defer l.wakeMu.RUnlock()
+	if l.seg.mem == nil {
+		l.acks.fail(err, 0)
+		return err
+	}
 	l.acks.fail(err, l.tx.r.acked.Load())
 	l.wakeAll()
 	return err

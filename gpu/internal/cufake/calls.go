@@ -3,6 +3,7 @@ package cufake
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -247,8 +248,19 @@ func (f *Fake) MemcpyHtoDAsync(dst cu.DevPtr, src unsafe.Pointer, n uint64, s cu
 	if err != nil {
 		return err
 	}
-	copy(d, unsafe.Slice((*byte)(src), n))
+	copyWords(d, unsafe.Slice((*byte)(src), n))
 	return nil
+}
+
+// copyWords copies like copy, but an aligned 8-byte copy is one atomic
+// word, as the hardware writes it: kernels (goroutines here) poll such
+// words (flag counters, abort words) while the host writes or reads them.
+func copyWords(dst, src []byte) {
+	if len(dst) == 8 && len(src) == 8 && uintptr(unsafe.Pointer(&dst[0]))%8 == 0 && uintptr(unsafe.Pointer(&src[0]))%8 == 0 {
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&dst[0])), atomic.LoadUint64((*uint64)(unsafe.Pointer(&src[0]))))
+		return
+	}
+	copy(dst, src)
 }
 
 func (f *Fake) MemcpyDtoHAsync(dst unsafe.Pointer, src cu.DevPtr, n uint64, s cu.Stream) error {
@@ -261,7 +273,7 @@ func (f *Fake) MemcpyDtoHAsync(dst unsafe.Pointer, src cu.DevPtr, n uint64, s cu
 	if err != nil {
 		return err
 	}
-	copy(unsafe.Slice((*byte)(dst), n), b)
+	copyWords(unsafe.Slice((*byte)(dst), n), b)
 	return nil
 }
 

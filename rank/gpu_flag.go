@@ -322,7 +322,7 @@ func (p *directPlane) flagError() error {
 	}
 	if f.calls > 0 {
 		if se := p.c.world.store.Err(); se != nil {
-			return fmt.Errorf("gpu allreduce (flag kernels): the job was aborted, and kernels may have ended early: %w", se)
+			return fmt.Errorf("flag kernels: the job was aborted, and kernels may have ended early: %w", se)
 		}
 	}
 	return nil
@@ -335,14 +335,14 @@ func (p *directPlane) flagWordError(w uint64) error {
 		return nil
 	}
 	if e.What == 3 {
-		return fmt.Errorf("gpu allreduce (flag kernel, block %d): rank %d on %s called an allreduce of another count, dtype or op: %w",
+		return fmt.Errorf("flag kernel (block %d): rank %d on %s called an allreduce of another count, dtype or op: %w",
 			e.Block, e.Peer, p.c.PeerHost(e.Peer), errs.ErrMismatch)
 	}
 	what := "room in its slots"
 	if e.What == 2 {
 		what = "its data"
 	}
-	return fmt.Errorf("gpu allreduce (flag kernel, block %d) waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT for %s from rank %d on %s over nvlink: the peer is gone, stalled, or called a different collective: %w",
+	return fmt.Errorf("flag kernel (block %d) waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT for %s from rank %d on %s over nvlink: the peer is gone, stalled, or called a different collective: %w",
 		e.Block, what, e.Peer, p.c.PeerHost(e.Peer), errs.ErrTimeout)
 }
 

@@ -24,10 +24,12 @@ import (
 // Two data planes sit behind it (Path says which one the ranks agreed on):
 //   - direct: every rank on one host, every pair of GPUs with peer access.
 //     Ranks map each other's user buffers through CUDA IPC (once per
-//     allocation, then cached) and move data with copy engines and
-//     reduction kernels that read the peers' memory; large pushes give a
-//     share, chosen by a balancer, to PCIe through shared pinned host
-//     memory (LinkShares reports it). See gpu_direct.go, gpu_pcie.go.
+//     allocation, then cached) and move data with SM kernels (stores into
+//     and loads from the peers' memory), copy engines and reduction
+//     kernels; the allreduce runs as one flag kernel per rank without host
+//     messages (gpu_flag.go); large pushes give a share, chosen by a
+//     balancer, to PCIe through shared pinned host memory (LinkShares
+//     reports it). See gpu_direct.go, gpu_flag.go, gpu_pcie.go.
 //   - staged: anything else. Buffers are copied through pinned host memory
 //     and the host algorithms run on the copies. Correct, not fast; see
 //     gpu_staged.go.
@@ -126,7 +128,8 @@ func (d *DeviceComm) Comm() *Comm { return d.c }
 func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
 
 // LinkShares reports how the last call's pushes from this rank to its
-// peers were divided among link kinds: "nvlink" (copy engines) and "pcie"
+// peers were divided among link kinds: "nvlink" (SM kernels or copy
+// engines) and "pcie"
 // (staged through host memory) as fractions of the bytes pushed, summing
 // to 1. It is empty after a call that pushed nothing (reductions that only
 // read, broadcast, send/recv, a zero count) and on the staged plane. Safe

@@ -15,8 +15,10 @@ import (
 //
 // All algorithms are "direct" (one hop): with NVLink or NVSwitch between
 // every pair there is no ring to walk. Bulk bytes go over copy engines
-// (cuMemcpyAsync on IPC-mapped peer memory), or, for allgather and alltoall
-// in pull mode, kernels that read the peers' blocks (gpu_direct_pull.go); reductions run in kernels that
+// (cuMemcpyAsync on IPC-mapped peer memory) or, for allgather and alltoall,
+// SM kernels that store into the peers' recv (store mode, the default) or
+// read the peers' blocks (pull mode, gpu_direct_pull.go); the allreduce
+// normally runs as a flag kernel (gpu_flag.go); reductions run in kernels that
 // read the peers' buffers in place. Each rank owns 1/N of a reduced vector,
 // so every element is reduced by exactly one rank and all ranks end with
 // the same bits.

@@ -3,7 +3,7 @@
 # the programs (flexbench, flexrun, flexinfo), the GPU test binaries
 # (rank, gpu, internal/nccl: `go test -c`), the NCCL anchor script and
 # scripts/gpu-device.sh. Carry .devbin with the device tool and run
-#   .devbin/gpu-device.sh
+#   NCCL_NVLS_ENABLE=0 bash .devbin/gpu-device.sh perf
 # there. amd64 Linux; stripped, so the folder stays well under the tool's
 # 64 MiB working-tree limit.
 set -euo pipefail

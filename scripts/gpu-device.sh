@@ -2,7 +2,16 @@
 # What runs ON the GPU machine, in one call of the device tool, from the
 # repository root with .devbin/ carried (scripts/gpu-build.sh fills it):
 #
-#   .devbin/gpu-device.sh [quick|dev|full]
+#   .devbin/gpu-device.sh [perf|smalltune|flagtune|storetune|quick|dev|full]
+#
+# perf (the default) is the one to run: it compiles gpu/kernels with the
+# machine's nvcc (every mode does, when nvcc exists, and runs on that PTX;
+# the files come back in $OUT), runs every GPU test, and measures the four
+# collectives and the FlexLink comparison beside NCCL (~3.5 min). Every
+# mode sets FLEXLINK_GPU_KERNEL_TIMEOUT=10s so a broken kernel ends fast.
+# The older modes (quick, dev, full) are described below; their allreduce
+# runs pin the handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), the path
+# that takes the PCIe share.
 #
 # Logs go to $OUT (8 files at most): topo.txt, tests.log (the GPU tests with
 # FLEXLINK_REQUIRE_GPU=1, so a skip is a failure; direct-pcie forces a PCIe
@@ -22,13 +31,20 @@
 #   quick  tests + the must-show, fewer iterations            (~3 min)
 #   dev    tests + the must-show + 1-16 MiB + 2 more ops + variants (~5 min)
 #   full   dev + gpu/nccl package tests + the anchor          (~7 min)
-#   perf   kernels from nvcc, every GPU test, the four collectives and the FlexLink comparison beside NCCL (~5 min)
+#   perf   kernels from nvcc, every GPU test, the four collectives and the FlexLink comparison beside NCCL (~3.5 min)
 #   flagtune, storetune   the experiments behind the flag allreduce's and the store allgather's defaults
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
-mode=${1:-full}
+mode=${1:-perf}
+case $mode in
+perf | smalltune | flagtune | storetune | quick | dev | full) ;;
+*)
+	echo "gpu-device.sh: unknown mode $mode (perf, smalltune, flagtune, storetune, quick, dev, full)" >&2
+	exit 2
+	;;
+esac
 export NCCL_NVLS_ENABLE=0 FLEXLINK_REQUIRE_GPU=1 FLEXLINK_TIMEOUT=120s FLEXLINK_GPU_KERNEL_TIMEOUT=${FLEXLINK_GPU_KERNEL_TIMEOUT:-10s}
 T0=$(date +%s)
 stamp() { echo "== $(($(date +%s) - T0))s $*"; }
@@ -85,14 +101,14 @@ if [ "$mode" = storetune ]; then
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	for op in allgather alltoall; do
 		{
-			stamp "$op 64 MiB-1 GiB, pull (default), beside NCCL"
-			bench 40 $op --backend both -b 64M -e 1G -f 4 "${must[@]}"
+			stamp "$op 64 MiB-1 GiB, pull, beside NCCL"
+			FLEXLINK_GPU_ALLGATHER=pull FLEXLINK_GPU_ALLTOALL=pull bench 40 $op --backend both -b 64M -e 1G -f 4 "${must[@]}"
 			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_LINKS=nvlink"
 			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_LINKS=nvlink bench 30 $op -b 64M -e 1G -f 4 "${must[@]}"
 			stamp "$op 64 MiB-1 GiB, store, FLEXLINK_LINKS=nvlink,pcie (balancer)"
 			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store FLEXLINK_LINKS=nvlink,pcie bench 40 $op -b 64M -e 1G -f 4 -n 40 -w 10
 			stamp "$op 1 MiB-16 MiB: pull beside store, beside NCCL"
-			bench 30 $op --backend both -b 1M -e 16M -f 4 "${must[@]}"
+			FLEXLINK_GPU_ALLGATHER=pull FLEXLINK_GPU_ALLTOALL=pull bench 30 $op --backend both -b 1M -e 16M -f 4 "${must[@]}"
 			FLEXLINK_GPU_ALLGATHER=store FLEXLINK_GPU_ALLTOALL=store bench 30 $op -b 1M -e 16M -f 4 "${must[@]}"
 		} >"$OUT/bench-$op.log" 2>&1
 	done
@@ -130,24 +146,24 @@ if [ "$mode" = perf ]; then
 		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 150 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 145s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
 		echo "rank.test exit ${PIPESTATUS[0]}"
 		stamp "gpu package tests"
-		timeout 60 $B/gpu.test -test.timeout 55s 2>&1 | tail -3
+		timeout 40 $B/gpu.test -test.timeout 35s 2>&1 | tail -3
 	} >"$OUT/tests.log" 2>&1
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	rm -rf "$FLEXLINK_CACHE_DIR"
 	for op in allreduce allgather reducescatter alltoall; do
 		{
 			stamp "$op 1 MiB-1 GiB, defaults, beside NCCL"
-			bench 60 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
+			bench 45 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
 		} >>"$OUT/bench-${op/reducescatter/rs-a2a}.log" 2>&1
 	done
 	mv "$OUT/bench-alltoall.log" /tmp/a2a.log && cat /tmp/a2a.log >>"$OUT/bench-rs-a2a.log" # 8 files come back
 	{
 		stamp "allreduce 1 MiB latency, defaults, beside NCCL (200 iterations)"
-		bench 30 allreduce --backend both -b 1M -e 1M -n 200 -w 50
+		bench 25 allreduce --backend both -b 1M -e 1M -n 200 -w 50
 		stamp "allreduce 64 MiB-1 GiB, handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), FLEXLINK_LINKS=nvlink, beside NCCL"
-		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink bench 50 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink bench 40 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
 		stamp "allreduce 64 MiB-1 GiB, handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), FLEXLINK_LINKS=nvlink,pcie, beside NCCL"
-		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink,pcie bench 50 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink,pcie bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
 		stamp "allgather 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink, beside NCCL"
 		FLEXLINK_LINKS=nvlink bench 40 allgather --backend both -b 64M -e 1G -f 4 "${must[@]}"
 		stamp "allgather 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink,pcie, beside NCCL"
@@ -187,12 +203,13 @@ for op in allreduce allgather; do
 			bench 40 "$op" --backend both -b 1M -e 16M -f 4 "${iters[@]}"
 		fi
 		# The FlexLink comparison is made on the copy-engine pushes (the
-		# path that takes the PCIe share); the default pull allgather is
+		# path that takes the PCIe share; the allreduce pinned to the handshake
+		# read allreduce, FLEXLINK_GPU_FLAG_BYTES=0); the default store allgather is
 		# measured in the variants below.
 		stamp "flexbench $op 64 MiB-1 GiB, push, FLEXLINK_LINKS=nvlink"
-		FLEXLINK_GPU_ALLGATHER=push FLEXLINK_LINKS=nvlink bench 55 "$op" --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_GPU_ALLGATHER=push FLEXLINK_LINKS=nvlink bench 55 "$op" --backend both -b 64M -e 1G -f 4 "${must[@]}"
 		stamp "flexbench $op 64 MiB-1 GiB, push, FLEXLINK_LINKS=nvlink,pcie"
-		FLEXLINK_GPU_ALLGATHER=push FLEXLINK_LINKS=nvlink,pcie FLEXLINK_DEBUG=INFO bench 55 "$op" --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_GPU_ALLGATHER=push FLEXLINK_LINKS=nvlink,pcie FLEXLINK_DEBUG=INFO bench 55 "$op" --backend both -b 64M -e 1G -f 4 "${must[@]}"
 		if [ "$op" = allgather ]; then
 			stamp "balancer profiles learnt (per size class: bytes, shares, GB/s per link)"
 			python3 - "$FLEXLINK_CACHE_DIR" <<'PY'
@@ -220,7 +237,7 @@ if [ "$mode" != quick ]; then
 	done
 	{
 		stamp "allreduce, push algorithm (nvlink only by design)"
-		FLEXLINK_GPU_ALLREDUCE=auto bench 20 allreduce -b 256M -e 1G -f 4 "${iters[@]}"
+		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_GPU_ALLREDUCE=auto bench 20 allreduce -b 256M -e 1G -f 4 "${iters[@]}"
 		stamp "allgather, fixed pcie share 0.08 (the anchor's best both-ways split)"
 		FLEXLINK_PCIE_SHARE=0.08 bench 20 allgather -b 256M -e 1G -f 4 "${iters[@]}"
 		stamp "allgather, nvlink only, 4 copy streams per peer"

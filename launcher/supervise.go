@@ -50,6 +50,27 @@ type supervisor struct {
 	code    int
 	killC   <-chan time.Time // SIGKILL time, once tearing down
 	giveUpC <-chan time.Time // stop waiting for ranks that ignore SIGKILL
+
+	// With ranks on other hosts, one failure shows as several exits whose
+	// reports race (a host's ssh dies; the bootstrap sees its ranks gone
+	// and aborts the job; local ranks exit with an error before the host's
+	// loss is reported). The first failure is held for causeGrace and the
+	// most telling one seen by then is reported: a lost host, then a rank
+	// killed by a signal, then an exit status.
+	pending  *failure
+	pendingC <-chan time.Time
+}
+
+// causeGrace is how long a remote job's first failure waits for a more
+// telling one (see supervisor.pending).
+const causeGrace = 300 * time.Millisecond
+
+// failure is a judged exit waiting to become the job's cause.
+type failure struct {
+	cause  error
+	code   int
+	line   string // as written when it was judged ("...; terminating N other ranks")
+	weight int    // 3: a lost host, 2: a rank killed by a signal, 1: an exit status
 }
 
 type rankExit struct {
@@ -198,8 +219,37 @@ func (s *supervisor) loop(ctx context.Context) {
 			s.giveUpC = time.After(5 * time.Second)
 		case <-s.giveUpC:
 			return
+		case <-s.pendingC:
+			s.pendingC = nil
+			s.failPending()
 		}
 	}
+	s.failPending() // every rank exited within the grace
+}
+
+// hold keeps f as the job's cause-to-be if it tells more than the one held
+// (the first starts the grace), or fails at once for a job on one host.
+func (s *supervisor) hold(f *failure) {
+	if s.remote == nil {
+		s.fail(f.cause, f.code, f.line)
+		return
+	}
+	if s.pending == nil {
+		s.pendingC = time.After(causeGrace)
+	}
+	if s.pending == nil || f.weight > s.pending.weight {
+		s.pending = f
+	}
+}
+
+// failPending makes the held failure the job's cause.
+func (s *supervisor) failPending() {
+	f := s.pending
+	if f == nil || s.cause != nil {
+		return
+	}
+	s.pending = nil
+	s.fail(f.cause, f.code, f.line)
 }
 
 // onExit judges one rank's exit.
@@ -219,15 +269,19 @@ func (s *supervisor) onExit(ex rankExit) {
 		return
 	}
 	if ex.lost != "" {
-		others := s.alive - (len(ex.lostWith) - 1)
 		msg := fmt.Sprintf("%s (ranks %s gone with it)", ex.lost, joinInts(ex.lostWith))
 		err := &JobError{Rank: ex.rank, Host: rp.p.Host, Code: code, Msg: msg, Err: errs.ErrPeerLost}
-		s.fail(err, code, msg+"; terminating "+plural(others, "other rank"))
+		others := s.alive - (len(ex.lostWith) - 1)
+		s.hold(&failure{cause: err, code: code, line: msg + "; terminating " + plural(others, "other rank"), weight: 3})
 		return
+	}
+	weight := 1
+	if code > 128 {
+		weight = 2 // killed by a signal
 	}
 	msg := fmt.Sprintf("rank %d (host %s, pid %d) %s", ex.rank, rp.p.Host, rp.pid, how)
 	err := &JobError{Rank: ex.rank, Host: rp.p.Host, PID: rp.pid, Code: code, Msg: msg, Err: errs.ErrPeerLost}
-	s.fail(err, code, msg+"; terminating "+plural(s.alive, "other rank"))
+	s.hold(&failure{cause: err, code: code, line: msg + "; terminating " + plural(s.alive, "other rank"), weight: weight})
 }
 
 // onSignal forwards or acts on a signal flexrun received.

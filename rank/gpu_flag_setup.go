@@ -183,4 +183,3 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 	})
 	return nil
 }
-

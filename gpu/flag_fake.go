@@ -74,19 +74,20 @@ func (k *fakeFlag) fail(what, b uint64, peer int) error {
 	if err != nil {
 		return err
 	}
-	atomic.StoreUint64(a, 1)
+	k.store(a, 1)
 	if k.c.ErrHost == 0 {
 		return nil
 	}
 	e, err := k.word(k.c.ErrHost)
 	if err == nil {
-		atomic.StoreUint64(e, 1<<63|what<<40|b<<16|uint64(peer))
+		k.store(e, 1<<63|what<<40|b<<16|uint64(peer))
 	}
 	return err
 }
 
-// wait polls *p until it reaches want; false when the deadline passes
-// first (error word written) or the error word is set.
+// wait blocks until *p reaches want, woken by every write to fake memory
+// (Fake.Changed); false when the deadline passes first (error word
+// written) or this rank's abort word is set.
 func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, error) {
 	w, err := k.word(p)
 	if err != nil || want <= 0 {
@@ -96,16 +97,28 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	if err != nil {
 		return false, err
 	}
-	for int64(atomic.LoadUint64(w)) < want {
-		if atomic.LoadUint64(abort) != 0 {
+	timer := time.NewTimer(time.Until(k.deadline))
+	defer timer.Stop()
+	for {
+		changed := k.f.Changed() // before the checks, so no write between them is missed
+		switch {
+		case int64(atomic.LoadUint64(w)) >= want:
+			return true, nil
+		case atomic.LoadUint64(abort) != 0:
 			return false, nil
 		}
-		if time.Now().After(k.deadline) {
+		select {
+		case <-changed:
+		case <-timer.C:
 			return false, k.fail(what, b, peer)
 		}
-		time.Sleep(20 * time.Microsecond) // a polling interval, as the kernel spins
 	}
-	return true, nil
+}
+
+// store writes a counter or flag word and wakes the waiters.
+func (k *fakeFlag) store(w *uint64, v uint64) {
+	atomic.StoreUint64(w, v)
+	k.f.Poke()
 }
 
 func (k *fakeFlag) block(b uint64) (bool, error) {
@@ -148,7 +161,7 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			atomic.StoreUint64(w, seq+1)
+			k.store(w, seq+1)
 		}
 		return true, nil
 	}
@@ -212,7 +225,7 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			atomic.StoreUint64(w, seq+1)
+			k.store(w, seq+1)
 		}
 		return true, nil
 	}
@@ -232,7 +245,7 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 			return false, err
 		}
 	}
-	atomic.StoreUint64(base, b0+nb)
+	k.store(base, b0+nb)
 	return true, nil
 }
 

@@ -273,27 +273,24 @@ func (p *directPlane) allGatherStore(s *gpu.Stream, cs []*copyPair, mine, send *
 	if err := s.Record(p.startEv); err != nil {
 		return err
 	}
-	blk, local := send.Len(), 0
+	blk, local, fused := send.Len(), 0, false
 	for j, c := range cs {
 		if c == nil {
 			continue
 		}
-		q := p.pcieTake(j, blk)
-		nv := blk - q
-		var err error
-		switch {
-		case nv > 0 && local == 0:
-			err = p.copy2On(j, c.dst.Sub(0, nv), mine.Sub(0, nv), c.src.Sub(0, nv), p.startEv)
-			local = nv
-		case nv > 0:
-			err = p.split(j, 0, c.dst.Sub(0, nv), c.src.Sub(0, nv), p.startEv)
+		if fused {
+			if err := p.pushSplit(j, 0, c.off, c.dst, c.src, p.startEv); err != nil {
+				return err
+			}
+			continue
 		}
-		if err == nil && q > 0 {
-			err = p.stage(j, c.off+nv, c.src.Sub(nv, q), p.startEv)
-		}
+		nv, err := p.pushSplitWith(j, c.off, c.dst, c.src, p.startEv, func(d, s *gpu.Buffer) error {
+			return p.copy2On(j, d, mine.Sub(0, d.Len()), s, p.startEv)
+		})
 		if err != nil {
 			return err
 		}
+		local, fused = nv, nv > 0
 	}
 	if local < blk {
 		if err := s.CopyDtoD(mine.Sub(local, blk-local), send.Sub(local, blk-local)); err != nil {

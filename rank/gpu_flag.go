@@ -175,12 +175,9 @@ func (p *directPlane) flagWordError(w uint64) error {
 
 // flagAllReduce enqueues o as one flag kernel.
 func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
-	f := p.flag
-	if err := p.flagError(); err != nil {
-		return err
-	}
+	f := p.flag // do has checked flagError already
 	if se := p.c.world.store.Err(); se != nil {
-		return se // the job is aborted: the watcher has ended the kernels
+		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
 	}
 	if f.lastS != nil && f.lastS != s {
 		if err := s.Wait(f.last); err != nil {

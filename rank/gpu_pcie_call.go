@@ -181,17 +181,24 @@ func (p *directPlane) pcieReady(s *gpu.Stream, in [][]byte, peers []int) error {
 // dst's offset in the peer's recv buffer (the receiver's H2D target). Both
 // parts wait for after.
 func (p *directPlane) pushSplit(j, g, off int, dst, src *gpu.Buffer, after *gpu.Event) error {
+	_, err := p.pushSplitWith(j, off, dst, src, after, func(d, s *gpu.Buffer) error { return p.split(j, g, d, s, after) })
+	return err
+}
+
+// pushSplitWith is pushSplit with the NVLink head enqueued by nvlink; it
+// returns the head's length.
+func (p *directPlane) pushSplitWith(j, off int, dst, src *gpu.Buffer, after *gpu.Event, nvlink func(dst, src *gpu.Buffer) error) (int, error) {
 	n := dst.Len()
 	q := p.pcieTake(j, n)
 	if n-q > 0 {
-		if err := p.split(j, g, dst.Sub(0, n-q), src.Sub(0, n-q), after); err != nil {
-			return err
+		if err := nvlink(dst.Sub(0, n-q), src.Sub(0, n-q)); err != nil {
+			return 0, err
 		}
 	}
 	if q == 0 {
-		return nil
+		return n, nil
 	}
-	return p.stage(j, off+n-q, src.Sub(n-q, q), after)
+	return n - q, p.stage(j, off+n-q, src.Sub(n-q, q), after)
 }
 
 // pcieTake returns the PCIe part of the next push of n bytes to peer j:

@@ -249,6 +249,7 @@ func (f *Fake) MemcpyHtoDAsync(dst cu.DevPtr, src unsafe.Pointer, n uint64, s cu
 		return err
 	}
 	copyWords(d, unsafe.Slice((*byte)(src), n))
+	f.Poke()
 	return nil
 }
 
@@ -311,6 +312,7 @@ func (f *Fake) dtod(fn string, dst, src cu.DevPtr, n uint64, s cu.Stream, needPe
 		}
 	}
 	copy(d, b)
+	f.Poke()
 	return nil
 }
 
@@ -331,6 +333,7 @@ func (f *Fake) MemsetD8Async(dst cu.DevPtr, v uint8, n uint64, s cu.Stream) erro
 	for i := range d {
 		d[i] = v
 	}
+	f.Poke()
 	return nil
 }
 

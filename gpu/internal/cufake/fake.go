@@ -41,6 +41,8 @@ type Fake struct {
 	cfg Config
 
 	mu      sync.Mutex
+	chMu    sync.Mutex                 // guards changed
+	changed chan struct{}              // closed by the next Poke (memory written)
 	next    uint64                     // handle counter
 	current map[int]cu.Context         // OS thread id -> current context
 	used    []uint64                   // bytes allocated per device
@@ -140,6 +142,31 @@ func (f *Fake) Live() (allocs, host, streams, events, modules, contexts int) {
 		contexts += r
 	}
 	return len(f.allocs), len(f.host), len(f.streams), len(f.events), len(f.modules), contexts
+}
+
+// Changed returns a channel that is closed the next time device memory is
+// written through the driver (copies, memsets) or a kernel implementation
+// calls Poke: a kernel that waits for a word another kernel or the host
+// writes takes it, checks the word, and waits on it, as a GPU kernel would
+// spin.
+func (f *Fake) Changed() <-chan struct{} {
+	f.chMu.Lock()
+	defer f.chMu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
+}
+
+// Poke wakes everything waiting on Changed: a kernel implementation has
+// stored to memory that another may be waiting on.
+func (f *Fake) Poke() {
+	f.chMu.Lock()
+	defer f.chMu.Unlock()
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
 }
 
 // Mem returns the device memory [p, p+n) as a byte slice that aliases it.

@@ -21,14 +21,15 @@ import (
 const (
 	// FlagMaxRanks and FlagMaxBlocks bound a region's counter arrays.
 	FlagMaxRanks  = 8
-	FlagMaxBlocks = 128
+	FlagMaxBlocks = 160
 	// FlagBlock is the flag kernels' block size.
 	FlagBlock = 512
 
 	flagReadyOff = 4096
-	flagConsOff  = 4096 + 8192
-	flagBaseOff  = 4096 + 16384
+	flagConsOff  = flagReadyOff + 8*FlagMaxRanks*FlagMaxBlocks
+	flagBaseOff  = flagConsOff + 8*FlagMaxRanks*FlagMaxBlocks
 	flagAbortOff = flagBaseOff + 8*FlagMaxBlocks
+	flagPlanOff  = 26 * 1024 // plan[4]{pcount, call}: rank 0's PCIe split, written into rank 1's region
 	// FlagAbortOffset is where a region's abort word is: the host sets it
 	// (any non-zero value) to end this rank's flag kernels.
 	FlagAbortOffset = flagAbortOff
@@ -39,7 +40,7 @@ const (
 	// FlagSlotHeader is the bytes of each slot before its chunk (the
 	// call's signature).
 	FlagSlotHeader = 256
-	flagCtlBytes   = 15 * 8
+	flagCtlBytes   = (15 + FlagMaxRanks + 3) * 8
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a
@@ -71,6 +72,20 @@ type FlagCtl struct {
 	TimeoutNs uint64               // how long a wait inside the kernel may take
 	Layout    FlagLayout
 	Ranks, Me int
+
+	// The PCIe part (two ranks): rank j's inbox (pinned shared host
+	// memory) as mapped here, its slots' size and how many blocks use them,
+	// and the device address of a host-mapped array of FlagMaxBlocks words
+	// where each block writes its time (FlagTimes). Zero: no PCIe part.
+	Host       [FlagMaxRanks]uint64
+	HostSlot   int
+	HostBlocks int
+	Times      uint64
+}
+
+// InboxBytes is the size of one rank's PCIe inbox for n ranks.
+func (c FlagCtl) InboxBytes(n int) int {
+	return n * c.HostBlocks * c.Layout.Depth * c.HostSlot
 }
 
 // Bytes encodes c as flag.cu's struct FlagCtl.
@@ -83,6 +98,12 @@ func (c FlagCtl) Bytes() []byte {
 	for i, v := range []uint64{c.ErrHost, c.TimeoutNs, uint64(c.Layout.SlotBytes), uint64(c.Layout.Depth),
 		uint64(c.Layout.MaxBlocks), uint64(c.Ranks), uint64(c.Me)} {
 		le.PutUint64(b[8*(FlagMaxRanks+i):], v)
+	}
+	for j, h := range c.Host {
+		le.PutUint64(b[8*(FlagMaxRanks+7+j):], h)
+	}
+	for i, v := range []uint64{uint64(c.HostSlot), uint64(c.HostBlocks), c.Times} {
+		le.PutUint64(b[8*(2*FlagMaxRanks+7+i):], v)
 	}
 	return b
 }
@@ -97,6 +118,10 @@ func parseFlagCtl(b []byte) FlagCtl {
 	c.ErrHost, c.TimeoutNs = w(0), w(1)
 	c.Layout = FlagLayout{SlotBytes: int(w(2)), Depth: int(w(3)), MaxBlocks: int(w(4))}
 	c.Ranks, c.Me = int(w(5)), int(w(6))
+	for j := range c.Host {
+		c.Host[j] = w(7 + j)
+	}
+	c.HostSlot, c.HostBlocks, c.Times = int(w(7+FlagMaxRanks)), int(w(8+FlagMaxRanks)), w(9+FlagMaxRanks)
 	return c
 }
 
@@ -130,8 +155,9 @@ func FlagKernelName(dt dtype.DType, op dtype.Op) string {
 // chunk, grid); a rank whose peer's chunks carry another signature
 // (FlagSignature) records the mismatch in the error word. A rank's flag
 // calls must run one after the other (the caller orders them). region is
-// this rank's region; Avg divides by ranks.
-func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+// this rank's region; Avg divides by ranks. pc describes the call's PCIe
+// part (the zero value: none).
+func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int, pc FlagPCIe) error {
 	what := fmt.Sprintf("flag allreduce %d %s %s", count, dt, op)
 	if !dt.Valid() || !op.Valid() {
 		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
@@ -148,6 +174,20 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 	if cb := chunk * dt.Size(); chunk <= 0 || cb%256 != 0 || cb > l.SlotBytes-FlagSlotHeader || grid < 1 || grid > l.MaxBlocks {
 		return fmt.Errorf("%s: %s: chunk %d, grid %d: want chunks of a multiple of 256 bytes up to a slot and 1 to %d blocks", s.dev, what, chunk, grid, l.MaxBlocks)
 	}
+	pcount := uint64(0)
+	if pc.Call != 0 {
+		switch {
+		case ranks != 2 || pc.Blocks < 1 || grid+pc.Blocks > FlagMaxBlocks:
+			return fmt.Errorf("%s: %s: a PCIe part of %d blocks beside %d: want two ranks and at most %d blocks in all", s.dev, what, pc.Blocks, grid, FlagMaxBlocks)
+		case pc.Count < 0:
+			pcount = ^uint64(0) // rank 1: rank 0's kernel says
+		case pc.Count > count || pc.Count > 0 && (count-pc.Count)*dt.Size()%256 != 0:
+			return fmt.Errorf("%s: %s: a PCIe part of %d elements: want at most the count, the head a multiple of 256 bytes", s.dev, what, pc.Count)
+		default:
+			pcount = uint64(pc.Count)
+		}
+		grid += pc.Blocks
+	}
 	k, err := s.dev.reduceKernels()
 	if err != nil {
 		return err
@@ -158,7 +198,24 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 	}
 	return s.Launch(k.flag[dt][opIndex(op)], [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
 		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
-		FlagSignature(count, dt, op))
+		FlagSignature(count, dt, op), pcount, pc.Call)
+}
+
+// FlagPCIe is a flag call's PCIe part (two ranks, a control block with
+// HostBlocks = Blocks): Blocks more blocks move the last Count elements
+// through the inboxes. Rank 0 chooses Count; rank 1 passes -1 and its
+// kernel takes rank 0's. Call (non-zero) numbers the call; both ranks
+// must number their flag calls alike.
+type FlagPCIe struct {
+	Count  int
+	Blocks int
+	Call   uint64
+}
+
+// FlagTime decodes a word a flag kernel wrote into its times array: the
+// call's number and the block's time in nanoseconds.
+func FlagTime(w uint64) (call uint64, ns int64) {
+	return w >> 40, int64(w & (1<<40 - 1))
 }
 
 // FlagSignature is what a flag call stamps on its chunks: count, dtype

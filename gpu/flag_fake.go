@@ -20,7 +20,7 @@ import (
 // have delivered their chunks, as a kernel would spin.
 func hostFlag(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
 	return func(f *cufake.Fake, grid, _ [3]uint32, params []unsafe.Pointer) error {
-		v, err := kernelArgs(params, 7)
+		v, err := kernelArgs(params, 9)
 		if err != nil {
 			return err
 		}
@@ -29,15 +29,33 @@ func hostFlag(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
 			return err
 		}
 		k := &fakeFlag{f: f, c: parseFlagCtl(raw), dt: dt, op: op, region: v[3],
-			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0])}
+			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8]}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
 		if abort, err := k.word(k.region + flagAbortOff); err != nil || atomic.LoadUint64(abort) != 0 {
 			return err // an earlier call failed
 		}
+		if ok, err := k.plan(v[7]); !ok {
+			return err
+		}
+		if k.call != 0 && k.c.Times != 0 {
+			w, err := k.word(k.c.Times + 8*FlagMaxBlocks)
+			if err != nil {
+				return err
+			}
+			k.store(w, k.pc)
+		}
 		for b := uint64(0); b < k.grid; b++ {
+			t0 := time.Now()
 			ok, err := k.block(b)
 			if err != nil || !ok {
 				return err
+			}
+			if k.call != 0 && k.c.Times != 0 {
+				w, err := k.word(k.c.Times + 8*b)
+				if err != nil {
+					return err
+				}
+				k.store(w, k.call<<40|uint64(time.Since(t0).Nanoseconds())&(1<<40-1))
 			}
 		}
 		return nil
@@ -52,6 +70,43 @@ type fakeFlag struct {
 	region, out, in, count, chunk, grid, sig uint64
 	div                                      int
 	deadline                                 time.Time
+	call, pc, pg                             uint64 // the PCIe part: call number (0: none), its elements and blocks
+}
+
+// plan agrees on the PCIe part as flag.cu does: rank 0 publishes its
+// pcount in rank 1's plan words, rank 1 waits for them.
+func (k *fakeFlag) plan(pcount uint64) (bool, error) {
+	if k.call == 0 {
+		return true, nil
+	}
+	k.pg = uint64(k.c.HostBlocks)
+	at := flagPlanOff + 16*(k.call%4)
+	if k.c.Me == 0 {
+		k.pc = pcount
+		v, err := k.word(k.c.Region[1] + at)
+		if err != nil {
+			return false, err
+		}
+		seq, err := k.word(k.c.Region[1] + at + 8)
+		if err != nil {
+			return false, err
+		}
+		atomic.StoreUint64(v, pcount)
+		k.store(seq, k.call)
+		return true, nil
+	}
+	if ok, err := k.wait(k.region+at+8, int64(k.call), 2, 0, 0); !ok {
+		return false, err
+	}
+	v, err := k.word(k.region + at)
+	if err != nil {
+		return false, err
+	}
+	k.pc = atomic.LoadUint64(v)
+	if k.pc > k.count {
+		return false, k.fail(3, 0, 0) // rank 0 called with another count
+	}
+	return true, nil
 }
 
 func (k *fakeFlag) word(p uint64) (*uint64, error) {
@@ -62,8 +117,13 @@ func (k *fakeFlag) word(p uint64) (*uint64, error) {
 	return (*uint64)(unsafe.Pointer(&m[0])), nil
 }
 
-func (k *fakeFlag) slot(owner, sender int, b, seq uint64) uint64 {
+// slot is the address of a slot of block b (of its role: host blocks
+// count from the first of them).
+func (k *fakeFlag) slot(owner, sender int, host bool, b, seq uint64) uint64 {
 	l := k.c.Layout
+	if host {
+		return k.c.Host[owner] + ((uint64(sender)*uint64(k.c.HostBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(k.c.HostSlot)
+	}
 	return k.c.Region[owner] + flagDataOff +
 		((uint64(sender)*uint64(l.MaxBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(l.SlotBytes)
 }
@@ -121,21 +181,29 @@ func (k *fakeFlag) store(w *uint64, v uint64) {
 	k.f.Poke()
 }
 
-func (k *fakeFlag) block(b uint64) (bool, error) {
+func (k *fakeFlag) block(cb uint64) (bool, error) {
 	n, me, sz := k.c.Ranks, k.c.Me, uint64(k.dt.Size())
-	base, err := k.word(k.region + flagBaseOff + 8*b)
+	base, err := k.word(k.region + flagBaseOff + 8*cb)
 	if err != nil {
 		return false, err
 	}
 	b0 := atomic.LoadUint64(base)
-	G := (k.count + k.chunk - 1) / k.chunk
+	// Roles as in flag.cu: the last pg blocks take the tail of pc elements
+	// through the inboxes, the others the head over NVLink.
+	nvg := k.grid - k.pg
+	host := cb >= nvg
+	b, grid, from, length, chunk := cb, nvg, uint64(0), k.count-k.pc, k.chunk
+	if host {
+		b, grid, from, length, chunk = cb-nvg, k.pg, k.count-k.pc, k.pc, uint64(k.c.HostSlot-FlagSlotHeader)/sz
+	}
+	G := (length + chunk - 1) / chunk
 	var nb uint64
 	if G > b {
-		nb = (G - b + k.grid - 1) / k.grid
+		nb = (G - b + grid - 1) / grid
 	}
 	rng := func(i uint64) (lo, cnt uint64) {
-		lo = (b + i*k.grid) * k.chunk
-		return lo, min(k.count, lo+k.chunk) - lo
+		lo = (b + i*grid) * chunk
+		return from + lo, min(length, lo+chunk) - lo
 	}
 	send := func(i uint64) (bool, error) {
 		seq := b0 + i
@@ -148,16 +216,16 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 			if t == me {
 				continue
 			}
-			if ok, err := k.wait(k.region+flagConsOff+8*(uint64(t)*FlagMaxBlocks+b), int64(seq+1)-int64(k.c.Layout.Depth), 1, b, t); !ok {
+			if ok, err := k.wait(k.region+flagConsOff+8*(uint64(t)*FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
 				return false, err
 			}
-			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, b, seq)), FlagSlotHeader+cnt*sz)
+			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, host, b, seq)), FlagSlotHeader+cnt*sz)
 			if err != nil {
 				return false, err
 			}
 			binary.LittleEndian.PutUint64(dst, k.sig)
 			copy(dst[FlagSlotHeader:], src)
-			w, err := k.word(k.c.Region[t] + flagReadyOff + 8*(uint64(me)*FlagMaxBlocks+b))
+			w, err := k.word(k.c.Region[t] + flagReadyOff + 8*(uint64(me)*FlagMaxBlocks+cb))
 			if err != nil {
 				return false, err
 			}
@@ -182,12 +250,12 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 				part, err = k.f.Mem(cu.DevPtr(k.in+lo*sz), cnt*sz)
 			} else {
 				var ok bool
-				if ok, err = k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+b), int64(seq+1), 2, b, r); !ok {
+				if ok, err = k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
 					return false, err
 				}
-				part, err = k.f.Mem(cu.DevPtr(k.slot(me, r, b, seq)), FlagSlotHeader+cnt*sz)
+				part, err = k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader+cnt*sz)
 				if err == nil && binary.LittleEndian.Uint64(part) != k.sig {
-					return false, k.fail(3, b, r)
+					return false, k.fail(3, cb, r)
 				}
 				part = part[min(len(part), FlagSlotHeader):]
 			}
@@ -221,7 +289,7 @@ func (k *fakeFlag) block(b uint64) (bool, error) {
 			if s == me {
 				continue
 			}
-			w, err := k.word(k.c.Region[s] + flagConsOff + 8*(uint64(me)*FlagMaxBlocks+b))
+			w, err := k.word(k.c.Region[s] + flagConsOff + 8*(uint64(me)*FlagMaxBlocks+cb))
 			if err != nil {
 				return false, err
 			}

@@ -53,7 +53,7 @@ func TestFlagLayout(t *testing.T) {
 		{FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
 		{FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},
 		{FlagLayout{SlotBytes: 512, Depth: 1, MaxBlocks: 1}, false, 0},
-		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 129}, false, 0},
+		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: FlagMaxBlocks + 1}, false, 0},
 		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 0}, false, 0},
 	} {
 		err := tc.l.Check()

@@ -125,6 +125,10 @@ func (dv *Device) mapShared(fd, n int) (*SharedHost, error) {
 // Bytes is the mapping, pinned; valid until Close.
 func (h *SharedHost) Bytes() []byte { return h.mem }
 
+// DevicePtr is the device address of the mapping, for kernels that load
+// and store it over PCIe (it is registered with DEVICEMAP).
+func (h *SharedHost) DevicePtr() (uintptr, error) { return h.reg.DevicePtr() }
+
 // Len is the length in bytes (whole pages).
 func (h *SharedHost) Len() int { return len(h.mem) }
 

@@ -38,8 +38,8 @@ const (
 	flagSmallMax   = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields = 3        // per region: slot bytes, depth, max blocks
 	flagRegionBlob = flagBlobFields*8 + gpu.IPCHandleSize
-	flagBlobHead   = 16                              // enabled, the largest call taken
-	flagBlobBytes  = flagBlobHead + 2*flagRegionBlob // then the small and the large region
+	flagBlobHead   = 16                                             // enabled, the largest call taken
+	flagBlobBytes  = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region, the PCIe part
 )
 
 // A rank has two flag regions with the same number of blocks: a small one
@@ -65,6 +65,8 @@ type flagPlane struct {
 	last     *gpu.Event    // after the latest flag kernel
 	lastS    *gpu.Stream   // the stream it was recorded on
 	calls    uint64
+	pcie     *flagPCIe // the large region's PCIe part (gpu_flag_pcie.go); nil: NVLink only
+	cacheDir string    // where rank 0 saves the PCIe part's balancer
 
 	// The abort watcher: when the job is aborted (a peer lost, a failure on
 	// another rank), it sets this rank's abort words through abortS, so
@@ -184,10 +186,26 @@ func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
 			return err
 		}
 	}
-	g := f.region(o.count * o.dt.Size())
-	grid, chunk := shape(g.layout, o.count*o.dt.Size(), o.dt.Size())
-	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
+	sz := o.dt.Size()
+	g := f.region(o.count * sz)
+	var pc gpu.FlagPCIe
+	l := g.layout
+	if x := f.pcie; x != nil && g == &f.regions[1] {
+		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
+		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
+	}
+	grid, chunk := shape(l, o.count*sz, sz)
+	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc); err != nil {
 		return err
+	}
+	pbytes := 0
+	if pc.Call != 0 {
+		if p.me == 0 {
+			pbytes = pc.Count * sz
+			f.pcie.flagLaunched(pc.Call, grid+pc.Blocks, grid, o.count*sz, pbytes)
+		} else {
+			pbytes = min(f.pcie.lastPCIe(), o.count) * sz // the previous call's, as rank 0's kernel told this one
+		}
 	}
 	if err := s.Record(f.last); err != nil {
 		return err
@@ -195,7 +213,7 @@ func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
 	f.lastS = s
 	f.calls++
 	p.px.mu.Lock()
-	p.px.last = [2]int64{int64(o.count * o.dt.Size()), 0}
+	p.px.last = [2]int64{int64(o.count*sz - pbytes), int64(pbytes)}
 	p.px.mu.Unlock()
 	return nil
 }
@@ -229,6 +247,10 @@ func (f *flagPlane) close() error {
 	}
 	if f.abortS != nil {
 		keep(f.abortS.Synchronize()) // an abort copy reads errMem and writes the regions
+	}
+	if f.pcie != nil {
+		keep(f.pcie.close(f.cacheDir))
+		f.pcie = nil
 	}
 	for i := range f.regions {
 		g := &f.regions[i]

@@ -1,6 +1,7 @@
 package rank
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
@@ -103,13 +104,17 @@ func (p *directPlane) setupFlag(b []byte) error {
 		}
 		copy(w[flagBlobFields*8:], h)
 	}
+	f.cacheDir = p.px.cacheDir
+	if err := p.offerFlagPCIe(f, b[flagBlobHead+2*flagRegionBlob:]); err != nil {
+		return err
+	}
 	return s.Synchronize() // zero before any peer learns where the regions are
 }
 
 // openFlag maps the peers' regions (blobs[r] is rank r's flag part) and
 // writes this rank's control blocks. Every rank sees the same blobs, so
 // all keep the flag plane or all drop it.
-func (p *directPlane) openFlag(blobs [][]byte) error {
+func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte) error {
 	f := p.flag
 	if f == nil {
 		return nil
@@ -132,6 +137,10 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 	if err != nil {
 		return err
 	}
+	host, err := p.openFlagPCIe(ctx, f, blobs)
+	if err != nil {
+		return err
+	}
 	d, err := p.c.world.env.Duration("FLEXLINK_GPU_KERNEL_TIMEOUT")
 	if err != nil {
 		return err
@@ -151,6 +160,13 @@ func (p *directPlane) openFlag(blobs [][]byte) error {
 			continue
 		}
 		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: timeout, Layout: g.layout, Ranks: p.n, Me: p.me}
+		if x := f.pcie; x != nil && i == 1 {
+			times, err := x.times.DevicePtr()
+			if err != nil {
+				return err
+			}
+			ctl.Host, ctl.HostSlot, ctl.HostBlocks, ctl.Times = host, x.slot, x.blocks, uint64(times)
+		}
 		g.peers = make([]*gpu.Buffer, p.n)
 		for r, b := range blobs {
 			if r == p.me {

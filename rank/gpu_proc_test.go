@@ -73,6 +73,9 @@ func TestGPUProcs(t *testing.T) {
 	}{
 		// The default: every 2-rank allreduce as one flag kernel per rank.
 		{"direct-flag", "direct", "read", "1", nil},
+		// The flag kernel's PCIe part at a fixed share: the 64 MiB cases
+		// move 30 % through the pinned inboxes (4 blocks).
+		{"direct-flag-pcie", "direct", "read", "1", []string{"FLEXLINK_PCIE_SHARE=0.3", "FLEXLINK_GPU_FLAG_PCIE_BLOCKS=4"}},
 		// Few blocks and a small region: slots wrap many times per call.
 		{"direct-flag-wrap", "direct", "read", "1", []string{"FLEXLINK_GPU_FLAG_BLOCKS=3", "FLEXLINK_GPU_FLAG_REGION_BYTES=1048576"}},
 		// The handshake allreduces (flag kernels off).

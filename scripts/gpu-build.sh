@@ -49,4 +49,5 @@ anchor=../shared/anchors/nccl_baseline.py
 if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh "$out/"
 rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/"
+cp scripts/pcie_sm_probe.cu "$out/"
 du -sh "$out"

@@ -39,9 +39,9 @@ OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-perf}
 case $mode in
-perf | smalltune | flagtune | storetune | quick | dev | full) ;;
+perf | flagpcie | smalltune | flagtune | storetune | quick | dev | full) ;;
 *)
-	echo "gpu-device.sh: unknown mode $mode (perf, smalltune, flagtune, storetune, quick, dev, full)" >&2
+	echo "gpu-device.sh: unknown mode $mode (perf, flagpcie, smalltune, flagtune, storetune, quick, dev, full)" >&2
 	exit 2
 	;;
 esac
@@ -117,6 +117,39 @@ if [ "$mode" = storetune ]; then
 	exit 0
 fi
 
+if [ "$mode" = flagpcie ]; then
+	if [ -z "${FLEXLINK_GPU_PTX:-}" ]; then
+		echo "flagpcie: the kernels did not compile here; not running the committed PTX (it may predate them)"
+		cat "$OUT/kernels.log"
+		exit 1
+	fi
+	# The flag allreduce's PCIe part: its tests, then NVLink only, the
+	# balancer and fixed shares, beside NCCL (docs/PERF.md).
+	{
+		stamp "rank tests: flag"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 100 $B/rank.test -test.run 'TestGPUProcs/direct-flag' -test.v -test.timeout 95s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -20
+		echo "rank.test exit ${PIPESTATUS[0]}"
+	} >"$OUT/tests.log" 2>&1
+	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+	rm -rf "$FLEXLINK_CACHE_DIR"
+	{
+		stamp "allreduce 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink, beside NCCL"
+		FLEXLINK_LINKS=nvlink bench 40 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp "allreduce 64 MiB-1 GiB, defaults (balancer), beside NCCL"
+		bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		for v in ${PCIE_VARIANTS:-"8 0.04" "8 0.07" "8 0.10" "8 0.13" "4 0.07" "16 0.07" "16 0.10"}; do
+			set -- $v
+			stamp "allreduce 64 MiB-1 GiB, FLEXLINK_GPU_FLAG_PCIE_BLOCKS=$1 FLEXLINK_PCIE_SHARE=$2"
+			FLEXLINK_GPU_FLAG_PCIE_BLOCKS=$1 FLEXLINK_PCIE_SHARE=$2 bench 30 allreduce -b 64M -e 1G -f 4 "${must[@]}"
+		done
+		stamp "allreduce 1 MiB-1 GiB, defaults (second run, cached profile), beside NCCL"
+		bench 45 allreduce --backend both -b 1M -e 1G -f 4 -n 40 -w 10
+	} >"$OUT/bench-allreduce.log" 2>&1
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
+	exit 0
+fi
+
 if [ "$mode" = flagtune ]; then
 	{
 		stamp "rank tests: flag allreduce"
@@ -135,6 +168,16 @@ if [ "$mode" = flagtune ]; then
 	stamp done >>"$OUT/tests.log"
 	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
 	exit 0
+fi
+
+if [ "$mode" = perf ] && [ -n "${nvcc:-}" ] && [ -f $B/pcie_sm_probe.cu ]; then
+	# How fast kernels move data through pinned host memory (the flag
+	# allreduce's PCIe part): docs/PERF.md.
+	{
+		stamp "pcie_sm_probe"
+		"$nvcc" -O3 -arch=sm_90 -o /tmp/pcie_sm_probe $B/pcie_sm_probe.cu && timeout 60 /tmp/pcie_sm_probe
+	} >"$OUT/pcieprobe.log" 2>&1
+	cat "$OUT/pcieprobe.log"
 fi
 
 if [ "$mode" = perf ]; then

@@ -2,7 +2,7 @@
 // ranks. Included by reduce.cu (same compile unit, same PTX).
 //
 //   flexlink_flag_<op>_<t>(T* out, const T* in, u64 count, u8* region,
-//                          u64 chunk, u64 div, u64 sig)
+//                          u64 chunk, u64 div, u64 sig, u64 pcount, u64 call)
 //
 // Every rank of the communicator owns a "region" of device memory that the
 // others have mapped (CUDA IPC) at setup; the layout is fixed (package gpu,
@@ -14,15 +14,19 @@
 //                                       error word (0: none)
 //                       u64 timeoutNs   how long a wait may take
 //                       u64 slotBytes, depth, maxBlocks, nranks, me
-//   [4 KiB, 12 KiB)   ready[s][b]: chunks sender s's block b has delivered
+//                       u64 host[8]     rank j's PCIe inbox as mapped here
+//                       u64 hostSlot, hostBlocks, times (see "PCIe part")
+//   [4 KiB, 14 KiB)   ready[s][b]: chunks sender s's block b has delivered
 //                     here (written by s over NVLink)
-//   [12 KiB, 20 KiB)  cons[t][b]: chunks receiver t's block b has consumed
+//   [14 KiB, 24 KiB)  cons[t][b]: chunks receiver t's block b has consumed
 //                     of what this rank sent it (written by t)
-//   [20 KiB, 21 KiB)  base[b]: chunks block b has processed in all calls so
+//   [24 KiB, +1280)   base[b]: chunks block b has processed in all calls so
 //                     far (this rank only)
-//   21 KiB            abort: set (with the error word) when a block of this
-//                     rank fails; the other blocks, polling device memory
-//                     rather than the host's word, stop too
+//   then abort        set (with the error word) when a block of this rank
+//                     fails; the other blocks, polling device memory rather
+//                     than the host's word, stop too
+//   26 KiB            plan[4]{pcount, seq}: rank 0's PCIe split of call
+//                     seq-1, written by rank 0 (see "PCIe part")
 //   [64 KiB, ...)     data[s][b][k]: slot k of sender s's block b, slotBytes:
 //                     a 256-byte header (u64 sig: the call's signature),
 //                     then the chunk
@@ -43,17 +47,34 @@
 // block of this rank then stops waiting too. The host reports the word and
 // breaks the communicator.
 //
+// PCIe part (two ranks, calls the host marks with call != 0): the last
+// ctl.hostBlocks blocks of the grid move the tail of the vector, pcount
+// elements, through pinned host memory instead of NVLink: their slots are
+// in the receiver's "inbox" (shared host memory both processes map; SM
+// stores over PCIe into it, the receiver's SM loads over PCIe out of it,
+// volatile so no stale cache line is read), chunks of hostSlot bytes less
+// the header; counters and signatures as above. The other blocks share the
+// head over NVLink. Both ranks must cut the vector alike: rank 0's host
+// chooses pcount (its balancer) and its block 0 publishes it in rank 1's
+// plan[call % 4]; rank 1 passes pcount = ~0 and its blocks read it there
+// (a rank is never more than one call ahead of its peer's slowest block).
+// Every block of such a call then writes (call << 40 | its time in ns) to
+// times[b] (mapped host memory), which rank 0's host reads to feed the
+// balancer how long each link took for its share; block 0 writes pcount
+// to times[FLAG_MAX_BLOCKS] (rank 1's host reports the split from it).
+//
 // Each block is 512 threads; thread 0 does the waiting and signalling, the
 // barrier spreads what it saw (acquire) and gathers what the others did
 // (release) around it. Measured on 2xH200: a fence in every thread after
 // its stores held a block to ~5 GB/s.
 
 #define FLAG_MAX_RANKS 8
-#define FLAG_MAX_BLOCKS 128
+#define FLAG_MAX_BLOCKS 160
 #define FLAG_READY_OFF 4096
-#define FLAG_CONS_OFF (4096 + 8192)
-#define FLAG_BASE_OFF (4096 + 16384)
-#define FLAG_ABORT_OFF (4096 + 16384 + 8 * FLAG_MAX_BLOCKS)
+#define FLAG_CONS_OFF (FLAG_READY_OFF + 8 * FLAG_MAX_RANKS * FLAG_MAX_BLOCKS)
+#define FLAG_BASE_OFF (FLAG_CONS_OFF + 8 * FLAG_MAX_RANKS * FLAG_MAX_BLOCKS)
+#define FLAG_ABORT_OFF (FLAG_BASE_OFF + 8 * FLAG_MAX_BLOCKS)
+#define FLAG_PLAN_OFF (26 * 1024)
 #define FLAG_DATA_OFF 65536
 #define FLAG_SLOT_HDR 256
 
@@ -62,6 +83,8 @@ struct FlagCtl {
     u64 errHost;
     u64 timeoutNs;
     u64 slotBytes, depth, maxBlocks, nranks, me;
+    u64 host[FLAG_MAX_RANKS];
+    u64 hostSlot, hostBlocks, times;
 };
 
 __device__ __forceinline__ u64 ld_acquire(const u64* p) {
@@ -81,7 +104,18 @@ __device__ __forceinline__ vec16 ld_cg(const vec16* p) {
     vec16 v;
     asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+// ld_vol loads from pinned host memory that another GPU writes: never from
+// a cache line this GPU may hold.
+__device__ __forceinline__ vec16 ld_vol(const vec16* p) {
+    vec16 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
     return v;
 }
 template <class S>
@@ -120,7 +154,7 @@ __device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const Flag
 
 // fold_vec folds U vectors of 16 bytes at i, i+nt, ...: the loads of one
 // rank's U vectors are in flight together.
-template <class T, int U, int NR, class F>
+template <class T, int U, int NR, bool H, class F>
 __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S* mine,
                                          const typename T::S* const* src, int n, int me, u64 i,
                                          u64 nt, const F& f, u64 div) {
@@ -140,7 +174,7 @@ __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S
 #pragma unroll
         for (int u = 0; u < U; u++) {
             x[u].v = ((const vec16*)mine)[i + u * nt];
-            y[u].v = ld_cg(peer + i + u * nt);
+            y[u].v = H ? ld_vol(peer + i + u * nt) : ld_cg(peer + i + u * nt);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -152,7 +186,9 @@ __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S
         W x[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            x[u].v = r == me ? ((const vec16*)mine)[i + u * nt] : ld_cg((const vec16*)src[r] + i + u * nt);
+            x[u].v = r == me ? ((const vec16*)mine)[i + u * nt]
+                     : H   ? ld_vol((const vec16*)src[r] + i + u * nt)
+                           : ld_cg((const vec16*)src[r] + i + u * nt);
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
@@ -175,7 +211,7 @@ __device__ __forceinline__ void fold_vec(typename T::S* out, const typename T::S
 // fold computes out[i] = in_0[i] op in_1[i] op ... over ranks in order, where
 // rank me's part is `mine` and rank r's is src[r] (local slots), then the
 // division of avg.
-template <class T, int NR, class F>
+template <class T, int NR, bool H, class F>
 __device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mine,
                                      const typename T::S* const* src, int n, int me, u64 cnt,
                                      const F& f, u64 div) {
@@ -186,8 +222,8 @@ __device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mi
     if ((((u64)out | (u64)mine) & 15) == 0) {
         const u64 nv = cnt / V, nt = blockDim.x;
         u64 i = threadIdx.x;
-        for (; i + 3 * nt < nv; i += 4 * nt) fold_vec<T, 4, NR>(out, mine, src, n, me, i, nt, f, div);
-        for (; i < nv; i += nt) fold_vec<T, 1, NR>(out, mine, src, n, me, i, nt, f, div);
+        for (; i + 3 * nt < nv; i += 4 * nt) fold_vec<T, 4, NR, H>(out, mine, src, n, me, i, nt, f, div);
+        for (; i < nv; i += nt) fold_vec<T, 1, NR, H>(out, mine, src, n, me, i, nt, f, div);
         done = nv * V;
     }
     for (u64 i = done + threadIdx.x; i < cnt; i += blockDim.x) {
@@ -230,32 +266,66 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 template <class T, class F>
 __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typename T::S* in, u64 count,
                                                unsigned char* region, u64 chunk, u64 div, u64 sig,
-                                               const F& f) {
+                                               u64 pcount, u64 call, const F& f) {
     typedef typename T::S S;
     __shared__ FlagCtl c;
-    __shared__ u64 b0;
+    __shared__ u64 b0, pc;
     __shared__ int abort_;
+    const u64 t0 = globaltimer();
     if (threadIdx.x == 0) {
         c = *(const FlagCtl*)region;
         b0 = ((const u64*)(region + FLAG_BASE_OFF))[blockIdx.x];
         abort_ = *(volatile u64*)(region + FLAG_ABORT_OFF) != 0;  // an earlier call failed
+        pc = 0;
+        if (call && !abort_) {
+            u64* plan = (u64*)(region + FLAG_PLAN_OFF) + 2 * (call % 4);
+            if (c.me == 0) {
+                pc = pcount;
+                if (blockIdx.x == 0) {
+                    u64* peer = (u64*)((unsigned char*)c.region[1] + FLAG_PLAN_OFF) + 2 * (call % 4);
+                    *(volatile u64*)peer = pcount;
+                    st_release(peer + 1, call);
+                }
+            } else if (wait_at_least(plan + 1, call, c, t0 + c.timeoutNs, 2, 0)) {
+                pc = *(volatile u64*)plan;
+                if (pc > count) {  // rank 0 called with another count
+                    fail(c, 3, 0);
+                    abort_ = 1;
+                }
+            } else {
+                abort_ = 1;
+            }
+        }
     }
     __syncthreads();
+    if (abort_) return;
     const int n = (int)c.nranks, me = (int)c.me;
-    const u64 b = blockIdx.x, grid = gridDim.x;
-    const u64 G = (count + chunk - 1) / chunk;
+    // Roles: with a PCIe part, blocks [0, nvg) take the head [0, count-pc)
+    // over NVLink in chunks of `chunk`, blocks [nvg, grid) the tail over
+    // host memory in chunks of hostSlot less the header.
+    const u64 pg = call ? c.hostBlocks : 0, nvg = gridDim.x - pg;
+    const bool host = blockIdx.x >= nvg;
+    const u64 b = host ? blockIdx.x - nvg : blockIdx.x, grid = host ? pg : nvg;
+    const u64 base = host ? count - pc : 0, len = host ? pc : count - pc;
+    const u64 ck = host ? (c.hostSlot - FLAG_SLOT_HDR) / sizeof(S) : chunk;
+    const u64 G = (len + ck - 1) / ck;
     const u64 nb = G > b ? (G - b + grid - 1) / grid : 0;
-    const u64 deadline = globaltimer() + c.timeoutNs;
+    const u64 deadline = t0 + c.timeoutNs;
+    const u64 cb = blockIdx.x;  // counters are per launched block
     u64* ready = (u64*)(region + FLAG_READY_OFF);  // [s][b], mine
     u64* cons = (u64*)(region + FLAG_CONS_OFF);    // [t][b], mine
     auto slot = [&](int owner, int sender, u64 seq) -> unsigned char* {
+        if (host)
+            return (unsigned char*)c.host[owner] +
+                   ((sender * c.hostBlocks + b) * c.depth + seq % c.depth) * c.hostSlot;
         return (unsigned char*)c.region[owner] + FLAG_DATA_OFF +
                ((sender * c.maxBlocks + b) * c.depth + seq % c.depth) * c.slotBytes;
     };
     auto range = [&](u64 i, u64* lo) -> u64 {
-        *lo = (b + i * grid) * chunk;
-        const u64 hi = *lo + chunk < count ? *lo + chunk : count;
-        return hi - *lo;
+        *lo = (b + i * grid) * ck;
+        const u64 hi = *lo + ck < len ? *lo + ck : len;
+        *lo += base;
+        return hi - (*lo - base);
     };
     // Step i pushes chunk i+1 into every peer's slot and folds chunk i,
     // which the peers pushed in their step i-1: thread 0 waits for room in
@@ -270,9 +340,9 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
         if (threadIdx.x == 0) {
             for (int t = 0; t < n && !abort_; t++) {
                 if (t == me) continue;
-                if (doPush && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + b], sseq + 1 - c.depth, c, deadline, 1, t)) {
+                if (doPush && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + cb], sseq + 1 - c.depth, c, deadline, 1, t)) {
                     abort_ = 1;
-                } else if (doFold && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + b], rseq + 1, c, deadline, 2, t)) {
+                } else if (doFold && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + cb], rseq + 1, c, deadline, 2, t)) {
                     abort_ = 1;
                 } else if (doFold && *(volatile u64*)slot(me, t, rseq) != sig) {
                     fail(c, 3, t);
@@ -288,7 +358,7 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
             for (int t = 0; t < n; t++) {
                 if (t == me) continue;
                 unsigned char* sl = slot(t, me, sseq);
-                if (threadIdx.x == 0) *(u64*)sl = sig;
+                if (threadIdx.x == 0) *(volatile u64*)sl = sig;
                 push((S*)(sl + FLAG_SLOT_HDR), in + lo, cnt);
             }
         }
@@ -297,10 +367,12 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
             const u64 cnt = range((u64)i, &lo);
             const S* src[FLAG_MAX_RANKS];
             for (int t = 0; t < n; t++) src[t] = t == me ? 0 : (const S*)(slot(me, t, rseq) + FLAG_SLOT_HDR);
-            if (n == 2)
-                fold<T, 2>(out + lo, in + lo, src, n, me, cnt, f, div);
+            if (host)
+                fold<T, 2, true>(out + lo, in + lo, src, n, me, cnt, f, div);  // two ranks only
+            else if (n == 2)
+                fold<T, 2, false>(out + lo, in + lo, src, n, me, cnt, f, div);
             else
-                fold<T, 0>(out + lo, in + lo, src, n, me, cnt, f, div);
+                fold<T, 0, false>(out + lo, in + lo, src, n, me, cnt, f, div);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -308,19 +380,26 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
             for (int t = 0; t < n; t++) {
                 if (t == me) continue;
                 unsigned char* peer = (unsigned char*)c.region[t];
-                if (doPush) st_release((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + b, sseq + 1);
-                if (doFold) st_release((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + b, rseq + 1);
+                if (doPush) st_release((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
+                if (doFold) st_release((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + cb, rseq + 1);
             }
         }
     }
-    if (threadIdx.x == 0) ((u64*)(region + FLAG_BASE_OFF))[blockIdx.x] = b0 + nb;
+    if (threadIdx.x == 0) {
+        ((u64*)(region + FLAG_BASE_OFF))[blockIdx.x] = b0 + nb;
+        if (call && c.times) {
+            if (blockIdx.x == 0) *(volatile u64*)((u64*)c.times + FLAG_MAX_BLOCKS) = pc;  // rank 1 learns the split
+            const u64 ns = globaltimer() - t0;
+            *(volatile u64*)((u64*)c.times + blockIdx.x) = call << 40 | (ns < (1ull << 40) ? ns : (1ull << 40) - 1);
+        }
+    }
 }
 
 #define FLAG(OP, OPT, NAME, T)                                                                  \
     extern "C" __global__ void __launch_bounds__(512)                                           \
         flexlink_flag_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
-                                    u64 chunk, u64 div, u64 sig) {                              \
-        flag_allreduce<T>(out, in, count, region, chunk, div, sig, OPT<T>());                   \
+                                    u64 chunk, u64 div, u64 sig, u64 pcount, u64 call) {        \
+        flag_allreduce<T>(out, in, count, region, chunk, div, sig, pcount, call, OPT<T>());     \
     }
 
 #define FLAG_TYPE(NAME, T)      \

@@ -209,7 +209,9 @@ func (f *Fake) MemHostRegister(p unsafe.Pointer, n uint64, flags uint32) error {
 			return fail("cuMemHostRegister", cu.ErrorHostAlreadyRegistered, "%p+%d overlaps %#x+%d", p, n, start, r.n)
 		}
 	}
-	f.host[uintptr(p)] = &hostRange{n: n, registered: true}
+	// The device address of registered memory is its host address (UVA),
+	// so kernels reach it through resolve.
+	f.host[uintptr(p)] = &hostRange{data: unsafe.Slice((*byte)(p), n), n: n, registered: true}
 	return nil
 }
 
@@ -233,7 +235,7 @@ func (f *Fake) MemHostGetDevicePointer(p unsafe.Pointer) (cu.DevPtr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r, ok := f.host[uintptr(p)]; !ok || r.data == nil {
-		return 0, fail("cuMemHostGetDevicePointer", cu.ErrorInvalidValue, "%p is not the start of memory from cuMemHostAlloc", p)
+		return 0, fail("cuMemHostGetDevicePointer", cu.ErrorInvalidValue, "%p is not the start of memory from cuMemHostAlloc or cuMemHostRegister", p)
 	}
 	return cu.DevPtr(uintptr(p)), nil
 }

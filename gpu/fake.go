@@ -29,9 +29,11 @@ func OpenFake(cfg FakeConfig) (*Driver, error) {
 		}
 		f.RegisterKernel(ScaleKernelName(dt), hostScale(dt))
 		for _, op := range reduceOps() {
-			f.RegisterKernel(FlagKernelName(dt, op), hostFlag(dt, op))
+			f.RegisterKernel(FlagKernelName(dt, op), hostFlag(dt, op, flagAR))
+			f.RegisterKernel(FlagRSKernelName(dt, op), hostFlag(dt, op, flagRS))
 		}
 	}
+	f.RegisterKernel(FlagGatherKernelName, hostFlag(dtype.Uint8, dtype.Sum, flagGather))
 	f.RegisterKernel(CopyKernelName, hostCopy)
 	f.RegisterKernel(Copy2KernelName, hostCopy2)
 	return newDriver(f, "fake")

@@ -272,7 +272,7 @@ func TestEmbeddedPTX(t *testing.T) {
 		for _, dt := range dtype.All() {
 			names := []string{ScaleKernelName(dt)}
 			for _, op := range dtype.Ops() {
-				names = append(names, ReduceKernelName(dt, op), FlagKernelName(dt, op))
+				names = append(names, ReduceKernelName(dt, op), FlagKernelName(dt, op), FlagRSKernelName(dt, op))
 			}
 			for _, n := range names {
 				if !have[n] {
@@ -280,13 +280,13 @@ func TestEmbeddedPTX(t *testing.T) {
 				}
 			}
 		}
-		for _, n := range []string{CopyKernelName, Copy2KernelName} {
+		for _, n := range []string{CopyKernelName, Copy2KernelName, FlagGatherKernelName} {
 			if !have[n] {
 				t.Errorf("%s: no kernel %s", tc.target, n)
 			}
 		}
-		if len(have) != 74 {
-			t.Errorf("%s: %d kernels, want 74 (8 dtypes × reduce and flag for sum, prod, min, max, and scale; copy, copy2)", tc.target, len(have))
+		if len(have) != 107 {
+			t.Errorf("%s: %d kernels, want 107 (8 dtypes × reduce, flag and flag reduce-scatter for sum, prod, min, max, and scale; copy, copy2, flag gather)", tc.target, len(have))
 		}
 	}
 }

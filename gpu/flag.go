@@ -165,14 +165,8 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 	if err := s.operands(what, count*dt.Size(), count, out, in); err != nil || count == 0 {
 		return err
 	}
-	if err := l.Check(); err != nil {
+	if err := s.flagCheck(what, region, l, chunk*dt.Size(), grid, ranks); err != nil {
 		return err
-	}
-	if region.dev != s.dev || ranks < 1 || ranks > FlagMaxRanks || region.n < l.RegionBytes(ranks) {
-		return fmt.Errorf("%s: %s: region is not a flag region of %d ranks on this device", s.dev, what, ranks)
-	}
-	if cb := chunk * dt.Size(); chunk <= 0 || cb%256 != 0 || cb > l.SlotBytes-FlagSlotHeader || grid < 1 || grid > l.MaxBlocks {
-		return fmt.Errorf("%s: %s: chunk %d, grid %d: want chunks of a multiple of 256 bytes up to a slot and 1 to %d blocks", s.dev, what, chunk, grid, l.MaxBlocks)
 	}
 	pcount := uint64(0)
 	if pc.Call != 0 {
@@ -198,7 +192,7 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 	}
 	return s.Launch(k.flag[dt][opIndex(op)], [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
 		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
-		FlagSignature(count, dt, op), pcount, pc.Call)
+		FlagSignature(FlagAllReduceKind, count, dt, op), pcount, pc.Call)
 }
 
 // FlagPCIe is a flag call's PCIe part (two ranks, a control block with
@@ -218,10 +212,114 @@ func FlagTime(w uint64) (call uint64, ns int64) {
 	return w >> 40, int64(w & (1<<40 - 1))
 }
 
-// FlagSignature is what a flag call stamps on its chunks: count, dtype
-// and op (never 0 for a non-empty call).
-func FlagSignature(count int, dt dtype.DType, op dtype.Op) uint64 {
-	return uint64(count)<<16 | uint64(dt)<<8 | uint64(op)
+// FlagSignature is what a flag call stamps on its chunks: the collective
+// (FlagAllReduceKind...), count, dtype and op (never 0 for a non-empty call).
+func FlagSignature(kind FlagKind, count int, dt dtype.DType, op dtype.Op) uint64 {
+	return uint64(count)<<20 | uint64(kind)<<16 | uint64(dt)<<8 | uint64(op)
+}
+
+// FlagKind names the collective of a flag call (in its signature).
+type FlagKind int
+
+const (
+	FlagAllReduceKind FlagKind = iota
+	FlagReduceScatterKind
+	FlagAllGatherKind
+	FlagAllToAllKind
+)
+
+// The kernel modes of flag.cu (and the fake's).
+const (
+	flagAR = iota
+	flagRS
+	flagGather
+)
+
+// FlagRSKernelName is the flag reduce-scatter kernel for dt and op (Avg:
+// Sum's); FlagGatherKernelName the flag allgather and alltoall (bytes).
+func FlagRSKernelName(dt dtype.DType, op dtype.Op) string {
+	if op == dtype.Avg {
+		op = dtype.Sum
+	}
+	return kernelPrefix + "flagrs_" + op.String() + "_" + kernelType(dt)
+}
+
+const FlagGatherKernelName = kernelPrefix + "flag_gather"
+
+// flagCheck checks what every flag call shares: its layout, region, chunk
+// (bytes cb) and grid.
+func (s *Stream) flagCheck(what string, region *Buffer, l FlagLayout, cb, grid, ranks int) error {
+	if err := l.Check(); err != nil {
+		return err
+	}
+	if region.dev != s.dev || ranks < 1 || ranks > FlagMaxRanks || region.n < l.RegionBytes(ranks) {
+		return fmt.Errorf("%s: %s: region is not a flag region of %d ranks on this device", s.dev, what, ranks)
+	}
+	if cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-FlagSlotHeader || grid < 1 || grid > l.MaxBlocks {
+		return fmt.Errorf("%s: %s: chunk %d bytes, grid %d: want chunks of a multiple of 256 bytes up to a slot and 1 to %d blocks", s.dev, what, cb, grid, l.MaxBlocks)
+	}
+	return nil
+}
+
+// FlagReduceScatter enqueues one flag reduce-scatter: in holds ranks
+// blocks of count elements, out (count elements) = the fold of every
+// rank's block me. Chunks, grid and ordering as FlagAllReduce.
+func (s *Stream) FlagReduceScatter(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	what := fmt.Sprintf("flag reduce-scatter %d %s %s", count, dt, op)
+	if !dt.Valid() || !op.Valid() {
+		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
+	}
+	if err := s.operands(what, count*dt.Size(), count, out); err != nil || count == 0 {
+		return err
+	}
+	if err := s.operands(what, ranks*count*dt.Size(), count, in); err != nil {
+		return err
+	}
+	if err := s.flagCheck(what, region, l, chunk*dt.Size(), grid, ranks); err != nil {
+		return err
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	div := 0
+	if op == dtype.Avg && ranks > 1 {
+		div = ranks
+	}
+	return s.Launch(k.flagrs[dt][opIndex(op)], [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
+		FlagSignature(FlagReduceScatterKind, count, dt, op))
+}
+
+// FlagGather enqueues one flag allgather (a2a false: in holds count bytes,
+// out ranks blocks of them) or alltoall (a2a: in and out hold ranks blocks
+// of count bytes; block t of in goes to rank t). count and chunk are
+// bytes. Grid and ordering as FlagAllReduce.
+func (s *Stream) FlagGather(out, in *Buffer, count int, a2a bool, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	kind, what, inBytes := FlagAllGatherKind, fmt.Sprintf("flag allgather %d bytes", count), count
+	if a2a {
+		kind, what, inBytes = FlagAllToAllKind, fmt.Sprintf("flag alltoall %d bytes", count), ranks*count
+	}
+	if err := s.operands(what, ranks*count, count, out); err != nil || count == 0 {
+		return err
+	}
+	if err := s.operands(what, inBytes, count, in); err != nil {
+		return err
+	}
+	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
+		return err
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	flag := uint64(0)
+	if a2a {
+		flag = 1
+	}
+	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), flag,
+		FlagSignature(kind, count, dtype.Uint8, dtype.Sum))
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

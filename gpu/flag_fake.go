@@ -18,18 +18,26 @@ import (
 // timeouts written to the error word), with the blocks run one after the
 // other. Ranks are goroutines, so a launch blocks until the peers' launches
 // have delivered their chunks, as a kernel would spin.
-func hostFlag(dt dtype.DType, op dtype.Op) cufake.KernelFunc {
+func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 	return func(f *cufake.Fake, grid, _ [3]uint32, params []unsafe.Pointer) error {
-		v, err := kernelArgs(params, 9)
+		nargs := 7
+		if mode == flagAR {
+			nargs = 9
+		}
+		v, err := kernelArgs(params, nargs)
 		if err != nil {
 			return err
 		}
+		v = append(v, 0, 0)[:9] // no PCIe part beyond allreduce
 		raw, err := f.Mem(cu.DevPtr(v[3]), flagCtlBytes)
 		if err != nil {
 			return err
 		}
 		k := &fakeFlag{f: f, c: parseFlagCtl(raw), dt: dt, op: op, region: v[3],
-			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8]}
+			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8], mode: mode}
+		if mode == flagGather {
+			k.a2a, k.div = v[5] != 0, 0
+		}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
 		if abort, err := k.word(k.region + flagAbortOff); err != nil || atomic.LoadUint64(abort) != 0 {
 			return err // an earlier call failed
@@ -71,6 +79,8 @@ type fakeFlag struct {
 	div                                      int
 	deadline                                 time.Time
 	call, pc, pg                             uint64 // the PCIe part: call number (0: none), its elements and blocks
+	mode                                     int    // flagAR, flagRS, flagGather (flag.cu's MODE)
+	a2a                                      bool   // flagGather: alltoall
 }
 
 // plan agrees on the PCIe part as flag.cu does: rank 0 publishes its
@@ -208,13 +218,17 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 	send := func(i uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
-		src, err := k.f.Mem(cu.DevPtr(k.in+lo*sz), cnt*sz)
-		if err != nil {
-			return false, err
-		}
 		for t := 0; t < n; t++ {
 			if t == me {
 				continue
+			}
+			at := lo
+			if k.mode == flagRS || k.mode == flagGather && k.a2a {
+				at += uint64(t) * k.count // block t goes to rank t
+			}
+			src, err := k.f.Mem(cu.DevPtr(k.in+at*sz), cnt*sz)
+			if err != nil {
+				return false, err
 			}
 			if ok, err := k.wait(k.region+flagConsOff+8*(uint64(t)*FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
 				return false, err
@@ -236,6 +250,13 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 	recv := func(i uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
+		if k.mode == flagGather {
+			return k.gatherChunk(seq, lo, cnt, host, b, cb)
+		}
+		mine := lo // this rank's part of the fold
+		if k.mode == flagRS {
+			mine += uint64(me) * k.count
+		}
 		// Like the kernel, float16 and bfloat16 fold in float32 and round
 		// once at the end (after avg's division).
 		wide := k.dt == dtype.Float16 || k.dt == dtype.BFloat16
@@ -247,7 +268,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		for r := 0; r < n; r++ {
 			var part []byte
 			if r == me {
-				part, err = k.f.Mem(cu.DevPtr(k.in+lo*sz), cnt*sz)
+				part, err = k.f.Mem(cu.DevPtr(k.in+mine*sz), cnt*sz)
 			} else {
 				var ok bool
 				if ok, err = k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
@@ -285,17 +306,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		} else {
 			copy(dst, acc)
 		}
-		for s := 0; s < n; s++ {
-			if s == me {
-				continue
-			}
-			w, err := k.word(k.c.Region[s] + flagConsOff + 8*(uint64(me)*FlagMaxBlocks+cb))
-			if err != nil {
-				return false, err
-			}
-			k.store(w, seq+1)
-		}
-		return true, nil
+		return k.consumed(seq, cb)
 	}
 	if nb == 0 {
 		return true, nil
@@ -343,4 +354,56 @@ func narrow(dst, src []byte, dt dtype.DType) {
 		}
 		le.PutUint16(dst[i/2:], h)
 	}
+}
+
+// gatherChunk is a flag allgather's or alltoall's step for one chunk
+// (bytes lo..lo+cnt of every block): the peers' parts out of their slots
+// into their blocks of out, this rank's own part out of in.
+func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bool, error) {
+	n, me := k.c.Ranks, k.c.Me
+	for r := 0; r < n; r++ {
+		dst, err := k.f.Mem(cu.DevPtr(k.out+uint64(r)*k.count+lo), cnt)
+		if err != nil {
+			return false, err
+		}
+		if r == me {
+			at := lo
+			if k.a2a {
+				at += uint64(me) * k.count
+			}
+			src, err := k.f.Mem(cu.DevPtr(k.in+at), cnt)
+			if err != nil {
+				return false, err
+			}
+			copy(dst, src)
+			continue
+		}
+		if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+			return false, err
+		}
+		part, err := k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader+cnt)
+		if err != nil {
+			return false, err
+		}
+		if binary.LittleEndian.Uint64(part) != k.sig {
+			return false, k.fail(3, cb, r)
+		}
+		copy(dst, part[FlagSlotHeader:])
+	}
+	return k.consumed(seq, cb)
+}
+
+// consumed raises every sender's cons counter of block cb to seq+1.
+func (k *fakeFlag) consumed(seq, cb uint64) (bool, error) {
+	for s := 0; s < k.c.Ranks; s++ {
+		if s == k.c.Me {
+			continue
+		}
+		w, err := k.word(k.c.Region[s] + flagConsOff + 8*(uint64(k.c.Me)*FlagMaxBlocks+cb))
+		if err != nil {
+			return false, err
+		}
+		k.store(w, seq+1)
+	}
+	return true, nil
 }

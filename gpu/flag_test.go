@@ -73,9 +73,10 @@ func TestFlagNames(t *testing.T) {
 	if got := FlagKernelName(dtype.BFloat16, dtype.Max); got != "flexlink_flag_max_bf16" {
 		t.Errorf("max on bfloat16: %s", got)
 	}
-	if FlagSignature(100, dtype.Float32, dtype.Sum) == FlagSignature(101, dtype.Float32, dtype.Sum) ||
-		FlagSignature(100, dtype.Float32, dtype.Sum) == FlagSignature(100, dtype.Float32, dtype.Max) ||
-		FlagSignature(100, dtype.Float32, dtype.Sum) == FlagSignature(100, dtype.Int32, dtype.Sum) {
+	if FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == FlagSignature(FlagAllReduceKind, 101, dtype.Float32, dtype.Sum) ||
+		FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Max) ||
+		FlagSignature(FlagAllGatherKind, 100, dtype.Uint8, dtype.Sum) == FlagSignature(FlagAllToAllKind, 100, dtype.Uint8, dtype.Sum) ||
+		FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == FlagSignature(FlagAllReduceKind, 100, dtype.Int32, dtype.Sum) {
 		t.Error("signatures of different calls agree")
 	}
 }

@@ -90,6 +90,8 @@ type kernelSet struct {
 	reduce  [8][numReduceOps]*Function // by dtype, then reduceOps order
 	scale   [8]*Function
 	flag    [8][numReduceOps]*Function // the flag allreduce (flag.go)
+	flagrs  [8][numReduceOps]*Function // the flag reduce-scatter
+	gather  *Function                  // the flag allgather and alltoall
 	copy    *Function                  // flexlink_copy (Stream.Copy)
 	copy2   *Function                  // flexlink_copy2 (Stream.Copy2)
 	maxGrid uint32
@@ -113,6 +115,10 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 		ptx = b
 	} else {
 		b, ok := kernels.ReducePTX(dv.major, dv.minor)
+		if !ok && !kernels.Embedded() {
+			return nil, fmt.Errorf("%s: this binary carries no kernels (built with the tag flexlink_noptx): set FLEXLINK_GPU_PTX to a PTX file of gpu/kernels: %w",
+				dv, errs.ErrNotSupported)
+		}
 		if !ok {
 			return nil, fmt.Errorf("%s: reduction kernels need compute capability 8.0 or later, have %d.%d: %w",
 				dv, dv.major, dv.minor, errs.ErrNotSupported)
@@ -132,6 +138,9 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 			if k.flag[dt][i], err = mod.Function(FlagKernelName(dt, op)); err != nil {
 				break
 			}
+			if k.flagrs[dt][i], err = mod.Function(FlagRSKernelName(dt, op)); err != nil {
+				break
+			}
 		}
 		if err == nil {
 			k.scale[dt], err = mod.Function(ScaleKernelName(dt))
@@ -143,6 +152,9 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 	}
 	if k.copy, err = mod.Function(CopyKernelName); err == nil {
 		k.copy2, err = mod.Function(Copy2KernelName)
+	}
+	if err == nil {
+		k.gather, err = mod.Function(FlagGatherKernelName)
 	}
 	if err != nil {
 		mod.Close()

@@ -212,7 +212,7 @@ func devCases(n int, big int) []devCase {
 			cs = append(cs, devCase{kind: devAllReduce, count: 1000 + 3, dt: dt, op: op})
 		}
 	}
-	for _, count := range []int{0, 1, 7, 4099, big} {
+	for _, count := range []int{0, 1, 7, 4099, big / 16, big} { // big/16: flag kernels at 2 ranks, slots wrap
 		for _, inPlace := range []bool{false, true} {
 			f := dtype.Float32
 			cs = append(cs,

@@ -284,7 +284,7 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 		return err
 	}
 	if p.flag.takes(o) {
-		return p.flagAllReduce(o, s)
+		return p.flagCall(o, s)
 	}
 	peers := p.peersOf(o)
 	p.calls++

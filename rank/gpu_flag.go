@@ -35,10 +35,12 @@ const (
 	flagDepth      = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
 	flagMinChunk   = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
 	flagAutoSmall  = 1 << 20  // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
+	flagAutoColl2  = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with two ranks
+	flagAutoColl   = 1 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with more
 	flagSmallMax   = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields = 3        // per region: slot bytes, depth, max blocks
 	flagRegionBlob = flagBlobFields*8 + gpu.IPCHandleSize
-	flagBlobHead   = 16                                             // enabled, the largest call taken
+	flagBlobHead   = 24                                             // enabled, the largest allreduce, the largest other block
 	flagBlobBytes  = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region, the PCIe part
 )
 
@@ -59,14 +61,15 @@ type flagRegion struct {
 }
 
 type flagPlane struct {
-	maxBytes int           // largest allreduce taken (bytes)
-	regions  [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
-	errMem   *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
-	last     *gpu.Event    // after the latest flag kernel
-	lastS    *gpu.Stream   // the stream it was recorded on
-	calls    uint64
-	pcie     *flagPCIe // the large region's PCIe part (gpu_flag_pcie.go); nil: NVLink only
-	cacheDir string    // where rank 0 saves the PCIe part's balancer
+	maxBytes  int           // largest allreduce taken (bytes)
+	collBytes int           // largest per-peer block of a reduce-scatter, allgather or alltoall taken (bytes)
+	regions   [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
+	errMem    *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
+	last      *gpu.Event    // after the latest flag kernel
+	lastS     *gpu.Stream   // the stream it was recorded on
+	calls     uint64
+	pcie      *flagPCIe // the large region's PCIe part (gpu_flag_pcie.go); nil: NVLink only
+	cacheDir  string    // where rank 0 saves the PCIe part's balancer
 
 	// The abort watcher: when the job is aborted (a peer lost, a failure on
 	// another rank), it sets this rank's abort words through abortS, so
@@ -115,10 +118,21 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 	}
 }
 
-// takes reports whether o runs on the flag plane.
+// takes reports whether o runs on the flag plane: allreduces up to
+// maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
+// is at most collBytes.
 func (f *flagPlane) takes(o *devOp) bool {
+	if f == nil {
+		return false
+	}
 	b := o.count * o.dt.Size()
-	return f != nil && o.kind == devAllReduce && b > 0 && b <= f.maxBytes
+	switch o.kind {
+	case devAllReduce:
+		return b > 0 && b <= f.maxBytes
+	case devReduceScatter, devAllGather, devAllToAll:
+		return b > 0 && b <= f.collBytes
+	}
+	return false
 }
 
 // region is the region a call of bytes uses.
@@ -164,7 +178,7 @@ func (p *directPlane) flagWordError(w uint64) error {
 		return nil
 	}
 	if e.What == 3 {
-		return fmt.Errorf("flag kernel (block %d): rank %d on %s called an allreduce of another count, dtype or op: %w",
+		return fmt.Errorf("flag kernel (block %d): rank %d on %s called another collective, or another count, dtype or op: %w",
 			e.Block, e.Peer, p.c.PeerHost(e.Peer), errs.ErrMismatch)
 	}
 	what := "room in its slots"
@@ -175,8 +189,8 @@ func (p *directPlane) flagWordError(w uint64) error {
 		e.Block, what, e.Peer, p.c.PeerHost(e.Peer), errs.ErrTimeout)
 }
 
-// flagAllReduce enqueues o as one flag kernel.
-func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
+// flagCall enqueues o as one flag kernel.
+func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	f := p.flag // do has checked flagError already
 	if se := p.c.world.store.Err(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
@@ -190,18 +204,30 @@ func (p *directPlane) flagAllReduce(o *devOp, s *gpu.Stream) error {
 	g := f.region(o.count * sz)
 	var pc gpu.FlagPCIe
 	l := g.layout
-	if x := f.pcie; x != nil && g == &f.regions[1] {
+	if x := f.pcie; x != nil && g == &f.regions[1] && o.kind == devAllReduce {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
 		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
 	}
-	grid, chunk := shape(l, o.count*sz, sz)
-	if err := s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc); err != nil {
+	var err error
+	switch o.kind {
+	case devAllReduce:
+		grid, chunk := shape(l, o.count*sz, sz)
+		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
+	case devReduceScatter:
+		grid, chunk := shape(l, o.count*sz, sz)
+		err = s.FlagReduceScatter(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n)
+	default: // allgather, alltoall: bytes
+		grid, chunk := shape(l, o.count*sz, 1)
+		err = s.FlagGather(o.recv, o.send, o.count*sz, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
+	}
+	if err != nil {
 		return err
 	}
 	pbytes := 0
 	if pc.Call != 0 {
 		if p.me == 0 {
 			pbytes = pc.Count * sz
+			grid, _ := shape(l, o.count*sz, sz)
 			f.pcie.flagLaunched(pc.Call, grid+pc.Blocks, grid, o.count*sz, pbytes)
 		} else {
 			pbytes = min(f.pcie.lastPCIe(), o.count) * sz // the previous call's, as rank 0's kernel told this one

@@ -29,6 +29,18 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	if maxBytes < -1 {
 		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BYTES=%d: want -1 (auto), 0 (off) or a byte count", maxBytes)
 	}
+	coll, err := env.Int("FLEXLINK_GPU_FLAG_COLL_BYTES")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case coll == -1 && p.n == 2:
+		coll = flagAutoColl2
+	case coll == -1:
+		coll = flagAutoColl
+	case coll < -1:
+		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_COLL_BYTES=%d: want -1 (auto), 0 (off) or a byte count", coll)
+	}
 	if maxBytes == 0 || p.n < 2 || p.n > gpu.FlagMaxRanks {
 		return nil, nil
 	}
@@ -44,7 +56,7 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	// once (one per SM is always resident). Ranks on different GPUs that
 	// end up with different layouts turn the flag plane off (openFlag).
 	blocks = min(blocks, max(1, p.dev.Multiprocessors()))
-	f := &flagPlane{maxBytes: maxBytes}
+	f := &flagPlane{maxBytes: maxBytes, collBytes: coll}
 	for i, b := range []int{budget / 4, budget} {
 		slot := b / (p.n * max(blocks, 1) * flagDepth) / 256 * 256
 		l := gpu.FlagLayout{SlotBytes: slot, Depth: flagDepth, MaxBlocks: blocks}
@@ -83,6 +95,7 @@ func (p *directPlane) setupFlag(b []byte) error {
 	le := binary.LittleEndian
 	le.PutUint64(b, 1)
 	le.PutUint64(b[8:], uint64(f.maxBytes))
+	le.PutUint64(b[16:], uint64(f.collBytes))
 	for i := range f.regions {
 		g := &f.regions[i]
 		w := b[flagBlobHead+i*flagRegionBlob:]
@@ -121,7 +134,7 @@ func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte) error {
 	}
 	le := binary.LittleEndian
 	for r, b := range blobs {
-		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.maxBytes)
+		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.maxBytes) && le.Uint64(b[16:]) == uint64(f.collBytes)
 		for i := range f.regions {
 			w := b[flagBlobHead+i*flagRegionBlob:]
 			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}

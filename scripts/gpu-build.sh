@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 out=.devbin
 mkdir -p "$out"
 export GOOS=linux GOARCH=amd64
-flags=(-trimpath -ldflags='-s -w' -tags flexlink_nosm80) # the GPU machine is Hopper: no sm_80 PTX
+# No PTX in the binaries (tag flexlink_noptx): gpu-device.sh compiles
+# gpu/kernels with the GPU machine's nvcc and points FLEXLINK_GPU_PTX at it
+# (the PTX is 10 MB, and the folder must stay under the tool's 64 MiB).
+flags=(-trimpath -ldflags='-s -w' -tags flexlink_noptx)
 go build "${flags[@]}" -o "$out/" ./cmd/flexbench ./cmd/flexinfo
 if ! go build "${flags[@]}" -o "$out/" ./cmd/flexrun 2>"$out/flexrun-build.err"; then
 	# Someone's launcher work in progress does not build: take flexrun's
@@ -42,12 +45,15 @@ PY
 	rm -rf "$tmp"
 fi
 rm -f "$out/flexrun-build.err"
-for pkg in rank gpu internal/nccl; do
+for pkg in rank internal/nccl; do
 	go test -c "${flags[@]}" -o "$out/$(basename "$pkg").test" "./$pkg"
 done
+# The gpu package's tests check the embedded PTX and run the fake driver on
+# it: that binary carries the sm_90 file.
+go test -c -trimpath -ldflags='-s -w' -tags flexlink_nosm80 -o "$out/gpu.test" ./gpu
 anchor=../shared/anchors/nccl_baseline.py
 if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh "$out/"
-rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/"
+rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu gpu/kernels/reduce_sm90.ptx "$out/kernels/"
 cp scripts/pcie_sm_probe.cu "$out/"
 du -sh "$out"

@@ -39,9 +39,9 @@ OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-perf}
 case $mode in
-perf | flagpcie | smalltune | flagtune | storetune | quick | dev | full) ;;
+perf | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full) ;;
 *)
-	echo "gpu-device.sh: unknown mode $mode (perf, flagpcie, smalltune, flagtune, storetune, quick, dev, full)" >&2
+	echo "gpu-device.sh: unknown mode $mode (perf, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full)" >&2
 	exit 2
 	;;
 esac
@@ -67,6 +67,13 @@ if [ -d $B/kernels ]; then
 		stamp kernels done
 	} >"$OUT/kernels.log" 2>&1
 	if [ -s "$OUT/reduce_sm90.ptx" ]; then export FLEXLINK_GPU_PTX=$OUT/reduce_sm90.ptx; fi
+fi
+# The binaries carry no PTX (gpu-build.sh: tag flexlink_noptx): without
+# nvcc here, run on the committed PTX carried beside them.
+compiled=1
+if [ -z "${FLEXLINK_GPU_PTX:-}" ]; then
+	compiled=0
+	export FLEXLINK_GPU_PTX=$B/kernels/reduce_sm90.ptx
 fi
 
 iters=(-n 10 -w 3) # sizes that only show the path works
@@ -117,12 +124,44 @@ if [ "$mode" = storetune ]; then
 	exit 0
 fi
 
-if [ "$mode" = flagpcie ]; then
-	if [ -z "${FLEXLINK_GPU_PTX:-}" ]; then
-		echo "flagpcie: the kernels did not compile here; not running the committed PTX (it may predate them)"
+if [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ]; then
+	if [ "$compiled" = 0 ]; then
+		echo "$mode: the kernels did not compile here; not running the committed PTX (it may predate them)"
 		cat "$OUT/kernels.log"
 		exit 1
 	fi
+fi
+
+if [ "$mode" = flagcoll ]; then
+	# Flag kernels for reduce-scatter, allgather and alltoall: the GPU
+	# tests, then each collective on flag kernels for every size and on the
+	# copy-lane paths, beside NCCL (docs/PERF.md), then the allreduce.
+	{
+		stamp "rank tests"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 200 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 195s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
+		echo "rank.test exit ${PIPESTATUS[0]}"
+	} >"$OUT/tests.log" 2>&1
+	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+	for op in allgather reducescatter alltoall; do
+		{
+			stamp "$op 64 KiB-256 MiB, flag kernels for every size (FLEXLINK_GPU_FLAG_COLL_BYTES=1T), beside NCCL"
+			FLEXLINK_GPU_FLAG_COLL_BYTES=1099511627776 bench 45 $op --backend both -b 64K -e 256M -f 4 "${must[@]}"
+			stamp "$op 64 KiB-256 MiB, copy-lane paths (FLEXLINK_GPU_FLAG_COLL_BYTES=0)"
+			FLEXLINK_GPU_FLAG_COLL_BYTES=0 bench 45 $op -b 64K -e 256M -f 4 "${must[@]}"
+		} >"$OUT/bench-$op.log" 2>&1
+	done
+	{
+		stamp "allreduce 64 KiB-1 GiB, defaults, beside NCCL"
+		bench 45 allreduce --backend both -b 64K -e 1G -f 4 "${must[@]}"
+		stamp "allreduce 64 MiB-1 GiB, FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8 FLEXLINK_PCIE_SHARE=0 (idle PCIe blocks)"
+		FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8 FLEXLINK_PCIE_SHARE=0 bench 30 allreduce -b 64M -e 1G -f 4 "${must[@]}"
+	} >"$OUT/bench-allreduce.log" 2>&1
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -230
+	exit 0
+fi
+
+if [ "$mode" = flagpcie ]; then
 	# The flag allreduce's PCIe part: its tests, then NVLink only, the
 	# balancer and fixed shares, beside NCCL (docs/PERF.md).
 	{
@@ -135,8 +174,8 @@ if [ "$mode" = flagpcie ]; then
 	{
 		stamp "allreduce 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink, beside NCCL"
 		FLEXLINK_LINKS=nvlink bench 40 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
-		stamp "allreduce 64 MiB-1 GiB, defaults (balancer), beside NCCL"
-		bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		stamp "allreduce 64 MiB-1 GiB, FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8 (balancer), beside NCCL"
+		FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8 bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
 		for v in ${PCIE_VARIANTS:-"8 0.04" "8 0.07" "8 0.10" "8 0.13" "4 0.07" "16 0.07" "16 0.10"}; do
 			set -- $v
 			stamp "allreduce 64 MiB-1 GiB, FLEXLINK_GPU_FLAG_PCIE_BLOCKS=$1 FLEXLINK_PCIE_SHARE=$2"

@@ -238,8 +238,8 @@ __device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mi
 }
 
 // push copies cnt elements of src into dst (a peer's slot), 16-byte vectors
-// when both allow it.
-template <class S>
+// when both allow it; CG: src is a slot a peer wrote (loads skip L1).
+template <class S, bool CG = false>
 __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
     const u64 V = 16 / sizeof(S);
     u64 done = 0;
@@ -253,20 +253,31 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
         for (; i + (U - 1) * nt < nv; i += U * nt) {
             vec16 x[U];
 #pragma unroll
-            for (int u = 0; u < U; u++) x[u] = s[i + u * nt];
+            for (int u = 0; u < U; u++) x[u] = CG ? ld_cg(s + i + u * nt) : s[i + u * nt];
 #pragma unroll
             for (int u = 0; u < U; u++) d[i + u * nt] = x[u];
         }
-        for (; i < nv; i += nt) d[i] = s[i];
+        for (; i < nv; i += nt) d[i] = CG ? ld_cg(s + i) : s[i];
         done = nv * V;
     }
-    for (u64 i = done + threadIdx.x; i < cnt; i += blockDim.x) dst[i] = src[i];
+    for (u64 i = done + threadIdx.x; i < cnt; i += blockDim.x) dst[i] = CG ? ld_cg_one(src + i) : src[i];
 }
 
-template <class T, class F>
-__device__ __forceinline__ void flag_allreduce(typename T::S* out, const typename T::S* in, u64 count,
-                                               unsigned char* region, u64 chunk, u64 div, u64 sig,
-                                               u64 pcount, u64 call, const F& f) {
+// MODE: FLAG_AR allreduce (out = fold of every rank's in); FLAG_RS
+// reduce-scatter (in holds nranks blocks of count, block t goes to rank t,
+// out = fold of every rank's block me); FLAG_GATHER allgather (out holds
+// nranks blocks, block r = rank r's in) or, with a2a, alltoall (in and out
+// hold nranks blocks; block t of in goes to rank t, block r of out comes
+// from rank r). The push and the slots are the same for all: every peer
+// transfer is count elements, cut into the same chunks.
+#define FLAG_AR 0
+#define FLAG_RS 1
+#define FLAG_GATHER 2
+
+template <class T, int MODE, class F>
+__device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S* in, u64 count,
+                                         unsigned char* region, u64 chunk, u64 div, u64 sig,
+                                         u64 pcount, u64 call, bool a2a, const F& f) {
     typedef typename T::S S;
     __shared__ FlagCtl c;
     __shared__ u64 b0, pc;
@@ -304,7 +315,7 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
     // over NVLink in chunks of `chunk`, blocks [nvg, grid) the tail over
     // host memory in chunks of hostSlot less the header.
     const u64 pg = call ? c.hostBlocks : 0, nvg = gridDim.x - pg;
-    const bool host = blockIdx.x >= nvg;
+    const bool host = MODE == FLAG_AR && blockIdx.x >= nvg;  // only allreduces have a PCIe part
     const u64 b = host ? blockIdx.x - nvg : blockIdx.x, grid = host ? pg : nvg;
     const u64 base = host ? count - pc : 0, len = host ? pc : count - pc;
     const u64 ck = host ? (c.hostSlot - FLAG_SLOT_HDR) / sizeof(S) : chunk;
@@ -359,7 +370,8 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
                 if (t == me) continue;
                 unsigned char* sl = slot(t, me, sseq);
                 if (threadIdx.x == 0) *(volatile u64*)sl = sig;
-                push((S*)(sl + FLAG_SLOT_HDR), in + lo, cnt);
+                const bool perPeer = MODE == FLAG_RS || (MODE == FLAG_GATHER && a2a);
+                push((S*)(sl + FLAG_SLOT_HDR), in + (perPeer ? t * count : 0) + lo, cnt);
             }
         }
         if (doFold) {
@@ -367,7 +379,19 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
             const u64 cnt = range((u64)i, &lo);
             const S* src[FLAG_MAX_RANKS];
             for (int t = 0; t < n; t++) src[t] = t == me ? 0 : (const S*)(slot(me, t, rseq) + FLAG_SLOT_HDR);
-            if (host)
+            if (MODE == FLAG_GATHER) {
+                for (int r = 0; r < n; r++) {
+                    if (r == me)
+                        push(out + r * count + lo, in + (a2a ? me * count : 0) + lo, cnt);
+                    else
+                        push<S, true>(out + r * count + lo, src[r], cnt);
+                }
+            } else if (MODE == FLAG_RS) {
+                if (n == 2)
+                    fold<T, 2, false>(out + lo, in + me * count + lo, src, n, me, cnt, f, div);
+                else
+                    fold<T, 0, false>(out + lo, in + me * count + lo, src, n, me, cnt, f, div);
+            } else if (MODE == FLAG_AR && host)
                 fold<T, 2, true>(out + lo, in + lo, src, n, me, cnt, f, div);  // two ranks only
             else if (n == 2)
                 fold<T, 2, false>(out + lo, in + lo, src, n, me, cnt, f, div);
@@ -399,7 +423,12 @@ __device__ __forceinline__ void flag_allreduce(typename T::S* out, const typenam
     extern "C" __global__ void __launch_bounds__(512)                                           \
         flexlink_flag_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
                                     u64 chunk, u64 div, u64 sig, u64 pcount, u64 call) {        \
-        flag_allreduce<T>(out, in, count, region, chunk, div, sig, pcount, call, OPT<T>());     \
+        flag_run<T, FLAG_AR>(out, in, count, region, chunk, div, sig, pcount, call, false, OPT<T>()); \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(512)                                           \
+        flexlink_flagrs_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
+                                      u64 chunk, u64 div, u64 sig) {                            \
+        flag_run<T, FLAG_RS>(out, in, count, region, chunk, div, sig, 0, 0, false, OPT<T>());   \
     }
 
 #define FLAG_TYPE(NAME, T)      \
@@ -416,3 +445,10 @@ FLAG_TYPE(f16, TF16)
 FLAG_TYPE(bf16, TBF16)
 FLAG_TYPE(f32, TF32)
 FLAG_TYPE(f64, TF64)
+
+// The flag allgather and alltoall move bytes: count and chunk are bytes.
+extern "C" __global__ void __launch_bounds__(512)
+    flexlink_flag_gather(unsigned char* out, const unsigned char* in, u64 count, unsigned char* region,
+                         u64 chunk, u64 a2a, u64 sig) {
+    flag_run<TU8, FLAG_GATHER>(out, in, count, region, chunk, 0, sig, 0, 0, a2a != 0, Sum<TU8>());
+}

@@ -1,4 +1,4 @@
-//go:build flexlink_nosm80
+//go:build flexlink_nosm80 || flexlink_noptx
 
 package kernels
 

@@ -61,7 +61,7 @@ func (l FlagLayout) Check() error {
 
 // RegionBytes is the size of one rank's region for n ranks.
 func (l FlagLayout) RegionBytes(n int) int {
-	return flagDataOff + n*l.MaxBlocks*l.Depth*l.SlotBytes
+	return flagDataOff + (n-1)*l.MaxBlocks*l.Depth*l.SlotBytes // slots for the n-1 peers
 }
 
 // FlagCtl is a region's control block, written by the host once the peers'
@@ -85,7 +85,7 @@ type FlagCtl struct {
 
 // InboxBytes is the size of one rank's PCIe inbox for n ranks.
 func (c FlagCtl) InboxBytes(n int) int {
-	return n * c.HostBlocks * c.Layout.Depth * c.HostSlot
+	return (n - 1) * c.HostBlocks * c.Layout.Depth * c.HostSlot
 }
 
 // Bytes encodes c as flag.cu's struct FlagCtl.

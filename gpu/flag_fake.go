@@ -131,6 +131,9 @@ func (k *fakeFlag) word(p uint64) (*uint64, error) {
 // count from the first of them).
 func (k *fakeFlag) slot(owner, sender int, host bool, b, seq uint64) uint64 {
 	l := k.c.Layout
+	if sender > owner {
+		sender-- // slots for the owner's peers only
+	}
 	if host {
 		return k.c.Host[owner] + ((uint64(sender)*uint64(k.c.HostBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(k.c.HostSlot)
 	}

@@ -47,8 +47,8 @@ func TestFlagLayout(t *testing.T) {
 		ok    bool
 		bytes int // for 2 ranks
 	}{
-		{FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 2*128*2*262144},
-		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*2*512},
+		{FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144},
+		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*512},
 		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, false, 0}, // no room beside the header
 		{FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
 		{FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},

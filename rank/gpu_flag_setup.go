@@ -57,8 +57,12 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	// end up with different layouts turn the flag plane off (openFlag).
 	blocks = min(blocks, max(1, p.dev.Multiprocessors()))
 	f := &flagPlane{maxBytes: maxBytes, collBytes: coll}
-	for i, b := range []int{budget / 4, budget} {
-		slot := b / (p.n * max(blocks, 1) * flagDepth) / 256 * 256
+	// The small region: a quarter of the budget spread as if over n
+	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
+	// their slots close together, docs/PERF.md); the large region: the whole
+	// budget over the n-1 peers' slots (512 KiB).
+	for i, b := range []int{budget / 4 * (p.n - 1) / p.n, budget} {
+		slot := b / ((p.n - 1) * max(blocks, 1) * flagDepth) / 256 * 256
 		l := gpu.FlagLayout{SlotBytes: slot, Depth: flagDepth, MaxBlocks: blocks}
 		if err := l.Check(); err != nil {
 			return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BLOCKS=%d, FLEXLINK_GPU_FLAG_REGION_BYTES=%d: %w", blocks, budget, err)

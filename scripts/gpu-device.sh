@@ -221,38 +221,43 @@ fi
 
 if [ "$mode" = perf ]; then
 	# The shipped defaults beside NCCL (docs/PERF.md): every GPU test, then
-	# the four collectives 1 MiB-1 GiB, then the FlexLink comparison (NVLink
-	# only, NVLink + PCIe, NCCL) for allreduce and allgather 64 MiB-1 GiB.
+	# the four collectives 64 KiB-1 GiB, then the FlexLink comparison
+	# (NVLink only, NVLink + PCIe, NCCL) for allreduce and allgather
+	# 64 MiB-1 GiB, and the flag region's slot size.
 	{
 		stamp "rank tests"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 150 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 145s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 220 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 215s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
 		echo "rank.test exit ${PIPESTATUS[0]}"
 		stamp "gpu package tests"
-		timeout 40 $B/gpu.test -test.timeout 35s 2>&1 | tail -3
+		timeout 60 $B/gpu.test -test.timeout 55s 2>&1 | tail -3
 	} >"$OUT/tests.log" 2>&1
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	rm -rf "$FLEXLINK_CACHE_DIR"
 	for op in allreduce allgather reducescatter alltoall; do
 		{
-			stamp "$op 1 MiB-1 GiB, defaults, beside NCCL"
-			bench 45 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
+			stamp "$op 64 KiB-1 GiB, defaults, beside NCCL"
+			bench 45 $op --backend both -b 64K -e 1G -f 4 "${must[@]}"
 		} >>"$OUT/bench-${op/reducescatter/rs-a2a}.log" 2>&1
 	done
 	mv "$OUT/bench-alltoall.log" /tmp/a2a.log && cat /tmp/a2a.log >>"$OUT/bench-rs-a2a.log" # 8 files come back
 	{
 		stamp "allreduce 1 MiB latency, defaults, beside NCCL (200 iterations)"
 		bench 25 allreduce --backend both -b 1M -e 1M -n 200 -w 50
-		stamp "allreduce 64 MiB-1 GiB, handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), FLEXLINK_LINKS=nvlink, beside NCCL"
-		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink bench 40 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
-		stamp "allreduce 64 MiB-1 GiB, handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), FLEXLINK_LINKS=nvlink,pcie, beside NCCL"
-		FLEXLINK_GPU_FLAG_BYTES=0 FLEXLINK_LINKS=nvlink,pcie bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		stamp "allreduce 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink, beside NCCL"
+		FLEXLINK_LINKS=nvlink bench 40 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp "allreduce 64 MiB-1 GiB, flag kernel with its PCIe part (FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8, balancer), beside NCCL"
+		FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8 bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		stamp "allreduce 64 MiB-1 GiB, handshake allreduce with copy-engine PCIe (FLEXLINK_GPU_FLAG_BYTES=0), beside NCCL"
+		FLEXLINK_GPU_FLAG_BYTES=0 bench 40 allreduce --backend both -b 64M -e 1G -f 4 -n 40 -w 10
+		stamp "allreduce 64 MiB-1 GiB, FLEXLINK_GPU_FLAG_REGION_BYTES=67108864 (256 KiB slots)"
+		FLEXLINK_GPU_FLAG_REGION_BYTES=67108864 bench 30 allreduce -b 64M -e 1G -f 4 "${must[@]}"
 		stamp "allgather 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink, beside NCCL"
 		FLEXLINK_LINKS=nvlink bench 40 allgather --backend both -b 64M -e 1G -f 4 "${must[@]}"
 		stamp "allgather 64 MiB-1 GiB, FLEXLINK_LINKS=nvlink,pcie, beside NCCL"
 		FLEXLINK_LINKS=nvlink,pcie bench 40 allgather --backend both -b 64M -e 1G -f 4 -n 40 -w 10
 	} >"$OUT/flexlink.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares\|gpu memory\|^ok\|^FAIL" "$OUT"/*.log | grep -v "\[INFO\]" | head -200
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares\|gpu memory\|^ok\|^FAIL" "$OUT"/*.log | grep -v "\[INFO\]" | head -260
 	exit 0
 fi
 

@@ -27,7 +27,8 @@
 //                     than the host's word, stop too
 //   26 KiB            plan[4]{pcount, seq}: rank 0's PCIe split of call
 //                     seq-1, written by rank 0 (see "PCIe part")
-//   [64 KiB, ...)     data[s][b][k]: slot k of sender s's block b, slotBytes:
+//   [64 KiB, ...)     data[p][b][k]: slot k of block b of peer p (the
+//                     senders other than this rank, in rank order), slotBytes:
 //                     a 256-byte header (u64 sig: the call's signature),
 //                     then the chunk
 //
@@ -325,7 +326,10 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
     const u64 cb = blockIdx.x;  // counters are per launched block
     u64* ready = (u64*)(region + FLAG_READY_OFF);  // [s][b], mine
     u64* cons = (u64*)(region + FLAG_CONS_OFF);    // [t][b], mine
+    // A region holds slots for its owner's peers only: sender's index among
+    // them is sender, less one past the owner.
     auto slot = [&](int owner, int sender, u64 seq) -> unsigned char* {
+        if (sender > owner) sender--;
         if (host)
             return (unsigned char*)c.host[owner] +
                    ((sender * c.hostBlocks + b) * c.depth + seq % c.depth) * c.hostSlot;

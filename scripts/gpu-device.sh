@@ -124,7 +124,7 @@ if [ "$mode" = storetune ]; then
 	exit 0
 fi
 
-if [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ]; then
+if [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ] || { [ "$mode" = perf ] && [ -d $B/kernels ] && [ -z "${PERF_COMMITTED_PTX:-}" ]; }; then
 	if [ "$compiled" = 0 ]; then
 		echo "$mode: the kernels did not compile here; not running the committed PTX (it may predate them)"
 		cat "$OUT/kernels.log"

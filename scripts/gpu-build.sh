@@ -45,15 +45,14 @@ PY
 	rm -rf "$tmp"
 fi
 rm -f "$out/flexrun-build.err"
-for pkg in rank internal/nccl; do
+# gpu.test runs only its real-GPU tests there (TestGPU*, on FLEXLINK_GPU_PTX);
+# its fake-driver tests need the embedded PTX and run here.
+for pkg in rank gpu internal/nccl; do
 	go test -c "${flags[@]}" -o "$out/$(basename "$pkg").test" "./$pkg"
 done
-# The gpu package's tests check the embedded PTX and run the fake driver on
-# it: that binary carries the sm_90 file.
-go test -c -trimpath -ldflags='-s -w' -tags flexlink_nosm80 -o "$out/gpu.test" ./gpu
 anchor=../shared/anchors/nccl_baseline.py
 if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh "$out/"
-rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu gpu/kernels/reduce_sm90.ptx "$out/kernels/"
+rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/" # the device tool also copies the tree: gpu-device.sh prefers its gpu/kernels (and the committed PTX there)
 cp scripts/pcie_sm_probe.cu "$out/"
 du -sh "$out"

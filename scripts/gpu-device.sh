@@ -52,16 +52,18 @@ stamp() { echo "== $(($(date +%s) - T0))s $*"; }
 # Kernels: where nvcc exists, compile gpu/kernels (carried as
 # .devbin/kernels) to PTX, keep the files in $OUT (they are what
 # gpu/kernels commits) and run everything below on them.
-if [ -d $B/kernels ]; then
+K=$B/kernels # the kernel sources: the working tree's when the device tool copied it
+if [ -f gpu/kernels/reduce.cu ]; then K=gpu/kernels; fi
+if [ -d $K ]; then
 	nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
 	{
 		stamp "nvcc: ${nvcc:-none}"
 		if [ -n "$nvcc" ]; then
 			"$nvcc" --version | tail -2
-			(cd $B/kernels && "$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$OUT/reduce_sm90.ptx" reduce.cu) &
-			(cd $B/kernels && "$nvcc" -ptx -arch=compute_80 -O3 -std=c++17 -o "$OUT/reduce_sm80.ptx" reduce.cu) &
+			(cd $K && "$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$OUT/reduce_sm90.ptx" reduce.cu) &
+			(cd $K && "$nvcc" -ptx -arch=compute_80 -O3 -std=c++17 -o "$OUT/reduce_sm80.ptx" reduce.cu) &
 			wait
-			(cd $B/kernels && "$nvcc" -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -o /tmp/reduce.cubin reduce.cu 2>&1 | grep -A1 flexlink_flag_sum_f32 | head -4)
+			(cd $K && "$nvcc" -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -o /tmp/reduce.cubin reduce.cu 2>&1 | grep -A1 flexlink_flag_sum_f32 | head -4)
 			ls -l "$OUT"/*.ptx
 		fi
 		stamp kernels done
@@ -73,7 +75,7 @@ fi
 compiled=1
 if [ -z "${FLEXLINK_GPU_PTX:-}" ]; then
 	compiled=0
-	export FLEXLINK_GPU_PTX=$B/kernels/reduce_sm90.ptx
+	export FLEXLINK_GPU_PTX=$PWD/$K/reduce_sm90.ptx
 fi
 
 iters=(-n 10 -w 3) # sizes that only show the path works
@@ -124,7 +126,7 @@ if [ "$mode" = storetune ]; then
 	exit 0
 fi
 
-if [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ] || { [ "$mode" = perf ] && [ -d $B/kernels ] && [ -z "${PERF_COMMITTED_PTX:-}" ]; }; then
+if [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ] || { [ "$mode" = perf ] && [ -d $K ] && [ -z "${PERF_COMMITTED_PTX:-}" ]; }; then
 	if [ "$compiled" = 0 ]; then
 		echo "$mode: the kernels did not compile here; not running the committed PTX (it may predate them)"
 		cat "$OUT/kernels.log"
@@ -229,7 +231,7 @@ if [ "$mode" = perf ]; then
 		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 220 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 215s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
 		echo "rank.test exit ${PIPESTATUS[0]}"
 		stamp "gpu package tests"
-		timeout 60 $B/gpu.test -test.timeout 55s 2>&1 | tail -3
+		timeout 60 $B/gpu.test -test.run '^TestGPU' -test.v -test.timeout 55s 2>&1 | grep -v '^=== RUN' | tail -8
 	} >"$OUT/tests.log" 2>&1
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	rm -rf "$FLEXLINK_CACHE_DIR"
@@ -274,7 +276,7 @@ fi
 	echo "rank.test exit ${PIPESTATUS[0]}"
 	if [ "$mode" = full ]; then
 		stamp gpu and nccl package tests
-		timeout 90 $B/gpu.test -test.timeout 85s 2>&1 | tail -5
+		timeout 90 $B/gpu.test -test.run '^TestGPU' -test.timeout 85s 2>&1 | tail -5
 		timeout 60 $B/nccl.test -test.timeout 55s 2>&1 | tail -5
 	fi
 } >"$OUT/tests.log" 2>&1

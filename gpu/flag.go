@@ -29,7 +29,7 @@ const (
 	flagConsOff  = flagReadyOff + 8*FlagMaxRanks*FlagMaxBlocks
 	flagBaseOff  = flagConsOff + 8*FlagMaxRanks*FlagMaxBlocks
 	flagAbortOff = flagBaseOff + 8*FlagMaxBlocks
-	flagPlanOff  = 26 * 1024 // plan[4]{pcount, call}: rank 0's PCIe split, written into rank 1's region
+	flagPlanOff  = 26 * 1024 // plan[4]{pcount, sig, call, 0}: rank 0's PCIe split, written into rank 1's region
 	// FlagAbortOffset is where a region's abort word is: the host sets it
 	// (any non-zero value) to end this rank's flag kernels.
 	FlagAbortOffset = flagAbortOff

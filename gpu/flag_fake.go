@@ -84,39 +84,79 @@ type fakeFlag struct {
 }
 
 // plan agrees on the PCIe part as flag.cu does: rank 0 publishes its
-// pcount in rank 1's plan words, rank 1 waits for them.
+// pcount and signature in rank 1's plan words; rank 1 waits for them and,
+// meanwhile, watches block 0's NVLink slot for a chunk of another call
+// (rank 0 runs a call without a plan: a mismatch, not a wait).
 func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	if k.call == 0 {
 		return true, nil
 	}
 	k.pg = uint64(k.c.HostBlocks)
-	at := flagPlanOff + 16*(k.call%4)
+	at := flagPlanOff + 32*(k.call%4)
 	if k.c.Me == 0 {
 		k.pc = pcount
-		v, err := k.word(k.c.Region[1] + at)
-		if err != nil {
-			return false, err
+		var w [3]*uint64
+		for i := range w {
+			var err error
+			if w[i], err = k.word(k.c.Region[1] + at + 8*uint64(i)); err != nil {
+				return false, err
+			}
 		}
-		seq, err := k.word(k.c.Region[1] + at + 8)
-		if err != nil {
-			return false, err
+		atomic.StoreUint64(w[0], pcount)
+		atomic.StoreUint64(w[1], k.sig)
+		k.store(w[2], k.call)
+		if pcount > k.count {
+			return false, k.fail(3, 0, 1)
 		}
-		atomic.StoreUint64(v, pcount)
-		k.store(seq, k.call)
 		return true, nil
 	}
-	if ok, err := k.wait(k.region+at+8, int64(k.call), 2, 0, 0); !ok {
-		return false, err
+	var plan [3]*uint64
+	for i := range plan {
+		var err error
+		if plan[i], err = k.word(k.region + at + 8*uint64(i)); err != nil {
+			return false, err
+		}
 	}
-	v, err := k.word(k.region + at)
+	base, err := k.word(k.region + flagBaseOff)
 	if err != nil {
 		return false, err
 	}
-	k.pc = atomic.LoadUint64(v)
-	if k.pc > k.count {
-		return false, k.fail(3, 0, 0) // rank 0 called with another count
+	b0 := atomic.LoadUint64(base)
+	ready, err := k.word(k.region + flagReadyOff)
+	if err != nil {
+		return false, err
 	}
-	return true, nil
+	hdr, err := k.f.Mem(cu.DevPtr(k.slot(1, 0, false, 0, b0)), 16)
+	if err != nil {
+		return false, err
+	}
+	abort, err := k.word(k.region + flagAbortOff)
+	if err != nil {
+		return false, err
+	}
+	timer := time.NewTimer(time.Until(k.deadline))
+	defer timer.Stop()
+	le := binary.LittleEndian
+	for {
+		changed := k.f.Changed()
+		switch {
+		case atomic.LoadUint64(plan[2]) >= k.call:
+			k.pc = atomic.LoadUint64(plan[0])
+			if atomic.LoadUint64(plan[1]) != k.sig || k.pc > k.count {
+				return false, k.fail(3, 0, 0) // rank 0 called another allreduce
+			}
+			return true, nil
+		case atomic.LoadUint64(ready) >= b0+1 && (le.Uint64(hdr) != k.sig || le.Uint64(hdr[8:]) != b0):
+			return false, k.fail(3, 0, 0)
+		case atomic.LoadUint64(abort) != 0:
+			return false, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false, k.fail(2, 0, 0)
+		}
+	}
 }
 
 func (k *fakeFlag) word(p uint64) (*uint64, error) {
@@ -241,6 +281,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 				return false, err
 			}
 			binary.LittleEndian.PutUint64(dst, k.sig)
+			binary.LittleEndian.PutUint64(dst[8:], seq)
 			copy(dst[FlagSlotHeader:], src)
 			w, err := k.word(k.c.Region[t] + flagReadyOff + 8*(uint64(me)*FlagMaxBlocks+cb))
 			if err != nil {
@@ -278,7 +319,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 					return false, err
 				}
 				part, err = k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader+cnt*sz)
-				if err == nil && binary.LittleEndian.Uint64(part) != k.sig {
+				if err == nil && (binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq) {
 					return false, k.fail(3, cb, r)
 				}
 				part = part[min(len(part), FlagSlotHeader):]
@@ -388,7 +429,7 @@ func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bo
 		if err != nil {
 			return false, err
 		}
-		if binary.LittleEndian.Uint64(part) != k.sig {
+		if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
 			return false, k.fail(3, cb, r)
 		}
 		copy(dst, part[FlagSlotHeader:])

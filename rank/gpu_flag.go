@@ -185,7 +185,7 @@ func (p *directPlane) flagWordError(w uint64) error {
 	if e.What == 2 {
 		what = "its data"
 	}
-	return fmt.Errorf("flag kernel (block %d) waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT for %s from rank %d on %s over nvlink: the peer is gone, stalled, or called a different collective: %w",
+	return fmt.Errorf("flag kernel (block %d) waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT for %s from rank %d on %s: the peer is gone, stalled, or called a different collective: %w",
 		e.Block, what, e.Peer, p.c.PeerHost(e.Peer), errs.ErrTimeout)
 }
 
@@ -206,6 +206,12 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	l := g.layout
 	if x := f.pcie; x != nil && g == &f.regions[1] && o.kind == devAllReduce {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
+		// The inbox slots are per PCIe block, their counters per launched
+		// block: the NVLink grid must not change between such calls (it is
+		// nvcap for every call of 32 MiB and more).
+		if grid, _ := shape(l, o.count*sz, sz); grid != x.nvcap {
+			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", o.count*sz, grid, x.nvcap)
+		}
 		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
 	}
 	var err error

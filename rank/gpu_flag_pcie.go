@@ -3,7 +3,6 @@ package rank
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -102,8 +101,10 @@ func (p *directPlane) offerFlagPCIe(f *flagPlane, b []byte) error {
 		return nil
 	}
 	if x.times, err = p.dev.AllocHost(8 * (gpu.FlagMaxBlocks + 1)); err != nil {
-		return fmt.Errorf("gpu flag times: %w", errors.Join(err, x.close("")))
+		p.c.world.log.Warn("gpu flag allreduce: no times array for the pcie part, NVLink only", "error", err)
+		return x.close("")
 	}
+	clear(x.times.Bytes()) // no call's times yet (pinned allocations are not zeroed)
 	f.pcie = x
 	ref := x.inbox.Ref()
 	for i, v := range []uint64{uint64(blocks), uint64(x.slot), uint64(nvcap), uint64(ref.PID), uint64(ref.FD), uint64(ref.Len), ref.Ino} {
@@ -117,7 +118,7 @@ func (p *directPlane) offerFlagPCIe(f *flagPlane, b []byte) error {
 // returns the control block fields for the large region (zero: no PCIe
 // part). Collective whenever both blobs offer an inbox, which both ranks
 // see alike.
-func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]byte) (host [gpu.FlagMaxRanks]uint64, err error) {
+func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]byte, bus []string) (host [gpu.FlagMaxRanks]uint64, err error) {
 	le := binary.LittleEndian
 	at := flagBlobHead + 2*flagRegionBlob
 	field := func(r, i int) uint64 { return le.Uint64(blobs[r][at+8*i:]) }
@@ -157,7 +158,7 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 	}
 	all := make([]byte, p.n)
 	if err := p.c.engine.AllGather(ctx, collectives.HostBuffer(ok), collectives.HostBuffer(all), 1, dtype.Uint8); err != nil {
-		return host, fmt.Errorf("agree on the flag allreduce's pcie inboxes: %w", err)
+		return host, fmt.Errorf("rank %d on %s: agree on the flag allreduce's pcie inboxes: %w", p.me, p.c.Host(), err)
 	}
 	if all[0] != 1 || all[1] != 1 {
 		f.pcie = nil
@@ -168,7 +169,7 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 	}
 	host[p.me], host[peer] = uint64(mine), uint64(theirs)
 	if p.me == 0 {
-		if err := p.flagPlanner(x); err != nil {
+		if err := p.flagPlanner(x, bus[p.me], bus[peer]); err != nil {
 			return host, err
 		}
 	}
@@ -178,12 +179,12 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 
 // flagPlanner gives rank 0 its balancer: the cached profile of this GPU
 // pair when there is one, else the priors.
-func (p *directPlane) flagPlanner(x *flagPCIe) error {
+func (p *directPlane) flagPlanner(x *flagPCIe, mine, theirs string) error {
 	specs := []balance.LinkSpec{
 		{ID: linkNVLink, Kind: fabric.KindNVLink, Bandwidth: flagNVPriorBW, Latency: flagPriorLat},
 		{ID: linkPCIe, Kind: fabric.KindPCIe, Bandwidth: flagPCIePriorBW, Latency: flagPriorLat},
 	}
-	x.key = fmt.Sprintf("gpu-flag %s %d blocks", p.c.Host(), x.blocks)
+	x.key = fmt.Sprintf("gpu-flag %s %s>%s %d blocks", p.c.Host(), mine, theirs, x.blocks)
 	if dir := p.px.cacheDir; dir != "" {
 		if st, err := balance.LoadProfile(dir, x.key); err == nil {
 			if pl, err := balance.Restore(st, specs); err == nil {
@@ -270,8 +271,9 @@ func (p *directPlane) flagObserve(x *flagPCIe) {
 	}
 }
 
-// lastPCIeBytes is the PCIe part of the latest call as the kernels wrote it
-// (rank 1 learns it only so).
+// lastPCIe is the PCIe part (elements) of the latest call whose kernel has
+// started, as it wrote it: on rank 1, which learns the split only so, the
+// call before the one being enqueued, as a rule.
 func (x *flagPCIe) lastPCIe() int {
 	return int(binary.LittleEndian.Uint64(x.times.Bytes()[8*gpu.FlagMaxBlocks:]))
 }

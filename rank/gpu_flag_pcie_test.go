@@ -1,10 +1,15 @@
 package rank
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/internal/errs"
 )
 
 // The flag allreduce's PCIe part on the fake driver: calls on the large
@@ -13,12 +18,16 @@ import (
 // kernel; every element checked against the float64 reference.
 
 func flagPCIeRanks(t *testing.T, extra map[string]string) []*devRank {
+	return flagPCIeRanksBuf(t, extra, 40<<20)
+}
+
+func flagPCIeRanksBuf(t *testing.T, extra map[string]string, bufBytes int) []*devRank {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_BLOCKS": "4",
 		"FLEXLINK_GPU_FLAG_REGION_BYTES": "4194304", "FLEXLINK_GPU_FLAG_PCIE_BLOCKS": "3"}
 	for k, v := range extra {
 		env[k] = v
 	}
-	return fakeRanks(t, 2, gpu.FakeConfig{SMs: 8}, env, 40<<20)
+	return fakeRanks(t, 2, gpu.FakeConfig{SMs: 8}, env, bufBytes)
 }
 
 func TestGPUFakeFlagPCIe(t *testing.T) {
@@ -88,5 +97,70 @@ func TestGPUFakeFlagPCIeOff(t *testing.T) {
 				t.Errorf("%v: rank %d: %d bytes over pcie", env, r.c.Rank(), p.px.last[1])
 			}
 		}
+	}
+}
+
+// TestGPUFakeFlagMismatchKinds: ranks that call different collectives on
+// the flag plane end with ErrMismatch soon, not after the kernel timeout,
+// with the PCIe part too, where rank 1 first waits for rank 0's plan.
+func TestGPUFakeFlagMismatchKinds(t *testing.T) {
+	big := 8<<20 + 37 // the large region: allreduces there have a pcie part
+	type call func(r *devRank, ctx context.Context) error
+	allreduce := func(n int) call {
+		return func(r *devRank, ctx context.Context) error {
+			return r.dc.AllReduce(ctx, r.a, r.b, n, dtype.Float32, dtype.Sum, r.s)
+		}
+	}
+	allgather := func(n int) call {
+		return func(r *devRank, ctx context.Context) error {
+			return r.dc.AllGather(ctx, r.a.Sub(0, n*4), r.b.Sub(0, 2*n*4), n, dtype.Float32, r.s)
+		}
+	}
+	reducescatter := func(n int) call {
+		return func(r *devRank, ctx context.Context) error {
+			return r.dc.ReduceScatter(ctx, r.a.Sub(0, 2*n*4), r.b.Sub(0, n*4), n, dtype.Float32, dtype.Sum, r.s)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		pcie  bool
+		calls [2]call
+	}{
+		{"allgather-allreduce", false, [2]call{allgather(4096), allreduce(4096)}},
+		{"reducescatter-allgather", false, [2]call{reducescatter(5000), allgather(5000)}},
+		{"pcie-allgather-allreduce", true, [2]call{allgather(big), allreduce(big)}}, // both on the large region
+		{"pcie-allreduce-counts", true, [2]call{allreduce(big), allreduce(big + 64)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_FLAG_COLL_BYTES": "1099511627776", "FLEXLINK_GPU_KERNEL_TIMEOUT": "20s"}
+			if tc.pcie {
+				env["FLEXLINK_PCIE_SHARE"] = "0.3"
+			} else {
+				env["FLEXLINK_GPU_FLAG_PCIE_BLOCKS"] = "0"
+			}
+			rs := flagPCIeRanksBuf(t, env, 2*big*4)
+			ctx := testCtx(t, 30*time.Second)
+			start := time.Now()
+			errs2 := onRanks(rs, func(r *devRank) error {
+				if err := tc.calls[r.c.Rank()](r, ctx); err != nil {
+					return err
+				}
+				if err := r.s.Synchronize(); err != nil {
+					return err
+				}
+				return r.dc.AsyncError()
+			})
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("the mismatch took %v to show (a timeout, not a check)", d)
+			}
+			for r, err := range errs2 {
+				if err == nil || !strings.Contains(err.Error(), "rank "+string(rune('0'+1-r))) && !errors.Is(err, errs.ErrMismatch) {
+					t.Errorf("rank %d: %v, want an error naming rank %d or ErrMismatch", r, err, 1-r)
+				}
+			}
+			if !errors.Is(errs2[0], errs.ErrMismatch) && !errors.Is(errs2[1], errs.ErrMismatch) {
+				t.Errorf("no rank reports ErrMismatch: %v / %v", errs2[0], errs2[1])
+			}
+		})
 	}
 }

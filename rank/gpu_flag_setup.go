@@ -131,7 +131,7 @@ func (p *directPlane) setupFlag(b []byte) error {
 // openFlag maps the peers' regions (blobs[r] is rank r's flag part) and
 // writes this rank's control blocks. Every rank sees the same blobs, so
 // all keep the flag plane or all drop it.
-func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte) error {
+func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte, bus []string) error {
 	f := p.flag
 	if f == nil {
 		return nil
@@ -150,11 +150,11 @@ func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte) error {
 			return f.close()
 		}
 	}
-	ptr, err := f.errMem.DevicePtr()
+	host, err := p.openFlagPCIe(ctx, f, blobs, bus) // collective: before any local step that may fail
 	if err != nil {
 		return err
 	}
-	host, err := p.openFlagPCIe(ctx, f, blobs)
+	ptr, err := f.errMem.DevicePtr()
 	if err != nil {
 		return err
 	}

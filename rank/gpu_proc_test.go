@@ -86,9 +86,9 @@ func TestGPUProcs(t *testing.T) {
 		// slots): the real memfd mapping, D2H/H2D and slot events.
 		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_GPU_FLAG_BYTES=0", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_ALLGATHER=push", "FLEXLINK_GPU_ALLTOALL=push"}},
 		// Allgather and alltoall pulled by kernels reading the peers' sends.
-		{"direct-pull", "direct", "read", "2", []string{"FLEXLINK_GPU_ALLGATHER=pull", "FLEXLINK_GPU_ALLTOALL=pull"}},
+		{"direct-pull", "direct", "read", "2", []string{"FLEXLINK_GPU_ALLGATHER=pull", "FLEXLINK_GPU_ALLTOALL=pull", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"}},
 		// Allgather and alltoall pushed by kernel stores, with a PCIe share.
-		{"direct-store-pcie", "direct", "read", "1", []string{"FLEXLINK_GPU_ALLGATHER=store", "FLEXLINK_GPU_ALLTOALL=store", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456"}},
+		{"direct-store-pcie", "direct", "read", "1", []string{"FLEXLINK_GPU_ALLGATHER=store", "FLEXLINK_GPU_ALLTOALL=store", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"}},
 		{"staged", "staged", "auto", "1", nil},
 	} {
 		path := tc.path

@@ -115,7 +115,7 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		err = dp.openPCIe(ctx, pcie, bus)
 	}
 	if err == nil {
-		err = dp.openFlag(ctx, flag)
+		err = dp.openFlag(ctx, flag, bus)
 	}
 	if err != nil {
 		dp.close()

@@ -2,12 +2,12 @@
 # What runs ON the GPU machine, in one call of the device tool, from the
 # repository root with .devbin/ carried (scripts/gpu-build.sh fills it):
 #
-#   .devbin/gpu-device.sh [perf|smalltune|flagtune|storetune|quick|dev|full]
+#   .devbin/gpu-device.sh [perf|flagcoll|flagpcie|smalltune|flagtune|storetune|quick|dev|full]
 #
 # perf (the default) is the one to run: it compiles gpu/kernels with the
 # machine's nvcc (every mode does, when nvcc exists, and runs on that PTX;
 # the files come back in $OUT), runs every GPU test, and measures the four
-# collectives and the FlexLink comparison beside NCCL (~3.5 min). Every
+# collectives and the FlexLink comparison beside NCCL (~5.5 min). Every
 # mode sets FLEXLINK_GPU_KERNEL_TIMEOUT=10s so a broken kernel ends fast.
 # The older modes (quick, dev, full) are described below; their allreduce
 # runs pin the handshake allreduce (FLEXLINK_GPU_FLAG_BYTES=0), the path
@@ -31,7 +31,10 @@
 #   quick  tests + the must-show, fewer iterations            (~3 min)
 #   dev    tests + the must-show + 1-16 MiB + 2 more ops + variants (~5 min)
 #   full   dev + gpu/nccl package tests + the anchor          (~7 min)
-#   perf   kernels from nvcc, every GPU test, the four collectives and the FlexLink comparison beside NCCL (~3.5 min)
+#   perf   kernels from nvcc, every GPU test, the four collectives and the FlexLink comparison beside NCCL (~5.5 min)
+#   check  kernels from nvcc, every GPU test, allreduce and allgather 64 KiB-1 GiB beside NCCL (~4 min)
+#   flagcoll  flag kernels against the copy-lane paths for reduce-scatter, allgather, alltoall (~5 min)
+#   flagpcie  the flag allreduce's PCIe part: fixed shares, block counts, the balancer (~3.5 min)
 #   flagtune, storetune   the experiments behind the flag allreduce's and the store allgather's defaults
 set -uo pipefail
 B=.devbin
@@ -39,9 +42,9 @@ OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-perf}
 case $mode in
-perf | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full) ;;
+perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full) ;;
 *)
-	echo "gpu-device.sh: unknown mode $mode (perf, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full)" >&2
+	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full)" >&2
 	exit 2
 	;;
 esac
@@ -71,11 +74,15 @@ if [ -d $K ]; then
 	if [ -s "$OUT/reduce_sm90.ptx" ]; then export FLEXLINK_GPU_PTX=$OUT/reduce_sm90.ptx; fi
 fi
 # The binaries carry no PTX (gpu-build.sh: tag flexlink_noptx): without
-# nvcc here, run on the committed PTX carried beside them.
+# nvcc here, run on the committed PTX of the working tree.
 compiled=1
 if [ -z "${FLEXLINK_GPU_PTX:-}" ]; then
 	compiled=0
-	export FLEXLINK_GPU_PTX=$PWD/$K/reduce_sm90.ptx
+	export FLEXLINK_GPU_PTX=$PWD/gpu/kernels/reduce_sm90.ptx
+	if [ ! -f "$FLEXLINK_GPU_PTX" ]; then
+		echo "gpu-device.sh: no nvcc here and no gpu/kernels/reduce_sm90.ptx (run from the repository root with the tree)" >&2
+		exit 1
+	fi
 fi
 
 iters=(-n 10 -w 3) # sizes that only show the path works
@@ -126,12 +133,34 @@ if [ "$mode" = storetune ]; then
 	exit 0
 fi
 
-if [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ] || { [ "$mode" = perf ] && [ -d $K ] && [ -z "${PERF_COMMITTED_PTX:-}" ]; }; then
+if [ "$mode" = check ] || [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ] || { [ "$mode" = perf ] && [ -d $K ] && [ -z "${PERF_COMMITTED_PTX:-}" ]; }; then
 	if [ "$compiled" = 0 ]; then
 		echo "$mode: the kernels did not compile here; not running the committed PTX (it may predate them)"
 		cat "$OUT/kernels.log"
 		exit 1
 	fi
+fi
+
+if [ "$mode" = check ]; then
+	# After a kernel change: the PTX (in $OUT, to commit), every GPU test,
+	# and the two main collectives beside NCCL.
+	{
+		stamp "rank tests"
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 220 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 215s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
+		echo "rank.test exit ${PIPESTATUS[0]}"
+		stamp "gpu package tests"
+		timeout 60 $B/gpu.test -test.run '^TestGPU' -test.timeout 55s 2>&1 | tail -3
+	} >"$OUT/tests.log" 2>&1
+	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+	for op in allreduce allgather; do
+		{
+			stamp "$op 64 KiB-1 GiB, defaults, beside NCCL"
+			bench 45 $op --backend both -b 64K -e 1G -f 4 "${must[@]}"
+		} >"$OUT/bench-$op.log" 2>&1
+	done
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\|^ok\|^FAIL" "$OUT"/*.log | grep -v "\[INFO\]" | head -120
+	exit 0
 fi
 
 if [ "$mode" = flagcoll ]; then

@@ -25,12 +25,12 @@
 //   then abort        set (with the error word) when a block of this rank
 //                     fails; the other blocks, polling device memory rather
 //                     than the host's word, stop too
-//   26 KiB            plan[4]{pcount, seq}: rank 0's PCIe split of call
-//                     seq-1, written by rank 0 (see "PCIe part")
+//   26 KiB            plan[4]{pcount, sig, call, 0}: rank 0's PCIe split of
+//                     call number `call`, written by rank 0 (see "PCIe part")
 //   [64 KiB, ...)     data[p][b][k]: slot k of block b of peer p (the
 //                     senders other than this rank, in rank order), slotBytes:
-//                     a 256-byte header (u64 sig: the call's signature),
-//                     then the chunk
+//                     a 256-byte header (u64 sig: the call's signature, u64
+//                     seq: the chunk's number), then the chunk
 //
 // The vector is cut into chunks of `chunk` elements; block b takes chunks b,
 // b+grid, b+2*grid, ... Per chunk it pushes its rank's part of `in` into
@@ -40,8 +40,8 @@
 // every sender's cons counter, which frees the slot for reuse `depth`
 // chunks later. Counters are cumulative across calls; every rank runs the
 // same calls with the same grid, so they stay in step; the signature (the
-// host's encoding of count, dtype and op) in each slot header catches ranks
-// that are not. A wait that outlasts timeoutNs, or a chunk whose signature
+// host's encoding of the collective, count, dtype and op) and the chunk's
+// number in each slot header catch ranks that are not. A wait that outlasts timeoutNs, or a chunk whose signature
 // differs from this rank's, writes (1<<63 | what<<40 | block<<16 | peer)
 // to the error word (what: 1 waiting for room in the peer's slots, 2
 // waiting for its data, 3 signature mismatch) and ends the kernel; every
@@ -148,6 +148,38 @@ __device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const Flag
             if (globaltimer() > deadline) {
                 fail(c, what, peer);
                 return false;
+            }
+        }
+    }
+}
+
+// wait_plan (rank 1, thread 0) waits for rank 0's plan of call `call` and
+// returns its pcount, or ~0 after recording a failure: a plan of another
+// signature, a count beyond this call's, or, while it waits, a chunk of
+// rank 0's in this block's NVLink slot (blocks below nvg push there in any
+// call) that belongs to another call: rank 0 runs a call without a plan.
+__device__ __forceinline__ u64 wait_plan(const FlagCtl& c, unsigned char* region, u64 call, u64 sig,
+                                         u64 count, u64 b0, bool nvlinkBlock, u64 deadline) {
+    const u64* plan = (const u64*)(region + FLAG_PLAN_OFF) + 4 * (call % 4);
+    const u64* ready = (const u64*)(region + FLAG_READY_OFF) + blockIdx.x;  // sender 0
+    const u64* hdr = (const u64*)(region + FLAG_DATA_OFF + (blockIdx.x * c.depth + b0 % c.depth) * c.slotBytes);
+    for (int spin = 0;; spin++) {
+        if (ld_acquire(plan + 2) >= call) {
+            const u64 pc = *(volatile const u64*)plan;
+            if (*(volatile const u64*)(plan + 1) == sig && pc <= count) return pc;
+            fail(c, 3, 0);
+            return ~0ull;
+        }
+        if (nvlinkBlock && ld_acquire(ready) >= b0 + 1 &&
+            (*(volatile const u64*)hdr != sig || *(volatile const u64*)(hdr + 1) != b0)) {
+            fail(c, 3, 0);
+            return ~0ull;
+        }
+        if ((spin & 63) == 63) {
+            if (*(volatile u64*)(region + FLAG_ABORT_OFF)) return ~0ull;
+            if (globaltimer() > deadline) {
+                fail(c, 2, 0);
+                return ~0ull;
             }
         }
     }
@@ -290,21 +322,20 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         abort_ = *(volatile u64*)(region + FLAG_ABORT_OFF) != 0;  // an earlier call failed
         pc = 0;
         if (call && !abort_) {
-            u64* plan = (u64*)(region + FLAG_PLAN_OFF) + 2 * (call % 4);
             if (c.me == 0) {
                 pc = pcount;
                 if (blockIdx.x == 0) {
-                    u64* peer = (u64*)((unsigned char*)c.region[1] + FLAG_PLAN_OFF) + 2 * (call % 4);
+                    u64* peer = (u64*)((unsigned char*)c.region[1] + FLAG_PLAN_OFF) + 4 * (call % 4);
                     *(volatile u64*)peer = pcount;
-                    st_release(peer + 1, call);
-                }
-            } else if (wait_at_least(plan + 1, call, c, t0 + c.timeoutNs, 2, 0)) {
-                pc = *(volatile u64*)plan;
-                if (pc > count) {  // rank 0 called with another count
-                    fail(c, 3, 0);
-                    abort_ = 1;
+                    *(volatile u64*)(peer + 1) = sig;
+                    st_release(peer + 2, call);
                 }
             } else {
+                pc = wait_plan(c, region, call, sig, count, b0, blockIdx.x < gridDim.x - c.hostBlocks,
+                               t0 + c.timeoutNs);
+            }
+            if (pc > count) {  // a failure recorded, or a host that passed a bad pcount
+                if (c.me == 0) fail(c, 3, 1);
                 abort_ = 1;
             }
         }
@@ -359,7 +390,8 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
                     abort_ = 1;
                 } else if (doFold && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + cb], rseq + 1, c, deadline, 2, t)) {
                     abort_ = 1;
-                } else if (doFold && *(volatile u64*)slot(me, t, rseq) != sig) {
+                } else if (doFold && (*(volatile u64*)slot(me, t, rseq) != sig ||
+                                      *(volatile u64*)(slot(me, t, rseq) + 8) != rseq)) {
                     fail(c, 3, t);
                     abort_ = 1;
                 }
@@ -373,7 +405,10 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
             for (int t = 0; t < n; t++) {
                 if (t == me) continue;
                 unsigned char* sl = slot(t, me, sseq);
-                if (threadIdx.x == 0) *(volatile u64*)sl = sig;
+                if (threadIdx.x == 0) {
+                    *(volatile u64*)sl = sig;
+                    *(volatile u64*)(sl + 8) = sseq;
+                }
                 const bool perPeer = MODE == FLAG_RS || (MODE == FLAG_GATHER && a2a);
                 push((S*)(sl + FLAG_SLOT_HDR), in + (perPeer ? t * count : 0) + lo, cnt);
             }

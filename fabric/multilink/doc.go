@@ -10,9 +10,9 @@
 // length of the message, so the receiving side must learn how the sender
 // split a message before it can post the parts. Every part therefore
 // travels as a frame: a fixed-size message (Options.FrameBytes, 4 KiB by
-// default, the same on both sides) holding a header — message sequence
-// number, total length, the part's offset and length, the caller's tag —
-// followed by the payload. A part that fits in the frame after the header
+// default, the same on both sides) holding a header — frame kind, message
+// sequence number, total length, the part's offset and length, the
+// caller's tag — followed by the payload. A part that fits in the frame after the header
 // rides inside it (one message: small messages cost what they cost on the
 // underlying link, plus a copy of at most 4 KiB); a larger part follows as
 // a second message of exactly its length, received straight into the
@@ -26,20 +26,54 @@
 // by link. The caller's receives are numbered in the order they are posted
 // and the sender numbers its sends the same way, which keeps the channel
 // FIFO. A part that arrives before its receive is posted waits on its link
-// (backpressure) when every earlier receive has completed, and is staged in
-// a buffer of its own otherwise — waiting then could deadlock, because the
-// earlier receive may need a part queued behind it on the same link.
+// (backpressure) when every earlier receive has completed and no Send of
+// this side awaits acknowledgements, and is staged in a buffer of its own
+// otherwise — waiting then could deadlock, because the earlier receive may
+// need a part, or the Send an ack, queued behind it on the same link.
+//
+// # Acknowledgements
+//
+// A part counts as delivered only when the receiver says so: every part
+// frame asks for an acknowledgement (a flag in its header), and once the
+// receiver holds the part's bytes — in the caller's buffer or staged — or
+// knows it does not need them (a duplicate, a message already complete, a
+// receive that failed on a size or tag mismatch), it sends back an ack
+// frame: a frame of the same size and layout, of kind ack, naming the
+// part's message, offset and length, and carrying no payload. It goes back
+// over the link the part came over, interleaved with the parts that side
+// sends (the readers tell the two kinds apart by the header), so an ack is
+// lost only when that link is, and the sender then resends the part anyway;
+// when that link has already failed on the receiving side, any live link
+// carries it. The sender keeps, for every message, the parts it issued and
+// the byte ranges acknowledged so far; a Send completes when the acks cover
+// the message and no link still reads the caller's buffer. The cost is one
+// frame per part in the other direction, which is little next to a large
+// part, and for every Send the latency of the ack's way back.
+//
+// Options.NoAcks turns acknowledgements off, for links that complete a send
+// only on delivery (copy engines, rendezvous links): the receiver then
+// sends no acks, and a part counts as delivered when its link's Send
+// completes.
 //
 // # Failure
 //
 // A link whose send or receive fails is dead for the channel: the planner
-// excludes it (every later split avoids it), Options.OnLinkFailure hears
-// of it, and every part that was in flight on it is sent again, split over
-// the remaining links, with the same offsets. The receiver counts bytes by
-// range, so a part that arrives twice is harmless, and a part that arrives
-// for a message already completed is received and dropped. This relies on
-// the Link contract that a send which completed has been delivered (true
-// of copy-engine and rendezvous links); a transport that completes sends on
-// local buffering would need acknowledgements, which are not implemented.
-// Only when every link is dead does the channel fail, with errs.ErrPeerLost.
+// excludes it (every later split avoids it), Options.OnLinkFailure hears of
+// it, the link is aborted (so that the peer, which may not have seen the
+// failure yet, stops using it too), and every part sent on it whose bytes
+// are not all acknowledged is sent again, the missing ranges split over the
+// remaining links with the same offsets. That covers the parts still in
+// flight and those the link had buffered when it died, whose sends, over a
+// transport that completes sends on local buffering (tcp), had long
+// completed. The receiver counts bytes by range, so a part that arrives
+// twice is harmless, and a part that arrives for a message already
+// completed is received, dropped and acknowledged. A second copy that
+// arrives while a link still owns the part's range of the caller's buffer
+// (the first copy's receive has not finished) is staged, and copied in
+// after it.
+//
+// Nothing waits for a link that is gone: the transports report link
+// failures (their own deadlines bound a silent peer), Abort and Close fail
+// every pending request, and when every link is dead the channel fails,
+// with errs.ErrPeerLost.
 package multilink

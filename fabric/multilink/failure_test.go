@@ -135,8 +135,12 @@ func newRigWithFailures(t *testing.T, opts []fake.Options, log *failureLog, nets
 	}
 	*nets = r.nets
 	r.pa = mustPlanner(t, multilink.Specs(la), balance.Config{})
-	r.a = multilink.New(1, la, r.pa, multilink.Options{OnLinkFailure: log.report("a")})
-	r.b = multilink.New(0, lb, nil, multilink.Options{OnLinkFailure: log.report("b")})
+	// A frozen clock keeps the planner at its priors, so every link carries
+	// a part of every message and the failure fires where the table says;
+	// under the real clock, noisy timings on a busy machine sometimes
+	// starved the slowest link of the frames it was to fail after.
+	r.a = multilink.New(1, la, r.pa, multilink.Options{Now: frozen, OnLinkFailure: log.report("a")})
+	r.b = multilink.New(0, lb, nil, multilink.Options{Now: frozen, OnLinkFailure: log.report("b")})
 	t.Cleanup(func() { r.a.Close(); r.b.Close() })
 	return r
 }

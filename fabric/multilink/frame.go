@@ -8,22 +8,38 @@ import (
 )
 
 // Frame layout, little endian. The version byte lets a later layout be
-// refused cleanly instead of misread.
+// refused cleanly instead of misread (it is also in the frames' tag, so a
+// peer of another version fails the first frame receive).
 //
 //	0  magic   uint32 "FLML"
 //	4  version uint8
-//	5  (zero)  [3]byte
+//	5  kind    uint8   kindPart or kindAck
+//	6  flags   uint8   a part's flagWantAck; zero in an ack
+//	7  (zero)  uint8
 //	8  seq     uint64  message number in this direction
 //	16 total   uint64  message length
 //	24 off     uint64  part offset in the message
 //	32 len     uint64  part length
-//	40 tag     [4]uint64 the caller's tag
-//	72 inline payload when len <= FrameBytes-72
+//	40 tag     [4]uint64 the caller's tag; zero in an ack
+//	72 inline payload when len <= FrameBytes-72 (parts only)
+//
+// A part frame travels in the direction of its message. An ack frame
+// travels the other way and names a part the receiver holds: seq, total,
+// off and len are copied from the part's frame.
 const (
 	frameMagic   = 0x4c4d4c46 // "FLML"
-	frameVersion = 1
+	frameVersion = 2
 	headerLen    = 72
 )
+
+// Frame kinds.
+const (
+	kindPart = 0
+	kindAck  = 1
+)
+
+// flagWantAck in a part frame asks the receiver to acknowledge the part.
+const flagWantAck = 1
 
 // Internal tags of the underlying messages. Frames all carry frameTag (the
 // reader cannot know the next frame's header before it arrives); a payload
@@ -35,19 +51,29 @@ func payloadTag(h header) fabric.Tag {
 	return fabric.Tag{frameMagic<<32 | 1, h.seq, uint64(h.off), uint64(h.len)}
 }
 
-// header describes one part.
+// header describes one part, or acknowledges one.
 type header struct {
+	kind     uint8 // kindPart or kindAck
+	wantAck  bool  // a part whose sender waits for its ack
 	seq      uint64
 	total    int
 	off, len int
 	tag      fabric.Tag
 }
 
+// ackOf returns the header of the ack frame for part h.
+func ackOf(h header) header {
+	return header{kind: kindAck, seq: h.seq, total: h.total, off: h.off, len: h.len}
+}
+
 func (h header) put(b []byte) {
 	le := binary.LittleEndian
 	le.PutUint32(b[0:], frameMagic)
 	b[4] = frameVersion
-	b[5], b[6], b[7] = 0, 0, 0
+	b[5], b[6], b[7] = h.kind, 0, 0
+	if h.wantAck {
+		b[6] = flagWantAck
+	}
 	le.PutUint64(b[8:], h.seq)
 	le.PutUint64(b[16:], uint64(h.total))
 	le.PutUint64(b[24:], uint64(h.off))
@@ -63,14 +89,24 @@ func parseHeader(b []byte) (header, error) {
 	if len(b) < headerLen || le.Uint32(b) != frameMagic || b[4] != frameVersion {
 		return header{}, fmt.Errorf("not a multilink frame of version %d", frameVersion)
 	}
+	kind, flags := b[5], b[6]
+	switch {
+	case kind != kindPart && kind != kindAck:
+		return header{}, fmt.Errorf("frame of unknown kind %d", kind)
+	case kind == kindPart && flags&^flagWantAck != 0, kind == kindAck && flags != 0, b[7] != 0:
+		return header{}, fmt.Errorf("frame of kind %d with unknown flags %#x %#x", kind, flags, b[7])
+	}
 	const limit = 1 << 62
 	total, off, n := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[32:])
 	if total > limit || off > total || n > total-off {
 		return header{}, fmt.Errorf("frame part [%d,+%d) outside a message of %d bytes", off, n, total)
 	}
-	h := header{seq: le.Uint64(b[8:]), total: int(total), off: int(off), len: int(n)}
+	h := header{kind: kind, wantAck: flags&flagWantAck != 0, seq: le.Uint64(b[8:]), total: int(total), off: int(off), len: int(n)}
 	for i := range h.tag {
 		h.tag[i] = le.Uint64(b[40+8*i:])
+	}
+	if kind == kindAck && h.tag != (fabric.Tag{}) {
+		return header{}, fmt.Errorf("ack frame with a tag %x", h.tag)
 	}
 	return h, nil
 }
@@ -108,4 +144,30 @@ func (r ranges) bytes() int {
 		n += x[1] - x[0]
 	}
 	return n
+}
+
+// missing returns the parts of [off, off+n) that r does not cover, in
+// order.
+func (r ranges) missing(off, n int) ranges {
+	var out ranges
+	lo, hi := off, off+n
+	for _, x := range r {
+		if x[1] <= lo {
+			continue
+		}
+		if x[0] >= hi {
+			break
+		}
+		if x[0] > lo {
+			out = append(out, [2]int{lo, x[0]})
+		}
+		lo = x[1]
+		if lo >= hi {
+			break
+		}
+	}
+	if lo < hi {
+		out = append(out, [2]int{lo, hi})
+	}
+	return out
 }

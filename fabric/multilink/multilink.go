@@ -15,7 +15,8 @@ import (
 const Kind fabric.Kind = "multi"
 
 // Options tune a channel. Both sides of a pair must use the same
-// FrameBytes; the rest is local.
+// FrameBytes; the rest is local (a sender that sets NoAcks asks for no
+// acknowledgements, and the receiver sends none).
 type Options struct {
 	// Now is the clock the part durations fed to the planner are measured
 	// with; nil means time.Now. Tests inject a clock here.
@@ -30,6 +31,14 @@ type Options struct {
 	// link that fails (index into the links given to New). The channel
 	// carries on over the others.
 	OnLinkFailure func(link int, kind fabric.Kind, err error)
+	// NoAcks turns acknowledgements off: a part counts as delivered as
+	// soon as its link's Send completes. Set it only when every link
+	// completes a Send on delivery (copy-engine and rendezvous links, the
+	// fake fabric); over a link that completes sends on local buffering
+	// (tcp) a link failure then loses the parts that were buffered on it.
+	// The default, acknowledgements, is safe on every link and costs one
+	// frame per part in the other direction.
+	NoAcks bool
 }
 
 // Specs describes links for balance.NewPlanner from their Props, with IDs
@@ -64,8 +73,8 @@ type channel struct {
 	dead []bool     // per link: failed (and excluded from the planner)
 	// Sender state.
 	sendSeq  uint64
-	sending  map[*outMsg]struct{}
-	linkFree []time.Time // per link: when its last part completed
+	sending  map[uint64]*outMsg // by seq: not yet completed
+	linkFree []time.Time        // per link: when its last part completed
 	// Receiver state.
 	recvSeq uint64            // number of the next Recv
 	inbox   map[uint64]*inMsg // posted but not done, or not yet posted
@@ -106,7 +115,7 @@ func New(peer int, links []fabric.Link, planner *balance.Planner, opts Options) 
 	c := &channel{
 		peer: peer, links: links, planner: planner, opt: opts,
 		dead:     make([]bool, len(links)),
-		sending:  map[*outMsg]struct{}{},
+		sending:  map[uint64]*outMsg{},
 		linkFree: make([]time.Time, len(links)),
 		inbox:    map[uint64]*inMsg{},
 	}
@@ -179,7 +188,7 @@ func (c *channel) failLocked(err error) {
 		return
 	}
 	c.err = err
-	for m := range c.sending {
+	for _, m := range c.sending {
 		m.req.Complete(err)
 	}
 	clear(c.sending)
@@ -193,8 +202,11 @@ func (c *channel) failLocked(err error) {
 }
 
 // linkDownLocked records that link j failed with err. The first time, the
-// planner excludes it and OnLinkFailure hears of it; when it was the last
-// link alive the channel fails with errs.ErrPeerLost.
+// planner excludes it, OnLinkFailure hears of it, the link is aborted (so
+// that the peer, which may not have seen the failure, stops using it too),
+// and every part sent on it and not yet acknowledged is sent again over
+// the others. When it was the last link alive the channel fails with
+// errs.ErrPeerLost.
 func (c *channel) linkDownLocked(j int, err error) {
 	c.planner.Exclude(j) // again if someone re-admitted a dead link
 	if c.dead[j] || c.err != nil {
@@ -205,9 +217,12 @@ func (c *channel) linkDownLocked(j int, err error) {
 	if f := c.opt.OnLinkFailure; f != nil {
 		go f(j, kind, err)
 	}
+	// Not under c.mu: Abort is the transport's code.
+	go c.links[j].Abort(fmt.Errorf("multilink to rank %d: link %d (%s) failed: %w", c.peer, j, kind, err))
 	for _, d := range c.dead {
 		if !d {
 			c.cond.Broadcast()
+			c.resendLinkLocked(j)
 			return
 		}
 	}

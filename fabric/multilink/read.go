@@ -19,8 +19,9 @@ type placement struct {
 }
 
 // read is link j's reader: it keeps a frame receive posted, places each
-// part it announces, receives the payload, and accounts for it. It stops
-// when the link fails or the channel does.
+// part it announces, receives the payload, and accounts for it (which
+// acknowledges it); ack frames it hands to the sending side. It stops when
+// the link fails or the channel does.
 func (c *channel) read(j int) {
 	link := c.links[j]
 	inline := c.opt.FrameBytes - headerLen
@@ -32,15 +33,20 @@ func (c *channel) read(j int) {
 	for {
 		<-next.Done()
 		if err := next.Err(); err != nil {
-			c.readFailed(j, placement{}, err)
+			c.readFailed(j, placement{}, header{}, err)
 			return
 		}
 		h, err := parseHeader(frames[k])
 		if err != nil {
 			err = fmt.Errorf("multilink from rank %d: link %d: %w", c.peer, j, err)
 			link.Abort(err) // out of step: the peer must stop using it too
-			c.readFailed(j, placement{}, err)
+			c.readFailed(j, placement{}, header{}, err)
 			return
+		}
+		if h.kind == kindAck {
+			c.ackArrived(h)
+			next = link.Recv(frameTag(), frames[k]) // the ack is parsed: reuse its buffer
+			continue
 		}
 		dst, pl, ok := c.place(h)
 		if !ok {
@@ -57,18 +63,21 @@ func (c *channel) read(j int) {
 		if payload != nil {
 			<-payload.Done()
 			if err := payload.Err(); err != nil {
-				c.readFailed(j, pl, fmt.Errorf("receive part [%d,+%d) of message %d: %w", h.off, h.len, h.seq, err))
+				c.readFailed(j, pl, h, fmt.Errorf("receive part [%d,+%d) of message %d: %w", h.off, h.len, h.seq, err))
 				return
 			}
 		}
-		c.arrived(pl, h, dst)
+		c.arrived(j, pl, h, dst)
 	}
 }
 
 // place decides where the part h goes. A part of the next message to be
 // received, when every earlier receive has completed, waits for the
-// caller's Recv (backpressure); other early parts are staged. It returns
-// false when the channel failed.
+// caller's Recv (backpressure); other early parts are staged. So are all
+// early parts while a Send of this side awaits acknowledgements: its acks
+// may be queued behind the part on this link, and the caller may be
+// waiting for that Send before it posts the Recv. It returns false when
+// the channel failed.
 func (c *channel) place(h header) ([]byte, placement, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -91,10 +100,13 @@ func (c *channel) place(h header) ([]byte, placement, bool) {
 			case m.failed: // drained, and counted so the message is forgotten
 				return make([]byte, h.len), placement{m: m, kind: discard}, true
 			}
-			m.writing++
+			if m.busy(h.off, h.len) { // a copy of it is still being written
+				return make([]byte, h.len), placement{m: m, kind: stage}, true
+			}
+			m.writing = append(m.writing, [2]int{h.off, h.off + h.len})
 			return m.buf[h.off : h.off+h.len], placement{m: m, kind: direct}, true
 		}
-		if h.seq == c.recvSeq && c.earlierDoneLocked(h.seq) {
+		if h.seq == c.recvSeq && c.earlierDoneLocked(h.seq) && (c.opt.NoAcks || len(c.sending) == 0) {
 			c.cond.Wait()
 			continue
 		}
@@ -117,17 +129,20 @@ func (c *channel) earlierDoneLocked(seq uint64) bool {
 	return true
 }
 
-// arrived accounts for a part whose bytes are in place.
-func (c *channel) arrived(pl placement, h header, data []byte) {
+// arrived accounts for a part whose bytes are in place, having come over
+// link j, and acknowledges it: it is held here, or not needed (a duplicate
+// or a message that failed), and the sender may stop keeping it.
+func (c *channel) arrived(j int, pl placement, h header, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sendAckLocked(j, h)
 	m := pl.m
 	if m == nil {
 		return
 	}
 	switch pl.kind {
 	case direct:
-		m.writing--
+		m.written(h.off, h.len)
 	case stage:
 		if !m.posted {
 			m.staged = append(m.staged, stagedPart{h: h, data: data})
@@ -137,6 +152,10 @@ func (c *channel) arrived(pl placement, h header, data []byte) {
 			return
 		}
 		if !m.failed { // posted while the part was in flight
+			if m.busy(h.off, h.len) {
+				m.held = append(m.held, stagedPart{h: h, data: data})
+				return
+			}
 			copy(m.buf[h.off:], data)
 		}
 	}
@@ -144,14 +163,14 @@ func (c *channel) arrived(pl placement, h header, data []byte) {
 	c.settleLocked(m)
 }
 
-// readFailed handles the failure of link j's reader: a part being received
-// straight into a buffer is given up (the sender sends it again), and the
-// link is marked dead.
-func (c *channel) readFailed(j int, pl placement, err error) {
+// readFailed handles the failure of link j's reader: part h, when it was
+// being received straight into a buffer, is given up (the sender sends it
+// again), and the link is marked dead.
+func (c *channel) readFailed(j int, pl placement, h header, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if pl.kind == direct && pl.m != nil {
-		pl.m.writing--
+		pl.m.written(h.off, h.len)
 		c.settleLocked(pl.m)
 	}
 	if c.err == nil {

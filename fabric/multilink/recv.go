@@ -2,6 +2,7 @@ package multilink
 
 import (
 	"fmt"
+	"slices"
 
 	"flexlink/fabric"
 	"flexlink/internal/errs"
@@ -21,11 +22,16 @@ type inMsg struct {
 	total  int
 	sent   fabric.Tag // the sender's tag
 	got    ranges
-	// writing counts parts being received straight into buf; the receive
-	// completes only when none is (a duplicate part must not land in a
-	// buffer the caller already has back).
-	writing int
+	// writing holds the range of every part being received straight into
+	// buf. The receive completes only when none is (a duplicate part must
+	// not land in a buffer the caller already has back), and no other bytes
+	// go to a range while a link owns it: a part sent again after a link
+	// failure may arrive on another link while the first copy is still
+	// being written. Such a part is staged, and held until the range is
+	// free.
+	writing [][2]int
 	staged  []stagedPart // arrived before Recv was posted
+	held    []stagedPart // arrived after, over a range in writing
 }
 
 type stagedPart struct {
@@ -62,6 +68,25 @@ func (c *channel) Recv(tag fabric.Tag, buf []byte) fabric.Request {
 	return m.req
 }
 
+// busy reports whether a part being received straight into buf overlaps
+// [off, off+n).
+func (m *inMsg) busy(off, n int) bool {
+	for _, w := range m.writing {
+		if off < w[1] && w[0] < off+n {
+			return true
+		}
+	}
+	return false
+}
+
+// written removes the range of a part received straight into buf (or
+// given up) from writing.
+func (m *inMsg) written(off, n int) {
+	if i := slices.Index(m.writing, [2]int{off, off + n}); i >= 0 {
+		m.writing = slices.Delete(m.writing, i, i+1)
+	}
+}
+
 func (c *channel) msgLocked(seq uint64) *inMsg {
 	m := c.inbox[seq]
 	if m == nil {
@@ -88,10 +113,24 @@ func (c *channel) checkLocked(m *inMsg) {
 	}
 }
 
-// settleLocked completes a message whose bytes have all arrived, and
-// forgets it once nothing more can arrive for it.
+// settleLocked copies in the held parts whose ranges are free, completes a
+// message whose bytes have all arrived, and forgets it once nothing more
+// can arrive for it.
 func (c *channel) settleLocked(m *inMsg) {
-	if !m.seen || !m.posted || m.writing > 0 || m.got.bytes() < m.total {
+	kept := m.held[:0]
+	for _, s := range m.held {
+		if m.busy(s.h.off, s.h.len) {
+			kept = append(kept, s)
+			continue
+		}
+		if !m.failed {
+			copy(m.buf[s.h.off:], s.data)
+		}
+		m.got = m.got.add(s.h.off, s.h.len)
+	}
+	clear(m.held[len(kept):])
+	m.held = kept
+	if !m.seen || !m.posted || len(m.writing) > 0 || m.got.bytes() < m.total {
 		return
 	}
 	if !m.done {

@@ -9,15 +9,34 @@ import (
 	"flexlink/internal/errs"
 )
 
-// outMsg is one Send in flight.
+// outMsg is one Send in flight. It completes when the receiver holds every
+// byte (acked covers the message) and no link still reads buf (pending is
+// zero).
 type outMsg struct {
-	seq     uint64
-	tag     fabric.Tag
-	buf     []byte
-	req     *fabric.Req
-	pending int                   // parts not yet completed
-	resent  bool                  // a part failed: the timings are not clean
-	obs     []balance.Observation // per completed part
+	seq      uint64
+	tag      fabric.Tag
+	buf      []byte
+	req      *fabric.Req
+	parts    []*part               // every part issued, to resend those of a failed link
+	pending  int                   // parts whose link sends have not completed
+	acked    ranges                // bytes the receiver acknowledged
+	whole    bool                  // acked covers buf (for an empty message: its part was acked)
+	resent   bool                  // a part failed: the timings are not clean
+	observed bool                  // the timings went to the planner
+	obs      []balance.Observation // per completed part
+}
+
+// part is one byte range of an outMsg sent over one link.
+type part struct {
+	link     int
+	off, len int
+	moved    bool // its link failed; what it lacked of acks went to other links
+}
+
+// ack records that the receiver holds [off, off+n) of m.
+func (m *outMsg) ack(off, n int) {
+	m.acked = m.acked.add(off, n)
+	m.whole = m.acked.bytes() == len(m.buf)
 }
 
 // Send splits buf by the planner's shares and sends the parts at once.
@@ -31,8 +50,14 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 	}
 	m := &outMsg{seq: c.sendSeq, tag: tag, buf: buf, req: fabric.NewReq()}
 	c.sendSeq++
-	c.sending[m] = struct{}{}
+	c.sending[m.seq] = m
 	c.sendRangeLocked(m, 0, len(buf))
+	if !c.opt.NoAcks {
+		// A reader holding back a part until its receive is posted must
+		// stage it now instead: the acks of this message may be queued
+		// behind it on its link (see place).
+		c.cond.Broadcast()
+	}
 	return m.req
 }
 
@@ -44,7 +69,7 @@ func (c *channel) sendRangeLocked(m *outMsg, off, n int) {
 		return
 	}
 	for _, p := range parts {
-		h := header{seq: m.seq, total: len(m.buf), off: off + p.Off, len: p.Len, tag: m.tag}
+		h := header{wantAck: !c.opt.NoAcks, seq: m.seq, total: len(m.buf), off: off + p.Off, len: p.Len, tag: m.tag}
 		frame := make([]byte, c.opt.FrameBytes)
 		h.put(frame)
 		link := c.links[p.Link]
@@ -56,14 +81,16 @@ func (c *channel) sendRangeLocked(m *outMsg, off, n int) {
 			reqs[0] = link.Send(frameTag(), frame)
 			reqs = append(reqs, link.Send(payloadTag(h), m.buf[h.off:h.off+h.len]))
 		}
+		pt := &part{link: p.Link, off: h.off, len: h.len}
+		m.parts = append(m.parts, pt)
 		m.pending++
-		go c.awaitPart(m, p.Link, h, reqs, c.opt.Now())
+		go c.awaitPart(m, pt, reqs, c.opt.Now())
 	}
 }
 
 // awaitPart waits for one part's sends, then records its time, or sends it
 // again over the other links when its link failed.
-func (c *channel) awaitPart(m *outMsg, j int, h header, reqs []fabric.Request, issued time.Time) {
+func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued time.Time) {
 	var err error
 	for _, r := range reqs {
 		<-r.Done()
@@ -80,15 +107,20 @@ func (c *channel) awaitPart(m *outMsg, j int, h header, reqs []fabric.Request, i
 		return
 	}
 	if err != nil {
+		// The first failure of the link resends all its unacknowledged
+		// parts, this one included; a part issued on a link that had
+		// already failed is resent here.
 		m.resent = true
-		c.linkDownLocked(j, fmt.Errorf("send part [%d,+%d) of message %d: %w", h.off, h.len, h.seq, err))
+		c.linkDownLocked(p.link, fmt.Errorf("send part [%d,+%d) of message %d: %w", p.off, p.len, m.seq, err))
 		if c.err != nil {
 			c.finishSendLocked(m, c.err)
 			return
 		}
-		c.sendRangeLocked(m, h.off, h.len)
+		c.resendPartLocked(m, p)
+		c.settleSendLocked(m)
 		return
 	}
+	j := p.link
 	// The part's service time starts when it was issued or, when an earlier
 	// part still occupied the link, when that one completed.
 	start := issued
@@ -96,19 +128,29 @@ func (c *channel) awaitPart(m *outMsg, j int, h header, reqs []fabric.Request, i
 		start = c.linkFree[j]
 	}
 	c.linkFree[j] = done
-	m.obs = append(m.obs, balance.Observation{Link: j, Bytes: int64(h.len), Duration: done.Sub(start)})
-	if m.pending == 0 {
-		if !m.resent {
-			c.planner.Observe(len(m.buf), m.obs)
-		}
+	m.obs = append(m.obs, balance.Observation{Link: j, Bytes: int64(p.len), Duration: done.Sub(start)})
+	if c.opt.NoAcks {
+		m.ack(p.off, p.len) // the link's Send completes on delivery
+	}
+	if m.pending == 0 && !m.resent && !m.observed {
+		c.planner.Observe(len(m.buf), m.obs)
+		m.observed = true
+	}
+	c.settleSendLocked(m)
+}
+
+// settleSendLocked completes m once the receiver holds all of it and no
+// link still reads its buffer.
+func (c *channel) settleSendLocked(m *outMsg) {
+	if m.pending == 0 && m.whole {
 		c.finishSendLocked(m, nil)
 	}
 }
 
 func (c *channel) finishSendLocked(m *outMsg, err error) {
-	if _, ok := c.sending[m]; !ok {
+	if c.sending[m.seq] != m {
 		return
 	}
-	delete(c.sending, m)
+	delete(c.sending, m.seq)
 	m.req.Complete(err)
 }

@@ -1,0 +1,71 @@
+package multilink
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"flexlink/fabric"
+	"flexlink/fabric/fake"
+	"flexlink/fabric/linktest"
+)
+
+// TestDuplicateWaitsForRange: a part sent again after a link failure can
+// arrive over another link while the first copy is still being received
+// into the caller's buffer. The second copy must not be written into a
+// range a link still owns: it is staged and held, and copied in once the
+// first copy is done (when that one failed, its bytes are needed).
+func TestDuplicateWaitsForRange(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		firstFail bool
+	}{{"FirstCopyCompletes", false}, {"FirstCopyFails", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw0, nw1 := fake.NewNetwork(2, fake.Options{}), fake.NewNetwork(2, fake.Options{})
+			c := New(0, []fabric.Link{nw0.Link(1, 0), nw1.Link(1, 0)}, nil, Options{}).(*channel)
+			t.Cleanup(func() { c.Close() })
+			want := linktest.Payload(1, 10000)
+			buf := make([]byte, len(want))
+			recv := c.Recv(linktest.TagOf(1), buf)
+			h := header{total: len(want), off: 1000, len: 9000, tag: linktest.TagOf(1)}
+			rest := header{total: len(want), len: 1000, tag: linktest.TagOf(1)}
+
+			first, pl1, _ := c.place(h) // over link 1
+			dup, pl2, _ := c.place(h)   // the same part again, over link 0
+			if pl1.kind != direct || pl2.kind != stage {
+				t.Fatalf("placements %d and %d, want direct (%d) then staged (%d)", pl1.kind, pl2.kind, direct, stage)
+			}
+			copy(dup, want[h.off:])
+			c.arrived(0, pl2, h, dup)
+			dst, pl, _ := c.place(rest)
+			copy(dst, want)
+			c.arrived(0, pl, rest, dst)
+			c.mu.Lock()
+			held := len(c.inbox[0].held)
+			c.mu.Unlock()
+			if held != 1 || recv.Err() != nil || isDone(recv) || !bytes.Equal(buf[h.off:], make([]byte, h.len)) {
+				t.Fatalf("duplicate: %d held, receive done %v, or copied into a range link 1 still owns", held, isDone(recv))
+			}
+
+			if tc.firstFail {
+				c.readFailed(1, pl1, h, errors.New("link 1 broke"))
+			} else {
+				copy(first, want[h.off:])
+				c.arrived(1, pl1, h, first)
+			}
+			linktest.AwaitOK(t, recv, "recv")
+			if !bytes.Equal(buf, want) {
+				t.Fatal("received bytes differ from the source buffer")
+			}
+		})
+	}
+}
+
+func isDone(r fabric.Request) bool {
+	select {
+	case <-r.Done():
+		return true
+	default:
+		return false
+	}
+}

@@ -228,8 +228,18 @@ func (r *reader) collect(h header, parts []uint64, dst []byte, done chan error) 
 	}
 	err := r.body(first, parts[0])
 	for range waiting {
-		if e := <-done; e != nil && err == nil {
-			err = e
+		select {
+		case e := <-done:
+			if e != nil && err == nil {
+				err = e
+			}
+		case <-l.rxDead:
+			// The sockets are closed: a reader still in its part fails
+			// at once; one that saw rxDead first may never answer (an
+			// assignment can land in its buffer after it left), so do
+			// not wait for it. The receive fails; its buffer's contents
+			// are undefined, as after any failed receive.
+			return l.failure(&l.rxErr)
 		}
 	}
 	return err
@@ -251,6 +261,7 @@ func (r *reader) serve() {
 				case a := <-r.assign:
 					a.done <- err
 				case <-l.rxDead:
+					r.drain(err)
 					return
 				}
 			}
@@ -266,10 +277,23 @@ func (r *reader) serve() {
 			a.done <- err
 			if err != nil {
 				l.fail(err)
+				r.drain(err)
 				return
 			}
 		case <-l.rxDead:
+			r.drain(l.failure(&l.rxErr))
 			return
 		}
+	}
+}
+
+// drain answers an assignment left in r's buffer as this reader leaves
+// (reader 0 does not wait for answers once rxDead is closed, but an
+// answer ends its wait sooner).
+func (r *reader) drain(err error) {
+	select {
+	case a := <-r.assign:
+		a.done <- err
+	default:
 	}
 }

@@ -72,7 +72,7 @@ func newLink(c linkConfig) *link {
 	for i, c := range c.conns {
 		l.writers = append(l.writers, &writer{l: l, i: i, conn: c, ready: make(chan struct{}, 1)})
 		d := &deadlineReader{c: c, timeout: l.timeout}
-		l.readers = append(l.readers, &reader{l: l, i: i, br: bufio.NewReaderSize(d, 64<<10), assign: make(chan assignment, 1)})
+		l.readers = append(l.readers, &reader{l: l, i: i, br: bufio.NewReaderSize(d, 64<<10), assign: make(chan assignment, 1), gone: make(chan struct{})})
 	}
 	l.wg.Add(2 * len(c.conns))
 	for i := range c.conns {

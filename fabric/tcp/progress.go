@@ -118,6 +118,7 @@ type reader struct {
 	i      int
 	br     *bufio.Reader
 	assign chan assignment // readers 1..k-1: where their next part goes
+	gone   chan struct{}   // closed when serve returns (every assignment it took is answered)
 }
 
 // assignment tells reader i where the part of message seq goes (dst nil:
@@ -166,7 +167,10 @@ func (r *reader) match() {
 	l := r.l
 	defer l.wg.Done()
 	k := len(l.readers)
-	done := make(chan error, k)
+	resp := make([]chan error, k) // reader i's answers
+	for i := range resp {
+		resp[i] = make(chan error, 1)
+	}
 	for {
 		h, err := r.header()
 		if err != nil {
@@ -194,7 +198,7 @@ func (r *reader) match() {
 			dst, mismatch = nil, fmt.Errorf("recv from %s over tcp: message has %d bytes, receive posted for %d: %w",
 				l.who, h.total, len(o.Buf), errs.ErrMismatch)
 		}
-		err = r.collect(h, parts, dst, done)
+		err = r.collect(h, parts, dst, resp)
 		if err != nil {
 			o.Req.Complete(l.fail(err))
 			return
@@ -204,45 +208,56 @@ func (r *reader) match() {
 }
 
 // collect hands parts 1.. to their readers, reads part 0, and waits for
-// all.
-func (r *reader) collect(h header, parts []uint64, dst []byte, done chan error) error {
+// all. It returns only when no reader can still write into dst: each
+// assigned reader has answered, or has left without taking the assignment
+// (the link failed; nothing reads into that part).
+func (r *reader) collect(h header, parts []uint64, dst []byte, resp []chan error) error {
 	l := r.l
-	waiting := 0
+	var sent []int
+	var err error
 	off := parts[0]
-	for i := 1; i < len(parts) && parts[i] > 0; i++ {
-		a := assignment{seq: h.seq, n: parts[i], done: done}
+	for i := 1; i < len(parts) && parts[i] > 0 && err == nil; i++ {
+		a := assignment{seq: h.seq, n: parts[i], done: resp[i]}
 		if dst != nil {
 			a.dst = dst[off : off+parts[i]]
 		}
 		off += parts[i]
 		select {
 		case l.readers[i].assign <- a:
-			waiting++
+			sent = append(sent, i)
 		case <-l.rxDead:
-			return l.failure(&l.rxErr)
+			err = l.failure(&l.rxErr)
 		}
 	}
-	var first []byte
-	if dst != nil {
-		first = dst[:parts[0]]
+	if err == nil {
+		var first []byte
+		if dst != nil {
+			first = dst[:parts[0]]
+		}
+		err = r.body(first, parts[0])
 	}
-	err := r.body(first, parts[0])
-	for range waiting {
-		select {
-		case e := <-done:
-			if e != nil && err == nil {
-				err = e
-			}
-		case <-l.rxDead:
-			// The sockets are closed: a reader still in its part fails
-			// at once; one that saw rxDead first may never answer (an
-			// assignment can land in its buffer after it left), so do
-			// not wait for it. The receive fails; its buffer's contents
-			// are undefined, as after any failed receive.
-			return l.failure(&l.rxErr)
+	for _, i := range sent {
+		if e := l.answer(i, resp[i]); e != nil && err == nil {
+			err = e
 		}
 	}
 	return err
+}
+
+// answer waits for reader i's answer to its assignment, or for reader i to
+// leave: if it left without answering, it never took the assignment.
+func (l *link) answer(i int, resp chan error) error {
+	select {
+	case e := <-resp:
+		return e
+	case <-l.readers[i].gone:
+		select {
+		case e := <-resp:
+			return e
+		default:
+			return l.failure(&l.rxErr) // it left on the link's failure
+		}
+	}
 }
 
 // serve is the loop of readers 1..k-1: read the next part's header, wait
@@ -250,6 +265,7 @@ func (r *reader) collect(h header, parts []uint64, dst []byte, done chan error) 
 func (r *reader) serve() {
 	l := r.l
 	defer l.wg.Done()
+	defer close(r.gone)
 	for {
 		h, err := r.header()
 		if err != nil {
@@ -261,7 +277,6 @@ func (r *reader) serve() {
 				case a := <-r.assign:
 					a.done <- err
 				case <-l.rxDead:
-					r.drain(err)
 					return
 				}
 			}
@@ -277,23 +292,10 @@ func (r *reader) serve() {
 			a.done <- err
 			if err != nil {
 				l.fail(err)
-				r.drain(err)
 				return
 			}
 		case <-l.rxDead:
-			r.drain(l.failure(&l.rxErr))
 			return
 		}
-	}
-}
-
-// drain answers an assignment left in r's buffer as this reader leaves
-// (reader 0 does not wait for answers once rxDead is closed, but an
-// answer ends its wait sooner).
-func (r *reader) drain(err error) {
-	select {
-	case a := <-r.assign:
-		a.done <- err
-	default:
 	}
 }

@@ -1,0 +1,91 @@
+package multilink_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"flexlink/fabric"
+	"flexlink/fabric/linktest"
+	"flexlink/fabric/multilink"
+	"flexlink/fabric/tcp"
+	"flexlink/internal/errs"
+	"flexlink/internal/settings"
+)
+
+// tcpPair connects ranks 0 and 1 of a fresh job over loopback tcp.
+func tcpPair(t *testing.T, sockets string) (a, b fabric.Link) {
+	t.Helper()
+	job := linktest.NewJob("mltcp")
+	ep := func(rank int) fabric.Endpoint {
+		e, err := tcp.NewEndpoint(fabric.EndpointConfig{
+			Rank: rank, Size: 2, JobID: job, Secret: []byte("secret " + job),
+			Host: fmt.Sprintf("host%d", rank), Comm: "world",
+			Env: settings.Map(map[string]string{"FLEXLINK_SOCKET_IFNAME": "lo", "FLEXLINK_SOCKETS_PER_PEER": sockets}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	return linktest.ConnectPair(t, ep(0), ep(1))
+}
+
+// TestTCPLinkKilledMidTransfer: three real tcp links (whose sends complete
+// once the kernel has the bytes, not once the peer has them); one is
+// killed at the receiver while messages are in flight on all three (what
+// the sender had handed to the kernel is lost). Every byte must arrive
+// exactly (the acknowledgements tell the sender which parts to send again)
+// and both sides must report the failure.
+func TestTCPLinkKilledMidTransfer(t *testing.T) {
+	for _, sockets := range []string{"1", "2"} {
+		t.Run("sockets="+sockets, func(t *testing.T) {
+			for round := 0; round < 4; round++ {
+				var la, lb []fabric.Link
+				for range 3 {
+					a, b := tcpPair(t, sockets)
+					la, lb = append(la, a), append(lb, b)
+				}
+				log := newFailureLog()
+				ca := multilink.New(1, la, nil, multilink.Options{OnLinkFailure: log.report("a")})
+				cb := multilink.New(0, lb, nil, multilink.Options{OnLinkFailure: log.report("b")})
+				const n, size, window, kill = 12, 4 << 20, 4, 2
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				src := linktest.Payload(uint64(size), size+7*n)
+				got := make([][]byte, n)
+				sends, recvs := make([]fabric.Request, n), make([]fabric.Request, n)
+				post := func(i int) {
+					got[i] = make([]byte, size)
+					recvs[i] = cb.Recv(linktest.TagOf(i), got[i])
+					sends[i] = ca.Send(linktest.TagOf(i), src[i*7:][:size])
+				}
+				for i := range window {
+					post(i)
+				}
+				for i := range n {
+					if i == kill {
+						lb[1].Abort(fmt.Errorf("test kills tcp link 1 at the receiver: %w", errs.ErrPeerLost))
+					}
+					if err := fabric.WaitAll(ctx, recvs[i], sends[i]); err != nil {
+						t.Fatalf("round %d, message %d: %v", round, i, err)
+					}
+					if !bytes.Equal(got[i], src[i*7:][:size]) {
+						t.Fatalf("round %d, message %d: received bytes differ from the source buffer", round, i)
+					}
+					if i+window < n {
+						post(i + window)
+					}
+				}
+				cancel()
+				if got := log.await(t, 2); len(got) != 2 {
+					t.Fatalf("round %d: failures reported %v, want one per side", round, got)
+				}
+				ca.Close()
+				cb.Close()
+			}
+		})
+	}
+}

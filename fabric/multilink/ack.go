@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"flexlink/fabric"
+	"flexlink/internal/errs"
 )
 
 // Acknowledgements (see the package documentation): the receiver answers
@@ -53,11 +54,17 @@ func (c *channel) awaitAck(j int, h header, r fabric.Request) {
 // ackArrived accounts for an ack frame: the peer holds part h of one of
 // our messages. An ack for a message already completed (a part sent twice
 // is acknowledged twice) or that does not match one is ignored.
-func (c *channel) ackArrived(h header) {
+func (c *channel) ackArrived(j int, h header) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.sending[h.seq]
 	if m == nil || h.total != len(m.buf) {
+		return
+	}
+	if !slices.ContainsFunc(m.parts, func(p *part) bool { return p.off == h.off && p.len == h.len }) {
+		// Parts are acknowledged whole: this ack is for bytes never sent.
+		c.linkDownLocked(j, fmt.Errorf("ack for part [%d,+%d) of message %d, which was never sent: corrupt stream: %w",
+			h.off, h.len, h.seq, errs.ErrPeerLost))
 		return
 	}
 	m.ack(h.off, h.len)

@@ -72,6 +72,19 @@
 // (the first copy's receive has not finished) is staged, and copied in
 // after it.
 //
+// Completion and memory. A Send completes when the receiver has
+// acknowledged every byte (with Options.NoAcks, when the links' sends
+// complete), so it needs the peer to receive: a program must not wait for
+// a Send before posting the Recv its peer waits on, whatever the size
+// (over tcp alone a small Send completed on buffering). The receiver
+// acknowledges a part once it holds it, in the caller's buffer or staged:
+// parts that arrive before their Recv is posted are staged in memory of
+// their own while this side has a Send awaiting acknowledgements, so
+// staging holds at most what the peer sends ahead of this side's Recvs
+// (a collective's window of messages); a frame that claims a message over
+// 1 TiB is rejected as corrupt. After the channel fails, a request still
+// completes only once no link reads or writes its buffer.
+//
 // Nothing waits for a link that is gone: the transports report link
 // failures (their own deadlines bound a silent peer), Abort and Close fail
 // every pending request, and when every link is dead the channel fails,

@@ -96,7 +96,9 @@ func parseHeader(b []byte) (header, error) {
 	case kind == kindPart && flags&^flagWantAck != 0, kind == kindAck && flags != 0, b[7] != 0:
 		return header{}, fmt.Errorf("frame of kind %d with unknown flags %#x %#x", kind, flags, b[7])
 	}
-	const limit = 1 << 62
+	// A message is at most 1 TiB: a corrupt length must not reach make()
+	// (the receiver allocates staged and discarded parts).
+	const limit = 1 << 40
 	total, off, n := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[32:])
 	if total > limit || off > total || n > total-off {
 		return header{}, fmt.Errorf("frame part [%d,+%d) outside a message of %d bytes", off, n, total)

@@ -36,6 +36,7 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"part past the end", func(b []byte) { b[32] = 91 }},    // len 91 at off 10 of 100
 		{"offset past the end", func(b []byte) { b[24] = 101 }}, // off 101 of 100
 		{"huge total", func(b []byte) { b[23] = 0x80 }},
+		{"total over 1 TiB", func(b []byte) { b[21] = 2 }}, // 2^41 + 100: never allocated
 		{"unknown kind", func(b []byte) { b[5] = 2 }},
 		{"unknown part flag", func(b []byte) { b[6] = 2 }},
 		{"flag in an ack", func(b []byte) { b[5], b[6] = kindAck, flagWantAck }},

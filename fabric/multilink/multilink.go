@@ -188,14 +188,19 @@ func (c *channel) failLocked(err error) {
 		return
 	}
 	c.err = err
-	for _, m := range c.sending {
-		m.req.Complete(err)
+	// A request completes only once no link uses its buffer: sends whose
+	// link sends are still out, and receives with parts still being written,
+	// complete when those end (the links are aborted, so they do).
+	for seq, m := range c.sending {
+		if m.pending == 0 {
+			m.req.Complete(err)
+			delete(c.sending, seq)
+		}
 	}
-	clear(c.sending)
 	for _, m := range c.inbox {
 		if m.posted && !m.done {
-			m.done = true
-			m.req.Complete(err)
+			m.failed = true
+			c.settleLocked(m)
 		}
 	}
 	c.cond.Broadcast()

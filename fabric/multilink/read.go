@@ -44,7 +44,7 @@ func (c *channel) read(j int) {
 			return
 		}
 		if h.kind == kindAck {
-			c.ackArrived(h)
+			c.ackArrived(j, h)
 			next = link.Recv(frameTag(), frames[k]) // the ack is parsed: reuse its buffer
 			continue
 		}
@@ -148,8 +148,8 @@ func (c *channel) arrived(j int, pl placement, h header, data []byte) {
 			m.staged = append(m.staged, stagedPart{h: h, data: data})
 			return
 		}
-		if h.total != m.total {
-			return
+		if h.total != m.total || m.done {
+			return // done: every byte is in place and the caller owns buf again
 		}
 		if !m.failed { // posted while the part was in flight
 			if m.busy(h.off, h.len) {

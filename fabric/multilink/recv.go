@@ -58,7 +58,7 @@ func (c *channel) Recv(tag fabric.Tag, buf []byte) fabric.Request {
 		if s.h.total != m.total {
 			continue // not this message's size: a broken sender; ignore it
 		}
-		if !m.failed {
+		if !m.failed && !m.done {
 			copy(m.buf[s.h.off:], s.data)
 		}
 		m.got = m.got.add(s.h.off, s.h.len)
@@ -117,13 +117,22 @@ func (c *channel) checkLocked(m *inMsg) {
 // message whose bytes have all arrived, and forgets it once nothing more
 // can arrive for it.
 func (c *channel) settleLocked(m *inMsg) {
+	if c.err != nil && m.posted && !m.done {
+		// The channel failed: complete the receive once no link writes
+		// into buf any more.
+		if len(m.writing) == 0 {
+			m.done = true
+			m.req.Complete(c.err)
+		}
+		return
+	}
 	kept := m.held[:0]
 	for _, s := range m.held {
 		if m.busy(s.h.off, s.h.len) {
 			kept = append(kept, s)
 			continue
 		}
-		if !m.failed {
+		if !m.failed && !m.done {
 			copy(m.buf[s.h.off:], s.data)
 		}
 		m.got = m.got.add(s.h.off, s.h.len)

@@ -103,7 +103,9 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 	defer c.mu.Unlock()
 	m.pending--
 	if c.err != nil {
-		c.finishSendLocked(m, c.err)
+		if m.pending == 0 { // no link reads buf any more
+			c.finishSendLocked(m, c.err)
+		}
 		return
 	}
 	if err != nil {
@@ -113,7 +115,9 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 		m.resent = true
 		c.linkDownLocked(p.link, fmt.Errorf("send part [%d,+%d) of message %d: %w", p.off, p.len, m.seq, err))
 		if c.err != nil {
-			c.finishSendLocked(m, c.err)
+			if m.pending == 0 {
+				c.finishSendLocked(m, c.err)
+			}
 			return
 		}
 		c.resendPartLocked(m, p)

@@ -34,8 +34,15 @@ func TestAbortMidTransfer(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				for k, r := range rs {
-					if err := r.Wait(ctx); errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errs.ErrTimeout) {
+					err := r.Wait(ctx)
+					if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errs.ErrTimeout) {
 						t.Fatalf("round %d: receive %d still pending 10 s after the abort: %v", i, k, err)
+					}
+					// A receive that completed before the abort is fine;
+					// the others fail with the cause (this side aborted)
+					// or as a lost peer (the other side did).
+					if err != nil && !errors.Is(err, cause) && !errors.Is(err, errs.ErrPeerLost) {
+						t.Fatalf("round %d: receive %d: %v, want the abort's cause or ErrPeerLost", i, k, err)
 					}
 				}
 				cancel()

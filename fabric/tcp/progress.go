@@ -234,7 +234,9 @@ func (r *reader) collect(h header, parts []uint64, dst []byte, resp []chan error
 		if dst != nil {
 			first = dst[:parts[0]]
 		}
-		err = r.body(first, parts[0])
+		if err = r.body(first, parts[0]); err != nil {
+			l.fail(err) // close the sockets now: the other readers answer at once
+		}
 	}
 	for _, i := range sent {
 		if e := l.answer(i, resp[i]); e != nil && err == nil {

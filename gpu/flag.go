@@ -182,17 +182,27 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 		}
 		grid += pc.Blocks
 	}
+	return s.launchFold(FlagAllReduceKind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call)
+}
+
+// launchFold launches a flag allreduce or reduce-scatter kernel (extra:
+// the allreduce's PCIe arguments).
+func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, chunk, grid, ranks int, extra ...uint64) error {
 	k, err := s.dev.reduceKernels()
 	if err != nil {
 		return err
+	}
+	f := k.flag[dt][opIndex(op)]
+	if kind == FlagReduceScatterKind {
+		f = k.flagrs[dt][opIndex(op)]
 	}
 	div := 0
 	if op == dtype.Avg && ranks > 1 {
 		div = ranks
 	}
-	return s.Launch(k.flag[dt][opIndex(op)], [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
-		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
-		FlagSignature(FlagAllReduceKind, count, dt, op), pcount, pc.Call)
+	args := append([]uint64{uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
+		FlagSignature(kind, count, dt, op)}, extra...)
+	return s.Launch(f, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1}, args...)
 }
 
 // FlagPCIe is a flag call's PCIe part (two ranks, a control block with
@@ -278,17 +288,7 @@ func (s *Stream) FlagReduceScatter(out, in *Buffer, count int, dt dtype.DType, o
 	if err := s.flagCheck(what, region, l, chunk*dt.Size(), grid, ranks); err != nil {
 		return err
 	}
-	k, err := s.dev.reduceKernels()
-	if err != nil {
-		return err
-	}
-	div := 0
-	if op == dtype.Avg && ranks > 1 {
-		div = ranks
-	}
-	return s.Launch(k.flagrs[dt][opIndex(op)], [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
-		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
-		FlagSignature(FlagReduceScatterKind, count, dt, op))
+	return s.launchFold(FlagReduceScatterKind, out, in, count, dt, op, region, chunk, grid, ranks)
 }
 
 // FlagGather enqueues one flag allgather (a2a false: in holds count bytes,

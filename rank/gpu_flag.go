@@ -201,43 +201,49 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		}
 	}
 	sz := o.dt.Size()
-	g := f.region(o.count * sz)
-	var pc gpu.FlagPCIe
+	bytes := o.count * sz
+	g := f.region(bytes)
 	l := g.layout
-	if x := f.pcie; x != nil && g == &f.regions[1] && o.kind == devAllReduce {
+	x := f.pcie
+	if x == nil || g != &f.regions[1] || o.kind != devAllReduce {
+		x = nil // no PCIe part for this call
+	} else {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
+	}
+	unit := sz // allgather and alltoall move bytes
+	if o.kind == devAllGather || o.kind == devAllToAll {
+		unit = 1
+	}
+	grid, chunk := shape(l, bytes, unit)
+	var pc gpu.FlagPCIe
+	if x != nil {
 		// The inbox slots are per PCIe block, their counters per launched
 		// block: the NVLink grid must not change between such calls (it is
 		// nvcap for every call of 32 MiB and more).
-		if grid, _ := shape(l, o.count*sz, sz); grid != x.nvcap {
-			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", o.count*sz, grid, x.nvcap)
+		if grid != x.nvcap {
+			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", bytes, grid, x.nvcap)
 		}
 		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
 	}
 	var err error
 	switch o.kind {
 	case devAllReduce:
-		grid, chunk := shape(l, o.count*sz, sz)
 		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
 	case devReduceScatter:
-		grid, chunk := shape(l, o.count*sz, sz)
 		err = s.FlagReduceScatter(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n)
-	default: // allgather, alltoall: bytes
-		grid, chunk := shape(l, o.count*sz, 1)
-		err = s.FlagGather(o.recv, o.send, o.count*sz, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
+	default:
+		err = s.FlagGather(o.recv, o.send, bytes, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
 	}
 	if err != nil {
 		return err
 	}
 	pbytes := 0
-	if pc.Call != 0 {
-		if p.me == 0 {
-			pbytes = pc.Count * sz
-			grid, _ := shape(l, o.count*sz, sz)
-			f.pcie.flagLaunched(pc.Call, grid+pc.Blocks, grid, o.count*sz, pbytes)
-		} else {
-			pbytes = min(f.pcie.lastPCIe(), o.count) * sz // the previous call's, as rank 0's kernel told this one
-		}
+	switch {
+	case x != nil && p.me == 0:
+		pbytes = pc.Count * sz
+		x.flagLaunched(pc.Call, grid+pc.Blocks, grid, bytes, pbytes)
+	case x != nil:
+		pbytes = min(x.lastPCIe(), o.count) * sz // the previous call's, as rank 0's kernel told this one
 	}
 	if err := s.Record(f.last); err != nil {
 		return err
@@ -245,7 +251,7 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	f.lastS = s
 	f.calls++
 	p.px.mu.Lock()
-	p.px.last = [2]int64{int64(o.count*sz - pbytes), int64(pbytes)}
+	p.px.last = [2]int64{int64(bytes - pbytes), int64(pbytes)}
 	p.px.mu.Unlock()
 	return nil
 }

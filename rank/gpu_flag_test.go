@@ -32,15 +32,9 @@ func TestGPUFakeFlagMismatch(t *testing.T) {
 			rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 300_000*4)
 			ctx := testCtx(t, 20*time.Second)
 			start := time.Now()
-			errs2 := onRanks(rs, func(r *devRank) error {
+			errs2 := settleOn(rs, func(r *devRank) error {
 				me := r.c.Rank()
-				if err := r.dc.AllReduce(ctx, r.a, r.b, tc.counts[me], dtype.Float32, tc.op[me], r.s); err != nil {
-					return err
-				}
-				if err := r.s.Synchronize(); err != nil {
-					return err
-				}
-				return r.dc.AsyncError()
+				return r.dc.AllReduce(ctx, r.a, r.b, tc.counts[me], dtype.Float32, tc.op[me], r.s)
 			})
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("mismatch took %v to show (a timeout, not the signature check)", d)
@@ -61,6 +55,20 @@ func TestGPUFakeFlagMismatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// settleOn runs call on every rank, then waits for its stream and returns
+// what AsyncError says: a failure inside the kernels shows only there.
+func settleOn(rs []*devRank, call func(r *devRank) error) []error {
+	return onRanks(rs, func(r *devRank) error {
+		if err := call(r); err != nil {
+			return err
+		}
+		if err := r.s.Synchronize(); err != nil {
+			return err
+		}
+		return r.dc.AsyncError()
+	})
 }
 
 func TestGPUFakeFlagLostPeer(t *testing.T) {

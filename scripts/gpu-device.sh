@@ -95,6 +95,12 @@ bench() { # bench LIMIT OP ARGS...: two ranks, one per GPU
 	echo "flexbench exit ${PIPESTATUS[0]}"
 }
 
+ranktests() { # ranktests LIMIT PATTERN LINES: the GPU tests of package rank matching PATTERN
+	FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout "$1" $B/rank.test -test.run "$2" -test.v -test.timeout "$(($1 - 5))s" 2>&1 |
+		grep -v '^=== RUN' | grep -v 'link up' | tail -"$3"
+	echo "rank.test exit ${PIPESTATUS[0]}"
+}
+
 if [ "$mode" = smalltune ]; then
 	{
 		stamp "rank tests: flag"
@@ -111,8 +117,7 @@ fi
 if [ "$mode" = storetune ]; then
 	{
 		stamp "rank tests: flag, pull, store"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 90 $B/rank.test -test.run 'TestGPUProcs/direct-(flag|pull|store)' -test.v -test.timeout 85s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -20
-		echo "rank.test exit ${PIPESTATUS[0]}"
+		ranktests 90 'TestGPUProcs/direct-(flag|pull|store)' 20
 	} >"$OUT/tests.log" 2>&1
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	for op in allgather alltoall; do
@@ -146,8 +151,7 @@ if [ "$mode" = check ]; then
 	# and the two main collectives beside NCCL.
 	{
 		stamp "rank tests"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 220 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 215s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
-		echo "rank.test exit ${PIPESTATUS[0]}"
+		ranktests 220 'TestGPU(Procs|OneProcess)' 40
 		stamp "gpu package tests"
 		timeout 60 $B/gpu.test -test.run '^TestGPU' -test.timeout 55s 2>&1 | tail -3
 	} >"$OUT/tests.log" 2>&1
@@ -169,8 +173,7 @@ if [ "$mode" = flagcoll ]; then
 	# copy-lane paths, beside NCCL (docs/PERF.md), then the allreduce.
 	{
 		stamp "rank tests"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 200 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 195s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
-		echo "rank.test exit ${PIPESTATUS[0]}"
+		ranktests 200 'TestGPU(Procs|OneProcess)' 40
 	} >"$OUT/tests.log" 2>&1
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	for op in allgather reducescatter alltoall; do
@@ -197,8 +200,7 @@ if [ "$mode" = flagpcie ]; then
 	# balancer and fixed shares, beside NCCL (docs/PERF.md).
 	{
 		stamp "rank tests: flag"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 100 $B/rank.test -test.run 'TestGPUProcs/direct-flag' -test.v -test.timeout 95s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -20
-		echo "rank.test exit ${PIPESTATUS[0]}"
+		ranktests 100 'TestGPUProcs/direct-flag' 20
 	} >"$OUT/tests.log" 2>&1
 	export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 	rm -rf "$FLEXLINK_CACHE_DIR"
@@ -223,8 +225,7 @@ fi
 if [ "$mode" = flagtune ]; then
 	{
 		stamp "rank tests: flag allreduce"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 60 $B/rank.test -test.run 'TestGPUProcs/direct-flag' -test.v -test.timeout 55s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -20
-		echo "rank.test exit ${PIPESTATUS[0]}"
+		ranktests 60 'TestGPUProcs/direct-flag' 20
 	} >"$OUT/tests.log" 2>&1
 	{
 		stamp "allreduce 8 KiB-1 GiB, flag (defaults), beside NCCL"
@@ -257,8 +258,7 @@ if [ "$mode" = perf ]; then
 	# 64 MiB-1 GiB, and the flag region's slot size.
 	{
 		stamp "rank tests"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 220 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 215s 2>&1 | grep -v '^=== RUN' | grep -v 'link up' | tail -40
-		echo "rank.test exit ${PIPESTATUS[0]}"
+		ranktests 220 'TestGPU(Procs|OneProcess)' 40
 		stamp "gpu package tests"
 		timeout 60 $B/gpu.test -test.run '^TestGPU' -test.v -test.timeout 55s 2>&1 | grep -v '^=== RUN' | tail -8
 	} >"$OUT/tests.log" 2>&1

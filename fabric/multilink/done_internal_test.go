@@ -2,10 +2,13 @@ package multilink
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+	"time"
 
 	"flexlink/fabric"
 	"flexlink/fabric/fake"
+	"flexlink/internal/errs"
 )
 
 // TestLateDuplicateAfterDone: a duplicate of a part that was staged while
@@ -39,5 +42,37 @@ func TestLateDuplicateAfterDone(t *testing.T) {
 	c.arrived(0, second, h, dup)
 	if !bytes.Equal(buf, make([]byte, len(buf))) {
 		t.Fatal("a late duplicate wrote into the buffer of a completed receive")
+	}
+}
+
+// TestAckForPartNeverSent: an ack whose range matches no part sent is a
+// corrupt stream: the link it came on is dropped and reported.
+func TestAckForPartNeverSent(t *testing.T) {
+	nw := fake.NewNetwork(2, fake.Options{})
+	failed := make(chan error, 1)
+	c := New(1, []fabric.Link{nw.Link(0, 1)}, nil, Options{OnLinkFailure: func(_ int, _ fabric.Kind, err error) {
+		select {
+		case failed <- err:
+		default:
+		}
+	}}).(*channel)
+	peer := nw.Link(1, 0)
+	t.Cleanup(func() { c.Close(); peer.Close() })
+	buf := make([]byte, 64<<10)
+	c.Send(fabric.Tag{}, buf)
+	c.ackArrived(0, header{kind: kindAck, seq: 0, total: len(buf), off: 1, len: 3})
+	c.mu.Lock()
+	dead := c.dead[0]
+	c.mu.Unlock()
+	if !dead {
+		t.Fatal("an ack for bytes never sent was accepted")
+	}
+	select { // OnLinkFailure runs on a goroutine of its own
+	case err := <-failed:
+		if !errors.Is(err, errs.ErrPeerLost) {
+			t.Fatalf("link failure %v, want ErrPeerLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dropped link was not reported")
 	}
 }

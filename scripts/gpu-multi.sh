@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Every GPU of the machine (issue 8: nvidia-h200-x4 or -x8), in one call of
+# the device tool, from the repository root with .devbin/ carried
+# (scripts/gpu-build.sh fills it):
+#
+#   NCCL_NVLS_ENABLE=0 bash .devbin/gpu-multi.sh
+#
+# topo.txt     nvidia-smi topo -m and flexinfo's view of the same host
+# tests.log    the GPU tests at NP ranks (TestGPUProcs runs one process per
+#              GPU; FLEXLINK_REQUIRE_GPU=1, so a skip is a failure)
+# bench-<op>.log  flexbench --device gpu --backend both (flexlink and NCCL
+#              in the same processes, the busbw ratio per size, each link's
+#              share after every flexlink row), 1 MiB to 1 GiB: NVLink only
+#              (FLEXLINK_LINKS=nvlink), then NVLink + PCIe (the defaults:
+#              the balancer decides the PCIe share)
+# variants.log the flag kernels for every size (FLEXLINK_GPU_FLAG_BYTES and
+#              FLEXLINK_GPU_FLAG_COLL_BYTES = 1 TiB) beside the defaults
+# Every step has its own time limit; together under 570 s. NP defaults to
+# the number of GPUs nvidia-smi lists (at most 8).
+set -uo pipefail
+B=.devbin
+OUT=${OUT:-/tmp/flexlink-out}
+mkdir -p "$OUT"
+NP=${NP:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+NP=$((NP > 8 ? 8 : NP))
+if [ "$NP" -lt 2 ]; then
+	echo "gpu-multi.sh: $NP GPUs here; this run needs at least 2" >&2
+	exit 1
+fi
+DEADLINE=575
+PTXOUT=/tmp/flexlink-ptx # 8 files come back: the PTX only matters after a kernel change (gpu-device.sh check)
+. "$(dirname "$0")/gpu-common.sh"
+
+{
+	stamp "topology, $NP GPUs"
+	nvidia-smi topo -m
+	nvidia-smi --query-gpu=index,name,pci.bus_id,memory.used,memory.total --format=csv
+	nvidia-smi nvlink -s -i 0 2>&1 | head -24
+	stamp flexinfo
+	timeout 30 $B/flexinfo 2>&1 | head -60
+	cat "$OUT/kernels.log"
+} >"$OUT/topo.txt" 2>&1
+rm -f "$OUT/kernels.log"
+
+{
+	stamp "rank tests at $NP ranks"
+	ranktests 230 'TestGPUProcs/(direct-flag$|direct-flag-all|direct-push|direct-pcie|direct-pull|direct-store-pcie)' 60
+	stamp "gpu package tests"
+	timeout 40 $B/gpu.test -test.run '^TestGPU' -test.timeout 35s 2>&1 | tail -4
+} >"$OUT/tests.log" 2>&1
+
+export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+rm -rf "$FLEXLINK_CACHE_DIR"
+for op in allreduce allgather reducescatter alltoall; do
+	{
+		stamp "$op 1 MiB-1 GiB, $NP ranks, FLEXLINK_LINKS=nvlink, beside NCCL"
+		FLEXLINK_LINKS=nvlink bench 35 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
+		stamp "$op 1 MiB-1 GiB, $NP ranks, NVLink + PCIe (defaults, the balancer), beside NCCL"
+		bench 40 $op --backend both -b 1M -e 1G -f 4 -n 40 -w 10
+	} >"$OUT/bench-${op/reducescatter/rs}.log" 2>&1
+done
+{
+	stamp "allreduce 1 MiB-1 GiB, $NP ranks, flag kernel for every size (FLEXLINK_GPU_FLAG_BYTES=1 TiB)"
+	FLEXLINK_GPU_FLAG_BYTES=1099511627776 bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
+	for op in allgather reducescatter alltoall; do
+		stamp "$op 1 MiB-1 GiB, $NP ranks, flag kernels for every size (FLEXLINK_GPU_FLAG_COLL_BYTES=1 TiB)"
+		FLEXLINK_GPU_FLAG_COLL_BYTES=1099511627776 bench 30 $op -b 1M -e 1G -f 4 "${must[@]}"
+	done
+} >"$OUT/variants.log" 2>&1
+stamp done >>"$OUT/tests.log"
+grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares\|gpu memory\|^ok\|^FAIL\|NV[0-9]\|^GPU" "$OUT"/*.log | grep -v "\[INFO\]" | head -300

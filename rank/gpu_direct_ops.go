@@ -116,8 +116,9 @@ func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*
 	sz, cnt := o.dt.Size(), b-a
 	src := sub(mine, a, b, sz)
 	first := true
-	for j, pb := range peers {
-		if j == p.me || pb == nil {
+	for _, j := range p.rotated() {
+		pb := peers[j]
+		if pb == nil {
 			continue
 		}
 		if err := s.Reduce(dst, src, sub(pb, a, b, sz), cnt, o.dt, o.op); err != nil {
@@ -162,10 +163,7 @@ func (p *directPlane) allReduce(o *devOp, s *gpu.Stream, in [][]byte) error {
 				return err
 			}
 		}
-		for j := 0; j < p.n; j++ {
-			if j == p.me {
-				continue
-			}
+		for _, j := range p.rotated() {
 			var err error
 			if piped {
 				err = p.pushSplit(j, 0, a*sz, sub(recvs[j], a, b, sz), dst, p.startEv)
@@ -212,8 +210,8 @@ func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) 
 		}
 	}
 	if total < fanOutMin {
-		for _, c := range cs {
-			if c != nil {
+		for _, j := range p.rotated() {
+			if c := cs[j]; c != nil {
 				if err := p.pushOn(s, c.dst, c.src); err != nil {
 					return err
 				}
@@ -224,7 +222,8 @@ func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) 
 	if err := s.Record(p.startEv); err != nil {
 		return err
 	}
-	for j, c := range cs {
+	for _, j := range p.rotated() {
+		c := cs[j]
 		if c == nil {
 			continue
 		}
@@ -274,7 +273,8 @@ func (p *directPlane) allGatherStore(s *gpu.Stream, cs []*copyPair, mine, send *
 		return err
 	}
 	blk, local, fused := send.Len(), 0, false
-	for j, c := range cs {
+	for _, j := range p.rotated() {
+		c := cs[j]
 		if c == nil {
 			continue
 		}

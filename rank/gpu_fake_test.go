@@ -144,7 +144,7 @@ func TestGPUFakeDirect(t *testing.T) {
 	// 1 MiB beyond, so the larger cases mix both; a small region and few
 	// blocks make the slots wrap many times within one call; "1T": the flag
 	// kernels for every size of every collective, FLEXLINK_GPU_FLAG_COLL_BYTES
-	// too).
+	// too, and allreduces over 1 KiB two-shot beyond two ranks).
 	for _, tc := range []struct {
 		n                 int
 		mode, lanes, flag string
@@ -152,13 +152,14 @@ func TestGPUFakeDirect(t *testing.T) {
 	}{{1, "auto", "1", "-1", "32", "67108864"}, {2, "read", "1", "0", "", ""}, {2, "push", "3", "0", "", ""},
 		{3, "push", "1", "0", "", ""}, {3, "read", "2", "0", "", ""}, {4, "auto", "2", "0", "", ""},
 		{2, "read", "1", "-1", "3", "262144"}, {3, "auto", "1", "-1", "5", "1048576"}, {4, "read", "1", "-1", "32", "67108864"},
-		{4, "read", "1", "1T", "16", "4194304"}} {
+		{4, "read", "1", "1T", "16", "4194304"}, {3, "read", "1", "1T", "", ""}} {
 		n := tc.n
 		t.Run(fmt.Sprintf("%dranks-%s-%slanes-flag%s", n, tc.mode, tc.lanes, tc.flag), func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_ALLREDUCE": tc.mode, "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
 				"FLEXLINK_GPU_FLAG_BYTES": tc.flag}
 			if tc.flag == "1T" {
 				env["FLEXLINK_GPU_FLAG_BYTES"], env["FLEXLINK_GPU_FLAG_COLL_BYTES"] = "1099511627776", "1099511627776"
+				env["FLEXLINK_GPU_FLAG_ONESHOT_BYTES"] = "1024"
 			}
 			if tc.blocks != "" {
 				env["FLEXLINK_GPU_FLAG_BLOCKS"], env["FLEXLINK_GPU_FLAG_REGION_BYTES"] = tc.blocks, tc.region

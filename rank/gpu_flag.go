@@ -32,16 +32,18 @@ import (
 // it, naming the peer and its host, and the communicator is broken.
 
 const (
-	flagDepth      = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
-	flagMinChunk   = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
-	flagAutoSmall  = 1 << 20  // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
-	flagAutoColl2  = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with two ranks
-	flagAutoColl   = 1 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with more
-	flagSmallMax   = 32 << 20 // bytes: smaller calls use the small region
-	flagBlobFields = 3        // per region: slot bytes, depth, max blocks
-	flagRegionBlob = flagBlobFields*8 + gpu.IPCHandleSize
-	flagBlobHead   = 24                                             // enabled, the largest allreduce, the largest other block
-	flagBlobBytes  = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region, the PCIe part
+	flagDepth        = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	flagMinChunk     = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
+	flagAutoSmall    = 1 << 20  // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
+	flagAutoColl2    = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with two ranks
+	flagAutoColl     = 1 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with more
+	flagAutoOneShot  = 4 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
+	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
+	flagSmallMax     = 32 << 20 // bytes: smaller calls use the small region
+	flagBlobFields   = 3        // per region: slot bytes, depth, max blocks
+	flagRegionBlob   = flagBlobFields*8 + gpu.IPCHandleSize
+	flagBlobHead     = 32                                             // enabled, the largest allreduce, the largest other block, the largest one-shot allreduce
+	flagBlobBytes    = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region, the PCIe part
 )
 
 // A rank has two flag regions with the same number of blocks: a small one
@@ -63,6 +65,7 @@ type flagRegion struct {
 type flagPlane struct {
 	maxBytes  int           // largest allreduce taken (bytes)
 	collBytes int           // largest per-peer block of a reduce-scatter, allgather or alltoall taken (bytes)
+	oneShot   int           // more than two ranks: largest allreduce pushed whole to every peer; larger ones run two-shot (bytes)
 	regions   [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
 	errMem    *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
 	last      *gpu.Event    // after the latest flag kernel
@@ -226,10 +229,12 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
 	}
 	var err error
-	switch o.kind {
-	case devAllReduce:
+	switch {
+	case o.kind == devAllReduce && x == nil && p.n > 2 && bytes > f.oneShot:
+		err = p.flagTwoShot(o, s, g)
+	case o.kind == devAllReduce:
 		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
-	case devReduceScatter:
+	case o.kind == devReduceScatter:
 		err = s.FlagReduceScatter(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n)
 	default:
 		err = s.FlagGather(o.recv, o.send, bytes, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
@@ -253,6 +258,36 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	p.px.mu.Lock()
 	p.px.last = [2]int64{int64(bytes - pbytes), int64(pbytes)}
 	p.px.mu.Unlock()
+	return nil
+}
+
+// flagTwoShot enqueues a flag allreduce of more than two ranks as a
+// reduce-scatter kernel (rank r reduces block r of the vector into its
+// place in recv) then an allgather kernel (in place in recv), plus a
+// one-shot kernel for the few elements past the last whole block. Each
+// rank sends 2(n-1)/n of the vector instead of the one-shot's n-1 times
+// it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
+// rank's block starts vector-aligned.
+func (p *directPlane) flagTwoShot(o *devOp, s *gpu.Stream, g *flagRegion) error {
+	sz := o.dt.Size()
+	per := o.count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
+	head := per * p.n
+	if per > 0 {
+		grid, chunk := shape(g.layout, per*sz*p.n, sz)
+		mine := sub(o.recv, p.me*per, (p.me+1)*per, sz)
+		if err := s.FlagReduceScatter(mine, o.send.Sub(0, head*sz), per, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
+			return err
+		}
+		grid, chunk = shape(g.layout, per*sz*p.n, 1)
+		if err := s.FlagGather(o.recv.Sub(0, head*sz), mine, per*sz, false, g.mem, g.layout, chunk, grid, p.n); err != nil {
+			return err
+		}
+	}
+	if rest := o.count - head; rest > 0 {
+		grid, chunk := shape(g.layout, rest*sz, sz)
+		return s.FlagAllReduce(sub(o.recv, head, o.count, sz), sub(o.send, head, o.count, sz), rest, o.dt, o.op,
+			g.mem, g.layout, chunk, grid, p.n, gpu.FlagPCIe{})
+	}
 	return nil
 }
 

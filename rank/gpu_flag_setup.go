@@ -41,6 +41,16 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	case coll < -1:
 		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_COLL_BYTES=%d: want -1 (auto), 0 (off) or a byte count", coll)
 	}
+	oneShot, err := env.Int("FLEXLINK_GPU_FLAG_ONESHOT_BYTES")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case oneShot == -1:
+		oneShot = flagAutoOneShot
+	case oneShot < -1:
+		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_ONESHOT_BYTES=%d: want -1 (auto) or a byte count", oneShot)
+	}
 	if maxBytes == 0 || p.n < 2 || p.n > gpu.FlagMaxRanks {
 		return nil, nil
 	}
@@ -56,7 +66,7 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	// once (one per SM is always resident). Ranks on different GPUs that
 	// end up with different layouts turn the flag plane off (openFlag).
 	blocks = min(blocks, max(1, p.dev.Multiprocessors()))
-	f := &flagPlane{maxBytes: maxBytes, collBytes: coll}
+	f := &flagPlane{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
 	// their slots close together, docs/PERF.md); the large region: the whole
@@ -100,6 +110,7 @@ func (p *directPlane) setupFlag(b []byte) error {
 	le.PutUint64(b, 1)
 	le.PutUint64(b[8:], uint64(f.maxBytes))
 	le.PutUint64(b[16:], uint64(f.collBytes))
+	le.PutUint64(b[24:], uint64(f.oneShot))
 	for i := range f.regions {
 		g := &f.regions[i]
 		w := b[flagBlobHead+i*flagRegionBlob:]
@@ -138,7 +149,8 @@ func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte, bus []string
 	}
 	le := binary.LittleEndian
 	for r, b := range blobs {
-		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.maxBytes) && le.Uint64(b[16:]) == uint64(f.collBytes)
+		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.maxBytes) && le.Uint64(b[16:]) == uint64(f.collBytes) &&
+			le.Uint64(b[24:]) == uint64(f.oneShot)
 		for i := range f.regions {
 			w := b[flagBlobHead+i*flagRegionBlob:]
 			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}

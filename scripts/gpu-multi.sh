@@ -3,8 +3,9 @@
 # the device tool, from the repository root with .devbin/ carried
 # (scripts/gpu-build.sh fills it):
 #
-#   NCCL_NVLS_ENABLE=0 bash .devbin/gpu-multi.sh
+#   NCCL_NVLS_ENABLE=0 bash .devbin/gpu-multi.sh [measure|tune]
 #
+# measure (the default) is issue 8's run:
 # topo.txt     nvidia-smi topo -m and flexinfo's view of the same host
 # tests.log    the GPU tests at NP ranks (TestGPUProcs runs one process per
 #              GPU; FLEXLINK_REQUIRE_GPU=1, so a skip is a failure)
@@ -15,7 +16,11 @@
 #              the balancer decides the PCIe share)
 # variants.log the flag kernels for every size (FLEXLINK_GPU_FLAG_BYTES and
 #              FLEXLINK_GPU_FLAG_COLL_BYTES = 1 TiB) beside the defaults
-# Every step has its own time limit; together under 570 s. NP defaults to
+# tune runs the GPU tests, then every path of each collective at NP ranks
+# (flag kernels one- and two-shot, pull, push, store), the defaults beside
+# NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
+# chosen from. Both modes bring back ptx.tgz (the PTX they ran on).
+# Every step has its own time limit; together under 575 s. NP defaults to
 # the number of GPUs nvidia-smi lists (at most 8).
 set -uo pipefail
 B=.devbin
@@ -31,6 +36,17 @@ DEADLINE=575
 PTXOUT=/tmp/flexlink-ptx # 8 files come back: the PTX only matters after a kernel change (gpu-device.sh check)
 . "$(dirname "$0")/gpu-common.sh"
 
+mode=${1:-measure}
+case $mode in
+measure | tune) ;;
+*)
+	echo "gpu-multi.sh: unknown mode $mode (measure, tune)" >&2
+	exit 2
+	;;
+esac
+if [ -s "$PTXOUT/reduce_sm90.ptx" ]; then # the PTX that ran, to commit after a kernel change
+	tar -C "$PTXOUT" -czf "$OUT/ptx.tgz" reduce_sm90.ptx reduce_sm80.ptx
+fi
 {
 	stamp "topology, $NP GPUs"
 	nvidia-smi topo -m
@@ -41,6 +57,57 @@ PTXOUT=/tmp/flexlink-ptx # 8 files come back: the PTX only matters after a kerne
 	cat "$OUT/kernels.log"
 } >"$OUT/topo.txt" 2>&1
 rm -f "$OUT/kernels.log"
+export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+rm -rf "$FLEXLINK_CACHE_DIR"
+T1G=1099511627776 # "every size"
+
+if [ "$mode" = tune ]; then
+	# Which path is fastest at NP ranks, size by size (docs/PERF.md).
+	{
+		stamp "rank tests at $NP ranks"
+		ranktests 150 'TestGPUProcs/(direct-flag$|direct-flag-all|direct-pull|direct-store-pcie)' 30
+	} >"$OUT/tests.log" 2>&1
+	{
+		stamp "allreduce, defaults, beside NCCL"
+		bench 35 allreduce --backend both -b 1M -e 1G -f 4 "${must[@]}"
+		stamp "allreduce, flag kernels for every size, two-shot over 4 MiB (FLEXLINK_GPU_FLAG_BYTES=1T)"
+		FLEXLINK_GPU_FLAG_BYTES=$T1G bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
+		stamp "allreduce, flag kernels one-shot for every size (FLEXLINK_GPU_FLAG_ONESHOT_BYTES=1T)"
+		FLEXLINK_GPU_FLAG_BYTES=$T1G FLEXLINK_GPU_FLAG_ONESHOT_BYTES=$T1G bench 25 allreduce -b 256K -e 64M -f 4 "${must[@]}"
+		stamp "allreduce, flag two-shot from 256 KiB (FLEXLINK_GPU_FLAG_ONESHOT_BYTES=128K)"
+		FLEXLINK_GPU_FLAG_BYTES=$T1G FLEXLINK_GPU_FLAG_ONESHOT_BYTES=131072 bench 25 allreduce -b 256K -e 16M -f 4 "${must[@]}"
+		stamp "allreduce, push (FLEXLINK_GPU_ALLREDUCE=push)"
+		FLEXLINK_GPU_ALLREDUCE=push bench 25 allreduce -b 16M -e 1G -f 4 "${must[@]}"
+	} >"$OUT/bench-allreduce.log" 2>&1
+	for op in allgather alltoall; do
+		{
+			stamp "$op, defaults, beside NCCL"
+			bench 35 $op --backend both -b 1M -e 1G -f 4 "${must[@]}"
+			stamp "$op, flag kernels for every size (FLEXLINK_GPU_FLAG_COLL_BYTES=1T)"
+			FLEXLINK_GPU_FLAG_COLL_BYTES=$T1G bench 25 $op -b 1M -e 1G -f 4 "${must[@]}"
+			stamp "$op, pull"
+			FLEXLINK_GPU_ALLGATHER=pull FLEXLINK_GPU_ALLTOALL=pull bench 25 $op -b 1M -e 1G -f 4 "${must[@]}"
+			stamp "$op, push (copy engines)"
+			FLEXLINK_GPU_ALLGATHER=push FLEXLINK_GPU_ALLTOALL=push bench 25 $op -b 16M -e 1G -f 4 "${must[@]}"
+		} >"$OUT/bench-$op.log" 2>&1
+	done
+	{
+		stamp "reducescatter, defaults, beside NCCL"
+		bench 35 reducescatter --backend both -b 1M -e 1G -f 4 "${must[@]}"
+		stamp "reducescatter, flag kernels for every size (FLEXLINK_GPU_FLAG_COLL_BYTES=1T)"
+		FLEXLINK_GPU_FLAG_COLL_BYTES=$T1G bench 25 reducescatter -b 1M -e 1G -f 4 "${must[@]}"
+		stamp "allgather, flag kernels for every size, FLEXLINK_GPU_FLAG_BLOCKS=64"
+		FLEXLINK_GPU_FLAG_COLL_BYTES=$T1G FLEXLINK_GPU_FLAG_BLOCKS=64 bench 25 allgather -b 16M -e 1G -f 4 "${must[@]}"
+		stamp "allgather, push, FLEXLINK_GPU_COPY_STREAMS=2"
+		FLEXLINK_GPU_ALLGATHER=push FLEXLINK_GPU_COPY_STREAMS=2 bench 25 allgather -b 16M -e 1G -f 4 "${must[@]}"
+		stamp "two GPUs (CUDA_VISIBLE_DEVICES=0,1): allreduce and allgather defaults beside NCCL"
+		CUDA_VISIBLE_DEVICES=0,1 NP=2 bench 30 allreduce --backend both -b 1M -e 1G -f 4 "${must[@]}"
+		CUDA_VISIBLE_DEVICES=0,1 NP=2 bench 30 allgather --backend both -b 1M -e 1G -f 4 "${must[@]}"
+	} >"$OUT/bench-rs.log" 2>&1
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -400
+	exit 0
+fi
 
 {
 	stamp "rank tests at $NP ranks"
@@ -49,8 +116,6 @@ rm -f "$OUT/kernels.log"
 	timeout 40 $B/gpu.test -test.run '^TestGPU' -test.timeout 35s 2>&1 | tail -4
 } >"$OUT/tests.log" 2>&1
 
-export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
-rm -rf "$FLEXLINK_CACHE_DIR"
 for op in allreduce allgather reducescatter alltoall; do
 	{
 		stamp "$op 1 MiB-1 GiB, $NP ranks, FLEXLINK_LINKS=nvlink, beside NCCL"
@@ -61,10 +126,10 @@ for op in allreduce allgather reducescatter alltoall; do
 done
 {
 	stamp "allreduce 1 MiB-1 GiB, $NP ranks, flag kernel for every size (FLEXLINK_GPU_FLAG_BYTES=1 TiB)"
-	FLEXLINK_GPU_FLAG_BYTES=1099511627776 bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
+	FLEXLINK_GPU_FLAG_BYTES=$T1G bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
 	for op in allgather reducescatter alltoall; do
 		stamp "$op 1 MiB-1 GiB, $NP ranks, flag kernels for every size (FLEXLINK_GPU_FLAG_COLL_BYTES=1 TiB)"
-		FLEXLINK_GPU_FLAG_COLL_BYTES=1099511627776 bench 30 $op -b 1M -e 1G -f 4 "${must[@]}"
+		FLEXLINK_GPU_FLAG_COLL_BYTES=$T1G bench 30 $op -b 1M -e 1G -f 4 "${must[@]}"
 	done
 } >"$OUT/variants.log" 2>&1
 stamp done >>"$OUT/tests.log"

@@ -402,8 +402,10 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         if (doPush) {
             u64 lo;
             const u64 cnt = range((u64)(i + 1), &lo);
-            for (int t = 0; t < n; t++) {
-                if (t == me) continue;
+            // Next rank first (me+1, me+2, ...): at every moment the ranks'
+            // targets form a permutation, not N-1 senders on one GPU.
+            for (int k = 1; k < n; k++) {
+                const int t = (me + k) % n;
                 unsigned char* sl = slot(t, me, sseq);
                 if (threadIdx.x == 0) {
                     *(volatile u64*)sl = sig;

@@ -123,11 +123,11 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 	if mode != "auto" && mode != "push" && mode != "read" {
 		return nil, fmt.Errorf("FLEXLINK_GPU_ALLREDUCE=%q: want auto, push or read", mode)
 	}
-	agPull, agStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLGATHER"), "FLEXLINK_GPU_ALLGATHER")
+	agPull, agStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLGATHER"), "FLEXLINK_GPU_ALLGATHER", n)
 	if err != nil {
 		return nil, err
 	}
-	a2aPull, a2aStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLTOALL"), "FLEXLINK_GPU_ALLTOALL")
+	a2aPull, a2aStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLTOALL"), "FLEXLINK_GPU_ALLTOALL", n)
 	if err != nil {
 		return nil, err
 	}

@@ -52,10 +52,15 @@ import (
 // pullFlag is the ready-header bit that says this rank's call pulls.
 const pullFlag = 1 << 24
 
-// moveSetting parses FLEXLINK_GPU_ALLGATHER or FLEXLINK_GPU_ALLTOALL:
-// push (copy engines), store (the same pushes as kernel stores) or pull.
-func moveSetting(v, name string) (pull, store bool, err error) {
+// moveSetting parses FLEXLINK_GPU_ALLGATHER or FLEXLINK_GPU_ALLTOALL for
+// n ranks: push (copy engines), store (the same pushes as kernel stores),
+// pull, or auto: store with two ranks, pull with more (measured on 2xH200
+// and 4xH200, docs/PERF.md: with three peers behind NVSwitch the pulls
+// reached 322 GB/s per GPU at 1 GiB, the stores 221).
+func moveSetting(v, name string, n int) (pull, store bool, err error) {
 	switch v {
+	case "auto":
+		return n > 2, n <= 2, nil
 	case "push", "":
 		return false, false, nil
 	case "store":
@@ -63,7 +68,7 @@ func moveSetting(v, name string) (pull, store bool, err error) {
 	case "pull":
 		return true, false, nil
 	}
-	return false, false, fmt.Errorf("%s=%q: want push, store or pull", name, v)
+	return false, false, fmt.Errorf("%s=%q: want auto, push, store or pull", name, v)
 }
 
 // pulls says whether o is an allgather or alltoall that this rank pulls.

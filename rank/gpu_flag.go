@@ -34,10 +34,8 @@ import (
 const (
 	flagDepth        = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
 	flagMinChunk     = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
-	flagAutoSmall    = 1 << 20  // bytes: FLEXLINK_GPU_FLAG_BYTES=-1 with more than two ranks
-	flagAutoColl2    = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with two ranks
-	flagAutoColl     = 1 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1 with more
-	flagAutoOneShot  = 4 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
+	flagAutoColl     = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1
+	flagAutoOneShot  = 2 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
 	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
 	flagSmallMax     = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields   = 3        // per region: slot bytes, depth, max blocks

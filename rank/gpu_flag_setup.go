@@ -21,10 +21,7 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 		return nil, err
 	}
 	if maxBytes == -1 {
-		maxBytes = flagAutoSmall
-		if p.n == 2 {
-			maxBytes = 1 << 62
-		}
+		maxBytes = 1 << 62 // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
 	}
 	if maxBytes < -1 {
 		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BYTES=%d: want -1 (auto), 0 (off) or a byte count", maxBytes)
@@ -34,8 +31,6 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 		return nil, err
 	}
 	switch {
-	case coll == -1 && p.n == 2:
-		coll = flagAutoColl2
 	case coll == -1:
 		coll = flagAutoColl
 	case coll < -1:

@@ -8,14 +8,16 @@
 # measure (the default) is issue 8's run:
 # topo.txt     nvidia-smi topo -m and flexinfo's view of the same host
 # tests.log    the GPU tests at NP ranks (TestGPUProcs runs one process per
-#              GPU; FLEXLINK_REQUIRE_GPU=1, so a skip is a failure)
+#              GPU; FLEXLINK_REQUIRE_GPU=1, so a skip is a failure), then the
+#              flag-kernel cases at 2 ranks (CUDA_VISIBLE_DEVICES=0,1)
 # bench-<op>.log  flexbench --device gpu --backend both (flexlink and NCCL
 #              in the same processes, the busbw ratio per size, each link's
 #              share after every flexlink row), 1 MiB to 1 GiB: NVLink only
 #              (FLEXLINK_LINKS=nvlink), then NVLink + PCIe (the defaults:
 #              the balancer decides the PCIe share)
-# variants.log the flag kernels for every size (FLEXLINK_GPU_FLAG_BYTES and
-#              FLEXLINK_GPU_FLAG_COLL_BYTES = 1 TiB) beside the defaults
+# variants.log the one-shot/two-shot limit of the flag allreduce, the store
+#              allgather with its PCIe share, and the four collectives on
+#              two of the GPUs beside NCCL (the 2-GPU figures, same run)
 # tune runs the GPU tests, then every path of each collective at NP ranks
 # (flag kernels one- and two-shot, pull, push, store), the defaults beside
 # NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
@@ -111,7 +113,9 @@ fi
 
 {
 	stamp "rank tests at $NP ranks"
-	ranktests 230 'TestGPUProcs/(direct-flag$|direct-flag-all|direct-push|direct-pcie|direct-pull|direct-store-pcie)' 60
+	ranktests 200 'TestGPUProcs/(direct-flag$|direct-flag-all|direct-push|direct-pcie|direct-pull|direct-store-pcie)' 60
+	stamp "rank tests at 2 ranks (CUDA_VISIBLE_DEVICES=0,1)"
+	CUDA_VISIBLE_DEVICES=0,1 ranktests 100 'TestGPUProcs/direct-flag' 30
 	stamp "gpu package tests"
 	timeout 40 $B/gpu.test -test.run '^TestGPU' -test.timeout 35s 2>&1 | tail -4
 } >"$OUT/tests.log" 2>&1
@@ -125,12 +129,16 @@ for op in allreduce allgather reducescatter alltoall; do
 	} >"$OUT/bench-${op/reducescatter/rs}.log" 2>&1
 done
 {
-	stamp "allreduce 1 MiB-1 GiB, $NP ranks, flag kernel for every size (FLEXLINK_GPU_FLAG_BYTES=1 TiB)"
-	FLEXLINK_GPU_FLAG_BYTES=$T1G bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
-	for op in allgather reducescatter alltoall; do
-		stamp "$op 1 MiB-1 GiB, $NP ranks, flag kernels for every size (FLEXLINK_GPU_FLAG_COLL_BYTES=1 TiB)"
-		FLEXLINK_GPU_FLAG_COLL_BYTES=$T1G bench 30 $op -b 1M -e 1G -f 4 "${must[@]}"
+	for v in 1048576 4194304; do
+		stamp "allreduce 256 KiB-16 MiB, $NP ranks, FLEXLINK_GPU_FLAG_ONESHOT_BYTES=$v"
+		FLEXLINK_GPU_FLAG_ONESHOT_BYTES=$v bench 25 allreduce -b 256K -e 16M -f 2 "${must[@]}"
+	done
+	stamp "allgather 64 MiB-1 GiB, $NP ranks, store with the PCIe share (FLEXLINK_GPU_ALLGATHER=store)"
+	FLEXLINK_GPU_ALLGATHER=store bench 25 allgather -b 64M -e 1G -f 4 -n 40 -w 10
+	for op in allreduce allgather reducescatter alltoall; do
+		stamp "$op 64 KiB-1 GiB, 2 ranks (CUDA_VISIBLE_DEVICES=0,1), defaults, beside NCCL"
+		CUDA_VISIBLE_DEVICES=0,1 NP=2 bench 30 $op --backend both -b 64K -e 1G -f 4 "${must[@]}"
 	done
 } >"$OUT/variants.log" 2>&1
 stamp done >>"$OUT/tests.log"
-grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares\|gpu memory\|^ok\|^FAIL\|NV[0-9]\|^GPU" "$OUT"/*.log | grep -v "\[INFO\]" | head -300
+grep -h "^==\\|ratio\\|exit\\|^--- \\|^    --- \\|cases over\\|panic\\|error\\| flexlink/direct\\|shares\\|gpu memory\\|^ok\\|^FAIL" "$OUT"/*.log | grep -v "\\[INFO\\]" | head -400

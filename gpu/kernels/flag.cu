@@ -96,6 +96,12 @@ __device__ __forceinline__ u64 ld_acquire(const u64* p) {
 __device__ __forceinline__ void st_release(u64* p, u64 v) {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// st_relaxed: a counter store after a fence (one fence.sc.sys orders the
+// whole step; st.release.sys would put a system-wide membar in front of
+// every counter, 2(n-1) per step).
+__device__ __forceinline__ void st_relaxed(u64* p, u64 v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 __device__ __forceinline__ u64 globaltimer() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -377,8 +383,8 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
     // which the peers pushed in their step i-1: thread 0 waits for room in
     // the peers' slots (they have folded chunk i+1-depth) and for their
     // chunk i, the block pushes and folds, and thread 0 raises the peers'
-    // ready counters (after a system fence: the barrier put every thread's
-    // stores before it) and their cons counters. Step i on one rank needs
+    // ready counters and their cons counters (after one system fence: the
+    // barrier put every thread's stores and loads before it). Step i on one rank needs
     // only step i-1 on the others, so blocks never wait on each other.
     for (long long i = -1; i < (long long)nb; i++) {
         const bool doPush = i + 1 < (long long)nb, doFold = i >= 0;
@@ -441,12 +447,15 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         }
         __syncthreads();
         if (threadIdx.x == 0) {
-            if (doPush) __threadfence_system();
-            for (int t = 0; t < n; t++) {
-                if (t == me) continue;
+            // One system fence releases the whole step (the barrier put
+            // every thread's pushes and slot reads before it), then plain
+            // counter stores, next rank first.
+            __threadfence_system();
+            for (int k = 1; k < n; k++) {
+                const int t = (me + k) % n;
                 unsigned char* peer = (unsigned char*)c.region[t];
-                if (doPush) st_release((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
-                if (doFold) st_release((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + cb, rseq + 1);
+                if (doPush) st_relaxed((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
+                if (doFold) st_relaxed((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + cb, rseq + 1);
             }
         }
     }

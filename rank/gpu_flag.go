@@ -148,7 +148,11 @@ func (f *flagPlane) region(bytes int) *flagRegion {
 // layout l: blocks of at least flagMinChunk, at most the layout's, chunks
 // at most a slot. Every rank computes the same from the same call.
 func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
-	grid = min(l.MaxBlocks, max(1, (bytes+flagMinChunk-1)/flagMinChunk))
+	// A chunk of at least flagMinChunk per block, or a slot's payload where
+	// slots are smaller (the small region beyond two ranks): one chunk per
+	// block, not a second step for a few blocks.
+	least := min(flagMinChunk, (l.SlotBytes-gpu.FlagSlotHeader)/256*256)
+	grid = min(l.MaxBlocks, max(1, (bytes+least-1)/least))
 	cb := (bytes + grid - 1) / grid
 	cb = min(l.SlotBytes-gpu.FlagSlotHeader, (cb+255)/256*256)
 	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
@@ -271,12 +275,12 @@ func (p *directPlane) flagTwoShot(o *devOp, s *gpu.Stream, g *flagRegion) error 
 	per := o.count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
 	head := per * p.n
 	if per > 0 {
-		grid, chunk := shape(g.layout, per*sz*p.n, sz)
+		grid, chunk := shape(g.layout, per*sz, sz) // each peer transfer is one block of per elements
 		mine := sub(o.recv, p.me*per, (p.me+1)*per, sz)
 		if err := s.FlagReduceScatter(mine, o.send.Sub(0, head*sz), per, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
 			return err
 		}
-		grid, chunk = shape(g.layout, per*sz*p.n, 1)
+		grid, chunk = shape(g.layout, per*sz, 1)
 		if err := s.FlagGather(o.recv.Sub(0, head*sz), mine, per*sz, false, g.mem, g.layout, chunk, grid, p.n); err != nil {
 			return err
 		}

@@ -98,6 +98,8 @@ func TestGPUFakeFlagLostPeer(t *testing.T) {
 func TestFlagShape(t *testing.T) {
 	for _, l := range []gpu.FlagLayout{
 		{SlotBytes: 262144, Depth: 2, MaxBlocks: 128},
+		{SlotBytes: 32768, Depth: 2, MaxBlocks: 128}, // the small region's slots at 4 ranks
+		{SlotBytes: 16384, Depth: 2, MaxBlocks: 128}, // and at 8
 		{SlotBytes: 43520, Depth: 2, MaxBlocks: 3},
 		{SlotBytes: 512, Depth: 2, MaxBlocks: 1},
 	} {
@@ -111,8 +113,14 @@ func TestFlagShape(t *testing.T) {
 				if grid < 1 || grid > l.MaxBlocks || cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-gpu.FlagSlotHeader {
 					t.Errorf("%+v, %d bytes of %d: grid %d, chunk %d bytes", l, bytes, sz, grid, cb)
 				}
-				if chunks := (bytes/sz + chunk - 1) / chunk; chunks < grid && bytes >= grid*256 {
+				chunks := (bytes/sz + chunk - 1) / chunk
+				if chunks < grid && bytes >= grid*256 {
 					t.Errorf("%+v, %d bytes: %d chunks for %d blocks (idle blocks)", l, bytes, chunks, grid)
+				}
+				// No block takes a second chunk while another block could
+				// have taken it: blocks are capped only by MaxBlocks.
+				if chunks > grid && grid < l.MaxBlocks {
+					t.Errorf("%+v, %d bytes of %d: %d chunks over %d of %d blocks (a second step for some)", l, bytes, sz, chunks, grid, l.MaxBlocks)
 				}
 			}
 		}

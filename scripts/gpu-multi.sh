@@ -18,6 +18,8 @@
 # variants.log the one-shot/two-shot limit of the flag allreduce, the store
 #              allgather with its PCIe share, and the four collectives on
 #              two of the GPUs beside NCCL (the 2-GPU figures, same run)
+# small runs the flag kernels' GPU tests and the four collectives 64 KiB to
+# 64 MiB beside NCCL (~2.5 min with NO_NVCC=1).
 # tune runs the GPU tests, then every path of each collective at NP ranks
 # (flag kernels one- and two-shot, pull, push, store), the defaults beside
 # NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
@@ -40,9 +42,9 @@ PTXOUT=/tmp/flexlink-ptx # 8 files come back: the PTX only matters after a kerne
 
 mode=${1:-measure}
 case $mode in
-measure | tune) ;;
+measure | tune | small) ;;
 *)
-	echo "gpu-multi.sh: unknown mode $mode (measure, tune)" >&2
+	echo "gpu-multi.sh: unknown mode $mode (measure, tune, small)" >&2
 	exit 2
 	;;
 esac
@@ -62,6 +64,23 @@ rm -f "$OUT/kernels.log"
 export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 rm -rf "$FLEXLINK_CACHE_DIR"
 T1G=1099511627776 # "every size"
+
+if [ "$mode" = small ]; then
+	# The flag kernels' tests and the small and middle sizes beside NCCL.
+	{
+		stamp "rank tests at $NP ranks"
+		ranktests 120 'TestGPUProcs/(direct-flag$|direct-flag-all)' 12
+	} >"$OUT/tests.log" 2>&1
+	for op in allreduce allgather reducescatter alltoall; do
+		{
+			stamp "$op 64 KiB-64 MiB, $NP ranks, defaults, beside NCCL"
+			bench 25 $op --backend both -b 64K -e 64M -f 4 "${must[@]}"
+		} >"$OUT/bench-${op/reducescatter/rs}.log" 2>&1
+	done
+	stamp done >>"$OUT/tests.log"
+	grep -h "^==\\|ratio\\|exit\\|^--- \\|^    --- \\|cases over\\|panic\\|error\\| flexlink/direct\\| nccl$" "$OUT"/*.log | grep -v "\\[INFO\\]" | head -200
+	exit 0
+fi
 
 if [ "$mode" = tune ]; then
 	# Which path is fastest at NP ranks, size by size (docs/PERF.md).

@@ -29,6 +29,13 @@ import (
 // DeviceComm on GPU r and test buffers of bufBytes.
 func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, bufBytes int) []*devRank {
 	t.Helper()
+	return fakeRanksEach(t, n, cfg, env, nil, bufBytes)
+}
+
+// fakeRanksEach is fakeRanks where rank r's settings are env overridden by
+// each[r] (when each has an entry for r): ranks that disagree.
+func fakeRanksEach(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, each map[int]map[string]string, bufBytes int) []*devRank {
+	t.Helper()
 	// The PCIe planners' profiles go to a directory of the test's own, so
 	// a run neither reads nor leaves anything in the user's cache.
 	env = maps.Clone(env)
@@ -63,7 +70,9 @@ func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, b
 		go func() {
 			defer wg.Done()
 			errs[r] = func() error {
-				c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
+				mine := maps.Clone(env)
+				maps.Copy(mine, each[r])
+				c, err := New(ctx, stores[r], Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
 				if err != nil {
 					return err
 				}

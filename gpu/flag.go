@@ -158,6 +158,18 @@ func FlagKernelName(dt dtype.DType, op dtype.Op) string {
 // this rank's region; Avg divides by ranks. pc describes the call's PCIe
 // part (the zero value: none).
 func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int, pc FlagPCIe) error {
+	return s.flagAllReduce(FlagAllReduceKind, out, in, count, dt, op, region, l, chunk, grid, ranks, pc)
+}
+
+// FlagTwoShotTail is FlagAllReduce (no PCIe part) for the elements past
+// the last whole block of a two-shot allreduce: its chunks carry
+// FlagTwoShotTailKind, so a rank making a plain allreduce of the same count
+// meanwhile is caught.
+func (s *Stream) FlagTwoShotTail(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	return s.flagAllReduce(FlagTwoShotTailKind, out, in, count, dt, op, region, l, chunk, grid, ranks, FlagPCIe{})
+}
+
+func (s *Stream) flagAllReduce(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int, pc FlagPCIe) error {
 	what := fmt.Sprintf("flag allreduce %d %s %s", count, dt, op)
 	if !dt.Valid() || !op.Valid() {
 		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
@@ -182,7 +194,7 @@ func (s *Stream) FlagAllReduce(out, in *Buffer, count int, dt dtype.DType, op dt
 		}
 		grid += pc.Blocks
 	}
-	return s.launchFold(FlagAllReduceKind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call)
+	return s.launchFold(kind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call)
 }
 
 // launchFold launches a flag allreduce or reduce-scatter kernel (extra:
@@ -193,7 +205,7 @@ func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.
 		return err
 	}
 	f := k.flag[dt][opIndex(op)]
-	if kind == FlagReduceScatterKind {
+	if kind == FlagReduceScatterKind || kind == FlagTwoShotRSKind {
 		f = k.flagrs[dt][opIndex(op)]
 	}
 	div := 0
@@ -236,6 +248,13 @@ const (
 	FlagReduceScatterKind
 	FlagAllGatherKind
 	FlagAllToAllKind
+	// The three parts of a two-shot allreduce (more than two ranks): a
+	// reduce-scatter, an allgather and the tail, each under a kind of its
+	// own, so ranks that call the collectives themselves are not taken for
+	// ranks in a two-shot allreduce.
+	FlagTwoShotRSKind
+	FlagTwoShotAGKind
+	FlagTwoShotTailKind
 )
 
 // The kernel modes of flag.cu (and the fake's).
@@ -275,6 +294,16 @@ func (s *Stream) flagCheck(what string, region *Buffer, l FlagLayout, cb, grid, 
 // blocks of count elements, out (count elements) = the fold of every
 // rank's block me. Chunks, grid and ordering as FlagAllReduce.
 func (s *Stream) FlagReduceScatter(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	return s.flagReduceScatter(FlagReduceScatterKind, out, in, count, dt, op, region, l, chunk, grid, ranks)
+}
+
+// FlagTwoShotReduceScatter is FlagReduceScatter as the first part of a
+// two-shot allreduce (its chunks carry FlagTwoShotRSKind).
+func (s *Stream) FlagTwoShotReduceScatter(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	return s.flagReduceScatter(FlagTwoShotRSKind, out, in, count, dt, op, region, l, chunk, grid, ranks)
+}
+
+func (s *Stream) flagReduceScatter(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
 	what := fmt.Sprintf("flag reduce-scatter %d %s %s", count, dt, op)
 	if !dt.Valid() || !op.Valid() {
 		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
@@ -288,7 +317,7 @@ func (s *Stream) FlagReduceScatter(out, in *Buffer, count int, dt dtype.DType, o
 	if err := s.flagCheck(what, region, l, chunk*dt.Size(), grid, ranks); err != nil {
 		return err
 	}
-	return s.launchFold(FlagReduceScatterKind, out, in, count, dt, op, region, chunk, grid, ranks)
+	return s.launchFold(kind, out, in, count, dt, op, region, chunk, grid, ranks)
 }
 
 // FlagGather enqueues one flag allgather (a2a false: in holds count bytes,
@@ -296,9 +325,24 @@ func (s *Stream) FlagReduceScatter(out, in *Buffer, count int, dt dtype.DType, o
 // of count bytes; block t of in goes to rank t). count and chunk are
 // bytes. Grid and ordering as FlagAllReduce.
 func (s *Stream) FlagGather(out, in *Buffer, count int, a2a bool, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
-	kind, what, inBytes := FlagAllGatherKind, fmt.Sprintf("flag allgather %d bytes", count), count
+	kind := FlagAllGatherKind
 	if a2a {
-		kind, what, inBytes = FlagAllToAllKind, fmt.Sprintf("flag alltoall %d bytes", count), ranks*count
+		kind = FlagAllToAllKind
+	}
+	return s.flagGather(kind, out, in, count, region, l, chunk, grid, ranks)
+}
+
+// FlagTwoShotGather is FlagGather (an allgather) as the second part of a
+// two-shot allreduce (its chunks carry FlagTwoShotAGKind).
+func (s *Stream) FlagTwoShotGather(out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	return s.flagGather(FlagTwoShotAGKind, out, in, count, region, l, chunk, grid, ranks)
+}
+
+func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	a2a := kind == FlagAllToAllKind
+	what, inBytes := fmt.Sprintf("flag allgather %d bytes", count), count
+	if a2a {
+		what, inBytes = fmt.Sprintf("flag alltoall %d bytes", count), ranks*count
 	}
 	if err := s.operands(what, ranks*count, count, out); err != nil || count == 0 {
 		return err

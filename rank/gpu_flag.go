@@ -14,9 +14,11 @@ import (
 // plane, allreduces up to FLEXLINK_GPU_FLAG_BYTES run as one kernel per
 // rank that pushes its vector into the peers' slots with SM stores and
 // synchronises through counters in device memory. There is no host
-// handshake, so a call costs one launch: this is the small-message path,
-// and with two ranks (where pushing the whole vector moves as many bytes as
-// the two-shot algorithm) the large-message one too.
+// handshake, so a call costs one launch. With two ranks (where pushing the
+// whole vector moves as many bytes as a reduce-scatter plus an allgather)
+// that is every call; beyond two ranks calls over
+// FLEXLINK_GPU_FLAG_ONESHOT_BYTES run two-shot (flagTwoShot: three
+// launches, still no host handshake).
 //
 // Ordering. The kernel touches only this rank's send and recv and the
 // peers' flag regions (never their user buffers), so it needs no "ready"
@@ -64,6 +66,7 @@ type flagPlane struct {
 	maxBytes  int           // largest allreduce taken (bytes)
 	collBytes int           // largest per-peer block of a reduce-scatter, allgather or alltoall taken (bytes)
 	oneShot   int           // more than two ranks: largest allreduce pushed whole to every peer; larger ones run two-shot (bytes)
+	twoShots  uint64        // two-shot allreduces so far (tests)
 	regions   [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
 	errMem    *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
 	last      *gpu.Event    // after the latest flag kernel
@@ -194,7 +197,7 @@ func (p *directPlane) flagWordError(w uint64) error {
 		e.Block, what, e.Peer, p.c.PeerHost(e.Peer), errs.ErrTimeout)
 }
 
-// flagCall enqueues o as one flag kernel.
+// flagCall enqueues o as one flag kernel (three for a two-shot allreduce).
 func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	f := p.flag // do has checked flagError already
 	if se := p.c.world.store.Err(); se != nil {
@@ -232,7 +235,8 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	}
 	var err error
 	switch {
-	case o.kind == devAllReduce && x == nil && p.n > 2 && bytes > f.oneShot:
+	case o.kind == devAllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
+		f.twoShots++
 		err = p.flagTwoShot(o, s, g)
 	case o.kind == devAllReduce:
 		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
@@ -242,6 +246,11 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		err = s.FlagGather(o.recv, o.send, bytes, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
 	}
 	if err != nil {
+		// A two-shot call may have enqueued some of its kernels: Close
+		// (and any later call on another stream) still waits for them.
+		if s.Record(f.last) == nil {
+			f.lastS = s
+		}
 		return err
 	}
 	pbytes := 0
@@ -277,18 +286,18 @@ func (p *directPlane) flagTwoShot(o *devOp, s *gpu.Stream, g *flagRegion) error 
 	if per > 0 {
 		grid, chunk := shape(g.layout, per*sz, sz) // each peer transfer is one block of per elements
 		mine := sub(o.recv, p.me*per, (p.me+1)*per, sz)
-		if err := s.FlagReduceScatter(mine, o.send.Sub(0, head*sz), per, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
+		if err := s.FlagTwoShotReduceScatter(mine, o.send.Sub(0, head*sz), per, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
 			return err
 		}
 		grid, chunk = shape(g.layout, per*sz, 1)
-		if err := s.FlagGather(o.recv.Sub(0, head*sz), mine, per*sz, false, g.mem, g.layout, chunk, grid, p.n); err != nil {
+		if err := s.FlagTwoShotGather(o.recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, p.n); err != nil {
 			return err
 		}
 	}
 	if rest := o.count - head; rest > 0 {
 		grid, chunk := shape(g.layout, rest*sz, sz)
-		return s.FlagAllReduce(sub(o.recv, head, o.count, sz), sub(o.send, head, o.count, sz), rest, o.dt, o.op,
-			g.mem, g.layout, chunk, grid, p.n, gpu.FlagPCIe{})
+		return s.FlagTwoShotTail(sub(o.recv, head, o.count, sz), sub(o.send, head, o.count, sz), rest, o.dt, o.op,
+			g.mem, g.layout, chunk, grid, p.n)
 	}
 	return nil
 }

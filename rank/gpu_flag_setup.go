@@ -46,6 +46,9 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	case oneShot < -1:
 		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_ONESHOT_BYTES=%d: want -1 (auto) or a byte count", oneShot)
 	}
+	if p.n == 2 {
+		oneShot = flagAutoOneShot // unused with two ranks: ranks that set it differently still agree
+	}
 	if maxBytes == 0 || p.n < 2 || p.n > gpu.FlagMaxRanks {
 		return nil, nil
 	}

@@ -1,10 +1,14 @@
 package rank
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/internal/errs"
 )
 
 // What the direct plane does beyond two ranks: the order in which it visits
@@ -77,4 +81,55 @@ func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 		}
 	}
 	sweep(t, rs, cases)
+}
+
+// TestGPUFakeFlagAuto: the flag plane's automatic limits by rank count.
+func TestGPUFakeFlagAuto(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		rs := fakeRanks(t, n, gpu.FakeConfig{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}, 1<<16)
+		f := rs[0].dc.plane.(*directPlane).flag
+		if f == nil || f.maxBytes < 1<<40 || f.collBytes != 4<<20 || f.oneShot != 2<<20 {
+			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, f)
+		}
+	}
+}
+
+// TestGPUFakeTwoShot: beyond two ranks an allreduce over the one-shot
+// limit runs as the two-shot kernels (their count says so; the results are
+// checked by the sweeps), one whose blocks round to nothing runs its tail
+// alone, and a rank that calls a reduce-scatter while the others make a
+// two-shot allreduce of the same blocks is caught at once (the parts carry
+// kinds of their own), not after the kernel timeout.
+func TestGPUFakeTwoShot(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES": "16",
+		"FLEXLINK_GPU_KERNEL_TIMEOUT": "20s"}
+	rs := fakeRanks(t, 3, gpu.FakeConfig{}, env, 3*4096*4)
+	sweep(t, rs, []devCase{{kind: devAllReduce, count: 7, dt: dtype.Float32, op: dtype.Sum},
+		{kind: devAllReduce, count: 3*64 + 5, dt: dtype.Float32, op: dtype.Avg}})
+	for _, r := range rs {
+		if f := r.dc.plane.(*directPlane).flag; f.twoShots != 2 {
+			t.Errorf("rank %d: %d two-shot allreduces, want 2", r.c.Rank(), f.twoShots)
+		}
+	}
+	ctx := testCtx(t, 30*time.Second)
+	start := time.Now()
+	got := settleOn(rs, func(r *devRank) error {
+		if r.c.Rank() == 0 {
+			return r.dc.AllReduce(ctx, r.a.Sub(0, 3*1024*4), r.b.Sub(0, 3*1024*4), 3*1024, dtype.Float32, dtype.Sum, r.s)
+		}
+		return r.dc.ReduceScatter(ctx, r.a.Sub(0, 3*1024*4), r.b.Sub(0, 1024*4), 1024, dtype.Float32, dtype.Sum, r.s)
+	})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the mismatch took %v to show (a timeout, not the signature check)", d)
+	}
+	mismatch := false
+	for r, err := range got {
+		if err == nil {
+			t.Errorf("rank %d: no error", r)
+		}
+		mismatch = mismatch || errors.Is(err, errs.ErrMismatch)
+	}
+	if !mismatch {
+		t.Errorf("no rank reports ErrMismatch: %v", got)
+	}
 }

@@ -20,11 +20,17 @@ if [ -d $K ] && [ -z "${NO_NVCC:-}" ]; then # NO_NVCC=1: run on the committed PT
 	nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
 	{
 		stamp "nvcc: ${nvcc:-none}"
+		rm -f "$PTXOUT"/reduce_sm*.ptx # never an earlier call's PTX (PTXOUT may outlive the call)
 		if [ -n "$nvcc" ]; then
 			"$nvcc" --version | tail -2
 			(cd $K && "$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$PTXOUT/reduce_sm90.ptx" reduce.cu) &
+			p90=$!
 			(cd $K && "$nvcc" -ptx -arch=compute_80 -O3 -std=c++17 -o "$PTXOUT/reduce_sm80.ptx" reduce.cu) &
-			wait
+			p80=$!
+			if ! wait $p90 || ! wait $p80; then
+				echo "nvcc failed"
+				rm -f "$PTXOUT"/reduce_sm*.ptx
+			fi
 			(cd $K && "$nvcc" -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -o /tmp/reduce.cubin reduce.cu 2>&1 | grep -A1 flexlink_flag_sum_f32 | head -4)
 			ls -l "$PTXOUT"/*.ptx
 		fi

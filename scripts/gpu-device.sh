@@ -91,8 +91,8 @@ fi
 
 if [ "$mode" = check ] || [ "$mode" = flagcoll ] || [ "$mode" = flagpcie ] || { [ "$mode" = perf ] && [ -d $K ] && [ -z "${PERF_COMMITTED_PTX:-}" ]; }; then
 	if [ "$compiled" = 0 ]; then
-		echo "$mode: the kernels did not compile here; not running the committed PTX (it may predate them)"
-		cat "$OUT/kernels.log"
+		echo "$mode: the kernels were not compiled here (nvcc missing or failing, or NO_NVCC set); not running the committed PTX (it may predate them)"
+		cat "$OUT/kernels.log" 2>/dev/null
 		exit 1
 	fi
 fi

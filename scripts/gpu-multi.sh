@@ -24,12 +24,17 @@
 # (flag kernels one- and two-shot, pull, push, store), the defaults beside
 # NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
 # chosen from. Both modes bring back ptx.tgz (the PTX they ran on).
-# Every step has its own time limit; together under 575 s. NP defaults to
-# the number of GPUs nvidia-smi lists (at most 8).
+# Every step has its own time limit, cut short so that all end by DEADLINE
+# (575 s; a step that would start later is skipped and says so). NP
+# defaults to the GPUs this process may use (CUDA_VISIBLE_DEVICES, else
+# every GPU nvidia-smi lists; at most 8).
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
+if [ -z "${NP:-}" ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+	NP=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+fi
 NP=${NP:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 NP=$((NP > 8 ? 8 : NP))
 if [ "$NP" -lt 2 ]; then
@@ -48,7 +53,7 @@ measure | tune | small) ;;
 	exit 2
 	;;
 esac
-if [ -s "$PTXOUT/reduce_sm90.ptx" ]; then # the PTX that ran, to commit after a kernel change
+if [ "$compiled" = 1 ] && [ -s "$PTXOUT/reduce_sm90.ptx" ]; then # the PTX that ran, to commit after a kernel change
 	tar -C "$PTXOUT" -czf "$OUT/ptx.tgz" reduce_sm90.ptx reduce_sm80.ptx
 fi
 {
@@ -58,7 +63,7 @@ fi
 	nvidia-smi nvlink -s -i 0 2>&1 | head -24
 	stamp flexinfo
 	timeout 30 $B/flexinfo 2>&1 | head -60
-	cat "$OUT/kernels.log"
+	cat "$OUT/kernels.log" 2>/dev/null
 } >"$OUT/topo.txt" 2>&1
 rm -f "$OUT/kernels.log"
 export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
@@ -91,7 +96,7 @@ if [ "$mode" = tune ]; then
 	{
 		stamp "allreduce, defaults, beside NCCL"
 		bench 35 allreduce --backend both -b 1M -e 1G -f 4 "${must[@]}"
-		stamp "allreduce, flag kernels for every size, two-shot over 4 MiB (FLEXLINK_GPU_FLAG_BYTES=1T)"
+		stamp "allreduce, flag kernels for every size, two-shot over the default limit (FLEXLINK_GPU_FLAG_BYTES=1T)"
 		FLEXLINK_GPU_FLAG_BYTES=$T1G bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
 		stamp "allreduce, flag kernels one-shot for every size (FLEXLINK_GPU_FLAG_ONESHOT_BYTES=1T)"
 		FLEXLINK_GPU_FLAG_BYTES=$T1G FLEXLINK_GPU_FLAG_ONESHOT_BYTES=$T1G bench 25 allreduce -b 256K -e 64M -f 4 "${must[@]}"

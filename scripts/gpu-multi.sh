@@ -19,7 +19,8 @@
 #              allgather with its PCIe share, and the four collectives on
 #              two of the GPUs beside NCCL (the 2-GPU figures, same run)
 # small runs the flag kernels' GPU tests and the four collectives 64 KiB to
-# 64 MiB beside NCCL (~2.5 min with NO_NVCC=1).
+# 64 MiB beside NCCL (~2.5 min with NO_NVCC=1; a fresh machine spends
+# 50-100 s of it JIT-compiling the PTX in the first test processes).
 # tune runs the GPU tests, then every path of each collective at NP ranks
 # (flag kernels one- and two-shot, pull, push, store), the defaults beside
 # NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
@@ -74,7 +75,7 @@ if [ "$mode" = small ]; then
 	# The flag kernels' tests and the small and middle sizes beside NCCL.
 	{
 		stamp "rank tests at $NP ranks"
-		ranktests 120 'TestGPUProcs/(direct-flag$|direct-flag-all)' 12
+		ranktests 200 'TestGPUProcs/(direct-flag$|direct-flag-all)' 12 # the first processes JIT the PTX: 50-100 s
 	} >"$OUT/tests.log" 2>&1
 	for op in allreduce allgather reducescatter alltoall; do
 		{

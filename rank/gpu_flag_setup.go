@@ -16,35 +16,28 @@ import (
 // flagSettings reads the flag plane's settings; nil when it is off.
 func flagSettings(p *directPlane) (*flagPlane, error) {
 	env := p.c.world.env
-	maxBytes, err := env.Int("FLEXLINK_GPU_FLAG_BYTES")
-	if err != nil {
-		return nil, err
-	}
-	if maxBytes == -1 {
-		maxBytes = 1 << 62 // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
-	}
-	if maxBytes < -1 {
-		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BYTES=%d: want -1 (auto), 0 (off) or a byte count", maxBytes)
-	}
-	coll, err := env.Int("FLEXLINK_GPU_FLAG_COLL_BYTES")
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case coll == -1:
-		coll = flagAutoColl
-	case coll < -1:
-		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_COLL_BYTES=%d: want -1 (auto), 0 (off) or a byte count", coll)
-	}
-	oneShot, err := env.Int("FLEXLINK_GPU_FLAG_ONESHOT_BYTES")
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case oneShot == -1:
-		oneShot = flagAutoOneShot
-	case oneShot < -1:
-		return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_ONESHOT_BYTES=%d: want -1 (auto) or a byte count", oneShot)
+	// -1 is each limit's automatic value; 0 turns the flag allreduce (and
+	// with it the plane) or the other collectives' kernels off.
+	var maxBytes, coll, oneShot int
+	for _, l := range []struct {
+		name string
+		to   *int
+		auto int
+	}{
+		{"FLEXLINK_GPU_FLAG_BYTES", &maxBytes, 1 << 62}, // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
+		{"FLEXLINK_GPU_FLAG_COLL_BYTES", &coll, flagAutoColl},
+		{"FLEXLINK_GPU_FLAG_ONESHOT_BYTES", &oneShot, flagAutoOneShot},
+	} {
+		v, err := env.Int(l.name)
+		switch {
+		case err != nil:
+			return nil, err
+		case v == -1:
+			v = l.auto
+		case v < -1:
+			return nil, fmt.Errorf("%s=%d: want -1 (auto), 0 or a byte count", l.name, v)
+		}
+		*l.to = v
 	}
 	if p.n == 2 {
 		oneShot = flagAutoOneShot // unused with two ranks: ranks that set it differently still agree

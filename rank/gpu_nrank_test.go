@@ -3,6 +3,7 @@ package rank
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,19 @@ func TestGPUFakeTwoShot(t *testing.T) {
 	}
 	if !mismatch {
 		t.Errorf("no rank reports ErrMismatch: %v", got)
+	}
+}
+
+// TestGPUFakeFlagBadLimits: a flag limit below -1 fails the setup on
+// every rank, naming the setting.
+func TestGPUFakeFlagBadLimits(t *testing.T) {
+	for _, name := range []string{"FLEXLINK_GPU_FLAG_BYTES", "FLEXLINK_GPU_FLAG_COLL_BYTES", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES"} {
+		t.Run(name, func(t *testing.T) {
+			for r, err := range fakeSetupErrors(t, map[string]string{name: "-2"}) {
+				if err == nil || !strings.Contains(err.Error(), name+"=-2") {
+					t.Errorf("rank %d: %v, want an error naming %s=-2", r, err, name)
+				}
+			}
+		})
 	}
 }

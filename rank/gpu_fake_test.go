@@ -162,7 +162,8 @@ func TestGPUFakeDirect(t *testing.T) {
 	}{{1, "auto", "1", "-1", "32", "67108864"}, {2, "read", "1", "0", "", ""}, {2, "push", "3", "0", "", ""},
 		{3, "push", "1", "0", "", ""}, {3, "read", "2", "0", "", ""}, {4, "auto", "2", "0", "", ""},
 		{2, "read", "1", "-1", "3", "262144"}, {3, "auto", "1", "-1", "5", "1048576"}, {4, "read", "1", "-1", "32", "67108864"},
-		{4, "read", "1", "1T", "16", "4194304"}, {3, "read", "1", "1T", "", ""}} {
+		{4, "read", "1", "1T", "16", "4194304"}, {3, "read", "1", "1T", "", ""},
+		{8, "read", "1", "1T", "", ""}} { // 8: the flag kernels' most ranks (gpu.FlagMaxRanks)
 		n := tc.n
 		t.Run(fmt.Sprintf("%dranks-%s-%slanes-flag%s", n, tc.mode, tc.lanes, tc.flag), func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_ALLREDUCE": tc.mode, "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,

@@ -77,3 +77,12 @@ ranktests() { # ranktests LIMIT PATTERN LINES: the GPU tests of package rank mat
 		grep -v '^=== RUN' | grep -v 'link up' | tail -"$3"
 	echo "rank.test exit ${PIPESTATUS[0]}"
 }
+
+summary() { # summary LINES [FILE...]: the lines of the logs (default: all in $OUT) worth reading in the tool's reply
+	local n=$1
+	shift
+	[ $# -gt 0 ] || set -- "$OUT"/*.log
+	grep -h -e '^==' -e ratio -e exit -e '^--- ' -e '^    --- ' -e 'cases over' -e panic -e error -e 'wrong elements' \
+		-e ' flexlink/direct' -e ' nccl$' -e shares -e 'gpu memory' -e '^ok' -e '^FAIL' -e '^PASS' -e 'up to' \
+		-e 'Out of bounds' -e 'pcie: ' "$@" | grep -v '\[INFO\]' | head -"$n"
+}

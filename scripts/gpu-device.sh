@@ -61,7 +61,7 @@ if [ "$mode" = smalltune ]; then
 		stamp "allreduce 1 MiB, 1 MiB buffers, defaults, beside NCCL"
 		bench 20 allreduce --backend both -b 1M -e 1M -n 200 -w 50
 	} >"$OUT/bench-allreduce.log" 2>&1
-	grep -h "^==\\|ratio\\| flexlink/direct\\| nccl$\\|^ok\\|FAIL\\|PASS" "$OUT"/bench-allreduce.log | head -80
+	summary 80 "$OUT"/bench-allreduce.log
 	exit 0
 fi
 
@@ -85,7 +85,7 @@ if [ "$mode" = storetune ]; then
 		} >"$OUT/bench-$op.log" 2>&1
 	done
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
+	summary 150
 	exit 0
 fi
 
@@ -114,7 +114,7 @@ if [ "$mode" = check ]; then
 		} >"$OUT/bench-$op.log" 2>&1
 	done
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\|^ok\|^FAIL" "$OUT"/*.log | grep -v "\[INFO\]" | head -120
+	summary 120
 	exit 0
 fi
 
@@ -142,7 +142,7 @@ if [ "$mode" = flagcoll ]; then
 		FLEXLINK_GPU_FLAG_PCIE_BLOCKS=8 FLEXLINK_PCIE_SHARE=0 bench 30 allreduce -b 64M -e 1G -f 4 "${must[@]}"
 	} >"$OUT/bench-allreduce.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -230
+	summary 230
 	exit 0
 fi
 
@@ -169,7 +169,7 @@ if [ "$mode" = flagpcie ]; then
 		bench 45 allreduce --backend both -b 1M -e 1G -f 4 -n 40 -w 10
 	} >"$OUT/bench-allreduce.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
+	summary 150
 	exit 0
 fi
 
@@ -188,7 +188,7 @@ if [ "$mode" = flagtune ]; then
 		done
 	} >"$OUT/bench-allreduce.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -150
+	summary 150
 	exit 0
 fi
 
@@ -239,7 +239,7 @@ if [ "$mode" = perf ]; then
 		FLEXLINK_LINKS=nvlink,pcie bench 40 allgather --backend both -b 64M -e 1G -f 4 -n 40 -w 10
 	} >"$OUT/flexlink.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct\|shares\|gpu memory\|^ok\|^FAIL" "$OUT"/*.log | grep -v "\[INFO\]" | head -260
+	summary 260
 	exit 0
 fi
 
@@ -325,4 +325,4 @@ if [ "$mode" = full ] && [ -f $B/nccl_baseline.py ]; then
 	} >"$OUT/anchor.log" 2>&1
 fi
 stamp done >>"$OUT/tests.log"
-grep -h "^==\|ratio\|shares\|up to\|Out of bounds\|exit\|^--- \|^    --- \|cases over\|wrong\|pcie: \|panic" "$OUT"/*.log | grep -v '\[INFO\]' | head -150
+summary 150

@@ -84,7 +84,7 @@ if [ "$mode" = small ]; then
 		} >"$OUT/bench-${op/reducescatter/rs}.log" 2>&1
 	done
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\\|ratio\\|exit\\|^--- \\|^    --- \\|cases over\\|panic\\|error\\| flexlink/direct\\| nccl$" "$OUT"/*.log | grep -v "\\[INFO\\]" | head -200
+	summary 200
 	exit 0
 fi
 
@@ -97,8 +97,8 @@ if [ "$mode" = tune ]; then
 	{
 		stamp "allreduce, defaults, beside NCCL"
 		bench 35 allreduce --backend both -b 1M -e 1G -f 4 "${must[@]}"
-		stamp "allreduce, flag kernels for every size, two-shot over the default limit (FLEXLINK_GPU_FLAG_BYTES=1T)"
-		FLEXLINK_GPU_FLAG_BYTES=$T1G bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
+		stamp "allreduce, handshake read allreduce (FLEXLINK_GPU_FLAG_BYTES=0; the default beyond two ranks before the two-shot)"
+		FLEXLINK_GPU_FLAG_BYTES=0 bench 30 allreduce -b 1M -e 1G -f 4 "${must[@]}"
 		stamp "allreduce, flag kernels one-shot for every size (FLEXLINK_GPU_FLAG_ONESHOT_BYTES=1T)"
 		FLEXLINK_GPU_FLAG_BYTES=$T1G FLEXLINK_GPU_FLAG_ONESHOT_BYTES=$T1G bench 25 allreduce -b 256K -e 64M -f 4 "${must[@]}"
 		stamp "allreduce, flag two-shot from 256 KiB (FLEXLINK_GPU_FLAG_ONESHOT_BYTES=128K)"
@@ -132,7 +132,7 @@ if [ "$mode" = tune ]; then
 		CUDA_VISIBLE_DEVICES=0,1 NP=2 bench 30 allgather --backend both -b 1M -e 1G -f 4 "${must[@]}"
 	} >"$OUT/bench-rs.log" 2>&1
 	stamp done >>"$OUT/tests.log"
-	grep -h "^==\|ratio\|exit\|^--- \|^    --- \|cases over\|panic\|error\| flexlink/direct" "$OUT"/*.log | grep -v "\[INFO\]" | head -400
+	summary 400
 	exit 0
 fi
 
@@ -166,4 +166,4 @@ done
 	done
 } >"$OUT/variants.log" 2>&1
 stamp done >>"$OUT/tests.log"
-grep -h "^==\\|ratio\\|exit\\|^--- \\|^    --- \\|cases over\\|panic\\|error\\| flexlink/direct\\|shares\\|gpu memory\\|^ok\\|^FAIL" "$OUT"/*.log | grep -v "\\[INFO\\]" | head -400
+summary 400

@@ -97,7 +97,7 @@ func testWaitDeadline(t *testing.T, mk mkPair) {
 					t.Fatalf("Wait with an ended context: error %v, want one wrapping %v", err, w)
 				}
 			}
-			if isDone(r) || r.Err() != nil {
+			if IsDone(r) || r.Err() != nil {
 				t.Fatalf("Wait's context ending finished the receive (err %v); it must stay pending", r.Err())
 			}
 			msg := Payload(9, len(got))

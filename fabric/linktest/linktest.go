@@ -104,7 +104,8 @@ func AwaitOK(t testing.TB, r fabric.Request, what string) {
 	}
 }
 
-func isDone(r fabric.Request) bool {
+// IsDone reports, without waiting, whether r has completed.
+func IsDone(r fabric.Request) bool {
 	select {
 	case <-r.Done():
 		return true
@@ -285,7 +286,7 @@ func testOrderOfPosting(t *testing.T, mk mkPair, recvFirst bool) {
 		var s, r fabric.Request
 		if recvFirst {
 			r = b.Recv(TagOf(i), got)
-			if isDone(r) {
+			if IsDone(r) {
 				t.Fatalf("recv %d finished before any message was sent: %v", i, r.Err())
 			}
 			s = a.Send(TagOf(i), msg)

@@ -43,8 +43,8 @@ func TestDuplicateWaitsForRange(t *testing.T) {
 			c.mu.Lock()
 			held := len(c.inbox[0].held)
 			c.mu.Unlock()
-			if held != 1 || recv.Err() != nil || isDone(recv) || !bytes.Equal(buf[h.off:], make([]byte, h.len)) {
-				t.Fatalf("duplicate: %d held, receive done %v, or copied into a range link 1 still owns", held, isDone(recv))
+			if held != 1 || recv.Err() != nil || linktest.IsDone(recv) || !bytes.Equal(buf[h.off:], make([]byte, h.len)) {
+				t.Fatalf("duplicate: %d held, receive done %v, or copied into a range link 1 still owns", held, linktest.IsDone(recv))
 			}
 
 			if tc.firstFail {
@@ -58,14 +58,5 @@ func TestDuplicateWaitsForRange(t *testing.T) {
 				t.Fatal("received bytes differ from the source buffer")
 			}
 		})
-	}
-}
-
-func isDone(r fabric.Request) bool {
-	select {
-	case <-r.Done():
-		return true
-	default:
-		return false
 	}
 }

@@ -45,6 +45,11 @@ func fakeRanksEach(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]strin
 	if _, ok := env["FLEXLINK_CACHE_DIR"]; !ok {
 		env["FLEXLINK_CACHE_DIR"] = t.TempDir()
 	}
+	// A fake flag kernel that waits for nothing fails in a minute, not
+	// after the default ten.
+	if _, ok := env["FLEXLINK_GPU_KERNEL_TIMEOUT"]; !ok {
+		env["FLEXLINK_GPU_KERNEL_TIMEOUT"] = "60s"
+	}
 	// The fake-driver suites were written for the copy-engine pushes (the
 	// path that takes the PCIe share) and the handshake allreduce; the pull
 	// and flag tests ask for theirs.

@@ -12,9 +12,26 @@ import (
 
 var _ cu.API = (*Fake)(nil)
 
-// Device addresses: device d's allocations start at devBase + d<<40, 256-byte
-// aligned like cuMemAlloc's, and are never reused.
-const devBase = 0x7f00_0000_0000
+// Device addresses: device d's allocations and mappings lie in
+// [devBase + d<<40, devBase + (d+1)<<40), each on a 256 MiB boundary (so
+// 256-byte aligned like cuMemAlloc's) and never reused. Ranges never
+// overlap: an address resolves to one allocation only.
+const (
+	devBase   = 0x7f00_0000_0000
+	devSpan   = 1 << 40
+	allocStep = 1 << 28
+)
+
+// place reserves n bytes of device dev's address space.
+func (f *Fake) place(fn string, dev int, n uint64) (cu.DevPtr, error) {
+	at := f.cursor[dev]
+	step := (max(n, 1) + allocStep - 1) / allocStep * allocStep
+	if at+step > devSpan {
+		return 0, fail(fn, cu.ErrorOutOfMemory, "fake address space of device %d used up", dev)
+	}
+	f.cursor[dev] = at + step
+	return cu.DevPtr(devBase + uint64(dev)*devSpan + at), nil
+}
 
 func (f *Fake) DriverVersion() (int, error) { return 13000, nil }
 func (f *Fake) DeviceCount() (int, error)   { return f.cfg.Devices, nil }
@@ -146,8 +163,11 @@ func (f *Fake) MemAlloc(n uint64) (cu.DevPtr, error) {
 	if f.used[dev]+n > f.cfg.MemPerDevice {
 		return 0, fail("cuMemAlloc", cu.ErrorOutOfMemory, "%d bytes asked, %d free on device %d", n, f.cfg.MemPerDevice-f.used[dev], dev)
 	}
+	p, err := f.place("cuMemAlloc", dev, n)
+	if err != nil {
+		return 0, err
+	}
 	f.used[dev] += n
-	p := cu.DevPtr(devBase + uint64(dev)<<40 + f.handle()<<28) // 256 MiB apart, so 256-byte aligned
 	f.allocs[p] = &alloc{dev: dev, data: make([]byte, n)}
 	return p, nil
 }
@@ -374,7 +394,10 @@ func (f *Fake) IpcOpenMemHandle(h cu.IPCHandle, flags uint32) (cu.DevPtr, error)
 	if !ok || a == nil {
 		return 0, fail("cuIpcOpenMemHandle", cu.ErrorInvalidHandle, "unknown or freed handle")
 	}
-	q := cu.DevPtr(devBase + uint64(dev)<<40 + f.handle()<<28)
+	q, err := f.place("cuIpcOpenMemHandle", dev, uint64(len(a.data)))
+	if err != nil {
+		return 0, err
+	}
 	f.allocs[q] = &alloc{dev: dev, data: a.data} // the mapping is reachable from the opener (lazy peer access)
 	f.opened[q] = true
 	return q, nil

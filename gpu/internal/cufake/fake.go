@@ -44,6 +44,7 @@ type Fake struct {
 	chMu    sync.Mutex                 // guards changed
 	changed chan struct{}              // closed by the next Poke (memory written)
 	next    uint64                     // handle counter
+	cursor  []uint64                   // per device: where its next allocation or mapping goes (offset from its base)
 	current map[int]cu.Context         // OS thread id -> current context
 	used    []uint64                   // bytes allocated per device
 	allocs  map[cu.DevPtr]*alloc       // by base address
@@ -106,7 +107,7 @@ func New(cfg Config) *Fake {
 	}
 	return &Fake{
 		cfg: cfg, next: 1,
-		current: map[int]cu.Context{}, used: make([]uint64, cfg.Devices),
+		current: map[int]cu.Context{}, used: make([]uint64, cfg.Devices), cursor: make([]uint64, cfg.Devices),
 		allocs: map[cu.DevPtr]*alloc{}, host: map[uintptr]*hostRange{},
 		peers: map[[2]int]bool{}, streams: map[cu.Stream]int{}, events: map[cu.Event]*event{},
 		modules: map[cu.Module]*module{}, funcs: map[cu.Function]string{}, kernels: map[string]KernelFunc{},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,5 +147,58 @@ func TestGPUFakeFlagBadLimits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGPUFakeTwoShotLaunchFault: rank 1's second kernel of a two-shot
+// allreduce fails to launch after its first has run. Rank 1's call fails
+// with the driver's error; ranks 0 and 2, whose allgather kernels wait for
+// rank 1's blocks, end with an error naming rank 1 soon after (the job
+// aborts), not at the kernel timeout; and every rank closes.
+func TestGPUFakeTwoShotLaunchFault(t *testing.T) {
+	var mu sync.Mutex
+	failed := false
+	cfg := gpu.FakeConfig{LaunchFault: func(dev int, name string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if dev == 1 && name == gpu.FlagGatherKernelName && !failed {
+			failed = true
+			return errors.New("injected")
+		}
+		return nil
+	}}
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES": "16",
+		"FLEXLINK_GPU_KERNEL_TIMEOUT": "60s"}
+	rs := fakeRanks(t, 3, cfg, env, 3*4096*4)
+	ctx := testCtx(t, 30*time.Second)
+	start := time.Now()
+	const count = 3*64 + 5 // a block of 64 elements per rank, and a tail
+	got := settleOn(rs, func(r *devRank) error {
+		return r.dc.AllReduce(ctx, r.a.Sub(0, count*4), r.b.Sub(0, count*4), count, dtype.Float32, dtype.Sum, r.s)
+	})
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the failure took %v to reach every rank (the kernel timeout, not the abort)", d)
+	}
+	for r, err := range got {
+		t.Logf("rank %d: %v", r, err)
+	}
+	if !failed {
+		t.Fatal("no launch failed: the two-shot path was not taken")
+	}
+	if err := got[1]; err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES") {
+		t.Errorf("rank 1: %v, want the launch's driver error", err)
+	}
+	for _, r := range []int{0, 2} {
+		if err := got[r]; err == nil || !strings.Contains(err.Error(), "rank 1 on fakehost") {
+			t.Errorf("rank %d: %v, want an error naming rank 1 on fakehost", r, err)
+		}
+	}
+	again := onRanks(rs, func(r *devRank) error { // a later call fails on every rank
+		return r.dc.AllReduce(ctx, r.a.Sub(0, count*4), r.b.Sub(0, count*4), count, dtype.Float32, dtype.Sum, r.s)
+	})
+	for r, err := range again {
+		if err == nil {
+			t.Errorf("rank %d: a call after the failure succeeded", r)
+		}
 	}
 }

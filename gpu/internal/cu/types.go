@@ -82,6 +82,7 @@ const (
 	ErrorInvalidHandle         Result = 400
 	ErrorNotFound              Result = 500
 	ErrorNotReady              Result = 600
+	ErrorLaunchOutOfResources  Result = 701
 	ErrorPeerAlreadyEnabled    Result = 704
 	ErrorHostAlreadyRegistered Result = 712
 	ErrorNotSupported          Result = 801

@@ -30,6 +30,13 @@ type Config struct {
 	ComputeMinor int
 	SMs          int  // multiprocessors (default 4)
 	NoPeer       bool // when set, no device can access another's memory
+
+	// LaunchFault, when set, is asked before each kernel launch (device
+	// and kernel name); a non-nil answer fails that cuLaunchKernel with
+	// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES and runs nothing. Tests use it to
+	// fail one launch of a sequence. It runs under the driver's lock: it
+	// must not call the driver.
+	LaunchFault func(dev int, name string) error
 }
 
 // KernelFunc runs a kernel on the host. params are as passed to
@@ -198,6 +205,8 @@ func errText(code cu.Result) (name, desc string) {
 		return "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"
 	case cu.ErrorNotFound:
 		return "CUDA_ERROR_NOT_FOUND", "named symbol not found"
+	case cu.ErrorLaunchOutOfResources:
+		return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"
 	case cu.ErrorPeerAlreadyEnabled:
 		return "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"
 	case cu.ErrorHostAlreadyRegistered:

@@ -227,7 +227,7 @@ func (f *Fake) ModuleGetFunction(m cu.Module, name string) (cu.Function, error) 
 func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uint32, s cu.Stream, params []unsafe.Pointer) error {
 	f.mu.Lock()
 	name, ok := f.funcs[fn]
-	_, err := f.streamDev("cuLaunchKernel", s)
+	dev, err := f.streamDev("cuLaunchKernel", s)
 	impl := f.kernels[name]
 	if err == nil && !ok {
 		err = fail("cuLaunchKernel", cu.ErrorInvalidHandle, "unknown function")
@@ -242,6 +242,11 @@ func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uin
 	}
 	if err == nil && block[0]*block[1]*block[2] > 1024 {
 		err = fail("cuLaunchKernel", cu.ErrorInvalidValue, "block %v has more than 1024 threads", block)
+	}
+	if err == nil && f.cfg.LaunchFault != nil {
+		if ferr := f.cfg.LaunchFault(dev, name); ferr != nil {
+			err = fail("cuLaunchKernel", cu.ErrorLaunchOutOfResources, "%s on device %d: %v", name, dev, ferr)
+		}
 	}
 	if err == nil {
 		f.launchN[name]++

@@ -15,9 +15,11 @@ var _ cu.API = (*Fake)(nil)
 // Device addresses: device d's allocations and mappings lie in
 // [devBase + d<<40, devBase + (d+1)<<40), each on a 256 MiB boundary (so
 // 256-byte aligned like cuMemAlloc's) and never reused. Ranges never
-// overlap: an address resolves to one allocation only.
+// overlap: an address resolves to one allocation only. They start above
+// every x86-64 user-space address (below 1<<47), so no host range that
+// MemHostGetDevicePointer maps (device address = host address) lies in them.
 const (
-	devBase   = 0x7f00_0000_0000
+	devBase   = 0x8000_0000_0000
 	devSpan   = 1 << 40
 	allocStep = 1 << 28
 )

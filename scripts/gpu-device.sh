@@ -36,21 +36,47 @@
 #   flagcoll  flag kernels against the copy-lane paths for reduce-scatter, allgather, alltoall (~5 min)
 #   flagpcie  the flag allreduce's PCIe part: fixed shares, block counts, the balancer (~3.5 min)
 #   flagtune, storetune   the experiments behind the flag allreduce's and the store allgather's defaults
+#   ceprobe  scripts/ce_pipeline_probe.cu (copy engines ordered by stream memory operations: the
+#            next FlexLink allreduce candidate), then allreduce 64 MiB-1 GiB beside NCCL (~3 min;
+#            NO_NVCC=1 saves the kernels' compile, the probe still needs nvcc)
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-perf}
 case $mode in
-perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full) ;;
+perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full | ceprobe) ;;
 *)
-	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full)" >&2
+	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full, ceprobe)" >&2
 	exit 2
 	;;
 esac
 NP=2 # the experiments below compare two GPUs over NVLink (gpu-multi.sh: every GPU)
 . "$(dirname "$0")/gpu-common.sh"
 if [ "$mode" = quick ]; then must=(-n 10 -w 3); fi
+
+if [ "$mode" = ceprobe ]; then
+	# Can copy engines, ordered by cuStreamWaitValue64/WriteValue64 instead
+	# of host handshakes, beat the flag kernel's SM stores (issue 7)? The
+	# probe checks every result; NCCL's allreduce in the same call is the
+	# anchor for its figures.
+	{
+		stamp "ce_pipeline_probe"
+		cc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+		if [ -z "$cc" ]; then
+			echo "no nvcc on this machine: the probe needs it"
+		elif "$cc" -O3 -arch=sm_90 -std=c++17 -o /tmp/ce_pipeline_probe $B/ce_pipeline_probe.cu -lcuda; then
+			timeout "$(budget 300 || echo 5)" /tmp/ce_pipeline_probe
+			echo "probe exit $?"
+		fi
+		stamp "allreduce 64 MiB-1 GiB: flexlink NVLink only and defaults, beside NCCL"
+		FLEXLINK_LINKS=nvlink bench 90 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		bench 90 allreduce --backend both -b 64M -e 1G -f 4 "${must[@]}"
+		stamp done
+	} >"$OUT/ceprobe.log" 2>&1
+	cat "$OUT/ceprobe.log"
+	exit 0
+fi
 
 if [ "$mode" = smalltune ]; then
 	{

@@ -1,0 +1,251 @@
+// ce_pipeline_probe: can copy engines, ordered by stream memory operations
+// (cuStreamWaitValue64 / cuStreamWriteValue64) instead of host handshakes,
+// carry a two-GPU allreduce faster than the flag kernel's SM stores (357
+// GB/s at 1 GiB on 2xH200 against NCCL's 330; issue 7 asks for 1.25x)? The
+// copy engines reach 391 GB/s per direction with both directions busy
+// (DESIGN.md), and a second pair of copy engines can move a share through
+// pinned host memory at the same time. Measuring tool, not part of the
+// library: built and run on the GPU machine by scripts/gpu-device.sh (mode
+// ceprobe); needs two GPUs.
+//
+// Two GPUs in one process with peer access; float32 sum; rank g's peer p.
+// NVLink part, per chunk i (C bytes) of the head of the vector:
+//   copy stream of g:   wait cons[g] >= i-D+1 (p has folded the chunk that
+//                       used the slot before), copy send[g] chunk i into
+//                       slot i%D on p (copy engine), write ready[p] = i+1
+//   reduce stream of g: wait ready[g] >= i+1, out[g] chunk i = send[g]
+//                       chunk i + slot i%D, write cons[p] = i+1
+// PCIe part (the last `share` of the vector), per chunk j:
+//   up stream of g:     copy send[g] chunk j to pinned host memory, write
+//                       hready[g] (a host word) = j+1
+//   down stream of g:   wait hready[p] >= j+1, copy that chunk of p's to
+//                       a staging buffer on g, fold it into out[g]
+// Counters are cumulative over calls (call k waits for k*chunks+i+1), as
+// flexlink's flag regions are. Every call's result is checked against the
+// exact sum (the inputs are small integers times powers of two).
+//
+// Prints, per vector size: the copy engines' ceiling (both GPUs copying the
+// whole vector to the other at once), then per chunk size, slot depth and
+// PCIe share the busbw (= bytes / time for two ranks) and the host's
+// enqueue time per call. Arguments: none (sizes and shares are below).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                    \
+    do {                                                                                         \
+        cudaError_t e = (x);                                                                     \
+        if (e != cudaSuccess) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));   \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+#define CU(x)                                                                                    \
+    do {                                                                                         \
+        CUresult r = (x);                                                                        \
+        if (r != CUDA_SUCCESS) {                                                                 \
+            const char* s = "?";                                                                 \
+            cuGetErrorName(r, &s);                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s);                       \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+__global__ void fill(float* v, size_t n, int g) {
+    size_t nt = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += nt)
+        v[i] = g == 0 ? (float)(i % 1000) * 0.5f : (float)(i % 777) * 0.25f;
+}
+
+// add: out = a + b over n floats (n a multiple of 4; 16-byte aligned).
+__global__ void add(float4* out, const float4* a, const float4* b, size_t n4) {
+    size_t nt = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += nt) {
+        float4 x = a[i], y = b[i];
+        out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+    }
+}
+
+__global__ void check(const float* out, size_t n, unsigned long long* bad) {
+    size_t nt = (size_t)gridDim.x * blockDim.x;
+    unsigned long long k = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += nt) {
+        float want = (float)(i % 1000) * 0.5f + (float)(i % 777) * 0.25f;
+        if (out[i] != want) k++;
+    }
+    if (k) atomicAdd(bad, k);
+}
+
+struct Rank {
+    float *send, *out, *slots, *stage;
+    float* host;                    // pinned: this rank's PCIe part, read by the peer
+    uint64_t *ready, *cons;         // device words on this GPU, written by the peer's streams
+    uint64_t* hready;               // pinned host word: chunks of `host` written
+    cudaStream_t cs, rs, up, down;
+    unsigned long long* bad;
+};
+
+static const int kBlocks = 264, kThreads = 512;
+
+static int addGrid(size_t n4) {
+    size_t g = (n4 + kThreads - 1) / kThreads;
+    return (int)(g < kBlocks ? (g ? g : 1) : kBlocks);
+}
+
+// call enqueues one allreduce of n floats on both GPUs: chunks of c floats,
+// d slots, the last pc floats over PCIe in chunks of c. k counts calls.
+static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k) {
+    size_t nv = n - pc;
+    uint64_t kc = (nv + c - 1) / c, kp = (pc + c - 1) / c;
+    uint64_t most = kc > kp ? kc : kp;
+    for (uint64_t i = 0; i < most; i++) {
+        for (int g = 0; g < 2; g++) {
+            Rank &me = r[g], &peer = r[1 - g];
+            CK(cudaSetDevice(g));
+            if (i < kc) {
+                size_t lo = i * c, m = (lo + c <= nv ? c : nv - lo);
+                uint64_t seq = k * kc + i;  // cumulative chunk number
+                if (seq >= (uint64_t)d)
+                    CU(cuStreamWaitValue64((CUstream)me.cs, (CUdeviceptr)me.cons, seq - d + 1, CU_STREAM_WAIT_VALUE_GEQ));
+                CK(cudaMemcpyAsync(peer.slots + (seq % d) * c, me.send + lo, m * 4, cudaMemcpyDeviceToDevice, me.cs));
+                CU(cuStreamWriteValue64((CUstream)me.cs, (CUdeviceptr)peer.ready, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+                CU(cuStreamWaitValue64((CUstream)me.rs, (CUdeviceptr)me.ready, seq + 1, CU_STREAM_WAIT_VALUE_GEQ));
+                add<<<addGrid(m / 4), kThreads, 0, me.rs>>>((float4*)(me.out + lo), (const float4*)(me.send + lo),
+                                                           (const float4*)(me.slots + (seq % d) * c), m / 4);
+                CU(cuStreamWriteValue64((CUstream)me.rs, (CUdeviceptr)peer.cons, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+            }
+            if (i < kp) {
+                size_t lo = i * c, m = (lo + c <= pc ? c : pc - lo);
+                uint64_t seq = k * kp + i;
+                CK(cudaMemcpyAsync(me.host + lo, me.send + nv + lo, m * 4, cudaMemcpyDeviceToHost, me.up));
+                CU(cuStreamWriteValue64((CUstream)me.up, (CUdeviceptr)me.hready, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+                CU(cuStreamWaitValue64((CUstream)me.down, (CUdeviceptr)peer.hready, seq + 1, CU_STREAM_WAIT_VALUE_GEQ));
+                CK(cudaMemcpyAsync(me.stage + lo, peer.host + lo, m * 4, cudaMemcpyHostToDevice, me.down));
+                add<<<addGrid(m / 4), kThreads, 0, me.down>>>((float4*)(me.out + nv + lo), (const float4*)(me.send + nv + lo),
+                                                             (const float4*)(me.stage + lo), m / 4);
+            }
+        }
+    }
+    // The host buffers and the staging buffers are reused by the next
+    // call without flow control: the probe synchronises both GPUs between
+    // calls (see main), which a library would replace with a counter.
+}
+
+static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static void syncAll(Rank* r) {
+    for (int g = 0; g < 2; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaDeviceSynchronize());
+    }
+}
+
+int main() {
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    if (n < 2) {
+        fprintf(stderr, "ce_pipeline_probe: needs two GPUs, found %d\n", n);
+        return 1;
+    }
+    const size_t maxBytes = (size_t)1 << 30, maxPCIe = maxBytes / 8, maxSlots = (size_t)64 << 20;
+    Rank r[2];
+    for (int g = 0; g < 2; g++) {
+        CK(cudaSetDevice(g));
+        CK(cudaDeviceEnablePeerAccess(1 - g, 0));
+        CK(cudaMalloc(&r[g].send, maxBytes));
+        CK(cudaMalloc(&r[g].out, maxBytes));
+        CK(cudaMalloc(&r[g].slots, maxSlots));
+        CK(cudaMalloc(&r[g].stage, maxPCIe));
+        CK(cudaHostAlloc(&r[g].host, maxPCIe, cudaHostAllocPortable | cudaHostAllocMapped));
+        CK(cudaHostAlloc(&r[g].hready, 64, cudaHostAllocPortable | cudaHostAllocMapped));
+        *r[g].hready = 0;
+        CK(cudaMalloc(&r[g].ready, 64));
+        CK(cudaMalloc(&r[g].cons, 64));
+        CK(cudaMemset(r[g].ready, 0, 64));
+        CK(cudaMemset(r[g].cons, 0, 64));
+        CK(cudaMalloc(&r[g].bad, 8));
+        for (cudaStream_t* s : {&r[g].cs, &r[g].rs, &r[g].up, &r[g].down})
+            CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+        fill<<<kBlocks, kThreads>>>(r[g].send, maxBytes / 4, g);
+    }
+    syncAll(r);
+    // Call counters per configuration: each configuration starts from zeroed
+    // words (reset below), so k counts its own calls.
+    auto reset = [&]() {
+        syncAll(r);
+        for (int g = 0; g < 2; g++) {
+            CK(cudaSetDevice(g));
+            CK(cudaMemset(r[g].ready, 0, 64));
+            CK(cudaMemset(r[g].cons, 0, 64));
+            *r[g].hready = 0;
+        }
+        syncAll(r);
+    };
+    const int warm = 3, iters = 10;
+    for (size_t bytes : {(size_t)64 << 20, (size_t)256 << 20, (size_t)1 << 30}) {
+        size_t nf = bytes / 4;
+        // Ceiling: both GPUs copy the whole vector to the other at once.
+        {
+            double best = 1e9;
+            for (int it = 0; it < warm + iters; it++) {
+                syncAll(r);
+                double t0 = now();
+                for (int g = 0; g < 2; g++) {
+                    CK(cudaSetDevice(g));
+                    CK(cudaMemcpyPeerAsync(r[1 - g].out, 1 - g, r[g].send, g, bytes, r[g].cs));
+                }
+                syncAll(r);
+                double t = now() - t0;
+                if (it >= warm && t < best) best = t;
+            }
+            printf("%5zu MiB ceiling: both GPUs copy %zu MiB to the other: %.1f GB/s per direction\n", bytes >> 20,
+                   bytes >> 20, bytes / best / 1e9);
+        }
+        for (size_t cb : {(size_t)2 << 20, (size_t)4 << 20, (size_t)8 << 20, (size_t)16 << 20}) {
+            for (int d : {2, 4}) {
+                if (cb * d > maxSlots) continue;
+                for (double share : {0.0, 0.04, 0.06, 0.08, 0.10}) {
+                    if (share > 0 && (d != 4 || cb != ((size_t)4 << 20))) continue;  // shares at one shape
+                    size_t c = cb / 4;
+                    size_t pc = (size_t)(nf * share) / 1024 * 1024;
+                    if (pc * 4 > maxPCIe) continue;
+                    reset();
+                    double total = 0, enq = 0;
+                    uint64_t k = 0;
+                    for (int it = 0; it < warm + iters; it++, k++) {
+                        syncAll(r);
+                        double t0 = now();
+                        call(r, nf, c, d, pc, k);
+                        double t1 = now();
+                        syncAll(r);
+                        double t2 = now();
+                        if (it >= warm) {
+                            total += t2 - t0;
+                            enq += t1 - t0;
+                        }
+                    }
+                    unsigned long long bad[2] = {0, 0};
+                    for (int g = 0; g < 2; g++) {
+                        CK(cudaSetDevice(g));
+                        CK(cudaMemset(r[g].bad, 0, 8));
+                        check<<<kBlocks, kThreads>>>(r[g].out, nf, r[g].bad);
+                        CK(cudaMemcpy(&bad[g], r[g].bad, 8, cudaMemcpyDeviceToHost));
+                        CK(cudaMemset(r[g].out, 0, bytes));  // the next configuration writes it again
+                    }
+                    double t = total / iters;
+                    printf("%5zu MiB chunk %2zu MiB depth %d pcie %.2f: %8.1f us, busbw %6.1f GB/s, enqueue %7.1f us/call, wrong %llu %llu\n",
+                           bytes >> 20, cb >> 20, d, share, t * 1e6, bytes / t / 1e9, enq / iters * 1e6, bad[0], bad[1]);
+                }
+            }
+        }
+    }
+    return 0;
+}

@@ -164,8 +164,12 @@ func TestSSHRankKilled(t *testing.T) {
 	if took := p.end.Sub(killed); took > 3*time.Second {
 		t.Errorf("flexrun ended %v after the kill, want within 3 s", took)
 	}
-	want := fmt.Sprintf("flexrun: rank 3 (host %s, pid %d) was killed by signal 9 (killed); terminating 3 other ranks", c.hosts[1], pid)
-	if code != 137 || !strings.Contains(p.err.String(), want) {
+	// The others still running are terminated: three, or fewer where a
+	// rank's collective has already failed on the lost peer and it exited
+	// before flexrun saw rank 3 end (a loaded machine).
+	want := regexp.MustCompile(regexp.QuoteMeta(fmt.Sprintf("flexrun: rank 3 (host %s, pid %d) was killed by signal 9 (killed); terminating ", c.hosts[1], pid)) +
+		`[0-3] other ranks?\n`)
+	if code != 137 || !want.MatchString(p.err.String()) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 137 and %q", code, p.err.String(), want)
 	}
 	c.assertClean(t, 3*time.Second)

@@ -113,7 +113,7 @@ static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k) {
                 uint64_t seq = k * kc + i;  // cumulative chunk number
                 if (seq >= (uint64_t)d)
                     CU(cuStreamWaitValue64((CUstream)me.cs, (CUdeviceptr)me.cons, seq - d + 1, CU_STREAM_WAIT_VALUE_GEQ));
-                CK(cudaMemcpyAsync(peer.slots + (seq % d) * c, me.send + lo, m * 4, cudaMemcpyDeviceToDevice, me.cs));
+                CK(cudaMemcpyAsync(peer.slots + (seq % d) * c, me.send + lo, m * 4, cudaMemcpyDefault, me.cs));
                 CU(cuStreamWriteValue64((CUstream)me.cs, (CUdeviceptr)peer.ready, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
                 CU(cuStreamWaitValue64((CUstream)me.rs, (CUdeviceptr)me.ready, seq + 1, CU_STREAM_WAIT_VALUE_GEQ));
                 add<<<addGrid(m / 4), kThreads, 0, me.rs>>>((float4*)(me.out + lo), (const float4*)(me.send + lo),

@@ -37,14 +37,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e = (x);                                                                     \
-        if (e != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));   \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "cuda_check.h"
 
 #define CU(x)                                                                                    \
     do {                                                                                         \

@@ -54,5 +54,5 @@ anchor=../shared/anchors/nccl_baseline.py
 if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh scripts/gpu-common.sh scripts/gpu-multi.sh "$out/"
 rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/" # the device tool also copies the tree: gpu-device.sh prefers its gpu/kernels (and the committed PTX there)
-cp scripts/pcie_sm_probe.cu scripts/ce_pipeline_probe.cu "$out/"
+cp scripts/pcie_sm_probe.cu scripts/ce_pipeline_probe.cu scripts/cuda_check.h "$out/"
 du -sh "$out"

@@ -11,14 +11,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        cudaError_t e = (x);                                                            \
-        if (e != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#include "cuda_check.h"
 
 __global__ void wr(uint4* dst, size_t n) {
     size_t nt = (size_t)gridDim.x * blockDim.x;

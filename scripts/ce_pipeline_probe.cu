@@ -27,11 +27,19 @@
 // Prints, per vector size: the copy engines' ceiling (both GPUs copying the
 // whole vector to the other at once), then per chunk size, slot depth and
 // PCIe share the busbw (= bytes / time for two ranks) and the host's
-// enqueue time per call. Arguments: none (sizes and shares are below).
+// enqueue time per call. Each configuration runs twice: "live" (the host
+// enqueues while the GPUs run, so a slow enqueue shows as lost bandwidth)
+// and "gated" (every stream first waits on a pinned host word, the whole
+// call is enqueued, then the word is written and the clock starts: what a
+// CUDA graph or a persistent enqueue could reach). A watchdog thread opens
+// the gate after 2 s if the enqueue blocks (a stream's queue full), and
+// the row then says so. Arguments: none (sizes and shares are below).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -41,10 +49,10 @@
 
 #define CU(x)                                                                                    \
     do {                                                                                         \
-        CUresult r = (x);                                                                        \
-        if (r != CUDA_SUCCESS) {                                                                 \
+        CUresult cr_ = (x);                                                                      \
+        if (cr_ != CUDA_SUCCESS) {                                                               \
             const char* s = "?";                                                                 \
-            cuGetErrorName(r, &s);                                                               \
+            cuGetErrorName(cr_, &s);                                                             \
             fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s);                       \
             exit(1);                                                                             \
         }                                                                                        \
@@ -80,6 +88,7 @@ struct Rank {
     float* host;                    // pinned: this rank's PCIe part, read by the peer
     uint64_t *ready, *cons;         // device words on this GPU, written by the peer's streams
     uint64_t* hready;               // pinned host word: chunks of `host` written
+    uint64_t* gate;                 // pinned host word: calls released (gated mode)
     cudaStream_t cs, rs, up, down;
     unsigned long long* bad;
 };
@@ -93,8 +102,14 @@ static int addGrid(size_t n4) {
 
 // call enqueues one allreduce of n floats on both GPUs: chunks of c floats,
 // d slots, the last pc floats over PCIe in chunks of c. k counts calls.
-static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k) {
+static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k, bool gated) {
     size_t nv = n - pc;
+    if (gated)
+        for (int g = 0; g < 2; g++) {
+            CK(cudaSetDevice(g));
+            for (cudaStream_t s : {r[g].cs, r[g].rs, r[g].up, r[g].down})
+                CU(cuStreamWaitValue64((CUstream)s, (CUdeviceptr)r[g].gate, k + 1, CU_STREAM_WAIT_VALUE_GEQ));
+        }
     uint64_t kc = (nv + c - 1) / c, kp = (pc + c - 1) / c;
     uint64_t most = kc > kp ? kc : kp;
     for (uint64_t i = 0; i < most; i++) {
@@ -148,7 +163,7 @@ int main() {
         fprintf(stderr, "ce_pipeline_probe: needs two GPUs, found %d\n", n);
         return 1;
     }
-    const size_t maxBytes = (size_t)1 << 30, maxPCIe = maxBytes / 8, maxSlots = (size_t)64 << 20;
+    const size_t maxBytes = (size_t)1 << 30, maxPCIe = maxBytes / 8, maxSlots = (size_t)128 << 20;
     Rank r[2];
     for (int g = 0; g < 2; g++) {
         CK(cudaSetDevice(g));
@@ -160,6 +175,8 @@ int main() {
         CK(cudaHostAlloc(&r[g].host, maxPCIe, cudaHostAllocPortable | cudaHostAllocMapped));
         CK(cudaHostAlloc(&r[g].hready, 64, cudaHostAllocPortable | cudaHostAllocMapped));
         *r[g].hready = 0;
+        CK(cudaHostAlloc(&r[g].gate, 64, cudaHostAllocPortable | cudaHostAllocMapped));
+        *r[g].gate = 0;
         CK(cudaMalloc(&r[g].ready, 64));
         CK(cudaMalloc(&r[g].cons, 64));
         CK(cudaMemset(r[g].ready, 0, 64));
@@ -179,8 +196,12 @@ int main() {
             CK(cudaMemset(r[g].ready, 0, 64));
             CK(cudaMemset(r[g].cons, 0, 64));
             *r[g].hready = 0;
+            *r[g].gate = 0;
         }
         syncAll(r);
+    };
+    auto open = [&](uint64_t v) {
+        for (int g = 0; g < 2; g++) __atomic_store_n(r[g].gate, v, __ATOMIC_SEQ_CST);
     };
     const int warm = 3, iters = 10;
     for (size_t bytes : {(size_t)64 << 20, (size_t)256 << 20, (size_t)1 << 30}) {
@@ -202,27 +223,68 @@ int main() {
             printf("%5zu MiB ceiling: both GPUs copy %zu MiB to the other: %.1f GB/s per direction\n", bytes >> 20,
                    bytes >> 20, bytes / best / 1e9);
         }
-        for (size_t cb : {(size_t)2 << 20, (size_t)4 << 20, (size_t)8 << 20, (size_t)16 << 20}) {
+        // Ceiling with a PCIe share: both GPUs copy 92 % to the other over
+        // NVLink while 8 % goes down to pinned host memory and 8 % comes up
+        // from the peer's host buffer, all at once (bandwidth only, no order).
+        {
+            size_t hp = bytes / 100 * 8 / 4096 * 4096, nvb = bytes - hp;
+            double best = 1e9;
+            for (int it = 0; it < warm + iters; it++) {
+                syncAll(r);
+                double t0 = now();
+                for (int g = 0; g < 2; g++) {
+                    CK(cudaSetDevice(g));
+                    CK(cudaMemcpyPeerAsync(r[1 - g].out, 1 - g, r[g].send, g, nvb, r[g].cs));
+                    CK(cudaMemcpyAsync(r[g].host, r[g].send + nvb / 4, hp, cudaMemcpyDeviceToHost, r[g].up));
+                    CK(cudaMemcpyAsync(r[g].stage, r[1 - g].host, hp, cudaMemcpyHostToDevice, r[g].down));
+                }
+                syncAll(r);
+                double t = now() - t0;
+                if (it >= warm && t < best) best = t;
+            }
+            printf("%5zu MiB ceiling: 92 %% over NVLink, 8 %% through host memory at once: %.1f GB/s per direction\n",
+                   bytes >> 20, bytes / best / 1e9);
+        }
+        for (size_t cb : {(size_t)4 << 20, (size_t)8 << 20, (size_t)16 << 20, (size_t)32 << 20}) {
             for (int d : {2, 4}) {
                 if (cb * d > maxSlots) continue;
                 for (double share : {0.0, 0.04, 0.06, 0.08, 0.10}) {
-                    if (share > 0 && (d != 4 || cb != ((size_t)4 << 20))) continue;  // shares at one shape
+                  for (bool gated : {false, true}) {
+                    if (share > 0 && (d != 2 || cb != ((size_t)16 << 20))) continue;  // shares at one shape
                     size_t c = cb / 4;
                     size_t pc = (size_t)(nf * share) / 1024 * 1024;
                     if (pc * 4 > maxPCIe) continue;
                     reset();
                     double total = 0, enq = 0;
                     uint64_t k = 0;
+                    bool blocked = false;
                     for (int it = 0; it < warm + iters; it++, k++) {
                         syncAll(r);
-                        double t0 = now();
-                        call(r, nf, c, d, pc, k);
-                        double t1 = now();
+                        std::atomic<bool> done{false};
+                        std::thread dog;
+                        if (gated)
+                            dog = std::thread([&, k]() {
+                                double end = now() + 2.0;
+                                while (!done.load() && now() < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
+                                if (!done.load()) {
+                                    blocked = true;
+                                    open(k + 1);
+                                }
+                            });
+                        double ts = now();
+                        call(r, nf, c, d, pc, k, gated);
+                        double t1 = now(), t0 = ts;
+                        if (gated) {
+                            done.store(true);
+                            dog.join();
+                            open(k + 1);
+                            t0 = now();
+                        }
                         syncAll(r);
                         double t2 = now();
                         if (it >= warm) {
                             total += t2 - t0;
-                            enq += t1 - t0;
+                            enq += t1 - ts;
                         }
                     }
                     unsigned long long bad[2] = {0, 0};
@@ -234,8 +296,10 @@ int main() {
                         CK(cudaMemset(r[g].out, 0, bytes));  // the next configuration writes it again
                     }
                     double t = total / iters;
-                    printf("%5zu MiB chunk %2zu MiB depth %d pcie %.2f: %8.1f us, busbw %6.1f GB/s, enqueue %7.1f us/call, wrong %llu %llu\n",
-                           bytes >> 20, cb >> 20, d, share, t * 1e6, bytes / t / 1e9, enq / iters * 1e6, bad[0], bad[1]);
+                    printf("%5zu MiB chunk %2zu MiB depth %d pcie %.2f %s: %8.1f us, busbw %6.1f GB/s, enqueue %7.1f us/call, wrong %llu %llu%s\n",
+                           bytes >> 20, cb >> 20, d, share, gated ? "gated" : "live ", t * 1e6, bytes / t / 1e9, enq / iters * 1e6,
+                           bad[0], bad[1], blocked ? " (enqueue blocked: gate opened by the watchdog)" : "");
+                  }
                 }
             }
         }

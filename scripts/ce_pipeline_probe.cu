@@ -20,6 +20,9 @@
 //                       hready[g] (a host word) = j+1
 //   down stream of g:   wait hready[p] >= j+1, copy that chunk of p's to
 //                       a staging buffer on g, fold it into out[g]
+// With two copy streams, chunks alternate between them and each stream
+// counts its chunks in its own ready word (copies on different streams may
+// finish out of order); the reduce of chunk i waits on its stream's word.
 // Counters are cumulative over calls (call k waits for k*chunks+i+1), as
 // flexlink's flag regions are. Every call's result is checked against the
 // exact sum (the inputs are small integers times powers of two).
@@ -89,25 +92,25 @@ struct Rank {
     uint64_t *ready, *cons;         // device words on this GPU, written by the peer's streams
     uint64_t* hready;               // pinned host word: chunks of `host` written
     uint64_t* gate;                 // pinned host word: calls released (gated mode)
-    cudaStream_t cs, rs, up, down;
+    cudaStream_t cs[2], rs, up, down;  // cs: one or two copy streams (chunks alternate)
     unsigned long long* bad;
 };
 
 static const int kBlocks = 264, kThreads = 512;
 
-static int addGrid(size_t n4) {
+static int addGrid(size_t n4, int blocks) {
     size_t g = (n4 + kThreads - 1) / kThreads;
-    return (int)(g < kBlocks ? (g ? g : 1) : kBlocks);
+    return (int)(g < (size_t)blocks ? (g ? g : 1) : blocks);
 }
 
 // call enqueues one allreduce of n floats on both GPUs: chunks of c floats,
 // d slots, the last pc floats over PCIe in chunks of c. k counts calls.
-static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k, bool gated) {
+static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k, bool gated, int ns, int blocks) {
     size_t nv = n - pc;
     if (gated)
         for (int g = 0; g < 2; g++) {
             CK(cudaSetDevice(g));
-            for (cudaStream_t s : {r[g].cs, r[g].rs, r[g].up, r[g].down})
+            for (cudaStream_t s : {r[g].cs[0], r[g].cs[1], r[g].rs, r[g].up, r[g].down})
                 CU(cuStreamWaitValue64((CUstream)s, (CUdeviceptr)r[g].gate, k + 1, CU_STREAM_WAIT_VALUE_GEQ));
         }
     uint64_t kc = (nv + c - 1) / c, kp = (pc + c - 1) / c;
@@ -119,12 +122,18 @@ static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k, bool
             if (i < kc) {
                 size_t lo = i * c, m = (lo + c <= nv ? c : nv - lo);
                 uint64_t seq = k * kc + i;  // cumulative chunk number
+                // Copy stream s carries chunks i with i % ns == s and counts
+                // them in its own word ready[s] (copies on different
+                // streams may finish out of order).
+                int st = (int)(i % ns);
+                uint64_t per = (kc + ns - 1 - st) / ns, sseq = k * per + i / ns;
+                cudaStream_t cs = me.cs[st];
                 if (seq >= (uint64_t)d)
-                    CU(cuStreamWaitValue64((CUstream)me.cs, (CUdeviceptr)me.cons, seq - d + 1, CU_STREAM_WAIT_VALUE_GEQ));
-                CK(cudaMemcpyAsync(peer.slots + (seq % d) * c, me.send + lo, m * 4, cudaMemcpyDefault, me.cs));
-                CU(cuStreamWriteValue64((CUstream)me.cs, (CUdeviceptr)peer.ready, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
-                CU(cuStreamWaitValue64((CUstream)me.rs, (CUdeviceptr)me.ready, seq + 1, CU_STREAM_WAIT_VALUE_GEQ));
-                add<<<addGrid(m / 4), kThreads, 0, me.rs>>>((float4*)(me.out + lo), (const float4*)(me.send + lo),
+                    CU(cuStreamWaitValue64((CUstream)cs, (CUdeviceptr)me.cons, seq - d + 1, CU_STREAM_WAIT_VALUE_GEQ));
+                CK(cudaMemcpyAsync(peer.slots + (seq % d) * c, me.send + lo, m * 4, cudaMemcpyDefault, cs));
+                CU(cuStreamWriteValue64((CUstream)cs, (CUdeviceptr)(peer.ready + st), sseq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+                CU(cuStreamWaitValue64((CUstream)me.rs, (CUdeviceptr)(me.ready + st), sseq + 1, CU_STREAM_WAIT_VALUE_GEQ));
+                add<<<addGrid(m / 4, blocks), kThreads, 0, me.rs>>>((float4*)(me.out + lo), (const float4*)(me.send + lo),
                                                            (const float4*)(me.slots + (seq % d) * c), m / 4);
                 CU(cuStreamWriteValue64((CUstream)me.rs, (CUdeviceptr)peer.cons, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
             }
@@ -135,7 +144,7 @@ static void call(Rank* r, size_t n, size_t c, int d, size_t pc, uint64_t k, bool
                 CU(cuStreamWriteValue64((CUstream)me.up, (CUdeviceptr)me.hready, seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
                 CU(cuStreamWaitValue64((CUstream)me.down, (CUdeviceptr)peer.hready, seq + 1, CU_STREAM_WAIT_VALUE_GEQ));
                 CK(cudaMemcpyAsync(me.stage + lo, peer.host + lo, m * 4, cudaMemcpyHostToDevice, me.down));
-                add<<<addGrid(m / 4), kThreads, 0, me.down>>>((float4*)(me.out + nv + lo), (const float4*)(me.send + nv + lo),
+                add<<<addGrid(m / 4, blocks), kThreads, 0, me.down>>>((float4*)(me.out + nv + lo), (const float4*)(me.send + nv + lo),
                                                              (const float4*)(me.stage + lo), m / 4);
             }
         }
@@ -182,7 +191,7 @@ int main() {
         CK(cudaMemset(r[g].ready, 0, 64));
         CK(cudaMemset(r[g].cons, 0, 64));
         CK(cudaMalloc(&r[g].bad, 8));
-        for (cudaStream_t* s : {&r[g].cs, &r[g].rs, &r[g].up, &r[g].down})
+        for (cudaStream_t* s : {&r[g].cs[0], &r[g].cs[1], &r[g].rs, &r[g].up, &r[g].down})
             CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
         fill<<<kBlocks, kThreads>>>(r[g].send, maxBytes / 4, g);
     }
@@ -204,7 +213,7 @@ int main() {
         for (int g = 0; g < 2; g++) __atomic_store_n(r[g].gate, v, __ATOMIC_SEQ_CST);
     };
     const int warm = 3, iters = 10;
-    for (size_t bytes : {(size_t)64 << 20, (size_t)256 << 20, (size_t)1 << 30}) {
+    for (size_t bytes : {(size_t)256 << 20, (size_t)1 << 30}) {
         size_t nf = bytes / 4;
         // Ceiling: both GPUs copy the whole vector to the other at once.
         {
@@ -214,7 +223,7 @@ int main() {
                 double t0 = now();
                 for (int g = 0; g < 2; g++) {
                     CK(cudaSetDevice(g));
-                    CK(cudaMemcpyPeerAsync(r[1 - g].out, 1 - g, r[g].send, g, bytes, r[g].cs));
+                    CK(cudaMemcpyPeerAsync(r[1 - g].out, 1 - g, r[g].send, g, bytes, r[g].cs[0]));
                 }
                 syncAll(r);
                 double t = now() - t0;
@@ -234,7 +243,7 @@ int main() {
                 double t0 = now();
                 for (int g = 0; g < 2; g++) {
                     CK(cudaSetDevice(g));
-                    CK(cudaMemcpyPeerAsync(r[1 - g].out, 1 - g, r[g].send, g, nvb, r[g].cs));
+                    CK(cudaMemcpyPeerAsync(r[1 - g].out, 1 - g, r[g].send, g, nvb, r[g].cs[0]));
                     CK(cudaMemcpyAsync(r[g].host, r[g].send + nvb / 4, hp, cudaMemcpyDeviceToHost, r[g].up));
                     CK(cudaMemcpyAsync(r[g].stage, r[1 - g].host, hp, cudaMemcpyHostToDevice, r[g].down));
                 }
@@ -245,64 +254,82 @@ int main() {
             printf("%5zu MiB ceiling: 92 %% over NVLink, 8 %% through host memory at once: %.1f GB/s per direction\n",
                    bytes >> 20, bytes / best / 1e9);
         }
-        for (size_t cb : {(size_t)4 << 20, (size_t)8 << 20, (size_t)16 << 20, (size_t)32 << 20}) {
-            for (int d : {2, 4}) {
-                if (cb * d > maxSlots) continue;
-                for (double share : {0.0, 0.04, 0.06, 0.08, 0.10}) {
-                  for (bool gated : {false, true}) {
-                    if (share > 0 && (d != 2 || cb != ((size_t)16 << 20))) continue;  // shares at one shape
-                    size_t c = cb / 4;
-                    size_t pc = (size_t)(nf * share) / 1024 * 1024;
-                    if (pc * 4 > maxPCIe) continue;
-                    reset();
-                    double total = 0, enq = 0;
-                    uint64_t k = 0;
-                    bool blocked = false;
-                    for (int it = 0; it < warm + iters; it++, k++) {
-                        syncAll(r);
-                        std::atomic<bool> done{false};
-                        std::thread dog;
-                        if (gated)
-                            dog = std::thread([&, k]() {
-                                double end = now() + 2.0;
-                                while (!done.load() && now() < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
-                                if (!done.load()) {
-                                    blocked = true;
-                                    open(k + 1);
-                                }
-                            });
-                        double ts = now();
-                        call(r, nf, c, d, pc, k, gated);
-                        double t1 = now(), t0 = ts;
-                        if (gated) {
-                            done.store(true);
-                            dog.join();
+        struct Cfg {
+            size_t cb;  // chunk bytes
+            int d;      // slots
+            double share;
+            int ns;      // copy streams
+            int blocks;  // reduce kernel's blocks (at most)
+            bool gated;
+        };
+        std::vector<Cfg> cfgs;
+        // Earlier calls (docs/PERF.md): 2-8 MiB chunks lose to per-chunk
+        // costs, depth 4 = depth 2, gated = live. Here: one against two
+        // copy streams, a full against a quarter-sized reduce grid, PCIe
+        // shares on the best shapes.
+        for (size_t cb : {(size_t)16 << 20, (size_t)32 << 20})
+            for (int ns : {1, 2})
+                for (int blocks : {kBlocks, kBlocks / 4})
+                    cfgs.push_back({cb, 4, 0.0, ns, blocks, false});
+        cfgs.push_back({(size_t)32 << 20, 4, 0.0, 2, kBlocks, true});
+        for (size_t cb : {(size_t)16 << 20, (size_t)32 << 20})
+            for (double share : {0.04, 0.06, 0.08})
+                for (int blocks : {kBlocks, kBlocks / 4}) cfgs.push_back({cb, 4, share, 2, blocks, false});
+        for (const Cfg& f : cfgs) {
+            size_t cb = f.cb;
+            int d = f.d;
+            double share = f.share;
+            bool gated = f.gated;
+            size_t c = cb / 4;
+            size_t pc = (size_t)(nf * share) / 1024 * 1024;
+            if (pc * 4 > maxPCIe) continue;
+            reset();
+            double total = 0, enq = 0;
+            uint64_t k = 0;
+            bool blocked = false;
+            for (int it = 0; it < warm + iters; it++, k++) {
+                syncAll(r);
+                std::atomic<bool> done{false};
+                std::thread dog;
+                if (gated)
+                    dog = std::thread([&, k]() {
+                        double end = now() + 2.0;
+                        while (!done.load() && now() < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
+                        if (!done.load()) {
+                            blocked = true;
                             open(k + 1);
-                            t0 = now();
                         }
-                        syncAll(r);
-                        double t2 = now();
-                        if (it >= warm) {
-                            total += t2 - t0;
-                            enq += t1 - ts;
-                        }
-                    }
-                    unsigned long long bad[2] = {0, 0};
-                    for (int g = 0; g < 2; g++) {
-                        CK(cudaSetDevice(g));
-                        CK(cudaMemset(r[g].bad, 0, 8));
-                        check<<<kBlocks, kThreads>>>(r[g].out, nf, r[g].bad);
-                        CK(cudaMemcpy(&bad[g], r[g].bad, 8, cudaMemcpyDeviceToHost));
-                        CK(cudaMemset(r[g].out, 0, bytes));  // the next configuration writes it again
-                    }
-                    double t = total / iters;
-                    printf("%5zu MiB chunk %2zu MiB depth %d pcie %.2f %s: %8.1f us, busbw %6.1f GB/s, enqueue %7.1f us/call, wrong %llu %llu%s\n",
-                           bytes >> 20, cb >> 20, d, share, gated ? "gated" : "live ", t * 1e6, bytes / t / 1e9, enq / iters * 1e6,
-                           bad[0], bad[1], blocked ? " (enqueue blocked: gate opened by the watchdog)" : "");
-                  }
+                    });
+                double ts = now();
+                call(r, nf, c, d, pc, k, gated, f.ns, f.blocks);
+                double t1 = now(), t0 = ts;
+                if (gated) {
+                    done.store(true);
+                    dog.join();
+                    open(k + 1);
+                    t0 = now();
+                }
+                syncAll(r);
+                double t2 = now();
+                if (it >= warm) {
+                    total += t2 - t0;
+                    enq += t1 - ts;
                 }
             }
+            unsigned long long bad[2] = {0, 0};
+            for (int g = 0; g < 2; g++) {
+                CK(cudaSetDevice(g));
+                CK(cudaMemset(r[g].bad, 0, 8));
+                check<<<kBlocks, kThreads>>>(r[g].out, nf, r[g].bad);
+                CK(cudaMemcpy(&bad[g], r[g].bad, 8, cudaMemcpyDeviceToHost));
+                CK(cudaMemset(r[g].out, 0, bytes));  // the next configuration writes it again
+            }
+            double t = total / iters;
+            printf("%5zu MiB chunk %2zu MiB depth %d streams %d blocks %3d pcie %.2f %s: %8.1f us, busbw %6.1f GB/s, enqueue %7.1f us/call, wrong %llu %llu%s\n",
+                   bytes >> 20, cb >> 20, d, f.ns, f.blocks, share, gated ? "gated" : "live ", t * 1e6, bytes / t / 1e9, enq / iters * 1e6,
+                   bad[0], bad[1], blocked ? " (enqueue blocked: gate opened by the watchdog)" : "");
         }
     }
     return 0;
 }
+

@@ -30,7 +30,7 @@
 // Prints, per vector size: the copy engines' ceiling (both GPUs copying the
 // whole vector to the other at once), then per chunk size, slot depth and
 // PCIe share the busbw (= bytes / time for two ranks) and the host's
-// enqueue time per call. Each configuration runs twice: "live" (the host
+// enqueue time per call (CEPROBE_CEILINGS_ONLY=1: the ceilings alone). Each configuration runs twice: "live" (the host
 // enqueues while the GPUs run, so a slow enqueue shows as lost bandwidth)
 // and "gated" (every stream first waits on a pinned host word, the whole
 // call is enqueued, then the word is written and the clock starts: what a
@@ -74,6 +74,12 @@ __global__ void add(float4* out, const float4* a, const float4* b, size_t n4) {
         float4 x = a[i], y = b[i];
         out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
     }
+}
+
+// put: SM stores of n4 float4s into the peer's memory (peer access).
+__global__ void put(float4* dst, const float4* src, size_t n4) {
+    size_t nt = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += nt) dst[i] = src[i];
 }
 
 __global__ void check(const float* out, size_t n, unsigned long long* bad) {
@@ -232,6 +238,28 @@ int main() {
             printf("%5zu MiB ceiling: both GPUs copy %zu MiB to the other: %.1f GB/s per direction\n", bytes >> 20,
                    bytes >> 20, bytes / best / 1e9);
         }
+        // Ceiling of SM stores and copy engines together over NVLink: both
+        // GPUs store a fraction of the vector into the other with a kernel
+        // while a copy engine moves the rest (bandwidth only, no order).
+        for (double sm : {1.0, 0.5, 0.25})
+            for (int blocks : {132, 264}) {
+                size_t sb = (size_t)(bytes * sm) / 4096 * 4096, cb = bytes - sb;
+                double best = 1e9;
+                for (int it = 0; it < warm + iters; it++) {
+                    syncAll(r);
+                    double t0 = now();
+                    for (int g = 0; g < 2; g++) {
+                        CK(cudaSetDevice(g));
+                        put<<<blocks, kThreads, 0, r[g].rs>>>((float4*)r[1 - g].out, (const float4*)r[g].send, sb / 16);
+                        if (cb) CK(cudaMemcpyAsync((char*)r[1 - g].out + sb, (char*)r[g].send + sb, cb, cudaMemcpyDefault, r[g].cs[0]));
+                    }
+                    syncAll(r);
+                    double t = now() - t0;
+                    if (it >= warm && t < best) best = t;
+                }
+                printf("%5zu MiB ceiling: %3.0f %% SM stores (%d blocks), the rest copy engine, both GPUs at once: %.1f GB/s per direction\n",
+                       bytes >> 20, sm * 100, blocks, bytes / best / 1e9);
+            }
         // Ceiling with a PCIe share: both GPUs copy 92 % to the other over
         // NVLink while 8 % goes down to pinned host memory and 8 % comes up
         // from the peer's host buffer, all at once (bandwidth only, no order).
@@ -275,6 +303,7 @@ int main() {
         for (size_t cb : {(size_t)16 << 20, (size_t)32 << 20})
             for (double share : {0.04, 0.06, 0.08})
                 for (int blocks : {kBlocks, kBlocks / 4}) cfgs.push_back({cb, 4, share, 2, blocks, false});
+        if (getenv("CEPROBE_CEILINGS_ONLY")) cfgs.clear();  // the link ceilings alone
         for (const Cfg& f : cfgs) {
             size_t cb = f.cb;
             int d = f.d;

@@ -36,8 +36,8 @@
 #   flagcoll  flag kernels against the copy-lane paths for reduce-scatter, allgather, alltoall (~5 min)
 #   flagpcie  the flag allreduce's PCIe part: fixed shares, block counts, the balancer (~3.5 min)
 #   flagtune, storetune   the experiments behind the flag allreduce's and the store allgather's defaults
-#   ceprobe  scripts/ce_pipeline_probe.cu (copy engines ordered by stream memory operations: the
-#            next FlexLink allreduce candidate), then allreduce 64 MiB-1 GiB beside NCCL (~3 min;
+#   ceprobe  scripts/ce_pipeline_probe.cu (link ceilings, and an allreduce on copy engines ordered by
+#            stream memory operations: docs/PERF.md tables K, L), then allreduce 64 MiB-1 GiB beside NCCL (~1.5 min;
 #            NO_NVCC=1 saves the kernels' compile, the probe still needs nvcc)
 set -uo pipefail
 B=.devbin

@@ -39,21 +39,36 @@
 #   ceprobe  scripts/ce_pipeline_probe.cu (link ceilings, and an allreduce on copy engines ordered by
 #            stream memory operations: docs/PERF.md tables K, L), then allreduce 64 MiB-1 GiB beside NCCL (~1.5 min;
 #            NO_NVCC=1 saves the kernels' compile, the probe still needs nvcc)
+#   rooted   broadcast, reduce and sendrecv 64 KiB-1 GiB beside NCCL, in and out of place (~2 min)
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-perf}
 case $mode in
-perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full | ceprobe) ;;
+perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full | ceprobe | rooted) ;;
 *)
-	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full, ceprobe)" >&2
+	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full, ceprobe, rooted)" >&2
 	exit 2
 	;;
 esac
 NP=2 # the experiments below compare two GPUs over NVLink (gpu-multi.sh: every GPU)
 . "$(dirname "$0")/gpu-common.sh"
 if [ "$mode" = quick ]; then must=(-n 10 -w 3); fi
+
+if [ "$mode" = rooted ]; then
+	# The collectives outside the flag kernels: broadcast and reduce (root
+	# 0) and sendrecv (ring neighbours), beside NCCL in the same processes.
+	{
+		for op in broadcast reduce sendrecv; do
+			stamp "$op 64 KiB-1 GiB, defaults, beside NCCL"
+			bench 100 $op --backend both -b 64K -e 1G -f 4 "${must[@]}"
+		done
+		stamp done
+	} >"$OUT/rooted.log" 2>&1
+	grep -v '^#  ' "$OUT/rooted.log"
+	exit 0
+fi
 
 if [ "$mode" = ceprobe ]; then
 	# Can copy engines, ordered by cuStreamWaitValue64/WriteValue64 instead

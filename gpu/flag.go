@@ -194,7 +194,29 @@ func (s *Stream) flagAllReduce(kind FlagKind, out, in *Buffer, count int, dt dty
 		}
 		grid += pc.Blocks
 	}
-	return s.launchFold(kind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call)
+	return s.launchFold(kind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call, flagNoRoot)
+}
+
+// flagNoRoot is the root argument of the symmetric flag calls.
+const flagNoRoot = ^uint64(0)
+
+// FlagReduce enqueues one flag reduce: root's out (count elements) = the
+// fold of every rank's in, as FlagAllReduce computes it; the other ranks
+// push their in to root and never write their out (pass any buffer of
+// count elements there, in itself for one). Chunks, grid and ordering as
+// FlagAllReduce; every rank must name the same root.
+func (s *Stream) FlagReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	what := fmt.Sprintf("flag reduce %d %s %s root %d", count, dt, op, root)
+	if !dt.Valid() || !op.Valid() || root < 0 || root >= ranks {
+		return fmt.Errorf("%s: %s: unknown dtype or op, or root not one of %d ranks", s.dev, what, ranks)
+	}
+	if err := s.operands(what, count*dt.Size(), count, out, in); err != nil || count == 0 {
+		return err
+	}
+	if err := s.flagCheck(what, region, l, chunk*dt.Size(), grid, ranks); err != nil {
+		return err
+	}
+	return s.launchFold(FlagReduceKind, out, in, count, dt, op, region, chunk, grid, ranks, 0, 0, uint64(root))
 }
 
 // launchFold launches a flag allreduce or reduce-scatter kernel (extra:
@@ -255,6 +277,8 @@ const (
 	FlagTwoShotRSKind
 	FlagTwoShotAGKind
 	FlagTwoShotTailKind
+	FlagReduceKind
+	FlagBroadcastKind
 )
 
 // The kernel modes of flag.cu (and the fake's).
@@ -363,7 +387,32 @@ func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *B
 	}
 	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
 		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), flag,
-		FlagSignature(kind, count, dtype.Uint8, dtype.Sum))
+		FlagSignature(kind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
+}
+
+// FlagBroadcast enqueues one flag broadcast of count bytes: root pushes its
+// in to every peer, whose kernels copy it into their out; root's out gets
+// in too (nothing to do when they are the same). in is only read on root
+// (pass out elsewhere). Chunks (bytes), grid and ordering as FlagGather;
+// every rank must name the same root.
+func (s *Stream) FlagBroadcast(out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	what := fmt.Sprintf("flag broadcast %d bytes root %d", count, root)
+	if root < 0 || root >= ranks {
+		return fmt.Errorf("%s: %s: root not one of %d ranks", s.dev, what, ranks)
+	}
+	if err := s.operands(what, count, count, out, in); err != nil || count == 0 {
+		return err
+	}
+	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
+		return err
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), 0,
+		FlagSignature(FlagBroadcastKind, count, dtype.Uint8, dtype.Sum), uint64(root))
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -20,21 +21,35 @@ import (
 // have delivered their chunks, as a kernel would spin.
 func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 	return func(f *cufake.Fake, grid, _ [3]uint32, params []unsafe.Pointer) error {
-		nargs := 7
-		if mode == flagAR {
-			nargs = 9
-		}
+		nargs := map[int]int{flagAR: 10, flagRS: 7, flagGather: 8}[mode]
 		v, err := kernelArgs(params, nargs)
 		if err != nil {
 			return err
 		}
-		v = append(v, 0, 0)[:9] // no PCIe part beyond allreduce
+		root := flagNoRoot
+		switch mode {
+		case flagAR:
+			root = v[9]
+		case flagGather:
+			root = v[7]
+		}
+		var part [2]uint64 // pcount, call: no PCIe part beyond allreduce
+		if mode == flagAR {
+			part = [2]uint64{v[7], v[8]}
+		}
+		v = append(v[:7:7], part[0], part[1])
 		raw, err := f.Mem(cu.DevPtr(v[3]), flagCtlBytes)
 		if err != nil {
 			return err
 		}
 		k := &fakeFlag{f: f, c: parseFlagCtl(raw), dt: dt, op: op, region: v[3],
-			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8], mode: mode}
+			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8], mode: mode, root: -1}
+		if root != flagNoRoot {
+			if root >= uint64(k.c.Ranks) {
+				return fmt.Errorf("flag kernel: root %d of %d ranks", root, k.c.Ranks)
+			}
+			k.root = int(root)
+		}
 		if mode == flagGather {
 			k.a2a, k.div = v[5] != 0, 0
 		}
@@ -81,6 +96,30 @@ type fakeFlag struct {
 	call, pc, pg                             uint64 // the PCIe part: call number (0: none), its elements and blocks
 	mode                                     int    // flagAR, flagRS, flagGather (flag.cu's MODE)
 	a2a                                      bool   // flagGather: alltoall
+	root                                     int    // -1, or a reduce's (flagAR) or a broadcast's (flagGather) root
+}
+
+// pushTo and foldFrom are flag.cu's: whether this rank sends to t, and
+// whether it reads t's chunks (every pair both ways but in a reduce or a
+// broadcast).
+func (k *fakeFlag) pushTo(t int) bool {
+	if k.root < 0 {
+		return true
+	}
+	if k.mode == flagGather {
+		return k.c.Me == k.root
+	}
+	return t == k.root
+}
+
+func (k *fakeFlag) foldFrom(t int) bool {
+	if k.root < 0 {
+		return true
+	}
+	if k.mode == flagGather {
+		return t == k.root
+	}
+	return k.c.Me == k.root
 }
 
 // plan agrees on the PCIe part as flag.cu does: rank 0 publishes its
@@ -262,7 +301,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
 		for t := 0; t < n; t++ {
-			if t == me {
+			if t == me || !k.pushTo(t) {
 				continue
 			}
 			at := lo
@@ -294,7 +333,12 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 	recv := func(i uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
-		if k.mode == flagGather {
+		switch {
+		case k.root >= 0 && k.mode == flagGather:
+			return k.broadcastChunk(seq, lo, cnt, b, cb)
+		case k.root >= 0 && me != k.root:
+			return k.consumed(seq, cb) // a reduce's non-root folds nothing
+		case k.mode == flagGather:
 			return k.gatherChunk(seq, lo, cnt, host, b, cb)
 		}
 		mine := lo // this rank's part of the fold
@@ -434,6 +478,36 @@ func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bo
 		}
 		copy(dst, part[FlagSlotHeader:])
 	}
+	return k.consumed(seq, cb)
+}
+
+// broadcastChunk is a flag broadcast's step for one chunk (bytes lo..lo+cnt):
+// root's in into out on root, root's chunk out of its slot elsewhere.
+func (k *fakeFlag) broadcastChunk(seq, lo, cnt, b, cb uint64) (bool, error) {
+	dst, err := k.f.Mem(cu.DevPtr(k.out+lo), cnt)
+	if err != nil {
+		return false, err
+	}
+	r := k.root
+	if k.c.Me == r {
+		src, err := k.f.Mem(cu.DevPtr(k.in+lo), cnt)
+		if err != nil {
+			return false, err
+		}
+		copy(dst, src)
+		return k.consumed(seq, cb)
+	}
+	if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+		return false, err
+	}
+	part, err := k.f.Mem(cu.DevPtr(k.slot(k.c.Me, r, false, b, seq)), FlagSlotHeader+cnt)
+	if err != nil {
+		return false, err
+	}
+	if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
+		return false, k.fail(3, cb, r)
+	}
+	copy(dst, part[FlagSlotHeader:])
 	return k.consumed(seq, cb)
 }
 

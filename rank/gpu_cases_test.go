@@ -166,6 +166,26 @@ func runDevCase(ctx context.Context, r *devRank, c devCase) (wrong int, err erro
 	if err := r.s.Synchronize(); err != nil {
 		return 0, err
 	}
+	if c.kind == devReduce && me != c.root {
+		// Off root a reduce writes nothing: recv keeps the fill, or, in
+		// place, the input.
+		want := host
+		if !c.inPlace {
+			want = make([]byte, len(out))
+			for i := range want {
+				want[i] = 0xEE
+			}
+		}
+		for i := range out {
+			if out[i] != want[i] {
+				if wrong == 0 {
+					fmt.Printf("rank %d %v: byte %d of recv = %#x off root, want %#x (untouched)\n", me, c, i, out[i], want[i])
+				}
+				wrong++
+			}
+		}
+		return wrong, nil
+	}
 	tol := dtype.Tolerance(c.dt)
 	for i := 0; i < rc; i++ {
 		want, ok := c.expect(me, i, n)
@@ -226,6 +246,18 @@ func devCases(n int, big int) []devCase {
 				cs = append(cs, devCase{kind: devAllToAll, count: count, dt: dtype.Int32})
 			}
 		}
+	}
+	// Rooted calls with other roots, dtypes and ops, between symmetric ones
+	// (the flag kernels' one-sided steps must leave the slot credits in
+	// step for whatever follows).
+	for _, count := range []int{5, 3001, big / 16} {
+		cs = append(cs,
+			devCase{kind: devBroadcast, count: count, dt: dtype.Float16, root: 0},
+			devCase{kind: devReduce, count: count, dt: dtype.Float32, op: dtype.Avg, root: 0},
+			devCase{kind: devAllReduce, count: count, dt: dtype.Int32, op: dtype.Sum},
+			devCase{kind: devReduce, count: count, dt: dtype.Int32, op: dtype.Min, root: n - 1, inPlace: true},
+			devCase{kind: devBroadcast, count: count, dt: dtype.Float64, root: n / 2, inPlace: true},
+		)
 	}
 	cs = append(cs, devCase{kind: devReduceScatter, count: 4097, dt: dtype.Float16, op: dtype.Avg},
 		devCase{kind: devAllGather, count: big, dt: dtype.Float64})

@@ -124,7 +124,7 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 
 // takes reports whether o runs on the flag plane: allreduces up to
 // maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
-// is at most collBytes.
+// is at most collBytes, broadcasts and reduces of at most collBytes.
 func (f *flagPlane) takes(o *devOp) bool {
 	if f == nil {
 		return false
@@ -133,7 +133,7 @@ func (f *flagPlane) takes(o *devOp) bool {
 	switch o.kind {
 	case devAllReduce:
 		return b > 0 && b <= f.maxBytes
-	case devReduceScatter, devAllGather, devAllToAll:
+	case devReduceScatter, devAllGather, devAllToAll, devBroadcast, devReduce:
 		return b > 0 && b <= f.collBytes
 	}
 	return false
@@ -218,8 +218,8 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	} else {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
 	}
-	unit := sz // allgather and alltoall move bytes
-	if o.kind == devAllGather || o.kind == devAllToAll {
+	unit := sz // allgather, alltoall and broadcast move bytes
+	if o.kind == devAllGather || o.kind == devAllToAll || o.kind == devBroadcast {
 		unit = 1
 	}
 	grid, chunk := shape(l, bytes, unit)
@@ -242,6 +242,18 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
 	case o.kind == devReduceScatter:
 		err = s.FlagReduceScatter(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n)
+	case o.kind == devReduce:
+		out := o.recv // nil off root, where the kernel writes nothing
+		if out == nil {
+			out = o.send
+		}
+		err = s.FlagReduce(out, o.send, o.count, o.dt, o.op, o.root, g.mem, g.layout, chunk, grid, p.n)
+	case o.kind == devBroadcast:
+		in := o.send // nil off root, where the kernel reads nothing
+		if in == nil {
+			in = o.recv
+		}
+		err = s.FlagBroadcast(o.recv, in, bytes, o.root, g.mem, g.layout, chunk, grid, p.n)
 	default:
 		err = s.FlagGather(o.recv, o.send, bytes, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
 	}

@@ -2,6 +2,7 @@ package rank
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -163,5 +164,53 @@ func TestGPUFakeFlagJobAbort(t *testing.T) {
 	}
 	if err := r.dc.AsyncError(); err == nil || !strings.Contains(err.Error(), "rank 1 gives up") {
 		t.Fatalf("AsyncError: %v, want the job's abort", err)
+	}
+}
+
+// Broadcasts and reduces up to FLEXLINK_GPU_FLAG_COLL_BYTES run as flag
+// kernels (no host handshake), larger ones on the handshake paths; every
+// root, against the float64 reference, off-root recv untouched.
+func TestGPUFakeFlagRooted(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "65536", "FLEXLINK_GPU_CHUNK_BYTES": "65536"}
+			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, 64_000*8)
+			ctx := testCtx(t, 60*time.Second)
+			for _, tc := range []struct {
+				count int
+				flag  bool
+			}{{16_000, true}, {64_000, false}} { // float32: 64000 B, 256000 B
+				for root := 0; root < n; root++ {
+					for _, c := range []devCase{
+						{kind: devBroadcast, count: tc.count, dt: dtype.Float32, root: root},
+						{kind: devReduce, count: tc.count, dt: dtype.Float32, op: dtype.Sum, root: root},
+						{kind: devReduce, count: tc.count, dt: dtype.Float32, op: dtype.Max, root: root, inPlace: true},
+					} {
+						before := make([][2]uint64, n)
+						for i, r := range rs {
+							p := r.dc.plane.(*directPlane)
+							before[i] = [2]uint64{p.flag.calls, p.calls}
+						}
+						errs2 := onRanks(rs, func(r *devRank) error {
+							wrong, err := runDevCase(ctx, r, c)
+							if err == nil && wrong > 0 {
+								err = fmt.Errorf("%d wrong elements", wrong)
+							}
+							return err
+						})
+						for i, r := range rs {
+							if errs2[i] != nil {
+								t.Fatalf("%v: rank %d: %v", c, i, errs2[i])
+							}
+							p := r.dc.plane.(*directPlane)
+							flag, shake := p.flag.calls-before[i][0], p.calls-before[i][1]
+							if tc.flag && (flag != 1 || shake != 0) || !tc.flag && (flag != 0 || shake != 1) {
+								t.Errorf("%v: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", c, i, flag, shake, tc.flag)
+							}
+						}
+					}
+				}
+			}
+		})
 	}
 }

@@ -39,7 +39,8 @@
 #   ceprobe  scripts/ce_pipeline_probe.cu (link ceilings, and an allreduce on copy engines ordered by
 #            stream memory operations: docs/PERF.md tables K, L), then allreduce 64 MiB-1 GiB beside NCCL (~1.5 min;
 #            NO_NVCC=1 saves the kernels' compile, the probe still needs nvcc)
-#   rooted   broadcast, reduce and sendrecv 64 KiB-1 GiB beside NCCL, in and out of place (~2 min)
+#   rooted   kernels from nvcc, every GPU test, then broadcast, reduce and sendrecv 64 KiB-1 GiB
+#            beside NCCL, in and out of place (~5 min)
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
@@ -57,9 +58,13 @@ NP=2 # the experiments below compare two GPUs over NVLink (gpu-multi.sh: every G
 if [ "$mode" = quick ]; then must=(-n 10 -w 3); fi
 
 if [ "$mode" = rooted ]; then
-	# The collectives outside the flag kernels: broadcast and reduce (root
-	# 0) and sendrecv (ring neighbours), beside NCCL in the same processes.
+	# Broadcast and reduce (root 0; flag kernels up to 4 MiB) and sendrecv
+	# (ring neighbours), beside NCCL in the same processes, after every GPU
+	# test (their sweep has broadcasts and reduces of every root between
+	# the symmetric collectives).
 	{
+		stamp "GPU tests"
+		ranktests 240 'TestGPU(Procs|OneProcess)' 40
 		for op in broadcast reduce sendrecv; do
 			stamp "$op 64 KiB-1 GiB, defaults, beside NCCL"
 			bench 100 $op --backend both -b 64K -e 1G -f 4 "${must[@]}"

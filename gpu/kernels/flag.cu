@@ -309,6 +309,16 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 // hold nranks blocks; block t of in goes to rank t, block r of out comes
 // from rank r). The push and the slots are the same for all: every peer
 // transfer is count elements, cut into the same chunks.
+//
+// root (FLAG_NO_ROOT for the collectives above) makes the transfers one-
+// sided: FLAG_AR with a root is a reduce (the peers push to root only, root
+// folds, the others write nothing), FLAG_GATHER with a root a broadcast
+// (root pushes to every peer, each copies root's chunk into out, count
+// bytes; root copies in to out unless they are the same). Every rank still
+// walks the same steps and raises every peer's cons counter for every step
+// it folds or skips, so the slots' credits stay in step for the next call,
+// whatever its roots.
+#define FLAG_NO_ROOT 0xffffffffffffffffull
 #define FLAG_AR 0
 #define FLAG_RS 1
 #define FLAG_GATHER 2
@@ -316,7 +326,7 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 template <class T, int MODE, class F>
 __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S* in, u64 count,
                                          unsigned char* region, u64 chunk, u64 div, u64 sig,
-                                         u64 pcount, u64 call, bool a2a, const F& f) {
+                                         u64 pcount, u64 call, bool a2a, u64 root, const F& f) {
     typedef typename T::S S;
     __shared__ FlagCtl c;
     __shared__ u64 b0, pc;
@@ -349,6 +359,11 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
     __syncthreads();
     if (abort_) return;
     const int n = (int)c.nranks, me = (int)c.me;
+    const int rt = root == FLAG_NO_ROOT ? -1 : (int)root;
+    const bool bcast = MODE == FLAG_GATHER && rt >= 0;
+    // pushTo(t): this rank sends to t; foldFrom(t): this rank reads t's chunks.
+    auto pushTo = [&](int t) -> bool { return rt < 0 || (bcast ? me == rt : t == rt); };
+    auto foldFrom = [&](int t) -> bool { return rt < 0 || (bcast ? t == rt : me == rt); };
     // Roles: with a PCIe part, blocks [0, nvg) take the head [0, count-pc)
     // over NVLink in chunks of `chunk`, blocks [nvg, grid) the tail over
     // host memory in chunks of hostSlot less the header.
@@ -392,11 +407,11 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         if (threadIdx.x == 0) {
             for (int t = 0; t < n && !abort_; t++) {
                 if (t == me) continue;
-                if (doPush && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + cb], sseq + 1 - c.depth, c, deadline, 1, t)) {
+                if (doPush && pushTo(t) && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + cb], sseq + 1 - c.depth, c, deadline, 1, t)) {
                     abort_ = 1;
-                } else if (doFold && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + cb], rseq + 1, c, deadline, 2, t)) {
+                } else if (doFold && foldFrom(t) && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + cb], rseq + 1, c, deadline, 2, t)) {
                     abort_ = 1;
-                } else if (doFold && (*(volatile u64*)slot(me, t, rseq) != sig ||
+                } else if (doFold && foldFrom(t) && (*(volatile u64*)slot(me, t, rseq) != sig ||
                                       *(volatile u64*)(slot(me, t, rseq) + 8) != rseq)) {
                     fail(c, 3, t);
                     abort_ = 1;
@@ -412,6 +427,7 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
             // targets form a permutation, not N-1 senders on one GPU.
             for (int k = 1; k < n; k++) {
                 const int t = (me + k) % n;
+                if (!pushTo(t)) continue;
                 unsigned char* sl = slot(t, me, sseq);
                 if (threadIdx.x == 0) {
                     *(volatile u64*)sl = sig;
@@ -426,7 +442,14 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
             const u64 cnt = range((u64)i, &lo);
             const S* src[FLAG_MAX_RANKS];
             for (int t = 0; t < n; t++) src[t] = t == me ? 0 : (const S*)(slot(me, t, rseq) + FLAG_SLOT_HDR);
-            if (MODE == FLAG_GATHER) {
+            if (bcast) {
+                if (me != rt)
+                    push<S, true>(out + lo, src[rt], cnt);
+                else if (out != in)
+                    push(out + lo, in + lo, cnt);
+            } else if (MODE == FLAG_AR && rt >= 0 && me != rt) {
+                // a reduce's non-root: nothing to fold
+            } else if (MODE == FLAG_GATHER) {
                 for (int r = 0; r < n; r++) {
                     if (r == me)
                         push(out + r * count + lo, in + (a2a ? me * count : 0) + lo, cnt);
@@ -454,7 +477,7 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
             for (int k = 1; k < n; k++) {
                 const int t = (me + k) % n;
                 unsigned char* peer = (unsigned char*)c.region[t];
-                if (doPush) st_relaxed((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
+                if (doPush && pushTo(t)) st_relaxed((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
                 if (doFold) st_relaxed((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + cb, rseq + 1);
             }
         }
@@ -472,13 +495,13 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
 #define FLAG(OP, OPT, NAME, T)                                                                  \
     extern "C" __global__ void __launch_bounds__(512)                                           \
         flexlink_flag_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
-                                    u64 chunk, u64 div, u64 sig, u64 pcount, u64 call) {        \
-        flag_run<T, FLAG_AR>(out, in, count, region, chunk, div, sig, pcount, call, false, OPT<T>()); \
+                                    u64 chunk, u64 div, u64 sig, u64 pcount, u64 call, u64 root) { \
+        flag_run<T, FLAG_AR>(out, in, count, region, chunk, div, sig, pcount, call, false, root, OPT<T>()); \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(512)                                           \
         flexlink_flagrs_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
                                       u64 chunk, u64 div, u64 sig) {                            \
-        flag_run<T, FLAG_RS>(out, in, count, region, chunk, div, sig, 0, 0, false, OPT<T>());   \
+        flag_run<T, FLAG_RS>(out, in, count, region, chunk, div, sig, 0, 0, false, FLAG_NO_ROOT, OPT<T>()); \
     }
 
 #define FLAG_TYPE(NAME, T)      \
@@ -496,9 +519,10 @@ FLAG_TYPE(bf16, TBF16)
 FLAG_TYPE(f32, TF32)
 FLAG_TYPE(f64, TF64)
 
-// The flag allgather and alltoall move bytes: count and chunk are bytes.
+// The flag allgather, alltoall and broadcast (root: FLAG_NO_ROOT but for a
+// broadcast) move bytes: count and chunk are bytes.
 extern "C" __global__ void __launch_bounds__(512)
     flexlink_flag_gather(unsigned char* out, const unsigned char* in, u64 count, unsigned char* region,
-                         u64 chunk, u64 a2a, u64 sig) {
-    flag_run<TU8, FLAG_GATHER>(out, in, count, region, chunk, 0, sig, 0, 0, a2a != 0, Sum<TU8>());
+                         u64 chunk, u64 a2a, u64 sig, u64 root) {
+    flag_run<TU8, FLAG_GATHER>(out, in, count, region, chunk, 0, sig, 0, 0, a2a != 0, root, Sum<TU8>());
 }

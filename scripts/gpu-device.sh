@@ -41,15 +41,17 @@
 #            NO_NVCC=1 saves the kernels' compile, the probe still needs nvcc)
 #   rooted   kernels from nvcc, every GPU test, then broadcast, reduce and sendrecv 64 KiB-1 GiB
 #            beside NCCL, in and out of place (~5 min)
+#   rootedtune  broadcast and reduce 256 KiB-16 MiB, 200 calls a row: flag kernels up to 4 MiB
+#            (the default) and up to 16 MiB, beside NCCL (~2 min)
 set -uo pipefail
 B=.devbin
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-perf}
 case $mode in
-perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full | ceprobe | rooted) ;;
+perf | check | flagcoll | flagpcie | smalltune | flagtune | storetune | quick | dev | full | ceprobe | rooted | rootedtune) ;;
 *)
-	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full, ceprobe, rooted)" >&2
+	echo "gpu-device.sh: unknown mode $mode (perf, check, flagcoll, flagpcie, smalltune, flagtune, storetune, quick, dev, full, ceprobe, rooted, rootedtune)" >&2
 	exit 2
 	;;
 esac
@@ -72,6 +74,20 @@ if [ "$mode" = rooted ]; then
 		stamp done
 	} >"$OUT/rooted.log" 2>&1
 	grep -v '^#  ' "$OUT/rooted.log"
+	exit 0
+fi
+
+if [ "$mode" = rootedtune ]; then
+	{
+		for op in broadcast reduce; do
+			stamp "$op 256 KiB-16 MiB, defaults (flag kernels up to 4 MiB), beside NCCL"
+			bench 60 $op --backend both -b 256K -e 16M -f 2 -n 200 -w 20
+			stamp "$op 256 KiB-16 MiB, flag kernels up to 16 MiB"
+			FLEXLINK_GPU_FLAG_COLL_BYTES=16777216 bench 40 $op -b 256K -e 16M -f 2 -n 200 -w 20
+		done
+		stamp done
+	} >"$OUT/rootedtune.log" 2>&1
+	grep -v '^#  ' "$OUT/rootedtune.log"
 	exit 0
 fi
 

@@ -34,9 +34,15 @@ import (
 // it, naming the peer and its host, and the communicator is broken.
 
 const (
-	flagDepth        = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
-	flagMinChunk     = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
-	flagAutoColl     = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1
+	flagDepth    = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	flagMinChunk = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
+	flagAutoColl = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1
+	// rootedFactor: broadcasts and reduces take the flag kernels up to this
+	// many times the per-peer limit (16 MiB by default). Measured on 2xH200
+	// with 200 calls a row: at 8 and 16 MiB the flag broadcast took 37.9
+	// and 64.7 µs against 41.7 and 65.0 on the handshake path, the flag
+	// reduce 33.9 and 58.9 against 39.5 and 63.5 (docs/PERF.md).
+	rootedFactor     = 4
 	flagAutoOneShot  = 2 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
 	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
 	flagSmallMax     = 32 << 20 // bytes: smaller calls use the small region
@@ -124,7 +130,8 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 
 // takes reports whether o runs on the flag plane: allreduces up to
 // maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
-// is at most collBytes, broadcasts and reduces of at most collBytes.
+// is at most collBytes, broadcasts and reduces of at most rootedFactor
+// times collBytes.
 func (f *flagPlane) takes(o *devOp) bool {
 	if f == nil {
 		return false
@@ -133,8 +140,10 @@ func (f *flagPlane) takes(o *devOp) bool {
 	switch o.kind {
 	case devAllReduce:
 		return b > 0 && b <= f.maxBytes
-	case devReduceScatter, devAllGather, devAllToAll, devBroadcast, devReduce:
+	case devReduceScatter, devAllGather, devAllToAll:
 		return b > 0 && b <= f.collBytes
+	case devBroadcast, devReduce:
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.collBytes
 	}
 	return false
 }

@@ -179,7 +179,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 			for _, tc := range []struct {
 				count int
 				flag  bool
-			}{{16_000, true}, {64_000, false}} { // float32: 64000 B, 256000 B
+			}{{16_000, true}, {70_000, false}} { // float32: 64000 B, 280000 B (the limit: 4 x 65536)
 				for root := 0; root < n; root++ {
 					for _, c := range []devCase{
 						{kind: devBroadcast, count: tc.count, dt: dtype.Float32, root: root},

@@ -279,6 +279,7 @@ const (
 	FlagTwoShotTailKind
 	FlagReduceKind
 	FlagBroadcastKind
+	FlagSendRecvKind
 )
 
 // The kernel modes of flag.cu (and the fake's).
@@ -396,6 +397,17 @@ func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *B
 // (pass out elsewhere). Chunks (bytes), grid and ordering as FlagGather;
 // every rank must name the same root.
 func (s *Stream) FlagBroadcast(out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+	return s.flagBroadcast(FlagBroadcastKind, out, in, count, root, region, l, chunk, grid, ranks)
+}
+
+// FlagSendRecv is FlagBroadcast between two ranks as a send (root: this
+// rank; buf is read) or a receive (root: the peer; buf is written), under
+// FlagSendRecvKind, so a rank that broadcasts meanwhile is caught.
+func (s *Stream) FlagSendRecv(buf *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid int) error {
+	return s.flagBroadcast(FlagSendRecvKind, buf, buf, count, root, region, l, chunk, grid, 2)
+}
+
+func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
 	what := fmt.Sprintf("flag broadcast %d bytes root %d", count, root)
 	if root < 0 || root >= ranks {
 		return fmt.Errorf("%s: %s: root not one of %d ranks", s.dev, what, ranks)
@@ -412,7 +424,7 @@ func (s *Stream) FlagBroadcast(out, in *Buffer, count, root int, region *Buffer,
 	}
 	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
 		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), 0,
-		FlagSignature(FlagBroadcastKind, count, dtype.Uint8, dtype.Sum), uint64(root))
+		FlagSignature(kind, count, dtype.Uint8, dtype.Sum), uint64(root))
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

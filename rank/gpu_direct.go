@@ -283,7 +283,7 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 	if err := p.flagError(); err != nil {
 		return err
 	}
-	if p.flag.takes(o) {
+	if p.flag.takes(o) || p.flagP2P(o) {
 		return p.flagCall(o, s)
 	}
 	peers := p.peersOf(o)

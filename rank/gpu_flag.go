@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -148,6 +149,19 @@ func (f *flagPlane) takes(o *devOp) bool {
 	return false
 }
 
+// flagP2P reports whether o, a Group, runs as a flag kernel: on two ranks,
+// one send to the peer or one receive from it (a pipeline's step) of at
+// most rootedFactor times collBytes, moved as a broadcast from the sender.
+// Both ranks of a correct program decide alike (each sees one entry of the
+// same size); exchanges and larger groups take the handshake path.
+func (p *directPlane) flagP2P(o *devOp) bool {
+	if p.flag == nil || o.kind != devGroup || p.n != 2 || len(o.p2p) != 1 || o.p2p[0].Peer == p.me {
+		return false
+	}
+	b := o.p2p[0].Buf.Len()
+	return b > 0 && (b+rootedFactor-1)/rootedFactor <= p.flag.collBytes
+}
+
 // region is the region a call of bytes uses.
 func (f *flagPlane) region(bytes int) *flagRegion {
 	if bytes < flagSmallMax || f.regions[1].mem == nil {
@@ -217,6 +231,14 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 			return err
 		}
 	}
+	p2p := o.kind == devGroup // flagP2P: one send or one receive
+	if p2p {
+		e, root := o.p2p[0], p.me
+		if !e.Send {
+			root = e.Peer
+		}
+		o = &devOp{kind: devBroadcast, send: e.Buf, recv: e.Buf, count: e.Buf.Len(), dt: dtype.Uint8, root: root}
+	}
 	sz := o.dt.Size()
 	bytes := o.count * sz
 	g := f.region(bytes)
@@ -257,6 +279,8 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 			out = o.send
 		}
 		err = s.FlagReduce(out, o.send, o.count, o.dt, o.op, o.root, g.mem, g.layout, chunk, grid, p.n)
+	case p2p:
+		err = s.FlagSendRecv(o.recv, bytes, o.root, g.mem, g.layout, chunk, grid)
 	case o.kind == devBroadcast:
 		in := o.send // nil off root, where the kernel reads nothing
 		if in == nil {

@@ -214,3 +214,89 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 		})
 	}
 }
+
+// On two ranks a group of one send or one receive (a pipeline step) up to
+// four times FLEXLINK_GPU_FLAG_COLL_BYTES runs as a flag kernel, larger
+// ones and exchanges on the handshake path; the bytes arrive whole either
+// way, and steps in both directions interleave with allreduces.
+func TestGPUFakeFlagSendRecv(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
+	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<17)
+	ctx := testCtx(t, 60*time.Second)
+	pattern := func(src, n, salt int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(src*31 + i*7 + salt)
+		}
+		return b
+	}
+	for k, tc := range []struct {
+		from, bytes int
+		flag        bool
+	}{{0, 1000, true}, {1, 65536, true}, {0, 65537, false}, {1, 4096, true}, {0, 100_000, false}, {1, 1, true}} {
+		before := make([][2]uint64, 2)
+		for i, r := range rs {
+			p := r.dc.plane.(*directPlane)
+			before[i] = [2]uint64{p.flag.calls, p.calls}
+		}
+		errs2 := onRanks(rs, func(r *devRank) error {
+			me, buf := r.c.Rank(), r.b.Sub(0, tc.bytes)
+			if err := r.s.Memset(r.b, 0xEE); err != nil {
+				return err
+			}
+			if me == tc.from {
+				if err := r.s.CopyHtoD(buf, pattern(me, tc.bytes, k)); err != nil {
+					return err
+				}
+				if err := r.dc.Send(ctx, buf, 1-me, r.s); err != nil {
+					return err
+				}
+			} else if err := r.dc.Recv(ctx, buf, 1-me, r.s); err != nil {
+				return err
+			}
+			got := make([]byte, tc.bytes+1)
+			if err := r.s.CopyDtoH(got, r.b.Sub(0, tc.bytes+1)); err != nil {
+				return err
+			}
+			if err := r.s.Synchronize(); err != nil {
+				return err
+			}
+			want := append(pattern(tc.from, tc.bytes, k), 0xEE) // and not a byte past the message
+			if me == tc.from {
+				want[tc.bytes] = 0xEE
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					return fmt.Errorf("byte %d = %#x, want %#x", i, got[i], want[i])
+				}
+			}
+			// A symmetric call between steps keeps the slot credits honest.
+			wrong, err := runDevCase(ctx, r, devCase{kind: devAllReduce, count: 3000, dt: dtype.Float32, op: dtype.Sum})
+			if err == nil && wrong > 0 {
+				err = fmt.Errorf("allreduce after the step: %d wrong", wrong)
+			}
+			return err
+		})
+		for i, r := range rs {
+			if errs2[i] != nil {
+				t.Fatalf("step %d (%d bytes from rank %d): rank %d: %v", k, tc.bytes, tc.from, i, errs2[i])
+			}
+			p := r.dc.plane.(*directPlane)
+			flag, shake := p.flag.calls-before[i][0]-1, p.calls-before[i][1] // less the allreduce's flag call
+			if tc.flag && (flag != 1 || shake != 0) || !tc.flag && (flag != 0 || shake != 1) {
+				t.Errorf("step %d: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", k, i, flag, shake, tc.flag)
+			}
+		}
+	}
+	// A receive of another size than the send is caught by the signature.
+	errs2 := settleOn(rs, func(r *devRank) error {
+		me := r.c.Rank()
+		if me == 0 {
+			return r.dc.Send(ctx, r.a.Sub(0, 1000), 1, r.s)
+		}
+		return r.dc.Recv(ctx, r.a.Sub(0, 1024), 0, r.s)
+	})
+	if !errors.Is(errs2[1], errs.ErrMismatch) {
+		t.Errorf("receiver of a shorter send: %v, want ErrMismatch", errs2[1])
+	}
+}

@@ -280,7 +280,9 @@ func TestGPUFakeGroup(t *testing.T) {
 
 // groupRound: every rank sends block 0 of a to the next rank and receives
 // block 1 of b from the previous; then the first and last ranks swap (the
-// others sit out) with two messages each way.
+// others sit out) with two messages each way; then the last rank sends
+// block 1 of a to the first alone (a pipeline step: on two ranks the flag
+// send/recv).
 func groupRound(ctx context.Context, r *devRank, elems int) error {
 	n, me := r.c.Size(), r.c.Rank()
 	blk := elems * 4
@@ -330,6 +332,21 @@ func groupRound(ctx context.Context, r *devRank, elems int) error {
 				return err
 			}
 			if err := check(got, other, k); err != nil {
+				return err
+			}
+		}
+		if me == y {
+			if err := r.dc.Send(ctx, a.Sub(blk, blk), x, r.s); err != nil {
+				return err
+			}
+		} else {
+			if err := r.dc.Recv(ctx, b.Sub(3*blk, blk), y, r.s); err != nil {
+				return err
+			}
+			if err := r.s.CopyDtoH(got, b.Sub(3*blk, blk)); err != nil {
+				return err
+			}
+			if err := check(got, y, 1); err != nil {
 				return err
 			}
 		}

@@ -280,6 +280,7 @@ const (
 	FlagReduceKind
 	FlagBroadcastKind
 	FlagSendRecvKind
+	FlagExchangeKind
 )
 
 // The kernel modes of flag.cu (and the fake's).
@@ -405,6 +406,27 @@ func (s *Stream) FlagBroadcast(out, in *Buffer, count, root int, region *Buffer,
 // FlagSendRecvKind, so a rank that broadcasts meanwhile is caught.
 func (s *Stream) FlagSendRecv(buf *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid int) error {
 	return s.flagBroadcast(FlagSendRecvKind, buf, buf, count, root, region, l, chunk, grid, 2)
+}
+
+// FlagExchange enqueues one flag exchange between two ranks (a send and a
+// receive of count bytes in one group): in goes to the peer, whose kernel
+// copies it into its out. in and out may be the same buffer. Chunks
+// (bytes), grid and ordering as FlagGather.
+func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid int) error {
+	what := fmt.Sprintf("flag exchange %d bytes", count)
+	if err := s.operands(what, count, count, out, in); err != nil || count == 0 {
+		return err
+	}
+	if err := s.flagCheck(what, region, l, chunk, grid, 2); err != nil {
+		return err
+	}
+	k, err := s.dev.reduceKernels()
+	if err != nil {
+		return err
+	}
+	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), 2,
+		FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
 }
 
 func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {

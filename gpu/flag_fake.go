@@ -51,7 +51,7 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 			k.root = int(root)
 		}
 		if mode == flagGather {
-			k.a2a, k.div = v[5] != 0, 0
+			k.a2a, k.xchg, k.div = v[5] == 1, v[5] == 2, 0
 		}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
 		if abort, err := k.word(k.region + flagAbortOff); err != nil || atomic.LoadUint64(abort) != 0 {
@@ -95,7 +95,7 @@ type fakeFlag struct {
 	deadline                                 time.Time
 	call, pc, pg                             uint64 // the PCIe part: call number (0: none), its elements and blocks
 	mode                                     int    // flagAR, flagRS, flagGather (flag.cu's MODE)
-	a2a                                      bool   // flagGather: alltoall
+	a2a, xchg                                bool   // flagGather: alltoall; a two-rank exchange
 	root                                     int    // -1, or a reduce's (flagAR) or a broadcast's (flagGather) root
 }
 
@@ -450,7 +450,14 @@ func narrow(dst, src []byte, dt dtype.DType) {
 func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bool, error) {
 	n, me := k.c.Ranks, k.c.Me
 	for r := 0; r < n; r++ {
-		dst, err := k.f.Mem(cu.DevPtr(k.out+uint64(r)*k.count+lo), cnt)
+		if r == me && k.xchg {
+			continue // an exchange's out holds the peer's bytes only
+		}
+		at := uint64(r) * k.count
+		if k.xchg {
+			at = 0
+		}
+		dst, err := k.f.Mem(cu.DevPtr(k.out+at+lo), cnt)
 		if err != nil {
 			return false, err
 		}

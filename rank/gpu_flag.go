@@ -151,15 +151,29 @@ func (f *flagPlane) takes(o *devOp) bool {
 
 // flagP2P reports whether o, a Group, runs as a flag kernel: on two ranks,
 // one send to the peer or one receive from it (a pipeline's step) of at
-// most rootedFactor times collBytes, moved as a broadcast from the sender.
-// Both ranks of a correct program decide alike (each sees one entry of the
-// same size); exchanges and larger groups take the handshake path.
+// most rootedFactor times collBytes, moved as a broadcast from the sender,
+// or one send and one receive of the same size up to collBytes (an
+// exchange). Both ranks of a correct program decide alike (each sees the
+// same entries and sizes); other groups take the handshake path.
 func (p *directPlane) flagP2P(o *devOp) bool {
-	if p.flag == nil || o.kind != devGroup || p.n != 2 || len(o.p2p) != 1 || o.p2p[0].Peer == p.me {
+	if p.flag == nil || o.kind != devGroup || p.n != 2 {
 		return false
 	}
-	b := o.p2p[0].Buf.Len()
-	return b > 0 && (b+rootedFactor-1)/rootedFactor <= p.flag.collBytes
+	for _, e := range o.p2p {
+		if e.Peer == p.me {
+			return false
+		}
+	}
+	switch len(o.p2p) {
+	case 1:
+		b := o.p2p[0].Buf.Len()
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= p.flag.collBytes
+	case 2:
+		a, b := o.p2p[0], o.p2p[1]
+		n := a.Buf.Len()
+		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= p.flag.collBytes
+	}
+	return false
 }
 
 // region is the region a call of bytes uses.
@@ -231,8 +245,15 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 			return err
 		}
 	}
-	p2p := o.kind == devGroup // flagP2P: one send or one receive
-	if p2p {
+	p2p, xchg := o.kind == devGroup, o.kind == devGroup && len(o.p2p) == 2 // flagP2P
+	switch {
+	case xchg:
+		snd, rcv := o.p2p[0], o.p2p[1]
+		if !snd.Send {
+			snd, rcv = rcv, snd
+		}
+		o = &devOp{kind: devBroadcast, send: snd.Buf, recv: rcv.Buf, count: snd.Buf.Len(), dt: dtype.Uint8, root: -1}
+	case p2p:
 		e, root := o.p2p[0], p.me
 		if !e.Send {
 			root = e.Peer
@@ -279,6 +300,8 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 			out = o.send
 		}
 		err = s.FlagReduce(out, o.send, o.count, o.dt, o.op, o.root, g.mem, g.layout, chunk, grid, p.n)
+	case xchg:
+		err = s.FlagExchange(o.recv, o.send, bytes, g.mem, g.layout, chunk, grid)
 	case p2p:
 		err = s.FlagSendRecv(o.recv, bytes, o.root, g.mem, g.layout, chunk, grid)
 	case o.kind == devBroadcast:

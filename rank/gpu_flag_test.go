@@ -300,3 +300,76 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 		t.Errorf("receiver of a shorter send: %v, want ErrMismatch", errs2[1])
 	}
 }
+
+// On two ranks a group of one send and one receive of the same size up to
+// FLEXLINK_GPU_FLAG_COLL_BYTES (an exchange) runs as a flag kernel, in
+// place too; larger or unequal ones on the handshake path.
+func TestGPUFakeFlagExchange(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
+	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<17)
+	ctx := testCtx(t, 60*time.Second)
+	pattern := func(src, n, salt int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(src*29 + i*5 + salt)
+		}
+		return b
+	}
+	for k, tc := range []struct {
+		bytes   [2]int // what rank r sends (the peer receives as much)
+		inPlace bool
+		flag    bool
+	}{{[2]int{1000, 1000}, false, true}, {[2]int{16384, 16384}, true, true}, {[2]int{16385, 16385}, false, false},
+		{[2]int{3000, 5000}, false, false}, {[2]int{1, 1}, true, true}, {[2]int{4096, 4096}, false, true}} {
+		before := make([][2]uint64, 2)
+		for i, r := range rs {
+			p := r.dc.plane.(*directPlane)
+			before[i] = [2]uint64{p.flag.calls, p.calls}
+		}
+		errs2 := onRanks(rs, func(r *devRank) error {
+			me := r.c.Rank()
+			sn, rn := tc.bytes[me], tc.bytes[1-me]
+			snd, rcv := r.a.Sub(0, sn), r.b.Sub(0, rn)
+			if tc.inPlace {
+				rcv = r.a.Sub(0, rn)
+			}
+			if err := r.s.Memset(r.b, 0xEE); err != nil {
+				return err
+			}
+			if err := r.s.CopyHtoD(snd, pattern(me, sn, k)); err != nil {
+				return err
+			}
+			if err := r.dc.Group(ctx, r.s, DeviceRecvFrom(1-me, rcv), DeviceSendTo(1-me, snd)); err != nil {
+				return err
+			}
+			got := make([]byte, rn)
+			if err := r.s.CopyDtoH(got, rcv); err != nil {
+				return err
+			}
+			if err := r.s.Synchronize(); err != nil {
+				return err
+			}
+			want := pattern(1-me, rn, k)
+			for i := range want {
+				if got[i] != want[i] {
+					return fmt.Errorf("byte %d = %#x, want %#x", i, got[i], want[i])
+				}
+			}
+			wrong, err := runDevCase(ctx, r, devCase{kind: devBroadcast, count: 3000, dt: dtype.Float32, root: 1})
+			if err == nil && wrong > 0 {
+				err = fmt.Errorf("broadcast after the exchange: %d wrong", wrong)
+			}
+			return err
+		})
+		for i, r := range rs {
+			if errs2[i] != nil {
+				t.Fatalf("exchange %d (%v bytes): rank %d: %v", k, tc.bytes, i, errs2[i])
+			}
+			p := r.dc.plane.(*directPlane)
+			flag, shake := p.flag.calls-before[i][0]-1, p.calls-before[i][1] // less the broadcast's flag call
+			if tc.flag && (flag != 1 || shake != 0) || !tc.flag && (flag != 0 || shake != 1) {
+				t.Errorf("exchange %d: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", k, i, flag, shake, tc.flag)
+			}
+		}
+	}
+}

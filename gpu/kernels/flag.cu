@@ -307,8 +307,10 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 // out = fold of every rank's block me); FLAG_GATHER allgather (out holds
 // nranks blocks, block r = rank r's in) or, with a2a, alltoall (in and out
 // hold nranks blocks; block t of in goes to rank t, block r of out comes
-// from rank r). The push and the slots are the same for all: every peer
-// transfer is count elements, cut into the same chunks.
+// from rank r) or, with xchg (two ranks), an exchange (in: count bytes for
+// the peer; out: the peer's count bytes, no own block). The push and the
+// slots are the same for all: every peer transfer is count elements, cut
+// into the same chunks.
 //
 // root (FLAG_NO_ROOT for the collectives above) makes the transfers one-
 // sided: FLAG_AR with a root is a reduce (the peers push to root only, root
@@ -326,7 +328,7 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 template <class T, int MODE, class F>
 __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S* in, u64 count,
                                          unsigned char* region, u64 chunk, u64 div, u64 sig,
-                                         u64 pcount, u64 call, bool a2a, u64 root, const F& f) {
+                                         u64 pcount, u64 call, bool a2a, bool xchg, u64 root, const F& f) {
     typedef typename T::S S;
     __shared__ FlagCtl c;
     __shared__ u64 b0, pc;
@@ -451,10 +453,11 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
                 // a reduce's non-root: nothing to fold
             } else if (MODE == FLAG_GATHER) {
                 for (int r = 0; r < n; r++) {
-                    if (r == me)
-                        push(out + r * count + lo, in + (a2a ? me * count : 0) + lo, cnt);
-                    else
-                        push<S, true>(out + r * count + lo, src[r], cnt);
+                    if (r == me) {
+                        if (!xchg) push(out + r * count + lo, in + (a2a ? me * count : 0) + lo, cnt);
+                    } else {
+                        push<S, true>(out + (xchg ? 0 : r * count) + lo, src[r], cnt);
+                    }
                 }
             } else if (MODE == FLAG_RS) {
                 if (n == 2)
@@ -496,12 +499,12 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
     extern "C" __global__ void __launch_bounds__(512)                                           \
         flexlink_flag_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
                                     u64 chunk, u64 div, u64 sig, u64 pcount, u64 call, u64 root) { \
-        flag_run<T, FLAG_AR>(out, in, count, region, chunk, div, sig, pcount, call, false, root, OPT<T>()); \
+        flag_run<T, FLAG_AR>(out, in, count, region, chunk, div, sig, pcount, call, false, false, root, OPT<T>()); \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(512)                                           \
         flexlink_flagrs_##OP##_##NAME(T::S* out, const T::S* in, u64 count, unsigned char* region, \
                                       u64 chunk, u64 div, u64 sig) {                            \
-        flag_run<T, FLAG_RS>(out, in, count, region, chunk, div, sig, 0, 0, false, FLAG_NO_ROOT, OPT<T>()); \
+        flag_run<T, FLAG_RS>(out, in, count, region, chunk, div, sig, 0, 0, false, false, FLAG_NO_ROOT, OPT<T>()); \
     }
 
 #define FLAG_TYPE(NAME, T)      \
@@ -519,10 +522,12 @@ FLAG_TYPE(bf16, TBF16)
 FLAG_TYPE(f32, TF32)
 FLAG_TYPE(f64, TF64)
 
-// The flag allgather, alltoall and broadcast (root: FLAG_NO_ROOT but for a
-// broadcast) move bytes: count and chunk are bytes.
+// The flag allgather (a2a 0), alltoall (a2a 1), two-rank exchange (a2a 2:
+// a send and a receive in one group; out holds only the peer's count bytes)
+// and broadcast (root: FLAG_NO_ROOT but for a broadcast) move bytes: count
+// and chunk are bytes.
 extern "C" __global__ void __launch_bounds__(512)
     flexlink_flag_gather(unsigned char* out, const unsigned char* in, u64 count, unsigned char* region,
                          u64 chunk, u64 a2a, u64 sig, u64 root) {
-    flag_run<TU8, FLAG_GATHER>(out, in, count, region, chunk, 0, sig, 0, 0, a2a != 0, root, Sum<TU8>());
+    flag_run<TU8, FLAG_GATHER>(out, in, count, region, chunk, 0, sig, 0, 0, a2a == 1, a2a == 2, root, Sum<TU8>());
 }

@@ -234,8 +234,12 @@ func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.
 	if op == dtype.Avg && ranks > 1 {
 		div = ranks
 	}
+	sig := FlagSignature(kind, count, dt, op)
+	if kind == FlagReduceKind {
+		sig = FlagRootedSignature(kind, count, dt, op, int(extra[2])) // extra: pcount, call, root
+	}
 	args := append([]uint64{uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
-		FlagSignature(kind, count, dt, op)}, extra...)
+		sig}, extra...)
 	return s.Launch(f, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1}, args...)
 }
 
@@ -260,6 +264,13 @@ func FlagTime(w uint64) (call uint64, ns int64) {
 // (FlagAllReduceKind...), count, dtype and op (never 0 for a non-empty call).
 func FlagSignature(kind FlagKind, count int, dt dtype.DType, op dtype.Op) uint64 {
 	return uint64(count)<<20 | uint64(kind)<<16 | uint64(dt)<<8 | uint64(op)
+}
+
+// FlagRootedSignature is FlagSignature for a reduce, broadcast or one-way
+// send/recv: it names the root too (in the op's byte, above the op), so
+// ranks that disagree on it fail with the mismatch error.
+func FlagRootedSignature(kind FlagKind, count int, dt dtype.DType, op dtype.Op, root int) uint64 {
+	return FlagSignature(kind, count, dt, op) | uint64(root+1)<<4
 }
 
 // FlagKind names the collective of a flag call (in its signature).
@@ -446,7 +457,7 @@ func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, 
 	}
 	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
 		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), 0,
-		FlagSignature(kind, count, dtype.Uint8, dtype.Sum), uint64(root))
+		FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root))
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

@@ -99,10 +99,10 @@ type fakeFlag struct {
 	root                                     int    // -1, or a reduce's (flagAR) or a broadcast's (flagGather) root
 }
 
-// pushTo and foldFrom are flag.cu's: whether this rank sends to t, and
-// whether it reads t's chunks (every pair both ways but in a reduce or a
-// broadcast).
-func (k *fakeFlag) pushTo(t int) bool {
+// payload is flag.cu's: whether this rank's pushes to t carry data (every
+// pair both ways but in a reduce or a broadcast, where the other pushes
+// carry the header alone).
+func (k *fakeFlag) payload(t int) bool {
 	if k.root < 0 {
 		return true
 	}
@@ -110,16 +110,6 @@ func (k *fakeFlag) pushTo(t int) bool {
 		return k.c.Me == k.root
 	}
 	return t == k.root
-}
-
-func (k *fakeFlag) foldFrom(t int) bool {
-	if k.root < 0 {
-		return true
-	}
-	if k.mode == flagGather {
-		return t == k.root
-	}
-	return k.c.Me == k.root
 }
 
 // plan agrees on the PCIe part as flag.cu does: rank 0 publishes its
@@ -301,21 +291,25 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
 		for t := 0; t < n; t++ {
-			if t == me || !k.pushTo(t) {
+			if t == me {
 				continue
+			}
+			m := cnt
+			if !k.payload(t) {
+				m = 0 // the header alone
 			}
 			at := lo
 			if k.mode == flagRS || k.mode == flagGather && k.a2a {
 				at += uint64(t) * k.count // block t goes to rank t
 			}
-			src, err := k.f.Mem(cu.DevPtr(k.in+at*sz), cnt*sz)
+			src, err := k.f.Mem(cu.DevPtr(k.in+at*sz), m*sz)
 			if err != nil {
 				return false, err
 			}
 			if ok, err := k.wait(k.region+flagConsOff+8*(uint64(t)*FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
 				return false, err
 			}
-			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, host, b, seq)), FlagSlotHeader+cnt*sz)
+			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, host, b, seq)), FlagSlotHeader+m*sz)
 			if err != nil {
 				return false, err
 			}
@@ -333,6 +327,25 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 	recv := func(i uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
+		if k.root >= 0 {
+			// A reduce or broadcast checks every peer's header, data or
+			// not, as flag.cu does.
+			for r := 0; r < n; r++ {
+				if r == me {
+					continue
+				}
+				if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+					return false, err
+				}
+				hdr, err := k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader)
+				if err != nil {
+					return false, err
+				}
+				if binary.LittleEndian.Uint64(hdr) != k.sig || binary.LittleEndian.Uint64(hdr[8:]) != seq {
+					return false, k.fail(3, cb, r)
+				}
+			}
+		}
 		switch {
 		case k.root >= 0 && k.mode == flagGather:
 			return k.broadcastChunk(seq, lo, cnt, b, cb)

@@ -1,6 +1,7 @@
 package rank
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -371,5 +372,55 @@ func TestGPUFakeFlagExchange(t *testing.T) {
 				t.Errorf("exchange %d: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", k, i, flag, shake, tc.flag)
 			}
 		}
+	}
+}
+
+// Ranks that disagree on a flag reduce's, broadcast's or send/recv's root
+// (both ranks sending, say) fail with the mismatch error within moments,
+// naming the peer, and not only after the kernel timeout (or, for a
+// broadcast whose ranks each name themselves, not at all).
+func TestGPUFakeFlagRootMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, r *devRank) error
+	}{
+		{"broadcast", func(ctx context.Context, r *devRank) error {
+			return r.dc.Broadcast(ctx, r.a, r.b, 5000, dtype.Float32, r.c.Rank(), r.s) // each its own root
+		}},
+		{"reduce", func(ctx context.Context, r *devRank) error {
+			return r.dc.Reduce(ctx, r.a, r.b, 5000, dtype.Float32, dtype.Sum, r.c.Rank(), r.s)
+		}},
+		{"both-send", func(ctx context.Context, r *devRank) error {
+			return r.dc.Send(ctx, r.a.Sub(0, 4096), 1-r.c.Rank(), r.s)
+		}},
+		{"send-exchange", func(ctx context.Context, r *devRank) error {
+			if r.c.Rank() == 0 {
+				return r.dc.Send(ctx, r.a.Sub(0, 4096), 1, r.s)
+			}
+			return r.dc.Group(ctx, r.s, DeviceRecvFrom(0, r.b.Sub(0, 4096)), DeviceSendTo(0, r.a.Sub(0, 4096)))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "30s"}
+			rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<16)
+			ctx := testCtx(t, 40*time.Second)
+			start := time.Now()
+			errs2 := settleOn(rs, func(r *devRank) error { return tc.call(ctx, r) })
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("mismatch took %v to show (a timeout, not the signature check)", d)
+			}
+			mismatch := false
+			for r, err := range errs2 {
+				if err == nil {
+					t.Errorf("rank %d: no error", r)
+				}
+				if errors.Is(err, errs.ErrMismatch) && strings.Contains(err.Error(), fmt.Sprintf("rank %d", 1-r)) {
+					mismatch = true
+				}
+			}
+			if !mismatch {
+				t.Errorf("no rank reported ErrMismatch naming its peer: %v", errs2)
+			}
+		})
 	}
 }

@@ -312,14 +312,17 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 // slots are the same for all: every peer transfer is count elements, cut
 // into the same chunks.
 //
-// root (FLAG_NO_ROOT for the collectives above) makes the transfers one-
-// sided: FLAG_AR with a root is a reduce (the peers push to root only, root
-// folds, the others write nothing), FLAG_GATHER with a root a broadcast
-// (root pushes to every peer, each copies root's chunk into out, count
-// bytes; root copies in to out unless they are the same). Every rank still
-// walks the same steps and raises every peer's cons counter for every step
-// it folds or skips, so the slots' credits stay in step for the next call,
-// whatever its roots.
+// root (FLAG_NO_ROOT for the collectives above) makes the payload one-
+// sided: FLAG_AR with a root is a reduce (the peers send their data to root
+// only, root folds, the others write nothing), FLAG_GATHER with a root a
+// broadcast (root sends its data to every peer, each copies root's chunk
+// into out, count bytes; root copies in to out unless they are the same).
+// The signalling stays symmetric: every rank still writes a slot header
+// (the call's signature, which names the root, and the step) to every peer
+// each step, with or without data, and checks every peer's header. So
+// ranks that disagree on the root, or on the collective, fail with the
+// mismatch error instead of finishing on their own, and the slot credits
+// stay in step for the next call, whatever its roots.
 #define FLAG_NO_ROOT 0xffffffffffffffffull
 #define FLAG_AR 0
 #define FLAG_RS 1
@@ -363,9 +366,8 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
     const int n = (int)c.nranks, me = (int)c.me;
     const int rt = root == FLAG_NO_ROOT ? -1 : (int)root;
     const bool bcast = MODE == FLAG_GATHER && rt >= 0;
-    // pushTo(t): this rank sends to t; foldFrom(t): this rank reads t's chunks.
-    auto pushTo = [&](int t) -> bool { return rt < 0 || (bcast ? me == rt : t == rt); };
-    auto foldFrom = [&](int t) -> bool { return rt < 0 || (bcast ? t == rt : me == rt); };
+    // payload(t): this rank's pushes to t carry data, not only a header.
+    auto payload = [&](int t) -> bool { return rt < 0 || (bcast ? me == rt : t == rt); };
     // Roles: with a PCIe part, blocks [0, nvg) take the head [0, count-pc)
     // over NVLink in chunks of `chunk`, blocks [nvg, grid) the tail over
     // host memory in chunks of hostSlot less the header.
@@ -409,11 +411,11 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         if (threadIdx.x == 0) {
             for (int t = 0; t < n && !abort_; t++) {
                 if (t == me) continue;
-                if (doPush && pushTo(t) && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + cb], sseq + 1 - c.depth, c, deadline, 1, t)) {
+                if (doPush && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + cb], sseq + 1 - c.depth, c, deadline, 1, t)) {
                     abort_ = 1;
-                } else if (doFold && foldFrom(t) && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + cb], rseq + 1, c, deadline, 2, t)) {
+                } else if (doFold && !wait_at_least(&ready[t * FLAG_MAX_BLOCKS + cb], rseq + 1, c, deadline, 2, t)) {
                     abort_ = 1;
-                } else if (doFold && foldFrom(t) && (*(volatile u64*)slot(me, t, rseq) != sig ||
+                } else if (doFold && (*(volatile u64*)slot(me, t, rseq) != sig ||
                                       *(volatile u64*)(slot(me, t, rseq) + 8) != rseq)) {
                     fail(c, 3, t);
                     abort_ = 1;
@@ -429,12 +431,12 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
             // targets form a permutation, not N-1 senders on one GPU.
             for (int k = 1; k < n; k++) {
                 const int t = (me + k) % n;
-                if (!pushTo(t)) continue;
                 unsigned char* sl = slot(t, me, sseq);
                 if (threadIdx.x == 0) {
                     *(volatile u64*)sl = sig;
                     *(volatile u64*)(sl + 8) = sseq;
                 }
+                if (!payload(t)) continue;  // the header alone
                 const bool perPeer = MODE == FLAG_RS || (MODE == FLAG_GATHER && a2a);
                 push((S*)(sl + FLAG_SLOT_HDR), in + (perPeer ? t * count : 0) + lo, cnt);
             }
@@ -480,7 +482,7 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
             for (int k = 1; k < n; k++) {
                 const int t = (me + k) % n;
                 unsigned char* peer = (unsigned char*)c.region[t];
-                if (doPush && pushTo(t)) st_relaxed((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
+                if (doPush) st_relaxed((u64*)(peer + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, sseq + 1);
                 if (doFold) st_relaxed((u64*)(peer + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + cb, rseq + 1);
             }
         }

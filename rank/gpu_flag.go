@@ -160,7 +160,7 @@ func (p *directPlane) flagP2P(o *devOp) bool {
 		return false
 	}
 	for _, e := range o.p2p {
-		if e.Peer == p.me {
+		if e.Peer == p.me || e.Buf == nil { // a nil buffer: the handshake reports it
 			return false
 		}
 	}

@@ -390,17 +390,30 @@ func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *B
 	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
 		return err
 	}
+	mode := gatherAll
+	if a2a {
+		mode = gatherA2A
+	}
+	return s.launchGather(out, in, count, region, chunk, grid, mode, FlagSignature(kind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
+}
+
+// The gather kernel's a2a argument (flag.cu): allgather, alltoall, or a
+// two-rank exchange.
+const (
+	gatherAll = iota
+	gatherA2A
+	gatherExchange
+)
+
+// launchGather launches the gather kernel (flexlink_flag_gather) once the
+// caller has checked its operands.
+func (s *Stream) launchGather(out, in *Buffer, count int, region *Buffer, chunk, grid, mode int, sig, root uint64) error {
 	k, err := s.dev.reduceKernels()
 	if err != nil {
 		return err
 	}
-	flag := uint64(0)
-	if a2a {
-		flag = 1
-	}
 	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
-		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), flag,
-		FlagSignature(kind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(mode), sig, root)
 }
 
 // FlagBroadcast enqueues one flag broadcast of count bytes: root pushes its
@@ -431,13 +444,7 @@ func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l Flag
 	if err := s.flagCheck(what, region, l, chunk, grid, 2); err != nil {
 		return err
 	}
-	k, err := s.dev.reduceKernels()
-	if err != nil {
-		return err
-	}
-	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
-		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), 2,
-		FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
+	return s.launchGather(out, in, count, region, chunk, grid, gatherExchange, FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
 }
 
 func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
@@ -451,13 +458,7 @@ func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, 
 	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
 		return err
 	}
-	k, err := s.dev.reduceKernels()
-	if err != nil {
-		return err
-	}
-	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
-		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), 0,
-		FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root))
+	return s.launchGather(out, in, count, region, chunk, grid, gatherAll, FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root))
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

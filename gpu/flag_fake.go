@@ -51,7 +51,7 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 			k.root = int(root)
 		}
 		if mode == flagGather {
-			k.a2a, k.xchg, k.div = v[5] == 1, v[5] == 2, 0
+			k.a2a, k.xchg, k.div = v[5] == gatherA2A, v[5] == gatherExchange, 0
 		}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
 		if abort, err := k.word(k.region + flagAbortOff); err != nil || atomic.LoadUint64(abort) != 0 {
@@ -334,15 +334,8 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 				if r == me {
 					continue
 				}
-				if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+				if _, ok, err := k.arrived(r, host, b, cb, seq, 0); !ok {
 					return false, err
-				}
-				hdr, err := k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader)
-				if err != nil {
-					return false, err
-				}
-				if binary.LittleEndian.Uint64(hdr) != k.sig || binary.LittleEndian.Uint64(hdr[8:]) != seq {
-					return false, k.fail(3, cb, r)
 				}
 			}
 		}
@@ -372,14 +365,9 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 				part, err = k.f.Mem(cu.DevPtr(k.in+mine*sz), cnt*sz)
 			} else {
 				var ok bool
-				if ok, err = k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+				if part, ok, err = k.arrived(r, host, b, cb, seq, cnt*sz); !ok {
 					return false, err
 				}
-				part, err = k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader+cnt*sz)
-				if err == nil && (binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq) {
-					return false, k.fail(3, cb, r)
-				}
-				part = part[min(len(part), FlagSlotHeader):]
 			}
 			if err != nil {
 				return false, err
@@ -486,19 +474,30 @@ func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bo
 			copy(dst, src)
 			continue
 		}
-		if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+		part, ok, err := k.arrived(r, host, b, cb, seq, cnt)
+		if !ok {
 			return false, err
 		}
-		part, err := k.f.Mem(cu.DevPtr(k.slot(me, r, host, b, seq)), FlagSlotHeader+cnt)
-		if err != nil {
-			return false, err
-		}
-		if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
-			return false, k.fail(3, cb, r)
-		}
-		copy(dst, part[FlagSlotHeader:])
+		copy(dst, part)
 	}
 	return k.consumed(seq, cb)
+}
+
+// arrived waits for peer r's chunk seq of block cb (b among its role's
+// blocks) and returns its n bytes of data after checking the slot header
+// (signature and step; a mismatch is recorded as flag.cu records it).
+func (k *fakeFlag) arrived(r int, host bool, b, cb, seq, n uint64) ([]byte, bool, error) {
+	if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+		return nil, false, err
+	}
+	part, err := k.f.Mem(cu.DevPtr(k.slot(k.c.Me, r, host, b, seq)), FlagSlotHeader+n)
+	if err != nil {
+		return nil, false, err
+	}
+	if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
+		return nil, false, k.fail(3, cb, r)
+	}
+	return part[FlagSlotHeader:], true, nil
 }
 
 // broadcastChunk is a flag broadcast's step for one chunk (bytes lo..lo+cnt):
@@ -517,17 +516,11 @@ func (k *fakeFlag) broadcastChunk(seq, lo, cnt, b, cb uint64) (bool, error) {
 		copy(dst, src)
 		return k.consumed(seq, cb)
 	}
-	if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+	part, ok, err := k.arrived(r, false, b, cb, seq, cnt)
+	if !ok {
 		return false, err
 	}
-	part, err := k.f.Mem(cu.DevPtr(k.slot(k.c.Me, r, false, b, seq)), FlagSlotHeader+cnt)
-	if err != nil {
-		return false, err
-	}
-	if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
-		return false, k.fail(3, cb, r)
-	}
-	copy(dst, part[FlagSlotHeader:])
+	copy(dst, part)
 	return k.consumed(seq, cb)
 }
 

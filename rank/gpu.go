@@ -132,8 +132,10 @@ func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
 // engines) and "pcie"
 // (staged through host memory) as fractions of the bytes pushed, summing
 // to 1. It is empty after a call that pushed nothing (reductions that only
-// read, broadcast, send/recv, a zero count) and on the staged plane. Safe
-// to call from any goroutine.
+// read; broadcast and send/recv on the handshake paths, where receivers
+// pull; on the flag kernels a broadcast's non-roots, a receive and a
+// reduce's root, which send headers only; a zero count) and on the staged
+// plane. Safe to call from any goroutine.
 func (d *DeviceComm) LinkShares() map[string]float64 {
 	if ls, ok := d.plane.(interface{ linkShares() map[string]float64 }); ok {
 		return ls.linkShares()

@@ -184,6 +184,25 @@ func runDevCase(ctx context.Context, r *devRank, c devCase) (wrong int, err erro
 				wrong++
 			}
 		}
+		// Out of place, send too: Reduce passes no recv off root, and a
+		// kernel that wrote there would land in send.
+		if !c.inPlace {
+			got := make([]byte, len(host))
+			if err := r.s.CopyDtoH(got, send); err != nil {
+				return 0, err
+			}
+			if err := r.s.Synchronize(); err != nil {
+				return 0, err
+			}
+			for i := range got {
+				if got[i] != host[i] {
+					if wrong == 0 {
+						fmt.Printf("rank %d %v: byte %d of send = %#x off root, want %#x (untouched)\n", me, c, i, got[i], host[i])
+					}
+					wrong++
+				}
+			}
+		}
 		return wrong, nil
 	}
 	tol := dtype.Tolerance(c.dt)

@@ -334,6 +334,9 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	}
 	f.lastS = s
 	f.calls++
+	if (o.kind == devBroadcast && o.root >= 0 && p.me != o.root) || (o.kind == devReduce && p.me == o.root) {
+		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
+	}
 	p.px.mu.Lock()
 	p.px.last = [2]int64{int64(bytes - pbytes), int64(pbytes)}
 	p.px.mu.Unlock()

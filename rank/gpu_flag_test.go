@@ -168,8 +168,8 @@ func TestGPUFakeFlagJobAbort(t *testing.T) {
 	}
 }
 
-// Broadcasts and reduces up to FLEXLINK_GPU_FLAG_COLL_BYTES run as flag
-// kernels (no host handshake), larger ones on the handshake paths; every
+// Broadcasts and reduces up to four times FLEXLINK_GPU_FLAG_COLL_BYTES run
+// as flag kernels (no host handshake), larger ones on the handshake paths; every
 // root, against the float64 reference, off-root recv untouched.
 func TestGPUFakeFlagRooted(t *testing.T) {
 	for _, n := range []int{2, 3} {
@@ -187,11 +187,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 						{kind: devReduce, count: tc.count, dt: dtype.Float32, op: dtype.Sum, root: root},
 						{kind: devReduce, count: tc.count, dt: dtype.Float32, op: dtype.Max, root: root, inPlace: true},
 					} {
-						before := make([][2]uint64, n)
-						for i, r := range rs {
-							p := r.dc.plane.(*directPlane)
-							before[i] = [2]uint64{p.flag.calls, p.calls}
-						}
+						before := planeCalls(rs)
 						errs2 := onRanks(rs, func(r *devRank) error {
 							wrong, err := runDevCase(ctx, r, c)
 							if err == nil && wrong > 0 {
@@ -203,11 +199,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 							if errs2[i] != nil {
 								t.Fatalf("%v: rank %d: %v", c, i, errs2[i])
 							}
-							p := r.dc.plane.(*directPlane)
-							flag, shake := p.flag.calls-before[i][0], p.calls-before[i][1]
-							if tc.flag && (flag != 1 || shake != 0) || !tc.flag && (flag != 0 || shake != 1) {
-								t.Errorf("%v: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", c, i, flag, shake, tc.flag)
-							}
+							checkPath(t, fmt.Sprint(c), i, r, before[i], 0, tc.flag)
 						}
 					}
 				}
@@ -218,7 +210,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 
 // On two ranks a group of one send or one receive (a pipeline step) up to
 // four times FLEXLINK_GPU_FLAG_COLL_BYTES runs as a flag kernel, larger
-// ones and exchanges on the handshake path; the bytes arrive whole either
+// ones on the handshake path; the bytes arrive whole either
 // way, and steps in both directions interleave with allreduces.
 func TestGPUFakeFlagSendRecv(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
@@ -235,11 +227,7 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 		from, bytes int
 		flag        bool
 	}{{0, 1000, true}, {1, 65536, true}, {0, 65537, false}, {1, 4096, true}, {0, 100_000, false}, {1, 1, true}} {
-		before := make([][2]uint64, 2)
-		for i, r := range rs {
-			p := r.dc.plane.(*directPlane)
-			before[i] = [2]uint64{p.flag.calls, p.calls}
-		}
+		before := planeCalls(rs)
 		errs2 := onRanks(rs, func(r *devRank) error {
 			me, buf := r.c.Rank(), r.b.Sub(0, tc.bytes)
 			if err := r.s.Memset(r.b, 0xEE); err != nil {
@@ -282,11 +270,7 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 			if errs2[i] != nil {
 				t.Fatalf("step %d (%d bytes from rank %d): rank %d: %v", k, tc.bytes, tc.from, i, errs2[i])
 			}
-			p := r.dc.plane.(*directPlane)
-			flag, shake := p.flag.calls-before[i][0]-1, p.calls-before[i][1] // less the allreduce's flag call
-			if tc.flag && (flag != 1 || shake != 0) || !tc.flag && (flag != 0 || shake != 1) {
-				t.Errorf("step %d: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", k, i, flag, shake, tc.flag)
-			}
+			checkPath(t, fmt.Sprintf("step %d", k), i, r, before[i], 1, tc.flag) // less the allreduce's flag call
 		}
 	}
 	// A receive of another size than the send is caught by the signature.
@@ -322,11 +306,7 @@ func TestGPUFakeFlagExchange(t *testing.T) {
 		flag    bool
 	}{{[2]int{1000, 1000}, false, true}, {[2]int{16384, 16384}, true, true}, {[2]int{16385, 16385}, false, false},
 		{[2]int{3000, 5000}, false, false}, {[2]int{1, 1}, true, true}, {[2]int{4096, 4096}, false, true}} {
-		before := make([][2]uint64, 2)
-		for i, r := range rs {
-			p := r.dc.plane.(*directPlane)
-			before[i] = [2]uint64{p.flag.calls, p.calls}
-		}
+		before := planeCalls(rs)
 		errs2 := onRanks(rs, func(r *devRank) error {
 			me := r.c.Rank()
 			sn, rn := tc.bytes[me], tc.bytes[1-me]
@@ -366,11 +346,7 @@ func TestGPUFakeFlagExchange(t *testing.T) {
 			if errs2[i] != nil {
 				t.Fatalf("exchange %d (%v bytes): rank %d: %v", k, tc.bytes, i, errs2[i])
 			}
-			p := r.dc.plane.(*directPlane)
-			flag, shake := p.flag.calls-before[i][0]-1, p.calls-before[i][1] // less the broadcast's flag call
-			if tc.flag && (flag != 1 || shake != 0) || !tc.flag && (flag != 0 || shake != 1) {
-				t.Errorf("exchange %d: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", k, i, flag, shake, tc.flag)
-			}
+			checkPath(t, fmt.Sprintf("exchange %d", k), i, r, before[i], 1, tc.flag) // less the broadcast's flag call
 		}
 	}
 }
@@ -422,5 +398,62 @@ func TestGPUFakeFlagRootMismatch(t *testing.T) {
 				t.Errorf("no rank reported ErrMismatch naming its peer: %v", errs2)
 			}
 		})
+	}
+}
+
+// planeCalls is every rank's count of flag calls and of handshake calls.
+func planeCalls(rs []*devRank) [][2]uint64 {
+	out := make([][2]uint64, len(rs))
+	for i, r := range rs {
+		p := r.dc.plane.(*directPlane)
+		out[i] = [2]uint64{p.flag.calls, p.calls}
+	}
+	return out
+}
+
+// checkPath checks that rank i made one call since before (planeCalls),
+// besides extra flag calls, and that it took the flag kernel if flag is
+// set, the handshake if not.
+func checkPath(t *testing.T, what string, i int, r *devRank, before [2]uint64, extra uint64, flag bool) {
+	t.Helper()
+	p := r.dc.plane.(*directPlane)
+	f, shake := p.flag.calls-before[0]-extra, p.calls-before[1]
+	if flag && (f != 1 || shake != 0) || !flag && (f != 0 || shake != 1) {
+		t.Errorf("%s: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", what, i, f, shake, flag)
+	}
+}
+
+// LinkShares after a flag call: empty on a rank that pushed headers only
+// (a broadcast's non-root, a receive, a reduce's root), all NVLink on one
+// that pushed data.
+func TestGPUFakeFlagLinkShares(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}
+	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<16)
+	ctx := testCtx(t, 30*time.Second)
+	for _, tc := range []struct {
+		name string
+		call func(r *devRank) error
+		data [2]bool // whether rank r pushed data
+	}{
+		{"broadcast-root0", func(r *devRank) error { return r.dc.Broadcast(ctx, r.a, r.b, 1000, dtype.Float32, 0, r.s) }, [2]bool{true, false}},
+		{"reduce-root0", func(r *devRank) error { return r.dc.Reduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, 0, r.s) }, [2]bool{false, true}},
+		{"send-1-to-0", func(r *devRank) error {
+			if r.c.Rank() == 1 {
+				return r.dc.Send(ctx, r.a.Sub(0, 4096), 0, r.s)
+			}
+			return r.dc.Recv(ctx, r.b.Sub(0, 4096), 1, r.s)
+		}, [2]bool{false, true}},
+		{"allreduce", func(r *devRank) error { return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s) }, [2]bool{true, true}},
+	} {
+		errs2 := settleOn(rs, tc.call)
+		for i, r := range rs {
+			if errs2[i] != nil {
+				t.Fatalf("%s: rank %d: %v", tc.name, i, errs2[i])
+			}
+			ls := r.dc.LinkShares()
+			if tc.data[i] && (len(ls) == 0 || ls["nvlink"] != 1) || !tc.data[i] && len(ls) != 0 {
+				t.Errorf("%s: rank %d: LinkShares %v, pushed data %v", tc.name, i, ls, tc.data[i])
+			}
+		}
 	}
 }

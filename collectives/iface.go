@@ -8,16 +8,12 @@ package collectives
 import (
 	"flexlink/dtype"
 	"flexlink/fabric"
+	"flexlink/mem"
 )
 
-// Buffer is a range of memory the data plane can move and reduce: host bytes
-// (HostBuffer) or device memory. Lengths and offsets are in bytes.
-type Buffer interface {
-	Len() int
-	// Slice returns the sub-range [off, off+n). It shares memory with the
-	// receiver. Panics when out of range (a programming error).
-	Slice(off, n int) Buffer
-}
+// Buffer is a range of memory the data plane can move and reduce (see
+// mem.Buffer for the contract): host bytes (HostBuffer) or device memory.
+type Buffer = mem.Buffer
 
 // Peers moves bytes between this rank and the other ranks of one
 // communicator. Send and Recv follow fabric.Link's contract (per-peer FIFO,

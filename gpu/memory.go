@@ -5,14 +5,14 @@ import (
 	"sync"
 	"unsafe"
 
-	"flexlink/collectives"
 	"flexlink/gpu/internal/cu"
 	"flexlink/internal/errs"
+	"flexlink/mem"
 )
 
 // Buffer is a range of device memory on one GPU: a whole allocation (from
 // Device.Alloc or Device.OpenIPCBuffer) or a sub-range of one (Sub, Slice).
-// It implements collectives.Buffer. Sub-ranges share the allocation; only
+// It implements mem.Buffer. Sub-ranges share the allocation; only
 // the whole allocation is freed.
 type Buffer struct {
 	dev *Device
@@ -31,7 +31,7 @@ type allocation struct {
 	freed bool
 }
 
-var _ collectives.Buffer = (*Buffer)(nil)
+var _ mem.Buffer = (*Buffer)(nil)
 
 // Alloc returns n bytes (n > 0) of device memory, 256-byte aligned,
 // uninitialised.
@@ -66,8 +66,8 @@ func (b *Buffer) Sub(off, n int) *Buffer {
 	return &Buffer{dev: b.dev, ptr: b.ptr + cu.DevPtr(off), n: n, own: b.own}
 }
 
-// Slice is Sub for collectives.Buffer.
-func (b *Buffer) Slice(off, n int) collectives.Buffer { return b.Sub(off, n) }
+// Slice is Sub for mem.Buffer.
+func (b *Buffer) Slice(off, n int) mem.Buffer { return b.Sub(off, n) }
 
 // whole reports whether b is its entire allocation.
 func (b *Buffer) whole() bool { return b.ptr == b.own.base && b.n == b.own.n }

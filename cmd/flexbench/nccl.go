@@ -6,7 +6,7 @@ import (
 
 	"flexlink/dtype"
 	"flexlink/gpu"
-	"flexlink/internal/nccl"
+	"flexlink/cmd/flexbench/internal/nccl"
 	"flexlink/rank"
 )
 

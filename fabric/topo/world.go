@@ -1,13 +1,11 @@
 package topo
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"time"
 
-	"flexlink/bootstrap"
 	"flexlink/fabric"
 )
 
@@ -77,19 +75,21 @@ func NewWorld(members []Member) (*World, error) {
 	return w, nil
 }
 
-// GatherWorld publishes this rank's host topology and GPU index through
-// the store (one AllGather, so every rank must call it at the same point)
-// and builds the World from every rank's. Ranks are on the same host when
-// their host names are equal.
-func GatherWorld(ctx context.Context, store bootstrap.Store, local *Host, gpu int) (*World, error) {
+// EncodeMember is what one rank publishes about itself (its host topology
+// and GPU index) for DecodeWorld. The exchange itself (one AllGather through
+// the bootstrap) belongs to the communicator core: topo moves no bytes.
+func EncodeMember(local *Host, gpu int) ([]byte, error) {
 	b, err := json.Marshal(Member{Host: local, GPU: gpu})
 	if err != nil {
-		return nil, fmt.Errorf("world topology: encode rank %d: %w", store.Rank(), err)
+		return nil, fmt.Errorf("world topology: encode: %w", err)
 	}
-	all, err := store.AllGather(ctx, b)
-	if err != nil {
-		return nil, fmt.Errorf("world topology: rank %d: allgather: %w", store.Rank(), err)
-	}
+	return b, nil
+}
+
+// DecodeWorld builds the World from every rank's EncodeMember bytes (index =
+// rank), validating each. Ranks are on the same host when their host names
+// are equal.
+func DecodeWorld(all [][]byte) (*World, error) {
 	members := make([]Member, len(all))
 	for r, d := range all {
 		if err := json.Unmarshal(d, &members[r]); err != nil {

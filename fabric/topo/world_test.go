@@ -1,46 +1,37 @@
 package topo
 
 import (
-	"context"
 	"reflect"
 	"testing"
-	"time"
 
-	"flexlink/bootstrap"
 	"flexlink/fabric"
 )
 
-// gather runs GatherWorld on every rank of an in-process job (rank r on
-// hosts[r], driving gpus[r]) and returns rank 0's World, after checking
-// that every rank built the same one.
+// gather encodes every rank's member record (rank r on hosts[r], driving
+// gpus[r]), round-trips them through DecodeWorld as the core's exchange
+// does, and checks that decoding is deterministic.
 func gather(t *testing.T, hosts []*Host, gpus []int) *World {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stores := bootstrap.NewInProc(len(hosts))
-	worlds := make([]*World, len(hosts))
-	errc := make(chan error, len(hosts))
+	all := make([][]byte, len(hosts))
 	for r := range hosts {
-		go func() {
-			w, err := GatherWorld(ctx, stores[r], hosts[r], gpus[r])
-			worlds[r] = w
-			errc <- err
-		}()
-	}
-	for range hosts {
-		if err := <-errc; err != nil {
+		b, err := EncodeMember(hosts[r], gpus[r])
+		if err != nil {
 			t.Fatal(err)
 		}
+		all[r] = b
 	}
-	for r := range worlds {
-		if !reflect.DeepEqual(worlds[r], worlds[0]) {
-			t.Fatalf("rank %d built another world than rank 0", r)
-		}
+	w, err := DecodeWorld(all)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, s := range stores {
-		s.Close()
+	again, err := DecodeWorld(all)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return worlds[0]
+	if !reflect.DeepEqual(w, again) {
+		t.Fatal("DecodeWorld built two different worlds from the same bytes")
+	}
+	return w
 }
 
 // twoHosts: the fixture twice, as hosts a and b, ranks 0..n-1 on a.

@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/gpu/kernels"
 	"flexlink/internal/errs"
 )
@@ -21,7 +23,7 @@ import (
 // goroutine migrate between cuCtxSetCurrent and its call, or forgot the
 // context, fails here.
 func TestFakeContextsAcrossGoroutines(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{})
+	drv, _ := openFake(t, gpufake.Config{})
 	const workers, rounds = 8, 50
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
@@ -41,7 +43,7 @@ func TestFakeContextsAcrossGoroutines(t *testing.T) {
 	}
 }
 
-func ctxWorker(drv *Driver, dev, rounds int, seed byte) error {
+func ctxWorker(drv *gpu.Driver, dev, rounds int, seed byte) error {
 	dv, err := drv.Device(dev)
 	if err != nil {
 		return err
@@ -71,7 +73,7 @@ func ctxWorker(drv *Driver, dev, rounds int, seed byte) error {
 // TestFakeLaunchGeometry: one thread per 16-byte vector, 512-thread blocks,
 // at most one wave (4 blocks per SM).
 func TestFakeLaunchGeometry(t *testing.T) {
-	drv, fake := openFake(t, FakeConfig{SMs: 4, MemPerDevice: 64 << 20})
+	drv, fake := openFake(t, gpufake.Config{SMs: 4, MemPerDevice: 64 << 20})
 	r := newRig(t, drv, 1)
 	buf := r.alloc(t, r.devs[0], 32<<20)
 	for _, tc := range []struct {
@@ -89,7 +91,7 @@ func TestFakeLaunchGeometry(t *testing.T) {
 		if err := r.streams[0].Reduce(buf, buf, buf, tc.count, tc.dt, dtype.Max); err != nil {
 			t.Fatal(err)
 		}
-		_, grid, block := fake.Launches(ReduceKernelName(tc.dt, dtype.Max))
+		_, grid, block := fake.Launches(gpu.ReduceKernelName(tc.dt, dtype.Max))
 		if grid != [3]uint32{tc.grid, 1, 1} || block != [3]uint32{512, 1, 1} {
 			t.Errorf("%d × %s: grid %v block %v, want grid %d of 512", tc.count, tc.dt, grid, block, tc.grid)
 		}
@@ -98,7 +100,7 @@ func TestFakeLaunchGeometry(t *testing.T) {
 
 // TestFakeFinish: Finish launches the scale kernel for Avg with n > 1 only.
 func TestFakeFinish(t *testing.T) {
-	drv, fake := openFake(t, FakeConfig{})
+	drv, fake := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 1)
 	buf := r.alloc(t, r.devs[0], 64)
 	for _, tc := range []struct {
@@ -109,11 +111,11 @@ func TestFakeFinish(t *testing.T) {
 		{dtype.Sum, 4, 0}, {dtype.Prod, 4, 0}, {dtype.Min, 4, 0}, {dtype.Max, 4, 0},
 		{dtype.Avg, 1, 0}, {dtype.Avg, 4, 1},
 	} {
-		before, _, _ := fake.Launches(ScaleKernelName(dtype.Int32))
+		before, _, _ := fake.Launches(gpu.ScaleKernelName(dtype.Int32))
 		if err := r.streams[0].Finish(buf, 16, dtype.Int32, tc.op, tc.n); err != nil {
 			t.Fatal(err)
 		}
-		after, _, _ := fake.Launches(ScaleKernelName(dtype.Int32))
+		after, _, _ := fake.Launches(gpu.ScaleKernelName(dtype.Int32))
 		if after-before != tc.launch {
 			t.Errorf("finish %s over %d: %d scale launches, want %d", tc.op, tc.n, after-before, tc.launch)
 		}
@@ -123,7 +125,7 @@ func TestFakeFinish(t *testing.T) {
 // TestFakeIPC: a handle exported on one device opens on another and aliases
 // the same memory.
 func TestFakeIPC(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{})
+	drv, _ := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 2)
 	src := r.alloc(t, r.devs[0], 4096)
 	r.upload(t, src, pattern(4096, 1))
@@ -169,7 +171,7 @@ func TestFakeIPC(t *testing.T) {
 // TestFakeHostMemory: pinned allocations and registered mappings carry
 // data both ways; a range cannot be registered twice.
 func TestFakeHostMemory(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{})
+	drv, _ := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 1)
 	dv, s := r.devs[0], r.streams[0]
 	m, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
@@ -204,7 +206,7 @@ func TestFakeHostMemory(t *testing.T) {
 // TestFakeEvents: timing events measure the (fake, 1 ms per operation)
 // time between them.
 func TestFakeEvents(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{})
+	drv, _ := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 1)
 	dv, s := r.devs[0], r.streams[0]
 	start, _ := dv.NewEvent(true)
@@ -235,7 +237,7 @@ func TestFakeComputeCapability(t *testing.T) {
 		ok           bool
 	}{{9, 0, true}, {8, 6, true}, {8, 0, true}, {10, 0, true}, {7, 5, false}} {
 		t.Run(fmt.Sprintf("sm_%d%d", tc.major, tc.minor), func(t *testing.T) {
-			drv, _ := openFake(t, FakeConfig{ComputeMajor: tc.major, ComputeMinor: tc.minor})
+			drv, _ := openFake(t, gpufake.Config{ComputeMajor: tc.major, ComputeMinor: tc.minor})
 			r := newRig(t, drv, 1)
 			buf := r.alloc(t, r.devs[0], 64)
 			err := r.streams[0].Reduce(buf, buf, buf, 16, dtype.BFloat16, dtype.Sum)
@@ -270,9 +272,9 @@ func TestEmbeddedPTX(t *testing.T) {
 			have[string(m[1])] = true
 		}
 		for _, dt := range dtype.All() {
-			names := []string{ScaleKernelName(dt)}
+			names := []string{gpu.ScaleKernelName(dt)}
 			for _, op := range dtype.Ops() {
-				names = append(names, ReduceKernelName(dt, op), FlagKernelName(dt, op), FlagRSKernelName(dt, op))
+				names = append(names, gpu.ReduceKernelName(dt, op), gpu.FlagKernelName(dt, op), gpu.FlagRSKernelName(dt, op))
 			}
 			for _, n := range names {
 				if !have[n] {
@@ -280,7 +282,7 @@ func TestEmbeddedPTX(t *testing.T) {
 				}
 			}
 		}
-		for _, n := range []string{CopyKernelName, Copy2KernelName, FlagGatherKernelName} {
+		for _, n := range []string{gpu.CopyKernelName, gpu.Copy2KernelName, gpu.FlagGatherKernelName} {
 			if !have[n] {
 				t.Errorf("%s: no kernel %s", tc.target, n)
 			}

@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"errors"
@@ -7,15 +7,17 @@ import (
 	"testing"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/gpu/internal/cufake"
 	"flexlink/internal/errs"
 )
 
 // Tests of the Go side on the fake driver: they run everywhere.
 
-func openFake(t testing.TB, cfg FakeConfig) (*Driver, *cufake.Fake) {
+func openFake(t testing.TB, cfg gpufake.Config) (*gpu.Driver, *cufake.Fake) {
 	t.Helper()
-	d, err := OpenFake(cfg)
+	d, err := gpufake.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +26,7 @@ func openFake(t testing.TB, cfg FakeConfig) (*Driver, *cufake.Fake) {
 			t.Error(err)
 		}
 	})
-	return d, d.api.(*cufake.Fake)
+	return d, d.Backend().(*cufake.Fake)
 }
 
 // TestFakeReduce runs every dtype × op × shape through Stream.Reduce and
@@ -32,7 +34,7 @@ func openFake(t testing.TB, cfg FakeConfig) (*Driver, *cufake.Fake) {
 // order, offsets, counts, in-place use and peer operands, and that every
 // kernel the Go side names exists in the embedded PTX.
 func TestFakeReduce(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{})
+	drv, _ := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 2)
 	if err := r.devs[0].EnablePeerAccess(r.devs[1]); err != nil {
 		t.Fatal(err)
@@ -52,7 +54,7 @@ func TestFakeReduce(t *testing.T) {
 // TestFakeErrors: misuse is reported with what, where and why, and wraps
 // the sentinels callers test for.
 func TestFakeErrors(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{MemPerDevice: 1 << 20})
+	drv, _ := openFake(t, gpufake.Config{MemPerDevice: 1 << 20})
 	r := newRig(t, drv, 2)
 	d0, d1, s0 := r.devs[0], r.devs[1], r.streams[0]
 	b0 := r.alloc(t, d0, 4096)
@@ -119,7 +121,7 @@ func TestFakeErrors(t *testing.T) {
 
 // TestFakeFreeTwice: second Free / Close of every kind returns ErrClosed.
 func TestFakeFreeTwice(t *testing.T) {
-	drv, _ := openFake(t, FakeConfig{})
+	drv, _ := openFake(t, gpufake.Config{})
 	dv, err := drv.Device(0)
 	if err != nil {
 		t.Fatal(err)
@@ -147,11 +149,11 @@ func TestFakeFreeTwice(t *testing.T) {
 // TestFakeNoLeaks: everything a workload creates is given back, and Close
 // releases the primary contexts.
 func TestFakeNoLeaks(t *testing.T) {
-	drv, err := OpenFake(FakeConfig{})
+	drv, err := gpufake.Open(gpufake.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := drv.api.(*cufake.Fake)
+	fake := drv.Backend().(*cufake.Fake)
 	// A subtest, so that newRig's and alloc's cleanups have run when it
 	// returns.
 	t.Run("work", func(t *testing.T) {

@@ -25,22 +25,21 @@ const (
 	// FlagBlock is the flag kernels' block size.
 	FlagBlock = 512
 
-	flagReadyOff = 4096
-	flagConsOff  = flagReadyOff + 8*FlagMaxRanks*FlagMaxBlocks
-	flagBaseOff  = flagConsOff + 8*FlagMaxRanks*FlagMaxBlocks
-	flagAbortOff = flagBaseOff + 8*FlagMaxBlocks
-	flagPlanOff  = 26 * 1024 // plan[4]{pcount, sig, call, 0}: rank 0's PCIe split, written into rank 1's region
-	// FlagAbortOffset is where a region's abort word is: the host sets it
-	// (any non-zero value) to end this rank's flag kernels.
-	FlagAbortOffset = flagAbortOff
-	// FlagReadyOffset is where a region's ready counters start
-	// (ready[sender][block], 64-bit, FlagMaxBlocks per sender).
-	FlagReadyOffset = flagReadyOff
-	flagDataOff     = 65536
+	// The region layout of flag.cu (exported for the fake driver's mirror,
+	// gpu/gpufake). FlagReadyOffset is where a region's ready counters start
+	// (ready[sender][block], 64-bit, FlagMaxBlocks per sender); FlagAbortOffset
+	// is its abort word: the host sets it (any non-zero value) to end this
+	// rank's flag kernels.
+	FlagReadyOffset = 4096
+	FlagConsOffset  = FlagReadyOffset + 8*FlagMaxRanks*FlagMaxBlocks
+	FlagBaseOffset  = FlagConsOffset + 8*FlagMaxRanks*FlagMaxBlocks
+	FlagAbortOffset = FlagBaseOffset + 8*FlagMaxBlocks
+	FlagPlanOffset  = 26 * 1024 // plan[4]{pcount, sig, call, 0}: rank 0's PCIe split, written into rank 1's region
+	FlagDataOffset  = 65536
 	// FlagSlotHeader is the bytes of each slot before its chunk (the
 	// call's signature).
 	FlagSlotHeader = 256
-	flagCtlBytes   = (15 + FlagMaxRanks + 3) * 8
+	FlagCtlBytes   = (15 + FlagMaxRanks + 3) * 8
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a
@@ -61,7 +60,7 @@ func (l FlagLayout) Check() error {
 
 // RegionBytes is the size of one rank's region for n ranks.
 func (l FlagLayout) RegionBytes(n int) int {
-	return flagDataOff + (n-1)*l.MaxBlocks*l.Depth*l.SlotBytes // slots for the n-1 peers
+	return FlagDataOffset + (n-1)*l.MaxBlocks*l.Depth*l.SlotBytes // slots for the n-1 peers
 }
 
 // FlagCtl is a region's control block, written by the host once the peers'
@@ -90,7 +89,7 @@ func (c FlagCtl) InboxBytes(n int) int {
 
 // Bytes encodes c as flag.cu's struct FlagCtl.
 func (c FlagCtl) Bytes() []byte {
-	b := make([]byte, flagCtlBytes)
+	b := make([]byte, FlagCtlBytes)
 	le := binary.LittleEndian
 	for j, r := range c.Region {
 		le.PutUint64(b[8*j:], r)
@@ -108,7 +107,9 @@ func (c FlagCtl) Bytes() []byte {
 	return b
 }
 
-func parseFlagCtl(b []byte) FlagCtl {
+// ParseFlagCtl decodes Bytes (the fake driver reads the control block the
+// host wrote).
+func ParseFlagCtl(b []byte) FlagCtl {
 	le := binary.LittleEndian
 	var c FlagCtl
 	for j := range c.Region {
@@ -194,11 +195,11 @@ func (s *Stream) flagAllReduce(kind FlagKind, out, in *Buffer, count int, dt dty
 		}
 		grid += pc.Blocks
 	}
-	return s.launchFold(kind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call, flagNoRoot)
+	return s.launchFold(kind, out, in, count, dt, op, region, chunk, grid, ranks, pcount, pc.Call, FlagNoRoot)
 }
 
-// flagNoRoot is the root argument of the symmetric flag calls.
-const flagNoRoot = ^uint64(0)
+// FlagNoRoot is the root argument of the symmetric flag calls.
+const FlagNoRoot = ^uint64(0)
 
 // FlagReduce enqueues one flag reduce: root's out (count elements) = the
 // fold of every rank's in, as FlagAllReduce computes it; the other ranks
@@ -294,11 +295,11 @@ const (
 	FlagExchangeKind
 )
 
-// The kernel modes of flag.cu (and the fake's).
+// The kernel modes of flag.cu (and of the fake driver's mirror).
 const (
-	flagAR = iota
-	flagRS
-	flagGather
+	FlagModeAR = iota
+	FlagModeRS
+	FlagModeGather
 )
 
 // FlagRSKernelName is the flag reduce-scatter kernel for dt and op (Avg:
@@ -390,19 +391,19 @@ func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *B
 	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
 		return err
 	}
-	mode := gatherAll
+	mode := GatherModeAll
 	if a2a {
-		mode = gatherA2A
+		mode = GatherModeA2A
 	}
-	return s.launchGather(out, in, count, region, chunk, grid, mode, FlagSignature(kind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
+	return s.launchGather(out, in, count, region, chunk, grid, mode, FlagSignature(kind, count, dtype.Uint8, dtype.Sum), FlagNoRoot)
 }
 
 // The gather kernel's a2a argument (flag.cu): allgather, alltoall, or a
 // two-rank exchange.
 const (
-	gatherAll = iota
-	gatherA2A
-	gatherExchange
+	GatherModeAll = iota
+	GatherModeA2A
+	GatherModeExchange
 )
 
 // launchGather launches the gather kernel (flexlink_flag_gather) once the
@@ -444,7 +445,7 @@ func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l Flag
 	if err := s.flagCheck(what, region, l, chunk, grid, 2); err != nil {
 		return err
 	}
-	return s.launchGather(out, in, count, region, chunk, grid, gatherExchange, FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), flagNoRoot)
+	return s.launchGather(out, in, count, region, chunk, grid, GatherModeExchange, FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), FlagNoRoot)
 }
 
 func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
@@ -458,7 +459,7 @@ func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, 
 	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
 		return err
 	}
-	return s.launchGather(out, in, count, region, chunk, grid, gatherAll, FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root))
+	return s.launchGather(out, in, count, region, chunk, grid, GatherModeAll, FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root))
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

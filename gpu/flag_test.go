@@ -1,23 +1,24 @@
-package gpu
+package gpu_test
 
 import (
 	"testing"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 )
 
 func TestFlagCtlRoundTrip(t *testing.T) {
-	for _, c := range []FlagCtl{
+	for _, c := range []gpu.FlagCtl{
 		{},
-		{Region: [FlagMaxRanks]uint64{0x7f0000000000, 0x7f0010000000}, ErrHost: 0x7e00, TimeoutNs: 30e9,
-			Layout: FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, Ranks: 2, Me: 1},
-		{Region: [FlagMaxRanks]uint64{1, 2, 3, 4, 5, 6, 7, 8}, Layout: FlagLayout{SlotBytes: 256, Depth: 9, MaxBlocks: 1}, Ranks: 8, Me: 7},
+		{Region: [gpu.FlagMaxRanks]uint64{0x7f0000000000, 0x7f0010000000}, ErrHost: 0x7e00, TimeoutNs: 30e9,
+			Layout: gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, Ranks: 2, Me: 1},
+		{Region: [gpu.FlagMaxRanks]uint64{1, 2, 3, 4, 5, 6, 7, 8}, Layout: gpu.FlagLayout{SlotBytes: 256, Depth: 9, MaxBlocks: 1}, Ranks: 8, Me: 7},
 	} {
 		b := c.Bytes()
-		if len(b) != flagCtlBytes || flagCtlBytes > flagReadyOff {
-			t.Fatalf("control block of %d bytes (ready counters at %d)", len(b), flagReadyOff)
+		if len(b) != gpu.FlagCtlBytes || gpu.FlagCtlBytes > gpu.FlagReadyOffset {
+			t.Fatalf("control block of %d bytes (ready counters at %d)", len(b), gpu.FlagReadyOffset)
 		}
-		if got := parseFlagCtl(b); got != c {
+		if got := gpu.ParseFlagCtl(b); got != c {
 			t.Errorf("%+v decodes as %+v", c, got)
 		}
 	}
@@ -26,15 +27,15 @@ func TestFlagCtlRoundTrip(t *testing.T) {
 func TestDecodeFlagError(t *testing.T) {
 	for _, tc := range []struct {
 		w    uint64
-		want FlagError
+		want gpu.FlagError
 		ok   bool
 	}{
-		{0, FlagError{}, false},
-		{1<<63 | 2<<40 | 17<<16 | 1, FlagError{Peer: 1, Block: 17, What: 2}, true},
-		{1<<63 | 3<<40 | 127<<16 | 7, FlagError{Peer: 7, Block: 127, What: 3}, true},
-		{1<<63 | 1<<40, FlagError{What: 1}, true},
+		{0, gpu.FlagError{}, false},
+		{1<<63 | 2<<40 | 17<<16 | 1, gpu.FlagError{Peer: 1, Block: 17, What: 2}, true},
+		{1<<63 | 3<<40 | 127<<16 | 7, gpu.FlagError{Peer: 7, Block: 127, What: 3}, true},
+		{1<<63 | 1<<40, gpu.FlagError{What: 1}, true},
 	} {
-		got, ok := DecodeFlagError(tc.w)
+		got, ok := gpu.DecodeFlagError(tc.w)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("%#x: %+v %v, want %+v %v", tc.w, got, ok, tc.want, tc.ok)
 		}
@@ -43,18 +44,18 @@ func TestDecodeFlagError(t *testing.T) {
 
 func TestFlagLayout(t *testing.T) {
 	for _, tc := range []struct {
-		l     FlagLayout
+		l     gpu.FlagLayout
 		ok    bool
 		bytes int // for 2 ranks
 	}{
-		{FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144},
-		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*512},
-		{FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, false, 0}, // no room beside the header
-		{FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
-		{FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},
-		{FlagLayout{SlotBytes: 512, Depth: 1, MaxBlocks: 1}, false, 0},
-		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: FlagMaxBlocks + 1}, false, 0},
-		{FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 0}, false, 0},
+		{gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144},
+		{gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*512},
+		{gpu.FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, false, 0}, // no room beside the header
+		{gpu.FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
+		{gpu.FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},
+		{gpu.FlagLayout{SlotBytes: 512, Depth: 1, MaxBlocks: 1}, false, 0},
+		{gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: gpu.FlagMaxBlocks + 1}, false, 0},
+		{gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 0}, false, 0},
 	} {
 		err := tc.l.Check()
 		if (err == nil) != tc.ok {
@@ -67,16 +68,16 @@ func TestFlagLayout(t *testing.T) {
 }
 
 func TestFlagNames(t *testing.T) {
-	if got := FlagKernelName(dtype.Float32, dtype.Avg); got != "flexlink_flag_sum_f32" {
+	if got := gpu.FlagKernelName(dtype.Float32, dtype.Avg); got != "flexlink_flag_sum_f32" {
 		t.Errorf("avg on float32: %s", got)
 	}
-	if got := FlagKernelName(dtype.BFloat16, dtype.Max); got != "flexlink_flag_max_bf16" {
+	if got := gpu.FlagKernelName(dtype.BFloat16, dtype.Max); got != "flexlink_flag_max_bf16" {
 		t.Errorf("max on bfloat16: %s", got)
 	}
-	if FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == FlagSignature(FlagAllReduceKind, 101, dtype.Float32, dtype.Sum) ||
-		FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Max) ||
-		FlagSignature(FlagAllGatherKind, 100, dtype.Uint8, dtype.Sum) == FlagSignature(FlagAllToAllKind, 100, dtype.Uint8, dtype.Sum) ||
-		FlagSignature(FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == FlagSignature(FlagAllReduceKind, 100, dtype.Int32, dtype.Sum) {
+	if gpu.FlagSignature(gpu.FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == gpu.FlagSignature(gpu.FlagAllReduceKind, 101, dtype.Float32, dtype.Sum) ||
+		gpu.FlagSignature(gpu.FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == gpu.FlagSignature(gpu.FlagAllReduceKind, 100, dtype.Float32, dtype.Max) ||
+		gpu.FlagSignature(gpu.FlagAllGatherKind, 100, dtype.Uint8, dtype.Sum) == gpu.FlagSignature(gpu.FlagAllToAllKind, 100, dtype.Uint8, dtype.Sum) ||
+		gpu.FlagSignature(gpu.FlagAllReduceKind, 100, dtype.Float32, dtype.Sum) == gpu.FlagSignature(gpu.FlagAllReduceKind, 100, dtype.Int32, dtype.Sum) {
 		t.Error("signatures of different calls agree")
 	}
 }

@@ -8,7 +8,7 @@
 //
 // Open loads the driver. On a machine without one it returns an error that
 // wraps errs.ErrNotSupported and keeps dlopen's message; tests turn that into
-// a skip through internal/testenv. OpenFake gives a Driver backed by host
+// a skip through internal/testenv. gpufake.Open (package gpu/gpufake) gives a Driver backed by host
 // memory (see internal/cufake) for tests of code above this package.
 //
 // # Contexts and threads
@@ -71,7 +71,7 @@ func Open() (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	d, err := newDriver(l, l.Path())
+	d, err := NewDriver(l, l.Path())
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,9 @@ func Open() (*Driver, error) {
 	return d, nil
 }
 
-func newDriver(api cu.API, lib string) (*Driver, error) {
+// NewDriver wraps a driver API (the real library, or the fake of gpu/gpufake)
+// and checks it. lib names it in errors and reports.
+func NewDriver(api cu.API, lib string) (*Driver, error) {
 	v, err := api.DriverVersion()
 	if err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
@@ -147,3 +149,8 @@ func (d *Driver) Close() error {
 	}
 	return first
 }
+
+// Backend returns the driver API behind d: the real library (*cu.Lib) or the
+// fake (gpu/gpufake). Only gpu's own sub-packages and tests can name those
+// types (they are internal to gpu/).
+func (d *Driver) Backend() cu.API { return d.api }

@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 )
 
 // Bandwidth measurements on a real GPU. They check the data they move and
@@ -102,7 +103,7 @@ func bwPeer(t *testing.T, r *rig) {
 	r.needDevices(t, 2)
 	const n = 1 << 30
 	d0, d1 := r.devs[0], r.devs[1]
-	for _, p := range [][2]*Device{{d0, d1}, {d1, d0}} {
+	for _, p := range [][2]*gpu.Device{{d0, d1}, {d1, d0}} {
 		if err := p[0].EnablePeerAccess(p[1]); err != nil {
 			t.Fatal(err)
 		}

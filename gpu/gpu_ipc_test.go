@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strconv"
 	"testing"
+
+	"flexlink/gpu"
 )
 
 // CUDA IPC needs two processes (the driver refuses a handle in the process
@@ -55,7 +57,7 @@ func gpuIPC(t *testing.T, r *rig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mh) != IPCHandleSize || len(eh) != IPCHandleSize {
+	if len(mh) != gpu.IPCHandleSize || len(eh) != gpu.IPCHandleSize {
 		t.Fatalf("handles of %d and %d bytes", len(mh), len(eh))
 	}
 	peer := len(r.devs) - 1
@@ -84,7 +86,7 @@ func ipcChild(args []string) error {
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("bad handles: %v %v", err1, err2)
 	}
-	drv, err := Open()
+	drv, err := gpu.Open()
 	if err != nil {
 		return err
 	}

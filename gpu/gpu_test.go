@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 	"flexlink/gpu/internal/cu"
 )
 
@@ -19,7 +20,7 @@ func TestGPU(t *testing.T) {
 	drv := openGPU(t)
 	r := newRig(t, drv, 2)
 	t.Logf("driver %s, CUDA %d.%d, %d devices", drv.Library(), drv.Version()/1000, drv.Version()%1000/10, drv.DeviceCount())
-	if l, ok := drv.api.(*cu.Lib); ok {
+	if l, ok := drv.Backend().(*cu.Lib); ok {
 		t.Logf("entry points: %s", strings.Join(l.Symbols(), " "))
 	}
 	t.Run("devices", func(t *testing.T) { gpuDevices(t, r) })
@@ -57,9 +58,9 @@ func gpuDevices(t *testing.T, r *rig) {
 // gpuErrors checks that driver errors carry the entry point, name and text.
 func gpuErrors(t *testing.T, r *rig) {
 	_, err := r.devs[0].Alloc(1 << 50)
-	var e *Error
+	var e *gpu.Error
 	if !errors.As(err, &e) || !strings.Contains(err.Error(), "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory") {
-		t.Fatalf("alloc 1 PiB: %v, want a cuMemAlloc out-of-memory *Error", err)
+		t.Fatalf("alloc 1 PiB: %v, want a cuMemAlloc out-of-memory *gpu.Error", err)
 	}
 	t.Logf("alloc 1 PiB: %v", err)
 	if _, err := r.devs[0].LoadModule([]byte("not ptx")); err == nil || !strings.Contains(err.Error(), "cuModuleLoadData: CUDA_ERROR_") {
@@ -74,7 +75,7 @@ func gpuErrors(t *testing.T, r *rig) {
 func gpuRoundTrip(t *testing.T, r *rig) {
 	dv, s := r.devs[0], r.streams[0]
 	for _, n := range []int{1, 4097, 64<<20 + 3} {
-		t.Run(byteSize(n), func(t *testing.T) {
+		t.Run(gpu.ByteSize(n), func(t *testing.T) {
 			src := pattern(n, byte(n))
 			a := r.alloc(t, dv, n)
 			b := r.alloc(t, dv, n+100)
@@ -190,7 +191,7 @@ func gpuRegister(t *testing.T, r *rig) {
 func gpuReduce(t *testing.T, r *rig) {
 	dv := r.devs[0]
 	start := time.Now()
-	if _, err := dv.reduceKernels(); err != nil {
+	if err := dv.LoadReduceKernels(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("load and JIT the reduction kernels on %s: %v", dv, time.Since(start))
@@ -209,7 +210,7 @@ func gpuReduce(t *testing.T, r *rig) {
 func gpuPeer(t *testing.T, r *rig) {
 	r.needDevices(t, 2)
 	d0, d1 := r.devs[0], r.devs[1]
-	for _, p := range [][2]*Device{{d0, d1}, {d1, d0}} {
+	for _, p := range [][2]*gpu.Device{{d0, d1}, {d1, d0}} {
 		if err := p[0].EnablePeerAccess(p[1]); err != nil {
 			t.Fatal(err)
 		}

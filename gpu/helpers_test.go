@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"encoding/binary"

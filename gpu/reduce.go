@@ -48,7 +48,7 @@ func kernelType(dt dtype.DType) string {
 
 // reduceOps are the ops with a kernel of their own, in kernelSet.reduce order;
 // Avg runs as Sum.
-func reduceOps() [numReduceOps]dtype.Op {
+func ReduceOps() [numReduceOps]dtype.Op {
 	return [numReduceOps]dtype.Op{dtype.Sum, dtype.Prod, dtype.Min, dtype.Max}
 }
 
@@ -131,7 +131,7 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 	}
 	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.sms) * blocksPerSM)}
 	for _, dt := range dtype.All() {
-		for i, op := range reduceOps() {
+		for i, op := range ReduceOps() {
 			if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
 				break
 			}

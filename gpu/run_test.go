@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 	"flexlink/internal/errs"
 	"flexlink/internal/testenv"
 )
@@ -15,14 +16,14 @@ import (
 
 // rig holds one stream per device of a driver.
 type rig struct {
-	drv     *Driver
-	devs    []*Device
-	streams []*Stream
+	drv     *gpu.Driver
+	devs    []*gpu.Device
+	streams []*gpu.Stream
 }
 
 // newRig opens up to want devices of drv with a stream each; it closes them
 // when the test ends.
-func newRig(t testing.TB, drv *Driver, want int) *rig {
+func newRig(t testing.TB, drv *gpu.Driver, want int) *rig {
 	t.Helper()
 	r := &rig{drv: drv}
 	for i := 0; i < min(want, drv.DeviceCount()); i++ {
@@ -47,9 +48,9 @@ func newRig(t testing.TB, drv *Driver, want int) *rig {
 
 // openGPU opens the real driver, or skips through testenv when there is
 // none (FLEXLINK_REQUIRE_GPU=1 makes that a failure).
-func openGPU(t testing.TB) *Driver {
+func openGPU(t testing.TB) *gpu.Driver {
 	t.Helper()
-	d, err := Open()
+	d, err := gpu.Open()
 	if errors.Is(err, errs.ErrNotSupported) {
 		testenv.MissingHardware(t, "gpu", strings.TrimPrefix(err.Error(), "gpu: "))
 	}
@@ -72,10 +73,10 @@ func (r *rig) needDevices(t testing.TB, n int) {
 	}
 }
 
-func (r *rig) stream(dv *Device) *Stream { return r.streams[dv.Ordinal()] }
+func (r *rig) stream(dv *gpu.Device) *gpu.Stream { return r.streams[dv.Ordinal()] }
 
 // alloc allocates n bytes on dv, freed when the test ends.
-func (r *rig) alloc(t testing.TB, dv *Device, n int) *Buffer {
+func (r *rig) alloc(t testing.TB, dv *gpu.Device, n int) *gpu.Buffer {
 	t.Helper()
 	b, err := dv.Alloc(n)
 	if err != nil {
@@ -90,7 +91,7 @@ func (r *rig) alloc(t testing.TB, dv *Device, n int) *Buffer {
 }
 
 // upload copies data into b on its device's stream and waits.
-func (r *rig) upload(t testing.TB, b *Buffer, data []byte) {
+func (r *rig) upload(t testing.TB, b *gpu.Buffer, data []byte) {
 	t.Helper()
 	s := r.stream(b.Device())
 	if err := s.CopyHtoD(b, data); err != nil {
@@ -102,7 +103,7 @@ func (r *rig) upload(t testing.TB, b *Buffer, data []byte) {
 }
 
 // download returns b's contents.
-func (r *rig) download(t testing.TB, b *Buffer) []byte {
+func (r *rig) download(t testing.TB, b *gpu.Buffer) []byte {
 	t.Helper()
 	s := r.stream(b.Device())
 	out := make([]byte, b.Len())
@@ -120,7 +121,7 @@ const avgContributions = 3
 
 // checkReduce runs one case of dst = a op b on dev's stream, a on aDev and b
 // on bDev, and compares with package reduce's reference.
-func (r *rig) checkReduce(t *testing.T, dev, aDev, bDev *Device, dt dtype.DType, op dtype.Op, c reduceCase, seed uint64) {
+func (r *rig) checkReduce(t *testing.T, dev, aDev, bDev *gpu.Device, dt dtype.DType, op dtype.Op, c reduceCase, seed uint64) {
 	t.Helper()
 	sz := dt.Size()
 	a := randomElems(dt, c.count, seed)

@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/gpu/internal/cufake"
 	"flexlink/internal/errs"
 )
@@ -17,12 +19,12 @@ import (
 // into one mapping and an H2D out of the other move the data between two
 // devices, and Close gives every registration and mapping back.
 func TestSharedHost(t *testing.T) {
-	drv, err := OpenFake(FakeConfig{})
+	drv, err := gpufake.Open(gpufake.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	fake := drv.api.(*cufake.Fake)
+	fake := drv.Backend().(*cufake.Fake)
 	d0, _ := drv.Device(0)
 	d1, _ := drv.Device(1)
 	_, hostBefore, _, _, _, _ := fake.Live()
@@ -80,7 +82,7 @@ func TestSharedHost(t *testing.T) {
 	if _, err := d1.OpenSharedHost(a.Ref()); err == nil {
 		t.Fatal("opened after the creator closed its descriptor")
 	}
-	for _, h := range []*SharedHost{b, a} {
+	for _, h := range []*gpu.SharedHost{b, a} {
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +103,7 @@ const sharedHostChildEnv = "GPU_SHAREDHOST_CHILD_REF"
 // /proc/<pid>/fd/<fd>, sees what this one wrote and writes back, as a PCIe
 // receiver opens its sender's staging buffer.
 func TestSharedHostProcesses(t *testing.T) {
-	drv, err := OpenFake(FakeConfig{})
+	drv, err := gpufake.Open(gpufake.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,14 +134,14 @@ func TestSharedHostChild(t *testing.T) {
 	if v == "" {
 		return
 	}
-	var ref SharedHostRef
+	var ref gpu.SharedHostRef
 	if _, err := fmt.Sscan(v, &ref.PID, &ref.FD, &ref.Len, &ref.Ino); err != nil {
 		t.Fatal(err)
 	}
 	if ref.PID == os.Getpid() {
 		t.Fatal("not another process")
 	}
-	drv, err := OpenFake(FakeConfig{})
+	drv, err := gpufake.Open(gpufake.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"flexlink/bootstrap"
 	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 )
@@ -27,14 +28,14 @@ import (
 
 // fakeRanks starts n ranks on a fake driver with env settings, each with a
 // DeviceComm on GPU r and test buffers of bufBytes.
-func fakeRanks(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, bufBytes int) []*devRank {
+func fakeRanks(t *testing.T, n int, cfg gpufake.Config, env map[string]string, bufBytes int) []*devRank {
 	t.Helper()
 	return fakeRanksEach(t, n, cfg, env, nil, bufBytes)
 }
 
 // fakeRanksEach is fakeRanks where rank r's settings are env overridden by
 // each[r] (when each has an entry for r): ranks that disagree.
-func fakeRanksEach(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]string, each map[int]map[string]string, bufBytes int) []*devRank {
+func fakeRanksEach(t *testing.T, n int, cfg gpufake.Config, env map[string]string, each map[int]map[string]string, bufBytes int) []*devRank {
 	t.Helper()
 	// The PCIe planners' profiles go to a directory of the test's own, so
 	// a run neither reads nor leaves anything in the user's cache.
@@ -59,7 +60,7 @@ func fakeRanksEach(t *testing.T, n int, cfg gpu.FakeConfig, env map[string]strin
 		}
 	}
 	cfg.Devices = n
-	drv, err := gpu.OpenFake(cfg)
+	drv, err := gpufake.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestGPUFakeDirect(t *testing.T) {
 			if tc.blocks != "" {
 				env["FLEXLINK_GPU_FLAG_BLOCKS"], env["FLEXLINK_GPU_FLAG_REGION_BYTES"] = tc.blocks, tc.region
 			}
-			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, n*fakeBig*8)
+			rs := fakeRanks(t, n, gpufake.Config{}, env, n*fakeBig*8)
 			for _, r := range rs {
 				if r.dc.Path() != "direct" {
 					t.Fatalf("rank %d path %s, want direct", r.c.Rank(), r.dc.Path())
@@ -207,11 +208,11 @@ func flagCalls(f *flagPlane) uint64 {
 func TestGPUFakeStaged(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  gpu.FakeConfig
+		cfg  gpufake.Config
 		env  map[string]string
 	}{
-		{"forced", gpu.FakeConfig{}, map[string]string{"FLEXLINK_GPU_PATH": "staged"}},
-		{"nopeer", gpu.FakeConfig{NoPeer: true}, nil},
+		{"forced", gpufake.Config{}, map[string]string{"FLEXLINK_GPU_PATH": "staged"}},
+		{"nopeer", gpufake.Config{NoPeer: true}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := fakeRanks(t, 3, tc.cfg, tc.env, 3*fakeBig*8)
@@ -228,7 +229,7 @@ func TestGPUFakeStaged(t *testing.T) {
 // TestGPUFakeDirectRefused: forcing the direct plane where a GPU cannot
 // reach another fails on every rank with ErrNotSupported.
 func TestGPUFakeDirectRefused(t *testing.T) {
-	drv, err := gpu.OpenFake(gpu.FakeConfig{Devices: 2, NoPeer: true})
+	drv, err := gpufake.Open(gpufake.Config{Devices: 2, NoPeer: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestGPUFakeGroup(t *testing.T) {
 	for _, path := range []string{"direct", "staged"} {
 		t.Run(path, func(t *testing.T) {
 			const n, elems = 4, 5000
-			rs := fakeRanks(t, n, gpu.FakeConfig{}, map[string]string{"FLEXLINK_GPU_PATH": path}, 4*elems*4)
+			rs := fakeRanks(t, n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_PATH": path}, 4*elems*4)
 			ctx := testCtx(t, 30*time.Second)
 			errs := onRanks(rs, func(r *devRank) error { return groupRound(ctx, r, elems) })
 			for r, err := range errs {
@@ -357,7 +358,7 @@ func groupRound(ctx context.Context, r *devRank, elems int) error {
 // TestGPUFakeMismatch: ranks that call different collectives fail with
 // ErrMismatch instead of mixing data or hanging.
 func TestGPUFakeMismatch(t *testing.T) {
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, nil, 1<<16)
+	rs := fakeRanks(t, 2, gpufake.Config{}, nil, 1<<16)
 	ctx := testCtx(t, 20*time.Second)
 	errs2 := onRanks(rs, func(r *devRank) error {
 		count := 100 + r.c.Rank()
@@ -390,7 +391,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 		{"pull", map[string]string{"FLEXLINK_GPU_ALLGATHER": "pull", "FLEXLINK_GPU_ALLTOALL": "pull", "FLEXLINK_GPU_COPY_STREAMS": "2"}, 400_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := fakeRanks(t, n, gpu.FakeConfig{}, tc.env, n*tc.big*4+(1<<20))
+			rs := fakeRanks(t, n, gpufake.Config{}, tc.env, n*tc.big*4+(1<<20))
 			var mu sync.Mutex
 			var log []traceRec
 			for _, r := range rs {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"flexlink/dtype"
-	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 )
 
@@ -27,7 +27,7 @@ func flagPCIeRanksBuf(t *testing.T, extra map[string]string, bufBytes int) []*de
 	for k, v := range extra {
 		env[k] = v
 	}
-	return fakeRanks(t, 2, gpu.FakeConfig{SMs: 8}, env, bufBytes)
+	return fakeRanks(t, 2, gpufake.Config{SMs: 8}, env, bufBytes)
 }
 
 func TestGPUFakeFlagPCIe(t *testing.T) {

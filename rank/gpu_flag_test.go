@@ -11,6 +11,7 @@ import (
 
 	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 )
 
@@ -31,7 +32,7 @@ func TestGPUFakeFlagMismatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "20s"}
-			rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 300_000*4)
+			rs := fakeRanks(t, 2, gpufake.Config{}, env, 300_000*4)
 			ctx := testCtx(t, 20*time.Second)
 			start := time.Now()
 			errs2 := settleOn(rs, func(r *devRank) error {
@@ -75,7 +76,7 @@ func settleOn(rs []*devRank, call func(r *devRank) error) []error {
 
 func TestGPUFakeFlagLostPeer(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<20)
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
 	ctx := testCtx(t, 20*time.Second)
 	r := rs[0] // rank 1 never calls
 	start := time.Now()
@@ -135,7 +136,7 @@ func TestFlagShape(t *testing.T) {
 // reports the abort.
 func TestGPUFakeFlagJobAbort(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "0"}
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<20)
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
 	ctx := testCtx(t, 20*time.Second)
 	// Rank 1 aborts the job once rank 0's kernel has pushed its chunk into
 	// rank 1's region (so it is waiting for rank 1's), which rank 1 sees
@@ -175,7 +176,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "65536", "FLEXLINK_GPU_CHUNK_BYTES": "65536"}
-			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, 64_000*8)
+			rs := fakeRanks(t, n, gpufake.Config{}, env, 64_000*8)
 			ctx := testCtx(t, 60*time.Second)
 			for _, tc := range []struct {
 				count int
@@ -214,7 +215,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 // way, and steps in both directions interleave with allreduces.
 func TestGPUFakeFlagSendRecv(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<17)
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<17)
 	ctx := testCtx(t, 60*time.Second)
 	pattern := func(src, n, salt int) []byte {
 		b := make([]byte, n)
@@ -291,7 +292,7 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 // place too; larger or unequal ones on the handshake path.
 func TestGPUFakeFlagExchange(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<17)
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<17)
 	ctx := testCtx(t, 60*time.Second)
 	pattern := func(src, n, salt int) []byte {
 		b := make([]byte, n)
@@ -378,7 +379,7 @@ func TestGPUFakeFlagRootMismatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "30s"}
-			rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<16)
+			rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 			ctx := testCtx(t, 40*time.Second)
 			start := time.Now()
 			errs2 := settleOn(rs, func(r *devRank) error { return tc.call(ctx, r) })
@@ -428,7 +429,7 @@ func checkPath(t *testing.T, what string, i int, r *devRank, before [2]uint64, e
 // that pushed data.
 func TestGPUFakeFlagLinkShares(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<16)
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	ctx := testCtx(t, 30*time.Second)
 	for _, tc := range []struct {
 		name string

@@ -10,6 +10,7 @@ import (
 
 	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 )
 
@@ -70,7 +71,7 @@ func TestMoveSetting(t *testing.T) {
 func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_CHUNK_BYTES": "65536"}
 	each := map[int]map[string]string{2: {"FLEXLINK_GPU_FLAG_ONESHOT_BYTES": "4096"}}
-	rs := fakeRanksEach(t, 3, gpu.FakeConfig{}, env, each, 3*fakeBig*8)
+	rs := fakeRanksEach(t, 3, gpufake.Config{}, env, each, 3*fakeBig*8)
 	for _, r := range rs {
 		if f := r.dc.plane.(*directPlane).flag; f != nil {
 			t.Fatalf("rank %d: flag plane on (one-shot limit %d) though rank 2 has another limit", r.c.Rank(), f.oneShot)
@@ -88,7 +89,7 @@ func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 // TestGPUFakeFlagAuto: the flag plane's automatic limits by rank count.
 func TestGPUFakeFlagAuto(t *testing.T) {
 	for _, n := range []int{2, 3} {
-		rs := fakeRanks(t, n, gpu.FakeConfig{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}, 1<<16)
+		rs := fakeRanks(t, n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}, 1<<16)
 		f := rs[0].dc.plane.(*directPlane).flag
 		if f == nil || f.maxBytes < 1<<40 || f.collBytes != 4<<20 || f.oneShot != 2<<20 {
 			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, f)
@@ -105,7 +106,7 @@ func TestGPUFakeFlagAuto(t *testing.T) {
 func TestGPUFakeTwoShot(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES": "16",
 		"FLEXLINK_GPU_KERNEL_TIMEOUT": "20s"}
-	rs := fakeRanks(t, 3, gpu.FakeConfig{}, env, 3*4096*4)
+	rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*4096*4)
 	sweep(t, rs, []devCase{{kind: devAllReduce, count: 7, dt: dtype.Float32, op: dtype.Sum},
 		{kind: devAllReduce, count: 3*64 + 5, dt: dtype.Float32, op: dtype.Avg}})
 	for _, r := range rs {
@@ -158,7 +159,7 @@ func TestGPUFakeFlagBadLimits(t *testing.T) {
 func TestGPUFakeTwoShotLaunchFault(t *testing.T) {
 	var mu sync.Mutex
 	failed := false
-	cfg := gpu.FakeConfig{LaunchFault: func(dev int, name string) error {
+	cfg := gpufake.Config{LaunchFault: func(dev int, name string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if dev == 1 && name == gpu.FlagGatherKernelName && !failed {

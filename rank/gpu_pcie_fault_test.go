@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"flexlink/dtype"
-	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 )
 
@@ -28,7 +28,7 @@ func TestGPUFakePCIeFault(t *testing.T) {
 		for _, op := range []devKind{devAllGather, devAllReduce, devAllToAll} {
 			t.Run(where+"-"+op.String(), func(t *testing.T) {
 				env := map[string]string{"FLEXLINK_PCIE_SHARE": "0.25", "FLEXLINK_GPU_CHUNK_BYTES": "65536"}
-				rs := fakeRanks(t, 3, gpu.FakeConfig{}, env, 3*fakeBig*8)
+				rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*fakeBig*8)
 				rs[1].dc.plane.(*directPlane).px.fault = func(at string, peer int) error {
 					if at == where {
 						return errors.New("injected " + at + " failure")
@@ -71,7 +71,7 @@ func TestGPUFakePCIeFault(t *testing.T) {
 // TestGPUFakePCIeBadTable: a staging table that does not fit the
 // receiver's buffer or staging is refused whole, before any copy.
 func TestGPUFakePCIeBadTable(t *testing.T) {
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, map[string]string{"FLEXLINK_PCIE_STAGING_BYTES": "1048576"}, 1<<20)
+	rs := fakeRanks(t, 2, gpufake.Config{}, map[string]string{"FLEXLINK_PCIE_STAGING_BYTES": "1048576"}, 1<<20)
 	pl := rs[0].dc.plane.(*directPlane)
 	rx := pl.px.rx[1]
 	recv := rs[0].b.Sub(0, 1<<20)

@@ -12,7 +12,7 @@ import (
 	"flexlink/bootstrap"
 	"flexlink/dtype"
 	"flexlink/fabric/balance"
-	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/settings"
 )
 
@@ -109,7 +109,7 @@ func TestGPUFakePCIeSplit(t *testing.T) {
 		t.Run(fmt.Sprintf("%dranks-share%s-staging%d-%slanes", tc.n, tc.share, tc.staging, tc.lanes), func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
 				"FLEXLINK_PCIE_SHARE": tc.share, "FLEXLINK_PCIE_STAGING_BYTES": fmt.Sprint(tc.staging)}
-			rs := fakeRanks(t, tc.n, gpu.FakeConfig{}, env, tc.n*fakeBig*8)
+			rs := fakeRanks(t, tc.n, gpufake.Config{}, env, tc.n*fakeBig*8)
 			var log splitLog
 			log.attach(rs, 4096)
 			sweep(t, rs, devCases(tc.n, fakeBig))
@@ -143,7 +143,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(env), func(t *testing.T) {
 			env["FLEXLINK_PCIE_SHARE"] = "0.5" // even a forced share changes nothing
-			rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 2*fakeBig*8)
+			rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 			for _, r := range rs {
 				if pl := r.dc.plane.(*directPlane); pl.px.tx != nil || pl.px.rx != nil {
 					t.Fatalf("rank %d has pcie staging", r.c.Rank())
@@ -174,7 +174,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 // is split near the priors' ~11% and still exact.
 func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("below", func(t *testing.T) {
-		rs := fakeRanks(t, 2, gpu.FakeConfig{}, nil, 2*fakeBig*8)
+		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*fakeBig*8)
 		thr := rs[0].dc.plane.(*directPlane).px.tx[1].planner.Threshold()
 		if thr <= 4*fakeBig*2 {
 			t.Fatalf("threshold %d bytes: the sweep's pushes reach %d", thr, 4*fakeBig*2)
@@ -191,7 +191,7 @@ func TestGPUFakePCIeThreshold(t *testing.T) {
 	})
 	t.Run("above", func(t *testing.T) {
 		const big = 10 << 20 // float32 per rank: a 40 MiB push
-		rs := fakeRanks(t, 2, gpu.FakeConfig{}, nil, 2*big*4)
+		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*big*4)
 		if thr := rs[0].dc.plane.(*directPlane).px.tx[1].planner.Threshold(); thr >= big*4 {
 			t.Fatalf("threshold %d bytes: the test assumes it below %d", thr, big*4)
 		}
@@ -225,7 +225,7 @@ func slicesFilterSender(recs []pcieSplitRec) []pcieSplitRec {
 func TestGPUFakePCIeFeedback(t *testing.T) {
 	dir := t.TempDir()
 	env := map[string]string{"FLEXLINK_PCIE_SHARE": "0.2", "FLEXLINK_CACHE_DIR": dir}
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, env, 2*fakeBig*8)
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 	ctx := testCtx(t, 30*time.Second)
 	for range 8 {
 		errs := onRanks(rs, func(r *devRank) error {
@@ -265,7 +265,7 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 		}
 	}
 	// The next communicator over the same GPUs restores the profile.
-	rs2 := fakeRanks(t, 2, gpu.FakeConfig{}, env, 1<<16)
+	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	for _, r := range rs2 {
 		tx := r.dc.plane.(*directPlane).px.tx[1-r.c.Rank()]
 		st, _ := balance.LoadProfile(dir, tx.key)
@@ -308,7 +308,7 @@ func newFakeComms(t *testing.T, ctx context.Context, n int, env map[string]strin
 // fakeSetupErrors runs Comm.Device on two fake ranks with env and returns
 // each rank's error.
 func fakeSetupErrors(t *testing.T, env map[string]string) []error {
-	drv, err := gpu.OpenFake(gpu.FakeConfig{Devices: 2})
+	drv, err := gpufake.Open(gpufake.Config{Devices: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

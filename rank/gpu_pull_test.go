@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"flexlink/dtype"
-	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 )
 
@@ -27,7 +27,7 @@ func TestGPUFakePull(t *testing.T) {
 			if tc.pcie {
 				env["FLEXLINK_PCIE_SHARE"], env["FLEXLINK_PCIE_STAGING_BYTES"] = "0.3", "131072"
 			}
-			rs := fakeRanks(t, n, gpu.FakeConfig{}, env, n*fakeBig*8)
+			rs := fakeRanks(t, n, gpufake.Config{}, env, n*fakeBig*8)
 			for _, r := range rs {
 				if r.dc.Path() != "direct" {
 					t.Fatalf("rank %d path %s, want direct", r.c.Rank(), r.dc.Path())
@@ -54,7 +54,7 @@ func TestGPUFakePull(t *testing.T) {
 // TestGPUFakePullMismatch: ranks that disagree on the allgather mode fail
 // with ErrMismatch instead of leaving blocks unwritten.
 func TestGPUFakePullMismatch(t *testing.T) {
-	rs := fakeRanks(t, 2, gpu.FakeConfig{}, nil, 1<<16)
+	rs := fakeRanks(t, 2, gpufake.Config{}, nil, 1<<16)
 	rs[1].dc.plane.(*directPlane).agPull = true // as if rank 1 had FLEXLINK_GPU_ALLGATHER=pull
 	ctx := testCtx(t, 30e9)
 	c := devCase{kind: devAllGather, count: 1000, dt: dtype.Float32}

@@ -1,42 +1,48 @@
-package gpu
+// Package gpufake is the fake CUDA driver: a gpu.Driver backed by host
+// memory, whose kernels run as Go mirrors of the PTX kernels (reductions
+// through package reduce, the flag kernels through flag.go here). Tests of
+// code that drives GPUs use it on machines without one; it is not linked
+// into the programs.
+package gpufake
 
 import (
 	"fmt"
 	"unsafe"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 	"flexlink/gpu/internal/cu"
 	"flexlink/gpu/internal/cufake"
 	"flexlink/reduce"
 )
 
-// FakeConfig describes the machine OpenFake simulates: number of devices,
+// Config describes the machine Open simulates: number of devices,
 // memory per device, compute capability, SM count, whether peers can reach
 // each other. Zero fields take defaults (2 devices of 1 GiB, sm_90, 4 SMs,
 // peer access possible).
-type FakeConfig = cufake.Config
+type Config = cufake.Config
 
-// OpenFake returns a Driver backed by host memory, for tests of code that
+// Open returns a gpu.Driver backed by host memory, for tests of code that
 // drives GPUs on machines without one. Streams run each operation at once;
 // the reduction kernels run as package reduce on the host (the PTX is still
 // loaded and its kernel names checked); contexts, devices of streams and
 // buffers, and peer access are checked as the real driver checks them.
-func OpenFake(cfg FakeConfig) (*Driver, error) {
+func Open(cfg Config) (*gpu.Driver, error) {
 	f := cufake.New(cfg)
 	for _, dt := range dtype.All() {
-		for _, op := range reduceOps() {
-			f.RegisterKernel(ReduceKernelName(dt, op), hostReduce(dt, op))
+		for _, op := range gpu.ReduceOps() {
+			f.RegisterKernel(gpu.ReduceKernelName(dt, op), hostReduce(dt, op))
 		}
-		f.RegisterKernel(ScaleKernelName(dt), hostScale(dt))
-		for _, op := range reduceOps() {
-			f.RegisterKernel(FlagKernelName(dt, op), hostFlag(dt, op, flagAR))
-			f.RegisterKernel(FlagRSKernelName(dt, op), hostFlag(dt, op, flagRS))
+		f.RegisterKernel(gpu.ScaleKernelName(dt), hostScale(dt))
+		for _, op := range gpu.ReduceOps() {
+			f.RegisterKernel(gpu.FlagKernelName(dt, op), hostFlag(dt, op, gpu.FlagModeAR))
+			f.RegisterKernel(gpu.FlagRSKernelName(dt, op), hostFlag(dt, op, gpu.FlagModeRS))
 		}
 	}
-	f.RegisterKernel(FlagGatherKernelName, hostFlag(dtype.Uint8, dtype.Sum, flagGather))
-	f.RegisterKernel(CopyKernelName, hostCopy)
-	f.RegisterKernel(Copy2KernelName, hostCopy2)
-	return newDriver(f, "fake")
+	f.RegisterKernel(gpu.FlagGatherKernelName, hostFlag(dtype.Uint8, dtype.Sum, gpu.FlagModeGather))
+	f.RegisterKernel(gpu.CopyKernelName, hostCopy)
+	f.RegisterKernel(gpu.Copy2KernelName, hostCopy2)
+	return gpu.NewDriver(f, "fake")
 }
 
 // hostCopy is flexlink_copy on the host: (dst, src, n).
@@ -57,7 +63,7 @@ func hostCopy(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
 	return nil
 }
 
-// kernelArgs reads a launch's parameters, all 8 bytes (see Stream.Launch).
+// kernelArgs reads a launch's parameters, all 8 bytes (see gpu.Stream.Launch).
 func kernelArgs(params []unsafe.Pointer, want int) ([]uint64, error) {
 	if len(params) != want {
 		return nil, fmt.Errorf("fake kernel: %d parameters, want %d", len(params), want)

@@ -1,4 +1,4 @@
-package gpu
+package gpufake
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 	"flexlink/gpu/internal/cu"
 	"flexlink/gpu/internal/cufake"
 	"flexlink/reduce"
@@ -21,47 +22,47 @@ import (
 // have delivered their chunks, as a kernel would spin.
 func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 	return func(f *cufake.Fake, grid, _ [3]uint32, params []unsafe.Pointer) error {
-		nargs := map[int]int{flagAR: 10, flagRS: 7, flagGather: 8}[mode]
+		nargs := map[int]int{gpu.FlagModeAR: 10, gpu.FlagModeRS: 7, gpu.FlagModeGather: 8}[mode]
 		v, err := kernelArgs(params, nargs)
 		if err != nil {
 			return err
 		}
-		root := flagNoRoot
+		root := gpu.FlagNoRoot
 		switch mode {
-		case flagAR:
+		case gpu.FlagModeAR:
 			root = v[9]
-		case flagGather:
+		case gpu.FlagModeGather:
 			root = v[7]
 		}
 		var part [2]uint64 // pcount, call: no PCIe part beyond allreduce
-		if mode == flagAR {
+		if mode == gpu.FlagModeAR {
 			part = [2]uint64{v[7], v[8]}
 		}
 		v = append(v[:7:7], part[0], part[1])
-		raw, err := f.Mem(cu.DevPtr(v[3]), flagCtlBytes)
+		raw, err := f.Mem(cu.DevPtr(v[3]), gpu.FlagCtlBytes)
 		if err != nil {
 			return err
 		}
-		k := &fakeFlag{f: f, c: parseFlagCtl(raw), dt: dt, op: op, region: v[3],
+		k := &fakeFlag{f: f, c: gpu.ParseFlagCtl(raw), dt: dt, op: op, region: v[3],
 			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8], mode: mode, root: -1}
-		if root != flagNoRoot {
+		if root != gpu.FlagNoRoot {
 			if root >= uint64(k.c.Ranks) {
 				return fmt.Errorf("flag kernel: root %d of %d ranks", root, k.c.Ranks)
 			}
 			k.root = int(root)
 		}
-		if mode == flagGather {
-			k.a2a, k.xchg, k.div = v[5] == gatherA2A, v[5] == gatherExchange, 0
+		if mode == gpu.FlagModeGather {
+			k.a2a, k.xchg, k.div = v[5] == gpu.GatherModeA2A, v[5] == gpu.GatherModeExchange, 0
 		}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
-		if abort, err := k.word(k.region + flagAbortOff); err != nil || atomic.LoadUint64(abort) != 0 {
+		if abort, err := k.word(k.region + gpu.FlagAbortOffset); err != nil || atomic.LoadUint64(abort) != 0 {
 			return err // an earlier call failed
 		}
 		if ok, err := k.plan(v[7]); !ok {
 			return err
 		}
 		if k.call != 0 && k.c.Times != 0 {
-			w, err := k.word(k.c.Times + 8*FlagMaxBlocks)
+			w, err := k.word(k.c.Times + 8*gpu.FlagMaxBlocks)
 			if err != nil {
 				return err
 			}
@@ -87,16 +88,16 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 
 type fakeFlag struct {
 	f                                        *cufake.Fake
-	c                                        FlagCtl
+	c                                        gpu.FlagCtl
 	dt                                       dtype.DType
 	op                                       dtype.Op
 	region, out, in, count, chunk, grid, sig uint64
 	div                                      int
 	deadline                                 time.Time
 	call, pc, pg                             uint64 // the PCIe part: call number (0: none), its elements and blocks
-	mode                                     int    // flagAR, flagRS, flagGather (flag.cu's MODE)
-	a2a, xchg                                bool   // flagGather: alltoall; a two-rank exchange
-	root                                     int    // -1, or a reduce's (flagAR) or a broadcast's (flagGather) root
+	mode                                     int    // gpu.FlagModeAR, gpu.FlagModeRS, gpu.FlagModeGather (flag.cu's MODE)
+	a2a, xchg                                bool   // gpu.FlagModeGather: alltoall; a two-rank exchange
+	root                                     int    // -1, or a reduce's (gpu.FlagModeAR) or a broadcast's (gpu.FlagModeGather) root
 }
 
 // payload is flag.cu's: whether this rank's pushes to t carry data (every
@@ -106,7 +107,7 @@ func (k *fakeFlag) payload(t int) bool {
 	if k.root < 0 {
 		return true
 	}
-	if k.mode == flagGather {
+	if k.mode == gpu.FlagModeGather {
 		return k.c.Me == k.root
 	}
 	return t == k.root
@@ -121,7 +122,7 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 		return true, nil
 	}
 	k.pg = uint64(k.c.HostBlocks)
-	at := flagPlanOff + 32*(k.call%4)
+	at := gpu.FlagPlanOffset + 32*(k.call%4)
 	if k.c.Me == 0 {
 		k.pc = pcount
 		var w [3]*uint64
@@ -146,12 +147,12 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 			return false, err
 		}
 	}
-	base, err := k.word(k.region + flagBaseOff)
+	base, err := k.word(k.region + gpu.FlagBaseOffset)
 	if err != nil {
 		return false, err
 	}
 	b0 := atomic.LoadUint64(base)
-	ready, err := k.word(k.region + flagReadyOff)
+	ready, err := k.word(k.region + gpu.FlagReadyOffset)
 	if err != nil {
 		return false, err
 	}
@@ -159,7 +160,7 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	abort, err := k.word(k.region + flagAbortOff)
+	abort, err := k.word(k.region + gpu.FlagAbortOffset)
 	if err != nil {
 		return false, err
 	}
@@ -206,13 +207,13 @@ func (k *fakeFlag) slot(owner, sender int, host bool, b, seq uint64) uint64 {
 	if host {
 		return k.c.Host[owner] + ((uint64(sender)*uint64(k.c.HostBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(k.c.HostSlot)
 	}
-	return k.c.Region[owner] + flagDataOff +
+	return k.c.Region[owner] + gpu.FlagDataOffset +
 		((uint64(sender)*uint64(l.MaxBlocks)+b)*uint64(l.Depth)+seq%uint64(l.Depth))*uint64(l.SlotBytes)
 }
 
 // fail sets the region's abort word and writes the error word.
 func (k *fakeFlag) fail(what, b uint64, peer int) error {
-	a, err := k.word(k.region + flagAbortOff)
+	a, err := k.word(k.region + gpu.FlagAbortOffset)
 	if err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	if err != nil || want <= 0 {
 		return err == nil, err
 	}
-	abort, err := k.word(k.region + flagAbortOff)
+	abort, err := k.word(k.region + gpu.FlagAbortOffset)
 	if err != nil {
 		return false, err
 	}
@@ -265,7 +266,7 @@ func (k *fakeFlag) store(w *uint64, v uint64) {
 
 func (k *fakeFlag) block(cb uint64) (bool, error) {
 	n, me, sz := k.c.Ranks, k.c.Me, uint64(k.dt.Size())
-	base, err := k.word(k.region + flagBaseOff + 8*cb)
+	base, err := k.word(k.region + gpu.FlagBaseOffset + 8*cb)
 	if err != nil {
 		return false, err
 	}
@@ -276,7 +277,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 	host := cb >= nvg
 	b, grid, from, length, chunk := cb, nvg, uint64(0), k.count-k.pc, k.chunk
 	if host {
-		b, grid, from, length, chunk = cb-nvg, k.pg, k.count-k.pc, k.pc, uint64(k.c.HostSlot-FlagSlotHeader)/sz
+		b, grid, from, length, chunk = cb-nvg, k.pg, k.count-k.pc, k.pc, uint64(k.c.HostSlot-gpu.FlagSlotHeader)/sz
 	}
 	G := (length + chunk - 1) / chunk
 	var nb uint64
@@ -299,24 +300,24 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 				m = 0 // the header alone
 			}
 			at := lo
-			if k.mode == flagRS || k.mode == flagGather && k.a2a {
+			if k.mode == gpu.FlagModeRS || k.mode == gpu.FlagModeGather && k.a2a {
 				at += uint64(t) * k.count // block t goes to rank t
 			}
 			src, err := k.f.Mem(cu.DevPtr(k.in+at*sz), m*sz)
 			if err != nil {
 				return false, err
 			}
-			if ok, err := k.wait(k.region+flagConsOff+8*(uint64(t)*FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
+			if ok, err := k.wait(k.region+gpu.FlagConsOffset+8*(uint64(t)*gpu.FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
 				return false, err
 			}
-			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, host, b, seq)), FlagSlotHeader+m*sz)
+			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, host, b, seq)), gpu.FlagSlotHeader+m*sz)
 			if err != nil {
 				return false, err
 			}
 			binary.LittleEndian.PutUint64(dst, k.sig)
 			binary.LittleEndian.PutUint64(dst[8:], seq)
-			copy(dst[FlagSlotHeader:], src)
-			w, err := k.word(k.c.Region[t] + flagReadyOff + 8*(uint64(me)*FlagMaxBlocks+cb))
+			copy(dst[gpu.FlagSlotHeader:], src)
+			w, err := k.word(k.c.Region[t] + gpu.FlagReadyOffset + 8*(uint64(me)*gpu.FlagMaxBlocks+cb))
 			if err != nil {
 				return false, err
 			}
@@ -340,15 +341,15 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 			}
 		}
 		switch {
-		case k.root >= 0 && k.mode == flagGather:
+		case k.root >= 0 && k.mode == gpu.FlagModeGather:
 			return k.broadcastChunk(seq, lo, cnt, b, cb)
 		case k.root >= 0 && me != k.root:
 			return k.consumed(seq, cb) // a reduce's non-root folds nothing
-		case k.mode == flagGather:
+		case k.mode == gpu.FlagModeGather:
 			return k.gatherChunk(seq, lo, cnt, host, b, cb)
 		}
 		mine := lo // this rank's part of the fold
-		if k.mode == flagRS {
+		if k.mode == gpu.FlagModeRS {
 			mine += uint64(me) * k.count
 		}
 		// Like the kernel, float16 and bfloat16 fold in float32 and round
@@ -487,17 +488,17 @@ func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bo
 // blocks) and returns its n bytes of data after checking the slot header
 // (signature and step; a mismatch is recorded as flag.cu records it).
 func (k *fakeFlag) arrived(r int, host bool, b, cb, seq, n uint64) ([]byte, bool, error) {
-	if ok, err := k.wait(k.region+flagReadyOff+8*(uint64(r)*FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+	if ok, err := k.wait(k.region+gpu.FlagReadyOffset+8*(uint64(r)*gpu.FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
 		return nil, false, err
 	}
-	part, err := k.f.Mem(cu.DevPtr(k.slot(k.c.Me, r, host, b, seq)), FlagSlotHeader+n)
+	part, err := k.f.Mem(cu.DevPtr(k.slot(k.c.Me, r, host, b, seq)), gpu.FlagSlotHeader+n)
 	if err != nil {
 		return nil, false, err
 	}
 	if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
 		return nil, false, k.fail(3, cb, r)
 	}
-	return part[FlagSlotHeader:], true, nil
+	return part[gpu.FlagSlotHeader:], true, nil
 }
 
 // broadcastChunk is a flag broadcast's step for one chunk (bytes lo..lo+cnt):
@@ -530,7 +531,7 @@ func (k *fakeFlag) consumed(seq, cb uint64) (bool, error) {
 		if s == k.c.Me {
 			continue
 		}
-		w, err := k.word(k.c.Region[s] + flagConsOff + 8*(uint64(k.c.Me)*FlagMaxBlocks+cb))
+		w, err := k.word(k.c.Region[s] + gpu.FlagConsOffset + 8*(uint64(k.c.Me)*gpu.FlagMaxBlocks+cb))
 		if err != nil {
 			return false, err
 		}

@@ -2,18 +2,10 @@ package rank
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"hash/fnv"
-	"sync"
-	"time"
 
-	"flexlink/collectives"
-	"flexlink/internal/errs"
+	"flexlink/gpu"
+	"flexlink/internal/comm"
 )
-
-// closeWait bounds the leaving barrier of the world communicator's Close.
-const closeWait = 30 * time.Second
 
 // Comm is a communicator: a group of ranks that run collectives together.
 // Its methods are safe for concurrent use; collectives on one Comm run one
@@ -25,162 +17,68 @@ const closeWait = 30 * time.Second
 // and later calls fail with an error that wraps the same sentinel and says
 // which rank failed and why. Nothing waits forever.
 type Comm struct {
-	world     *world
-	name      string // unique within the job; also names shared segments
-	id        uint64
-	members   []int // comm rank -> world rank
-	rank      int
-	size      int
-	eps       endpoints
-	links     *linkSet
-	engine    *collectives.Engine
-	ownsWorld bool
-
-	opMu     sync.Mutex // one collective at a time
-	broken   error
-	closed   bool
-	splitSeq int
+	c *comm.Comm // the communicator core (internal/comm)
 }
 
-func newComm(w *world, name string, members []int, myWorldRank int, eps endpoints, addr addrFunc) (*Comm, error) {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	c := &Comm{world: w, name: name, id: h.Sum64(), members: members, size: len(members), eps: eps}
-	c.rank = -1
-	for i, m := range members {
-		if m == myWorldRank {
-			c.rank = i
-		}
-	}
-	if c.rank < 0 {
-		eps.close()
-		return nil, fmt.Errorf("rank %d is not a member of communicator %s", myWorldRank, name)
-	}
-	cfg, err := collectives.ConfigFromEnv(w.env)
-	if err != nil {
-		eps.close()
-		return nil, err
-	}
-	c.links = newLinkSet(c, addr)
-	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.HostMemory{}, cfg)
-	w.register(c)
-	if err := w.store.Err(); err != nil {
-		c.links.abort(err)
-	}
-	return c, nil
-}
+// NoColor passed as color to Split gives the caller no new communicator
+// (NCCL_SPLIT_NOCOLOR).
+const NoColor = comm.NoColor
+
+// LinkReport describes one link a communicator has opened.
+type LinkReport = comm.LinkReport
 
 // Rank is this process's rank in the communicator.
-func (c *Comm) Rank() int { return c.rank }
+func (c *Comm) Rank() int { return c.c.Rank() }
 
 // Size is the number of ranks in the communicator.
-func (c *Comm) Size() int { return c.size }
+func (c *Comm) Size() int { return c.c.Size() }
 
 // WorldRank is this process's rank in the world communicator.
-func (c *Comm) WorldRank() int { return c.members[c.rank] }
+func (c *Comm) WorldRank() int { return c.c.WorldRank() }
 
 // Host is this process's host name.
-func (c *Comm) Host() string { return c.world.host }
+func (c *Comm) Host() string { return c.c.Host() }
 
 // PeerHost is the host of the communicator's rank r.
-func (c *Comm) PeerHost(r int) string { return c.world.hosts[c.members[r]] }
+func (c *Comm) PeerHost(r int) string { return c.c.PeerHost(r) }
 
 // LocalRank is this rank's index among the communicator's ranks on its host.
-func (c *Comm) LocalRank() int {
-	n := 0
-	for i := 0; i < c.rank; i++ {
-		if c.PeerHost(i) == c.world.host {
-			n++
-		}
-	}
-	return n
-}
+func (c *Comm) LocalRank() int { return c.c.LocalRank() }
 
 // LocalSize is the number of the communicator's ranks on this host.
-func (c *Comm) LocalSize() int {
-	n := 0
-	for i := 0; i < c.size; i++ {
-		if c.PeerHost(i) == c.world.host {
-			n++
-		}
-	}
-	return n
-}
+func (c *Comm) LocalSize() int { return c.c.LocalSize() }
 
 // Links reports the links this communicator has opened so far.
-func (c *Comm) Links() []LinkReport { return c.links.report() }
-
-// run executes one collective under the communicator's lock, applies the
-// default deadline, and turns a failure into a job abort.
-func (c *Comm) run(ctx context.Context, what string, f func(ctx context.Context) error) error {
-	c.opMu.Lock()
-	defer c.opMu.Unlock()
-	if c.closed {
-		return fmt.Errorf("rank %d: %s on closed communicator: %w", c.rank, what, errs.ErrClosed)
-	}
-	if c.broken != nil {
-		return fmt.Errorf("rank %d: %s on broken communicator: %w", c.rank, what, c.broken)
-	}
-	if _, has := ctx.Deadline(); !has {
-		if d, _ := c.world.env.Duration("FLEXLINK_TIMEOUT"); d > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
-		}
-	}
-	err := f(ctx)
-	if err == nil {
-		return nil
-	}
-	if se := c.world.store.Err(); se != nil && !errors.Is(err, se) {
-		// Another rank aborted first: its reason is the one to report.
-		err = fmt.Errorf("%w (local error: %v)", se, err)
-	} else {
-		err = fmt.Errorf("rank %d on %s: %s: %w", c.WorldRank(), c.world.host, what, err)
-		c.world.store.Abort(err)
-	}
-	c.broken = err
-	c.links.abort(err)
-	return err
-}
+func (c *Comm) Links() []LinkReport { return c.c.Links() }
 
 // Abort ends the whole job: every rank's pending and later calls fail with
 // an error carrying reason.
-func (c *Comm) Abort(reason error) {
-	if reason == nil {
-		reason = errors.New("aborted by the program")
-	}
-	err := fmt.Errorf("rank %d on %s aborted: %w", c.WorldRank(), c.world.host, reason)
-	if !errors.Is(err, errs.ErrAborted) && !errors.Is(err, errs.ErrMismatch) && !errors.Is(err, errs.ErrPeerLost) && !errors.Is(err, errs.ErrTimeout) {
-		err = fmt.Errorf("%w: %w", errs.ErrAborted, err)
-	}
-	c.world.store.Abort(err)
-	c.links.abort(err)
-}
+func (c *Comm) Abort(reason error) { c.c.Abort(reason) }
 
 // Close releases the communicator's links and endpoints. Closing the world
 // communicator also leaves the job (says goodbye to the bootstrap), so the
 // other ranks do not report this rank as lost.
-func (c *Comm) Close() error {
-	c.opMu.Lock()
-	if c.closed {
-		c.opMu.Unlock()
-		return nil
+func (c *Comm) Close() error { return c.c.Close() }
+
+// Split partitions the communicator, like ncclCommSplit and MPI_Comm_split:
+// ranks that pass the same color form a new communicator, ordered by key and
+// then by their rank in c. Every rank of c must call it. A rank that passes a
+// negative color (NoColor) takes part but gets nil. The new communicator has
+// its own links, so its collectives never mix with c's or a sibling's.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	s, err := c.c.Split(ctx, color, key)
+	if err != nil || s == nil {
+		return nil, err
 	}
-	c.closed = true
-	c.opMu.Unlock()
-	if c.ownsWorld && c.broken == nil {
-		// Wait (bounded) until every rank is leaving, so no rank tears down
-		// a link whose last message its peer has not read yet.
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		c.world.store.Barrier(ctx)
-		cancel()
+	return &Comm{c: s}, nil
+}
+
+// Device returns the communicator's plane for buffers on dev (see
+// DeviceComm). Every rank of the communicator calls it, each with its GPU.
+func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error) {
+	d, err := c.c.Device(ctx, dev)
+	if err != nil {
+		return nil, err
 	}
-	c.world.unregister(c)
-	c.links.close()
-	c.eps.close()
-	if c.ownsWorld {
-		return c.world.store.Close()
-	}
-	return nil
+	return &DeviceComm{d: d, c: c}, nil
 }

@@ -110,64 +110,64 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv Data, op dtype.Op) erro
 	if err := firstErr(send.check("allreduce send", -1), recv.check("allreduce recv", send.Count), sameType(send, recv)); err != nil {
 		return err
 	}
-	return c.run(ctx, "allreduce", func(ctx context.Context) error {
-		return c.engine.AllReduce(ctx, send.buf(), recv.buf(), send.Count, send.Type, op)
+	return c.c.Run(ctx, "allreduce", func(ctx context.Context) error {
+		return c.c.Engine().AllReduce(ctx, send.buf(), recv.buf(), send.Count, send.Type, op)
 	})
 }
 
 // AllGather concatenates every rank's send, in rank order, into recv
 // (Size()*send.Count elements).
 func (c *Comm) AllGather(ctx context.Context, send, recv Data) error {
-	if err := firstErr(send.check("allgather send", -1), recv.check("allgather recv", send.Count*c.size), sameType(send, recv)); err != nil {
+	if err := firstErr(send.check("allgather send", -1), recv.check("allgather recv", send.Count*c.c.Size()), sameType(send, recv)); err != nil {
 		return err
 	}
-	return c.run(ctx, "allgather", func(ctx context.Context) error {
-		return c.engine.AllGather(ctx, send.buf(), recv.buf(), send.Count, send.Type)
+	return c.c.Run(ctx, "allgather", func(ctx context.Context) error {
+		return c.c.Engine().AllGather(ctx, send.buf(), recv.buf(), send.Count, send.Type)
 	})
 }
 
 // ReduceScatter reduces send (Size()*recv.Count elements) across ranks and
 // leaves block Rank() of the result in recv.
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv Data, op dtype.Op) error {
-	if err := firstErr(recv.check("reducescatter recv", -1), send.check("reducescatter send", recv.Count*c.size), sameType(send, recv)); err != nil {
+	if err := firstErr(recv.check("reducescatter recv", -1), send.check("reducescatter send", recv.Count*c.c.Size()), sameType(send, recv)); err != nil {
 		return err
 	}
-	return c.run(ctx, "reducescatter", func(ctx context.Context) error {
-		return c.engine.ReduceScatter(ctx, send.buf(), recv.buf(), recv.Count, recv.Type, op)
+	return c.c.Run(ctx, "reducescatter", func(ctx context.Context) error {
+		return c.c.Engine().ReduceScatter(ctx, send.buf(), recv.buf(), recv.Count, recv.Type, op)
 	})
 }
 
 // Broadcast copies root's send into every rank's recv.
 func (c *Comm) Broadcast(ctx context.Context, send, recv Data, root int) error {
-	if err := firstErr(c.checkRoot(root), recv.check("broadcast recv", -1)); err != nil {
+	if err := firstErr(c.c.CheckRoot(root), recv.check("broadcast recv", -1)); err != nil {
 		return err
 	}
-	if c.rank == root {
+	if c.c.Rank() == root {
 		if err := firstErr(send.check("broadcast send", recv.Count), sameType(send, recv)); err != nil {
 			return err
 		}
 	} else {
 		send = recv
 	}
-	return c.run(ctx, "broadcast", func(ctx context.Context) error {
-		return c.engine.Broadcast(ctx, send.buf(), recv.buf(), recv.Count, recv.Type, root)
+	return c.c.Run(ctx, "broadcast", func(ctx context.Context) error {
+		return c.c.Engine().Broadcast(ctx, send.buf(), recv.buf(), recv.Count, recv.Type, root)
 	})
 }
 
 // Reduce combines send from every rank with op into root's recv.
 func (c *Comm) Reduce(ctx context.Context, send, recv Data, op dtype.Op, root int) error {
-	if err := firstErr(c.checkRoot(root), send.check("reduce send", -1)); err != nil {
+	if err := firstErr(c.c.CheckRoot(root), send.check("reduce send", -1)); err != nil {
 		return err
 	}
-	if c.rank == root {
+	if c.c.Rank() == root {
 		if err := firstErr(recv.check("reduce recv", send.Count), sameType(send, recv)); err != nil {
 			return err
 		}
 	} else if recv.Buf == nil {
 		recv = send
 	}
-	return c.run(ctx, "reduce", func(ctx context.Context) error {
-		return c.engine.Reduce(ctx, send.buf(), recv.buf(), send.Count, send.Type, op, root)
+	return c.c.Run(ctx, "reduce", func(ctx context.Context) error {
+		return c.c.Engine().Reduce(ctx, send.buf(), recv.buf(), send.Count, send.Type, op, root)
 	})
 }
 
@@ -177,11 +177,11 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv Data) error {
 	if err := firstErr(send.check("alltoall send", -1), recv.check("alltoall recv", send.Count), sameType(send, recv)); err != nil {
 		return err
 	}
-	if send.Count%c.size != 0 {
-		return fmt.Errorf("alltoall: count %d is not a multiple of the communicator size %d", send.Count, c.size)
+	if send.Count%c.c.Size() != 0 {
+		return fmt.Errorf("alltoall: count %d is not a multiple of the communicator size %d", send.Count, c.c.Size())
 	}
-	return c.run(ctx, "alltoall", func(ctx context.Context) error {
-		return c.engine.AllToAll(ctx, send.buf(), recv.buf(), send.Count/c.size, send.Type)
+	return c.c.Run(ctx, "alltoall", func(ctx context.Context) error {
+		return c.c.Engine().AllToAll(ctx, send.buf(), recv.buf(), send.Count/c.c.Size(), send.Type)
 	})
 }
 
@@ -202,14 +202,14 @@ func RecvFrom(peer int, d Data) P2P { return P2P{Send: false, Peer: peer, Data: 
 func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	ps := make([]collectives.P2P, len(ops))
 	for i, o := range ops {
-		if err := firstErr(c.checkPeer(o.Peer), o.Data.check("group entry", -1)); err != nil {
+		if err := firstErr(c.c.CheckPeer(o.Peer), o.Data.check("group entry", -1)); err != nil {
 			return fmt.Errorf("group entry %d: %w", i, err)
 		}
 		ps[i] = collectives.P2P{Send: o.Send, Peer: o.Peer, Buf: o.Data.buf()}
 	}
 	unaliasSends(ps)
-	return c.run(ctx, "group send/recv", func(ctx context.Context) error {
-		return c.engine.Group(ctx, ps)
+	return c.c.Run(ctx, "group send/recv", func(ctx context.Context) error {
+		return c.c.Engine().Group(ctx, ps)
 	})
 }
 
@@ -223,21 +223,7 @@ func (c *Comm) Recv(ctx context.Context, d Data, peer int) error {
 
 // Barrier returns once every rank of the communicator has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.run(ctx, "barrier", c.engine.Barrier)
-}
-
-func (c *Comm) checkRoot(root int) error {
-	if root < 0 || root >= c.size {
-		return fmt.Errorf("root %d out of range [0,%d)", root, c.size)
-	}
-	return nil
-}
-
-func (c *Comm) checkPeer(p int) error {
-	if p < 0 || p >= c.size || p == c.rank {
-		return fmt.Errorf("peer %d invalid for rank %d of %d", p, c.rank, c.size)
-	}
-	return nil
+	return c.c.Run(ctx, "barrier", c.c.Engine().Barrier)
 }
 
 func firstErr(errs ...error) error {

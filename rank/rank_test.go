@@ -262,7 +262,7 @@ func TestPeerLossFailsSurvivors(t *testing.T) {
 	}
 	// Rank n-1 never joins the allreduce and then vanishes.
 	lostAt := time.Now()
-	comms[n-1].links.abort(errors.New("simulated crash"))
+	comms[n-1].c.AbortLinks(errors.New("simulated crash"))
 	if err := bootstrap.LoseInProc(stores[n-1]); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,211 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"flexlink/collectives"
+	"flexlink/internal/errs"
+)
+
+// closeWait bounds the leaving barrier of the world communicator's Close.
+const closeWait = 30 * time.Second
+
+// Comm is a communicator: a group of ranks that run collectives together.
+// Its methods are safe for concurrent use; collectives on one Comm run one
+// at a time, in call order (as on one NCCL stream). Collectives on different
+// communicators run concurrently and never cross-talk: each has its own links.
+//
+// A collective that fails (peer lost, mismatch, deadline) breaks the job:
+// the failing rank aborts it through the bootstrap, so every rank's pending
+// and later calls fail with an error that wraps the same sentinel and says
+// which rank failed and why. Nothing waits forever.
+type Comm struct {
+	world     *world
+	name      string // unique within the job; also names shared segments
+	id        uint64
+	members   []int // comm rank -> world rank
+	rank      int
+	size      int
+	eps       endpoints
+	links     *linkSet
+	engine    *collectives.Engine
+	ownsWorld bool
+
+	opMu     sync.Mutex // one collective at a time
+	broken   error
+	closed   bool
+	splitSeq int
+}
+
+func newComm(w *world, name string, members []int, myWorldRank int, eps endpoints, addr addrFunc) (*Comm, error) {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	c := &Comm{world: w, name: name, id: h.Sum64(), members: members, size: len(members), eps: eps}
+	c.rank = -1
+	for i, m := range members {
+		if m == myWorldRank {
+			c.rank = i
+		}
+	}
+	if c.rank < 0 {
+		eps.close()
+		return nil, fmt.Errorf("rank %d is not a member of communicator %s", myWorldRank, name)
+	}
+	cfg, err := collectives.ConfigFromEnv(w.env)
+	if err != nil {
+		eps.close()
+		return nil, err
+	}
+	c.links = newLinkSet(c, addr)
+	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.HostMemory{}, cfg)
+	w.register(c)
+	if err := w.store.Err(); err != nil {
+		c.links.abort(err)
+	}
+	return c, nil
+}
+
+// Rank is this process's rank in the communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in the communicator.
+func (c *Comm) Size() int { return c.size }
+
+// WorldRank is this process's rank in the world communicator.
+func (c *Comm) WorldRank() int { return c.members[c.rank] }
+
+// Host is this process's host name.
+func (c *Comm) Host() string { return c.world.host }
+
+// PeerHost is the host of the communicator's rank r.
+func (c *Comm) PeerHost(r int) string { return c.world.hosts[c.members[r]] }
+
+// LocalRank is this rank's index among the communicator's ranks on its host.
+func (c *Comm) LocalRank() int {
+	n := 0
+	for i := 0; i < c.rank; i++ {
+		if c.PeerHost(i) == c.world.host {
+			n++
+		}
+	}
+	return n
+}
+
+// LocalSize is the number of the communicator's ranks on this host.
+func (c *Comm) LocalSize() int {
+	n := 0
+	for i := 0; i < c.size; i++ {
+		if c.PeerHost(i) == c.world.host {
+			n++
+		}
+	}
+	return n
+}
+
+// Links reports the links this communicator has opened so far.
+func (c *Comm) Links() []LinkReport { return c.links.report() }
+
+// Run executes one collective under the communicator's lock, applies the
+// default deadline, and turns a failure into a job abort.
+func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if c.closed {
+		return fmt.Errorf("rank %d: %s on closed communicator: %w", c.rank, what, errs.ErrClosed)
+	}
+	if c.broken != nil {
+		return fmt.Errorf("rank %d: %s on broken communicator: %w", c.rank, what, c.broken)
+	}
+	if _, has := ctx.Deadline(); !has {
+		if d, _ := c.world.env.Duration("FLEXLINK_TIMEOUT"); d > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+	}
+	err := f(ctx)
+	if err == nil {
+		return nil
+	}
+	if se := c.world.store.Err(); se != nil && !errors.Is(err, se) {
+		// Another rank aborted first: its reason is the one to report.
+		err = fmt.Errorf("%w (local error: %v)", se, err)
+	} else {
+		err = fmt.Errorf("rank %d on %s: %s: %w", c.WorldRank(), c.world.host, what, err)
+		c.world.store.Abort(err)
+	}
+	c.broken = err
+	c.links.abort(err)
+	return err
+}
+
+// Abort ends the whole job: every rank's pending and later calls fail with
+// an error carrying reason.
+func (c *Comm) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("aborted by the program")
+	}
+	err := fmt.Errorf("rank %d on %s aborted: %w", c.WorldRank(), c.world.host, reason)
+	if !errors.Is(err, errs.ErrAborted) && !errors.Is(err, errs.ErrMismatch) && !errors.Is(err, errs.ErrPeerLost) && !errors.Is(err, errs.ErrTimeout) {
+		err = fmt.Errorf("%w: %w", errs.ErrAborted, err)
+	}
+	c.world.store.Abort(err)
+	c.links.abort(err)
+}
+
+// Close releases the communicator's links and endpoints. Closing the world
+// communicator also leaves the job (says goodbye to the bootstrap), so the
+// other ranks do not report this rank as lost.
+func (c *Comm) Close() error {
+	c.opMu.Lock()
+	if c.closed {
+		c.opMu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.opMu.Unlock()
+	if c.ownsWorld && c.broken == nil {
+		// Wait (bounded) until every rank is leaving, so no rank tears down
+		// a link whose last message its peer has not read yet.
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		c.world.store.Barrier(ctx)
+		cancel()
+	}
+	c.world.unregister(c)
+	c.links.close()
+	c.eps.close()
+	if c.ownsWorld {
+		return c.world.store.Close()
+	}
+	return nil
+}
+
+// CheckRoot validates a root argument.
+func (c *Comm) CheckRoot(root int) error {
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("root %d out of range [0,%d)", root, c.size)
+	}
+	return nil
+}
+
+// CheckPeer validates the peer of a send or receive.
+func (c *Comm) CheckPeer(p int) error {
+	if p < 0 || p >= c.size || p == c.rank {
+		return fmt.Errorf("peer %d invalid for rank %d of %d", p, c.rank, c.size)
+	}
+	return nil
+}
+
+// Engine is the host-memory collectives engine over the communicator's links.
+// Call it only inside Run.
+func (c *Comm) Engine() *collectives.Engine { return c.engine }
+
+// AbortLinks fails every link of this communicator with err without telling
+// the job: what the peers' links see when this process dies. Tests use it to
+// simulate a crash; programs call Abort.
+func (c *Comm) AbortLinks(err error) { c.links.abort(err) }

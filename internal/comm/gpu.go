@@ -1,0 +1,320 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+)
+
+// DeviceComm runs a communicator's collectives on GPU buffers with NCCL's
+// stream semantics: a call returns once the work is enqueued on the
+// caller's stream s; the work starts after the work enqueued on s before
+// the call, and work enqueued on s afterwards waits for it (including the
+// peers' reads of this rank's send buffer and writes into its recv buffer).
+// The host blocks only for small handshakes with the peers, never for the
+// data.
+//
+// Get one with Comm.Device; every rank of the communicator calls it. Calls
+// go through the Comm's queue (one collective at a time, in call order), and
+// a failure aborts the job like a host collective.
+//
+// Two data planes sit behind it (Path says which one the ranks agreed on):
+//   - direct: every rank on one host, every pair of GPUs with peer access.
+//     Ranks map each other's user buffers through CUDA IPC (once per
+//     allocation, then cached) and move data with SM kernels (stores into
+//     and loads from the peers' memory), copy engines and reduction
+//     kernels; the allreduce runs as one flag kernel per rank without host
+//     messages (gpu_flag.go); large pushes give a share, chosen by a
+//     balancer, to PCIe through shared pinned host memory (LinkShares
+//     reports it). See gpu_direct.go, gpu_flag.go, gpu_pcie.go.
+//   - staged: anything else. Buffers are copied through pinned host memory
+//     and the host algorithms run on the copies. Correct, not fast; see
+//     gpu_staged.go.
+//
+// Counts follow NCCL: AllGather's count is per rank (recv holds Size()
+// blocks), ReduceScatter's is the recv count (send holds Size() blocks),
+// AllToAll's is per peer (send and recv hold Size() blocks).
+//
+// Buffers must be device memory of the DeviceComm's GPU, made by
+// gpu.Device.Alloc (the direct plane exports whole allocations); sub-ranges
+// are fine. The direct plane keeps the peers' mappings of an allocation
+// until Close, so free user buffers only after closing the DeviceComm.
+type DeviceComm struct {
+	c     *Comm
+	dev   *gpu.Device
+	path  string
+	plane devicePlane
+}
+
+// devicePlane is one way of running device-buffer collectives. do is
+// called under the Comm's run (one at a time, with its deadline and abort
+// handling); it enqueues the work on s and returns.
+type devicePlane interface {
+	do(ctx context.Context, o *devOp, s *gpu.Stream) error
+	// close releases the plane's resources; the ranks have passed a
+	// barrier and have no call in flight.
+	close() error
+}
+
+// devKind names a device collective.
+type devKind uint8
+
+const (
+	devAllReduce devKind = iota + 1
+	devAllGather
+	devReduceScatter
+	devBroadcast
+	devReduce
+	devAllToAll
+	devGroup
+)
+
+func (k devKind) String() string {
+	return [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "group send/recv"}[k]
+}
+
+// devOp is one call, its buffers already trimmed to the bytes it touches.
+type devOp struct {
+	kind       devKind
+	send, recv *gpu.Buffer // nil where the rank has none (rooted ops)
+	count      int         // elements, NCCL's meaning for kind
+	dt         dtype.DType
+	op         dtype.Op
+	root       int
+	p2p        []DeviceP2P
+}
+
+// DeviceP2P is one send or receive of DeviceComm.Group; Buf is the whole
+// message.
+type DeviceP2P struct {
+	Send bool
+	Peer int
+	Buf  *gpu.Buffer
+}
+
+// DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
+func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P {
+	return DeviceP2P{Send: true, Peer: peer, Buf: b}
+}
+func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return DeviceP2P{Peer: peer, Buf: b} }
+
+// Device prepares collectives on dev's buffers. It is collective: every rank
+// of c calls it (each with its own GPU); the ranks exchange where their GPUs
+// are and what they can reach, and agree on a data plane
+// (FLEXLINK_GPU_PATH can force one).
+func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("rank %d: device communicator: nil device", c.rank)
+	}
+	var dc *DeviceComm
+	err := c.Run(ctx, "gpu setup", func(ctx context.Context) error {
+		var err error
+		dc, err = newDeviceComm(ctx, c, dev)
+		return err
+	})
+	return dc, err
+}
+
+// Path is the data plane the ranks agreed on: "direct" or "staged".
+func (d *DeviceComm) Path() string { return d.path }
+
+// Comm is the host communicator the DeviceComm belongs to.
+func (d *DeviceComm) Comm() *Comm { return d.c }
+
+// GPU is the device whose buffers the DeviceComm moves.
+func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
+
+// LinkShares reports how the last call's pushes from this rank to its
+// peers were divided among link kinds: "nvlink" (SM kernels or copy
+// engines) and "pcie"
+// (staged through host memory) as fractions of the bytes pushed, summing
+// to 1. It is empty after a call that pushed nothing (reductions that only
+// read; broadcast and send/recv on the handshake paths, where receivers
+// pull; on the flag kernels a broadcast's non-roots, a receive and a
+// reduce's root, which send headers only; a zero count) and on the staged
+// plane. Safe to call from any goroutine.
+func (d *DeviceComm) LinkShares() map[string]float64 {
+	if ls, ok := d.plane.(interface{ linkShares() map[string]float64 }); ok {
+		return ls.linkShares()
+	}
+	return map[string]float64{}
+}
+
+// Close releases the mappings, events and streams. It is collective (the
+// ranks pass a barrier first, so none is still mid-call), and the streams
+// passed to earlier calls must have been synchronized, as before freeing
+// memory they use.
+func (d *DeviceComm) Close(ctx context.Context) error {
+	dp, _ := d.plane.(*directPlane)
+	var qerr error
+	if dp != nil && dp.flag != nil {
+		// The peers' flag kernels write into this rank's regions until they
+		// end: every rank waits for its own before the barrier.
+		if qerr = dp.flag.quiesce(); qerr != nil {
+			qerr = fmt.Errorf("rank %d: gpu close: %w", d.c.rank, qerr)
+		}
+	}
+	err := d.c.Run(ctx, "gpu close", d.c.engine.Barrier)
+	if (err != nil || qerr != nil) && dp != nil && dp.flag != nil {
+		// Without the barrier a peer's kernel may still be writing into
+		// this rank's flag regions: leave them allocated (the process is
+		// usually about to exit after a failure) rather than free memory
+		// that is being written.
+		dp.flag.leak = true
+	}
+	if cerr := d.plane.close(); err == nil {
+		err = cerr
+	}
+	if qerr != nil {
+		return qerr
+	}
+	return err
+}
+
+// AsyncError reports a failure that work already enqueued has met inside
+// the GPU, as ncclCommGetAsyncError does: a flag kernel (the small and
+// two-rank allreduce) that waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT
+// for a peer, found that the peer called another allreduce, or was ended
+// early because the job was aborted (a peer lost or failed). The error
+// names the peer and its host; once it is set, every later call on the
+// communicator fails. Call it after synchronising the stream when a
+// collective's result matters and no later call follows.
+func (d *DeviceComm) AsyncError() error {
+	if dp, ok := d.plane.(*directPlane); ok {
+		if err := dp.flagError(); err != nil {
+			return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
+		}
+	}
+	return nil
+}
+
+// AllReduce combines send (count elements) across ranks with op into every
+// rank's recv. send may equal recv.
+func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
+	return d.call(ctx, s, &devOp{kind: devAllReduce, send: send, recv: recv, count: count, dt: dt, op: op}, count, count)
+}
+
+// AllGather concatenates every rank's send (count elements) in rank order
+// into recv (Size()*count elements). send may be block Rank() of recv.
+func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
+	return d.call(ctx, s, &devOp{kind: devAllGather, send: send, recv: recv, count: count, dt: dt}, count, count*d.c.size)
+}
+
+// ReduceScatter reduces send (Size()*count elements) across ranks and leaves
+// block Rank() (count elements) in recv. recv may be block Rank() of send.
+func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
+	return d.call(ctx, s, &devOp{kind: devReduceScatter, send: send, recv: recv, count: count, dt: dt, op: op}, count*d.c.size, count)
+}
+
+// Broadcast copies root's send (count elements) into every rank's recv.
+// send is only read on root (nil elsewhere is fine).
+func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, root int, s *gpu.Stream) error {
+	if err := d.c.CheckRoot(root); err != nil {
+		return err
+	}
+	sc := count
+	if d.c.rank != root {
+		send, sc = nil, -1
+	}
+	return d.call(ctx, s, &devOp{kind: devBroadcast, send: send, recv: recv, count: count, dt: dt, root: root}, sc, count)
+}
+
+// Reduce combines send (count elements) across ranks into root's recv. recv
+// is only written on root (nil elsewhere is fine).
+func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, root int, s *gpu.Stream) error {
+	if err := d.c.CheckRoot(root); err != nil {
+		return err
+	}
+	rc := count
+	if d.c.rank != root {
+		recv, rc = nil, -1
+	}
+	return d.call(ctx, s, &devOp{kind: devReduce, send: send, recv: recv, count: count, dt: dt, op: op, root: root}, count, rc)
+}
+
+// AllToAll sends block j of send (count elements per block, Size() blocks)
+// to rank j, which stores it as block Rank() of its recv.
+func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
+	n := count * d.c.size
+	return d.call(ctx, s, &devOp{kind: devAllToAll, send: send, recv: recv, count: count, dt: dt}, n, n)
+}
+
+// Group runs sends and receives together (ncclGroupStart/End around
+// ncclSend/ncclRecv): the i-th send from a to b matches b's i-th receive
+// from a, and the sizes must agree. Only the ranks named take part.
+func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P) error {
+	ps := make([]DeviceP2P, len(ops))
+	for i, o := range ops {
+		if err := d.c.CheckPeer(o.Peer); err != nil {
+			return fmt.Errorf("gpu group entry %d: %w", i, err)
+		}
+		if err := d.local("group entry", o.Buf, -1); err != nil {
+			return fmt.Errorf("gpu group entry %d: %w", i, err)
+		}
+		ps[i] = o
+	}
+	if s == nil || s.Device() != d.dev {
+		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.rank, d.dev)
+	}
+	o := &devOp{kind: devGroup, p2p: ps, dt: dtype.Uint8}
+	return d.c.Run(ctx, "gpu "+o.kind.String(), func(ctx context.Context) error { return d.plane.do(ctx, o, s) })
+}
+
+// Send sends b to peer; Recv receives b from peer (each a Group of one).
+func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
+	return d.Group(ctx, s, DeviceSendTo(peer, b))
+}
+func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
+	return d.Group(ctx, s, DeviceRecvFrom(peer, b))
+}
+
+// call checks o's buffers (send holds sendCount elements, recv recvCount;
+// -1: the rank has none), trims them to size and runs o.
+func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *devOp, sendCount, recvCount int) error {
+	what := "gpu " + o.kind.String()
+	if !o.dt.Valid() || (o.kind == devAllReduce || o.kind == devReduceScatter || o.kind == devReduce) && !o.op.Valid() {
+		return fmt.Errorf("rank %d: %s: invalid dtype %v or op %v", d.c.rank, what, o.dt, o.op)
+	}
+	if o.count < 0 {
+		return fmt.Errorf("rank %d: %s: negative count %d", d.c.rank, what, o.count)
+	}
+	if s == nil || s.Device() != d.dev {
+		return fmt.Errorf("rank %d: %s: stream is not on %s", d.c.rank, what, d.dev)
+	}
+	sz := o.dt.Size()
+	var err error
+	if sendCount >= 0 {
+		if err = d.local(what+" send", o.send, sendCount*sz); err != nil {
+			return err
+		}
+		o.send = o.send.Sub(0, sendCount*sz)
+	}
+	if recvCount >= 0 {
+		if err = d.local(what+" recv", o.recv, recvCount*sz); err != nil {
+			return err
+		}
+		o.recv = o.recv.Sub(0, recvCount*sz)
+	}
+	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.plane.do(ctx, o, s) })
+}
+
+// local checks that b is on the DeviceComm's GPU and holds at least n bytes
+// (n < 0: any length; b nil with n < 0 is fine).
+func (d *DeviceComm) local(what string, b *gpu.Buffer, n int) error {
+	if b == nil {
+		if n < 0 {
+			return nil
+		}
+		return fmt.Errorf("rank %d: %s: nil buffer", d.c.rank, what)
+	}
+	if b.Device() != d.dev {
+		return fmt.Errorf("rank %d: %s: buffer is on %s, not %s", d.c.rank, what, b.Device(), d.dev)
+	}
+	if b.Len() < n {
+		return fmt.Errorf("rank %d: %s: buffer holds %d bytes, need %d: %w", d.c.rank, what, b.Len(), n, errs.ErrMismatch)
+	}
+	return nil
+}

@@ -1,0 +1,436 @@
+package comm
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+)
+
+// The flag allreduce (gpu/flag.go, gpu/kernels/flag.cu): on the direct
+// plane, allreduces up to FLEXLINK_GPU_FLAG_BYTES run as one kernel per
+// rank that pushes its vector into the peers' slots with SM stores and
+// synchronises through counters in device memory. There is no host
+// handshake, so a call costs one launch. With two ranks (where pushing the
+// whole vector moves as many bytes as a reduce-scatter plus an allgather)
+// that is every call; beyond two ranks calls over
+// FLEXLINK_GPU_FLAG_ONESHOT_BYTES run two-shot (flagTwoShot: three
+// launches, still no host handshake).
+//
+// Ordering. The kernel touches only this rank's send and recv and the
+// peers' flag regions (never their user buffers), so it needs no "ready"
+// or "done" events. A rank's flag kernels must run one after another (a
+// slot is reused once the peer's next call has started, which proves that
+// the peer's previous kernel has finished reading it): every call records
+// an event after its kernel, and a call on another stream than the
+// previous one waits on it first.
+//
+// Failure. A wait inside the kernel that outlasts
+// FLEXLINK_GPU_KERNEL_TIMEOUT writes an error word in mapped host memory
+// and ends the kernel; the next call (and DeviceComm.AsyncError) reports
+// it, naming the peer and its host, and the communicator is broken.
+
+const (
+	flagDepth    = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	flagMinChunk = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
+	flagAutoColl = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1
+	// rootedFactor: broadcasts and reduces take the flag kernels up to this
+	// many times the per-peer limit (16 MiB by default). Measured on 2xH200
+	// with 200 calls a row: at 8 and 16 MiB the flag broadcast took 37.9
+	// and 64.7 µs against 41.7 and 65.0 on the handshake path, the flag
+	// reduce 33.9 and 58.9 against 39.5 and 63.5 (docs/PERF.md).
+	rootedFactor     = 4
+	flagAutoOneShot  = 2 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
+	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
+	flagSmallMax     = 32 << 20 // bytes: smaller calls use the small region
+	flagBlobFields   = 3        // per region: slot bytes, depth, max blocks
+	flagRegionBlob   = flagBlobFields*8 + gpu.IPCHandleSize
+	flagBlobHead     = 32                                             // enabled, the largest allreduce, the largest other block, the largest one-shot allreduce
+	flagBlobBytes    = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region, the PCIe part
+)
+
+// A rank has two flag regions with the same number of blocks: a small one
+// (a quarter of FLEXLINK_GPU_FLAG_REGION_BYTES times (n-1)/n) for calls under
+// flagSmallMax and a large one for the rest. Measured on 2xH200 with one
+// 128 MiB region (256 KiB slots), calls of 1-16 MiB took 120-160 µs in
+// most runs instead of 14-75 µs: their one chunk per block lands in slots
+// spread 512 KiB apart over the whole region; with the slots of a 32 MiB
+// region they ran at 15 µs (1 MiB) every time, while large calls need the
+// large slots (fewer synchronisations per byte). Each region has its own
+// counters and fixed slots, so the credit protocol holds in each; a call
+// uses one of them.
+type flagRegion struct {
+	layout gpu.FlagLayout
+	mem    *gpu.Buffer
+	peers  []*gpu.Buffer // peers' regions mapped here (nil for me)
+}
+
+type flagPlane struct {
+	maxBytes  int           // largest allreduce taken (bytes)
+	collBytes int           // largest per-peer block of a reduce-scatter, allgather or alltoall taken (bytes)
+	oneShot   int           // more than two ranks: largest allreduce pushed whole to every peer; larger ones run two-shot (bytes)
+	twoShots  uint64        // two-shot allreduces so far (tests)
+	regions   [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
+	errMem    *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
+	last      *gpu.Event    // after the latest flag kernel
+	lastS     *gpu.Stream   // the stream it was recorded on
+	calls     uint64
+	pcie      *flagPCIe // the large region's PCIe part (gpu_flag_pcie.go); nil: NVLink only
+	cacheDir  string    // where rank 0 saves the PCIe part's balancer
+
+	// The abort watcher: when the job is aborted (a peer lost, a failure on
+	// another rank), it sets this rank's abort words through abortS, so
+	// kernels spinning for a peer that will never come end at once.
+	mu      sync.Mutex
+	abortS  *gpu.Stream
+	stop    chan struct{}
+	exited  chan struct{} // closed when the watcher returns
+	stopped bool
+	leak    bool // Close could not agree with the peers: keep the regions (peers may still write)
+}
+
+// flagPoll is how often the watcher looks at the error word.
+const flagPoll = 20 * time.Millisecond
+
+// watch sets this rank's abort words once the job is aborted, and aborts
+// the job when a kernel of this rank records an error, until the plane
+// closes (stop).
+func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed func()) {
+	defer close(f.exited)
+	tick := time.NewTicker(flagPoll)
+	defer tick.Stop()
+	for wait := true; wait; {
+		select {
+		case <-done:
+			wait = false
+		case <-stop:
+			return
+		case <-tick.C:
+			if atomic.LoadUint64(f.errMem.Word(0)) != 0 {
+				failed() // the store's Done fires next
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	for i := range f.regions {
+		if g := &f.regions[i]; g.mem != nil {
+			// A copy engine writes the word while the kernel runs; errors
+			// here change nothing (the job is failing already).
+			_ = f.abortS.CopyHtoD(g.mem.Sub(gpu.FlagAbortOffset, 8), f.errMem.Bytes()[8:16])
+		}
+	}
+}
+
+// takes reports whether o runs on the flag plane: allreduces up to
+// maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
+// is at most collBytes, broadcasts and reduces of at most rootedFactor
+// times collBytes.
+func (f *flagPlane) takes(o *devOp) bool {
+	if f == nil {
+		return false
+	}
+	b := o.count * o.dt.Size()
+	switch o.kind {
+	case devAllReduce:
+		return b > 0 && b <= f.maxBytes
+	case devReduceScatter, devAllGather, devAllToAll:
+		return b > 0 && b <= f.collBytes
+	case devBroadcast, devReduce:
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.collBytes
+	}
+	return false
+}
+
+// flagP2P reports whether o, a Group, runs as a flag kernel: on two ranks,
+// one send to the peer or one receive from it (a pipeline's step) of at
+// most rootedFactor times collBytes, moved as a broadcast from the sender,
+// or one send and one receive of the same size up to collBytes (an
+// exchange). Both ranks of a correct program decide alike (each sees the
+// same entries and sizes); other groups take the handshake path.
+func (p *directPlane) flagP2P(o *devOp) bool {
+	if p.flag == nil || o.kind != devGroup || p.n != 2 {
+		return false
+	}
+	for _, e := range o.p2p {
+		if e.Peer == p.me || e.Buf == nil { // a nil buffer: the handshake reports it
+			return false
+		}
+	}
+	switch len(o.p2p) {
+	case 1:
+		b := o.p2p[0].Buf.Len()
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= p.flag.collBytes
+	case 2:
+		a, b := o.p2p[0], o.p2p[1]
+		n := a.Buf.Len()
+		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= p.flag.collBytes
+	}
+	return false
+}
+
+// region is the region a call of bytes uses.
+func (f *flagPlane) region(bytes int) *flagRegion {
+	if bytes < flagSmallMax || f.regions[1].mem == nil {
+		return &f.regions[0]
+	}
+	return &f.regions[1]
+}
+
+// shape is the grid and chunk (elements) of a call of bytes in a region of
+// layout l: blocks of at least flagMinChunk, at most the layout's, chunks
+// at most a slot. Every rank computes the same from the same call.
+func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
+	// A chunk of at least flagMinChunk per block, or a slot's payload where
+	// slots are smaller (the small region beyond two ranks): one chunk per
+	// block, not a second step for a few blocks.
+	least := min(flagMinChunk, (l.SlotBytes-gpu.FlagSlotHeader)/256*256)
+	grid = min(l.MaxBlocks, max(1, (bytes+least-1)/least))
+	cb := (bytes + grid - 1) / grid
+	cb = min(l.SlotBytes-gpu.FlagSlotHeader, (cb+255)/256*256)
+	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
+}
+
+// flagError reports a failure a flag kernel recorded, or the job's abort
+// (which ends the kernels early, their output unwritten), if any.
+func (p *directPlane) flagError() error {
+	f := p.flag
+	if f == nil {
+		return nil
+	}
+	if err := p.flagWordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
+		return err
+	}
+	if f.calls > 0 {
+		if se := p.c.world.store.Err(); se != nil {
+			return fmt.Errorf("flag kernels: the job was aborted, and kernels may have ended early: %w", se)
+		}
+	}
+	return nil
+}
+
+// flagWordError is the error an error word w describes (nil for 0).
+func (p *directPlane) flagWordError(w uint64) error {
+	e, bad := gpu.DecodeFlagError(w)
+	if !bad {
+		return nil
+	}
+	if e.What == 3 {
+		return fmt.Errorf("flag kernel (block %d): rank %d on %s called another collective, or another count, dtype or op: %w",
+			e.Block, e.Peer, p.c.PeerHost(e.Peer), errs.ErrMismatch)
+	}
+	what := "room in its slots"
+	if e.What == 2 {
+		what = "its data"
+	}
+	return fmt.Errorf("flag kernel (block %d) waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT for %s from rank %d on %s: the peer is gone, stalled, or called a different collective: %w",
+		e.Block, what, e.Peer, p.c.PeerHost(e.Peer), errs.ErrTimeout)
+}
+
+// flagCall enqueues o as one flag kernel (three for a two-shot allreduce).
+func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
+	f := p.flag // do has checked flagError already
+	if se := p.c.world.store.Err(); se != nil {
+		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
+	}
+	if f.lastS != nil && f.lastS != s {
+		if err := s.Wait(f.last); err != nil {
+			return err
+		}
+	}
+	p2p, xchg := o.kind == devGroup, o.kind == devGroup && len(o.p2p) == 2 // flagP2P
+	switch {
+	case xchg:
+		snd, rcv := o.p2p[0], o.p2p[1]
+		if !snd.Send {
+			snd, rcv = rcv, snd
+		}
+		o = &devOp{kind: devBroadcast, send: snd.Buf, recv: rcv.Buf, count: snd.Buf.Len(), dt: dtype.Uint8, root: -1}
+	case p2p:
+		e, root := o.p2p[0], p.me
+		if !e.Send {
+			root = e.Peer
+		}
+		o = &devOp{kind: devBroadcast, send: e.Buf, recv: e.Buf, count: e.Buf.Len(), dt: dtype.Uint8, root: root}
+	}
+	sz := o.dt.Size()
+	bytes := o.count * sz
+	g := f.region(bytes)
+	l := g.layout
+	x := f.pcie
+	if x == nil || g != &f.regions[1] || o.kind != devAllReduce {
+		x = nil // no PCIe part for this call
+	} else {
+		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
+	}
+	unit := sz // allgather, alltoall and broadcast move bytes
+	if o.kind == devAllGather || o.kind == devAllToAll || o.kind == devBroadcast {
+		unit = 1
+	}
+	grid, chunk := shape(l, bytes, unit)
+	var pc gpu.FlagPCIe
+	if x != nil {
+		// The inbox slots are per PCIe block, their counters per launched
+		// block: the NVLink grid must not change between such calls (it is
+		// nvcap for every call of 32 MiB and more).
+		if grid != x.nvcap {
+			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", bytes, grid, x.nvcap)
+		}
+		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
+	}
+	var err error
+	switch {
+	case o.kind == devAllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
+		f.twoShots++
+		err = p.flagTwoShot(o, s, g)
+	case o.kind == devAllReduce:
+		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
+	case o.kind == devReduceScatter:
+		err = s.FlagReduceScatter(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n)
+	case o.kind == devReduce:
+		out := o.recv // nil off root, where the kernel writes nothing
+		if out == nil {
+			out = o.send
+		}
+		err = s.FlagReduce(out, o.send, o.count, o.dt, o.op, o.root, g.mem, g.layout, chunk, grid, p.n)
+	case xchg:
+		err = s.FlagExchange(o.recv, o.send, bytes, g.mem, g.layout, chunk, grid)
+	case p2p:
+		err = s.FlagSendRecv(o.recv, bytes, o.root, g.mem, g.layout, chunk, grid)
+	case o.kind == devBroadcast:
+		in := o.send // nil off root, where the kernel reads nothing
+		if in == nil {
+			in = o.recv
+		}
+		err = s.FlagBroadcast(o.recv, in, bytes, o.root, g.mem, g.layout, chunk, grid, p.n)
+	default:
+		err = s.FlagGather(o.recv, o.send, bytes, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
+	}
+	if err != nil {
+		// A two-shot call may have enqueued some of its kernels: Close
+		// (and any later call on another stream) still waits for them.
+		if s.Record(f.last) == nil {
+			f.lastS = s
+		}
+		return err
+	}
+	pbytes := 0
+	switch {
+	case x != nil && p.me == 0:
+		pbytes = pc.Count * sz
+		x.flagLaunched(pc.Call, grid+pc.Blocks, grid, bytes, pbytes)
+	case x != nil:
+		pbytes = min(x.lastPCIe(), o.count) * sz // the previous call's, as rank 0's kernel told this one
+	}
+	if err := s.Record(f.last); err != nil {
+		return err
+	}
+	f.lastS = s
+	f.calls++
+	if (o.kind == devBroadcast && o.root >= 0 && p.me != o.root) || (o.kind == devReduce && p.me == o.root) {
+		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
+	}
+	p.px.mu.Lock()
+	p.px.last = [2]int64{int64(bytes - pbytes), int64(pbytes)}
+	p.px.mu.Unlock()
+	return nil
+}
+
+// flagTwoShot enqueues a flag allreduce of more than two ranks as a
+// reduce-scatter kernel (rank r reduces block r of the vector into its
+// place in recv) then an allgather kernel (in place in recv), plus a
+// one-shot kernel for the few elements past the last whole block. Each
+// rank sends 2(n-1)/n of the vector instead of the one-shot's n-1 times
+// it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
+// rank's block starts vector-aligned.
+func (p *directPlane) flagTwoShot(o *devOp, s *gpu.Stream, g *flagRegion) error {
+	sz := o.dt.Size()
+	per := o.count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
+	head := per * p.n
+	if per > 0 {
+		grid, chunk := shape(g.layout, per*sz, sz) // each peer transfer is one block of per elements
+		mine := sub(o.recv, p.me*per, (p.me+1)*per, sz)
+		if err := s.FlagTwoShotReduceScatter(mine, o.send.Sub(0, head*sz), per, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
+			return err
+		}
+		grid, chunk = shape(g.layout, per*sz, 1)
+		if err := s.FlagTwoShotGather(o.recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, p.n); err != nil {
+			return err
+		}
+	}
+	if rest := o.count - head; rest > 0 {
+		grid, chunk := shape(g.layout, rest*sz, sz)
+		return s.FlagTwoShotTail(sub(o.recv, head, o.count, sz), sub(o.send, head, o.count, sz), rest, o.dt, o.op,
+			g.mem, g.layout, chunk, grid, p.n)
+	}
+	return nil
+}
+
+// quiesce waits for this rank's last flag kernel: after every rank has
+// (a barrier), no kernel writes into a region any more and they may go.
+func (f *flagPlane) quiesce() error {
+	if f == nil || f.lastS == nil {
+		return nil
+	}
+	return f.last.Synchronize()
+}
+
+func (f *flagPlane) close() error {
+	f.mu.Lock()
+	f.stopped = true
+	if f.stop != nil {
+		close(f.stop)
+		f.stop = nil
+	}
+	f.mu.Unlock()
+	if f.exited != nil {
+		<-f.exited // the watcher reads errMem and may enqueue an abort copy: done with both before they go
+		f.exited = nil
+	}
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if f.abortS != nil {
+		keep(f.abortS.Synchronize()) // an abort copy reads errMem and writes the regions
+	}
+	if f.pcie != nil {
+		keep(f.pcie.close(f.cacheDir))
+		f.pcie = nil
+	}
+	for i := range f.regions {
+		g := &f.regions[i]
+		for _, b := range g.peers {
+			if b != nil {
+				keep(b.Free())
+			}
+		}
+		g.peers = nil
+		if g.mem != nil && !f.leak {
+			keep(g.mem.Free())
+		}
+		g.mem = nil
+	}
+	if f.abortS != nil {
+		keep(f.abortS.Close())
+		f.abortS = nil
+	}
+	if f.errMem != nil {
+		keep(f.errMem.Free())
+		f.errMem = nil
+	}
+	if f.last != nil {
+		keep(f.last.Close())
+		f.last = nil
+	}
+	return first
+}

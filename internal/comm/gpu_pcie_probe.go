@@ -1,0 +1,326 @@
+package comm
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"flexlink/fabric/balance"
+	"flexlink/gpu"
+)
+
+// Stage 2 of the balancer for the PCIe share: timing the parts of a push
+// and feeding them to the pair's planner (Planner.Observe), without adding
+// a single synchronization to a call.
+//
+// The planner wants, per link, the time from the parts' common start to
+// the part's completion. The common start is the moment a call's work may
+// begin: the caller's stream has passed every peer's ready event. Both
+// ranks of a pair reach it together on the GPU (each waits on the other's
+// ready event and on its own earlier work, whichever is later), so each
+// records a timing event on its own stream right there, t0:
+//
+//   - NVLink part: the sender records a timing event on each copy lane it
+//     used toward the peer when the work joins the lanes; the part ends at
+//     the latest of them.
+//   - PCIe part: it ends when the receiver's last H2D copy ends, which
+//     only the receiver can time: it records an event after its copies and
+//     reports end − t0 (its own t0) in its next ready message to the
+//     sender. That includes the D2H copies, the pipeline across slots and
+//     the contention of both directions, which is what the planner must
+//     learn (34 GB/s both ways against 50 one way).
+//
+// Events are read with Event.Done (cuEventQuery, non-blocking) in a later
+// call, never waited for. One push per pair is timed at a time: a probe is
+// armed only when the previous one has been fed back (or dropped), so the
+// events are never re-recorded while a result is outstanding. A host that
+// runs far ahead of its GPU therefore times fewer calls, never more. The
+// receiver reports (sequence number, nanoseconds); 0 nanoseconds means it
+// could not time the part and the sender drops the probe; a sender that
+// hears nothing for probeMaxAge calls drops it too.
+//
+// Error: the two t0s differ by however far apart the two hosts enqueued
+// them when a GPU was idle (microseconds), against parts of milliseconds.
+//
+// Pushes smaller than the planner's threshold are not timed (nothing
+// changes below it); pushes above it with a PCIe share of 0 time NVLink
+// alone, which lets the planner's estimate of PCIe decay back toward its
+// profile so that PCIe is tried again.
+
+type probeState uint8
+
+const (
+	probeIdle    probeState = iota
+	probeArmed              // timing this call
+	probePending            // this call is over; waiting for events or the report
+
+	probeMaxAge = 64 // calls a sender waits for a report before dropping the probe
+)
+
+// txProbe is the sender's timing of one push toward a peer.
+type txProbe struct {
+	state  probeState
+	seq    uint64 // numbers the probes toward this peer; 0: none
+	report bool   // the PCIe part is timed by the receiver
+	age    int
+	t0     *gpu.Event
+	lanes  []*gpu.Event // timing events, one per copy lane toward the peer
+	used   []bool
+	bytes  int // the whole push (B)
+	nvl    int
+	pcie   int
+}
+
+// rxProbe is the receiver's timing of one PCIe part from a peer.
+type rxProbe struct {
+	state   probeState
+	seq     uint64
+	t0, end *gpu.Event
+}
+
+// probeSettle, at the start of a call with t's peer, feeds back a pending
+// NVLink-only probe whose events have completed, and ages out one whose
+// report does not come.
+func (p *directPlane) probeSettle(t *pcieTx) {
+	pr := &t.probe
+	switch pr.state {
+	case probeArmed: // the call that armed it failed before its end
+		pr.state = probeIdle
+		return
+	case probeIdle:
+		return
+	}
+	pr.age++
+	if pr.age > probeMaxAge {
+		pr.state = probeIdle
+		return
+	}
+	if pr.report {
+		return // probeReported settles it
+	}
+	d, ok, done := p.laneTime(t)
+	if !done {
+		return
+	}
+	if ok {
+		p.observe(t, []balance.Observation{{Link: linkNVLink, Bytes: int64(pr.nvl), Duration: d}})
+	}
+	pr.state = probeIdle
+}
+
+// probeArm starts timing this call's push to t's peer when it is worth it
+// (at or above the planner's threshold, or split) and no probe is out.
+func (p *directPlane) probeArm(t *pcieTx) {
+	pr := &t.probe
+	if pr.state != probeIdle || t.bytes == 0 || t.plan == 0 && t.bytes < t.planner.Threshold() {
+		return
+	}
+	if pr.t0 == nil {
+		var err error
+		if pr.t0, err = p.dev.NewEvent(true); err != nil {
+			p.c.world.log.Debug("gpu pcie: no timing events", "error", err)
+			return
+		}
+		for range 2 * p.width {
+			e, err := p.dev.NewEvent(true)
+			if err != nil {
+				p.c.world.log.Debug("gpu pcie: no timing events", "error", err)
+				break // lanes without an event are simply not timed
+			}
+			pr.lanes = append(pr.lanes, e)
+		}
+		pr.used = make([]bool, len(pr.lanes))
+	}
+	pr.seq++
+	pr.state, pr.report, pr.age, pr.bytes = probeArmed, t.plan > 0, 0, t.bytes
+	clear(pr.used)
+}
+
+// probeStart records t0 on s for every probe armed in this call, as
+// sender or as receiver.
+func (p *directPlane) probeStart(s *gpu.Stream, peers []int) error {
+	for _, j := range peers {
+		if t := p.txTo(j); t != nil && t.probe.state == probeArmed {
+			if err := s.Record(t.probe.t0); err != nil {
+				return err
+			}
+		}
+		r := p.rxFrom(j)
+		if r == nil || r.probe.state != probeArmed {
+			continue
+		}
+		if r.probe.t0 == nil {
+			t0, err := p.dev.NewEvent(true)
+			if err == nil {
+				r.probe.end, err = p.dev.NewEvent(true)
+			}
+			if err != nil {
+				if t0 != nil {
+					t0.Close()
+				}
+				r.probe.state = probeIdle // the sender ages its probe out
+				continue
+			}
+			r.probe.t0 = t0
+		}
+		if err := s.Record(r.probe.t0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeLaneEnds, as the work joins the copy lanes, records a timing event
+// on every lane used toward a peer whose push is timed.
+func (p *directPlane) probeLaneEnds() error {
+	for _, t := range p.px.tx {
+		if t == nil || t.probe.state != probeArmed {
+			continue
+		}
+		l := p.lanes[t.peer]
+		for k, used := range l.used {
+			if !used || k >= len(t.probe.lanes) {
+				continue
+			}
+			if err := l.streams[k].Record(t.probe.lanes[k]); err != nil {
+				return err
+			}
+			t.probe.used[k] = true
+		}
+	}
+	return nil
+}
+
+// probeDone closes this call's armed sender probes: the bytes are known.
+func (p *directPlane) probeDone() {
+	for _, t := range p.px.tx {
+		if t != nil && t.probe.state == probeArmed {
+			t.probe.state, t.probe.nvl, t.probe.pcie = probePending, t.pushed-t.staged, t.staged
+		}
+	}
+}
+
+// probeReceived marks the end of a timed PCIe part on the receiver, after
+// its H2D copies are enqueued.
+func (p *directPlane) probeReceived(r *pcieRx) error {
+	if r.probe.state != probeArmed {
+		return nil
+	}
+	r.probe.state = probePending
+	return r.stream.Record(r.probe.end)
+}
+
+// probeReport is the receiver's report for its next ready message: the
+// pending probe's sequence number and duration once its events have
+// completed, (seq, 0) when it cannot be timed, (0, 0) when nothing is due.
+func (p *directPlane) probeReport(r *pcieRx) (seq, ns uint64) {
+	pr := &r.probe
+	if pr.state != probePending {
+		return 0, 0
+	}
+	done, err := pr.end.Done()
+	if err == nil && !done {
+		return 0, 0
+	}
+	pr.state = probeIdle
+	if err != nil {
+		return pr.seq, 0
+	}
+	d, err := pr.end.Since(pr.t0)
+	if err != nil || d <= 0 {
+		return pr.seq, 0
+	}
+	return pr.seq, uint64(d.Nanoseconds())
+}
+
+// probeReported takes the receiver's report on t's pending probe: with the
+// sender's own NVLink timing it is one observation for the planner.
+func (p *directPlane) probeReported(t *pcieTx, seq, ns uint64) {
+	pr := &t.probe
+	if seq == 0 || pr.state != probePending || !pr.report || seq != pr.seq {
+		return
+	}
+	pr.state = probeIdle
+	d, ok, done := p.laneTime(t)
+	if ns == 0 || !done {
+		return // untimed, or (rarely) the lanes are still busy: drop it whole
+	}
+	var obs []balance.Observation
+	if ok {
+		obs = append(obs, balance.Observation{Link: linkNVLink, Bytes: int64(pr.nvl), Duration: d})
+	}
+	if pr.pcie > 0 {
+		obs = append(obs, balance.Observation{Link: linkPCIe, Bytes: int64(pr.pcie), Duration: time.Duration(ns)})
+	}
+	p.observe(t, obs)
+}
+
+// laneTime is the NVLink part's duration: from t0 to the last timed lane.
+// done is false while an event is still pending; ok is false when no lane
+// was timed.
+func (p *directPlane) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
+	pr := &t.probe
+	for k, used := range pr.used {
+		if !used {
+			continue
+		}
+		fin, err := pr.lanes[k].Done()
+		if err != nil {
+			return 0, false, true
+		}
+		if !fin {
+			return 0, false, false
+		}
+		x, err := pr.lanes[k].Since(pr.t0)
+		if err != nil {
+			return 0, false, true
+		}
+		d, ok = max(d, x), true
+	}
+	return d, ok && d > 0, true
+}
+
+func (p *directPlane) observe(t *pcieTx, obs []balance.Observation) {
+	if len(obs) == 0 {
+		return
+	}
+	t.planner.Observe(t.probe.bytes, obs)
+	t.observed++
+	p.c.world.log.Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.bytes, "parts", obs)
+}
+
+// logShare logs the split in force toward t's peer at INFO, once per size
+// class and again whenever it moves by half a percent or more.
+func (p *directPlane) logShare(t *pcieTx, by string) {
+	class := bits.Len(uint(t.bytes))
+	share := float64(t.plan) / float64(t.bytes)
+	if old, ok := t.logged[class]; ok && math.Abs(old-share) < 0.005 {
+		return
+	}
+	t.logged[class] = share
+	p.c.world.log.Info("gpu pcie share", "peer", t.peer, "push_bytes", t.bytes,
+		"nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", t.observed)
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// endStats publishes the finished call's bytes per link for LinkShares.
+func (p *directPlane) endStats() {
+	p.px.mu.Lock()
+	p.px.last = p.px.cur
+	p.px.mu.Unlock()
+}
+
+// linkShares is the last call's pushed bytes per link kind as fractions
+// (empty when it pushed nothing).
+func (p *directPlane) linkShares() map[string]float64 {
+	p.px.mu.Lock()
+	last := p.px.last
+	p.px.mu.Unlock()
+	out := map[string]float64{}
+	if total := float64(last[linkNVLink] + last[linkPCIe]); total > 0 {
+		out["nvlink"] = float64(last[linkNVLink]) / total
+		out["pcie"] = float64(last[linkPCIe]) / total
+	}
+	return out
+}

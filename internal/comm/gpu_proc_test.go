@@ -1,0 +1,302 @@
+package comm
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+	"flexlink/internal/settings"
+	"flexlink/internal/testenv"
+)
+
+// Device collectives on real GPUs. CUDA IPC needs one process per rank, so
+// TestGPUProcs starts a bootstrap server and runs this test binary again
+// once per rank (TestMain sees gpuChildArg and runs gpuChild instead of the
+// tests). Each child joins the job from the FLEXLINK_* environment like a
+// program started by flexrun, runs the whole case sweep on its GPU and
+// checks every element against the float64 reference. Without a GPU the
+// test skips through testenv (FLEXLINK_REQUIRE_GPU=1 makes that a failure).
+
+const gpuChildArg = "gpu-rank-child"
+
+// gpuBig is the large count of the GPU sweep: 16M elements, so a float32
+// allreduce is 64 MiB and runs the chunked, multi-stream pipeline.
+const gpuBig = 16 << 20
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if a := flag.Args(); len(a) == 2 && a[0] == gpuChildArg {
+		if err := gpuChild(a[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "gpu child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// openGPUs opens the driver or skips (fails with FLEXLINK_REQUIRE_GPU=1).
+func openGPUs(t *testing.T, want int) *gpu.Driver {
+	t.Helper()
+	drv, err := gpu.Open()
+	if errors.Is(err, errs.ErrNotSupported) {
+		testenv.MissingHardware(t, "gpu", err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	if drv.DeviceCount() < want {
+		testenv.MissingHardware(t, fmt.Sprintf("%d gpus", want), fmt.Sprintf("the driver sees %d", drv.DeviceCount()))
+	}
+	return drv
+}
+
+func TestGPUProcs(t *testing.T) {
+	drv := openGPUs(t, 2)
+	n := min(drv.DeviceCount(), 8)
+	for _, tc := range []struct {
+		name, path, allreduce, lanes string
+		env                          []string
+	}{
+		// The default: every 2-rank allreduce as one flag kernel per rank.
+		{"direct-flag", "direct", "read", "1", nil},
+		// The flag kernel's PCIe part at a fixed share: the 64 MiB cases
+		// move 30 % through the pinned inboxes (4 blocks).
+		{"direct-flag-pcie", "direct", "read", "1", []string{"FLEXLINK_PCIE_SHARE=0.3", "FLEXLINK_GPU_FLAG_PCIE_BLOCKS=4"}},
+		// The flag kernels for every size of every collective (the defaults
+		// take reduce-scatter, allgather and alltoall up to 4 MiB per peer),
+		// allreduces over 1 KiB two-shot beyond two ranks.
+		{"direct-flag-all", "direct", "read", "1", []string{"FLEXLINK_GPU_FLAG_BYTES=1099511627776", "FLEXLINK_GPU_FLAG_COLL_BYTES=1099511627776", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES=1024"}},
+		// Few blocks and a small region: slots wrap many times per call.
+		{"direct-flag-wrap", "direct", "read", "1", []string{"FLEXLINK_GPU_FLAG_BLOCKS=3", "FLEXLINK_GPU_FLAG_REGION_BYTES=1048576"}},
+		// The handshake allreduces (flag kernels off).
+		{"direct-push", "direct", "auto", "1", []string{"FLEXLINK_GPU_FLAG_BYTES=0"}},
+		{"direct-read-2lanes", "direct", "read", "2", []string{"FLEXLINK_GPU_FLAG_BYTES=0"}},
+		// A forced PCIe share on every large push, with a staging buffer
+		// smaller than the PCIe part of the 64 MiB cases (capped, several
+		// slots): the real memfd mapping, D2H/H2D and slot events.
+		{"direct-pcie", "direct", "read", "2", []string{"FLEXLINK_GPU_FLAG_BYTES=0", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_ALLGATHER=push", "FLEXLINK_GPU_ALLTOALL=push"}},
+		// Allgather and alltoall pulled by kernels reading the peers' sends.
+		{"direct-pull", "direct", "read", "2", []string{"FLEXLINK_GPU_ALLGATHER=pull", "FLEXLINK_GPU_ALLTOALL=pull", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"}},
+		// Allgather and alltoall pushed by kernel stores, with a PCIe share.
+		{"direct-store-pcie", "direct", "read", "1", []string{"FLEXLINK_GPU_ALLGATHER=store", "FLEXLINK_GPU_ALLTOALL=store", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"}},
+		{"staged", "staged", "auto", "1", nil},
+	} {
+		path := tc.path
+		t.Run(tc.name, func(t *testing.T) {
+			secret := []byte("flexlink-gpu-test-" + strconv.Itoa(os.Getpid()))
+			job := fmt.Sprintf("gputest%d%s", os.Getpid(), tc.name)
+			srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: "127.0.0.1:0", Size: n, Secret: secret, JobID: job})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			cache := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			outs := make([]string, n)
+			errs := make([]error, n)
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "--", gpuChildArg, path)
+					cmd.Env = append(os.Environ(),
+						"FLEXLINK_RANK="+strconv.Itoa(r), "FLEXLINK_WORLD_SIZE="+strconv.Itoa(n),
+						"FLEXLINK_LOCAL_RANK="+strconv.Itoa(r), "FLEXLINK_LOCAL_SIZE="+strconv.Itoa(n),
+						"FLEXLINK_BOOTSTRAP="+srv.Addr(), "FLEXLINK_JOB_ID="+job,
+						"FLEXLINK_JOB_SECRET="+hex.EncodeToString(secret), "FLEXLINK_GPU="+strconv.Itoa(r),
+						"FLEXLINK_GPU_PATH="+path, "FLEXLINK_GPU_ALLREDUCE="+tc.allreduce,
+						"FLEXLINK_GPU_COPY_STREAMS="+tc.lanes, "FLEXLINK_TIMEOUT=120s")
+					cmd.Env = append(cmd.Env, tc.env...)
+					if !settings.OS().IsSet("FLEXLINK_CACHE_DIR") {
+						cmd.Env = append(cmd.Env, "FLEXLINK_CACHE_DIR="+cache) // not the user's
+					}
+					out, err := cmd.CombinedOutput()
+					outs[r], errs[r] = string(out), err
+				}()
+			}
+			wg.Wait()
+			for r := 0; r < n; r++ {
+				t.Logf("rank %d:\n%s", r, strings.TrimSpace(outs[r]))
+				if errs[r] != nil {
+					t.Errorf("rank %d: %v", r, errs[r])
+				}
+			}
+		})
+	}
+}
+
+// gpuChild is one rank of TestGPUProcs: the sweep on GPU FLEXLINK_GPU over
+// the plane path, which the ranks must have agreed on.
+func gpuChild(path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	drv, err := gpu.Open()
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+	ord, err := settings.OS().Int("FLEXLINK_GPU")
+	if err != nil {
+		return err
+	}
+	dev, err := drv.Device(ord)
+	if err != nil {
+		return err
+	}
+	r := &devRank{c: c}
+	if r.s, err = dev.NewStream(); err != nil {
+		return err
+	}
+	defer r.s.Close()
+	big := gpuBig
+	if path == "staged" {
+		big = 100_000 // the host path is slow by design; its logic is the same at any size
+	}
+	bytes := c.Size() * big * 8
+	if r.a, err = dev.Alloc(bytes); err != nil {
+		return err
+	}
+	defer r.a.Free()
+	if r.b, err = dev.Alloc(bytes); err != nil {
+		return err
+	}
+	defer r.b.Free()
+	if r.dc, err = c.Device(ctx, dev); err != nil {
+		return err
+	}
+	if r.dc.Path() != path {
+		return fmt.Errorf("rank %d: plane %s, want %s", c.Rank(), r.dc.Path(), path)
+	}
+	total, bad := 0, 0
+	start := time.Now()
+	pcie := 0.0 // the largest PCIe share of a call
+	for _, cs := range devCases(c.Size(), big) {
+		wrong, err := runDevCase(ctx, r, cs)
+		if err != nil {
+			return fmt.Errorf("%v: %w", cs, err)
+		}
+		pcie = max(pcie, r.dc.LinkShares()["pcie"])
+		total++
+		if wrong != 0 {
+			bad++
+			fmt.Printf("rank %d: %v: %d wrong elements\n", c.Rank(), cs, wrong)
+		}
+	}
+	if err := groupRound(ctx, r, min(1<<20, big/4)); err != nil {
+		return err
+	}
+	var flag uint64
+	if dp, ok := r.dc.plane.(*directPlane); ok && dp.flag != nil {
+		flag = dp.flag.calls
+	}
+	if err := r.dc.AsyncError(); err != nil {
+		return err
+	}
+	fmt.Printf("rank %d on %s: %d cases over the %s plane in %v, %d with wrong elements; group round ok; pcie share up to %.3f; %d flag allreduces\n",
+		c.Rank(), dev, total, path, time.Since(start).Round(time.Millisecond), bad, pcie, flag)
+	if want := settings.OS().String("FLEXLINK_GPU_FLAG_BYTES") != "0" && path == "direct"; want != (flag > 0) {
+		return fmt.Errorf("rank %d: %d flag allreduces with FLEXLINK_GPU_FLAG_BYTES=%q", c.Rank(), flag, settings.OS().String("FLEXLINK_GPU_FLAG_BYTES"))
+	}
+	if settings.OS().IsSet("FLEXLINK_PCIE_SHARE") && pcie == 0 {
+		return fmt.Errorf("rank %d: FLEXLINK_PCIE_SHARE is set but no call used pcie (staging not mapped? see the warnings above)", c.Rank())
+	}
+	if err := r.dc.Close(ctx); err != nil {
+		return err
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d cases wrong", bad, total)
+	}
+	return nil
+}
+
+// TestGPUOneProcess: two ranks as goroutines of one process on two real
+// GPUs. CUDA IPC does not work within a process, so they must agree on the
+// staged plane, and it must be right.
+func TestGPUOneProcess(t *testing.T) {
+	drv := openGPUs(t, 2)
+	const n = 2
+	stores := bootstrap.NewInProc(n)
+	job := fmt.Sprintf("gpuone%d", os.Getpid())
+	ctx := testCtx(t, 2*time.Minute)
+	rs := make([]*devRank, n)
+	for r := range rs {
+		rs[r] = &devRank{}
+	}
+	errs := onRanks(rs, func(dr *devRank) error {
+		r := -1
+		for i := range rs {
+			if rs[i] == dr {
+				r = i
+			}
+		}
+		c, err := New(ctx, stores[r], Options{Env: settings.Map(nil), Host: "one", JobID: job, Secret: []byte("gpu-one")})
+		if err != nil {
+			return err
+		}
+		dr.c = c
+		dev, err := drv.Device(r)
+		if err != nil {
+			return err
+		}
+		if dr.s, err = dev.NewStream(); err != nil {
+			return err
+		}
+		if dr.a, err = dev.Alloc(n * 5000 * 8); err != nil {
+			return err
+		}
+		if dr.b, err = dev.Alloc(n * 5000 * 8); err != nil {
+			return err
+		}
+		if dr.dc, err = c.Device(ctx, dev); err != nil {
+			return err
+		}
+		if dr.dc.Path() != "staged" {
+			return fmt.Errorf("rank %d: plane %s, want staged", r, dr.dc.Path())
+		}
+		return nil
+	})
+	defer onRanks(rs, func(dr *devRank) error {
+		if dr.dc != nil {
+			dr.dc.Close(context.Background())
+		}
+		for _, b := range []*gpu.Buffer{dr.a, dr.b} {
+			if b != nil {
+				b.Free()
+			}
+		}
+		if dr.s != nil {
+			dr.s.Close()
+		}
+		if dr.c != nil {
+			return dr.c.Close()
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	sweep(t, rs, devCases(n, 5000))
+}

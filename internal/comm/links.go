@@ -1,0 +1,253 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"flexlink/collectives"
+	"flexlink/fabric"
+	"flexlink/fabric/balance"
+	"flexlink/fabric/multilink"
+	"flexlink/internal/errs"
+)
+
+// addrFunc returns a peer's endpoint address for a transport kind; for the
+// world it comes from the join exchange, for sub-communicators from the
+// bootstrap key/value store.
+type addrFunc func(ctx context.Context, worldPeer int, kind string) ([]byte, error)
+
+// linkSet connects to peers lazily, on the first message, so a communicator
+// of N ranks that only runs rings opens 2 links, not N-1. Messages posted
+// before the link is ready are queued and issued in order once it is (the
+// Link contract is FIFO, so order must survive the wait). Connecting runs in
+// its own goroutine per peer, so two ranks that reach each other in
+// different orders cannot deadlock.
+type linkSet struct {
+	c     *Comm
+	ctx   context.Context // ends when the communicator closes
+	stop  context.CancelCauseFunc
+	addr  addrFunc
+	mu    sync.Mutex
+	slots map[int]*slot // comm rank -> slot
+	err   error         // set by abort: every later message fails with it
+}
+
+type slot struct {
+	link    fabric.Link
+	err     error
+	pending []pendingOp
+}
+
+type pendingOp struct {
+	send bool
+	tag  fabric.Tag
+	buf  []byte
+	req  *fabric.Req
+}
+
+func newLinkSet(c *Comm, addr addrFunc) *linkSet {
+	ctx, stop := context.WithCancelCause(context.Background())
+	return &linkSet{c: c, ctx: ctx, stop: stop, addr: addr, slots: map[int]*slot{}}
+}
+
+// post issues or queues one message to the peer of comm rank peer.
+func (s *linkSet) post(peer int, send bool, tag fabric.Tag, b collectives.Buffer) fabric.Request {
+	var buf []byte
+	if b != nil {
+		hb, ok := b.(collectives.HostBuffer)
+		if !ok {
+			return fabric.DoneReq(fmt.Errorf("rank %d: buffer of type %T is not host memory", s.c.rank, b))
+		}
+		buf = hb.Bytes()
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return fabric.DoneReq(s.err)
+	}
+	sl := s.slots[peer]
+	if sl == nil {
+		sl = &slot{}
+		s.slots[peer] = sl
+		go s.connect(peer, sl)
+	}
+	switch {
+	case sl.link != nil:
+		l := sl.link
+		s.mu.Unlock()
+		if send {
+			return l.Send(tag, buf)
+		}
+		return l.Recv(tag, buf)
+	case sl.err != nil:
+		err := sl.err
+		s.mu.Unlock()
+		return fabric.DoneReq(err)
+	default:
+		r := fabric.NewReq()
+		sl.pending = append(sl.pending, pendingOp{send: send, tag: tag, buf: buf, req: r})
+		s.mu.Unlock()
+		return r
+	}
+}
+
+func (s *linkSet) connect(peer int, sl *slot) {
+	wpeer := s.c.members[peer]
+	link, err := s.dial(wpeer)
+	s.mu.Lock()
+	if err == nil && s.err != nil {
+		link.Close()
+		err = s.err
+	}
+	if err != nil {
+		sl.err = err
+	} else {
+		sl.link = link
+		s.c.world.log.Info("link up", "comm", s.c.name, "peer", wpeer, "peer_host", s.c.world.hosts[wpeer], "kind", link.Props().Kind, "desc", link.Props().Desc)
+	}
+	pend := sl.pending
+	sl.pending = nil
+	// Issue queued messages in order while holding the lock, so a message
+	// posted concurrently cannot overtake them.
+	for _, p := range pend {
+		if err != nil {
+			p.req.Complete(err)
+			continue
+		}
+		var r fabric.Request
+		if p.send {
+			r = link.Send(p.tag, p.buf)
+		} else {
+			r = link.Recv(p.tag, p.buf)
+		}
+		go chain(r, p.req)
+	}
+	s.mu.Unlock()
+}
+
+func chain(from fabric.Request, to *fabric.Req) {
+	<-from.Done()
+	to.Complete(from.Err())
+}
+
+func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
+	w := s.c.world
+	kinds, err := w.linkKinds(wpeer)
+	if err != nil {
+		return nil, err
+	}
+	ctx := s.ctx
+	if d, _ := w.env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT"); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	links := make([]fabric.Link, 0, len(kinds))
+	for _, kind := range kinds {
+		l, err := s.dialKind(ctx, wpeer, kind)
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, err
+		}
+		links = append(links, l)
+	}
+	if len(links) == 1 {
+		return links[0], nil
+	}
+	planner, err := balance.NewPlanner(multilink.Specs(links), nil, balance.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
+	}
+	return multilink.New(wpeer, links, planner, multilink.Options{
+		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
+			w.log.Warn("link failed; its traffic moves to the others", "peer", wpeer, "kind", kind, "error", err)
+		},
+	}), nil
+}
+
+func (s *linkSet) dialKind(ctx context.Context, wpeer int, kind string) (fabric.Link, error) {
+	w := s.c.world
+	ep, ok := s.c.eps[kind]
+	if !ok {
+		return nil, fmt.Errorf("rank %d on %s: no %s endpoint", w.store.Rank(), w.host, kind)
+	}
+	addr, err := s.addr(ctx, wpeer, kind)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: address of rank %d: %w", w.store.Rank(), w.host, wpeer, err)
+	}
+	link, err := ep.Connect(ctx, wpeer, addr)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: connect to rank %d on %s over %s: %w", w.store.Rank(), w.host, wpeer, w.hosts[wpeer], kind, err)
+	}
+	return link, nil
+}
+
+// abort fails every pending and later message with err.
+func (s *linkSet) abort(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	var links []fabric.Link
+	for _, sl := range s.slots {
+		if sl.link != nil {
+			links = append(links, sl.link)
+		}
+	}
+	s.mu.Unlock()
+	s.stop(err)
+	for _, l := range links {
+		l.Abort(err)
+	}
+}
+
+// close releases every link.
+func (s *linkSet) close() {
+	s.abort(fmt.Errorf("communicator %s closed: %w", s.c.name, errs.ErrClosed))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sl := range s.slots {
+		if sl.link != nil {
+			sl.link.Close()
+		}
+	}
+}
+
+// linkReport lists the links in use, for FLEXLINK_DEBUG=INFO and tests.
+func (s *linkSet) report() []LinkReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []LinkReport
+	for p, sl := range s.slots {
+		if sl.link == nil {
+			continue
+		}
+		pr := sl.link.Props()
+		out = append(out, LinkReport{Peer: p, WorldPeer: s.c.members[p], PeerHost: s.c.world.hosts[s.c.members[p]], Kind: string(pr.Kind), Desc: pr.Desc})
+	}
+	return out
+}
+
+// LinkReport describes one link a communicator has open.
+type LinkReport struct {
+	Peer      int    // rank in the communicator
+	WorldPeer int    // rank in the world
+	PeerHost  string // host of the peer
+	Kind      string // shm, tcp, ...
+	Desc      string
+}
+
+// peers adapts a linkSet to collectives.Peers.
+type peers struct{ s *linkSet }
+
+func (p peers) Rank() int { return p.s.c.rank }
+func (p peers) Size() int { return p.s.c.size }
+func (p peers) Send(peer int, tag fabric.Tag, b collectives.Buffer) fabric.Request {
+	return p.s.post(peer, true, tag, b)
+}
+func (p peers) Recv(peer int, tag fabric.Tag, b collectives.Buffer) fabric.Request {
+	return p.s.post(peer, false, tag, b)
+}

@@ -1,0 +1,98 @@
+package comm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"unsafe"
+
+	"flexlink/collectives"
+	"flexlink/dtype"
+)
+
+// NoColor passed as color to Split gives the caller no new communicator
+// (NCCL_SPLIT_NOCOLOR).
+const NoColor = -1
+
+// Split partitions the communicator, like ncclCommSplit and MPI_Comm_split:
+// ranks that pass the same color form a new communicator, ordered by key and
+// then by rank in c. Every rank of c must call it. A rank that passes a
+// negative color (NoColor) takes part but gets nil. The new communicator has
+// its own links, so its collectives never mix with c's or a sibling's.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	c.opMu.Lock()
+	seq := c.splitSeq
+	c.splitSeq++
+	c.opMu.Unlock()
+
+	mine := []int64{int64(color), int64(key)}
+	all := make([]int64, 2*c.size)
+	err := c.Run(ctx, "allgather", func(ctx context.Context) error {
+		return c.engine.AllGather(ctx, int64Bytes(mine), int64Bytes(all), 2, dtype.Int64)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("split: %w", err)
+	}
+	if color < 0 {
+		return nil, nil
+	}
+	type member struct{ key, parent int }
+	var ms []member
+	for r := 0; r < c.size; r++ {
+		if all[2*r] == int64(color) {
+			ms = append(ms, member{int(all[2*r+1]), r})
+		}
+	}
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].key != ms[j].key {
+			return ms[i].key < ms[j].key
+		}
+		return ms[i].parent < ms[j].parent
+	})
+	members := make([]int, len(ms))
+	for i, m := range ms {
+		members[i] = c.members[m.parent]
+	}
+	name := c.name + ".s" + strconv.Itoa(seq) + "c" + strconv.Itoa(color)
+	w := c.world
+	eps, err := w.newEndpoints(name)
+	if err != nil {
+		return nil, err
+	}
+	blob, _ := json.Marshal(eps.addresses())
+	me := w.store.Rank()
+	if err := w.store.Put(ctx, addrKey(name, me), blob); err != nil {
+		eps.close()
+		return nil, fmt.Errorf("split: publish addresses: %w", err)
+	}
+	addrOf := func(ctx context.Context, wpeer int, kind string) ([]byte, error) {
+		b, err := w.store.Get(ctx, addrKey(name, wpeer))
+		if err != nil {
+			return nil, err
+		}
+		var m map[string][]byte
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("addresses of rank %d: %w", wpeer, err)
+		}
+		a, ok := m[kind]
+		if !ok {
+			return nil, fmt.Errorf("rank %d published no %s address", wpeer, kind)
+		}
+		return a, nil
+	}
+	return newComm(w, name, members, me, eps, addrOf)
+}
+
+func addrKey(comm string, worldRank int) string {
+	return "addr/" + comm + "/" + strconv.Itoa(worldRank)
+}
+
+// int64Bytes views s as host bytes (shares memory).
+func int64Bytes(s []int64) collectives.HostBuffer {
+	if len(s) == 0 {
+		return nil
+	}
+	return collectives.HostBuffer(unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 8*len(s)))
+}

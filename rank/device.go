@@ -1,0 +1,142 @@
+package rank
+
+import (
+	"context"
+
+	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/internal/comm"
+)
+
+// DeviceComm runs a communicator's collectives on GPU buffers with NCCL's
+// stream semantics: a call returns once the work is enqueued on the
+// caller's stream s; the work starts after the work enqueued on s before
+// the call, and work enqueued on s afterwards waits for it (including the
+// peers' reads of this rank's send buffer and writes into its recv buffer).
+// The host blocks only for small handshakes with the peers, never for the
+// data.
+//
+// Get one with Comm.Device; every rank of the communicator calls it. Calls
+// go through the Comm's queue (one collective at a time, in call order), and
+// a failure aborts the job like a host collective.
+//
+// Two data planes sit behind it (Path says which one the ranks agreed on):
+//   - direct: every rank on one host, every pair of GPUs with peer access.
+//     Ranks map each other's user buffers through CUDA IPC (once per
+//     allocation, then cached) and move data with SM kernels (stores into
+//     and loads from the peers' memory), copy engines and reduction
+//     kernels; the allreduce runs as one flag kernel per rank without host
+//     messages (collectives/direct); large pushes give a share, chosen by a
+//     balancer, to PCIe through shared pinned host memory (LinkShares
+//     reports it). See docs/GPU.md and docs/ARCHITECTURE.md.
+//   - staged: anything else. Buffers are copied through pinned host memory
+//     and the host algorithms run on the copies. Correct, not fast; see docs/GPU.md.
+//
+// Counts follow NCCL: AllGather's count is per rank (recv holds Size()
+// blocks), ReduceScatter's is the recv count (send holds Size() blocks),
+// AllToAll's is per peer (send and recv hold Size() blocks).
+//
+// Buffers must be device memory of the DeviceComm's GPU, made by
+// gpu.Device.Alloc (the direct plane exports whole allocations); sub-ranges
+// are fine. The direct plane keeps the peers' mappings of an allocation
+// until Close, so free user buffers only after closing the DeviceComm.
+type DeviceComm struct {
+	d *comm.DeviceComm
+	c *Comm
+}
+
+// DeviceP2P is one send or receive of DeviceComm.Group.
+type DeviceP2P = comm.DeviceP2P
+
+// DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
+func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P { return comm.DeviceSendTo(peer, b) }
+
+func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return comm.DeviceRecvFrom(peer, b) }
+
+// Path is the data plane the ranks agreed on: "direct" or "staged".
+func (d *DeviceComm) Path() string { return d.d.Path() }
+
+// Comm is the host communicator the DeviceComm belongs to.
+func (d *DeviceComm) Comm() *Comm { return d.c }
+
+// GPU is the device whose buffers the DeviceComm moves.
+func (d *DeviceComm) GPU() *gpu.Device { return d.d.GPU() }
+
+// LinkShares reports how the last call's pushes from this rank to its
+// peers were divided among link kinds: "nvlink" (SM kernels or copy
+// engines) and "pcie"
+// (staged through host memory) as fractions of the bytes pushed, summing
+// to 1. It is empty after a call that pushed nothing (reductions that only
+// read; broadcast and send/recv on the handshake paths, where receivers
+// pull; on the flag kernels a broadcast's non-roots, a receive and a
+// reduce's root, which send headers only; a zero count) and on the staged
+// plane. Safe to call from any goroutine.
+func (d *DeviceComm) LinkShares() map[string]float64 { return d.d.LinkShares() }
+
+// Close releases the mappings, events and streams. It is collective (the
+// ranks pass a barrier first, so none is still mid-call), and the streams
+// passed to earlier calls must have been synchronized, as before freeing
+// memory they use.
+func (d *DeviceComm) Close(ctx context.Context) error { return d.d.Close(ctx) }
+
+// AsyncError reports a failure that work already enqueued has met inside
+// the GPU, as ncclCommGetAsyncError does: a flag kernel (the small and
+// two-rank allreduce) that waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT
+// for a peer, found that the peer called another allreduce, or was ended
+// early because the job was aborted (a peer lost or failed). The error
+// names the peer and its host; once it is set, every later call on the
+// communicator fails. Call it after synchronising the stream when a
+// collective's result matters and no later call follows.
+func (d *DeviceComm) AsyncError() error { return d.d.AsyncError() }
+
+// AllReduce combines send (count elements) across ranks with op into every
+// rank's recv. send may equal recv.
+func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
+	return d.d.AllReduce(ctx, send, recv, count, dt, op, s)
+}
+
+// AllGather concatenates every rank's send (count elements) in rank order
+// into recv (Size()*count elements). send may be block Rank() of recv.
+func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
+	return d.d.AllGather(ctx, send, recv, count, dt, s)
+}
+
+// ReduceScatter reduces send (Size()*count elements) across ranks and leaves
+// block Rank() (count elements) in recv. recv may be block Rank() of send.
+func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
+	return d.d.ReduceScatter(ctx, send, recv, count, dt, op, s)
+}
+
+// Broadcast copies root's send (count elements) into every rank's recv.
+// send is only read on root (nil elsewhere is fine).
+func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, root int, s *gpu.Stream) error {
+	return d.d.Broadcast(ctx, send, recv, count, dt, root, s)
+}
+
+// Reduce combines send (count elements) across ranks into root's recv. recv
+// is only written on root (nil elsewhere is fine).
+func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, root int, s *gpu.Stream) error {
+	return d.d.Reduce(ctx, send, recv, count, dt, op, root, s)
+}
+
+// AllToAll sends block j of send (count elements per block, Size() blocks)
+// to rank j, which stores it as block Rank() of its recv.
+func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
+	return d.d.AllToAll(ctx, send, recv, count, dt, s)
+}
+
+// Group runs sends and receives together (ncclGroupStart/End around
+// ncclSend/ncclRecv): the i-th send from a to b matches b's i-th receive
+// from a, and the sizes must agree. Only the ranks named take part.
+func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P) error {
+	return d.d.Group(ctx, s, ops...)
+}
+
+// Send sends b to peer; Recv receives b from peer (each a Group of one).
+func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
+	return d.d.Send(ctx, b, peer, s)
+}
+
+func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
+	return d.d.Recv(ctx, b, peer, s)
+}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"flexlink/cmd/flexbench/internal/nccl"
 	"flexlink/dtype"
 	"flexlink/gpu"
-	"flexlink/cmd/flexbench/internal/nccl"
 	"flexlink/rank"
 )
 

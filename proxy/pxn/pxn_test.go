@@ -184,7 +184,7 @@ func planCases() []planCase {
 		{name: "dgx-h800x2-host-l2", w: dgx(2), opt: Options{Level: Rail, Mem: HostMem}, check: checkDGX},
 		sharedNICCase(), sharedNICHostCase(),
 		missingRailCase(Rail), missingRailCase(FarNIC),
-		mixedCountsCase(), cpuHostsCase(),
+		mixedCountsCase(), idleGPUsCase(), cpuHostsCase(),
 	}
 }
 
@@ -298,6 +298,37 @@ func cpuHostsCase() planCase {
 			if a := p.Aggregate(0); a.Receives != 8 || a.Messages != 32 {
 				t.Errorf("aggregation %+v: want 32 messages in 8 receives", a)
 			}
+		},
+	}
+}
+
+// idleGPUsCase: host1 has 8 GPUs and 8 NICs but runs ranks on GPUs 0..3
+// only: its NICs on rails 4..7 have no rank to drive them.
+func idleGPUsCase() planCase {
+	return planCase{
+		name: "idle-gpus-l2",
+		w: func(t *testing.T) *topo.World {
+			h := copies(loadHost(t, "dgx-h800.json"), 2)
+			var m []topo.Member
+			for _, g := range h[0].GPUs {
+				m = append(m, topo.Member{Host: h[0], GPU: g.Index})
+			}
+			for _, g := range h[1].GPUs[:4] {
+				m = append(m, topo.Member{Host: h[1], GPU: g.Index})
+			}
+			w, err := topo.NewWorld(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		},
+		opt: Options{Level: Rail},
+		check: func(t *testing.T, w *topo.World, p *Plan) {
+			checkVias(t, p, []wantVia{
+				{8, 5, 8, "no rank of host host1 is on rail 5"},
+				{8, 1, 9, "relay over nvlink to GPU 1"},
+				{5, 9, 1, "relay over nvlink to GPU 1"},
+			})
 		},
 	}
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"flexlink/fabric/topo"
+	"flexlink/proxy/pxn"
+)
+
+// planFor computes, without the command, the plan flexinfo routes should
+// print: n copies of a fixture, one rank per GPU, host by host.
+func planFor(t *testing.T, fixture string, n int, opt pxn.Options) *pxn.Plan {
+	t.Helper()
+	h := mustLoad(t, fixture)
+	var m []topo.Member
+	for i := range n {
+		c := *h
+		c.Hostname = fmt.Sprintf("host%d", i)
+		for _, g := range h.GPUs {
+			m = append(m, topo.Member{Host: &c, GPU: g.Index})
+		}
+	}
+	w, err := topo.NewWorld(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pxn.Compute(w, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// decodeLines parses JSON Lines strictly: every line one object of T.
+func decodeLines[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var got []T
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var v T
+		dec := json.NewDecoder(strings.NewReader(sc.Text()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		got = append(got, v)
+	}
+	return got
+}
+
+func TestRoutesJSON(t *testing.T) {
+	for _, c := range []struct {
+		fixture string
+		nodes   int
+		args    []string
+		opt     pxn.Options
+	}{
+		{"dgx-h800.json", 2, nil, pxn.Options{Level: pxn.Rail}},
+		{"dgx-h800.json", 4, []string{"--level", "0"}, pxn.Options{Level: pxn.Off}},
+		{"dgx1.json", 3, []string{"--level", "2"}, pxn.Options{Level: pxn.Rail}},
+		{"dgx1.json", 2, []string{"--host-buffers", "--level", "1"}, pxn.Options{Level: pxn.FarNIC, Mem: pxn.HostMem}},
+	} {
+		name := fmt.Sprintf("%s-x%d-%s", c.fixture, c.nodes, strings.Join(c.args, ""))
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"routes", "--topo-file", fixturePath(c.fixture), "--nodes", fmt.Sprint(c.nodes), "--json"}, c.args...)
+			out, err := run(t, nil, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := planFor(t, c.fixture, c.nodes, c.opt)
+			if got := decodeLines[pxn.Route](t, out); !reflect.DeepEqual(got, want.Routes) {
+				t.Errorf("routes differ from the planner's: %d lines, want %d", len(got), len(want.Routes))
+			}
+			out, err = run(t, nil, append(args, "--groups")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := decodeLines[pxn.Group](t, out); !reflect.DeepEqual(got, want.Aggregate(0).Groups) {
+				t.Errorf("groups differ from the planner's aggregation")
+			}
+		})
+	}
+}
+
+// TestRoutesTable: the table lists every route and ends with the
+// aggregation counts.
+func TestRoutesTable(t *testing.T) {
+	out, err := run(t, nil, "routes", "--topo-file", fixturePath("dgx-h800.json"), "--nodes", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := planFor(t, "dgx-h800.json", 2, pxn.Options{Level: pxn.Rail})
+	a := p.Aggregate(0)
+	rows := strings.Count(out, "\nhost0:") + strings.Count(out, "\nhost1:")
+	want := fmt.Sprintf("all-to-all: %d cross-host messages, %d relayed, %d cross-rail; %d receives", a.Messages, a.Relayed, a.CrossRail, a.Receives)
+	if rows != len(p.Routes) || !strings.Contains(out, want) {
+		t.Errorf("%d route rows (want %d), summary %q missing:\n%s", rows, len(p.Routes), want, out)
+	}
+	golden(t, "routes-dgx-h800x2.txt", out)
+}
+
+// TestRoutesCPUHosts: a host without GPUs needs --ranks-per-node and
+// plans host buffers.
+func TestRoutesCPUHosts(t *testing.T) {
+	if _, err := run(t, nil, "routes", "--topo-file", fixturePath("nogpu.yaml"), "--nodes", "2"); err == nil || !strings.Contains(err.Error(), "no GPUs") {
+		t.Errorf("no --ranks-per-node on a host without GPUs: error %v", err)
+	}
+	out, err := run(t, nil, "routes", "--topo-file", fixturePath("nogpu.yaml"), "--nodes", "2", "--ranks-per-node", "3", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decodeLines[pxn.Route](t, out)
+	if len(got) != 2*3*3 {
+		t.Fatalf("%d routes, want 18", len(got))
+	}
+	for _, r := range got {
+		if r.Relayed() || !strings.Contains(r.Reason, "has no rails") {
+			t.Errorf("%+v: want direct, no rails (the host's only NIC is not RDMA)", r)
+		}
+	}
+}
+
+func TestRoutesErrors(t *testing.T) {
+	base := []string{"routes", "--topo-file", fixturePath("dgx-h800.json")}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nodes", "0"}, "--nodes 0"},
+		{[]string{"--nodes", "1"}, "--nodes 1"},
+		{[]string{"--nodes", "-3"}, "--nodes -3"},
+		{[]string{"--nodes", "1000"}, "--nodes 1000"},
+		{[]string{"--nodes", "two"}, "invalid value"},
+		{[]string{"--nodes", "2", "--level", "3"}, "level"},
+		{[]string{"--nodes", "2", "--ranks-per-node", "9"}, "has 8 GPUs"},
+		{[]string{"--nodes", "2", "--max-recvs", "0"}, "--max-recvs 0"},
+		{[]string{"--nodes", "2", "stray"}, "unexpected argument"},
+		{[]string{}, "nodes"},
+	} {
+		_, err := run(t, nil, append(base, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("routes %q: error %v, want one with %q", c.args, err, c.want)
+		}
+	}
+	if _, err := run(t, nil, "routes", "--topo-file", "no-such-file.json", "--nodes", "2"); err == nil {
+		t.Error("routes with a missing topology file: no error")
+	}
+}

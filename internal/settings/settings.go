@@ -51,6 +51,7 @@ var Table = []Setting{
 	{"FLEXLINK_TOPO_FILE", "", "load the host topology from this file instead of detecting it (JSON, YAML or NCCL XML)"},
 	{"FLEXLINK_TOPO_DUMP_FILE", "", "write the detected host topology to this file"},
 	{"FLEXLINK_RAILS", "", "NIC names in rail order, comma-separated (mlx5_0,mlx5_1,...): NIC i is rail i on this host (empty: numbered by nearest GPU)"},
+	{"FLEXLINK_PXN", "2", "PXN routes across hosts, like NCCL_P2P_PXN_LEVEL: 0 off (each rank sends from its own NIC), 1 relay only for ranks whose GPU has no NIC near it, 2 rail-aligned (a message leaves from the NIC on its destination's rail, handed over NVLink or shm to the local rank that owns it); see docs/PXN.md"},
 	{"FLEXLINK_GPU_PATH", "auto", "device-buffer collectives: auto (direct IPC path when every rank is on one host with peer access between all GPUs, else staged), direct, or staged (through pinned host memory and the host algorithms)"},
 	{"FLEXLINK_GPU_CHUNK_BYTES", "16777216", "largest pipeline chunk of the direct GPU allreduce (reduce of chunk k+1 overlaps the copies of chunk k)"},
 	{"FLEXLINK_GPU_COPY_STREAMS", "1", "direct GPU path: copy streams per peer that a large push is split over (one copy engine each)"},

@@ -25,6 +25,7 @@ import (
 
 	"flexlink/fabric"
 	"flexlink/fabric/topo"
+	"flexlink/internal/settings"
 )
 
 // Level says when a message takes a relay, with the values of NCCL's
@@ -289,4 +290,13 @@ func ints(v []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// LevelFromEnv reads FLEXLINK_PXN.
+func LevelFromEnv(env settings.Env) (Level, error) {
+	l, err := ParseLevel(env.String("FLEXLINK_PXN"))
+	if err != nil {
+		return 0, fmt.Errorf("FLEXLINK_PXN: %w", err)
+	}
+	return l, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"flexlink/fabric/topo"
+	"flexlink/internal/settings"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -330,5 +331,25 @@ func idleGPUsCase() planCase {
 				{5, 9, 1, "relay over nvlink to GPU 1"},
 			})
 		},
+	}
+}
+
+func TestLevelFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		val  string
+		want Level
+		bad  bool
+	}{{"", Rail, false}, {"0", Off, false}, {"1", Level(1), false}, {"2", Rail, false}, {"3", 0, true}, {"x", 0, true}} {
+		env := settings.Map(map[string]string{"FLEXLINK_PXN": c.val})
+		got, err := LevelFromEnv(env)
+		if c.bad {
+			if err == nil || !strings.Contains(err.Error(), "FLEXLINK_PXN") {
+				t.Errorf("%q: err %v, want one naming FLEXLINK_PXN", c.val, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %v, %v; want %v", c.val, got, err, c.want)
+		}
 	}
 }

@@ -1,0 +1,105 @@
+// Package plane is the contract between a communicator and the data planes
+// that run its collectives on GPU buffers (collectives/direct,
+// collectives/staged): the call (Op), what a plane needs from its
+// communicator (Host), and what the communicator needs from a plane (Plane).
+// It holds no implementation, so a plane is built and tested from a Host and
+// a Config struct, without the communicator core.
+package plane
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/collectives"
+	"flexlink/dtype"
+	"flexlink/gpu"
+)
+
+// Kind names a device collective.
+type Kind uint8
+
+const (
+	AllReduce Kind = iota + 1
+	AllGather
+	ReduceScatter
+	Broadcast
+	Reduce
+	AllToAll
+	Group
+)
+
+func (k Kind) String() string {
+	if k < AllReduce || k > Group {
+		return "unknown"
+	}
+	return [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "group send/recv"}[k]
+}
+
+// Op is one call, its buffers already trimmed to the bytes it touches.
+type Op struct {
+	Kind       Kind
+	Send, Recv *gpu.Buffer // nil where the rank has none (rooted ops)
+	Count      int         // elements, NCCL's meaning for Kind
+	DT         dtype.DType
+	Op         dtype.Op
+	Root       int
+	P2P        []P2P
+}
+
+// P2P is one send or receive of a Group; Buf is the whole message.
+type P2P struct {
+	Send bool
+	Peer int
+	Buf  *gpu.Buffer
+}
+
+// Host is what a plane needs from the communicator it serves: who the ranks
+// are, host collectives and links for its handshakes, the job's fate, and
+// a logger. comm.Comm implements it.
+//
+// Engine and Peers may be used only inside a call (Plane.Do, or a plane's
+// constructor, which runs under the communicator's queue): collectives on
+// one communicator run one at a time. JobErr is nil while the job is
+// healthy and the abort reason after; JobDone is closed then. AbortJob ends
+// the job for every rank with err.
+type Host interface {
+	Rank() int
+	Size() int
+	WorldRank() int
+	Host() string
+	PeerHost(r int) string
+	// SameProcess reports whether rank r lives in this process (CUDA IPC
+	// needs separate processes).
+	SameProcess(r int) bool
+	Name() string // the communicator's name (logs)
+	ID() uint64   // the communicator's id (message tags)
+	Engine() *collectives.Engine
+	Peers() collectives.Peers
+	Log() hclog.Logger
+	JobErr() error
+	JobDone() <-chan struct{}
+	AbortJob(err error)
+}
+
+// Plane is one way of running device-buffer collectives.
+type Plane interface {
+	// Do is called under the communicator's queue (one call at a time,
+	// with its deadline and abort handling); it enqueues o's work on s and
+	// returns without waiting for the GPU.
+	Do(ctx context.Context, o *Op, s *gpu.Stream) error
+	// Quiesce waits until this rank's long-running kernels, which peers
+	// write into, have ended; Close's caller calls it before the closing
+	// barrier.
+	Quiesce() error
+	// Close releases the plane's resources. clean says the ranks passed the
+	// closing barrier: without it, memory that peers may still write into
+	// is leaked rather than freed.
+	Close(clean bool) error
+	// AsyncError reports a failure met inside the GPU by work already
+	// enqueued (ncclCommGetAsyncError); nil when none.
+	AsyncError() error
+	// LinkShares reports the share of the bytes each link carried (empty
+	// when the plane has one link).
+	LinkShares() map[string]float64
+}

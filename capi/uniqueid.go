@@ -166,3 +166,7 @@ func matchIfName(name, spec string) bool {
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// netipZero is a placeholder rendezvous address for ids that never travel
+// (ncclCommInitAll joins through an in-process store).
+func netipZero() netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0) }

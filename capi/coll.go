@@ -77,6 +77,7 @@ func (l *Library) Coll(tid int, h uintptr, call Call) error {
 		return nil
 	}
 	if err := c.runAll([]*work{w}); err != nil {
+		c.note(err)
 		return fail(ResultOf(err), "%s rank %d of %d: %w", fn, c.rank, c.nranks, err)
 	}
 	return nil

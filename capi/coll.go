@@ -45,12 +45,12 @@ type Call struct {
 
 // work is a checked Call on its communicator.
 type work struct {
-	c              *Comm
-	call           Call
-	dt             dtype.DType
-	op             RedOp
-	sendN, recvN   int // bytes of each buffer this rank touches (0: unused)
-	device         bool
+	c                *Comm
+	call             Call
+	dt               dtype.DType
+	op               RedOp
+	sendN, recvN     int // bytes of each buffer this rank touches (0: unused)
+	device           bool
 	sendReg, recvReg Region
 }
 

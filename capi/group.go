@@ -140,4 +140,3 @@ func (l *Library) GroupEnd(tid int) error {
 	}
 	return run()
 }
-

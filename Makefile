@@ -4,7 +4,7 @@ BIN      := bin
 GOFLAGS  ?=
 TESTTIME ?= 18m
 
-.PHONY: all build demo test vet bench bench-mpi clean gpu-build
+.PHONY: all build demo test vet bench bench-mpi clean gpu-build libnccl
 
 all: build
 
@@ -34,3 +34,15 @@ bench-mpi: bench
 
 clean:
 	rm -rf $(BIN)
+
+# flexlink's NCCL-compatible C library and header (docs/NCCL-API.md):
+# build/nccl/lib/libnccl.so.2 exporting only nccl*/pnccl*, build/nccl/include/nccl.h.
+NCCL_DIR ?= build/nccl
+libnccl:
+	mkdir -p $(NCCL_DIR)/lib $(NCCL_DIR)/include
+	cp include/nccl.h $(NCCL_DIR)/include/
+	$(GO) build $(GOFLAGS) -buildmode=c-shared \
+	  -ldflags "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script=$(CURDIR)/cmd/libnccl/exports.map'" \
+	  -o $(NCCL_DIR)/lib/libnccl.so.2 ./cmd/libnccl
+	rm -f $(NCCL_DIR)/lib/libnccl.so.h
+	ln -sf libnccl.so.2 $(NCCL_DIR)/lib/libnccl.so

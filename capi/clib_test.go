@@ -1,0 +1,120 @@
+package capi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"flexlink/internal/testenv"
+)
+
+// torchSymbols are the nccl* symbols torch 2.11's libtorch_cuda.so needs
+// (nm -D --undefined-only on the GPU machine), plus the three nccl-tests
+// uses beyond them. The library must export every one.
+var torchSymbols = strings.Fields(`ncclAllGather ncclAllReduce ncclAlltoAll ncclBcast ncclBroadcast
+ncclCommAbort ncclCommCount ncclCommDeregister ncclCommDestroy ncclCommFinalize
+ncclCommGetAsyncError ncclCommInitAll ncclCommInitRank ncclCommInitRankConfig
+ncclCommInitRankScalable ncclCommRegister ncclCommShrink ncclCommSplit ncclCommUserRank
+ncclCommWindowDeregister ncclCommWindowRegister ncclDevCommCreate ncclDevCommDestroy
+ncclGetErrorString ncclGetLastError ncclGetUniqueId ncclGetVersion ncclGroupEnd
+ncclGroupSimulateEnd ncclGroupStart ncclMemAlloc ncclMemFree ncclRecv
+ncclRedOpCreatePreMulSum ncclRedOpDestroy ncclReduce ncclReduceScatter ncclSend
+ncclCommCuDevice ncclGather ncclScatter`)
+
+// TestCLibrary builds libnccl.so.2 (cmd/libnccl) as make libnccl does,
+// checks its exports, then compiles testdata/nccl_check.c with the system
+// C compiler against include/nccl.h and runs it as 2 and 4 ranks under
+// flexrun, on host buffers (this machine has no GPU: the host-buffer
+// extension, see the package comment).
+func TestCLibrary(t *testing.T) {
+	cc := testenv.LookPath(t, "C compiler", "cc")
+	nm := testenv.LookPath(t, "binutils", "nm")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	libDir := filepath.Join(dir, "lib")
+	lib := filepath.Join(libDir, "libnccl.so.2")
+	run("go", "build", "-buildmode=c-shared",
+		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(root, "cmd/libnccl/exports.map")+"'",
+		"-o", lib, "./cmd/libnccl")
+
+	t.Run("exports", func(t *testing.T) {
+		var got []string
+		sc := bufio.NewScanner(strings.NewReader(run(nm, "-D", "--defined-only", lib)))
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 3 {
+				got = append(got, f[2])
+			}
+		}
+		for _, s := range got {
+			if !strings.HasPrefix(s, "nccl") && !strings.HasPrefix(s, "pnccl") {
+				t.Errorf("exports %s: only nccl*/pnccl* may be exported", s)
+			}
+		}
+		for _, s := range torchSymbols {
+			for _, name := range []string{s, "p" + s} {
+				if !slices.Contains(got, name) {
+					t.Errorf("%s is not exported", name)
+				}
+			}
+		}
+		listed, err := os.ReadFile(filepath.Join(root, "cmd/libnccl/symbols.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if want := strings.Fields(string(listed)); !slices.Equal(got, want) {
+			t.Errorf("exports differ from cmd/libnccl/symbols.txt:\n got %v\nwant %v", got, want)
+		}
+		if soname := run("readelf", "-d", lib); !strings.Contains(soname, "[libnccl.so.2]") {
+			t.Errorf("no SONAME libnccl.so.2:\n%s", soname)
+		}
+	})
+
+	prog := filepath.Join(dir, "nccl_check")
+	run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
+		"-o", prog, filepath.Join(root, "capi/testdata/nccl_check.c"),
+		"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir, "-lpthread", "-lm")
+	flexrun := filepath.Join(dir, "flexrun")
+	run("go", "build", "-o", flexrun, "./cmd/flexrun")
+
+	for _, n := range []int{2, 4} {
+		t.Run("ranks="+strconv.Itoa(n), func(t *testing.T) {
+			idFile := filepath.Join(t.TempDir(), "id")
+			cmd := exec.CommandContext(ctx, flexrun, "-np", strconv.Itoa(n), "--oversubscribe", "--timeout", "120s", "--tag-output", prog, idFile)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("flexrun -np %d nccl_check: %v\n%s", n, err, out.String())
+			}
+			for r := range n {
+				if want := "nccl_check rank " + strconv.Itoa(r) + ": ok"; !strings.Contains(out.String(), want) {
+					t.Errorf("no %q in the output:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,272 @@
+package capi
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"flexlink/dtype"
+)
+
+// Kind names a collective or point-to-point call.
+type Kind int
+
+const (
+	AllReduce Kind = iota
+	AllGather
+	ReduceScatter
+	Broadcast
+	Reduce
+	AllToAll
+	Gather
+	Scatter
+	Send
+	Recv
+)
+
+var kindNames = [...]string{"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Call is one collective or point-to-point call as the C caller made it.
+// Root is the root of rooted calls and the peer of Send and Recv. Send and
+// Recv (the buffers) are the caller's pointers; for Send and Recv calls the
+// one buffer is in Send or Recv respectively.
+type Call struct {
+	Kind   Kind
+	Send   unsafe.Pointer
+	Recv   unsafe.Pointer
+	Count  uint64
+	Type   int32
+	Op     int32
+	Root   int
+	Stream uintptr
+}
+
+// work is a checked Call on its communicator.
+type work struct {
+	c                *Comm
+	call             Call
+	dt               dtype.DType
+	op               RedOp
+	sendN, recvN     int // bytes of each buffer this rank touches (0: unused)
+	device           bool
+	sendReg, recvReg Region
+}
+
+// Coll checks and runs (or, inside a group, queues) call on communicator
+// h for thread tid. Outside a group a call on host buffers returns when it
+// is done; one on device buffers once it is enqueued on call.Stream.
+func (l *Library) Coll(tid int, h uintptr, call Call) error {
+	fn := call.Kind.String()
+	c, err := l.comm(h, fn)
+	if err != nil {
+		return err
+	}
+	if err := c.usable(fn); err != nil {
+		return err
+	}
+	w, err := c.check(call)
+	if err != nil {
+		return err
+	}
+	if w.sendN == 0 && w.recvN == 0 {
+		return nil // count 0: nothing to do, as NCCL
+	}
+	if l.queue(tid, w) {
+		return nil
+	}
+	if err := c.runAll([]*work{w}); err != nil {
+		c.note(err)
+		return fail(ResultOf(err), "%s rank %d of %d: %w", fn, c.rank, c.nranks, err)
+	}
+	return nil
+}
+
+// check validates call's arguments against the communicator.
+func (c *Comm) check(call Call) (*work, error) {
+	fn := call.Kind.String()
+	w := &work{c: c, call: call}
+	dt, err := DataType(call.Type)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fn, err)
+	}
+	w.dt = dt
+	switch call.Kind {
+	case AllReduce, ReduceScatter, Reduce:
+		if w.op, err = c.redOp(call.Op); err != nil {
+			return nil, fmt.Errorf("%s: %w", fn, err)
+		}
+	}
+	n := uint64(c.nranks)
+	if call.Count > math.MaxInt64/uint64(dt.Size())/n {
+		return nil, fail(InvalidArgument, "%s: count %d of %s overflows the byte size of a buffer for %d ranks", fn, call.Count, dt, n)
+	}
+	one := int(call.Count) * dt.Size()
+	all := one * c.nranks
+	switch call.Kind {
+	case Broadcast, Reduce, Gather, Scatter, Send, Recv:
+		if call.Root < 0 || call.Root >= c.nranks {
+			what := "root"
+			if call.Kind == Send || call.Kind == Recv {
+				what = "peer"
+			}
+			return nil, fail(InvalidArgument, "%s: %s %d is out of range for %d ranks", fn, what, call.Root, c.nranks)
+		}
+	}
+	isRoot := call.Root == c.rank
+	switch call.Kind {
+	case AllReduce:
+		w.sendN, w.recvN = one, one
+	case AllGather:
+		w.sendN, w.recvN = one, all
+	case ReduceScatter:
+		w.sendN, w.recvN = all, one
+	case Broadcast:
+		w.recvN = one
+		if isRoot {
+			w.sendN = one
+		}
+	case Reduce:
+		w.sendN = one
+		if isRoot {
+			w.recvN = one
+		}
+	case AllToAll:
+		w.sendN, w.recvN = all, all
+	case Gather:
+		w.sendN = one
+		if isRoot {
+			w.recvN = all
+		}
+	case Scatter:
+		w.recvN = one
+		if isRoot {
+			w.sendN = all
+		}
+	case Send:
+		w.sendN = one
+	case Recv:
+		w.recvN = one
+	default:
+		return nil, fail(InternalError, "unknown call kind %d", call.Kind)
+	}
+	if w.sendN > 0 && call.Send == nil {
+		return nil, fail(InvalidArgument, "%s: send buffer is NULL (count %d)", fn, call.Count)
+	}
+	if w.recvN > 0 && call.Recv == nil {
+		return nil, fail(InvalidArgument, "%s: receive buffer is NULL (count %d)", fn, call.Count)
+	}
+	if err := c.locate(w); err != nil {
+		return nil, fmt.Errorf("%s: %w", fn, err)
+	}
+	return w, nil
+}
+
+// locate decides whether w runs on device or host buffers.
+func (c *Comm) locate(w *work) error {
+	mem := c.lib.opt.Memory
+	if mem == nil {
+		return nil
+	}
+	var sd, rd bool
+	if w.sendN > 0 {
+		w.sendReg, sd = mem.Locate(uintptr(w.call.Send))
+	}
+	if w.recvN > 0 {
+		w.recvReg, rd = mem.Locate(uintptr(w.call.Recv))
+	}
+	if w.sendN > 0 && w.recvN > 0 && sd != rd {
+		return fail(InvalidArgument, "send buffer %p and receive buffer %p: one is device memory and the other is not", w.call.Send, w.call.Recv)
+	}
+	w.device = sd || rd
+	if !w.device {
+		return nil
+	}
+	if c.dc == nil {
+		return fail(InvalidUsage, "device buffers on a communicator without a GPU (no CUDA driver when it was created)")
+	}
+	if mem.Capturing(w.call.Stream) {
+		return fail(InvalidUsage, "stream %#x is capturing a CUDA graph: flexlink's libnccl does not support graph capture yet", w.call.Stream)
+	}
+	for _, r := range []struct {
+		n   int
+		reg Region
+		p   unsafe.Pointer
+	}{{w.sendN, w.sendReg, w.call.Send}, {w.recvN, w.recvReg, w.call.Recv}} {
+		if r.n == 0 {
+			continue
+		}
+		if r.reg.Device != c.dev {
+			return fail(InvalidArgument, "buffer %p is on GPU %d, the communicator's rank %d is on GPU %d", r.p, r.reg.Device, c.rank, c.dev)
+		}
+		if off := int(uintptr(r.p) - r.reg.Base); off < 0 || off+r.n > r.reg.Size {
+			return fail(InvalidArgument, "buffer %p + %d bytes runs past its allocation (%#x, %d bytes)", r.p, r.n, r.reg.Base, r.reg.Size)
+		}
+	}
+	return nil
+}
+
+// redOp resolves an operator code: a built-in one or a PreMulSum of this
+// communicator.
+func (c *Comm) redOp(code int32) (RedOp, error) {
+	if op, ok := builtinOp(code); ok {
+		return RedOp{Op: op}, nil
+	}
+	c.mu.Lock()
+	op, ok := c.ops[code]
+	c.mu.Unlock()
+	if !ok {
+		return RedOp{}, fail(InvalidArgument, "invalid reduction operator %d (built-in: 0 sum, 1 prod, 2 max, 3 min, 4 avg; others come from ncclRedOpCreatePreMulSum on this communicator)", code)
+	}
+	return op, nil
+}
+
+// CreatePreMulSum is ncclRedOpCreatePreMulSum with a host scalar (already
+// converted to float64 by the caller) for dtype code dt.
+func (l *Library) CreatePreMulSum(h uintptr, scalar float64, dt int32) (int32, error) {
+	c, err := l.comm(h, "ncclRedOpCreatePreMulSum")
+	if err != nil {
+		return 0, err
+	}
+	d, err := DataType(dt)
+	if err != nil {
+		return 0, fmt.Errorf("ncclRedOpCreatePreMulSum: %w", err)
+	}
+	if !d.IsFloat() {
+		return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: datatype %s: flexlink supports PreMulSum on floating-point types only", d)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ops) >= maxPreMulSumOps {
+		return 0, fail(InvalidUsage, "ncclRedOpCreatePreMulSum: %d operators already live on this communicator", len(c.ops))
+	}
+	code := c.nextOp
+	for {
+		if _, used := c.ops[code]; !used {
+			break
+		}
+		code++
+		if code == ncclMaxRedOp {
+			code = ncclNumOps
+		}
+	}
+	c.nextOp = code + 1
+	c.ops[code] = RedOp{Op: dtype.Sum, PreMul: true, Scalar: scalar}
+	return code, nil
+}
+
+// DestroyRedOp is ncclRedOpDestroy.
+func (l *Library) DestroyRedOp(h uintptr, code int32) error {
+	c, err := l.comm(h, "ncclRedOpDestroy")
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.ops[code]; !ok {
+		return fail(InvalidArgument, "ncclRedOpDestroy: operator %d was not created on this communicator (or was destroyed)", code)
+	}
+	delete(c.ops, code)
+	return nil
+}

@@ -1,0 +1,423 @@
+package capi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+	"flexlink/rank"
+)
+
+// Comm is one ncclComm_t: a rank.Comm, with a DeviceComm when the process
+// has a GPU. Its state moves from initialising to ready or failed; calls on
+// it wait for nothing but check the state.
+type Comm struct {
+	lib    *Library
+	handle uintptr
+	nranks int
+	rank   int
+	dev    int // CUDA device ordinal, -1 without a GPU
+	cfg    Config
+
+	ctx    context.Context // ends on abort or destroy
+	cancel context.CancelFunc
+	ready  chan struct{} // closed when initialisation has finished
+
+	// set before ready is closed, read-only after
+	rc      *rank.Comm
+	dc      *rank.DeviceComm
+	gpuDev  *gpu.Device
+	srv     *served
+	initErr error
+
+	mu       sync.Mutex
+	asyncErr error // first failure of work in flight (ncclCommGetAsyncError)
+	last     string
+	inflight int // groups still running in the background
+	ops      map[int32]RedOp
+	nextOp   int32
+	aborted  bool
+}
+
+func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Comm{lib: l, nranks: nranks, rank: r, dev: dev, cfg: cfg, ctx: ctx, cancel: cancel,
+		ready: make(chan struct{}), ops: map[int32]RedOp{}, nextOp: ncclNumOps}
+	l.add(c)
+	return c
+}
+
+// finish ends initialisation with err (nil: ready).
+func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
+	c.rc, c.dc, c.initErr = rc, dc, err
+	if err != nil {
+		c.note(err)
+	}
+	close(c.ready)
+	if err == nil && c.lib.opt.Announce != nil {
+		path := "host buffers"
+		if dc != nil {
+			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Path() + " plane"
+		}
+		c.lib.opt.Announce(fmt.Sprintf("flexlink libnccl (NCCL %d API) serves rank %d of %d on %s, %s", Version, c.rank, c.nranks, rc.Host(), path))
+	}
+}
+
+// note records err as the communicator's last and asynchronous error.
+func (c *Comm) note(err error) {
+	c.mu.Lock()
+	if c.asyncErr == nil {
+		c.asyncErr = err
+	}
+	c.last = err.Error()
+	c.mu.Unlock()
+}
+
+func (c *Comm) lastErr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// usable returns the communicator once it is ready: a communicator still
+// initialising (non-blocking), failed or aborted refuses calls.
+func (c *Comm) usable(fn string) error {
+	select {
+	case <-c.ready:
+	default:
+		return fail(InvalidUsage, "%s: communicator %#x is still initialising (non-blocking init): poll ncclCommGetAsyncError until it returns ncclSuccess", fn, c.handle)
+	}
+	if c.initErr != nil {
+		return fail(ResultOf(c.initErr), "%s: communicator %#x failed to initialise: %w", fn, c.handle, c.initErr)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted {
+		return fail(InvalidUsage, "%s: communicator %#x was aborted", fn, c.handle)
+	}
+	if c.asyncErr != nil {
+		return fail(ResultOf(c.asyncErr), "%s: communicator rank %d of %d has failed: %w", fn, c.rank, c.nranks, c.asyncErr)
+	}
+	return nil
+}
+
+// bootstrapTimeout bounds joining a communicator.
+func (l *Library) bootstrapTimeout() time.Duration {
+	d, err := l.env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT")
+	if err != nil || d <= 0 {
+		return 60 * time.Second
+	}
+	return d
+}
+
+// InitRank is ncclCommInitRank(Config) for the calling thread tid. It
+// returns the new handle; with the result InProgress (non-blocking config)
+// or inside a group, initialisation goes on after it returns.
+func (l *Library) InitRank(tid, nranks int, id UniqueID, r int, cfg Config) (uintptr, error) {
+	if nranks < 1 {
+		return 0, fail(InvalidArgument, "ncclCommInitRank: nranks %d must be at least 1", nranks)
+	}
+	if r < 0 || r >= nranks {
+		return 0, fail(InvalidArgument, "ncclCommInitRank: rank %d is out of range for %d ranks", r, nranks)
+	}
+	info, err := decodeID(id)
+	if err != nil {
+		return 0, err
+	}
+	dev := -1
+	if l.opt.Memory != nil {
+		dev = l.opt.Memory.CurrentDevice()
+	}
+	c := l.newComm(nranks, r, dev, cfg)
+	run := func() { c.finish(c.join(info)) }
+	if l.inGroup(tid) {
+		l.deferInit(tid, c, run)
+		return c.handle, nil
+	}
+	if !cfg.IsBlocking() {
+		go run()
+		return c.handle, fail(InProgress, "initialising")
+	}
+	run()
+	if c.initErr != nil {
+		l.remove(c.handle)
+		return 0, fail(ResultOf(c.initErr), "ncclCommInitRank rank %d of %d: %w", r, nranks, c.initErr)
+	}
+	return c.handle, nil
+}
+
+// join dials the id's rendezvous (serving it first when this process made
+// the id) and builds the communicator over it.
+func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
+	l := c.lib
+	srv, err := l.serve(info, c.nranks)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.srv = srv
+	ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
+	defer cancel()
+	host, _ := os.Hostname()
+	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{Addr: info.Server(), Rank: c.rank, Size: c.nranks, Secret: info.Secret, JobID: info.JobID(), Host: host, Logger: l.log.Named("bootstrap")})
+	if err != nil {
+		l.unserve(srv)
+		c.srv = nil
+		return nil, nil, fmt.Errorf("rank %d of %d on %s: join the rendezvous at %s (served by the process that called ncclGetUniqueId, from its own ncclCommInitRank): %w", c.rank, c.nranks, host, info.Server(), err)
+	}
+	rc, err := rank.New(ctx, store, rank.Options{Env: l.env, Host: host, JobID: info.JobID(), Secret: info.Secret, Logger: l.log.Named("rank")})
+	if err != nil {
+		_ = store.Close()
+		l.unserve(srv)
+		c.srv = nil
+		return nil, nil, fmt.Errorf("rank %d of %d: %w", c.rank, c.nranks, err)
+	}
+	dc, err := c.attachGPU(ctx, rc)
+	if err != nil {
+		_ = rc.Close()
+		l.unserve(srv)
+		c.srv = nil
+		return nil, nil, err
+	}
+	return rc, dc, nil
+}
+
+// attachGPU makes the DeviceComm (collective) when the process has a GPU.
+func (c *Comm) attachGPU(ctx context.Context, rc *rank.Comm) (*rank.DeviceComm, error) {
+	if c.dev < 0 {
+		return nil, nil
+	}
+	drv, err := c.lib.driver()
+	if err != nil || drv == nil {
+		// No usable driver: the communicator serves host buffers only.
+		c.dev = -1
+		return nil, nil
+	}
+	dv, err := drv.Device(c.dev)
+	if err != nil {
+		return nil, fail(UnhandledCudaError, "rank %d: GPU %d: %w", c.rank, c.dev, err)
+	}
+	dc, err := rc.Device(ctx, dv)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: GPU %d: %w", c.rank, c.dev, err)
+	}
+	c.gpuDev = dv
+	return dc, nil
+}
+
+// InitAll is ncclCommInitAll: ndev ranks in this process, rank i on
+// devices[i] (nil: 0..ndev-1), joined through an in-process store.
+func (l *Library) InitAll(ndev int, devices []int) ([]uintptr, error) {
+	if ndev < 1 {
+		return nil, fail(InvalidArgument, "ncclCommInitAll: ndev %d must be at least 1", ndev)
+	}
+	if devices != nil && len(devices) != ndev {
+		return nil, fail(InvalidArgument, "ncclCommInitAll: %d devices listed for %d ranks", len(devices), ndev)
+	}
+	info, err := newIDInfo(netipZero())
+	if err != nil {
+		return nil, fail(SystemError, "ncclCommInitAll: %w", err)
+	}
+	stores := bootstrap.NewInProc(ndev)
+	comms := make([]*Comm, ndev)
+	var wg sync.WaitGroup
+	for i := range ndev {
+		dev := -1
+		if l.opt.Memory != nil {
+			dev = i
+			if devices != nil {
+				dev = devices[i]
+			}
+		}
+		c := l.newComm(ndev, i, dev, DefaultConfig())
+		comms[i] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
+			defer cancel()
+			rc, err := rank.New(ctx, stores[i], rank.Options{Env: l.env, JobID: info.JobID(), Secret: info.Secret, Logger: l.log.Named("rank")})
+			if err != nil {
+				c.finish(nil, nil, fmt.Errorf("rank %d of %d: %w", i, ndev, err))
+				return
+			}
+			dc, err := c.attachGPU(ctx, rc)
+			if err != nil {
+				_ = rc.Close()
+				rc = nil
+			}
+			c.finish(rc, dc, err)
+		}()
+	}
+	wg.Wait()
+	hs := make([]uintptr, ndev)
+	var first error
+	for i, c := range comms {
+		hs[i] = c.handle
+		if c.initErr != nil && first == nil {
+			first = c.initErr
+		}
+	}
+	if first != nil {
+		for _, c := range comms {
+			l.destroyQuiet(c)
+		}
+		return nil, fail(ResultOf(first), "ncclCommInitAll: %w", first)
+	}
+	return hs, nil
+}
+
+// Split is ncclCommSplit: collective over the parent's ranks. A rank that
+// passes NCCL_SPLIT_NOCOLOR (any negative color) gets handle 0.
+func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr, error) {
+	p, err := l.comm(h, "ncclCommSplit")
+	if err != nil {
+		return 0, err
+	}
+	if err := p.usable("ncclCommSplit"); err != nil {
+		return 0, err
+	}
+	if color < 0 {
+		color = rank.NoColor
+	}
+	c := l.newComm(0, 0, p.dev, cfg)
+	run := func() {
+		sub, err := p.rc.Split(p.ctx, color, key)
+		if err != nil || sub == nil {
+			c.finish(nil, nil, err)
+			return
+		}
+		c.nranks, c.rank = sub.Size(), sub.Rank()
+		var dc *rank.DeviceComm
+		if p.dc != nil {
+			dc, err = sub.Device(p.ctx, p.gpuDev)
+			c.gpuDev = p.gpuDev
+		}
+		c.finish(sub, dc, err)
+	}
+	if !cfg.IsBlocking() && color >= 0 {
+		go run()
+		return c.handle, fail(InProgress, "splitting")
+	}
+	run()
+	if c.initErr != nil || c.rc == nil {
+		l.remove(c.handle)
+		if c.initErr != nil {
+			p.note(c.initErr)
+			return 0, fail(ResultOf(c.initErr), "ncclCommSplit rank %d of %d: %w", p.rank, p.nranks, c.initErr)
+		}
+		return 0, nil
+	}
+	return c.handle, nil
+}
+
+// Destroy is ncclCommDestroy (and the end of ncclCommFinalize's work): it
+// releases the communicator. The device plane's close is collective and
+// bounded by a deadline, so a rank whose peers are gone does not hang.
+func (l *Library) Destroy(h uintptr) error {
+	c, err := l.comm(h, "ncclCommDestroy")
+	if err != nil {
+		return err
+	}
+	<-c.ready
+	l.destroyQuiet(c)
+	return nil
+}
+
+func (l *Library) destroyQuiet(c *Comm) {
+	l.remove(c.handle)
+	c.mu.Lock()
+	aborted := c.aborted
+	c.mu.Unlock()
+	if c.dc != nil && !aborted {
+		ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+		if err := c.dc.Close(ctx); err != nil {
+			l.log.Debug("close device communicator", "rank", c.rank, "error", err)
+		}
+		cancel()
+	}
+	if c.rc != nil {
+		if err := c.rc.Close(); err != nil {
+			l.log.Debug("close communicator", "rank", c.rank, "error", err)
+		}
+	}
+	c.cancel()
+	l.unserve(c.srv)
+}
+
+// Abort is ncclCommAbort: it ends the communicator's job at once, so every
+// rank's pending and later calls on it (and on communicators split from
+// the same ncclCommInitRank) fail instead of waiting, and frees it. It may
+// be called from any thread while a call is in flight.
+func (l *Library) Abort(h uintptr) error {
+	c, err := l.comm(h, "ncclCommAbort")
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.aborted = true
+	c.mu.Unlock()
+	c.cancel()
+	<-c.ready
+	if c.rc != nil {
+		c.rc.Abort(fmt.Errorf("ncclCommAbort on rank %d: %w", c.rank, errs.ErrAborted))
+	}
+	l.destroyQuiet(c)
+	return nil
+}
+
+// AsyncError is ncclCommGetAsyncError: InProgress while the communicator
+// initialises or runs a non-blocking group, the first failure of its work
+// otherwise (Success when none). Safe from any thread at any time.
+func (l *Library) AsyncError(h uintptr) (Result, error) {
+	c, err := l.comm(h, "ncclCommGetAsyncError")
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-c.ready:
+	default:
+		return InProgress, nil
+	}
+	if c.initErr != nil {
+		return ResultOf(c.initErr), nil
+	}
+	c.mu.Lock()
+	ae, busy := c.asyncErr, c.inflight > 0
+	c.mu.Unlock()
+	if ae == nil && c.dc != nil {
+		if err := c.dc.AsyncError(); err != nil {
+			c.note(err)
+			ae = err
+		}
+	}
+	if ae != nil {
+		return ResultOf(ae), nil
+	}
+	if busy {
+		return InProgress, nil
+	}
+	return Success, nil
+}
+
+// Info answers ncclCommCount, ncclCommUserRank and ncclCommCuDevice
+// (dev is -1 on a communicator without a GPU).
+func (l *Library) Info(h uintptr, fn string) (nranks, r, dev int, err error) {
+	c, err := l.comm(h, fn)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	select {
+	case <-c.ready:
+	default:
+		return 0, 0, 0, fail(InvalidUsage, "%s: communicator %#x is still initialising", fn, h)
+	}
+	if c.initErr != nil {
+		return 0, 0, 0, fail(ResultOf(c.initErr), "%s: communicator %#x failed to initialise: %w", fn, h, c.initErr)
+	}
+	return c.nranks, c.rank, c.dev, nil
+}

@@ -1,0 +1,78 @@
+// C helpers of libnccl.so.2: handle conversion, the per-thread last-error
+// buffer, and the few CUDA driver queries the Go side needs about the
+// caller's pointers and streams (resolved with dlopen/dlsym; our own
+// prototypes, no cuda.h). A file of its own because a cgo file with
+// //export may only declare C functions.
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "helpers.h"
+
+void *fl_handle(uintptr_t h) { return (void *)h; }
+uintptr_t fl_id(void *p) { return (uintptr_t)p; }
+
+static __thread char fl_last[4096];
+
+const char *fl_last_error(const char *s) {
+  strncpy(fl_last, s, sizeof fl_last - 1);
+  fl_last[sizeof fl_last - 1] = 0;
+  return fl_last;
+}
+
+// CUDA driver entry points, with CUresult as int and handles as pointers.
+typedef int (*pointer_get_attribute_fn)(void *data, int attribute, uintptr_t ptr);
+typedef int (*ctx_get_device_fn)(int *dev);
+typedef int (*stream_is_capturing_fn)(void *stream, int *status);
+typedef int (*stream_synchronize_fn)(void *stream);
+typedef int (*init_fn)(unsigned flags);
+
+static pointer_get_attribute_fn fl_pointer_get_attribute;
+static ctx_get_device_fn fl_ctx_get_device;
+static stream_is_capturing_fn fl_stream_is_capturing;
+static stream_synchronize_fn fl_stream_synchronize;
+
+enum {
+  attr_memory_type = 2,    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+  attr_device_ordinal = 9, // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+  attr_range_start = 11,   // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+  attr_range_size = 12,    // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+  memorytype_device = 2,   // CU_MEMORYTYPE_DEVICE
+};
+
+int fl_cuda_open(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) return 0;
+  init_fn init = (init_fn)dlsym(h, "cuInit");
+  fl_pointer_get_attribute = (pointer_get_attribute_fn)dlsym(h, "cuPointerGetAttribute");
+  fl_ctx_get_device = (ctx_get_device_fn)dlsym(h, "cuCtxGetDevice");
+  fl_stream_is_capturing = (stream_is_capturing_fn)dlsym(h, "cuStreamIsCapturing");
+  fl_stream_synchronize = (stream_synchronize_fn)dlsym(h, "cuStreamSynchronize");
+  if (!init || !fl_pointer_get_attribute || !fl_ctx_get_device || !fl_stream_is_capturing || !fl_stream_synchronize) return 0;
+  if (init(0) != 0) return 0;
+  return 1;
+}
+
+int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size) {
+  unsigned int type = 0;
+  if (fl_pointer_get_attribute(&type, attr_memory_type, p) != 0 || type != memorytype_device) return 0;
+  if (fl_pointer_get_attribute(dev, attr_device_ordinal, p) != 0) return 0;
+  if (fl_pointer_get_attribute(base, attr_range_start, p) != 0) return 0;
+  if (fl_pointer_get_attribute(size, attr_range_size, p) != 0) return 0;
+  return 1;
+}
+
+int fl_current_device(void) {
+  int dev = 0;
+  if (fl_ctx_get_device(&dev) != 0) return 0;
+  return dev;
+}
+
+int fl_capturing(void *stream) {
+  int status = 0;
+  if (fl_stream_is_capturing(stream, &status) != 0) return 0;
+  return status != 0;
+}
+
+int fl_synchronize(void *stream) { return fl_stream_synchronize(stream); }

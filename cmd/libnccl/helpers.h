@@ -1,0 +1,22 @@
+#include <stddef.h>
+#include <stdint.h>
+
+void *fl_handle(uintptr_t h);
+uintptr_t fl_id(void *p);
+const char *fl_last_error(const char *s);
+int fl_cuda_open(void);
+int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size);
+int fl_current_device(void);
+int fl_capturing(void *stream);
+int fl_synchronize(void *stream);
+
+typedef int ncclResult_t;
+typedef int ncclDataType_t;
+typedef int ncclRedOp_t;
+typedef int ncclScalarResidence_t;
+typedef void *ncclComm_t;
+typedef void *cudaStream_t;
+typedef void *ncclWindow_t;
+typedef struct {
+  char internal[128];
+} ncclUniqueId;

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Runs flexlink's libnccl.so.2 on the GPU machine (no Go there: build here
+# with `make libnccl build` and carry build/nccl, bin/flexrun, this script
+# and examples/torch_ddp.py).
+#
+#   scripts/nccl-device.sh NCCL_TESTS_SRC [NCCL_DIR]
+#
+# NCCL_TESTS_SRC: a checkout of NVIDIA/nccl-tests (fetched separately).
+# NCCL_DIR: our include/ and lib/ (default build/nccl).
+#
+# 1. builds nccl-tests twice with MPI=1: against our header and library, and
+#    against the system NCCL; our header is presented as 2.27.7 to it,
+#    because nccl-tests' 2.28 code path needs NCCL's device API
+#    (nccl_device.h), which flexlink does not provide (alltoall then runs
+#    as grouped send/recv);
+# 2. runs all_reduce, all_gather, reduce_scatter, alltoall, sendrecv and
+#    broadcast -b 8 -e 256M -f 4 -c 1 with -g 1 on both, then as 2 and 4
+#    MPI ranks on GPU 0 (NCCL_TESTS_DEVICE=0) on ours only;
+# 3. runs examples/torch_ddp.py as 2 ranks under flexrun with LD_PRELOAD.
+# Logs go to $OUT (default ./nccl-device-out); the summary ends the output.
+set -uo pipefail
+SRC=${1:?usage: $0 NCCL_TESTS_SRC [NCCL_DIR]}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+NCCL_DIR=$(cd "${2:-$ROOT/build/nccl}" && pwd)
+OUT=${OUT:-$PWD/nccl-device-out}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+MPI_HOME=${MPI_HOME:-$(dirname "$(dirname "$(command -v mpicc)")")}
+TESTS="all_reduce all_gather reduce_scatter alltoall sendrecv broadcast"
+ARGS="-b 8 -e 256M -f 4 -c 1"
+export NCCL_NVLS_ENABLE=0
+mkdir -p "$OUT"
+summary=()
+
+# Our header, presented to nccl-tests as 2.27.7 (see above).
+HDR=$OUT/nccl-ours
+mkdir -p "$HDR/include"
+sed -e 's/^#define NCCL_MINOR 28$/#define NCCL_MINOR 27/' -e 's/^#define NCCL_PATCH 9$/#define NCCL_PATCH 7/' \
+  "$NCCL_DIR/include/nccl.h" >"$HDR/include/nccl.h"
+ln -sfn "$NCCL_DIR/lib" "$HDR/lib"
+
+build() { # name nccl_home
+  local b=$OUT/nccl-tests-$1
+  rm -rf "$b" && cp -r "$SRC" "$b"
+  make -C "$b/src" -j16 MPI=1 MPI_HOME="$MPI_HOME" NCCL_HOME="$2" CUDA_HOME="$CUDA_HOME" >"$OUT/build-$1.log" 2>&1 ||
+    { echo "build of nccl-tests against $1 failed: see $OUT/build-$1.log"; return 1; }
+}
+
+check() { # label log
+  local wrong
+  wrong=$(grep -E '# Out of bounds values|#wrong' -A0 "$2" | head -1)
+  if grep -qE '^ *# Avg bus bandwidth' "$2" && ! grep -qE 'Out of bounds values : [1-9]' "$2"; then
+    summary+=("PASS $1 ($(grep -E '# Avg bus bandwidth' "$2" | sed 's/.*: *//') GB/s avg busbw)")
+  else
+    summary+=("FAIL $1: see $2 ${wrong}")
+  fi
+}
+
+build ours "$HDR" && OURS=1 || OURS=0
+NCCL_SYS=${NCCL_SYS:-/usr}
+build system "$NCCL_SYS" && SYS=1 || SYS=0
+
+for t in $TESTS; do
+  if [ "$SYS" = 1 ]; then
+    log=$OUT/system-$t-g1.log
+    "$OUT/nccl-tests-system/build/${t}_perf" $ARGS -g 1 >"$log" 2>&1
+    check "system NCCL ${t} -g 1" "$log"
+  fi
+  [ "$OURS" = 1 ] || continue
+  log=$OUT/ours-$t-g1.log
+  LD_LIBRARY_PATH=$NCCL_DIR/lib LD_PRELOAD=$NCCL_DIR/lib/libnccl.so.2 NCCL_DEBUG=INFO \
+    "$OUT/nccl-tests-ours/build/${t}_perf" $ARGS -g 1 >"$log" 2>&1
+  check "flexlink ${t} -g 1" "$log"
+  for np in 2 4; do
+    log=$OUT/ours-$t-np$np.log
+    timeout 600 mpirun --allow-run-as-root --oversubscribe -np $np \
+      -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$NCCL_DIR/lib/libnccl.so.2 -x LD_LIBRARY_PATH=$NCCL_DIR/lib \
+      -x NCCL_NVLS_ENABLE -x NCCL_DEBUG=INFO \
+      "$OUT/nccl-tests-ours/build/${t}_perf" $ARGS -g 1 >"$log" 2>&1
+    check "flexlink ${t} $np MPI ranks on GPU 0" "$log"
+  done
+done
+
+# PyTorch DDP, 2 ranks sharing GPU 0, our library preloaded (torch's
+# libtorch_cuda.so finds the wheel's NCCL through its RPATH, so
+# LD_LIBRARY_PATH would not reach ours; LD_PRELOAD does).
+log=$OUT/torch-ddp.log
+FLEXRUN=${FLEXRUN:-$ROOT/bin/flexrun}
+timeout 600 "$FLEXRUN" -np 2 --oversubscribe --tag-output \
+  -x LD_PRELOAD=$NCCL_DIR/lib/libnccl.so.2 -x NCCL_DEBUG=INFO -x TORCH_DDP_DEVICE=0 \
+  python3 "$ROOT/examples/torch_ddp.py" >"$log" 2>&1
+if grep -q "torch_ddp: ok" "$log"; then summary+=("PASS torch DDP 2 ranks"); else summary+=("FAIL torch DDP: see $log"); fi
+
+echo "== nccl-device summary =="
+printf '%s\n' "${summary[@]}"
+! printf '%s\n' "${summary[@]}" | grep -q '^FAIL'

@@ -105,7 +105,7 @@ func (l *Lib) TagSendSync(ep Ep, addr uintptr, n int, tag uint64, memh Memh) (Re
 // tag equals tag on the bits of mask. On immediate completion (Request 0)
 // info describes the message.
 func (l *Lib) TagRecv(w Worker, addr uintptr, n int, tag, mask uint64, memh Memh) (Request, RecvInfo, error) {
-	var info [2]uint64 // sized and read through the generated layout below
+	var info [2]uint64                 // sized and read through the generated layout below
 	var _ [sizeofTagRecvInfo - 16]byte // recvInfo reads a 16-byte struct:
 	var _ [16 - sizeofTagRecvInfo]byte // fail to compile if it is not
 	p := reqParam(memh, &info)

@@ -3,6 +3,7 @@ package ucx
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -98,4 +99,28 @@ func waitErr(t testing.TB, r fnet.Request) error {
 		t.Fatal("request succeeded, want an error")
 	}
 	return err
+}
+
+func recv1(t testing.TB, r fnet.RecvConn, dst []byte, tag uint64) fnet.Request {
+	t.Helper()
+	rq, err := r.IRecv([][]byte{dst}, []uint64{tag}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rq
+}
+
+// wait1 waits for a request just posted (30 s at most).
+func wait1(r fnet.Request, err error) ([]int, error) {
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return r.Wait(ctx)
+}
+
+func mustAddrPort(t testing.TB, ip string, port int) netip.AddrPort {
+	t.Helper()
+	return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fnet "flexlink/fabric/net"
+	"flexlink/fabric/net/ucx/internal/ucp"
 	"flexlink/internal/errs"
 )
 
@@ -113,7 +114,16 @@ func (l *listener) handshake(c net.Conn) (*recvConn, error) {
 		pending: map[*recvReq]struct{}{},
 		out:     map[uint64]bool{},
 	}
-	if err := l.p.e.call(func() error { l.p.recvs[rc] = struct{}{}; return nil }); err != nil {
+	err = l.p.e.call(func() error {
+		l.p.recvs[rc] = struct{}{}
+		hr, _, err := l.p.lib.TagRecv(l.p.e.w, 0, 0, wiredTag(rc.id), ^uint64(0), 0)
+		if err == nil && hr != 0 {
+			rc.wired = hr
+			l.p.e.track(&pending{r: hr, recv: true, done: func(ucp.Status, ucp.RecvInfo) { rc.wired = 0 }})
+		}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	if err := writeReply(c, rc.id, l.p.addr, rc.dev); err != nil {

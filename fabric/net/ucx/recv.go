@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	fnet "flexlink/fabric/net"
 	"flexlink/fabric/net/ucx/internal/ucp"
@@ -27,6 +28,8 @@ type recvConn struct {
 	out     map[uint64]bool // outstanding message sequence numbers
 	pending map[*recvReq]struct{}
 	err     error
+	closing error       // the sender closed: no message beyond those matched comes
+	wired   ucp.Request // the handshake message's receive, until it lands
 }
 
 // recvReq is one IRecv of n buffers: messages first..first+n-1.
@@ -77,8 +80,8 @@ func (c *recvConn) IRecv(bufs [][]byte, tags []uint64, mrs []fnet.MemRegion) (fn
 
 // post runs on the loop.
 func (c *recvConn) post(rr *recvReq) {
-	if c.err != nil {
-		rr.req.finish(nil, c.err)
+	if err := c.cause(); err != nil {
+		rr.req.finish(nil, err)
 		return
 	}
 	n := uint64(len(rr.bufs))
@@ -131,7 +134,8 @@ func (rr *recvReq) landed(k, j int, st ucp.Status, info ucp.RecvInfo) {
 		c.fail(c.errorf(errs.ErrMismatch, "message %d is longer than its %d-byte buffer", rr.first+uint64(k), len(rr.bufs[j])))
 		return
 	case ucp.StatusErrCanceled:
-		rr.req.finish(nil, c.err)
+		delete(c.pending, rr)
+		rr.req.finish(nil, c.cause())
 		return
 	default:
 		c.fail(c.errorf(errs.ErrPeerLost, "%v", c.p.lib.Err("receive", st)))
@@ -155,6 +159,9 @@ func (e *engine) probe() uint32 {
 	live := e.probers[:0]
 	for _, rr := range e.probers {
 		c := rr.c
+		if _, ok := c.pending[rr]; !ok {
+			continue // failed
+		}
 		left := 0
 		for k := range rr.found {
 			if c.err != nil {
@@ -234,20 +241,57 @@ func (c *recvConn) fail(err error) {
 		}
 		delete(c.pending, rr)
 	}
+	if c.wired != 0 {
+		c.p.lib.Cancel(c.p.e.w, c.wired)
+	}
 	delete(c.p.recvs, c)
 }
 
-// watch reads the control channel until it ends. Before failing what is
-// left it lets the loop collect messages that already arrived: a sender
-// closes only after its sends completed, i.e. were matched here.
+func (c *recvConn) cause() error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.closing
+}
+
+// watch reads the control channel until it ends. An abort or a lost
+// connection fails everything; a close is graceful (peerClosed).
 func (c *recvConn) watch(r *bufio.Reader) {
-	err := watchCtrl(r, func(e error, why string) error { return c.errorf(e, "%s", why) })
+	err, graceful := watchCtrl(r, func(e error, why string) error { return c.errorf(e, "%s", why) })
 	e := c.p.e
-	e.do(func() {
-		e.poll()
-		e.probe()
-		c.fail(err)
-	})
+	if !graceful {
+		e.do(func() { c.fail(err) })
+		return
+	}
+	e.do(func() { c.peerClosed(err) })
+	time.AfterFunc(closeGrace, func() { e.do(func() { c.fail(err) }) })
+}
+
+// peerClosed (on the loop): the sender closed after its sends completed,
+// i.e. after each was matched here. Receives UCX has matched keep going
+// (their data may still be arriving; closeGrace bounds the wait); the
+// others can never get a message and fail with err.
+func (c *recvConn) peerClosed(err error) {
+	e := c.p.e
+	e.poll()
+	e.probe()
+	if c.cause() != nil {
+		return
+	}
+	c.closing = err
+	for rr := range c.pending {
+		if rr.post1 != 0 {
+			c.p.lib.Cancel(e.w, rr.post1) // completes as cancelled if unmatched
+			continue
+		}
+		for _, f := range rr.found {
+			if !f {
+				delete(c.pending, rr)
+				rr.req.finish(nil, err)
+				break
+			}
+		}
+	}
 }
 
 // Abort fails every pending and later receive with err and tells the peer.

@@ -28,6 +28,10 @@ const (
 	matchMask = ^uint64(MaxUserTag)
 )
 
+// wiredTag is the tag of a connection's handshake message: connection id
+// 0 is never assigned, so it cannot collide with a data message.
+func wiredTag(id uint32) uint64 { return uint64(id) }
+
 func wireTag(id uint32, seq uint64, user uint64) uint64 {
 	return uint64(id)<<32 | (seq&(seqWindow-1))<<UserTagBits | user
 }
@@ -129,6 +133,12 @@ func (p *Provider) Connect(ctx context.Context, dev int, h []byte) (fnet.SendCon
 		p: p, dev: p.label(d), remote: fmt.Sprintf("%s (%s)", name, remote), ctrl: c, id: id,
 		pending: map[*request]struct{}{},
 	}
+	// Create the endpoint and send a zero-byte synchronous "wired" message
+	// on the connection's reserved tag: its completion needs the
+	// listener's acknowledgement, so UCX's wire-up is finished both ways
+	// before the connection is handed out (UCX 1.13 asserts when a peer
+	// vanishes while a wire-up reply is still queued).
+	wired := make(chan error, 1)
 	err = p.e.call(func() error {
 		ep, err := p.lib.EpCreate(p.e.w, waddr)
 		if err != nil {
@@ -136,10 +146,25 @@ func (p *Provider) Connect(ctx context.Context, dev int, h []byte) (fnet.SendCon
 		}
 		sc.ep = ep
 		p.sends[sc] = struct{}{}
+		wr, err := p.lib.TagSendSync(ep, 0, 0, wiredTag(id), 0)
+		if err != nil || wr == 0 {
+			wired <- err
+			return nil
+		}
+		p.e.track(&pending{r: wr, done: func(st ucp.Status, _ ucp.RecvInfo) { wired <- p.lib.Err("wired message", st) }})
 		return nil
 	})
+	if err == nil {
+		select {
+		case err = <-wired:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(time.Until(deadline)):
+			err = fmt.Errorf("wire-up not done in %v", handshakeTime)
+		}
+	}
 	if err != nil {
-		c.Close()
+		sc.Close()
 		return nil, cerr(sc.remote, err)
 	}
 	go sc.watch(r)
@@ -218,7 +243,7 @@ func (c *sendConn) fail(err error) {
 
 // watch reads the control channel until it ends.
 func (c *sendConn) watch(r *bufio.Reader) {
-	err := watchCtrl(r, func(e error, why string) error { return c.errorf(e, "%s", why) })
+	err, _ := watchCtrl(r, func(e error, why string) error { return c.errorf(e, "%s", why) })
 	c.p.e.do(func() { c.fail(err) })
 }
 
@@ -230,12 +255,43 @@ func (c *sendConn) Abort(err error) {
 }
 
 // Close fails sends still pending with errs.ErrClosed and closes the
-// connection; the receiver's pending receives fail with errs.ErrPeerLost.
+// connection; the receiver's receives for messages never sent then fail
+// with errs.ErrPeerLost. With no send pending, the endpoint is flushed
+// first (at most closeGrace), so the last messages' data reaches the
+// receiver before the close notice.
 func (c *sendConn) Close() error {
-	_ = c.p.e.call(func() error { c.fail(c.errorf(errs.ErrClosed, "connection closed")); return nil })
+	flushed := make(chan struct{})
+	err := c.p.e.call(func() error {
+		closed := c.errorf(errs.ErrClosed, "connection closed")
+		if len(c.pending) > 0 || c.err != nil || c.ep == 0 {
+			c.fail(closed)
+			close(flushed)
+			return nil
+		}
+		c.err = closed
+		r, err := c.p.lib.EpClose(c.ep, false)
+		c.ep = 0
+		delete(c.p.sends, c)
+		if err != nil || r == 0 {
+			close(flushed)
+			return nil
+		}
+		c.p.e.track(&pending{r: r, done: func(ucp.Status, ucp.RecvInfo) { close(flushed) }})
+		return nil
+	})
+	if err == nil {
+		select {
+		case <-flushed:
+		case <-time.After(closeGrace):
+		}
+	}
 	c.shut(frameClose, "")
 	return nil
 }
+
+// closeGrace bounds a graceful close: the sender's flush, and how long a
+// receiver whose sender closed waits for messages already matched.
+const closeGrace = 10 * time.Second
 
 func (c *sendConn) shut(typ byte, text string) {
 	c.once.Do(func() {
@@ -244,17 +300,18 @@ func (c *sendConn) shut(typ byte, text string) {
 	})
 }
 
-// watchCtrl reads control frames until the stream ends and returns the
-// error the connection fails with.
-func watchCtrl(r *bufio.Reader, mk func(sentinel error, why string) error) error {
+// watchCtrl reads the control channel until the peer's notice or the end
+// of the stream and returns the error the connection fails with, and
+// whether the peer closed gracefully.
+func watchCtrl(r *bufio.Reader, mk func(sentinel error, why string) error) (error, bool) {
 	typ, text, err := readFrame(r)
 	switch {
 	case err != nil:
-		return mk(errs.ErrPeerLost, fmt.Sprintf("control connection lost: %v", err))
+		return mk(errs.ErrPeerLost, fmt.Sprintf("control connection lost: %v", err)), false
 	case typ == frameAbort:
-		return mk(errs.ErrAborted, "peer aborted: "+text)
+		return mk(errs.ErrAborted, "peer aborted: "+text), false
 	default:
-		return mk(errs.ErrPeerLost, "peer closed the connection")
+		return mk(errs.ErrPeerLost, "peer closed the connection"), true
 	}
 }
 

@@ -227,7 +227,6 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-
 func isClosed(err error) bool { return errors.Is(err, errs.ErrClosed) }
 
 var _ fnet.Provider = (*Provider)(nil)

@@ -71,6 +71,7 @@ int main(void)
     UVAL("opAttrFieldFlags", UCP_OP_ATTR_FIELD_FLAGS);
     UVAL("opAttrFieldRecvInfo", UCP_OP_ATTR_FIELD_RECV_INFO);
     UVAL("opAttrFieldMemh", UCP_OP_ATTR_FIELD_MEMH);
+    UVAL("opAttrFlagNoImmCmpl", UCP_OP_ATTR_FLAG_NO_IMM_CMPL);
     UVAL("epCloseFlagForce", UCP_EP_CLOSE_FLAG_FORCE);
     UVAL("memMapFieldAddress", UCP_MEM_MAP_PARAM_FIELD_ADDRESS);
     UVAL("memMapFieldLength", UCP_MEM_MAP_PARAM_FIELD_LENGTH);

@@ -78,9 +78,17 @@ func (l *Lib) EpClose(ep Ep, force bool) (Request, error) {
 	return l.statusPtr(sEpCloseNbx, l.raw(sEpCloseNbx, uintptr(ep), uintptr(p.ptr())))
 }
 
-func reqParam(memh Memh, info *[2]uint64) params {
+// EpFlush completes once every operation posted on ep has completed
+// remotely and the endpoint's connection (wire-up) is established. A
+// non-zero Request must be polled and freed.
+func (l *Lib) EpFlush(ep Ep) (Request, error) {
 	p := newParams(sizeofRequestParam)
-	var mask uint64
+	return l.statusPtr(sEpFlushNbx, l.raw(sEpFlushNbx, uintptr(ep), uintptr(p.ptr())))
+}
+
+func reqParam(memh Memh, info *[2]uint64, flags uint64) params {
+	p := newParams(sizeofRequestParam)
+	mask := flags
 	if memh != 0 {
 		mask |= opAttrFieldMemh
 		p.set(offReqParamMemh, szReqParamMemh, uint64(memh))
@@ -97,20 +105,22 @@ func reqParam(memh Memh, info *[2]uint64) params {
 // completes once the receiver has matched (and, for rendezvous, received)
 // it.
 func (l *Lib) TagSendSync(ep Ep, addr uintptr, n int, tag uint64, memh Memh) (Request, error) {
-	p := reqParam(memh, nil)
+	p := reqParam(memh, nil, 0)
 	return l.statusPtr(sTagSendSyncNbx, l.raw(sTagSendSyncNbx, uintptr(ep), addr, uintptr(n), uintptr(tag), uintptr(p.ptr())))
 }
 
 // TagRecv posts a tagged receive into n bytes at addr for messages whose
-// tag equals tag on the bits of mask. On immediate completion (Request 0)
-// info describes the message.
+// tag equals tag on the bits of mask. It always returns a request (poll it
+// with RecvTest for the message's tag and length).
 func (l *Lib) TagRecv(w Worker, addr uintptr, n int, tag, mask uint64, memh Memh) (Request, RecvInfo, error) {
-	var info [2]uint64                 // sized and read through the generated layout below
-	var _ [sizeofTagRecvInfo - 16]byte // recvInfo reads a 16-byte struct:
-	var _ [16 - sizeofTagRecvInfo]byte // fail to compile if it is not
-	p := reqParam(memh, &info)
+	// Immediate completion is refused: the tag and length then come from
+	// ucp_tag_recv_request_test, the one path that reliably reports them.
+	p := reqParam(memh, nil, opAttrFlagNoImmCmpl)
 	r, err := l.statusPtr(sTagRecvNbx, l.raw(sTagRecvNbx, uintptr(w), addr, uintptr(n), uintptr(tag), uintptr(mask), uintptr(p.ptr())))
-	return r, recvInfo(&info), err
+	if err == nil && r == 0 {
+		return 0, RecvInfo{}, &Error{Func: "ucp_tag_recv_nbx", Text: "completed at once despite UCP_OP_ATTR_FLAG_NO_IMM_CMPL"}
+	}
+	return r, RecvInfo{}, err
 }
 
 // TagProbe looks for an arrived message matching tag/mask and, when one is
@@ -124,8 +134,7 @@ func (l *Lib) TagProbe(w Worker, tag, mask uint64) (Message, RecvInfo) {
 
 // TagMsgRecv receives a probed message into n bytes at addr.
 func (l *Lib) TagMsgRecv(w Worker, addr uintptr, n int, m Message, memh Memh) (Request, error) {
-	var info [2]uint64
-	p := reqParam(memh, &info)
+	p := reqParam(memh, nil, 0)
 	return l.statusPtr(sTagMsgRecvNbx, l.raw(sTagMsgRecvNbx, uintptr(w), addr, uintptr(n), uintptr(m), uintptr(p.ptr())))
 }
 
@@ -172,7 +181,10 @@ func (l *Lib) Err(op string, st Status) error {
 	return &Error{Func: op, Status: st, Text: l.StatusString(st)}
 }
 
+// recvInfo reads a ucp_tag_recv_info_t written into b.
 func recvInfo(b *[2]uint64) RecvInfo {
+	var _ [sizeofTagRecvInfo - 16]byte // b holds exactly the struct:
+	var _ [16 - sizeofTagRecvInfo]byte // compiling fails otherwise
 	p := params(b[:])
 	return RecvInfo{
 		SenderTag: p.get(offTagRecvInfoSenderTag, szTagRecvInfoSenderTag),

@@ -19,6 +19,7 @@ package ucp
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -43,6 +44,7 @@ const (
 	sWorkerProgress
 	sEpCreate
 	sEpCloseNbx
+	sEpFlushNbx
 	sTagSendSyncNbx
 	sTagRecvNbx
 	sTagProbeNb
@@ -70,6 +72,7 @@ var symNames = [numSyms]string{
 	sWorkerProgress:       "ucp_worker_progress",
 	sEpCreate:             "ucp_ep_create",
 	sEpCloseNbx:           "ucp_ep_close_nbx",
+	sEpFlushNbx:           "ucp_ep_flush_nbx",
 	sTagSendSyncNbx:       "ucp_tag_send_sync_nbx",
 	sTagRecvNbx:           "ucp_tag_recv_nbx",
 	sTagProbeNb:           "ucp_tag_probe_nb",
@@ -128,7 +131,10 @@ func Load(path string) (*Lib, error) {
 	if path == "" {
 		path = DefaultLibrary
 	}
+	// dlerror is per thread: stay on dlopen's thread so its message is kept.
+	runtime.LockOSThread()
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("no libucp (install libucx0): %s: %w", err.Error(), errs.ErrNotSupported)
 	}

@@ -62,6 +62,7 @@ const (
 	opAttrFieldFlags            = 0x10
 	opAttrFieldRecvInfo         = 0x80
 	opAttrFieldMemh             = 0x100
+	opAttrFlagNoImmCmpl         = 0x10000
 	epCloseFlagForce            = 0x1
 	memMapFieldAddress          = 0x1
 	memMapFieldLength           = 0x2

@@ -309,7 +309,9 @@ func watchCtrl(r *bufio.Reader, mk func(sentinel error, why string) error) (erro
 	case err != nil:
 		return mk(errs.ErrPeerLost, fmt.Sprintf("control connection lost: %v", err)), false
 	case typ == frameAbort:
-		return mk(errs.ErrAborted, "peer aborted: "+text), false
+		// Both sentinels: the peer is lost to this connection (what every
+		// provider reports), and it was an abort.
+		return mk(fmt.Errorf("%w, %w", errs.ErrPeerLost, errs.ErrAborted), "peer aborted: "+text), false
 	default:
 		return mk(errs.ErrPeerLost, "peer closed the connection"), true
 	}

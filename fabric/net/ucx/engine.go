@@ -27,6 +27,7 @@ type engine struct {
 	ctx     ucp.Context
 	w       ucp.Worker
 	polls   []*pending // UCX requests in flight
+	spare   []*pending // poll's second buffer
 	probers []*recvReq // multi-receives looking for their messages
 	stop    bool
 }
@@ -173,11 +174,15 @@ func (e *engine) loop() {
 	}
 }
 
-// poll checks every request in flight and runs the callbacks of those done.
+// poll checks every request in flight and runs the callbacks of those
+// done. Callbacks may track new requests: they join e.polls, which is
+// rebuilt from scratch here.
 func (e *engine) poll() uint32 {
 	var n uint32
-	live := e.polls[:0]
-	for _, p := range e.polls {
+	cur := e.polls
+	e.polls = e.spare[:0]
+	for i, p := range cur {
+		cur[i] = nil
 		var st ucp.Status
 		var info ucp.RecvInfo
 		if p.recv {
@@ -186,17 +191,14 @@ func (e *engine) poll() uint32 {
 			st = e.lib.Check(p.r)
 		}
 		if st == ucp.StatusInProgress {
-			live = append(live, p)
+			e.polls = append(e.polls, p)
 			continue
 		}
 		e.lib.Free(p.r)
 		n++
 		p.done(st, info)
 	}
-	for i := len(live); i < len(e.polls); i++ {
-		e.polls[i] = nil
-	}
-	e.polls = live
+	e.spare = cur[:0]
 	return n
 }
 

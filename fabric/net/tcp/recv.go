@@ -1,0 +1,353 @@
+package tcp
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	fnet "flexlink/fabric/net"
+	"flexlink/internal/errs"
+)
+
+// recvConn is the receiving side: a reader goroutine per socket, and an
+// ack writer on socket 0.
+//
+// Matching: the IRecvs cover consecutive message numbers (an IRecv of n
+// buffers takes the next n). A reader that reads a frame of message s
+// waits until an IRecv covers s, picks the buffer by tag on the message's
+// first frame, checks the length, and reads the frame's bytes straight
+// into that buffer. A message that does not fit is drained (read and
+// dropped, never stored) and acknowledged, then the connection fails.
+type recvConn struct {
+	p           *Provider
+	dev, remote string
+	socks       []*net.TCPConn
+	timeout     time.Duration
+	st          state
+
+	mu      sync.Mutex
+	cond    *sync.Cond        // an IRecv was posted, or the connection failed
+	next    uint64            // first message no IRecv covers yet
+	ops     []*recvOp         // posted, unfinished, in order
+	msgs    map[uint64]*inMsg // messages partly received
+	arrived map[uint64]bool   // complete messages at or past acked
+	acked   uint64            // messages below it are all complete
+	poison  error             // a mismatch: no further IRecv
+	then    error             // fail with it once the ack for the drained message is out
+	kick    chan struct{}     // capacity 1: acked or then changed
+	wmu     sync.Mutex        // held while writing socket 0's reverse direction
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type recvOp struct {
+	base    uint64
+	bufs    [][]byte
+	tags    []uint64
+	sizes   []int
+	claimed []bool
+	left    int   // messages not yet complete
+	active  int   // frames being read into the buffers now
+	err     error // failed; completes when active drops to 0
+	req     *request
+}
+
+type inMsg struct {
+	op         *recvOp // nil: drained
+	idx        int
+	tag, total uint64
+	got        uint64
+}
+
+func newRecvConn(p *Provider, dev, remote string, socks []*net.TCPConn) *recvConn {
+	c := &recvConn{p: p, dev: dev, remote: remote, socks: socks, timeout: p.opt.Timeout, st: newState(),
+		msgs: map[uint64]*inMsg{}, arrived: map[uint64]bool{}, kick: make(chan struct{}, 1)}
+	c.cond = sync.NewCond(&c.mu)
+	c.wg.Add(len(socks) + 1)
+	for i := range socks {
+		go c.read(i)
+	}
+	go c.writeAcks()
+	return c
+}
+
+// IRecv posts up to MaxRecvs buffers for the next len(bufs) messages.
+func (c *recvConn) IRecv(bufs [][]byte, tags []uint64, mrs []fnet.MemRegion) (fnet.Request, error) {
+	n := len(bufs)
+	switch {
+	case n < 1 || n > fnet.MaxRecvs:
+		return nil, connErr(c.dev, c.remote, "recv", fmt.Errorf("%d buffers in one receive, want 1..%d", n, fnet.MaxRecvs))
+	case len(tags) != n || (mrs != nil && len(mrs) != n):
+		return nil, connErr(c.dev, c.remote, "recv", fmt.Errorf("%d buffers with %d tags and %d regions", n, len(tags), len(mrs)))
+	}
+	for i := range tags {
+		if slices.Contains(tags[:i], tags[i]) {
+			return nil, connErr(c.dev, c.remote, "recv", fmt.Errorf("tag %#x given twice in one receive", tags[i]))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.st.failure(); err != nil {
+		return failedRequest(err), nil
+	}
+	if c.poison != nil {
+		return failedRequest(c.poison), nil
+	}
+	op := &recvOp{base: c.next, bufs: slices.Clone(bufs), tags: slices.Clone(tags), sizes: make([]int, n),
+		claimed: make([]bool, n), left: n, req: newRequest()}
+	c.next += uint64(n)
+	c.ops = append(c.ops, op)
+	c.cond.Broadcast()
+	return op.req, nil
+}
+
+// read is socket i's loop.
+func (c *recvConn) read(i int) {
+	defer c.wg.Done()
+	br := bufio.NewReaderSize(&deadlineReader{c: c.socks[i], timeout: c.timeout}, 16<<10)
+	var b [hdrBytes]byte
+	for {
+		if _, err := io.ReadFull(br, b[:]); err != nil {
+			c.fail(peerLost(i, err, c.timeout), false)
+			return
+		}
+		h, err := parseHeader(b[:], true)
+		if err != nil {
+			c.fail(fmt.Errorf("socket %d: corrupt stream: %v: %w", i, err, errs.ErrPeerLost), false)
+			return
+		}
+		switch h.kind {
+		case kindBeat:
+			continue
+		case kindAbort:
+			reason := make([]byte, h.length) // ≤ maxReason
+			io.ReadFull(br, reason)
+			c.fail(peerAborted(string(reason)), false)
+			return
+		}
+		m, dst, counted, err := c.claim(h)
+		if err != nil {
+			c.fail(err, false)
+			return
+		}
+		if counted {
+			_, err = io.ReadFull(br, dst)
+		} else {
+			_, err = br.Discard(int(h.length))
+		}
+		if err != nil {
+			err = peerLost(i, err, c.timeout)
+		}
+		if err = c.landed(h, m, counted, err); err != nil {
+			c.fail(err, false)
+			return
+		}
+	}
+}
+
+// claim waits until an IRecv covers h's message and returns where the
+// frame's bytes go; counted is false when they are to be drained.
+func (c *recvConn) claim(h header) (m *inMsg, dst []byte, counted bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h.seq >= c.next {
+		if err := c.st.failure(); err != nil {
+			return nil, nil, false, err
+		}
+		c.cond.Wait()
+	}
+	if err := c.st.failure(); err != nil {
+		return nil, nil, false, err
+	}
+	m = c.msgs[h.seq]
+	if m == nil {
+		if c.arrived[h.seq] || h.seq < c.acked {
+			return nil, nil, false, fmt.Errorf("message %d arrives twice: %w", h.seq, errs.ErrPeerLost)
+		}
+		m = &inMsg{tag: h.tag, total: h.total}
+		c.msgs[h.seq] = m
+		if err := c.match(h, m); err != nil {
+			c.poison = connErr(c.dev, c.remote, "recv", err)
+			if m.op != nil {
+				c.failOp(m.op, c.poison)
+			}
+			m.op = nil
+		}
+	} else if m.tag != h.tag || m.total != h.total {
+		return nil, nil, false, fmt.Errorf("message %d: frames disagree on tag or length: %w", h.seq, errs.ErrPeerLost)
+	}
+	if m.op == nil || m.op.err != nil {
+		return m, nil, false, nil
+	}
+	m.op.active++
+	return m, m.op.bufs[m.idx][h.off : h.off+h.length], true, nil
+}
+
+// match finds message h's receive and buffer (c.mu held).
+func (c *recvConn) match(h header, m *inMsg) error {
+	var op *recvOp
+	for _, o := range c.ops {
+		if h.seq >= o.base && h.seq < o.base+uint64(len(o.bufs)) {
+			op = o
+		}
+	}
+	if op == nil {
+		return nil // its receive already failed: drain
+	}
+	m.op = op
+	i := slices.Index(op.tags, h.tag)
+	switch {
+	case i < 0:
+		return fmt.Errorf("message %d has tag %#x, not among the receive's tags %#x: %w", h.seq, h.tag, op.tags, errs.ErrMismatch)
+	case op.claimed[i]:
+		return fmt.Errorf("message %d has tag %#x, which an earlier message of this receive took: %w", h.seq, h.tag, errs.ErrMismatch)
+	case h.total > uint64(len(op.bufs[i])):
+		return fmt.Errorf("message %d (tag %#x) has %d bytes, its buffer %d: %w", h.seq, h.tag, h.total, len(op.bufs[i]), errs.ErrMismatch)
+	}
+	op.claimed[i] = true
+	m.idx = i
+	return nil
+}
+
+// landed accounts n bytes of a frame read (or failed with ioErr).
+func (c *recvConn) landed(h header, m *inMsg, counted bool, ioErr error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op := m.op
+	if counted {
+		op.active--
+		if op.err != nil && op.active == 0 {
+			op.req.complete(nil, op.err)
+		}
+	}
+	if ioErr != nil {
+		return ioErr
+	}
+	m.got += h.length
+	if m.got < m.total {
+		return nil
+	}
+	delete(c.msgs, h.seq)
+	c.arrived[h.seq] = true
+	for c.arrived[c.acked] {
+		delete(c.arrived, c.acked)
+		c.acked++
+	}
+	c.signal()
+	if op == nil || op.err != nil {
+		if c.poison != nil && c.then == nil {
+			c.then = c.poison // drained: ack it, then end the connection
+		}
+		return nil
+	}
+	op.sizes[m.idx] = int(m.total)
+	if op.left--; op.left == 0 {
+		c.ops = slices.DeleteFunc(c.ops, func(o *recvOp) bool { return o == op })
+		op.req.complete(op.sizes, nil)
+	}
+	return nil
+}
+
+// failOp fails op now, or when its last active frame is read (c.mu held).
+func (c *recvConn) failOp(op *recvOp, err error) {
+	if op.err == nil {
+		op.err = err
+	}
+	c.ops = slices.DeleteFunc(c.ops, func(o *recvOp) bool { return o == op })
+	if op.active == 0 {
+		op.req.complete(nil, op.err)
+	}
+}
+
+func (c *recvConn) signal() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeAcks sends the count of complete messages back on socket 0 when it
+// grows, and a heartbeat when idle.
+func (c *recvConn) writeAcks() {
+	defer c.wg.Done()
+	beat := max(c.timeout/5, time.Millisecond)
+	tick := time.NewTicker(beat)
+	defer tick.Stop()
+	sent := uint64(0)
+	var b [hdrBytes]byte
+	for {
+		select {
+		case <-c.kick:
+		case <-tick.C:
+		case <-c.st.dead:
+			return
+		}
+		c.mu.Lock()
+		acked, then := c.acked, c.then
+		c.mu.Unlock()
+		h := header{kind: kindBeat}
+		if acked != sent {
+			h = header{kind: kindAck, seq: acked}
+		}
+		h.put(b[:])
+		c.wmu.Lock()
+		c.socks[0].SetWriteDeadline(time.Now().Add(c.timeout))
+		_, err := c.socks[0].Write(b[:])
+		c.wmu.Unlock()
+		if err != nil {
+			c.fail(peerLost(0, err, c.timeout), false)
+			return
+		}
+		sent = acked
+		if then != nil {
+			c.fail(then, true)
+			return
+		}
+	}
+}
+
+// fail ends the connection with err (the first failure wins). Receives
+// whose buffers no reader is filling fail at once, the others when their
+// reader stops. With tell, an abort frame goes to the peer first.
+func (c *recvConn) fail(err error, tell bool) {
+	err = connErr(c.dev, c.remote, "recv", err)
+	if !c.st.set(err) {
+		return
+	}
+	c.mu.Lock()
+	for _, op := range slices.Clone(c.ops) {
+		c.failOp(op, err)
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	if tell && c.wmu.TryLock() {
+		writeAbort(c.socks[0], err.Error())
+		c.wmu.Unlock()
+	}
+	for _, s := range c.socks {
+		s.Close()
+	}
+}
+
+// Abort fails everything with err and tells the peer.
+func (c *recvConn) Abort(err error) { c.fail(err, true) }
+
+func (c *recvConn) closeWith(err error) {
+	c.fail(err, true)
+	c.closeOnce.Do(func() {
+		c.wg.Wait()
+		c.p.untrack(c)
+	})
+}
+
+// Close fails pending receives with errs.ErrClosed and waits for the
+// goroutines.
+func (c *recvConn) Close() error {
+	c.closeWith(fmt.Errorf("connection %w", errs.ErrClosed))
+	return nil
+}

@@ -1,0 +1,114 @@
+package tcp
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	fnet "flexlink/fabric/net"
+	"flexlink/fabric/net/nettest"
+)
+
+// -large sets the suite's largest message (the 1 GiB:
+// go test ./fabric/net/tcp -run Conformance -args -large=1073741824).
+var large = flag.Int("large", 64<<20, "largest message of the conformance suite, bytes")
+
+func open(opt Options) func(t *testing.T) fnet.Provider {
+	return func(t *testing.T) fnet.Provider {
+		t.Helper()
+		if opt.IfName == "" {
+			opt.IfName = "lo"
+		}
+		p, err := New(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
+// junk opens a raw TCP connection to the listener in handle and writes b.
+func junk(t *testing.T, handle, b []byte) {
+	t.Helper()
+	h, err := parseHandle(handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", h.addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.Write(b) // the listener may hang up early: that is the point
+}
+
+func TestConformance(t *testing.T) {
+	for _, c := range []struct {
+		socks, stripe int
+	}{{1, 0}, {2, 0}, {3, 4096}} {
+		t.Run(fmt.Sprintf("sockets=%d,stripe=%d", c.socks, c.stripe), func(t *testing.T) {
+			lg := *large
+			if c.socks != 2 {
+				lg = min(lg, 8<<20) // the large message once is enough
+			}
+			nettest.Run(t, open(Options{Sockets: c.socks, StripeMin: c.stripe}), nettest.Large(lg), nettest.Junk(junk))
+		})
+	}
+}
+
+// TestSilentPeer cuts a connection without closing it (a proxy stops
+// forwarding): both sides fail with ErrPeerLost after Options.Timeout.
+func TestSilentPeer(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	pa := open(Options{Timeout: timeout})(t)
+	pb := open(Options{Timeout: timeout})(t)
+	defer pa.Close()
+	defer pb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := pb.Listen(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h, _ := parseHandle(l.Handle())
+	px := startProxy(t, h.addr.String())
+	h.addr = px.addr
+	acc := make(chan fnet.RecvConn, 1)
+	go func() { r, _ := l.Accept(ctx); acc <- r }()
+	s, err := pa.Connect(ctx, 0, h.marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := <-acc
+	if r == nil {
+		t.Fatal("accept failed")
+	}
+	defer r.Close()
+	got := make([]byte, 10)
+	q := nettest.Recv(t, r, [][]byte{got}, []uint64{1})
+	nettest.AwaitOK(t, nettest.Send(t, s, nettest.Pattern(1, 10), 1), "send")
+	nettest.AwaitOK(t, q, "recv")
+	start := time.Now()
+	px.freeze()
+	qr := nettest.Recv(t, r, [][]byte{make([]byte, 8<<20)}, []uint64{3})
+	qs := nettest.Send(t, s, nettest.Pattern(2, 8<<20), 3)
+	for _, c := range []struct {
+		what string
+		q    fnet.Request
+	}{{"recv", qr}, {"send", qs}} {
+		_, err := nettest.Await(t, c.q, c.what)
+		if err == nil || !isPeerLost(err) {
+			t.Fatalf("%s on a silent connection: error %v, want ErrPeerLost", c.what, err)
+		}
+		t.Logf("%s failed after %v: %v", c.what, time.Since(start).Round(time.Millisecond), err)
+	}
+	if el := time.Since(start); el > 10*timeout {
+		t.Fatalf("silence detected after %v with a timeout of %v", el, timeout)
+	}
+}

@@ -1,0 +1,33 @@
+package ucx
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	fnet "flexlink/fabric/net"
+	"flexlink/fabric/net/nettest"
+)
+
+// junk writes garbage to a listener's side channel, as a stray client would.
+func junk(t *testing.T, handle, b []byte) {
+	h, err := decodeHandle(handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", h.addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.Write(b) // the listener may hang up early: that is the point
+}
+
+// TestConformance runs the provider suite over UCX's tcp transport on
+// loopback.
+func TestConformance(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	t.Setenv("UCX_NET_DEVICES", "lo")
+	nettest.Run(t, func(t *testing.T) fnet.Provider { return open(t) }, nettest.Junk(junk))
+}

@@ -20,7 +20,12 @@ func knownKinds() []fabric.Kind {
 // filter that leaves no link: a typo must not turn into a job that runs
 // on the wrong links or none.
 func FilterLinks(links []LinkSpec, env settings.Env) ([]LinkSpec, error) {
-	v := strings.TrimSpace(env.String("FLEXLINK_LINKS"))
+	return FilterLinksBy(links, env.String("FLEXLINK_LINKS"))
+}
+
+// FilterLinksBy is FilterLinks with FLEXLINK_LINKS's value already read.
+func FilterLinksBy(links []LinkSpec, spec string) ([]LinkSpec, error) {
+	v := strings.TrimSpace(spec)
 	if v == "" {
 		return slices.Clone(links), nil
 	}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"flexlink/collectives"
 	"flexlink/internal/errs"
@@ -209,3 +212,29 @@ func (c *Comm) Engine() *collectives.Engine { return c.engine }
 // the job: what the peers' links see when this process dies. Tests use it to
 // simulate a crash; programs call Abort.
 func (c *Comm) AbortLinks(err error) { c.links.abort(err) }
+
+// Name is the communicator's name, unique within the job.
+func (c *Comm) Name() string { return c.name }
+
+// ID is the communicator's id (a hash of its name), carried in message tags.
+func (c *Comm) ID() uint64 { return c.id }
+
+// Peers is the communicator's host links as the collectives see them. Use
+// it only inside Run.
+func (c *Comm) Peers() collectives.Peers { return peers{c.links} }
+
+// Log is the process's logger.
+func (c *Comm) Log() hclog.Logger { return c.world.log }
+
+// JobErr is nil while the job is healthy, then the reason it ended.
+func (c *Comm) JobErr() error { return c.world.store.Err() }
+
+// JobDone is closed when the job ends (a rank lost, or an abort).
+func (c *Comm) JobDone() <-chan struct{} { return c.world.store.Done() }
+
+// AbortJob ends the job for every rank with err (as Run does on a failure).
+func (c *Comm) AbortJob(err error) { c.world.store.Abort(err) }
+
+// SameProcess reports whether the communicator's rank r lives in this
+// process.
+func (c *Comm) SameProcess(r int) bool { return c.world.pids[c.members[r]] == os.Getpid() }

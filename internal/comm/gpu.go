@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
@@ -46,54 +47,26 @@ type DeviceComm struct {
 	c     *Comm
 	dev   *gpu.Device
 	path  string
-	plane devicePlane
+	plane plane.Plane
 }
 
-// devicePlane is one way of running device-buffer collectives. do is
-// called under the Comm's run (one at a time, with its deadline and abort
-// handling); it enqueues the work on s and returns.
-type devicePlane interface {
-	do(ctx context.Context, o *devOp, s *gpu.Stream) error
-	// close releases the plane's resources; the ranks have passed a
-	// barrier and have no call in flight.
-	close() error
-}
-
-// devKind names a device collective.
-type devKind uint8
-
-const (
-	devAllReduce devKind = iota + 1
-	devAllGather
-	devReduceScatter
-	devBroadcast
-	devReduce
-	devAllToAll
-	devGroup
+type (
+	devKind = plane.Kind
+	devOp   = plane.Op
+	// DeviceP2P is one send or receive of DeviceComm.Group; Buf is the
+	// whole message.
+	DeviceP2P = plane.P2P
 )
 
-func (k devKind) String() string {
-	return [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "group send/recv"}[k]
-}
-
-// devOp is one call, its buffers already trimmed to the bytes it touches.
-type devOp struct {
-	kind       devKind
-	send, recv *gpu.Buffer // nil where the rank has none (rooted ops)
-	count      int         // elements, NCCL's meaning for kind
-	dt         dtype.DType
-	op         dtype.Op
-	root       int
-	p2p        []DeviceP2P
-}
-
-// DeviceP2P is one send or receive of DeviceComm.Group; Buf is the whole
-// message.
-type DeviceP2P struct {
-	Send bool
-	Peer int
-	Buf  *gpu.Buffer
-}
+const (
+	devAllReduce     = plane.AllReduce
+	devAllGather     = plane.AllGather
+	devReduceScatter = plane.ReduceScatter
+	devBroadcast     = plane.Broadcast
+	devReduce        = plane.Reduce
+	devAllToAll      = plane.AllToAll
+	devGroup         = plane.Group
+)
 
 // DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
 func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P {
@@ -107,7 +80,7 @@ func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return DeviceP2P{Peer: 
 // (FLEXLINK_GPU_PATH can force one).
 func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error) {
 	if dev == nil {
-		return nil, fmt.Errorf("rank %d: device communicator: nil device", c.rank)
+		return nil, fmt.Errorf("rank %d: device communicator: nil device", c.Rank())
 	}
 	var dc *DeviceComm
 	err := c.Run(ctx, "gpu setup", func(ctx context.Context) error {
@@ -137,10 +110,7 @@ func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
 // reduce's root, which send headers only; a zero count) and on the staged
 // plane. Safe to call from any goroutine.
 func (d *DeviceComm) LinkShares() map[string]float64 {
-	if ls, ok := d.plane.(interface{ linkShares() map[string]float64 }); ok {
-		return ls.linkShares()
-	}
-	return map[string]float64{}
+	return d.plane.LinkShares()
 }
 
 // Close releases the mappings, events and streams. It is collective (the
@@ -148,24 +118,17 @@ func (d *DeviceComm) LinkShares() map[string]float64 {
 // passed to earlier calls must have been synchronized, as before freeing
 // memory they use.
 func (d *DeviceComm) Close(ctx context.Context) error {
-	dp, _ := d.plane.(*directPlane)
-	var qerr error
-	if dp != nil && dp.flag != nil {
-		// The peers' flag kernels write into this rank's regions until they
-		// end: every rank waits for its own before the barrier.
-		if qerr = dp.flag.quiesce(); qerr != nil {
-			qerr = fmt.Errorf("rank %d: gpu close: %w", d.c.rank, qerr)
-		}
+	// The peers' kernels write into this rank's memory until they end:
+	// every rank waits for its own before the barrier.
+	qerr := d.plane.Quiesce()
+	if qerr != nil {
+		qerr = fmt.Errorf("rank %d: gpu close: %w", d.c.Rank(), qerr)
 	}
-	err := d.c.Run(ctx, "gpu close", d.c.engine.Barrier)
-	if (err != nil || qerr != nil) && dp != nil && dp.flag != nil {
-		// Without the barrier a peer's kernel may still be writing into
-		// this rank's flag regions: leave them allocated (the process is
-		// usually about to exit after a failure) rather than free memory
-		// that is being written.
-		dp.flag.leak = true
-	}
-	if cerr := d.plane.close(); err == nil {
+	err := d.c.Run(ctx, "gpu close", d.c.Engine().Barrier)
+	// Without the barrier a peer's kernel may still be writing into this
+	// rank's memory: the plane leaks it (the process is usually about to
+	// exit after a failure) rather than free memory that is being written.
+	if cerr := d.plane.Close(err == nil && qerr == nil); err == nil {
 		err = cerr
 	}
 	if qerr != nil {
@@ -183,10 +146,8 @@ func (d *DeviceComm) Close(ctx context.Context) error {
 // communicator fails. Call it after synchronising the stream when a
 // collective's result matters and no later call follows.
 func (d *DeviceComm) AsyncError() error {
-	if dp, ok := d.plane.(*directPlane); ok {
-		if err := dp.flagError(); err != nil {
-			return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
-		}
+	if err := d.plane.AsyncError(); err != nil {
+		return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
 	}
 	return nil
 }
@@ -194,19 +155,19 @@ func (d *DeviceComm) AsyncError() error {
 // AllReduce combines send (count elements) across ranks with op into every
 // rank's recv. send may equal recv.
 func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
-	return d.call(ctx, s, &devOp{kind: devAllReduce, send: send, recv: recv, count: count, dt: dt, op: op}, count, count)
+	return d.call(ctx, s, &devOp{Kind: devAllReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count, count)
 }
 
 // AllGather concatenates every rank's send (count elements) in rank order
 // into recv (Size()*count elements). send may be block Rank() of recv.
 func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
-	return d.call(ctx, s, &devOp{kind: devAllGather, send: send, recv: recv, count: count, dt: dt}, count, count*d.c.size)
+	return d.call(ctx, s, &devOp{Kind: devAllGather, Send: send, Recv: recv, Count: count, DT: dt}, count, count*d.c.Size())
 }
 
 // ReduceScatter reduces send (Size()*count elements) across ranks and leaves
 // block Rank() (count elements) in recv. recv may be block Rank() of send.
 func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
-	return d.call(ctx, s, &devOp{kind: devReduceScatter, send: send, recv: recv, count: count, dt: dt, op: op}, count*d.c.size, count)
+	return d.call(ctx, s, &devOp{Kind: devReduceScatter, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count*d.c.Size(), count)
 }
 
 // Broadcast copies root's send (count elements) into every rank's recv.
@@ -216,10 +177,10 @@ func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, coun
 		return err
 	}
 	sc := count
-	if d.c.rank != root {
+	if d.c.Rank() != root {
 		send, sc = nil, -1
 	}
-	return d.call(ctx, s, &devOp{kind: devBroadcast, send: send, recv: recv, count: count, dt: dt, root: root}, sc, count)
+	return d.call(ctx, s, &devOp{Kind: devBroadcast, Send: send, Recv: recv, Count: count, DT: dt, Root: root}, sc, count)
 }
 
 // Reduce combines send (count elements) across ranks into root's recv. recv
@@ -229,17 +190,17 @@ func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count i
 		return err
 	}
 	rc := count
-	if d.c.rank != root {
+	if d.c.Rank() != root {
 		recv, rc = nil, -1
 	}
-	return d.call(ctx, s, &devOp{kind: devReduce, send: send, recv: recv, count: count, dt: dt, op: op, root: root}, count, rc)
+	return d.call(ctx, s, &devOp{Kind: devReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op, Root: root}, count, rc)
 }
 
 // AllToAll sends block j of send (count elements per block, Size() blocks)
 // to rank j, which stores it as block Rank() of its recv.
 func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
-	n := count * d.c.size
-	return d.call(ctx, s, &devOp{kind: devAllToAll, send: send, recv: recv, count: count, dt: dt}, n, n)
+	n := count * d.c.Size()
+	return d.call(ctx, s, &devOp{Kind: devAllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
 }
 
 // Group runs sends and receives together (ncclGroupStart/End around
@@ -257,10 +218,10 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P)
 		ps[i] = o
 	}
 	if s == nil || s.Device() != d.dev {
-		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.rank, d.dev)
+		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.Rank(), d.dev)
 	}
-	o := &devOp{kind: devGroup, p2p: ps, dt: dtype.Uint8}
-	return d.c.Run(ctx, "gpu "+o.kind.String(), func(ctx context.Context) error { return d.plane.do(ctx, o, s) })
+	o := &devOp{Kind: devGroup, P2P: ps, DT: dtype.Uint8}
+	return d.c.Run(ctx, "gpu "+o.Kind.String(), func(ctx context.Context) error { return d.plane.Do(ctx, o, s) })
 }
 
 // Send sends b to peer; Recv receives b from peer (each a Group of one).
@@ -274,31 +235,31 @@ func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.S
 // call checks o's buffers (send holds sendCount elements, recv recvCount;
 // -1: the rank has none), trims them to size and runs o.
 func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *devOp, sendCount, recvCount int) error {
-	what := "gpu " + o.kind.String()
-	if !o.dt.Valid() || (o.kind == devAllReduce || o.kind == devReduceScatter || o.kind == devReduce) && !o.op.Valid() {
-		return fmt.Errorf("rank %d: %s: invalid dtype %v or op %v", d.c.rank, what, o.dt, o.op)
+	what := "gpu " + o.Kind.String()
+	if !o.DT.Valid() || (o.Kind == devAllReduce || o.Kind == devReduceScatter || o.Kind == devReduce) && !o.Op.Valid() {
+		return fmt.Errorf("rank %d: %s: invalid dtype %v or op %v", d.c.Rank(), what, o.DT, o.Op)
 	}
-	if o.count < 0 {
-		return fmt.Errorf("rank %d: %s: negative count %d", d.c.rank, what, o.count)
+	if o.Count < 0 {
+		return fmt.Errorf("rank %d: %s: negative count %d", d.c.Rank(), what, o.Count)
 	}
 	if s == nil || s.Device() != d.dev {
-		return fmt.Errorf("rank %d: %s: stream is not on %s", d.c.rank, what, d.dev)
+		return fmt.Errorf("rank %d: %s: stream is not on %s", d.c.Rank(), what, d.dev)
 	}
-	sz := o.dt.Size()
+	sz := o.DT.Size()
 	var err error
 	if sendCount >= 0 {
-		if err = d.local(what+" send", o.send, sendCount*sz); err != nil {
+		if err = d.local(what+" send", o.Send, sendCount*sz); err != nil {
 			return err
 		}
-		o.send = o.send.Sub(0, sendCount*sz)
+		o.Send = o.Send.Sub(0, sendCount*sz)
 	}
 	if recvCount >= 0 {
-		if err = d.local(what+" recv", o.recv, recvCount*sz); err != nil {
+		if err = d.local(what+" recv", o.Recv, recvCount*sz); err != nil {
 			return err
 		}
-		o.recv = o.recv.Sub(0, recvCount*sz)
+		o.Recv = o.Recv.Sub(0, recvCount*sz)
 	}
-	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.plane.do(ctx, o, s) })
+	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.plane.Do(ctx, o, s) })
 }
 
 // local checks that b is on the DeviceComm's GPU and holds at least n bytes
@@ -308,13 +269,13 @@ func (d *DeviceComm) local(what string, b *gpu.Buffer, n int) error {
 		if n < 0 {
 			return nil
 		}
-		return fmt.Errorf("rank %d: %s: nil buffer", d.c.rank, what)
+		return fmt.Errorf("rank %d: %s: nil buffer", d.c.Rank(), what)
 	}
 	if b.Device() != d.dev {
-		return fmt.Errorf("rank %d: %s: buffer is on %s, not %s", d.c.rank, what, b.Device(), d.dev)
+		return fmt.Errorf("rank %d: %s: buffer is on %s, not %s", d.c.Rank(), what, b.Device(), d.dev)
 	}
 	if b.Len() < n {
-		return fmt.Errorf("rank %d: %s: buffer holds %d bytes, need %d: %w", d.c.rank, what, b.Len(), n, errs.ErrMismatch)
+		return fmt.Errorf("rank %d: %s: buffer holds %d bytes, need %d: %w", d.c.Rank(), what, b.Len(), n, errs.ErrMismatch)
 	}
 	return nil
 }

@@ -60,6 +60,7 @@ import (
 // of every record and wait.
 type directPlane struct {
 	c        *Comm
+	cfg      Config
 	dev      *gpu.Device
 	n, me    int
 	ipc      *ipcCache
@@ -102,36 +103,18 @@ type traceRec struct {
 	wait             bool
 }
 
-func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
-	n := c.size
-	env := c.world.env
-	chunk, err := env.Int("FLEXLINK_GPU_CHUNK_BYTES")
+func newDirectPlane(c *Comm, dev *gpu.Device, cfg Config) (p *directPlane, err error) {
+	n := c.Size()
+	chunk, width, mode := cfg.ChunkBytes, cfg.CopyStreams, cfg.AllReduce
+	agPull, agStore, err := moveSetting(cfg.AllGather, "FLEXLINK_GPU_ALLGATHER", n)
 	if err != nil {
 		return nil, err
 	}
-	if chunk < 1<<16 {
-		return nil, fmt.Errorf("FLEXLINK_GPU_CHUNK_BYTES=%d: want at least 65536", chunk)
-	}
-	width, err := env.Int("FLEXLINK_GPU_COPY_STREAMS")
+	a2aPull, a2aStore, err := moveSetting(cfg.AllToAll, "FLEXLINK_GPU_ALLTOALL", n)
 	if err != nil {
 		return nil, err
 	}
-	if width < 1 || width > 16 {
-		return nil, fmt.Errorf("FLEXLINK_GPU_COPY_STREAMS=%d: want 1 to 16", width)
-	}
-	mode := env.String("FLEXLINK_GPU_ALLREDUCE")
-	if mode != "auto" && mode != "push" && mode != "read" {
-		return nil, fmt.Errorf("FLEXLINK_GPU_ALLREDUCE=%q: want auto, push or read", mode)
-	}
-	agPull, agStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLGATHER"), "FLEXLINK_GPU_ALLGATHER", n)
-	if err != nil {
-		return nil, err
-	}
-	a2aPull, a2aStore, err := moveSetting(env.String("FLEXLINK_GPU_ALLTOALL"), "FLEXLINK_GPU_ALLTOALL", n)
-	if err != nil {
-		return nil, err
-	}
-	p = &directPlane{c: c, dev: dev, n: n, me: c.rank, chunkMax: chunk, width: width, arMode: mode,
+	p = &directPlane{c: c, cfg: cfg, dev: dev, n: n, me: c.Rank(), chunkMax: chunk, width: width, arMode: mode,
 		agPull: agPull, a2aPull: a2aPull, agStore: agStore, a2aStore: a2aStore,
 		ipc:  newIPCCache(dev, n, c.PeerHost),
 		done: make([]*gpu.Event, n), pReady: make([]*gpu.Event, n), pDone: make([]*gpu.Event, n),
@@ -143,7 +126,7 @@ func newDirectPlane(c *Comm, dev *gpu.Device) (p *directPlane, err error) {
 			made.close()
 		}
 	}()
-	if err = p.px.settings(c); err != nil {
+	if err = p.px.settings(cfg.PCIe); err != nil {
 		return nil, err
 	}
 	if p.ready, err = dev.NewIPCEvent(); err != nil {
@@ -289,7 +272,7 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 	peers := p.peersOf(o)
 	p.calls++
 	call := p.calls
-	push := o.kind == devAllReduce && p.pushPlan(o).ok
+	push := o.Kind == devAllReduce && p.pushPlan(o).ok
 	if push {
 		if err := p.prepPush(o); err != nil {
 			return err
@@ -378,11 +361,11 @@ func (p *directPlane) note(r traceRec) {
 // Group.
 func (p *directPlane) peersOf(o *devOp) []int {
 	var peers []int
-	if o.kind != devGroup {
+	if o.Kind != devGroup {
 		return p.rotated()
 	}
 	seen := make([]bool, p.n)
-	for _, e := range o.p2p {
+	for _, e := range o.P2P {
 		if !seen[e.Peer] {
 			seen[e.Peer] = true
 			peers = append(peers, e.Peer)
@@ -390,3 +373,30 @@ func (p *directPlane) peersOf(o *devOp) []int {
 	}
 	return peers
 }
+
+// Do runs one call (plane.Plane).
+func (p *directPlane) Do(ctx context.Context, o *devOp, s *gpu.Stream) error { return p.do(ctx, o, s) }
+
+// Quiesce waits for this rank's flag kernels, which the peers' kernels write
+// into, to end (plane.Plane).
+func (p *directPlane) Quiesce() error {
+	if p.flag == nil {
+		return nil
+	}
+	return p.flag.quiesce()
+}
+
+// Close releases everything (plane.Plane); without a clean close the flag
+// regions stay allocated, since a peer's kernel may still write into them.
+func (p *directPlane) Close(clean bool) error {
+	if !clean && p.flag != nil {
+		p.flag.leak = true
+	}
+	return p.close()
+}
+
+// AsyncError is the flag kernels' error word, decoded (plane.Plane).
+func (p *directPlane) AsyncError() error { return p.flagError() }
+
+// LinkShares is the bytes' split over NVLink and PCIe (plane.Plane).
+func (p *directPlane) LinkShares() map[string]float64 { return p.linkShares() }

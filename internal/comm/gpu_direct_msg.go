@@ -40,13 +40,13 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 	hdr := make([]byte, readyHeader)
 	le := binary.LittleEndian
 	le.PutUint64(hdr[0:], call)
-	le.PutUint64(hdr[8:], uint64(o.kind)|uint64(o.dt)<<8|uint64(o.op)<<16|p.readyFlags(o))
-	le.PutUint64(hdr[16:], uint64(o.count))
-	le.PutUint64(hdr[24:], uint64(o.root))
+	le.PutUint64(hdr[8:], uint64(o.Kind)|uint64(o.DT)<<8|uint64(o.Op)<<16|p.readyFlags(o))
+	le.PutUint64(hdr[16:], uint64(o.Count))
+	le.PutUint64(hdr[24:], uint64(o.Root))
 	bufs := make([][]*gpu.Buffer, p.n)
 	want := make([]int, p.n)
-	if o.kind == devGroup {
-		for _, e := range o.p2p {
+	if o.Kind == devGroup {
+		for _, e := range o.P2P {
 			if e.Send {
 				bufs[e.Peer] = append(bufs[e.Peer], e.Buf)
 			} else {
@@ -56,8 +56,8 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 	} else {
 		// An allreduce also describes the scratch its peers push into (nil
 		// unless this call uses the push allreduce).
-		mine := []*gpu.Buffer{o.send, o.recv}
-		if o.kind == devAllReduce {
+		mine := []*gpu.Buffer{o.Send, o.Recv}
+		if o.Kind == devAllReduce {
 			var scr *gpu.Buffer
 			if p.pushPlan(o).ok {
 				scr = p.scratch
@@ -89,25 +89,25 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 // pair's call count and the call's signature, so ranks that disagree about
 // which collective this is fail with ErrMismatch instead of mixing data.
 func (p *directPlane) exchange(ctx context.Context, phase uint64, o *devOp, with []int, out [][]byte, inLen []int) ([][]byte, error) {
-	sig := uint64(o.kind)
-	if o.kind != devGroup {
-		sig |= uint64(o.dt)<<8 | uint64(o.op)<<16 | uint64(o.root)<<24 | uint64(o.count)<<32
+	sig := uint64(o.Kind)
+	if o.Kind != devGroup {
+		sig |= uint64(o.DT)<<8 | uint64(o.Op)<<16 | uint64(o.Root)<<24 | uint64(o.Count)<<32
 	}
 	in := make([][]byte, p.n)
 	reqs := make([]fabric.Request, 0, 2*len(with))
-	lp := peers{p.c.links}
+	lp := p.c.Peers()
 	for _, j := range with {
-		tag := fabric.Tag{gpuTagMagic | phase, p.c.id, p.pairSeq[j], sig}
+		tag := fabric.Tag{gpuTagMagic | phase, p.c.ID(), p.pairSeq[j], sig}
 		in[j] = make([]byte, inLen[j])
 		reqs = append(reqs, lp.Recv(j, tag, collectives.HostBuffer(in[j])))
 	}
 	for _, j := range with {
-		tag := fabric.Tag{gpuTagMagic | phase, p.c.id, p.pairSeq[j], sig}
+		tag := fabric.Tag{gpuTagMagic | phase, p.c.ID(), p.pairSeq[j], sig}
 		reqs = append(reqs, lp.Send(j, tag, collectives.HostBuffer(out[j])))
 	}
 	if err := fabric.WaitAll(ctx, reqs...); err != nil {
 		what := map[uint64]string{phaseReady: "ready", phaseDone: "done", phasePushed: "pushed"}[phase]
-		return nil, fmt.Errorf("gpu %s: %s handshake with ranks %v: %w", o.kind, what, with, err)
+		return nil, fmt.Errorf("gpu %s: %s handshake with ranks %v: %w", o.Kind, what, with, err)
 	}
 	return in, nil
 }

@@ -31,7 +31,7 @@ const (
 
 // work enqueues o's data movement; in[j] is peer j's ready message.
 func (p *directPlane) work(o *devOp, s *gpu.Stream, in [][]byte) error {
-	switch o.kind {
+	switch o.Kind {
 	case devAllReduce:
 		return p.allReduce(o, s, in)
 	case devReduceScatter:
@@ -40,12 +40,12 @@ func (p *directPlane) work(o *devOp, s *gpu.Stream, in [][]byte) error {
 		if err := p.checkModes(o, in); err != nil {
 			return err
 		}
-		p.stores = o.kind == devAllGather && p.agStore || o.kind == devAllToAll && p.a2aStore
+		p.stores = o.Kind == devAllGather && p.agStore || o.Kind == devAllToAll && p.a2aStore
 		defer func() { p.stores = false }()
 		switch {
-		case o.kind == devAllGather && p.agPull:
+		case o.Kind == devAllGather && p.agPull:
 			return p.allGatherPull(o, s, in)
-		case o.kind == devAllGather:
+		case o.Kind == devAllGather:
 			return p.allGather(o, s, in)
 		case p.a2aPull:
 			return p.allToAllPull(o, s, in)
@@ -58,7 +58,7 @@ func (p *directPlane) work(o *devOp, s *gpu.Stream, in [][]byte) error {
 	case devGroup:
 		return p.group(o, s, in)
 	}
-	return fmt.Errorf("gpu: unknown collective %d", o.kind)
+	return fmt.Errorf("gpu: unknown collective %d", o.Kind)
 }
 
 // remote maps descriptor k of peer j's ready message.
@@ -113,7 +113,7 @@ func sub(buf *gpu.Buffer, a, b, sz int) *gpu.Buffer { return buf.Sub(a*sz, (b-a)
 // mine and of every peer buffer, then op's final step (Avg's division).
 // With no peers it copies.
 func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*gpu.Buffer, a, b int, o *devOp) error {
-	sz, cnt := o.dt.Size(), b-a
+	sz, cnt := o.DT.Size(), b-a
 	src := sub(mine, a, b, sz)
 	first := true
 	for _, j := range p.rotated() {
@@ -121,7 +121,7 @@ func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*
 		if pb == nil {
 			continue
 		}
-		if err := s.Reduce(dst, src, sub(pb, a, b, sz), cnt, o.dt, o.op); err != nil {
+		if err := s.Reduce(dst, src, sub(pb, a, b, sz), cnt, o.DT, o.Op); err != nil {
 			return err
 		}
 		src, first = dst, false
@@ -129,7 +129,7 @@ func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*
 	if first && !sameMem(dst, src) {
 		return s.CopyDtoD(dst, src)
 	}
-	return s.Finish(dst, cnt, o.dt, o.op, p.n)
+	return s.Finish(dst, cnt, o.DT, o.Op, p.n)
 }
 
 // allReduce is two-shot: rank i reduces block i reading the peers' send
@@ -145,8 +145,8 @@ func (p *directPlane) allReduce(o *devOp, s *gpu.Stream, in [][]byte) error {
 	if err != nil {
 		return err
 	}
-	sz := o.dt.Size()
-	lo, hi := blockRange(o.count, p.n, p.me, sz)
+	sz := o.DT.Size()
+	lo, hi := blockRange(o.Count, p.n, p.me, sz)
 	if hi <= lo {
 		return nil
 	}
@@ -154,8 +154,8 @@ func (p *directPlane) allReduce(o *devOp, s *gpu.Stream, in [][]byte) error {
 	piped := hi-lo > ce && p.n > 1
 	for a := lo; a < hi; a += ce {
 		b := min(hi, a+ce)
-		dst := sub(o.recv, a, b, sz)
-		if err := p.reduceInto(s, dst, o.send, sends, a, b, o); err != nil {
+		dst := sub(o.Recv, a, b, sz)
+		if err := p.reduceInto(s, dst, o.Send, sends, a, b, o); err != nil {
 			return err
 		}
 		if piped {
@@ -243,22 +243,22 @@ func (p *directPlane) allGather(o *devOp, s *gpu.Stream, in [][]byte) error {
 	if err != nil {
 		return err
 	}
-	blk := o.count * o.dt.Size()
+	blk := o.Count * o.DT.Size()
 	cs := make([]*copyPair, p.n)
 	for j, r := range recvs {
 		if r != nil {
-			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.send, off: p.me * blk}
+			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.Send, off: p.me * blk}
 		}
 	}
-	mine := o.recv.Sub(p.me*blk, blk)
-	if p.stores && !sameMem(mine, o.send) && (p.n-1)*blk >= fanOutMin {
-		return p.allGatherStore(s, cs, mine, o.send)
+	mine := o.Recv.Sub(p.me*blk, blk)
+	if p.stores && !sameMem(mine, o.Send) && (p.n-1)*blk >= fanOutMin {
+		return p.allGatherStore(s, cs, mine, o.Send)
 	}
 	return p.pushes(s, cs, func() error {
-		if sameMem(mine, o.send) {
+		if sameMem(mine, o.Send) {
 			return nil
 		}
-		return s.CopyDtoD(mine, o.send)
+		return s.CopyDtoD(mine, o.Send)
 	})
 }
 
@@ -306,15 +306,15 @@ func (p *directPlane) allToAll(o *devOp, s *gpu.Stream, in [][]byte) error {
 	if err != nil {
 		return err
 	}
-	blk := o.count * o.dt.Size()
+	blk := o.Count * o.DT.Size()
 	cs := make([]*copyPair, p.n)
 	for j, r := range recvs {
 		if r != nil {
-			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.send.Sub(j*blk, blk), off: p.me * blk}
+			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.Send.Sub(j*blk, blk), off: p.me * blk}
 		}
 	}
 	return p.pushes(s, cs, func() error {
-		return s.CopyDtoD(o.recv.Sub(p.me*blk, blk), o.send.Sub(p.me*blk, blk))
+		return s.CopyDtoD(o.Recv.Sub(p.me*blk, blk), o.Send.Sub(p.me*blk, blk))
 	})
 }
 
@@ -325,9 +325,9 @@ func (p *directPlane) reduceScatter(o *devOp, s *gpu.Stream, in [][]byte) error 
 	if err != nil {
 		return err
 	}
-	sz := o.dt.Size()
-	a, b := p.me*o.count, (p.me+1)*o.count
-	return p.reduceInto(s, o.recv, sub(o.send, a, b, sz), shift(sends, a, b, sz), 0, o.count, o)
+	sz := o.DT.Size()
+	a, b := p.me*o.Count, (p.me+1)*o.Count
+	return p.reduceInto(s, o.Recv, sub(o.Send, a, b, sz), shift(sends, a, b, sz), 0, o.Count, o)
 }
 
 // shift cuts elements [a, b) out of every non-nil buffer.
@@ -343,31 +343,31 @@ func shift(bufs []*gpu.Buffer, a, b, sz int) []*gpu.Buffer {
 
 // reduce: the root reduces every rank's send, reading the peers' in place.
 func (p *directPlane) reduce(o *devOp, s *gpu.Stream, in [][]byte) error {
-	if p.me != o.root {
+	if p.me != o.Root {
 		return nil
 	}
 	sends, err := p.remotes(in, 0)
 	if err != nil {
 		return err
 	}
-	return p.reduceInto(s, o.recv, o.send, sends, 0, o.count, o)
+	return p.reduceInto(s, o.Recv, o.Send, sends, 0, o.Count, o)
 }
 
 // broadcast: every non-root pulls the root's send into its recv, so the
 // copies run on N-1 GPUs' copy engines at once instead of queueing on the
 // root's.
 func (p *directPlane) broadcast(o *devOp, s *gpu.Stream, in [][]byte) error {
-	if p.me == o.root {
-		if sameMem(o.send, o.recv) {
+	if p.me == o.Root {
+		if sameMem(o.Send, o.Recv) {
 			return nil
 		}
-		return s.CopyDtoD(o.recv, o.send)
+		return s.CopyDtoD(o.Recv, o.Send)
 	}
-	src, err := p.remote(in, o.root, 0)
+	src, err := p.remote(in, o.Root, 0)
 	if err != nil {
 		return err
 	}
-	return s.CopyDtoD(o.recv, src)
+	return s.CopyDtoD(o.Recv, src)
 }
 
 // group: receivers pull. The i-th receive from a peer copies from the
@@ -375,7 +375,7 @@ func (p *directPlane) broadcast(o *devOp, s *gpu.Stream, in [][]byte) error {
 // message.
 func (p *directPlane) group(o *devOp, s *gpu.Stream, in [][]byte) error {
 	k := make([]int, p.n)
-	for i, e := range o.p2p {
+	for i, e := range o.P2P {
 		if e.Send {
 			continue
 		}

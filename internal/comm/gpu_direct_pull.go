@@ -73,7 +73,7 @@ func moveSetting(v, name string, n int) (pull, store bool, err error) {
 
 // pulls says whether o is an allgather or alltoall that this rank pulls.
 func (p *directPlane) pulls(o *devOp) bool {
-	return o.kind == devAllGather && p.agPull || o.kind == devAllToAll && p.a2aPull
+	return o.Kind == devAllGather && p.agPull || o.Kind == devAllToAll && p.a2aPull
 }
 
 // readyFlags are the mode bits of this rank's ready header for o.
@@ -94,9 +94,9 @@ func (p *directPlane) checkModes(o *devOp, in [][]byte) error {
 		}
 		if theirs := binary.LittleEndian.Uint64(m[8:]) & pullFlag; theirs != mine {
 			mode := map[bool]string{false: "push", true: "pull"}
-			name := map[devKind]string{devAllGather: "FLEXLINK_GPU_ALLGATHER", devAllToAll: "FLEXLINK_GPU_ALLTOALL"}[o.kind]
+			name := map[devKind]string{devAllGather: "FLEXLINK_GPU_ALLGATHER", devAllToAll: "FLEXLINK_GPU_ALLTOALL"}[o.Kind]
 			return fmt.Errorf("gpu %s: %s=%s here but %s on rank %d (%s): every rank must use the same: %w",
-				o.kind, name, mode[mine != 0], mode[theirs != 0], j, p.c.PeerHost(j), errs.ErrMismatch)
+				o.Kind, name, mode[mine != 0], mode[theirs != 0], j, p.c.PeerHost(j), errs.ErrMismatch)
 		}
 	}
 	return nil
@@ -147,13 +147,13 @@ func (p *directPlane) pullBlocks(o *devOp, s *gpu.Stream, in [][]byte, blk int, 
 	if blk == 0 {
 		return nil
 	}
-	if err := p.sideCopy(s, o.recv.Sub(p.me*blk, blk), src(p.me, o.send)); err != nil {
+	if err := p.sideCopy(s, o.Recv.Sub(p.me*blk, blk), src(p.me, o.Send)); err != nil {
 		return err
 	}
 	// Start with the next rank, so the N ranks do not all read rank 0 first.
 	for i := 1; i < p.n; i++ {
 		j := (p.me + i) % p.n
-		if err := p.pullCopy(s, o.recv.Sub(j*blk, blk), src(j, sends[j])); err != nil {
+		if err := p.pullCopy(s, o.Recv.Sub(j*blk, blk), src(j, sends[j])); err != nil {
 			return err
 		}
 	}
@@ -162,11 +162,11 @@ func (p *directPlane) pullBlocks(o *devOp, s *gpu.Stream, in [][]byte, blk int, 
 
 // allGatherPull: block j of my recv = peer j's send.
 func (p *directPlane) allGatherPull(o *devOp, s *gpu.Stream, in [][]byte) error {
-	return p.pullBlocks(o, s, in, o.count*o.dt.Size(), func(_ int, send *gpu.Buffer) *gpu.Buffer { return send.Sub(0, o.count*o.dt.Size()) })
+	return p.pullBlocks(o, s, in, o.Count*o.DT.Size(), func(_ int, send *gpu.Buffer) *gpu.Buffer { return send.Sub(0, o.Count*o.DT.Size()) })
 }
 
 // allToAllPull: block j of my recv = block Rank() of peer j's send.
 func (p *directPlane) allToAllPull(o *devOp, s *gpu.Stream, in [][]byte) error {
-	blk := o.count * o.dt.Size()
+	blk := o.Count * o.DT.Size()
 	return p.pullBlocks(o, s, in, blk, func(_ int, send *gpu.Buffer) *gpu.Buffer { return send.Sub(p.me*blk, blk) })
 }

@@ -61,8 +61,8 @@ func (p *directPlane) pushPlan(o *devOp) pushGeom {
 	if p.n < 2 || p.arMode == "read" {
 		return pushGeom{}
 	}
-	sz := o.dt.Size()
-	lo, hi := blockRange(o.count, p.n, 0, sz)
+	sz := o.DT.Size()
+	lo, hi := blockRange(o.Count, p.n, 0, sz)
 	per := hi - lo
 	blockBytes := per * sz
 	if blockBytes == 0 || (p.n-1)*blockBytes > scratchCap || p.arMode == "auto" && blockBytes < pushMinBlock {
@@ -89,7 +89,7 @@ func slotOf(from, to int) int {
 // previous allreduce has finished reading its scratch (see above).
 func (p *directPlane) prepPush(o *devOp) error {
 	g := p.pushPlan(o)
-	need := (p.n - 1) * g.per * o.dt.Size()
+	need := (p.n - 1) * g.per * o.DT.Size()
 	if p.scratch == nil || p.scratch.Len() < need {
 		size := need
 		if p.scratch != nil {
@@ -121,7 +121,7 @@ func (p *directPlane) prepPush(o *devOp) error {
 // ready event.
 func (p *directPlane) allReducePush(ctx context.Context, o *devOp, s *gpu.Stream, in [][]byte, peers []int, call uint64) error {
 	g := p.pushPlan(o)
-	sz := o.dt.Size()
+	sz := o.DT.Size()
 	recvs, err := p.remotes(in, 1)
 	if err != nil {
 		return err
@@ -135,7 +135,7 @@ func (p *directPlane) allReducePush(ctx context.Context, o *devOp, s *gpu.Stream
 	}
 	// 1. Push block j to peer j's scratch.
 	for _, j := range peers {
-		lo, hi := blockRange(o.count, p.n, j, sz)
+		lo, hi := blockRange(o.Count, p.n, j, sz)
 		base := slotOf(p.me, j) * g.per
 		for k, a := 0, lo; a < hi; k, a = k+1, a+g.ce {
 			b := min(hi, a+g.ce)
@@ -143,7 +143,7 @@ func (p *directPlane) allReducePush(ctx context.Context, o *devOp, s *gpu.Stream
 			if k < p.width {
 				after = p.startEv // each lane's first chunk
 			}
-			st, err := p.copyOn(j, 0, k, sub(scr[j], base+a-lo, base+b-lo, sz), sub(o.send, a, b, sz), after)
+			st, err := p.copyOn(j, 0, k, sub(scr[j], base+a-lo, base+b-lo, sz), sub(o.Send, a, b, sz), after)
 			if err != nil {
 				return err
 			}
@@ -163,7 +163,7 @@ func (p *directPlane) allReducePush(ctx context.Context, o *devOp, s *gpu.Stream
 		return err
 	}
 	// 3. Reduce this rank's block chunk by chunk and push the results.
-	lo, hi := blockRange(o.count, p.n, p.me, sz)
+	lo, hi := blockRange(o.Count, p.n, p.me, sz)
 	for k, a := 0, lo; a < hi; k, a = k+1, a+g.ce {
 		b := min(hi, a+g.ce)
 		for _, j := range peers {
@@ -172,15 +172,15 @@ func (p *directPlane) allReducePush(ctx context.Context, o *devOp, s *gpu.Stream
 			}
 			p.note(traceRec{actor: p.me, owner: j, to: p.me, chunk: k, call: binary.LittleEndian.Uint64(msgs[j]), wait: true})
 		}
-		dst, src := sub(o.recv, a, b, sz), sub(o.send, a, b, sz)
+		dst, src := sub(o.Recv, a, b, sz), sub(o.Send, a, b, sz)
 		for _, j := range peers {
 			base := slotOf(j, p.me) * g.per
-			if err := s.Reduce(dst, src, sub(p.scratch, base+a-lo, base+b-lo, sz), b-a, o.dt, o.op); err != nil {
+			if err := s.Reduce(dst, src, sub(p.scratch, base+a-lo, base+b-lo, sz), b-a, o.DT, o.Op); err != nil {
 				return err
 			}
 			src = dst
 		}
-		if err := s.Finish(dst, b-a, o.dt, o.op, p.n); err != nil {
+		if err := s.Finish(dst, b-a, o.DT, o.Op, p.n); err != nil {
 			return err
 		}
 		if err := s.Record(p.chunkEv); err != nil {

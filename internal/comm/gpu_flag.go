@@ -137,8 +137,8 @@ func (f *flagPlane) takes(o *devOp) bool {
 	if f == nil {
 		return false
 	}
-	b := o.count * o.dt.Size()
-	switch o.kind {
+	b := o.Count * o.DT.Size()
+	switch o.Kind {
 	case devAllReduce:
 		return b > 0 && b <= f.maxBytes
 	case devReduceScatter, devAllGather, devAllToAll:
@@ -156,20 +156,20 @@ func (f *flagPlane) takes(o *devOp) bool {
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
 func (p *directPlane) flagP2P(o *devOp) bool {
-	if p.flag == nil || o.kind != devGroup || p.n != 2 {
+	if p.flag == nil || o.Kind != devGroup || p.n != 2 {
 		return false
 	}
-	for _, e := range o.p2p {
+	for _, e := range o.P2P {
 		if e.Peer == p.me || e.Buf == nil { // a nil buffer: the handshake reports it
 			return false
 		}
 	}
-	switch len(o.p2p) {
+	switch len(o.P2P) {
 	case 1:
-		b := o.p2p[0].Buf.Len()
+		b := o.P2P[0].Buf.Len()
 		return b > 0 && (b+rootedFactor-1)/rootedFactor <= p.flag.collBytes
 	case 2:
-		a, b := o.p2p[0], o.p2p[1]
+		a, b := o.P2P[0], o.P2P[1]
 		n := a.Buf.Len()
 		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= p.flag.collBytes
 	}
@@ -209,7 +209,7 @@ func (p *directPlane) flagError() error {
 		return err
 	}
 	if f.calls > 0 {
-		if se := p.c.world.store.Err(); se != nil {
+		if se := p.c.JobErr(); se != nil {
 			return fmt.Errorf("flag kernels: the job was aborted, and kernels may have ended early: %w", se)
 		}
 	}
@@ -237,7 +237,7 @@ func (p *directPlane) flagWordError(w uint64) error {
 // flagCall enqueues o as one flag kernel (three for a two-shot allreduce).
 func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	f := p.flag // do has checked flagError already
-	if se := p.c.world.store.Err(); se != nil {
+	if se := p.c.JobErr(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
 	}
 	if f.lastS != nil && f.lastS != s {
@@ -245,33 +245,33 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 			return err
 		}
 	}
-	p2p, xchg := o.kind == devGroup, o.kind == devGroup && len(o.p2p) == 2 // flagP2P
+	p2p, xchg := o.Kind == devGroup, o.Kind == devGroup && len(o.P2P) == 2 // flagP2P
 	switch {
 	case xchg:
-		snd, rcv := o.p2p[0], o.p2p[1]
+		snd, rcv := o.P2P[0], o.P2P[1]
 		if !snd.Send {
 			snd, rcv = rcv, snd
 		}
-		o = &devOp{kind: devBroadcast, send: snd.Buf, recv: rcv.Buf, count: snd.Buf.Len(), dt: dtype.Uint8, root: -1}
+		o = &devOp{Kind: devBroadcast, Send: snd.Buf, Recv: rcv.Buf, Count: snd.Buf.Len(), DT: dtype.Uint8, Root: -1}
 	case p2p:
-		e, root := o.p2p[0], p.me
+		e, root := o.P2P[0], p.me
 		if !e.Send {
 			root = e.Peer
 		}
-		o = &devOp{kind: devBroadcast, send: e.Buf, recv: e.Buf, count: e.Buf.Len(), dt: dtype.Uint8, root: root}
+		o = &devOp{Kind: devBroadcast, Send: e.Buf, Recv: e.Buf, Count: e.Buf.Len(), DT: dtype.Uint8, Root: root}
 	}
-	sz := o.dt.Size()
-	bytes := o.count * sz
+	sz := o.DT.Size()
+	bytes := o.Count * sz
 	g := f.region(bytes)
 	l := g.layout
 	x := f.pcie
-	if x == nil || g != &f.regions[1] || o.kind != devAllReduce {
+	if x == nil || g != &f.regions[1] || o.Kind != devAllReduce {
 		x = nil // no PCIe part for this call
 	} else {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
 	}
 	unit := sz // allgather, alltoall and broadcast move bytes
-	if o.kind == devAllGather || o.kind == devAllToAll || o.kind == devBroadcast {
+	if o.Kind == devAllGather || o.Kind == devAllToAll || o.Kind == devBroadcast {
 		unit = 1
 	}
 	grid, chunk := shape(l, bytes, unit)
@@ -283,35 +283,35 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		if grid != x.nvcap {
 			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", bytes, grid, x.nvcap)
 		}
-		pc = p.flagPCIeFor(x, f.calls+1, o.count, sz)
+		pc = p.flagPCIeFor(x, f.calls+1, o.Count, sz)
 	}
 	var err error
 	switch {
-	case o.kind == devAllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
+	case o.Kind == devAllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
 		f.twoShots++
 		err = p.flagTwoShot(o, s, g)
-	case o.kind == devAllReduce:
-		err = s.FlagAllReduce(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n, pc)
-	case o.kind == devReduceScatter:
-		err = s.FlagReduceScatter(o.recv, o.send, o.count, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n)
-	case o.kind == devReduce:
-		out := o.recv // nil off root, where the kernel writes nothing
+	case o.Kind == devAllReduce:
+		err = s.FlagAllReduce(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n, pc)
+	case o.Kind == devReduceScatter:
+		err = s.FlagReduceScatter(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n)
+	case o.Kind == devReduce:
+		out := o.Recv // nil off root, where the kernel writes nothing
 		if out == nil {
-			out = o.send
+			out = o.Send
 		}
-		err = s.FlagReduce(out, o.send, o.count, o.dt, o.op, o.root, g.mem, g.layout, chunk, grid, p.n)
+		err = s.FlagReduce(out, o.Send, o.Count, o.DT, o.Op, o.Root, g.mem, g.layout, chunk, grid, p.n)
 	case xchg:
-		err = s.FlagExchange(o.recv, o.send, bytes, g.mem, g.layout, chunk, grid)
+		err = s.FlagExchange(o.Recv, o.Send, bytes, g.mem, g.layout, chunk, grid)
 	case p2p:
-		err = s.FlagSendRecv(o.recv, bytes, o.root, g.mem, g.layout, chunk, grid)
-	case o.kind == devBroadcast:
-		in := o.send // nil off root, where the kernel reads nothing
+		err = s.FlagSendRecv(o.Recv, bytes, o.Root, g.mem, g.layout, chunk, grid)
+	case o.Kind == devBroadcast:
+		in := o.Send // nil off root, where the kernel reads nothing
 		if in == nil {
-			in = o.recv
+			in = o.Recv
 		}
-		err = s.FlagBroadcast(o.recv, in, bytes, o.root, g.mem, g.layout, chunk, grid, p.n)
+		err = s.FlagBroadcast(o.Recv, in, bytes, o.Root, g.mem, g.layout, chunk, grid, p.n)
 	default:
-		err = s.FlagGather(o.recv, o.send, bytes, o.kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
+		err = s.FlagGather(o.Recv, o.Send, bytes, o.Kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
 	}
 	if err != nil {
 		// A two-shot call may have enqueued some of its kernels: Close
@@ -327,14 +327,14 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		pbytes = pc.Count * sz
 		x.flagLaunched(pc.Call, grid+pc.Blocks, grid, bytes, pbytes)
 	case x != nil:
-		pbytes = min(x.lastPCIe(), o.count) * sz // the previous call's, as rank 0's kernel told this one
+		pbytes = min(x.lastPCIe(), o.Count) * sz // the previous call's, as rank 0's kernel told this one
 	}
 	if err := s.Record(f.last); err != nil {
 		return err
 	}
 	f.lastS = s
 	f.calls++
-	if (o.kind == devBroadcast && o.root >= 0 && p.me != o.root) || (o.kind == devReduce && p.me == o.root) {
+	if (o.Kind == devBroadcast && o.Root >= 0 && p.me != o.Root) || (o.Kind == devReduce && p.me == o.Root) {
 		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
 	}
 	p.px.mu.Lock()
@@ -351,23 +351,23 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 // it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
 // rank's block starts vector-aligned.
 func (p *directPlane) flagTwoShot(o *devOp, s *gpu.Stream, g *flagRegion) error {
-	sz := o.dt.Size()
-	per := o.count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
+	sz := o.DT.Size()
+	per := o.Count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
 	head := per * p.n
 	if per > 0 {
 		grid, chunk := shape(g.layout, per*sz, sz) // each peer transfer is one block of per elements
-		mine := sub(o.recv, p.me*per, (p.me+1)*per, sz)
-		if err := s.FlagTwoShotReduceScatter(mine, o.send.Sub(0, head*sz), per, o.dt, o.op, g.mem, g.layout, chunk, grid, p.n); err != nil {
+		mine := sub(o.Recv, p.me*per, (p.me+1)*per, sz)
+		if err := s.FlagTwoShotReduceScatter(mine, o.Send.Sub(0, head*sz), per, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n); err != nil {
 			return err
 		}
 		grid, chunk = shape(g.layout, per*sz, 1)
-		if err := s.FlagTwoShotGather(o.recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, p.n); err != nil {
+		if err := s.FlagTwoShotGather(o.Recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, p.n); err != nil {
 			return err
 		}
 	}
-	if rest := o.count - head; rest > 0 {
+	if rest := o.Count - head; rest > 0 {
 		grid, chunk := shape(g.layout, rest*sz, sz)
-		return s.FlagTwoShotTail(sub(o.recv, head, o.count, sz), sub(o.send, head, o.count, sz), rest, o.dt, o.op,
+		return s.FlagTwoShotTail(sub(o.Recv, head, o.Count, sz), sub(o.Send, head, o.Count, sz), rest, o.DT, o.Op,
 			g.mem, g.layout, chunk, grid, p.n)
 	}
 	return nil

@@ -66,13 +66,7 @@ type flagPCIeCall struct {
 // is off for this plane (more than two ranks, FLEXLINK_LINKS without pcie,
 // no staging).
 func flagPCIeBlocks(p *directPlane) (int, error) {
-	n, err := p.c.world.env.Int("FLEXLINK_GPU_FLAG_PCIE_BLOCKS")
-	if err != nil {
-		return 0, err
-	}
-	if n < 0 || n > 32 {
-		return 0, fmt.Errorf("FLEXLINK_GPU_FLAG_PCIE_BLOCKS=%d: want 0 (off) to 32", n)
-	}
+	n := p.cfg.Flag.PCIeBlocks
 	if p.n != 2 || p.px.staging == 0 {
 		return 0, nil
 	}
@@ -97,11 +91,11 @@ func (p *directPlane) offerFlagPCIe(f *flagPlane, b []byte) error {
 	x := &flagPCIe{blocks: blocks, slot: large.SlotBytes, nvcap: nvcap, logged: map[int]float64{}}
 	ctl := gpu.FlagCtl{Layout: large, HostSlot: x.slot, HostBlocks: blocks}
 	if x.inbox, err = p.dev.NewSharedHost(ctl.InboxBytes(p.n)); err != nil {
-		p.c.world.log.Warn("gpu flag allreduce: no pcie inbox, NVLink only", "error", err)
+		p.c.Log().Warn("gpu flag allreduce: no pcie inbox, NVLink only", "error", err)
 		return nil
 	}
 	if x.times, err = p.dev.AllocHost(8 * (gpu.FlagMaxBlocks + 1)); err != nil {
-		p.c.world.log.Warn("gpu flag allreduce: no times array for the pcie part, NVLink only", "error", err)
+		p.c.Log().Warn("gpu flag allreduce: no times array for the pcie part, NVLink only", "error", err)
 		return x.close("")
 	}
 	clear(x.times.Bytes()) // no call's times yet (pinned allocations are not zeroed)
@@ -129,7 +123,7 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 	x := f.pcie
 	if !offered {
 		if x != nil {
-			p.c.world.log.Info("gpu flag allreduce: NVLink only", "why", "a rank has no pcie inbox or other settings")
+			p.c.Log().Info("gpu flag allreduce: NVLink only", "why", "a rank has no pcie inbox or other settings")
 			f.pcie = nil
 			return host, x.close("")
 		}
@@ -142,7 +136,7 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 	if ref.Len != x.inbox.Len() {
 		ok[0] = 0
 	} else if x.peer, err = p.dev.OpenSharedHost(ref); err != nil {
-		p.c.world.log.Warn("gpu flag allreduce: cannot map the peer's pcie inbox, NVLink only", "peer", peer, "error", err)
+		p.c.Log().Warn("gpu flag allreduce: cannot map the peer's pcie inbox, NVLink only", "peer", peer, "error", err)
 		ok[0] = 0
 	}
 	var mine, theirs uintptr
@@ -152,12 +146,12 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 			theirs, err = x.peer.DevicePtr()
 		}
 		if err != nil {
-			p.c.world.log.Warn("gpu flag allreduce: pcie inbox not mapped for kernels, NVLink only", "error", err)
+			p.c.Log().Warn("gpu flag allreduce: pcie inbox not mapped for kernels, NVLink only", "error", err)
 			ok[0] = 0
 		}
 	}
 	all := make([]byte, p.n)
-	if err := p.c.engine.AllGather(ctx, collectives.HostBuffer(ok), collectives.HostBuffer(all), 1, dtype.Uint8); err != nil {
+	if err := p.c.Engine().AllGather(ctx, collectives.HostBuffer(ok), collectives.HostBuffer(all), 1, dtype.Uint8); err != nil {
 		return host, fmt.Errorf("rank %d on %s: agree on the flag allreduce's pcie inboxes: %w", p.me, p.c.Host(), err)
 	}
 	if all[0] != 1 || all[1] != 1 {
@@ -173,7 +167,7 @@ func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]
 			return host, err
 		}
 	}
-	p.c.world.log.Info("gpu flag allreduce pcie part", "blocks", x.blocks, "nvlink_blocks", x.nvcap, "slot", x.slot, "inbox", x.inbox.Len())
+	p.c.Log().Info("gpu flag allreduce pcie part", "blocks", x.blocks, "nvlink_blocks", x.nvcap, "slot", x.slot, "inbox", x.inbox.Len())
 	return host, nil
 }
 
@@ -265,7 +259,7 @@ func (p *directPlane) flagObserve(x *flagPCIe) {
 		}
 		x.planner.Observe(c.bytes, obs)
 		x.observed++
-		p.c.world.log.Debug("gpu flag pcie times", "bytes", c.bytes, "pcie_bytes", c.pbytes, "nvlink_us", tn/1000, "pcie_us", tp/1000)
+		p.c.Log().Debug("gpu flag pcie times", "bytes", c.bytes, "pcie_bytes", c.pbytes, "nvlink_us", tn/1000, "pcie_us", tp/1000)
 		x.pend = x.pend[k+1:]
 		return
 	}
@@ -287,7 +281,7 @@ func (p *directPlane) logFlagShare(x *flagPCIe, bytes int, share float64, by str
 		return
 	}
 	x.logged[class] = share
-	p.c.world.log.Info("gpu flag allreduce share", "bytes", bytes, "nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", x.observed)
+	p.c.Log().Info("gpu flag allreduce share", "bytes", bytes, "nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", x.observed)
 }
 
 // close saves what the balancer learnt (rank 0, into dir when set) and

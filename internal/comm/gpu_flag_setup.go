@@ -15,29 +15,22 @@ import (
 
 // flagSettings reads the flag plane's settings; nil when it is off.
 func flagSettings(p *directPlane) (*flagPlane, error) {
-	env := p.c.world.env
 	// -1 is each limit's automatic value; 0 turns the flag allreduce (and
 	// with it the plane) or the other collectives' kernels off.
 	var maxBytes, coll, oneShot int
 	for _, l := range []struct {
-		name string
+		v    int
 		to   *int
 		auto int
 	}{
-		{"FLEXLINK_GPU_FLAG_BYTES", &maxBytes, 1 << 62}, // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
-		{"FLEXLINK_GPU_FLAG_COLL_BYTES", &coll, flagAutoColl},
-		{"FLEXLINK_GPU_FLAG_ONESHOT_BYTES", &oneShot, flagAutoOneShot},
+		{p.cfg.Flag.Bytes, &maxBytes, 1 << 62}, // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
+		{p.cfg.Flag.CollBytes, &coll, flagAutoColl},
+		{p.cfg.Flag.OneShotBytes, &oneShot, flagAutoOneShot},
 	} {
-		v, err := env.Int(l.name)
-		switch {
-		case err != nil:
-			return nil, err
-		case v == -1:
-			v = l.auto
-		case v < -1:
-			return nil, fmt.Errorf("%s=%d: want -1 (auto), 0 or a byte count", l.name, v)
+		*l.to = l.v
+		if l.v == -1 {
+			*l.to = l.auto
 		}
-		*l.to = v
 	}
 	if p.n == 2 {
 		oneShot = flagAutoOneShot // unused with two ranks: ranks that set it differently still agree
@@ -45,14 +38,7 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	if maxBytes == 0 || p.n < 2 || p.n > gpu.FlagMaxRanks {
 		return nil, nil
 	}
-	blocks, err := env.Int("FLEXLINK_GPU_FLAG_BLOCKS")
-	if err != nil {
-		return nil, err
-	}
-	budget, err := env.Int("FLEXLINK_GPU_FLAG_REGION_BYTES")
-	if err != nil {
-		return nil, err
-	}
+	blocks, budget := p.cfg.Flag.Blocks, p.cfg.Flag.RegionBytes
 	// Blocks wait for their peers' blocks: never more than the GPU runs at
 	// once (one per SM is always resident). Ranks on different GPUs that
 	// end up with different layouts turn the flag plane off (openFlag).
@@ -148,7 +134,7 @@ func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte, bus []string
 			ok = ok && l == f.regions[i].layout
 		}
 		if !ok {
-			p.c.world.log.Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, p.c.PeerHost(r)))
+			p.c.Log().Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, p.c.PeerHost(r)))
 			p.flag = nil
 			return f.close()
 		}
@@ -161,10 +147,7 @@ func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte, bus []string
 	if err != nil {
 		return err
 	}
-	d, err := p.c.world.env.Duration("FLEXLINK_GPU_KERNEL_TIMEOUT")
-	if err != nil {
-		return err
-	}
+	d := p.cfg.Flag.KernelTimeout
 	s, err := p.dev.NewStream()
 	if err != nil {
 		return err
@@ -209,12 +192,12 @@ func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte, bus []string
 		return err
 	}
 	f.stop, f.exited = make(chan struct{}), make(chan struct{})
-	go f.watch(p.c.world.store.Done(), f.stop, func() {
+	go f.watch(p.c.JobDone(), f.stop, func() {
 		// A kernel of this rank failed (timeout, mismatch): abort the job
 		// now, so the peers' kernels end too, rather than at this rank's
 		// next call.
 		if err := p.flagWordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
-			p.c.world.store.Abort(fmt.Errorf("rank %d on %s: %w", p.c.WorldRank(), p.c.Host(), err))
+			p.c.AbortJob(fmt.Errorf("rank %d on %s: %w", p.c.WorldRank(), p.c.Host(), err))
 		}
 	})
 	return nil

@@ -172,7 +172,7 @@ func (p *directPlane) closePCIe() error {
 		}
 		if t.observed > 0 && x.cacheDir != "" && t.planner != nil {
 			if err := balance.SaveProfile(x.cacheDir, t.key, t.planner.State()); err != nil {
-				p.c.world.log.Warn("gpu pcie: profile not saved", "error", err)
+				p.c.Log().Warn("gpu pcie: profile not saved", "error", err)
 			}
 		}
 		keep(t.close())

@@ -42,20 +42,20 @@ type pcieSplitRec struct {
 // PCIe part would need too), and so do pull allgathers and alltoalls
 // (gpu_direct_pull.go), which push nothing.
 func (p *directPlane) pushBytes(o *devOp) int {
-	sz := o.dt.Size()
-	switch o.kind {
+	sz := o.DT.Size()
+	switch o.Kind {
 	case devAllGather, devAllToAll:
 		if p.pulls(o) {
 			return 0 // kernels read the peers' blocks over NVLink: nothing to split
 		}
-		if blk := o.count * sz; (p.n-1)*blk >= fanOutMin {
+		if blk := o.Count * sz; (p.n-1)*blk >= fanOutMin {
 			return blk
 		}
 	case devAllReduce:
 		if p.pushPlan(o).ok {
 			return 0
 		}
-		lo, hi := blockRange(o.count, p.n, p.me, sz)
+		lo, hi := blockRange(o.Count, p.n, p.me, sz)
 		if hi-lo > p.chunkElems((hi-lo)*sz, sz) && p.n > 1 {
 			return (hi - lo) * sz
 		}
@@ -71,7 +71,7 @@ func (p *directPlane) pcieBegin(o *devOp, peers []int) error {
 		return nil
 	}
 	b := 0
-	if o.kind != devGroup {
+	if o.Kind != devGroup {
 		b = p.pushBytes(o)
 	}
 	for _, j := range peers {

@@ -118,13 +118,13 @@ func (p *directPlane) probeArm(t *pcieTx) {
 	if pr.t0 == nil {
 		var err error
 		if pr.t0, err = p.dev.NewEvent(true); err != nil {
-			p.c.world.log.Debug("gpu pcie: no timing events", "error", err)
+			p.c.Log().Debug("gpu pcie: no timing events", "error", err)
 			return
 		}
 		for range 2 * p.width {
 			e, err := p.dev.NewEvent(true)
 			if err != nil {
-				p.c.world.log.Debug("gpu pcie: no timing events", "error", err)
+				p.c.Log().Debug("gpu pcie: no timing events", "error", err)
 				break // lanes without an event are simply not timed
 			}
 			pr.lanes = append(pr.lanes, e)
@@ -286,7 +286,7 @@ func (p *directPlane) observe(t *pcieTx, obs []balance.Observation) {
 	}
 	t.planner.Observe(t.probe.bytes, obs)
 	t.observed++
-	p.c.world.log.Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.bytes, "parts", obs)
+	p.c.Log().Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.bytes, "parts", obs)
 }
 
 // logShare logs the split in force toward t's peer at INFO, once per size
@@ -298,7 +298,7 @@ func (p *directPlane) logShare(t *pcieTx, by string) {
 		return
 	}
 	t.logged[class] = share
-	p.c.world.log.Info("gpu pcie share", "peer", t.peer, "push_bytes", t.bytes,
+	p.c.Log().Info("gpu pcie share", "peer", t.peer, "push_bytes", t.bytes,
 		"nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", t.observed)
 }
 

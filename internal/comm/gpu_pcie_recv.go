@@ -33,7 +33,7 @@ func (p *directPlane) pcieReceive(s *gpu.Stream, o *devOp, in [][]byte, peers []
 			continue
 		}
 		r.expect = false
-		sb, segs, err := p.parseTable(j, in[j], r, o.recv)
+		sb, segs, err := p.parseTable(j, in[j], r, o.Recv)
 		if err != nil {
 			return err
 		}
@@ -41,7 +41,7 @@ func (p *directPlane) pcieReceive(s *gpu.Stream, o *devOp, in [][]byte, peers []
 		if f := p.px.onSplit; f != nil {
 			f(pcieSplitRec{from: j, to: p.me, call: call, receiver: true, slotBytes: sb, segs: segs})
 		}
-		if err := p.unstage(j, r, o.recv, sb, segs, call); err != nil {
+		if err := p.unstage(j, r, o.Recv, sb, segs, call); err != nil {
 			return err
 		}
 		if err := p.probeReceived(r); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"flexlink/collectives"
 	"flexlink/dtype"
@@ -22,39 +20,22 @@ import (
 // settings reads FLEXLINK_LINKS, FLEXLINK_PCIE_STAGING_BYTES and
 // FLEXLINK_PCIE_SHARE into x. The PCIe share is on unless FLEXLINK_LINKS
 // names link kinds and pcie is not among them, or the staging size is 0.
-func (x *pcieState) settings(c *Comm) error {
-	env := c.world.env
-	kinds, err := namedKinds(c)
+func (x *pcieState) settings(cfg PCIeConfig) error {
+	kinds, err := namedKinds(cfg.Links)
 	if err != nil {
 		return err
 	}
-	st, err := env.Int("FLEXLINK_PCIE_STAGING_BYTES")
-	if err != nil {
-		return err
-	}
-	if st != 0 && (st < 8*pcieAlign || st > 1<<34) {
-		return fmt.Errorf("FLEXLINK_PCIE_STAGING_BYTES=%d: want 0 (no PCIe share) or 32768 to 16 GiB", st)
-	}
-	x.fixed = -1
-	if v := strings.TrimSpace(env.String("FLEXLINK_PCIE_SHARE")); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > pcieMaxShare {
-			return fmt.Errorf("FLEXLINK_PCIE_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, pcieMaxShare)
-		}
-		x.fixed = f
-	}
+	st := cfg.StagingBytes
+	x.fixed = cfg.Share
 	if kinds[fabric.KindPCIe] && !kinds[fabric.KindNVLink] {
 		return fmt.Errorf("FLEXLINK_LINKS=%q names pcie without nvlink: the direct GPU path adds pcie to nvlink (name both, or set FLEXLINK_GPU_PATH=staged)",
-			env.String("FLEXLINK_LINKS"))
+			cfg.Links)
 	}
 	if kinds[fabric.KindPCIe] {
 		x.staging = (st + pcieAlign - 1) / pcieAlign * pcieAlign
 	}
 	x.minSlot = pcieMinSlot
-	if x.cacheDir, err = balance.CacheDir(env); err != nil {
-		c.world.log.Debug("gpu pcie: no profile cache", "error", err)
-		x.cacheDir = ""
-	}
+	x.cacheDir = cfg.CacheDir
 	return nil
 }
 
@@ -62,13 +43,13 @@ func (x *pcieState) settings(c *Comm) error {
 // when it is empty. FilterLinks checks the names, so a typo is an error
 // here as everywhere else; host kinds (shm,tcp) are legal and simply keep
 // no GPU link beyond NVLink.
-func namedKinds(c *Comm) (map[fabric.Kind]bool, error) {
+func namedKinds(links string) (map[fabric.Kind]bool, error) {
 	all := []fabric.Kind{fabric.KindNVLink, fabric.KindPCIe, fabric.KindNet, fabric.KindShm, fabric.KindTCP, fabric.KindFake}
 	specs := make([]balance.LinkSpec, len(all))
 	for i, k := range all {
 		specs[i] = balance.LinkSpec{ID: i, Kind: k, Bandwidth: 1}
 	}
-	kept, err := balance.FilterLinks(specs, c.world.env)
+	kept, err := balance.FilterLinksBy(specs, links)
 	if err != nil {
 		return nil, fmt.Errorf("gpu links: %w", err)
 	}
@@ -103,7 +84,7 @@ func (p *directPlane) offerPCIe(b []byte) error {
 		}
 		mem, err := p.dev.NewSharedHost(x.staging)
 		if err != nil {
-			p.c.world.log.Warn("gpu pcie: no staging buffer, this pair stays on nvlink", "peer", j, "error", err)
+			p.c.Log().Warn("gpu pcie: no staging buffer, this pair stays on nvlink", "peer", j, "error", err)
 			continue
 		}
 		t := &pcieTx{peer: j, mem: mem, logged: map[int]float64{}, slot: -1}
@@ -166,13 +147,13 @@ func (p *directPlane) openPCIe(ctx context.Context, blobs [][]byte, bus []string
 		}
 		rx, err := p.openRx(ref, w[pcieRefBytes:])
 		if err != nil {
-			p.c.world.log.Warn("gpu pcie: cannot map a peer's staging buffer, that pair stays on nvlink", "peer", j, "error", err)
+			p.c.Log().Warn("gpu pcie: cannot map a peer's staging buffer, that pair stays on nvlink", "peer", j, "error", err)
 			continue
 		}
 		x.rx[j], mask[j] = rx, 1
 	}
 	all := make([]byte, p.n*p.n)
-	if err := p.c.engine.AllGather(ctx, collectives.HostBuffer(mask), collectives.HostBuffer(all), p.n, dtype.Uint8); err != nil {
+	if err := p.c.Engine().AllGather(ctx, collectives.HostBuffer(mask), collectives.HostBuffer(all), p.n, dtype.Uint8); err != nil {
 		return fmt.Errorf("agree on pcie staging: %w", err)
 	}
 	for j, t := range x.tx {
@@ -242,7 +223,7 @@ func (p *directPlane) plannerFor(t *pcieTx, bus []string) error {
 			if pl, err := balance.Restore(st, specs); err == nil {
 				t.planner, from = pl, "profile cache"
 			} else {
-				p.c.world.log.Debug("gpu pcie: cached profile does not fit", "peer", t.peer, "error", err)
+				p.c.Log().Debug("gpu pcie: cached profile does not fit", "peer", t.peer, "error", err)
 			}
 		}
 	}
@@ -257,7 +238,7 @@ func (p *directPlane) plannerFor(t *pcieTx, bus []string) error {
 	if x.fixed >= 0 {
 		by = fmt.Sprintf("FLEXLINK_PCIE_SHARE=%g", x.fixed)
 	}
-	p.c.world.log.Info("gpu pcie link", "peer", t.peer, "staging", x.staging, "threshold", t.planner.Threshold(),
+	p.c.Log().Info("gpu pcie link", "peer", t.peer, "staging", x.staging, "threshold", t.planner.Threshold(),
 		"from", from, "shares", by)
 	return nil
 }

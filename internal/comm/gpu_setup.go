@@ -28,15 +28,16 @@ import (
 const busIDBytes = 64 // PCI bus id, NUL-padded
 
 func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, error) {
-	mode := c.world.env.String("FLEXLINK_GPU_PATH")
-	if mode != "auto" && mode != "direct" && mode != "staged" {
-		return nil, fmt.Errorf("FLEXLINK_GPU_PATH=%q: want auto, direct or staged", mode)
+	cfg, err := ReadConfig(c.world.env)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: gpu settings: %w", c.WorldRank(), c.Host(), err)
 	}
-	n := c.size
+	mode := cfg.Path
+	n := c.Size()
 	mine := make([]byte, busIDBytes)
 	copy(mine, dev.PCIBusID())
 	all := make([]byte, n*busIDBytes)
-	if err := c.engine.AllGather(ctx, collectives.HostBuffer(mine), collectives.HostBuffer(all), busIDBytes, dtype.Uint8); err != nil {
+	if err := c.Engine().AllGather(ctx, collectives.HostBuffer(mine), collectives.HostBuffer(all), busIDBytes, dtype.Uint8); err != nil {
 		return nil, fmt.Errorf("exchange gpu bus ids: %w", err)
 	}
 	bus := make([]string, n)
@@ -56,7 +57,7 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 	var dp *directPlane
 	if why == "" {
 		var err error
-		if dp, err = newDirectPlane(c, dev); err != nil {
+		if dp, err = newDirectPlane(c, dev, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -78,7 +79,7 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		}
 	}
 	all = make([]byte, n*len(blob))
-	if err := c.engine.AllGather(ctx, collectives.HostBuffer(blob), collectives.HostBuffer(all), len(blob), dtype.Uint8); err != nil {
+	if err := c.Engine().AllGather(ctx, collectives.HostBuffer(blob), collectives.HostBuffer(all), len(blob), dtype.Uint8); err != nil {
 		if dp != nil {
 			dp.close()
 		}
@@ -102,7 +103,7 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 			return nil, fmt.Errorf("FLEXLINK_GPU_PATH=direct: %s: %w", why, errs.ErrNotSupported)
 		}
 		dc.path, dc.plane = "staged", newStagedPlane(c, dev)
-		c.world.log.Info("gpu data plane", "comm", c.name, "path", dc.path, "why", why, "gpu", dev.String())
+		c.Log().Info("gpu data plane", "comm", c.Name(), "path", dc.path, "why", why, "gpu", dev.String())
 		return dc, nil
 	}
 	pcie, flag := make([][]byte, n), make([][]byte, n)
@@ -110,7 +111,7 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		at := r*len(blob) + 1 + evBytes
 		pcie[r], flag[r] = all[at:at+pcBytes], all[at+pcBytes:(r+1)*len(blob)]
 	}
-	err := dp.openPeerEvents(all, len(blob))
+	err = dp.openPeerEvents(all, len(blob))
 	if err == nil {
 		err = dp.openPCIe(ctx, pcie, bus)
 	}
@@ -122,7 +123,7 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 		return nil, err
 	}
 	dc.path, dc.plane = "direct", dp
-	c.world.log.Info("gpu data plane", "comm", c.name, "path", dc.path, "gpu", dev.String())
+	c.Log().Info("gpu data plane", "comm", c.Name(), "path", dc.path, "gpu", dev.String())
 	return dc, nil
 }
 
@@ -131,8 +132,8 @@ func newDeviceComm(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, 
 func directBlocker(c *Comm, dev *gpu.Device, bus []string) string {
 	drv := dev.Driver()
 	fake := drv.Library() == "fake"
-	for r := 0; r < c.size; r++ {
-		if r == c.rank {
+	for r := 0; r < c.Size(); r++ {
+		if r == c.Rank() {
 			continue
 		}
 		if c.PeerHost(r) != c.Host() {
@@ -140,7 +141,7 @@ func directBlocker(c *Comm, dev *gpu.Device, bus []string) string {
 		}
 		// The driver refuses IPC handles inside the process that made them;
 		// the fake driver (tests, ranks as goroutines) allows it.
-		if !fake && c.world.pids[c.members[r]] == os.Getpid() {
+		if !fake && c.SameProcess(r) {
 			return fmt.Sprintf("rank %d is in this process (CUDA IPC needs separate processes)", r)
 		}
 		ord := -1

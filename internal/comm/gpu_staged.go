@@ -55,56 +55,56 @@ func (p *stagedPlane) staging(n int) ([]byte, error) {
 }
 
 func (p *stagedPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
-	if o.kind == devGroup {
+	if o.Kind == devGroup {
 		return p.group(ctx, o, s)
 	}
-	sb, rb := bufLen(o.send), bufLen(o.recv)
-	sz := o.dt.Size()
-	if o.kind == devBroadcast {
+	sb, rb := bufLen(o.Send), bufLen(o.Recv)
+	sz := o.DT.Size()
+	if o.Kind == devBroadcast {
 		sb = 0 // the host broadcast runs in place in recv's staging
 	}
-	if o.kind == devReduce && o.recv == nil {
-		rb = o.count * sz // non-roots need scratch of the same size
+	if o.Kind == devReduce && o.Recv == nil {
+		rb = o.Count * sz // non-roots need scratch of the same size
 	}
 	mem, err := p.staging(sb + rb)
 	if err != nil {
 		return err
 	}
 	hs, hr := collectives.HostBuffer(mem[:sb]), collectives.HostBuffer(mem[sb:])
-	if o.kind == devBroadcast && o.send != nil {
-		if err := s.CopyDtoH(hr, o.send); err != nil {
+	if o.Kind == devBroadcast && o.Send != nil {
+		if err := s.CopyDtoH(hr, o.Send); err != nil {
 			return err
 		}
 	} else if sb > 0 {
-		if err := s.CopyDtoH(hs, o.send); err != nil {
+		if err := s.CopyDtoH(hs, o.Send); err != nil {
 			return err
 		}
 	}
 	if err := syncStream(ctx, s); err != nil {
 		return err
 	}
-	e := p.c.engine
-	switch o.kind {
+	e := p.c.Engine()
+	switch o.Kind {
 	case devAllReduce:
-		err = e.AllReduce(ctx, hs, hr, o.count, o.dt, o.op)
+		err = e.AllReduce(ctx, hs, hr, o.Count, o.DT, o.Op)
 	case devAllGather:
-		err = e.AllGather(ctx, hs, hr, o.count, o.dt)
+		err = e.AllGather(ctx, hs, hr, o.Count, o.DT)
 	case devReduceScatter:
-		err = e.ReduceScatter(ctx, hs, hr, o.count, o.dt, o.op)
+		err = e.ReduceScatter(ctx, hs, hr, o.Count, o.DT, o.Op)
 	case devBroadcast:
-		err = e.Broadcast(ctx, hr, hr, o.count, o.dt, o.root)
+		err = e.Broadcast(ctx, hr, hr, o.Count, o.DT, o.Root)
 	case devReduce:
-		err = e.Reduce(ctx, hs, hr, o.count, o.dt, o.op, o.root)
+		err = e.Reduce(ctx, hs, hr, o.Count, o.DT, o.Op, o.Root)
 	case devAllToAll:
-		err = e.AllToAll(ctx, hs, hr, o.count, o.dt)
+		err = e.AllToAll(ctx, hs, hr, o.Count, o.DT)
 	default:
-		err = fmt.Errorf("gpu: unknown collective %d", o.kind)
+		err = fmt.Errorf("gpu: unknown collective %d", o.Kind)
 	}
 	if err != nil {
 		return err
 	}
-	if o.recv != nil {
-		if err := s.CopyHtoD(o.recv, hr); err != nil {
+	if o.Recv != nil {
+		if err := s.CopyHtoD(o.Recv, hr); err != nil {
 			return err
 		}
 	}
@@ -117,16 +117,16 @@ func (p *stagedPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 // back.
 func (p *stagedPlane) group(ctx context.Context, o *devOp, s *gpu.Stream) error {
 	total := 0
-	for _, e := range o.p2p {
+	for _, e := range o.P2P {
 		total += e.Buf.Len()
 	}
 	mem, err := p.staging(total)
 	if err != nil {
 		return err
 	}
-	ps := make([]collectives.P2P, len(o.p2p))
+	ps := make([]collectives.P2P, len(o.P2P))
 	off := 0
-	for i, e := range o.p2p {
+	for i, e := range o.P2P {
 		hb := mem[off : off+e.Buf.Len()]
 		off += e.Buf.Len()
 		ps[i] = collectives.P2P{Send: e.Send, Peer: e.Peer, Buf: collectives.HostBuffer(hb)}
@@ -139,10 +139,10 @@ func (p *stagedPlane) group(ctx context.Context, o *devOp, s *gpu.Stream) error 
 	if err := syncStream(ctx, s); err != nil {
 		return err
 	}
-	if err := p.c.engine.Group(ctx, ps); err != nil {
+	if err := p.c.Engine().Group(ctx, ps); err != nil {
 		return err
 	}
-	for i, e := range o.p2p {
+	for i, e := range o.P2P {
 		if !e.Send {
 			if err := s.CopyHtoD(e.Buf, ps[i].Buf.(collectives.HostBuffer)); err != nil {
 				return err
@@ -179,3 +179,19 @@ func syncStream(ctx context.Context, s *gpu.Stream) error {
 		}
 	}
 }
+
+// Do runs one call (plane.Plane).
+func (p *stagedPlane) Do(ctx context.Context, o *devOp, s *gpu.Stream) error { return p.do(ctx, o, s) }
+
+// Quiesce has nothing to wait for: the staged plane runs no kernels that
+// peers write into.
+func (p *stagedPlane) Quiesce() error { return nil }
+
+// Close frees the staging memory (plane.Plane).
+func (p *stagedPlane) Close(bool) error { return p.close() }
+
+// AsyncError is always nil: the staged plane fails synchronously.
+func (p *stagedPlane) AsyncError() error { return nil }
+
+// LinkShares is empty: the host links carry everything.
+func (p *stagedPlane) LinkShares() map[string]float64 { return map[string]float64{} }

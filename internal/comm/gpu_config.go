@@ -1,0 +1,116 @@
+package comm
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"flexlink/fabric/balance"
+	"flexlink/internal/settings"
+)
+
+// Config is every setting of the direct GPU plane, read and checked once
+// when the device communicator is made (ReadConfig), so that a plane can
+// also be built in a test from a struct. Values that depend on the
+// communicator (its size, the GPU's SM count) are resolved by the plane.
+type Config struct {
+	Path        string // FLEXLINK_GPU_PATH: auto, direct or staged
+	ChunkBytes  int    // FLEXLINK_GPU_CHUNK_BYTES (≥ 64 KiB)
+	CopyStreams int    // FLEXLINK_GPU_COPY_STREAMS (1..16)
+	AllReduce   string // FLEXLINK_GPU_ALLREDUCE: auto, push or read
+	AllGather   string // FLEXLINK_GPU_ALLGATHER: auto, push, store or pull
+	AllToAll    string // FLEXLINK_GPU_ALLTOALL: auto, push, store or pull
+
+	Flag FlagConfig
+	PCIe PCIeConfig
+}
+
+// FlagConfig holds the flag kernels' settings (-1: automatic, 0: off).
+type FlagConfig struct {
+	Bytes, CollBytes, OneShotBytes int           // FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES
+	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
+	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
+	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
+}
+
+// PCIeConfig holds the PCIe share's settings.
+type PCIeConfig struct {
+	Links        string  // FLEXLINK_LINKS as given (checked by balance.FilterLinksBy)
+	StagingBytes int     // FLEXLINK_PCIE_STAGING_BYTES (0: no PCIe share)
+	Share        float64 // FLEXLINK_PCIE_SHARE; -1: the balancer decides
+	CacheDir     string  // where link profiles are cached ("" : none)
+}
+
+// ReadConfig reads and checks the GPU plane's settings from env. Every
+// error names the variable, its value and what is allowed.
+func ReadConfig(env settings.Env) (Config, error) {
+	var c Config
+	var err error
+	words := func(name string, allowed ...string) (string, error) {
+		v := env.String(name)
+		for _, a := range allowed {
+			if v == a {
+				return v, nil
+			}
+		}
+		return "", fmt.Errorf("%s=%q: want %s", name, v, strings.Join(allowed, ", "))
+	}
+	ints := []struct {
+		name   string
+		to     *int
+		lo, hi int
+		want   string
+	}{
+		{"FLEXLINK_GPU_CHUNK_BYTES", &c.ChunkBytes, 1 << 16, 1 << 40, "at least 65536"},
+		{"FLEXLINK_GPU_COPY_STREAMS", &c.CopyStreams, 1, 16, "1 to 16"},
+		{"FLEXLINK_GPU_FLAG_BYTES", &c.Flag.Bytes, -1, 1 << 62, "-1 (auto), 0 or a byte count"},
+		{"FLEXLINK_GPU_FLAG_COLL_BYTES", &c.Flag.CollBytes, -1, 1 << 62, "-1 (auto), 0 or a byte count"},
+		{"FLEXLINK_GPU_FLAG_ONESHOT_BYTES", &c.Flag.OneShotBytes, -1, 1 << 62, "-1 (auto), 0 or a byte count"},
+		{"FLEXLINK_GPU_FLAG_BLOCKS", &c.Flag.Blocks, -1 << 62, 1 << 62, "a block count"},
+		{"FLEXLINK_GPU_FLAG_REGION_BYTES", &c.Flag.RegionBytes, -1 << 62, 1 << 62, "a byte count"},
+		{"FLEXLINK_GPU_FLAG_PCIE_BLOCKS", &c.Flag.PCIeBlocks, 0, 32, "0 (off) to 32"},
+		{"FLEXLINK_PCIE_STAGING_BYTES", &c.PCIe.StagingBytes, 0, 1 << 34, "0 (no PCIe share) or 32768 to 16 GiB"},
+	}
+	for _, i := range ints {
+		v, err := env.Int(i.name)
+		if err != nil {
+			return c, err
+		}
+		if v < i.lo || v > i.hi {
+			return c, fmt.Errorf("%s=%d: want %s", i.name, v, i.want)
+		}
+		*i.to = v
+	}
+	if c.Path, err = words("FLEXLINK_GPU_PATH", "auto", "direct", "staged"); err != nil {
+		return c, err
+	}
+	if c.AllReduce, err = words("FLEXLINK_GPU_ALLREDUCE", "auto", "push", "read"); err != nil {
+		return c, err
+	}
+	if c.AllGather, err = words("FLEXLINK_GPU_ALLGATHER", "auto", "push", "store", "pull", ""); err != nil {
+		return c, err
+	}
+	if c.AllToAll, err = words("FLEXLINK_GPU_ALLTOALL", "auto", "push", "store", "pull", ""); err != nil {
+		return c, err
+	}
+	if c.Flag.KernelTimeout, err = env.Duration("FLEXLINK_GPU_KERNEL_TIMEOUT"); err != nil {
+		return c, err
+	}
+	c.PCIe.Links = env.String("FLEXLINK_LINKS")
+	c.PCIe.Share = -1
+	if v := strings.TrimSpace(env.String("FLEXLINK_PCIE_SHARE")); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > pcieMaxShare {
+			return c, fmt.Errorf("FLEXLINK_PCIE_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, pcieMaxShare)
+		}
+		c.PCIe.Share = f
+	}
+	if st := c.PCIe.StagingBytes; st != 0 && st < 8*pcieAlign {
+		return c, fmt.Errorf("FLEXLINK_PCIE_STAGING_BYTES=%d: want 0 (no PCIe share) or 32768 to 16 GiB", st)
+	}
+	if dir, err := balance.CacheDir(env); err == nil {
+		c.PCIe.CacheDir = dir
+	}
+	return c, nil
+}

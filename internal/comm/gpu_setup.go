@@ -3,7 +3,6 @@ package comm
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"flexlink/collectives"

@@ -2,9 +2,12 @@ package rank
 
 import (
 	"context"
+	"fmt"
 
+	"flexlink/collectives/direct"
 	"flexlink/gpu"
 	"flexlink/internal/comm"
+	"flexlink/internal/comm/device"
 )
 
 // Comm is a communicator: a group of ranks that run collectives together.
@@ -76,7 +79,11 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 // Device returns the communicator's plane for buffers on dev (see
 // DeviceComm). Every rank of the communicator calls it, each with its GPU.
 func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error) {
-	d, err := c.c.Device(ctx, dev)
+	cfg, err := direct.ReadConfig(c.c.Env())
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: gpu settings: %w", c.c.WorldRank(), c.c.Host(), err)
+	}
+	d, err := device.New(ctx, c.c, dev, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,9 @@ package rank
 import (
 	"context"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
-	"flexlink/internal/comm"
 )
 
 // DeviceComm runs a communicator's collectives on GPU buffers with NCCL's
@@ -41,17 +41,17 @@ import (
 // are fine. The direct plane keeps the peers' mappings of an allocation
 // until Close, so free user buffers only after closing the DeviceComm.
 type DeviceComm struct {
-	d *comm.DeviceComm
+	d *plane.DeviceComm
 	c *Comm
 }
 
 // DeviceP2P is one send or receive of DeviceComm.Group.
-type DeviceP2P = comm.DeviceP2P
+type DeviceP2P = plane.P2P
 
 // DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
-func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P { return comm.DeviceSendTo(peer, b) }
+func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P { return plane.SendTo(peer, b) }
 
-func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return comm.DeviceRecvFrom(peer, b) }
+func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return plane.RecvFrom(peer, b) }
 
 // Path is the data plane the ranks agreed on: "direct" or "staged".
 func (d *DeviceComm) Path() string { return d.d.Path() }

@@ -13,6 +13,7 @@ import (
 
 	"flexlink/collectives"
 	"flexlink/internal/errs"
+	"flexlink/internal/settings"
 )
 
 // closeWait bounds the leaving barrier of the world communicator's Close.
@@ -238,3 +239,6 @@ func (c *Comm) AbortJob(err error) { c.world.store.Abort(err) }
 // SameProcess reports whether the communicator's rank r lives in this
 // process.
 func (c *Comm) SameProcess(r int) bool { return c.world.pids[c.members[r]] == os.Getpid() }
+
+// Env is the settings source the communicator was made with.
+func (c *Comm) Env() settings.Env { return c.world.env }

@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"flexlink/bootstrap"
 	"flexlink/gpu"
+	"flexlink/internal/comm"
 	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 	"flexlink/internal/testenv"
@@ -146,7 +147,7 @@ func TestGPUProcs(t *testing.T) {
 func gpuChild(path string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := Init(ctx)
+	c, err := comm.Init(ctx)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func gpuChild(path string) error {
 		return err
 	}
 	defer r.b.Free()
-	if r.dc, err = c.Device(ctx, dev); err != nil {
+	if r.dc, err = deviceComm(ctx, c, dev); err != nil {
 		return err
 	}
 	if r.dc.Path() != path {
@@ -207,7 +208,7 @@ func gpuChild(path string) error {
 		return err
 	}
 	var flag uint64
-	if dp, ok := r.dc.plane.(*directPlane); ok && dp.flag != nil {
+	if dp, ok := r.dc.Plane().(*directPlane); ok && dp.flag != nil {
 		flag = dp.flag.calls
 	}
 	if err := r.dc.AsyncError(); err != nil {
@@ -250,7 +251,7 @@ func TestGPUOneProcess(t *testing.T) {
 				r = i
 			}
 		}
-		c, err := New(ctx, stores[r], Options{Env: settings.Map(nil), Host: "one", JobID: job, Secret: []byte("gpu-one")})
+		c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(nil), Host: "one", JobID: job, Secret: []byte("gpu-one")})
 		if err != nil {
 			return err
 		}
@@ -268,7 +269,7 @@ func TestGPUOneProcess(t *testing.T) {
 		if dr.b, err = dev.Alloc(n * 5000 * 8); err != nil {
 			return err
 		}
-		if dr.dc, err = c.Device(ctx, dev); err != nil {
+		if dr.dc, err = deviceComm(ctx, c, dev); err != nil {
 			return err
 		}
 		if dr.dc.Path() != "staged" {

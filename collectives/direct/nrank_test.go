@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
@@ -73,13 +74,13 @@ func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 	each := map[int]map[string]string{2: {"FLEXLINK_GPU_FLAG_ONESHOT_BYTES": "4096"}}
 	rs := fakeRanksEach(t, 3, gpufake.Config{}, env, each, 3*fakeBig*8)
 	for _, r := range rs {
-		if f := r.dc.plane.(*directPlane).flag; f != nil {
+		if f := r.dc.Plane().(*directPlane).flag; f != nil {
 			t.Fatalf("rank %d: flag plane on (one-shot limit %d) though rank 2 has another limit", r.c.Rank(), f.oneShot)
 		}
 	}
 	cases := []devCase{}
 	for _, c := range devCases(3, fakeBig) {
-		if c.kind == devAllReduce {
+		if c.kind == plane.AllReduce {
 			cases = append(cases, c)
 		}
 	}
@@ -90,7 +91,7 @@ func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 func TestGPUFakeFlagAuto(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		rs := fakeRanks(t, n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}, 1<<16)
-		f := rs[0].dc.plane.(*directPlane).flag
+		f := rs[0].dc.Plane().(*directPlane).flag
 		if f == nil || f.maxBytes < 1<<40 || f.collBytes != 4<<20 || f.oneShot != 2<<20 {
 			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, f)
 		}
@@ -107,10 +108,10 @@ func TestGPUFakeTwoShot(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES": "16",
 		"FLEXLINK_GPU_KERNEL_TIMEOUT": "20s"}
 	rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*4096*4)
-	sweep(t, rs, []devCase{{kind: devAllReduce, count: 7, dt: dtype.Float32, op: dtype.Sum},
-		{kind: devAllReduce, count: 3*64 + 5, dt: dtype.Float32, op: dtype.Avg}})
+	sweep(t, rs, []devCase{{kind: plane.AllReduce, count: 7, dt: dtype.Float32, op: dtype.Sum},
+		{kind: plane.AllReduce, count: 3*64 + 5, dt: dtype.Float32, op: dtype.Avg}})
 	for _, r := range rs {
-		if f := r.dc.plane.(*directPlane).flag; f.twoShots != 2 {
+		if f := r.dc.Plane().(*directPlane).flag; f.twoShots != 2 {
 			t.Errorf("rank %d: %d two-shot allreduces, want 2", r.c.Rank(), f.twoShots)
 		}
 	}

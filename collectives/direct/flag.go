@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
@@ -133,17 +134,17 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 // maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
 // is at most collBytes, broadcasts and reduces of at most rootedFactor
 // times collBytes.
-func (f *flagPlane) takes(o *devOp) bool {
+func (f *flagPlane) takes(o *plane.Op) bool {
 	if f == nil {
 		return false
 	}
 	b := o.Count * o.DT.Size()
 	switch o.Kind {
-	case devAllReduce:
+	case plane.AllReduce:
 		return b > 0 && b <= f.maxBytes
-	case devReduceScatter, devAllGather, devAllToAll:
+	case plane.ReduceScatter, plane.AllGather, plane.AllToAll:
 		return b > 0 && b <= f.collBytes
-	case devBroadcast, devReduce:
+	case plane.Broadcast, plane.Reduce:
 		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.collBytes
 	}
 	return false
@@ -155,8 +156,8 @@ func (f *flagPlane) takes(o *devOp) bool {
 // or one send and one receive of the same size up to collBytes (an
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
-func (p *directPlane) flagP2P(o *devOp) bool {
-	if p.flag == nil || o.Kind != devGroup || p.n != 2 {
+func (p *directPlane) flagP2P(o *plane.Op) bool {
+	if p.flag == nil || o.Kind != plane.Group || p.n != 2 {
 		return false
 	}
 	for _, e := range o.P2P {
@@ -235,7 +236,7 @@ func (p *directPlane) flagWordError(w uint64) error {
 }
 
 // flagCall enqueues o as one flag kernel (three for a two-shot allreduce).
-func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
+func (p *directPlane) flagCall(o *plane.Op, s *gpu.Stream) error {
 	f := p.flag // do has checked flagError already
 	if se := p.c.JobErr(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
@@ -245,33 +246,33 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 			return err
 		}
 	}
-	p2p, xchg := o.Kind == devGroup, o.Kind == devGroup && len(o.P2P) == 2 // flagP2P
+	p2p, xchg := o.Kind == plane.Group, o.Kind == plane.Group && len(o.P2P) == 2 // flagP2P
 	switch {
 	case xchg:
 		snd, rcv := o.P2P[0], o.P2P[1]
 		if !snd.Send {
 			snd, rcv = rcv, snd
 		}
-		o = &devOp{Kind: devBroadcast, Send: snd.Buf, Recv: rcv.Buf, Count: snd.Buf.Len(), DT: dtype.Uint8, Root: -1}
+		o = &plane.Op{Kind: plane.Broadcast, Send: snd.Buf, Recv: rcv.Buf, Count: snd.Buf.Len(), DT: dtype.Uint8, Root: -1}
 	case p2p:
 		e, root := o.P2P[0], p.me
 		if !e.Send {
 			root = e.Peer
 		}
-		o = &devOp{Kind: devBroadcast, Send: e.Buf, Recv: e.Buf, Count: e.Buf.Len(), DT: dtype.Uint8, Root: root}
+		o = &plane.Op{Kind: plane.Broadcast, Send: e.Buf, Recv: e.Buf, Count: e.Buf.Len(), DT: dtype.Uint8, Root: root}
 	}
 	sz := o.DT.Size()
 	bytes := o.Count * sz
 	g := f.region(bytes)
 	l := g.layout
 	x := f.pcie
-	if x == nil || g != &f.regions[1] || o.Kind != devAllReduce {
+	if x == nil || g != &f.regions[1] || o.Kind != plane.AllReduce {
 		x = nil // no PCIe part for this call
 	} else {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
 	}
 	unit := sz // allgather, alltoall and broadcast move bytes
-	if o.Kind == devAllGather || o.Kind == devAllToAll || o.Kind == devBroadcast {
+	if o.Kind == plane.AllGather || o.Kind == plane.AllToAll || o.Kind == plane.Broadcast {
 		unit = 1
 	}
 	grid, chunk := shape(l, bytes, unit)
@@ -287,14 +288,14 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	}
 	var err error
 	switch {
-	case o.Kind == devAllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
+	case o.Kind == plane.AllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
 		f.twoShots++
 		err = p.flagTwoShot(o, s, g)
-	case o.Kind == devAllReduce:
+	case o.Kind == plane.AllReduce:
 		err = s.FlagAllReduce(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n, pc)
-	case o.Kind == devReduceScatter:
+	case o.Kind == plane.ReduceScatter:
 		err = s.FlagReduceScatter(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n)
-	case o.Kind == devReduce:
+	case o.Kind == plane.Reduce:
 		out := o.Recv // nil off root, where the kernel writes nothing
 		if out == nil {
 			out = o.Send
@@ -304,14 +305,14 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 		err = s.FlagExchange(o.Recv, o.Send, bytes, g.mem, g.layout, chunk, grid)
 	case p2p:
 		err = s.FlagSendRecv(o.Recv, bytes, o.Root, g.mem, g.layout, chunk, grid)
-	case o.Kind == devBroadcast:
+	case o.Kind == plane.Broadcast:
 		in := o.Send // nil off root, where the kernel reads nothing
 		if in == nil {
 			in = o.Recv
 		}
 		err = s.FlagBroadcast(o.Recv, in, bytes, o.Root, g.mem, g.layout, chunk, grid, p.n)
 	default:
-		err = s.FlagGather(o.Recv, o.Send, bytes, o.Kind == devAllToAll, g.mem, g.layout, chunk, grid, p.n)
+		err = s.FlagGather(o.Recv, o.Send, bytes, o.Kind == plane.AllToAll, g.mem, g.layout, chunk, grid, p.n)
 	}
 	if err != nil {
 		// A two-shot call may have enqueued some of its kernels: Close
@@ -334,7 +335,7 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 	}
 	f.lastS = s
 	f.calls++
-	if (o.Kind == devBroadcast && o.Root >= 0 && p.me != o.Root) || (o.Kind == devReduce && p.me == o.Root) {
+	if (o.Kind == plane.Broadcast && o.Root >= 0 && p.me != o.Root) || (o.Kind == plane.Reduce && p.me == o.Root) {
 		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
 	}
 	p.px.mu.Lock()
@@ -350,7 +351,7 @@ func (p *directPlane) flagCall(o *devOp, s *gpu.Stream) error {
 // rank sends 2(n-1)/n of the vector instead of the one-shot's n-1 times
 // it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
 // rank's block starts vector-aligned.
-func (p *directPlane) flagTwoShot(o *devOp, s *gpu.Stream, g *flagRegion) error {
+func (p *directPlane) flagTwoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
 	sz := o.DT.Size()
 	per := o.Count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
 	head := per * p.n

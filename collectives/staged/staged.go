@@ -1,4 +1,4 @@
-package comm
+package staged
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"flexlink/collectives"
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -20,12 +21,14 @@ import (
 // network transport that reads device memory (GPUDirect RDMA) is what
 // replaces it across hosts.
 type stagedPlane struct {
-	c    *Comm
+	c    plane.Host
 	dev  *gpu.Device
 	host *gpu.HostMem // staging, grown on demand, reused across calls
 }
 
-func newStagedPlane(c *Comm, dev *gpu.Device) *stagedPlane { return &stagedPlane{c: c, dev: dev} }
+// New makes the staged plane for h's ranks on dev. It allocates nothing
+// until the first call.
+func New(c plane.Host, dev *gpu.Device) plane.Plane { return &stagedPlane{c: c, dev: dev} }
 
 func (p *stagedPlane) close() error {
 	if p.host == nil {
@@ -54,16 +57,16 @@ func (p *stagedPlane) staging(n int) ([]byte, error) {
 	return p.host.Bytes()[:n], nil
 }
 
-func (p *stagedPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
-	if o.Kind == devGroup {
+func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	if o.Kind == plane.Group {
 		return p.group(ctx, o, s)
 	}
 	sb, rb := bufLen(o.Send), bufLen(o.Recv)
 	sz := o.DT.Size()
-	if o.Kind == devBroadcast {
+	if o.Kind == plane.Broadcast {
 		sb = 0 // the host broadcast runs in place in recv's staging
 	}
-	if o.Kind == devReduce && o.Recv == nil {
+	if o.Kind == plane.Reduce && o.Recv == nil {
 		rb = o.Count * sz // non-roots need scratch of the same size
 	}
 	mem, err := p.staging(sb + rb)
@@ -71,7 +74,7 @@ func (p *stagedPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 		return err
 	}
 	hs, hr := collectives.HostBuffer(mem[:sb]), collectives.HostBuffer(mem[sb:])
-	if o.Kind == devBroadcast && o.Send != nil {
+	if o.Kind == plane.Broadcast && o.Send != nil {
 		if err := s.CopyDtoH(hr, o.Send); err != nil {
 			return err
 		}
@@ -85,17 +88,17 @@ func (p *stagedPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 	}
 	e := p.c.Engine()
 	switch o.Kind {
-	case devAllReduce:
+	case plane.AllReduce:
 		err = e.AllReduce(ctx, hs, hr, o.Count, o.DT, o.Op)
-	case devAllGather:
+	case plane.AllGather:
 		err = e.AllGather(ctx, hs, hr, o.Count, o.DT)
-	case devReduceScatter:
+	case plane.ReduceScatter:
 		err = e.ReduceScatter(ctx, hs, hr, o.Count, o.DT, o.Op)
-	case devBroadcast:
+	case plane.Broadcast:
 		err = e.Broadcast(ctx, hr, hr, o.Count, o.DT, o.Root)
-	case devReduce:
+	case plane.Reduce:
 		err = e.Reduce(ctx, hs, hr, o.Count, o.DT, o.Op, o.Root)
-	case devAllToAll:
+	case plane.AllToAll:
 		err = e.AllToAll(ctx, hs, hr, o.Count, o.DT)
 	default:
 		err = fmt.Errorf("gpu: unknown collective %d", o.Kind)
@@ -115,7 +118,7 @@ func (p *stagedPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 
 // group stages every send, runs the host Group, and copies every receive
 // back.
-func (p *stagedPlane) group(ctx context.Context, o *devOp, s *gpu.Stream) error {
+func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	total := 0
 	for _, e := range o.P2P {
 		total += e.Buf.Len()
@@ -181,7 +184,9 @@ func syncStream(ctx context.Context, s *gpu.Stream) error {
 }
 
 // Do runs one call (plane.Plane).
-func (p *stagedPlane) Do(ctx context.Context, o *devOp, s *gpu.Stream) error { return p.do(ctx, o, s) }
+func (p *stagedPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	return p.do(ctx, o, s)
+}
 
 // Quiesce has nothing to wait for: the staged plane runs no kernels that
 // peers write into.

@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"flexlink/bootstrap"
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
+	"flexlink/internal/comm"
 	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 )
@@ -78,7 +80,7 @@ func fakeRanksEach(t *testing.T, n int, cfg gpufake.Config, env map[string]strin
 			errs[r] = func() error {
 				mine := maps.Clone(env)
 				maps.Copy(mine, each[r])
-				c, err := New(ctx, stores[r], Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
+				c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
 				if err != nil {
 					return err
 				}
@@ -97,7 +99,7 @@ func fakeRanksEach(t *testing.T, n int, cfg gpufake.Config, env map[string]strin
 				if dr.b, err = dev.Alloc(bufBytes); err != nil {
 					return err
 				}
-				dr.dc, err = c.Device(ctx, dev)
+				dr.dc, err = deviceComm(ctx, c, dev)
 				return err
 			}()
 		}()
@@ -189,7 +191,7 @@ func TestGPUFakeDirect(t *testing.T) {
 			}
 			sweep(t, rs, devCases(n, fakeBig))
 			for _, r := range rs {
-				f := r.dc.plane.(*directPlane).flag
+				f := r.dc.Plane().(*directPlane).flag
 				if on := n > 1 && tc.flag != "0"; on != (f != nil) || on && f.calls == 0 {
 					t.Errorf("rank %d: flag plane %v (calls %d), want on=%v", r.c.Rank(), f != nil, flagCalls(f), on)
 				}
@@ -243,14 +245,14 @@ func TestGPUFakeDirectRefused(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
+			c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
 			if err != nil {
 				errs2[r] = err
 				return
 			}
 			defer c.Close()
 			dev, _ := drv.Device(r)
-			_, errs2[r] = c.Device(ctx, dev)
+			_, errs2[r] = deviceComm(ctx, c, dev)
 		}()
 	}
 	wg.Wait()
@@ -311,7 +313,7 @@ func groupRound(ctx context.Context, r *devRank, elems int) error {
 		return err
 	}
 	next, prev := (me+1)%n, (me+n-1)%n
-	if err := r.dc.Group(ctx, r.s, DeviceSendTo(next, a.Sub(0, blk)), DeviceRecvFrom(prev, b.Sub(blk, blk))); err != nil {
+	if err := r.dc.Group(ctx, r.s, plane.SendTo(next, a.Sub(0, blk)), plane.RecvFrom(prev, b.Sub(blk, blk))); err != nil {
 		return err
 	}
 	got := make([]byte, blk)
@@ -324,8 +326,8 @@ func groupRound(ctx context.Context, r *devRank, elems int) error {
 	if x, y := 0, n-1; n > 1 && (me == x || me == y) {
 		other := x + y - me
 		if err := r.dc.Group(ctx, r.s,
-			DeviceRecvFrom(other, b.Sub(0, blk)), DeviceSendTo(other, a.Sub(0, blk)),
-			DeviceSendTo(other, a.Sub(blk, blk)), DeviceRecvFrom(other, b.Sub(2*blk, blk))); err != nil {
+			plane.RecvFrom(other, b.Sub(0, blk)), plane.SendTo(other, a.Sub(0, blk)),
+			plane.SendTo(other, a.Sub(blk, blk)), plane.RecvFrom(other, b.Sub(2*blk, blk))); err != nil {
 			return err
 		}
 		for k, off := range []int{0, 2 * blk} {
@@ -395,7 +397,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 			var mu sync.Mutex
 			var log []traceRec
 			for _, r := range rs {
-				pl := r.dc.plane.(*directPlane)
+				pl := r.dc.Plane().(*directPlane)
 				pl.px.minSlot = 4096
 				pl.trace = func(x traceRec) {
 					mu.Lock()
@@ -425,12 +427,12 @@ func recordOrderRounds(t *testing.T, rs []*devRank, big int) {
 			}
 			// A ring (every rank), then a pair that leaves the third rank
 			// out, a different pair each round.
-			if err := r.dc.Group(ctx, r.s, DeviceSendTo((me+1)%n, r.a.Sub(0, 256)), DeviceRecvFrom((me+n-1)%n, r.b.Sub(0, 256))); err != nil {
+			if err := r.dc.Group(ctx, r.s, plane.SendTo((me+1)%n, r.a.Sub(0, 256)), plane.RecvFrom((me+n-1)%n, r.b.Sub(0, 256))); err != nil {
 				return err
 			}
 			if x, y := round%n, (round+1)%n; me == x || me == y {
 				other := x + y - me
-				if err := r.dc.Group(ctx, r.s, DeviceSendTo(other, r.a.Sub(0, 512)), DeviceRecvFrom(other, r.b.Sub(512, 512))); err != nil {
+				if err := r.dc.Group(ctx, r.s, plane.SendTo(other, r.a.Sub(0, 512)), plane.RecvFrom(other, r.b.Sub(512, 512))); err != nil {
 					return err
 				}
 			}

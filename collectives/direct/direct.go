@@ -1,10 +1,11 @@
-package comm
+package direct
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
 
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 )
 
@@ -59,7 +60,7 @@ import (
 // The test TestGPUEventRecordOrder checks this on the fake driver from a log
 // of every record and wait.
 type directPlane struct {
-	c        *Comm
+	c        plane.Host
 	cfg      Config
 	dev      *gpu.Device
 	n, me    int
@@ -103,7 +104,7 @@ type traceRec struct {
 	wait             bool
 }
 
-func newDirectPlane(c *Comm, dev *gpu.Device, cfg Config) (p *directPlane, err error) {
+func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, err error) {
 	n := c.Size()
 	chunk, width, mode := cfg.ChunkBytes, cfg.CopyStreams, cfg.AllReduce
 	agPull, agStore, err := moveSetting(cfg.AllGather, "FLEXLINK_GPU_ALLGATHER", n)
@@ -262,7 +263,7 @@ func (p *directPlane) close() error {
 }
 
 // do runs one call: handshake, work, handshake (see the type's comment).
-func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
+func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if err := p.flagError(); err != nil {
 		return err
 	}
@@ -272,7 +273,7 @@ func (p *directPlane) do(ctx context.Context, o *devOp, s *gpu.Stream) error {
 	peers := p.peersOf(o)
 	p.calls++
 	call := p.calls
-	push := o.Kind == devAllReduce && p.pushPlan(o).ok
+	push := o.Kind == plane.AllReduce && p.pushPlan(o).ok
 	if push {
 		if err := p.prepPush(o); err != nil {
 			return err
@@ -359,9 +360,9 @@ func (p *directPlane) note(r traceRec) {
 // peersOf lists the peers a call involves: all of them for a collective
 // (in rotated order, next rank first: see rotated), the ones named for a
 // Group.
-func (p *directPlane) peersOf(o *devOp) []int {
+func (p *directPlane) peersOf(o *plane.Op) []int {
 	var peers []int
-	if o.Kind != devGroup {
+	if o.Kind != plane.Group {
 		return p.rotated()
 	}
 	seen := make([]bool, p.n)
@@ -375,7 +376,9 @@ func (p *directPlane) peersOf(o *devOp) []int {
 }
 
 // Do runs one call (plane.Plane).
-func (p *directPlane) Do(ctx context.Context, o *devOp, s *gpu.Stream) error { return p.do(ctx, o, s) }
+func (p *directPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	return p.do(ctx, o, s)
+}
 
 // Quiesce waits for this rank's flag kernels, which the peers' kernels write
 // into, to end (plane.Plane).

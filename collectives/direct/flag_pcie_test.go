@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
@@ -33,11 +34,11 @@ func flagPCIeRanksBuf(t *testing.T, extra map[string]string, bufBytes int) []*de
 func TestGPUFakeFlagPCIe(t *testing.T) {
 	const f32 = 8<<20 + 37 // 32 MiB and a bit: the large region; a head that needs rounding
 	cases := []devCase{
-		{kind: devAllReduce, count: f32, dt: dtype.Float32, op: dtype.Sum},
-		{kind: devAllReduce, count: 32<<20 + 5, dt: dtype.Int8, op: dtype.Max},
-		{kind: devAllReduce, count: 4<<20 + 1, dt: dtype.Float64, op: dtype.Avg, inPlace: true},
-		{kind: devAllReduce, count: 1000, dt: dtype.Float32, op: dtype.Sum}, // small region: NVLink only
-		{kind: devAllReduce, count: f32, dt: dtype.Float32, op: dtype.Prod},
+		{kind: plane.AllReduce, count: f32, dt: dtype.Float32, op: dtype.Sum},
+		{kind: plane.AllReduce, count: 32<<20 + 5, dt: dtype.Int8, op: dtype.Max},
+		{kind: plane.AllReduce, count: 4<<20 + 1, dt: dtype.Float64, op: dtype.Avg, inPlace: true},
+		{kind: plane.AllReduce, count: 1000, dt: dtype.Float32, op: dtype.Sum}, // small region: NVLink only
+		{kind: plane.AllReduce, count: f32, dt: dtype.Float32, op: dtype.Prod},
 	}
 	for _, tc := range []struct {
 		name  string
@@ -46,13 +47,13 @@ func TestGPUFakeFlagPCIe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := flagPCIeRanks(t, map[string]string{"FLEXLINK_PCIE_SHARE": tc.share})
 			for _, r := range rs {
-				if r.dc.plane.(*directPlane).flag.pcie == nil {
+				if r.dc.Plane().(*directPlane).flag.pcie == nil {
 					t.Fatalf("rank %d: no pcie part", r.c.Rank())
 				}
 			}
 			sweep(t, rs, cases[:1])
 			for _, r := range rs {
-				p := r.dc.plane.(*directPlane)
+				p := r.dc.Plane().(*directPlane)
 				if tc.share != "" && p.px.last[1] == 0 && r.c.Rank() == 0 {
 					t.Errorf("rank 0: the first large call moved nothing over pcie (last %v)", p.px.last)
 				}
@@ -60,13 +61,13 @@ func TestGPUFakeFlagPCIe(t *testing.T) {
 			sweep(t, rs, cases)
 			if tc.share == "" {
 				// The balancer has had the times of some of those calls.
-				if x := rs[0].dc.plane.(*directPlane).flag.pcie; x.observed == 0 {
+				if x := rs[0].dc.Plane().(*directPlane).flag.pcie; x.observed == 0 {
 					t.Errorf("rank 0: the balancer observed no call (pending %d)", len(x.pend))
 				}
 				return
 			}
 			// Rank 1 reports the split its kernel took from rank 0's.
-			p0, p1 := rs[0].dc.plane.(*directPlane), rs[1].dc.plane.(*directPlane)
+			p0, p1 := rs[0].dc.Plane().(*directPlane), rs[1].dc.Plane().(*directPlane)
 			if p1.flag.pcie.lastPCIe() == 0 {
 				t.Errorf("rank 1: its kernels saw no pcie part")
 			}
@@ -87,13 +88,13 @@ func TestGPUFakeFlagPCIeOff(t *testing.T) {
 	} {
 		rs := flagPCIeRanks(t, env)
 		for _, r := range rs {
-			if f := r.dc.plane.(*directPlane).flag; f == nil || f.pcie != nil {
+			if f := r.dc.Plane().(*directPlane).flag; f == nil || f.pcie != nil {
 				t.Errorf("%v: rank %d: flag plane %v, pcie part %v", env, r.c.Rank(), f != nil, f != nil && f.pcie != nil)
 			}
 		}
-		sweep(t, rs, []devCase{{kind: devAllReduce, count: 8<<20 + 1, dt: dtype.Float32, op: dtype.Sum}})
+		sweep(t, rs, []devCase{{kind: plane.AllReduce, count: 8<<20 + 1, dt: dtype.Float32, op: dtype.Sum}})
 		for _, r := range rs {
-			if p := r.dc.plane.(*directPlane); p.px.last[1] != 0 {
+			if p := r.dc.Plane().(*directPlane); p.px.last[1] != 0 {
 				t.Errorf("%v: rank %d: %d bytes over pcie", env, r.c.Rank(), p.px.last[1])
 			}
 		}

@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
@@ -25,11 +26,11 @@ import (
 // (with their own data intact), and their next call fails.
 func TestGPUFakePCIeFault(t *testing.T) {
 	for _, where := range []string{"d2h", "h2d"} {
-		for _, op := range []devKind{devAllGather, devAllReduce, devAllToAll} {
+		for _, op := range []plane.Kind{plane.AllGather, plane.AllReduce, plane.AllToAll} {
 			t.Run(where+"-"+op.String(), func(t *testing.T) {
 				env := map[string]string{"FLEXLINK_PCIE_SHARE": "0.25", "FLEXLINK_GPU_CHUNK_BYTES": "65536"}
 				rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*fakeBig*8)
-				rs[1].dc.plane.(*directPlane).px.fault = func(at string, peer int) error {
+				rs[1].dc.Plane().(*directPlane).px.fault = func(at string, peer int) error {
 					if at == where {
 						return errors.New("injected " + at + " failure")
 					}
@@ -72,7 +73,7 @@ func TestGPUFakePCIeFault(t *testing.T) {
 // receiver's buffer or staging is refused whole, before any copy.
 func TestGPUFakePCIeBadTable(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, map[string]string{"FLEXLINK_PCIE_STAGING_BYTES": "1048576"}, 1<<20)
-	pl := rs[0].dc.plane.(*directPlane)
+	pl := rs[0].dc.Plane().(*directPlane)
 	rx := pl.px.rx[1]
 	recv := rs[0].b.Sub(0, 1<<20)
 	table := func(sb, n int, segs ...int) []byte {

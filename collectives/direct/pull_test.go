@@ -1,10 +1,11 @@
-package comm
+package direct
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
@@ -36,10 +37,10 @@ func TestGPUFakePull(t *testing.T) {
 			cs := devCases(n, fakeBig)
 			for _, count := range []int{15, 40_000, 40_001, 3*40_000 + 5, 1<<20 + 3} {
 				for _, inPlace := range []bool{false, true} {
-					cs = append(cs, devCase{kind: devAllGather, count: count, dt: dtype.Int8, inPlace: inPlace})
+					cs = append(cs, devCase{kind: plane.AllGather, count: count, dt: dtype.Int8, inPlace: inPlace})
 				}
-				cs = append(cs, devCase{kind: devAllToAll, count: count, dt: dtype.Int8},
-					devCase{kind: devAllToAll, count: count/4 + 1, dt: dtype.Int32})
+				cs = append(cs, devCase{kind: plane.AllToAll, count: count, dt: dtype.Int8},
+					devCase{kind: plane.AllToAll, count: count/4 + 1, dt: dtype.Int32})
 			}
 			sweep(t, rs, cs)
 			for _, r := range rs {
@@ -55,9 +56,9 @@ func TestGPUFakePull(t *testing.T) {
 // with ErrMismatch instead of leaving blocks unwritten.
 func TestGPUFakePullMismatch(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, nil, 1<<16)
-	rs[1].dc.plane.(*directPlane).agPull = true // as if rank 1 had FLEXLINK_GPU_ALLGATHER=pull
+	rs[1].dc.Plane().(*directPlane).agPull = true // as if rank 1 had FLEXLINK_GPU_ALLGATHER=pull
 	ctx := testCtx(t, 30e9)
-	c := devCase{kind: devAllGather, count: 1000, dt: dtype.Float32}
+	c := devCase{kind: plane.AllGather, count: 1000, dt: dtype.Float32}
 	for r, err := range onRanks(rs, func(r *devRank) error { _, err := runDevCase(ctx, r, c); return err }) {
 		if !errors.Is(err, errs.ErrMismatch) {
 			t.Errorf("rank %d: %v, want ErrMismatch", r, err)

@@ -1,9 +1,10 @@
-package comm
+package direct
 
 import (
 	"context"
 	"encoding/binary"
 
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 )
 
@@ -57,7 +58,7 @@ type pushGeom struct {
 
 // pushPlan decides, identically on every rank, whether o uses the push
 // allreduce and with what geometry.
-func (p *directPlane) pushPlan(o *devOp) pushGeom {
+func (p *directPlane) pushPlan(o *plane.Op) pushGeom {
 	if p.n < 2 || p.arMode == "read" {
 		return pushGeom{}
 	}
@@ -87,7 +88,7 @@ func slotOf(from, to int) int {
 // prepPush grows the scratch to what o needs and, before this call's ready
 // message goes out, makes the group-0 lanes wait until every peer's
 // previous allreduce has finished reading its scratch (see above).
-func (p *directPlane) prepPush(o *devOp) error {
+func (p *directPlane) prepPush(o *plane.Op) error {
 	g := p.pushPlan(o)
 	need := (p.n - 1) * g.per * o.DT.Size()
 	if p.scratch == nil || p.scratch.Len() < need {
@@ -119,7 +120,7 @@ func (p *directPlane) prepPush(o *devOp) error {
 
 // allReducePush runs steps 1-3 above; s already waits on every peer's
 // ready event.
-func (p *directPlane) allReducePush(ctx context.Context, o *devOp, s *gpu.Stream, in [][]byte, peers []int, call uint64) error {
+func (p *directPlane) allReducePush(ctx context.Context, o *plane.Op, s *gpu.Stream, in [][]byte, peers []int, call uint64) error {
 	g := p.pushPlan(o)
 	sz := o.DT.Size()
 	recvs, err := p.remotes(in, 1)

@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
@@ -143,7 +144,7 @@ func TestGPUFakeFlagJobAbort(t *testing.T) {
 	// in its ready counter for sender 0, block 0.
 	go func() {
 		r1 := rs[1]
-		region := r1.dc.plane.(*directPlane).flag.regions[0].mem
+		region := r1.dc.Plane().(*directPlane).flag.regions[0].mem
 		word := make([]byte, 8)
 		for ctx.Err() == nil {
 			if err := r1.s.CopyDtoH(word, region.Sub(gpu.FlagReadyOffset, 8)); err != nil || word[0] != 0 {
@@ -184,9 +185,9 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 			}{{16_000, true}, {70_000, false}} { // float32: 64000 B, 280000 B (the limit: 4 x 65536)
 				for root := 0; root < n; root++ {
 					for _, c := range []devCase{
-						{kind: devBroadcast, count: tc.count, dt: dtype.Float32, root: root},
-						{kind: devReduce, count: tc.count, dt: dtype.Float32, op: dtype.Sum, root: root},
-						{kind: devReduce, count: tc.count, dt: dtype.Float32, op: dtype.Max, root: root, inPlace: true},
+						{kind: plane.Broadcast, count: tc.count, dt: dtype.Float32, root: root},
+						{kind: plane.Reduce, count: tc.count, dt: dtype.Float32, op: dtype.Sum, root: root},
+						{kind: plane.Reduce, count: tc.count, dt: dtype.Float32, op: dtype.Max, root: root, inPlace: true},
 					} {
 						before := planeCalls(rs)
 						errs2 := onRanks(rs, func(r *devRank) error {
@@ -261,7 +262,7 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 				}
 			}
 			// A symmetric call between steps keeps the slot credits honest.
-			wrong, err := runDevCase(ctx, r, devCase{kind: devAllReduce, count: 3000, dt: dtype.Float32, op: dtype.Sum})
+			wrong, err := runDevCase(ctx, r, devCase{kind: plane.AllReduce, count: 3000, dt: dtype.Float32, op: dtype.Sum})
 			if err == nil && wrong > 0 {
 				err = fmt.Errorf("allreduce after the step: %d wrong", wrong)
 			}
@@ -321,7 +322,7 @@ func TestGPUFakeFlagExchange(t *testing.T) {
 			if err := r.s.CopyHtoD(snd, pattern(me, sn, k)); err != nil {
 				return err
 			}
-			if err := r.dc.Group(ctx, r.s, DeviceRecvFrom(1-me, rcv), DeviceSendTo(1-me, snd)); err != nil {
+			if err := r.dc.Group(ctx, r.s, plane.RecvFrom(1-me, rcv), plane.SendTo(1-me, snd)); err != nil {
 				return err
 			}
 			got := make([]byte, rn)
@@ -337,7 +338,7 @@ func TestGPUFakeFlagExchange(t *testing.T) {
 					return fmt.Errorf("byte %d = %#x, want %#x", i, got[i], want[i])
 				}
 			}
-			wrong, err := runDevCase(ctx, r, devCase{kind: devBroadcast, count: 3000, dt: dtype.Float32, root: 1})
+			wrong, err := runDevCase(ctx, r, devCase{kind: plane.Broadcast, count: 3000, dt: dtype.Float32, root: 1})
 			if err == nil && wrong > 0 {
 				err = fmt.Errorf("broadcast after the exchange: %d wrong", wrong)
 			}
@@ -374,7 +375,7 @@ func TestGPUFakeFlagRootMismatch(t *testing.T) {
 			if r.c.Rank() == 0 {
 				return r.dc.Send(ctx, r.a.Sub(0, 4096), 1, r.s)
 			}
-			return r.dc.Group(ctx, r.s, DeviceRecvFrom(0, r.b.Sub(0, 4096)), DeviceSendTo(0, r.a.Sub(0, 4096)))
+			return r.dc.Group(ctx, r.s, plane.RecvFrom(0, r.b.Sub(0, 4096)), plane.SendTo(0, r.a.Sub(0, 4096)))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -406,7 +407,7 @@ func TestGPUFakeFlagRootMismatch(t *testing.T) {
 func planeCalls(rs []*devRank) [][2]uint64 {
 	out := make([][2]uint64, len(rs))
 	for i, r := range rs {
-		p := r.dc.plane.(*directPlane)
+		p := r.dc.Plane().(*directPlane)
 		out[i] = [2]uint64{p.flag.calls, p.calls}
 	}
 	return out
@@ -417,7 +418,7 @@ func planeCalls(rs []*devRank) [][2]uint64 {
 // set, the handshake if not.
 func checkPath(t *testing.T, what string, i int, r *devRank, before [2]uint64, extra uint64, flag bool) {
 	t.Helper()
-	p := r.dc.plane.(*directPlane)
+	p := r.dc.Plane().(*directPlane)
 	f, shake := p.flag.calls-before[0]-extra, p.calls-before[1]
 	if flag && (f != 1 || shake != 0) || !flag && (f != 0 || shake != 1) {
 		t.Errorf("%s: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", what, i, f, shake, flag)

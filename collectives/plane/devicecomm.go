@@ -1,10 +1,9 @@
-package comm
+package plane
 
 import (
 	"context"
 	"fmt"
 
-	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
@@ -44,58 +43,40 @@ import (
 // are fine. The direct plane keeps the peers' mappings of an allocation
 // until Close, so free user buffers only after closing the DeviceComm.
 type DeviceComm struct {
-	c     *Comm
+	c     Caller
 	dev   *gpu.Device
 	path  string
-	plane plane.Plane
+	plane Plane
 }
 
-type (
-	devKind = plane.Kind
-	devOp   = plane.Op
-	// DeviceP2P is one send or receive of DeviceComm.Group; Buf is the
-	// whole message.
-	DeviceP2P = plane.P2P
-)
-
-const (
-	devAllReduce     = plane.AllReduce
-	devAllGather     = plane.AllGather
-	devReduceScatter = plane.ReduceScatter
-	devBroadcast     = plane.Broadcast
-	devReduce        = plane.Reduce
-	devAllToAll      = plane.AllToAll
-	devGroup         = plane.Group
-)
-
-// DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
-func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P {
-	return DeviceP2P{Send: true, Peer: peer, Buf: b}
+// NewDeviceComm wraps the plane the ranks agreed on (path names it:
+// "direct" or "staged") for dev. internal/comm/device makes the choice.
+func NewDeviceComm(c Caller, dev *gpu.Device, path string, p Plane) *DeviceComm {
+	return &DeviceComm{c: c, dev: dev, path: path, plane: p}
 }
-func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return DeviceP2P{Peer: peer, Buf: b} }
 
-// Device prepares collectives on dev's buffers. It is collective: every rank
-// of c calls it (each with its own GPU); the ranks exchange where their GPUs
-// are and what they can reach, and agree on a data plane
-// (FLEXLINK_GPU_PATH can force one).
-func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("rank %d: device communicator: nil device", c.Rank())
-	}
-	var dc *DeviceComm
-	err := c.Run(ctx, "gpu setup", func(ctx context.Context) error {
-		var err error
-		dc, err = newDeviceComm(ctx, c, dev)
-		return err
-	})
-	return dc, err
+// SendTo and RecvFrom make the entries of DeviceComm.Group.
+func SendTo(peer int, b *gpu.Buffer) P2P { return P2P{Send: true, Peer: peer, Buf: b} }
+
+func RecvFrom(peer int, b *gpu.Buffer) P2P { return P2P{Peer: peer, Buf: b} }
+
+// Caller is what a DeviceComm needs from its communicator: what a plane
+// needs (Host), the call queue, and argument checks. comm.Comm implements
+// it.
+type Caller interface {
+	Host
+	// Run executes one call under the communicator's queue, with its
+	// default deadline and abort handling.
+	Run(ctx context.Context, what string, f func(ctx context.Context) error) error
+	CheckRoot(root int) error
+	CheckPeer(peer int) error
 }
 
 // Path is the data plane the ranks agreed on: "direct" or "staged".
 func (d *DeviceComm) Path() string { return d.path }
 
 // Comm is the host communicator the DeviceComm belongs to.
-func (d *DeviceComm) Comm() *Comm { return d.c }
+func (d *DeviceComm) Comm() Caller { return d.c }
 
 // GPU is the device whose buffers the DeviceComm moves.
 func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
@@ -155,19 +136,19 @@ func (d *DeviceComm) AsyncError() error {
 // AllReduce combines send (count elements) across ranks with op into every
 // rank's recv. send may equal recv.
 func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
-	return d.call(ctx, s, &devOp{Kind: devAllReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count, count)
+	return d.call(ctx, s, &Op{Kind: AllReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count, count)
 }
 
 // AllGather concatenates every rank's send (count elements) in rank order
 // into recv (Size()*count elements). send may be block Rank() of recv.
 func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
-	return d.call(ctx, s, &devOp{Kind: devAllGather, Send: send, Recv: recv, Count: count, DT: dt}, count, count*d.c.Size())
+	return d.call(ctx, s, &Op{Kind: AllGather, Send: send, Recv: recv, Count: count, DT: dt}, count, count*d.c.Size())
 }
 
 // ReduceScatter reduces send (Size()*count elements) across ranks and leaves
 // block Rank() (count elements) in recv. recv may be block Rank() of send.
 func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
-	return d.call(ctx, s, &devOp{Kind: devReduceScatter, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count*d.c.Size(), count)
+	return d.call(ctx, s, &Op{Kind: ReduceScatter, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count*d.c.Size(), count)
 }
 
 // Broadcast copies root's send (count elements) into every rank's recv.
@@ -180,7 +161,7 @@ func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, coun
 	if d.c.Rank() != root {
 		send, sc = nil, -1
 	}
-	return d.call(ctx, s, &devOp{Kind: devBroadcast, Send: send, Recv: recv, Count: count, DT: dt, Root: root}, sc, count)
+	return d.call(ctx, s, &Op{Kind: Broadcast, Send: send, Recv: recv, Count: count, DT: dt, Root: root}, sc, count)
 }
 
 // Reduce combines send (count elements) across ranks into root's recv. recv
@@ -193,21 +174,21 @@ func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count i
 	if d.c.Rank() != root {
 		recv, rc = nil, -1
 	}
-	return d.call(ctx, s, &devOp{Kind: devReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op, Root: root}, count, rc)
+	return d.call(ctx, s, &Op{Kind: Reduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op, Root: root}, count, rc)
 }
 
 // AllToAll sends block j of send (count elements per block, Size() blocks)
 // to rank j, which stores it as block Rank() of its recv.
 func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
 	n := count * d.c.Size()
-	return d.call(ctx, s, &devOp{Kind: devAllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
+	return d.call(ctx, s, &Op{Kind: AllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
 }
 
 // Group runs sends and receives together (ncclGroupStart/End around
 // ncclSend/ncclRecv): the i-th send from a to b matches b's i-th receive
 // from a, and the sizes must agree. Only the ranks named take part.
-func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P) error {
-	ps := make([]DeviceP2P, len(ops))
+func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error {
+	ps := make([]P2P, len(ops))
 	for i, o := range ops {
 		if err := d.c.CheckPeer(o.Peer); err != nil {
 			return fmt.Errorf("gpu group entry %d: %w", i, err)
@@ -220,23 +201,23 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P)
 	if s == nil || s.Device() != d.dev {
 		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.Rank(), d.dev)
 	}
-	o := &devOp{Kind: devGroup, P2P: ps, DT: dtype.Uint8}
+	o := &Op{Kind: Group, P2P: ps, DT: dtype.Uint8}
 	return d.c.Run(ctx, "gpu "+o.Kind.String(), func(ctx context.Context) error { return d.plane.Do(ctx, o, s) })
 }
 
 // Send sends b to peer; Recv receives b from peer (each a Group of one).
 func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
-	return d.Group(ctx, s, DeviceSendTo(peer, b))
+	return d.Group(ctx, s, SendTo(peer, b))
 }
 func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
-	return d.Group(ctx, s, DeviceRecvFrom(peer, b))
+	return d.Group(ctx, s, RecvFrom(peer, b))
 }
 
 // call checks o's buffers (send holds sendCount elements, recv recvCount;
 // -1: the rank has none), trims them to size and runs o.
-func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *devOp, sendCount, recvCount int) error {
+func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, recvCount int) error {
 	what := "gpu " + o.Kind.String()
-	if !o.DT.Valid() || (o.Kind == devAllReduce || o.Kind == devReduceScatter || o.Kind == devReduce) && !o.Op.Valid() {
+	if !o.DT.Valid() || (o.Kind == AllReduce || o.Kind == ReduceScatter || o.Kind == Reduce) && !o.Op.Valid() {
 		return fmt.Errorf("rank %d: %s: invalid dtype %v or op %v", d.c.Rank(), what, o.DT, o.Op)
 	}
 	if o.Count < 0 {
@@ -279,3 +260,6 @@ func (d *DeviceComm) local(what string, b *gpu.Buffer, n int) error {
 	}
 	return nil
 }
+
+// Plane is the plane behind d (for tests that look inside it).
+func (d *DeviceComm) Plane() Plane { return d.plane }

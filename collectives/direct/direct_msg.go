@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"flexlink/collectives"
+	"flexlink/collectives/plane"
 	"flexlink/fabric"
 	"flexlink/gpu"
 )
@@ -35,7 +36,7 @@ const (
 // the one expected from it: the header, then descriptors of the buffers the
 // peer may touch (send and recv for a collective; for a Group, this rank's
 // sends to that peer, which the peer pulls).
-func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][]byte, inLen []int, err error) {
+func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64) (out [][]byte, inLen []int, err error) {
 	out, inLen = make([][]byte, p.n), make([]int, p.n)
 	hdr := make([]byte, readyHeader)
 	le := binary.LittleEndian
@@ -45,7 +46,7 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 	le.PutUint64(hdr[24:], uint64(o.Root))
 	bufs := make([][]*gpu.Buffer, p.n)
 	want := make([]int, p.n)
-	if o.Kind == devGroup {
+	if o.Kind == plane.Group {
 		for _, e := range o.P2P {
 			if e.Send {
 				bufs[e.Peer] = append(bufs[e.Peer], e.Buf)
@@ -57,7 +58,7 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 		// An allreduce also describes the scratch its peers push into (nil
 		// unless this call uses the push allreduce).
 		mine := []*gpu.Buffer{o.Send, o.Recv}
-		if o.Kind == devAllReduce {
+		if o.Kind == plane.AllReduce {
 			var scr *gpu.Buffer
 			if p.pushPlan(o).ok {
 				scr = p.scratch
@@ -88,9 +89,9 @@ func (p *directPlane) readyMessages(o *devOp, peers []int, call uint64) (out [][
 // every peer, over the Comm's host links. The tag carries the phase, the
 // pair's call count and the call's signature, so ranks that disagree about
 // which collective this is fail with ErrMismatch instead of mixing data.
-func (p *directPlane) exchange(ctx context.Context, phase uint64, o *devOp, with []int, out [][]byte, inLen []int) ([][]byte, error) {
+func (p *directPlane) exchange(ctx context.Context, phase uint64, o *plane.Op, with []int, out [][]byte, inLen []int) ([][]byte, error) {
 	sig := uint64(o.Kind)
-	if o.Kind != devGroup {
+	if o.Kind != plane.Group {
 		sig |= uint64(o.DT)<<8 | uint64(o.Op)<<16 | uint64(o.Root)<<24 | uint64(o.Count)<<32
 	}
 	in := make([][]byte, p.n)

@@ -1,9 +1,10 @@
-package comm
+package direct
 
 import (
 	"encoding/binary"
 	"fmt"
 
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -72,12 +73,12 @@ func moveSetting(v, name string, n int) (pull, store bool, err error) {
 }
 
 // pulls says whether o is an allgather or alltoall that this rank pulls.
-func (p *directPlane) pulls(o *devOp) bool {
-	return o.Kind == devAllGather && p.agPull || o.Kind == devAllToAll && p.a2aPull
+func (p *directPlane) pulls(o *plane.Op) bool {
+	return o.Kind == plane.AllGather && p.agPull || o.Kind == plane.AllToAll && p.a2aPull
 }
 
 // readyFlags are the mode bits of this rank's ready header for o.
-func (p *directPlane) readyFlags(o *devOp) uint64 {
+func (p *directPlane) readyFlags(o *plane.Op) uint64 {
 	if p.pulls(o) {
 		return pullFlag
 	}
@@ -86,7 +87,7 @@ func (p *directPlane) readyFlags(o *devOp) uint64 {
 
 // checkModes fails when a peer's ready message says it pushes where this
 // rank pulls or the other way round.
-func (p *directPlane) checkModes(o *devOp, in [][]byte) error {
+func (p *directPlane) checkModes(o *plane.Op, in [][]byte) error {
 	mine := p.readyFlags(o)
 	for j, m := range in {
 		if j == p.me || len(m) < 16 {
@@ -94,7 +95,7 @@ func (p *directPlane) checkModes(o *devOp, in [][]byte) error {
 		}
 		if theirs := binary.LittleEndian.Uint64(m[8:]) & pullFlag; theirs != mine {
 			mode := map[bool]string{false: "push", true: "pull"}
-			name := map[devKind]string{devAllGather: "FLEXLINK_GPU_ALLGATHER", devAllToAll: "FLEXLINK_GPU_ALLTOALL"}[o.Kind]
+			name := map[plane.Kind]string{plane.AllGather: "FLEXLINK_GPU_ALLGATHER", plane.AllToAll: "FLEXLINK_GPU_ALLTOALL"}[o.Kind]
 			return fmt.Errorf("gpu %s: %s=%s here but %s on rank %d (%s): every rank must use the same: %w",
 				o.Kind, name, mode[mine != 0], mode[theirs != 0], j, p.c.PeerHost(j), errs.ErrMismatch)
 		}
@@ -139,7 +140,7 @@ func (p *directPlane) sideCopy(s *gpu.Stream, dst, src *gpu.Buffer) error {
 
 // pullBlocks copies, for every peer j, src(j) (in j's send) into block j of
 // this rank's recv, and mine into block Rank(), each block blk bytes.
-func (p *directPlane) pullBlocks(o *devOp, s *gpu.Stream, in [][]byte, blk int, src func(j int, send *gpu.Buffer) *gpu.Buffer) error {
+func (p *directPlane) pullBlocks(o *plane.Op, s *gpu.Stream, in [][]byte, blk int, src func(j int, send *gpu.Buffer) *gpu.Buffer) error {
 	sends, err := p.remotes(in, 0)
 	if err != nil {
 		return err
@@ -161,12 +162,12 @@ func (p *directPlane) pullBlocks(o *devOp, s *gpu.Stream, in [][]byte, blk int, 
 }
 
 // allGatherPull: block j of my recv = peer j's send.
-func (p *directPlane) allGatherPull(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) allGatherPull(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	return p.pullBlocks(o, s, in, o.Count*o.DT.Size(), func(_ int, send *gpu.Buffer) *gpu.Buffer { return send.Sub(0, o.Count*o.DT.Size()) })
 }
 
 // allToAllPull: block j of my recv = block Rank() of peer j's send.
-func (p *directPlane) allToAllPull(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) allToAllPull(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	blk := o.Count * o.DT.Size()
 	return p.pullBlocks(o, s, in, blk, func(_ int, send *gpu.Buffer) *gpu.Buffer { return send.Sub(p.me*blk, blk) })
 }

@@ -1,10 +1,11 @@
-package comm
+package direct
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
 
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -41,17 +42,17 @@ type pcieSplitRec struct {
 // NVLink only (its scratch pushes are ordered by per-chunk events that a
 // PCIe part would need too), and so do pull allgathers and alltoalls
 // (gpu_direct_pull.go), which push nothing.
-func (p *directPlane) pushBytes(o *devOp) int {
+func (p *directPlane) pushBytes(o *plane.Op) int {
 	sz := o.DT.Size()
 	switch o.Kind {
-	case devAllGather, devAllToAll:
+	case plane.AllGather, plane.AllToAll:
 		if p.pulls(o) {
 			return 0 // kernels read the peers' blocks over NVLink: nothing to split
 		}
 		if blk := o.Count * sz; (p.n-1)*blk >= fanOutMin {
 			return blk
 		}
-	case devAllReduce:
+	case plane.AllReduce:
 		if p.pushPlan(o).ok {
 			return 0
 		}
@@ -64,14 +65,14 @@ func (p *directPlane) pushBytes(o *devOp) int {
 }
 
 // pcieBegin plans this call's PCIe part toward every peer.
-func (p *directPlane) pcieBegin(o *devOp, peers []int) error {
+func (p *directPlane) pcieBegin(o *plane.Op, peers []int) error {
 	x := &p.px
 	x.cur = [2]int64{}
 	if x.tx == nil {
 		return nil
 	}
 	b := 0
-	if o.Kind != devGroup {
+	if o.Kind != plane.Group {
 		b = p.pushBytes(o)
 	}
 	for _, j := range peers {

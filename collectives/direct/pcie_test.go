@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"flexlink/bootstrap"
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/fabric/balance"
 	"flexlink/gpu/gpufake"
+	"flexlink/internal/comm"
 	"flexlink/internal/settings"
 )
 
@@ -32,7 +34,7 @@ type splitLog struct {
 
 func (l *splitLog) attach(rs []*devRank, minSlot int) {
 	for _, r := range rs {
-		pl := r.dc.plane.(*directPlane)
+		pl := r.dc.Plane().(*directPlane)
 		pl.px.minSlot = minSlot
 		pl.px.onSplit = func(x pcieSplitRec) {
 			l.mu.Lock()
@@ -145,7 +147,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 			env["FLEXLINK_PCIE_SHARE"] = "0.5" // even a forced share changes nothing
 			rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 			for _, r := range rs {
-				if pl := r.dc.plane.(*directPlane); pl.px.tx != nil || pl.px.rx != nil {
+				if pl := r.dc.Plane().(*directPlane); pl.px.tx != nil || pl.px.rx != nil {
 					t.Fatalf("rank %d has pcie staging", r.c.Rank())
 				}
 			}
@@ -175,7 +177,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("below", func(t *testing.T) {
 		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*fakeBig*8)
-		thr := rs[0].dc.plane.(*directPlane).px.tx[1].planner.Threshold()
+		thr := rs[0].dc.Plane().(*directPlane).px.tx[1].planner.Threshold()
 		if thr <= 4*fakeBig*2 {
 			t.Fatalf("threshold %d bytes: the sweep's pushes reach %d", thr, 4*fakeBig*2)
 		}
@@ -192,12 +194,12 @@ func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("above", func(t *testing.T) {
 		const big = 10 << 20 // float32 per rank: a 40 MiB push
 		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*big*4)
-		if thr := rs[0].dc.plane.(*directPlane).px.tx[1].planner.Threshold(); thr >= big*4 {
+		if thr := rs[0].dc.Plane().(*directPlane).px.tx[1].planner.Threshold(); thr >= big*4 {
 			t.Fatalf("threshold %d bytes: the test assumes it below %d", thr, big*4)
 		}
 		var log splitLog
 		log.attach(rs, pcieMinSlot)
-		sweep(t, rs, []devCase{{kind: devAllGather, count: big, dt: dtype.Float32}})
+		sweep(t, rs, []devCase{{kind: plane.AllGather, count: big, dt: dtype.Float32}})
 		ls := rs[0].dc.LinkShares()
 		if ls["pcie"] < 0.05 || ls["pcie"] > 0.15 {
 			t.Fatalf("above the threshold: LinkShares %v, want pcie near the priors' 0.1", ls)
@@ -239,7 +241,7 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 	}
 	keys := make([]string, 2)
 	for _, r := range rs {
-		tx := r.dc.plane.(*directPlane).px.tx[1-r.c.Rank()]
+		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
 		if tx.observed < 2 {
 			t.Errorf("rank %d: %d observations fed back in 8 calls", r.c.Rank(), tx.observed)
 		}
@@ -267,7 +269,7 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 	// The next communicator over the same GPUs restores the profile.
 	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	for _, r := range rs2 {
-		tx := r.dc.plane.(*directPlane).px.tx[1-r.c.Rank()]
+		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
 		st, _ := balance.LoadProfile(dir, tx.key)
 		if fmt.Sprint(tx.planner.State()) != fmt.Sprint(st) {
 			t.Errorf("rank %d did not start from its cached profile", r.c.Rank())
@@ -276,17 +278,17 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 }
 
 // newFakeComms makes n host communicators of one in-process job.
-func newFakeComms(t *testing.T, ctx context.Context, n int, env map[string]string) []*Comm {
+func newFakeComms(t *testing.T, ctx context.Context, n int, env map[string]string) []*comm.Comm {
 	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("gpupcie%d-%d", os.Getpid(), time.Now().UnixNano())
-	cs := make([]*Comm, n)
+	cs := make([]*comm.Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cs[r], errs[r] = New(ctx, stores[r], Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
+			cs[r], errs[r] = comm.New(ctx, stores[r], comm.Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
 		}()
 	}
 	wg.Wait()
@@ -322,7 +324,7 @@ func fakeSetupErrors(t *testing.T, env map[string]string) []error {
 			r = 1
 		}
 		dev, _ := drv.Device(r)
-		dc, err := comms[r].Device(ctx, dev)
+		dc, err := deviceComm(ctx, comms[r], dev)
 		if err == nil {
 			dc.Close(ctx)
 		}

@@ -1,4 +1,4 @@
-package comm
+package direct
 
 import (
 	"context"
@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/internal/comm"
 )
 
 // Shared by the fake-driver tests (ranks as goroutines) and the GPU tests
@@ -18,7 +20,7 @@ import (
 
 // devCase is one call.
 type devCase struct {
-	kind    devKind
+	kind    plane.Kind
 	count   int // NCCL meaning for kind
 	dt      dtype.DType
 	op      dtype.Op
@@ -28,10 +30,10 @@ type devCase struct {
 
 func (c devCase) String() string {
 	s := fmt.Sprintf("%s/%d/%s", c.kind, c.count, c.dt)
-	if c.kind == devAllReduce || c.kind == devReduceScatter || c.kind == devReduce {
+	if c.kind == plane.AllReduce || c.kind == plane.ReduceScatter || c.kind == plane.Reduce {
 		s += "/" + c.op.String()
 	}
-	if c.kind == devBroadcast || c.kind == devReduce {
+	if c.kind == plane.Broadcast || c.kind == plane.Reduce {
 		s += fmt.Sprintf("/root%d", c.root)
 	}
 	if c.inPlace {
@@ -43,11 +45,11 @@ func (c devCase) String() string {
 // counts are the send and recv element counts of c on n ranks.
 func (c devCase) counts(n int) (send, recv int) {
 	switch c.kind {
-	case devAllGather:
+	case plane.AllGather:
 		return c.count, n * c.count
-	case devReduceScatter:
+	case plane.ReduceScatter:
 		return n * c.count, c.count
-	case devAllToAll:
+	case plane.AllToAll:
 		return n * c.count, n * c.count
 	}
 	return c.count, c.count
@@ -58,7 +60,7 @@ func (c devCase) counts(n int) (send, recv int) {
 func (c devCase) input(r, i, n int) float64 {
 	switch c.op {
 	case dtype.Prod:
-		if c.kind == devAllReduce || c.kind == devReduceScatter || c.kind == devReduce {
+		if c.kind == plane.AllReduce || c.kind == plane.ReduceScatter || c.kind == plane.Reduce {
 			if i%n == r {
 				return 2
 			}
@@ -98,17 +100,17 @@ func (c devCase) fold(i, n int) float64 {
 // expect is rank me's recv element i (ok=false: not defined there).
 func (c devCase) expect(me, i, n int) (float64, bool) {
 	switch c.kind {
-	case devAllReduce:
+	case plane.AllReduce:
 		return c.fold(i, n), true
-	case devReduceScatter:
+	case plane.ReduceScatter:
 		return c.fold(me*c.count+i, n), true
-	case devReduce:
+	case plane.Reduce:
 		return c.fold(i, n), me == c.root
-	case devAllGather:
+	case plane.AllGather:
 		return c.input(i/c.count, i%c.count, n), true
-	case devBroadcast:
+	case plane.Broadcast:
 		return c.input(c.root, i, n), true
-	case devAllToAll:
+	case plane.AllToAll:
 		return c.input(i/c.count, me*c.count+i%c.count, n), true
 	}
 	return 0, false
@@ -116,8 +118,8 @@ func (c devCase) expect(me, i, n int) (float64, bool) {
 
 // devRank is one rank's side of a test: its communicators, GPU and stream.
 type devRank struct {
-	c    *Comm
-	dc   *DeviceComm
+	c    *comm.Comm
+	dc   *plane.DeviceComm
 	s    *gpu.Stream
 	a, b *gpu.Buffer // test buffers, each large enough for every case
 }
@@ -166,7 +168,7 @@ func runDevCase(ctx context.Context, r *devRank, c devCase) (wrong int, err erro
 	if err := r.s.Synchronize(); err != nil {
 		return 0, err
 	}
-	if c.kind == devReduce && me != c.root {
+	if c.kind == plane.Reduce && me != c.root {
 		// Off root a reduce writes nothing: recv keeps the fill, or, in
 		// place, the input.
 		want := host
@@ -223,19 +225,19 @@ func runDevCase(ctx context.Context, r *devRank, c devCase) (wrong int, err erro
 }
 
 // callDev issues c's collective on dc.
-func callDev(ctx context.Context, dc *DeviceComm, c devCase, send, recv *gpu.Buffer, s *gpu.Stream) error {
+func callDev(ctx context.Context, dc *plane.DeviceComm, c devCase, send, recv *gpu.Buffer, s *gpu.Stream) error {
 	switch c.kind {
-	case devAllReduce:
+	case plane.AllReduce:
 		return dc.AllReduce(ctx, send, recv, c.count, c.dt, c.op, s)
-	case devAllGather:
+	case plane.AllGather:
 		return dc.AllGather(ctx, send, recv, c.count, c.dt, s)
-	case devReduceScatter:
+	case plane.ReduceScatter:
 		return dc.ReduceScatter(ctx, send, recv, c.count, c.dt, c.op, s)
-	case devBroadcast:
+	case plane.Broadcast:
 		return dc.Broadcast(ctx, send, recv, c.count, c.dt, c.root, s)
-	case devReduce:
+	case plane.Reduce:
 		return dc.Reduce(ctx, send, recv, c.count, c.dt, c.op, c.root, s)
-	case devAllToAll:
+	case plane.AllToAll:
 		return dc.AllToAll(ctx, send, recv, c.count, c.dt, s)
 	}
 	return fmt.Errorf("no such case %v", c)
@@ -248,21 +250,21 @@ func devCases(n int, big int) []devCase {
 	var cs []devCase
 	for _, dt := range dtype.All() {
 		for _, op := range []dtype.Op{dtype.Sum, dtype.Prod, dtype.Min, dtype.Max, dtype.Avg} {
-			cs = append(cs, devCase{kind: devAllReduce, count: 1000 + 3, dt: dt, op: op})
+			cs = append(cs, devCase{kind: plane.AllReduce, count: 1000 + 3, dt: dt, op: op})
 		}
 	}
 	for _, count := range []int{0, 1, 7, 4099, big / 16, big} { // big/16: flag kernels at 2 ranks, slots wrap
 		for _, inPlace := range []bool{false, true} {
 			f := dtype.Float32
 			cs = append(cs,
-				devCase{kind: devAllReduce, count: count, dt: f, op: dtype.Sum, inPlace: inPlace},
-				devCase{kind: devAllGather, count: count, dt: f, inPlace: inPlace},
-				devCase{kind: devReduceScatter, count: count, dt: f, op: dtype.Max, inPlace: inPlace},
-				devCase{kind: devBroadcast, count: count, dt: dtype.Int8, root: n - 1, inPlace: inPlace},
-				devCase{kind: devReduce, count: count, dt: dtype.BFloat16, op: dtype.Sum, root: n / 2, inPlace: inPlace},
+				devCase{kind: plane.AllReduce, count: count, dt: f, op: dtype.Sum, inPlace: inPlace},
+				devCase{kind: plane.AllGather, count: count, dt: f, inPlace: inPlace},
+				devCase{kind: plane.ReduceScatter, count: count, dt: f, op: dtype.Max, inPlace: inPlace},
+				devCase{kind: plane.Broadcast, count: count, dt: dtype.Int8, root: n - 1, inPlace: inPlace},
+				devCase{kind: plane.Reduce, count: count, dt: dtype.BFloat16, op: dtype.Sum, root: n / 2, inPlace: inPlace},
 			)
 			if !inPlace {
-				cs = append(cs, devCase{kind: devAllToAll, count: count, dt: dtype.Int32})
+				cs = append(cs, devCase{kind: plane.AllToAll, count: count, dt: dtype.Int32})
 			}
 		}
 	}
@@ -271,15 +273,15 @@ func devCases(n int, big int) []devCase {
 	// step for whatever follows).
 	for _, count := range []int{5, 3001, big / 16} {
 		cs = append(cs,
-			devCase{kind: devBroadcast, count: count, dt: dtype.Float16, root: 0},
-			devCase{kind: devReduce, count: count, dt: dtype.Float32, op: dtype.Avg, root: 0},
-			devCase{kind: devAllReduce, count: count, dt: dtype.Int32, op: dtype.Sum},
-			devCase{kind: devReduce, count: count, dt: dtype.Int32, op: dtype.Min, root: n - 1, inPlace: true},
-			devCase{kind: devBroadcast, count: count, dt: dtype.Float64, root: n / 2, inPlace: true},
+			devCase{kind: plane.Broadcast, count: count, dt: dtype.Float16, root: 0},
+			devCase{kind: plane.Reduce, count: count, dt: dtype.Float32, op: dtype.Avg, root: 0},
+			devCase{kind: plane.AllReduce, count: count, dt: dtype.Int32, op: dtype.Sum},
+			devCase{kind: plane.Reduce, count: count, dt: dtype.Int32, op: dtype.Min, root: n - 1, inPlace: true},
+			devCase{kind: plane.Broadcast, count: count, dt: dtype.Float64, root: n / 2, inPlace: true},
 		)
 	}
-	cs = append(cs, devCase{kind: devReduceScatter, count: 4097, dt: dtype.Float16, op: dtype.Avg},
-		devCase{kind: devAllGather, count: big, dt: dtype.Float64})
+	cs = append(cs, devCase{kind: plane.ReduceScatter, count: 4097, dt: dtype.Float16, op: dtype.Avg},
+		devCase{kind: plane.AllGather, count: big, dt: dtype.Float64})
 	return cs
 }
 

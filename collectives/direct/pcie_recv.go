@@ -1,9 +1,10 @@
-package comm
+package direct
 
 import (
 	"encoding/binary"
 	"fmt"
 
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -26,7 +27,7 @@ func (p *directPlane) doneLen(j int) int {
 // out of the peers' staging buffers into recv: per slot, the copy stream
 // waits on the sender's slot event, then copies H2D; s then waits for the
 // copies. Then it publishes the call's link statistics.
-func (p *directPlane) pcieReceive(s *gpu.Stream, o *devOp, in [][]byte, peers []int) error {
+func (p *directPlane) pcieReceive(s *gpu.Stream, o *plane.Op, in [][]byte, peers []int) error {
 	for _, j := range peers {
 		r := p.rxFrom(j)
 		if r == nil || !r.expect {

@@ -1,8 +1,9 @@
-package comm
+package direct
 
 import (
 	"fmt"
 
+	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -30,32 +31,32 @@ const (
 )
 
 // work enqueues o's data movement; in[j] is peer j's ready message.
-func (p *directPlane) work(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) work(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	switch o.Kind {
-	case devAllReduce:
+	case plane.AllReduce:
 		return p.allReduce(o, s, in)
-	case devReduceScatter:
+	case plane.ReduceScatter:
 		return p.reduceScatter(o, s, in)
-	case devAllGather, devAllToAll:
+	case plane.AllGather, plane.AllToAll:
 		if err := p.checkModes(o, in); err != nil {
 			return err
 		}
-		p.stores = o.Kind == devAllGather && p.agStore || o.Kind == devAllToAll && p.a2aStore
+		p.stores = o.Kind == plane.AllGather && p.agStore || o.Kind == plane.AllToAll && p.a2aStore
 		defer func() { p.stores = false }()
 		switch {
-		case o.Kind == devAllGather && p.agPull:
+		case o.Kind == plane.AllGather && p.agPull:
 			return p.allGatherPull(o, s, in)
-		case o.Kind == devAllGather:
+		case o.Kind == plane.AllGather:
 			return p.allGather(o, s, in)
 		case p.a2aPull:
 			return p.allToAllPull(o, s, in)
 		}
 		return p.allToAll(o, s, in)
-	case devBroadcast:
+	case plane.Broadcast:
 		return p.broadcast(o, s, in)
-	case devReduce:
+	case plane.Reduce:
 		return p.reduce(o, s, in)
-	case devGroup:
+	case plane.Group:
 		return p.group(o, s, in)
 	}
 	return fmt.Errorf("gpu: unknown collective %d", o.Kind)
@@ -112,7 +113,7 @@ func sub(buf *gpu.Buffer, a, b, sz int) *gpu.Buffer { return buf.Sub(a*sz, (b-a)
 // reduceInto enqueues dst = mine op peers[j]... over elements [a, b) of
 // mine and of every peer buffer, then op's final step (Avg's division).
 // With no peers it copies.
-func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*gpu.Buffer, a, b int, o *devOp) error {
+func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*gpu.Buffer, a, b int, o *plane.Op) error {
 	sz, cnt := o.DT.Size(), b-a
 	src := sub(mine, a, b, sz)
 	first := true
@@ -136,7 +137,7 @@ func (p *directPlane) reduceInto(s *gpu.Stream, dst, mine *gpu.Buffer, peers []*
 // buffers over NVLink into its own recv, then pushes the reduced block into
 // every peer's recv with the copy engines. Large blocks go in chunks: the
 // kernel reduces chunk k+1 on s while the copy streams push chunk k.
-func (p *directPlane) allReduce(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) allReduce(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	sends, err := p.remotes(in, 0)
 	if err != nil {
 		return err
@@ -238,7 +239,7 @@ func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) 
 }
 
 // allGather pushes this rank's send into block Rank() of every peer's recv.
-func (p *directPlane) allGather(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) allGather(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	recvs, err := p.remotes(in, 1)
 	if err != nil {
 		return err
@@ -301,7 +302,7 @@ func (p *directPlane) allGatherStore(s *gpu.Stream, cs []*copyPair, mine, send *
 }
 
 // allToAll pushes send block j into block Rank() of peer j's recv.
-func (p *directPlane) allToAll(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) allToAll(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	recvs, err := p.remotes(in, 1)
 	if err != nil {
 		return err
@@ -320,7 +321,7 @@ func (p *directPlane) allToAll(o *devOp, s *gpu.Stream, in [][]byte) error {
 
 // reduceScatter reduces block Rank() of every rank's send, reading the
 // peers' blocks in place: the first shot of allReduce.
-func (p *directPlane) reduceScatter(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) reduceScatter(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	sends, err := p.remotes(in, 0)
 	if err != nil {
 		return err
@@ -342,7 +343,7 @@ func shift(bufs []*gpu.Buffer, a, b, sz int) []*gpu.Buffer {
 }
 
 // reduce: the root reduces every rank's send, reading the peers' in place.
-func (p *directPlane) reduce(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) reduce(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	if p.me != o.Root {
 		return nil
 	}
@@ -356,7 +357,7 @@ func (p *directPlane) reduce(o *devOp, s *gpu.Stream, in [][]byte) error {
 // broadcast: every non-root pulls the root's send into its recv, so the
 // copies run on N-1 GPUs' copy engines at once instead of queueing on the
 // root's.
-func (p *directPlane) broadcast(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) broadcast(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	if p.me == o.Root {
 		if sameMem(o.Send, o.Recv) {
 			return nil
@@ -373,7 +374,7 @@ func (p *directPlane) broadcast(o *devOp, s *gpu.Stream, in [][]byte) error {
 // group: receivers pull. The i-th receive from a peer copies from the
 // buffer of that peer's i-th send to this rank, described in its ready
 // message.
-func (p *directPlane) group(o *devOp, s *gpu.Stream, in [][]byte) error {
+func (p *directPlane) group(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	k := make([]int, p.n)
 	for i, e := range o.P2P {
 		if e.Send {

@@ -1,0 +1,101 @@
+package direct
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"flexlink/collectives"
+	"flexlink/collectives/plane"
+	"flexlink/dtype"
+	"flexlink/gpu"
+)
+
+// New makes the direct plane on every rank of h, once they have agreed to
+// use it (each rank's Blocker said ""). bus[r] is rank r's GPU PCI bus id.
+// It runs one all-gather over the host links: every rank's IPC event
+// handles, the references of its PCIe staging buffers (pcie.go) and its
+// flag regions (flag_setup.go); then each rank opens its peers'. It is
+// collective and runs under the communicator's queue.
+func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
+	dp, err := newDirectPlane(h, dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := h.Size()
+	evBytes := eventBlobBytes(n)
+	pcBytes := pcieBlobBytes(n)
+	// The first byte marks a rank that reached this point (openPeerEvents
+	// reads each rank's record after it).
+	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes)
+	blob[0] = 1
+	err = dp.putEventHandles(blob[1:])
+	if err == nil {
+		err = dp.offerPCIe(blob[1+evBytes:])
+	}
+	if err == nil {
+		err = dp.setupFlag(blob[1+evBytes+pcBytes:])
+	}
+	if err != nil {
+		dp.close()
+		return nil, err
+	}
+	all := make([]byte, n*len(blob))
+	if err := h.Engine().AllGather(ctx, collectives.HostBuffer(blob), collectives.HostBuffer(all), len(blob), dtype.Uint8); err != nil {
+		dp.close()
+		return nil, fmt.Errorf("exchange gpu event handles: %w", err)
+	}
+	pcie, flag := make([][]byte, n), make([][]byte, n)
+	for r := range pcie {
+		at := r*len(blob) + 1 + evBytes
+		pcie[r], flag[r] = all[at:at+pcBytes], all[at+pcBytes:(r+1)*len(blob)]
+	}
+	err = dp.openPeerEvents(all, len(blob))
+	if err == nil {
+		err = dp.openPCIe(ctx, pcie, bus)
+	}
+	if err == nil {
+		err = dp.openFlag(ctx, flag, bus)
+	}
+	if err != nil {
+		dp.close()
+		return nil, err
+	}
+	return dp, nil
+}
+
+// directBlocker says why this rank cannot use the direct plane with every
+// peer, or "" when it can.
+func Blocker(c plane.Host, dev *gpu.Device, bus []string) string {
+	drv := dev.Driver()
+	fake := drv.Library() == "fake"
+	for r := 0; r < c.Size(); r++ {
+		if r == c.Rank() {
+			continue
+		}
+		if c.PeerHost(r) != c.Host() {
+			return fmt.Sprintf("rank %d is on %s, not %s", r, c.PeerHost(r), c.Host())
+		}
+		// The driver refuses IPC handles inside the process that made them;
+		// the fake driver (tests, ranks as goroutines) allows it.
+		if !fake && c.SameProcess(r) {
+			return fmt.Sprintf("rank %d is in this process (CUDA IPC needs separate processes)", r)
+		}
+		ord := -1
+		for i := 0; i < drv.DeviceCount(); i++ {
+			if id, err := drv.PCIBusID(i); err == nil && strings.EqualFold(id, bus[r]) {
+				ord = i
+			}
+		}
+		if ord < 0 {
+			return fmt.Sprintf("rank %d's gpu %s is not visible here (CUDA_VISIBLE_DEVICES?)", r, bus[r])
+		}
+		if ord == dev.Ordinal() {
+			continue // two ranks on one GPU: IPC works, no peer access needed
+		}
+		if ok, err := drv.CanAccessPeer(dev.Ordinal(), ord); err != nil || !ok {
+			return fmt.Sprintf("%s cannot access rank %d's gpu %s (no peer access: %v)", dev, r, bus[r], err)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,26 @@
+// Package device chooses the data plane of a communicator's GPU buffers:
+// direct (collectives/direct) when every rank can map every peer's memory,
+// else staged (collectives/staged), through plane.Choose.
+package device
+
+import (
+	"context"
+
+	"flexlink/collectives/direct"
+	"flexlink/collectives/plane"
+	"flexlink/collectives/staged"
+	"flexlink/gpu"
+)
+
+// New prepares collectives on dev's buffers for c's ranks. It is
+// collective: every rank of c calls it, each with its own GPU, and the
+// ranks agree on a plane (cfg.Path, FLEXLINK_GPU_PATH, can force one).
+func New(ctx context.Context, c plane.Caller, dev *gpu.Device, cfg direct.Config) (*plane.DeviceComm, error) {
+	fast := plane.Candidate{
+		Blocker: func(bus []string) string { return direct.Blocker(c, dev, bus) },
+		New: func(ctx context.Context, bus []string) (plane.Plane, error) {
+			return direct.New(ctx, c, dev, cfg, bus)
+		},
+	}
+	return plane.Choose(ctx, c, dev, cfg.Path, fast, func() plane.Plane { return staged.New(c, dev) })
+}

@@ -112,3 +112,22 @@ func TestSilentPeer(t *testing.T) {
 		t.Fatalf("silence detected after %v with a timeout of %v", el, timeout)
 	}
 }
+
+func TestThroughput(t *testing.T) {
+	p1, p2 := open(Options{})(t), open(Options{})(t)
+	defer p1.Close()
+	defer p2.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bps, err := nettest.Throughput(ctx, p1, p2, 1<<20, 16)
+	if err != nil || bps <= 0 {
+		t.Fatalf("Throughput: %v B/s, %v", bps, err)
+	}
+	if _, err := nettest.Throughput(ctx, p1, p2, 0, 1); err == nil {
+		t.Error("Throughput of 0-byte messages succeeded")
+	}
+	p2.Close()
+	if _, err := nettest.Throughput(ctx, p1, p2, 1<<20, 1); err == nil {
+		t.Error("Throughput to a closed provider succeeded")
+	}
+}

@@ -232,7 +232,10 @@ func (c *recvConn) landed(h header, m *inMsg, counted bool, ioErr error) error {
 		return ioErr
 	}
 	m.got += h.length
-	if m.got < m.total {
+	switch {
+	case m.got > m.total:
+		return fmt.Errorf("message %d: frames carry %d bytes of %d: %w", h.seq, m.got, m.total, errs.ErrPeerLost)
+	case m.got < m.total:
 		return nil
 	}
 	delete(c.msgs, h.seq)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 
 // TestHostileSender completes the handshake by hand, then writes a bad
 // frame: the receive fails (mismatch for a length over the buffer, peer
-// lost for a corrupt header) at once, without allocating what the frame
+// lost for a corrupt header or a sender that vanishes) at once, without allocating what the frame
 // claims.
 func TestHostileSender(t *testing.T) {
 	frame := func(h header) []byte {
@@ -33,6 +34,8 @@ func TestHostileSender(t *testing.T) {
 		{"BadMagic", make([]byte, hdrBytes), errs.ErrPeerLost},
 		{"AckOnForward", frame(header{kind: kindAck, seq: 1}), errs.ErrPeerLost},
 		{"LongAbortReason", frame(header{kind: kindAbort, length: 1 << 30}), errs.ErrPeerLost},
+		{"HalfAFrameThenGone", frame(header{kind: kindData, total: 10, length: 10})[:20], errs.ErrPeerLost},
+		{"MidMessageGone", append(frame(header{kind: kindData, total: 10, length: 10}), 1, 2, 3), errs.ErrPeerLost},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := open(Options{Sockets: 1})(t)
@@ -62,6 +65,9 @@ func TestHostileSender(t *testing.T) {
 			defer r.Close()
 			q := nettest.Recv(t, r, [][]byte{make([]byte, 10)}, []uint64{0})
 			sock.Write(c.bytes)
+			if strings.HasSuffix(c.name, "Gone") {
+				sock.Close() // the sender dies: no abort frame
+			}
 			_, err = nettest.Await(t, q, "recv of a hostile frame")
 			if !errors.Is(err, c.want) {
 				t.Fatalf("error %v, want one wrapping %v", err, c.want)

@@ -158,6 +158,12 @@ func testSizes(t *testing.T, e *Env, large int) {
 		}
 		AwaitOK(t, sr, fmt.Sprintf("send of %d bytes", n))
 		Check(t, fmt.Sprintf("%d-byte message", n), got, uint64(n))
+		// Test after done keeps answering the same.
+		for _, q := range []net.Request{q, sr} {
+			if done, sz, err := q.Test(); !done || err != nil || !slices.Equal(sz, []int{n}) {
+				t.Fatalf("Test after done: %v %v %v, want true [%d] nil", done, sz, err, n)
+			}
+		}
 	}
 }
 

@@ -37,7 +37,8 @@ type recvConn struct {
 	arrived map[uint64]bool   // complete messages at or past acked
 	acked   uint64            // messages below it are all complete
 	poison  error             // a mismatch: no further IRecv
-	then    error             // fail with it once the ack for the drained message is out
+	then    error             // fail with it once the drained message is acknowledged
+	thenSeq uint64            // the drained message
 	kick    chan struct{}     // capacity 1: acked or then changed
 	wmu     sync.Mutex        // held while writing socket 0's reverse direction
 
@@ -173,6 +174,8 @@ func (c *recvConn) claim(h header) (m *inMsg, dst []byte, counted bool, err erro
 		c.msgs[h.seq] = m
 		if err := c.match(h, m); err != nil {
 			c.poison = connErr(c.dev, c.remote, "recv", err)
+			// Drain the message, acknowledge it, then end the connection.
+			c.then, c.thenSeq = c.poison, h.seq
 			if m.op != nil {
 				c.failOp(m.op, c.poison)
 			}
@@ -229,7 +232,10 @@ func (c *recvConn) landed(h header, m *inMsg, counted bool, ioErr error) error {
 		return ioErr
 	}
 	m.got += h.length
-	if m.got < m.total {
+	switch {
+	case m.got > m.total:
+		return fmt.Errorf("message %d: frames carry %d bytes of %d: %w", h.seq, m.got, m.total, errs.ErrPeerLost)
+	case m.got < m.total:
 		return nil
 	}
 	delete(c.msgs, h.seq)
@@ -240,9 +246,6 @@ func (c *recvConn) landed(h header, m *inMsg, counted bool, ioErr error) error {
 	}
 	c.signal()
 	if op == nil || op.err != nil {
-		if c.poison != nil && c.then == nil {
-			c.then = c.poison // drained: ack it, then end the connection
-		}
 		return nil
 	}
 	op.sizes[m.idx] = int(m.total)
@@ -279,6 +282,7 @@ func (c *recvConn) writeAcks() {
 	tick := time.NewTicker(beat)
 	defer tick.Stop()
 	sent := uint64(0)
+	var thenAt time.Time // when then was first seen
 	var b [hdrBytes]byte
 	for {
 		select {
@@ -288,8 +292,11 @@ func (c *recvConn) writeAcks() {
 			return
 		}
 		c.mu.Lock()
-		acked, then := c.acked, c.then
+		acked, then, thenSeq := c.acked, c.then, c.thenSeq
 		c.mu.Unlock()
+		if then != nil && thenAt.IsZero() {
+			thenAt = time.Now()
+		}
 		h := header{kind: kindBeat}
 		if acked != sent {
 			h = header{kind: kindAck, seq: acked}
@@ -304,7 +311,9 @@ func (c *recvConn) writeAcks() {
 			return
 		}
 		sent = acked
-		if then != nil {
+		// The ack of the drained message is out (or earlier messages have
+		// not arrived within the timeout): end the connection.
+		if then != nil && (acked > thenSeq || time.Since(thenAt) > c.timeout) {
 			c.fail(then, true)
 			return
 		}

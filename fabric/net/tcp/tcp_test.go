@@ -112,3 +112,41 @@ func TestSilentPeer(t *testing.T) {
 		t.Fatalf("silence detected after %v with a timeout of %v", el, timeout)
 	}
 }
+
+func TestThroughput(t *testing.T) {
+	p1, p2 := open(Options{})(t), open(Options{})(t)
+	defer p1.Close()
+	defer p2.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bps, err := nettest.Throughput(ctx, p1, p2, 1<<20, 16)
+	if err != nil || bps <= 0 {
+		t.Fatalf("Throughput: %v B/s, %v", bps, err)
+	}
+	if _, err := nettest.Throughput(ctx, p1, p2, 0, 1); err == nil {
+		t.Error("Throughput of 0-byte messages succeeded")
+	}
+	p2.Close()
+	if _, err := nettest.Throughput(ctx, p1, p2, 1<<20, 1); err == nil {
+		t.Error("Throughput to a closed provider succeeded")
+	}
+}
+
+// TestDefaultDevice connects over the first device the default filter
+// picks (a real interface where the host has one, not loopback).
+func TestDefaultDevice(t *testing.T) {
+	p1, err1 := New(Options{})
+	p2, err2 := New(Options{})
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	defer p1.Close()
+	defer p2.Close()
+	t.Logf("devices: %+v", p1.Devices())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bps, err := nettest.Throughput(ctx, p1, p2, 256<<10, 8)
+	if err != nil || bps <= 0 {
+		t.Fatalf("over %s: %v B/s, %v", p1.Devices()[0].Name, bps, err)
+	}
+}

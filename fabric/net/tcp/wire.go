@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"net/netip"
 
 	fnet "flexlink/fabric/net"
@@ -232,6 +231,3 @@ type span struct {
 	off, len uint64
 	used     bool
 }
-
-// tcpAddr converts for dialing and listening.
-func tcpAddr(a netip.AddrPort) *net.TCPAddr { return net.TCPAddrFromAddrPort(a) }

@@ -1,0 +1,47 @@
+package netlink_test
+
+import (
+	"fmt"
+	"testing"
+
+	"flexlink/fabric"
+	"flexlink/fabric/linktest"
+	"flexlink/fabric/net/netlink"
+	"flexlink/fabric/net/tcp"
+)
+
+func endpoint(t testing.TB, rank int, socks int) fabric.Endpoint {
+	t.Helper()
+	p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: socks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	e, err := netlink.NewEndpoint(p, 0, rank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestConformance runs the link suite on links over the tcp provider, each
+// rank with its own provider (as two hosts would have).
+func TestConformance(t *testing.T) {
+	for _, socks := range []int{1, 2} {
+		t.Run(fmt.Sprintf("sockets=%d", socks), func(t *testing.T) {
+			linktest.Run(t, func(t *testing.T) (fabric.Link, fabric.Link) {
+				return linktest.ConnectPair(t, endpoint(t, 0, socks), endpoint(t, 1, socks))
+			})
+		})
+	}
+}
+
+func TestProps(t *testing.T) {
+	a, b := linktest.ConnectPair(t, endpoint(t, 0, 2), endpoint(t, 1, 2))
+	defer a.Close()
+	defer b.Close()
+	if p := a.Props(); p.Kind != fabric.KindNet || p.Desc == "" {
+		t.Fatalf("props %+v: want kind net and a description", p)
+	}
+}

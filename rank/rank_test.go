@@ -24,6 +24,13 @@ func runWorld(t *testing.T, n int, transport string, body func(c *Comm) error) [
 
 func runWorldEnv(t *testing.T, n int, vars map[string]string, body func(c *Comm) error) []error {
 	t.Helper()
+	return runWorldHosts(t, n, vars, func(int) string { return "testhost" }, body)
+}
+
+// runWorldHosts is runWorldEnv with rank r on host hostOf(r) (ranks with
+// different host names talk as if on different machines).
+func runWorldHosts(t *testing.T, n int, vars map[string]string, hostOf func(r int) string, body func(c *Comm) error) []error {
+	t.Helper()
 	stores := bootstrap.NewInProc(n)
 	env := settings.Map(vars)
 	errs := make([]error, n)
@@ -35,7 +42,7 @@ func runWorldEnv(t *testing.T, n int, vars map[string]string, body func(c *Comm)
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: env, Host: "testhost", JobID: job, Secret: []byte("secret")})
+			c, err := New(ctx, stores[r], Options{Env: env, Host: hostOf(r), JobID: job, Secret: []byte("secret")})
 			if err != nil {
 				errs[r] = err
 				return
@@ -58,7 +65,7 @@ func noErrors(t *testing.T, errs []error) {
 }
 
 func TestCollectivesOverRealTransports(t *testing.T) {
-	for _, tr := range []string{"shm", "tcp"} {
+	for _, tr := range []string{"shm", "tcp", "net"} {
 		for _, n := range []int{1, 2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/n%d", tr, n), func(t *testing.T) {
 				noErrors(t, runWorld(t, n, tr, func(c *Comm) error {

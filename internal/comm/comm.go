@@ -16,8 +16,13 @@ import (
 	"flexlink/internal/settings"
 )
 
-// closeWait bounds the leaving barrier of the world communicator's Close.
-const closeWait = 30 * time.Second
+// closeWait bounds the leaving barrier of the world communicator's Close;
+// subCloseWait a sub-communicator's (shorter: ranks that close their
+// sub-communicators in different orders wait at most this long for each).
+const (
+	closeWait    = 30 * time.Second
+	subCloseWait = 5 * time.Second
+)
 
 // Comm is a communicator: a group of ranks that run collectives together.
 // Its methods are safe for concurrent use; collectives on one Comm run one
@@ -173,17 +178,28 @@ func (c *Comm) Close() error {
 	}
 	c.closed = true
 	c.opMu.Unlock()
-	if c.ownsWorld && c.broken == nil {
+	if c.broken == nil {
 		// Wait (bounded) until every rank is leaving, so no rank tears down
-		// a link whose last message its peer has not read yet.
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		c.world.store.Barrier(ctx)
+		// a link whose last message its peer has not read yet (links whose
+		// sends complete on the receiver's acknowledgement, the network
+		// transport's, would otherwise see the close before the ack).
+		wait := subCloseWait
+		if c.ownsWorld {
+			wait = closeWait
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		if c.ownsWorld {
+			c.world.store.Barrier(ctx)
+		} else if c.world.store.Err() == nil {
+			c.engine.Barrier(ctx)
+		}
 		cancel()
 	}
 	c.world.unregister(c)
 	c.links.close()
 	c.eps.close()
 	if c.ownsWorld {
+		c.world.closeNet()
 		return c.world.store.Close()
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 // addrFunc returns a peer's endpoint address for a transport kind; for the
 // world it comes from the join exchange, for sub-communicators from the
 // bootstrap key/value store.
-type addrFunc func(ctx context.Context, worldPeer int, kind string) ([]byte, error)
+type addrFunc func(ctx context.Context, worldPeer int) (map[string][]byte, error)
 
 // linkSet connects to peers lazily, on the first message, so a communicator
 // of N ranks that only runs rings opens 2 links, not N-1. Messages posted
@@ -133,19 +133,23 @@ func chain(from fabric.Request, to *fabric.Req) {
 
 func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 	w := s.c.world
-	kinds, err := w.linkKinds(wpeer)
-	if err != nil {
-		return nil, err
-	}
 	ctx := s.ctx
 	if d, _ := w.env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT"); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
+	addrs, err := s.addr(ctx, wpeer)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: addresses of rank %d: %w", w.store.Rank(), w.host, wpeer, err)
+	}
+	kinds, err := w.linkKinds(s.c.eps, wpeer, addrs)
+	if err != nil {
+		return nil, err
+	}
 	links := make([]fabric.Link, 0, len(kinds))
 	for _, kind := range kinds {
-		l, err := s.dialKind(ctx, wpeer, kind)
+		l, err := s.dialKind(ctx, wpeer, kind, addrs[kind])
 		if err != nil {
 			for _, l := range links {
 				l.Close()
@@ -168,15 +172,14 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 	}), nil
 }
 
-func (s *linkSet) dialKind(ctx context.Context, wpeer int, kind string) (fabric.Link, error) {
+func (s *linkSet) dialKind(ctx context.Context, wpeer int, kind string, addr []byte) (fabric.Link, error) {
 	w := s.c.world
 	ep, ok := s.c.eps[kind]
 	if !ok {
 		return nil, fmt.Errorf("rank %d on %s: no %s endpoint", w.store.Rank(), w.host, kind)
 	}
-	addr, err := s.addr(ctx, wpeer, kind)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d on %s: address of rank %d: %w", w.store.Rank(), w.host, wpeer, err)
+	if addr == nil {
+		return nil, fmt.Errorf("rank %d on %s: rank %d on %s published no %s address", w.store.Rank(), w.host, wpeer, w.hosts[wpeer], kind)
 	}
 	link, err := ep.Connect(ctx, wpeer, addr)
 	if err != nil {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"flexlink/bootstrap"
+	"flexlink/fabric"
+	"flexlink/fabric/transports"
 	"flexlink/internal/comm/join"
 	"flexlink/internal/settings"
 )
@@ -56,28 +59,31 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	if opt.JobID == "" {
 		opt.JobID = "job" + strconv.Itoa(os.Getpid())
 	}
-	w := &world{store: store, env: opt.Env, host: opt.Host, log: opt.Logger, jobID: opt.JobID, secret: opt.Secret}
-	eps, err := w.newEndpoints("w")
+	mode := opt.Env.String("FLEXLINK_TRANSPORT")
+	if err := transports.CheckMode(mode); err != nil {
+		return nil, err
+	}
+	netCfg, err := transports.ReadNetConfig(opt.Env)
 	if err != nil {
 		return nil, err
 	}
-	me := peerInfo{Host: opt.Host, Pid: os.Getpid(), Addrs: eps.addresses()}
-	blob, err := json.Marshal(me)
+	w := &world{store: store, env: opt.Env, host: opt.Host, log: opt.Logger, jobID: opt.JobID, secret: opt.Secret,
+		mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), net: &netState{cfg: netCfg}}
+	// Round one: hosts, pids and the addresses of the host transports. The
+	// network transport is opened only when the job spans hosts (or
+	// FLEXLINK_TRANSPORT=net), and its addresses follow in round two.
+	eps, err := w.newEndpoints("w", mode == transports.ModeNet)
 	if err != nil {
-		eps.close()
 		return nil, err
 	}
-	all, err := store.AllGather(ctx, blob)
-	if err != nil {
+	fail := func(err error) (*Comm, error) {
 		eps.close()
-		return nil, fmt.Errorf("rank %d on %s: exchange peer info: %w", store.Rank(), opt.Host, err)
+		w.closeNet()
+		return nil, err
 	}
-	infos := make([]peerInfo, len(all))
-	for i, b := range all {
-		if err := json.Unmarshal(b, &infos[i]); err != nil {
-			eps.close()
-			return nil, fmt.Errorf("rank %d: peer info of rank %d: %w", store.Rank(), i, err)
-		}
+	infos, err := exchangeInfo(ctx, store, peerInfo{Host: opt.Host, Pid: os.Getpid(), Addrs: eps.addresses()})
+	if err != nil {
+		return fail(err)
 	}
 	w.hosts = make([]string, len(infos))
 	w.pids = make([]int, len(infos))
@@ -88,18 +94,69 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	for i := range members {
 		members[i] = i
 	}
-	addrOf := func(_ context.Context, peer int, kind string) ([]byte, error) {
-		a, ok := infos[peer].Addrs[kind]
-		if !ok {
-			return nil, fmt.Errorf("rank %d on %s published no %s address", peer, infos[peer].Host, kind)
+	if mode == transports.ModeAuto && w.needsNet(members) {
+		if err := w.addNet(ctx, eps, infos); err != nil {
+			return fail(err)
 		}
-		return a, nil
+	}
+	addrOf := func(_ context.Context, peer int) (map[string][]byte, error) {
+		return infos[peer].Addrs, nil
 	}
 	c, err := newComm(w, "w", members, store.Rank(), eps, addrOf)
 	if err != nil {
+		w.closeNet()
 		return nil, err
 	}
 	c.ownsWorld = true
 	go w.watch()
 	return c, nil
+}
+
+// exchangeInfo all-gathers every rank's peerInfo.
+func exchangeInfo(ctx context.Context, store bootstrap.Store, me peerInfo) ([]peerInfo, error) {
+	blob, err := json.Marshal(me)
+	if err != nil {
+		return nil, err
+	}
+	all, err := store.AllGather(ctx, blob)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: exchange peer info: %w", store.Rank(), me.Host, err)
+	}
+	infos := make([]peerInfo, len(all))
+	for i, b := range all {
+		if err := json.Unmarshal(b, &infos[i]); err != nil {
+			return nil, fmt.Errorf("rank %d: peer info of rank %d: %w", store.Rank(), i, err)
+		}
+	}
+	return infos, nil
+}
+
+// addNet opens the world communicator's network endpoints (one per rail)
+// into eps and all-gathers their addresses into infos: the second round of
+// New, run by every rank when the job spans hosts.
+func (w *world) addNet(ctx context.Context, eps endpoints, infos []peerInfo) error {
+	p, rails, err := w.provider()
+	if err != nil {
+		return err
+	}
+	cfg := fabric.EndpointConfig{Rank: w.store.Rank(), Size: w.store.Size(), JobID: w.jobID, Secret: w.secret, Host: w.host, Comm: "w", Logger: w.log, Env: w.env}
+	if err := transports.OpenRails(eps, cfg, p, rails); err != nil {
+		return err
+	}
+	addrs := map[string][]byte{}
+	for k, ep := range eps {
+		if strings.HasPrefix(k, string(fabric.KindNet)) {
+			addrs[k] = ep.Address()
+		}
+	}
+	all, err := exchangeInfo(ctx, w.store, peerInfo{Host: w.host, Pid: os.Getpid(), Addrs: addrs})
+	if err != nil {
+		return err
+	}
+	for i := range infos {
+		for k, a := range all[i].Addrs {
+			infos[i].Addrs[k] = a
+		}
+	}
+	return nil
 }

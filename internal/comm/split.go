@@ -57,7 +57,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	}
 	name := c.name + ".s" + strconv.Itoa(seq) + "c" + strconv.Itoa(color)
 	w := c.world
-	eps, err := w.newEndpoints(name)
+	eps, err := w.newEndpoints(name, w.needsNet(members))
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		eps.close()
 		return nil, fmt.Errorf("split: publish addresses: %w", err)
 	}
-	addrOf := func(ctx context.Context, wpeer int, kind string) ([]byte, error) {
+	addrOf := func(ctx context.Context, wpeer int) (map[string][]byte, error) {
 		b, err := w.store.Get(ctx, addrKey(name, wpeer))
 		if err != nil {
 			return nil, err
@@ -76,11 +76,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, fmt.Errorf("addresses of rank %d: %w", wpeer, err)
 		}
-		a, ok := m[kind]
-		if !ok {
-			return nil, fmt.Errorf("rank %d published no %s address", wpeer, kind)
-		}
-		return a, nil
+		return m, nil
 	}
 	return newComm(w, name, members, me, eps, addrOf)
 }

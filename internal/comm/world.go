@@ -2,16 +2,14 @@ package comm
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/bootstrap"
 	"flexlink/fabric"
-	"flexlink/fabric/shm"
-	"flexlink/fabric/tcp"
+	"flexlink/fabric/net"
+	"flexlink/fabric/transports"
 	"flexlink/internal/settings"
 )
 
@@ -27,6 +25,9 @@ type world struct {
 	secret []byte
 	hosts  []string // world rank -> host name
 	pids   []int    // world rank -> pid
+	mode   string   // FLEXLINK_TRANSPORT
+	links  string   // FLEXLINK_LINKS
+	net    *netState
 
 	mu    sync.Mutex
 	comms map[*Comm]struct{}
@@ -63,37 +64,92 @@ func (w *world) unregister(c *Comm) {
 	delete(w.comms, c)
 }
 
-// endpoints holds one communicator's endpoints, one per host transport.
+// endpoints holds one communicator's endpoints, by link kind (see package
+// fabric/transports).
 type endpoints map[string]fabric.Endpoint
 
-// newEndpoints opens the transports FLEXLINK_TRANSPORT allows for the
-// communicator named comm.
-func (w *world) newEndpoints(comm string) (endpoints, error) {
-	mode := w.env.String("FLEXLINK_TRANSPORT")
+// netState is the process's network transport: the provider is opened the
+// first time a communicator has a member on another host (or
+// FLEXLINK_TRANSPORT=net), and closed with the world.
+type netState struct {
+	cfg transports.NetConfig
+	mu  sync.Mutex
+	p   net.Provider
+	err error
+}
+
+// provider opens (once) and returns the network provider and how many rails
+// this rank uses.
+func (w *world) provider() (net.Provider, int, error) {
+	n := w.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.p == nil && n.err == nil {
+		n.p, n.err = transports.OpenNet(n.cfg, w.env, w.log)
+		if n.err != nil {
+			n.err = fmt.Errorf("rank %d on %s: network transport: %w", w.store.Rank(), w.host, n.err)
+		}
+	}
+	if n.err != nil {
+		return nil, 0, n.err
+	}
+	rails := len(n.p.Devices())
+	if n.cfg.Rails > 0 {
+		rails = min(rails, n.cfg.Rails)
+	}
+	if rails == 0 {
+		return nil, 0, fmt.Errorf("rank %d on %s: the network transport found no NIC (FLEXLINK_NET_IFNAME=%q)", w.store.Rank(), w.host, n.cfg.IfName)
+	}
+	return n.p, rails, nil
+}
+
+// closeNet closes the provider, if it was opened.
+func (w *world) closeNet() {
+	w.net.mu.Lock()
+	defer w.net.mu.Unlock()
+	if w.net.p != nil {
+		w.net.p.Close()
+		w.net.p = nil
+	}
+}
+
+// newEndpoints opens the endpoints FLEXLINK_TRANSPORT allows for the
+// communicator named comm; the network transport's only when withNet.
+func (w *world) newEndpoints(comm string, withNet bool) (endpoints, error) {
 	cfg := fabric.EndpointConfig{
 		Rank: w.store.Rank(), Size: w.store.Size(), JobID: w.jobID, Secret: w.secret,
-		Host: w.host, Comm: comm, Logger: w.log,
+		Host: w.host, Comm: comm, Logger: w.log, Env: w.env,
 	}
-	eps := endpoints{}
-	if mode == "auto" || mode == "shm" {
-		ep, err := shm.NewEndpoint(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("rank %d on %s: open shm endpoint: %w", cfg.Rank, w.host, err)
+	var p net.Provider
+	rails := 0
+	if withNet {
+		var err error
+		if p, rails, err = w.provider(); err != nil {
+			return nil, err
 		}
-		eps[string(fabric.KindShm)] = ep
 	}
-	if mode == "auto" || mode == "tcp" {
-		ep, err := tcp.NewEndpoint(cfg)
-		if err != nil {
-			eps.close()
-			return nil, fmt.Errorf("rank %d on %s: open tcp endpoint: %w", cfg.Rank, w.host, err)
+	eps, err := transports.Open(w.mode, w.links, cfg, p, rails)
+	if err != nil {
+		return nil, err
+	}
+	return endpoints(eps), nil
+}
+
+// needsNet says whether a communicator of these world ranks uses the
+// network transport: FLEXLINK_TRANSPORT=net, or auto with a member on
+// another host.
+func (w *world) needsNet(members []int) bool {
+	switch w.mode {
+	case transports.ModeNet:
+		return true
+	case transports.ModeAuto:
+		for _, m := range members {
+			if w.hosts[m] != w.host {
+				return true
+			}
 		}
-		eps[string(fabric.KindTCP)] = ep
 	}
-	if len(eps) == 0 {
-		return nil, fmt.Errorf("FLEXLINK_TRANSPORT=%q: want auto, shm or tcp", mode)
-	}
-	return eps, nil
+	return false
 }
 
 func (e endpoints) addresses() map[string][]byte {
@@ -104,60 +160,33 @@ func (e endpoints) addresses() map[string][]byte {
 	return m
 }
 
-func (e endpoints) close() {
-	for _, ep := range e {
-		ep.Close()
-	}
-}
+func (e endpoints) close() { transports.Close(e) }
 
-// linkKinds lists the host transports to join this rank and a peer with.
-// Normally one (kindFor); FLEXLINK_LINKS naming several host kinds (e.g.
-// "shm,tcp") asks for all that can reach the peer, and the link is then a
-// FlexLink multi-link channel that splits large messages across them.
-func (w *world) linkKinds(peerWorldRank int) ([]string, error) {
-	def, err := w.kindFor(peerWorldRank)
+// linkKinds lists the link kinds between this rank and a peer whose
+// published addresses are peerAddrs (fabric/transports.Kinds): one kind,
+// or several (rails, or FLEXLINK_LINKS naming several host kinds), which
+// then make a FlexLink multi-link channel.
+func (w *world) linkKinds(mine endpoints, peerWorldRank int, peerAddrs map[string][]byte) ([]string, error) {
+	count := func(m map[string]bool) int {
+		n := 0
+		for n < 64 && m[transports.RailKind(n)] {
+			n++
+		}
+		return n
+	}
+	my, peer := map[string]bool{}, map[string]bool{}
+	for k := range mine {
+		my[k] = true
+	}
+	for k := range peerAddrs {
+		peer[k] = true
+	}
+	kinds, err := transports.Kinds(transports.Pair{
+		Mode: w.mode, SameHost: w.hosts[peerWorldRank] == w.host, Links: w.links,
+		MyRails: count(my), PeerRails: count(peer),
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rank %d on %s to rank %d on %s: %w", w.store.Rank(), w.host, peerWorldRank, w.hosts[peerWorldRank], err)
 	}
-	if w.env.String("FLEXLINK_TRANSPORT") != "auto" {
-		return []string{def}, nil
-	}
-	var kinds []string
-	for _, k := range strings.Split(w.env.String("FLEXLINK_LINKS"), ",") {
-		switch k = strings.TrimSpace(k); k {
-		case string(fabric.KindShm):
-			if w.hosts[peerWorldRank] == w.host && !slices.Contains(kinds, k) {
-				kinds = append(kinds, k)
-			}
-		case string(fabric.KindTCP):
-			if !slices.Contains(kinds, k) {
-				kinds = append(kinds, k)
-			}
-		}
-	}
-	if len(kinds) == 0 {
-		return []string{def}, nil
-	}
-	slices.Sort(kinds) // both sides must list the links in the same order
 	return kinds, nil
-}
-
-// kindFor picks the host transport between this rank and a peer: shm on one
-// host, tcp across hosts (FLEXLINK_TRANSPORT forces one).
-func (w *world) kindFor(peerWorldRank int) (string, error) {
-	same := w.hosts[peerWorldRank] == w.host
-	switch mode := w.env.String("FLEXLINK_TRANSPORT"); mode {
-	case "shm":
-		if !same {
-			return "", fmt.Errorf("FLEXLINK_TRANSPORT=shm but rank %d is on %s, not %s", peerWorldRank, w.hosts[peerWorldRank], w.host)
-		}
-		return string(fabric.KindShm), nil
-	case "tcp":
-		return string(fabric.KindTCP), nil
-	default:
-		if same {
-			return string(fabric.KindShm), nil
-		}
-		return string(fabric.KindTCP), nil
-	}
 }

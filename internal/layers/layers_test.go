@@ -20,6 +20,7 @@ var order = [][]string{
 	{"collectives/direct", "collectives/staged", "proxy"},
 	{"collectives/plane", "proxy/pxn"},
 	{"collectives"},
+	{"fabric/transports"},
 	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink"},
 	{"fabric/shm", "fabric/tcp", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",
 		"fabric/net/tcp", "fabric/net/ucx", "fabric/net/nettest"},

@@ -333,8 +333,17 @@ func (c *recvConn) fail(err error, tell bool) {
 		c.failOp(op, err)
 	}
 	c.cond.Broadcast()
+	acked := c.acked
 	c.mu.Unlock()
 	if tell && c.wmu.TryLock() {
+		// Acknowledge what has landed before the abort, so a sender whose
+		// message arrived completely sees it delivered (a receiver that
+		// closes right after its last receive must not fail that send).
+		var b [hdrBytes]byte
+		ack := header{kind: kindAck, seq: acked}
+		ack.put(b[:])
+		c.socks[0].SetWriteDeadline(time.Now().Add(c.timeout))
+		c.socks[0].Write(b[:])
 		writeAbort(c.socks[0], err.Error())
 		c.wmu.Unlock()
 	}

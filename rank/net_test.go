@@ -1,0 +1,95 @@
+package rank
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"flexlink/dtype"
+)
+
+// TestCrossHostOverNet: ranks on two "hosts" (host names differ) talk over
+// the network transport (FLEXLINK_TRANSPORT=auto), ranks on one host over
+// shm; every collective and a sub-communicator that spans the hosts give
+// the float64 reference results, and the links report say which kind each
+// pair uses.
+func TestCrossHostOverNet(t *testing.T) {
+	for _, tc := range []struct{ name, ifname, rails string }{
+		{"all-nics", "", "0"},
+		{"one-rail", "", "1"},
+		// Loopback and the first non-loopback NIC as two rails: a
+		// multi-link channel over two net links between every pair of
+		// hosts (one rail where the machine has no other NIC).
+		{"two-rails", "lo,eth,en", "2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 4
+			host := func(r int) string { return fmt.Sprintf("host%d", r/2) }
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_RAILS": tc.rails, "FLEXLINK_NET_IFNAME": tc.ifname, "FLEXLINK_CHUNK_BYTES": "65536"}
+			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+				ctx := context.Background()
+				const count = 300007
+				x := make([]float64, count)
+				for i := range x {
+					x[i] = float64((c.Rank()+1)*i%977) / 7
+				}
+				if err := c.AllReduce(ctx, Of(x), Of(x), dtype.Sum); err != nil {
+					return err
+				}
+				for i, v := range x {
+					want := 0.0
+					for r := 0; r < n; r++ {
+						want += float64((r+1)*i%977) / 7
+					}
+					if d := v - want; d > 1e-9 || d < -1e-9 {
+						return fmt.Errorf("allreduce element %d = %v, want %v", i, v, want)
+					}
+				}
+				send := make([]int32, n*1000)
+				for i := range send {
+					send[i] = int32(c.Rank()*1_000_000 + i)
+				}
+				recv := make([]int32, n*1000)
+				if err := c.AllToAll(ctx, Of(send), Of(recv)); err != nil {
+					return err
+				}
+				for p := 0; p < n; p++ {
+					for k := 0; k < 1000; k++ {
+						if want := int32(p*1_000_000 + c.Rank()*1000 + k); recv[p*1000+k] != want {
+							return fmt.Errorf("alltoall from %d element %d = %d, want %d", p, k, recv[p*1000+k], want)
+						}
+					}
+				}
+				// Ranks 0 and 2 (one per host) form a sub-communicator.
+				sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+				if err != nil {
+					return err
+				}
+				v := []int64{int64(c.Rank())}
+				if err := sub.AllReduce(ctx, Of(v), Of(v), dtype.Sum); err != nil {
+					return err
+				}
+				if want := int64(c.Rank()%2 + c.Rank()%2 + 2); v[0] != want {
+					return fmt.Errorf("split allreduce = %d, want %d", v[0], want)
+				}
+				for _, l := range sub.Links() {
+					if !strings.HasPrefix(l.Kind, "net") && l.Kind != "multi" {
+						return fmt.Errorf("sub-communicator link to %s is %s, want net", l.PeerHost, l.Kind)
+					}
+				}
+				sub.Close()
+				for _, l := range c.Links() {
+					want := "shm"
+					if l.PeerHost != c.Host() {
+						want = "net"
+					}
+					if !strings.HasPrefix(l.Kind, want) && !(want == "net" && l.Kind == "multi") {
+						return fmt.Errorf("link to rank %d on %s is %s (%s), want %s", l.Peer, l.PeerHost, l.Kind, l.Desc, want)
+					}
+				}
+				return nil
+			}))
+		})
+	}
+}

@@ -2,7 +2,6 @@ package gpu_test
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -69,7 +68,7 @@ func openGPU(t testing.TB) *gpu.Driver {
 func (r *rig) needDevices(t testing.TB, n int) {
 	t.Helper()
 	if len(r.devs) < n {
-		testenv.MissingHardware(t, fmt.Sprintf("%d gpus", n), fmt.Sprintf("the driver sees %d", len(r.devs)))
+		testenv.FewerGPUs(t, n, len(r.devs))
 	}
 }
 

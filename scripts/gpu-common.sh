@@ -73,9 +73,9 @@ bench() { # bench LIMIT OP ARGS...: NP ranks, one per GPU
 ranktests() { # ranktests LIMIT PATTERN LINES: the GPU tests of package rank matching PATTERN
 	local limit
 	limit=$(budget "$1") || return 0
-	FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout "$limit" $B/rank.test -test.run "$2" -test.v -test.timeout "$((limit - 3))s" 2>&1 |
+	FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout "$limit" $B/direct.test -test.run "$2" -test.v -test.timeout "$((limit - 3))s" 2>&1 |
 		grep -v '^=== RUN' | grep -v 'link up' | tail -"$3"
-	echo "rank.test exit ${PIPESTATUS[0]}"
+	echo "direct.test exit ${PIPESTATUS[0]}"
 }
 
 summary() { # summary LINES [FILE...]: the lines of the logs (default: all in $OUT) worth reading in the tool's reply

@@ -117,7 +117,7 @@ fi
 if [ "$mode" = smalltune ]; then
 	{
 		stamp "rank tests: flag"
-		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 60 $B/rank.test -test.run 'TestGPUProcs/direct-flag' -test.timeout 55s 2>&1 | tail -3
+		FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 60 $B/direct.test -test.run 'TestGPUProcs/direct-flag' -test.timeout 55s 2>&1 | tail -3
 		stamp "allreduce 1 MiB-1 GiB, 1 GiB buffers, defaults, beside NCCL"
 		bench 40 allreduce --backend both -b 1M -e 1G -f 4 -n 50 -w 10
 		stamp "allreduce 1 MiB, 1 MiB buffers, defaults, beside NCCL"
@@ -314,8 +314,8 @@ fi
 
 {
 	stamp rank tests
-	FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 110 $B/rank.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 105s 2>&1 | grep -v '^=== RUN'
-	echo "rank.test exit ${PIPESTATUS[0]}"
+	FLEXLINK_CACHE_DIR=/tmp/flexlink-cache-tests timeout 110 $B/direct.test -test.run 'TestGPU(Procs|OneProcess)' -test.v -test.timeout 105s 2>&1 | grep -v '^=== RUN'
+	echo "direct.test exit ${PIPESTATUS[0]}"
 	if [ "$mode" = full ]; then
 		stamp gpu and nccl package tests
 		timeout 90 $B/gpu.test -test.run '^TestGPU' -test.timeout 85s 2>&1 | tail -5

@@ -60,7 +60,7 @@ func openGPUs(t *testing.T, want int) *gpu.Driver {
 	}
 	t.Cleanup(func() { drv.Close() })
 	if drv.DeviceCount() < want {
-		testenv.MissingHardware(t, fmt.Sprintf("%d gpus", want), fmt.Sprintf("the driver sees %d", drv.DeviceCount()))
+		testenv.FewerGPUs(t, want, drv.DeviceCount())
 	}
 	return drv
 }

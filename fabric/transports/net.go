@@ -26,6 +26,9 @@ type NetConfig struct {
 // ReadNetConfig reads and checks the network settings.
 func ReadNetConfig(env settings.Env) (NetConfig, error) {
 	c := NetConfig{Provider: env.String("FLEXLINK_NET"), IfName: env.String("FLEXLINK_NET_IFNAME")}
+	if c.IfName == "" {
+		c.IfName = env.String("FLEXLINK_SOCKET_IFNAME")
+	}
 	switch c.Provider {
 	case "tcp", "ucx", "auto":
 	default:

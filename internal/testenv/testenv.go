@@ -44,3 +44,12 @@ func LookPath(t testing.TB, component, name string) string {
 }
 
 func require() bool { return settings.OS().Bool("FLEXLINK_REQUIRE_SYSTEM") }
+
+// FewerGPUs skips a test that needs want GPUs on a machine that has fewer
+// (have). Unlike MissingHardware it never fails, not even with
+// FLEXLINK_REQUIRE_GPU=1: a one-GPU machine is not a broken one, and its
+// single-GPU tests still run (and fail when the GPU is broken).
+func FewerGPUs(t testing.TB, want, have int) {
+	t.Helper()
+	t.Skipf("missing hardware: %d gpus (the driver sees %d)", want, have)
+}

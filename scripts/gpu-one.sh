@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# What runs ON a one-GPU machine (nvidia-h100-x1, nvidia-h200), from the
+# repository root with .devbin/ (scripts/gpu-build.sh) and, for the nccl and
+# torch modes, build/nccl (make libnccl) and .devbin/nccl-tests (a checkout
+# of NVIDIA/nccl-tests) carried:
+#
+#   .devbin/gpu-one.sh tests   every GPU test on the one GPU with
+#                              FLEXLINK_REQUIRE_GPU=1 (tests that need two
+#                              GPUs skip, naming what is missing), flexbench's
+#                              check with 1 rank, 2 and 4 ranks sharing the
+#                              GPU, and 2 ranks posing as two hosts (the
+#                              network transport across "hosts") (~5 min)
+#   .devbin/gpu-one.sh nccl    nccl-tests against flexlink's libnccl.so.2 and
+#                              the system NCCL, 1 process and 2 MPI ranks on
+#                              GPU 0 (scripts/nccl-device.sh) (~8 min)
+#   .devbin/gpu-one.sh torch   PyTorch DDP and collectives, 2 ranks under
+#                              flexrun on the one GPU with our library
+#                              preloaded (~3 min)
+#
+# Logs go to $OUT; the summary lines come last in the output.
+set -uo pipefail
+B=.devbin
+OUT=${OUT:-/tmp/flexlink-out}
+mkdir -p "$OUT"
+mode=${1:-tests}
+NP=1
+. "$(dirname "$0")/gpu-common.sh"
+export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+
+wrong() { # the #wrong column of flexbench's table is the last number of each data row
+	awk '/^ *[0-9]/ && NF > 8 { w += $NF } END { print "#wrong total " w+0 }' "$1"
+}
+
+case $mode in
+tests)
+	{
+		stamp "gpu.test (driver, kernels, memory, IPC; peer parts need 2 GPUs)"
+		timeout "$(budget 120)" $B/gpu.test -test.run '^TestGPU' -test.v -test.timeout 115s 2>&1 |
+			grep -E '^(--- |    --- |ok|FAIL|PASS|panic)|SKIP|missing hardware' | head -60
+		stamp "direct.test (the direct plane: real processes on the one GPU)"
+		timeout "$(budget 200)" $B/direct.test -test.run '^TestGPU(Procs|OneProcess)' -test.v -test.timeout 195s 2>&1 |
+			grep -E '^(--- |    --- |ok|FAIL|PASS|panic)|missing hardware' | head -60
+		stamp "direct.test exit ${PIPESTATUS[0]}"
+	} >"$OUT/tests.log" 2>&1
+	for np in 1 2 4; do
+		log=$OUT/bench-np$np.log
+		for op in allreduce allgather alltoall; do
+			stamp "flexbench $op, $np ranks on GPU 0"
+			limit=$(budget 60) || break
+			timeout "$limit" $B/flexrun -np $np --oversubscribe $B/flexbench $op --device gpu -b 1K -e 256M -f 16 -n 5 -w 2 -c 1 2>&1 | grep -v 'link up'
+		done >"$log" 2>&1
+		wrong "$log" >>"$log"
+	done
+	# Two ranks on one GPU posing as two hosts: the buffers cross "hosts"
+	# over the network transport (staged through pinned host memory).
+	log=$OUT/bench-twohosts.log
+	for op in allreduce allgather alltoall sendrecv; do
+		stamp "flexbench $op, 2 ranks as hosts h0 and h1 (network transport)"
+		limit=$(budget 60) || break
+		timeout "$limit" $B/flexrun -np 2 --oversubscribe -x FLEXLINK_NET=tcp sh -c \
+			'FLEXLINK_HOSTNAME=h$FLEXLINK_RANK FLEXLINK_DEBUG=INFO exec '$B'/flexbench '$op' --device gpu -b 1K -e 64M -f 16 -n 5 -w 2 -c 1' 2>&1 |
+			grep -v 'link up' | grep -E -v '^\S+ \[INFO\]' | head -40
+	done >"$log" 2>&1
+	wrong "$log" >>"$log"
+	summary 80 "$OUT"/tests.log "$OUT"/bench-*.log
+	grep -h '#wrong total' "$OUT"/bench-*.log
+	;;
+nccl)
+	OUT=$OUT/nccl NCCL_STEPS="g1 np2" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
+	;;
+torch)
+	OUT=$OUT/nccl NCCL_STEPS="torch" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
+	;;
+*)
+	echo "gpu-one.sh: unknown mode $mode (tests, nccl, torch)" >&2
+	exit 2
+	;;
+esac

@@ -43,6 +43,10 @@ type Job struct {
 	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
 	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
 	KillGrace        time.Duration // SIGTERM to SIGKILL; 0: 2 s
+	// CauseGrace is how long the first failure waits for the other ranks'
+	// ends before flexrun names the cause (sooner when every rank has
+	// ended); 0: DefaultCauseGrace.
+	CauseGrace time.Duration
 
 	Stdin  io.Reader // rank 0's stdin; nil: /dev/null (other ranks always get /dev/null)
 	Stdout io.Writer // ranks' stdout lines; nil: discarded
@@ -79,6 +83,11 @@ type BootstrapConfig struct {
 	Secret []byte
 	JobID  string
 	Logger hclog.Logger
+	// PeerLost, where the server can tell, is sent the rank whose abort
+	// failed the job because that rank had lost a peer: that rank failed
+	// because of another and is not the cause. Sends must not block (the
+	// channel has room for Size values); nil: not reported.
+	PeerLost chan<- int
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -137,7 +146,8 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if len(remote) > 0 {
 		listen = "0.0.0.0:0"
 	}
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger})
+	reports := make(chan int, len(plan))
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, PeerLost: reports})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}
@@ -150,7 +160,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if !isLocalHost(hosts, plan[0].Host) {
 		je.MasterAddr = plan[0].Host // rank 0's host, as the user named it
 	}
-	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits}
+	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits, reportC: reports}
 	if rj != nil {
 		specs, err := job.agentSpecs(rj, plan, je.jobEnv)
 		if err != nil {
@@ -173,6 +183,9 @@ func (job Job) withDefaults() Job {
 	}
 	if job.KillGrace <= 0 {
 		job.KillGrace = DefaultKillGrace
+	}
+	if job.CauseGrace <= 0 {
+		job.CauseGrace = DefaultCauseGrace
 	}
 	if job.Stdout == nil {
 		job.Stdout = io.Discard

@@ -192,8 +192,12 @@ func remoteFromFlags(c *cli.Context) (launcher.Remote, error) {
 // launcher asks for (loopback, or every interface when ranks run on other
 // hosts).
 func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
-		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: cfg.Logger,
+		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log, cfg.PeerLost),
 	})
 	if err != nil {
 		return nil, err

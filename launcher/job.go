@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"flexlink/internal/settings"
 )
 
 // Defaults of Job's durations.
@@ -226,7 +228,28 @@ func (job Job) prepare() ([]Placement, []string, []Host, error) {
 	for _, w := range warnings {
 		job.Logger.Warn(w)
 	}
+	// The ranks' FLEXLINK_* settings (flexrun's own and -x's) are checked
+	// here, so that a bad one stops the job before any rank starts.
+	if err := settings.Validate(envLookup(env)); err != nil {
+		if lines := strings.Split(err.Error(), "\n"); len(lines) > 1 {
+			return nil, nil, nil, fmt.Errorf("%d bad settings:\n  %s", len(lines), strings.Join(lines, "\n  "))
+		}
+		return nil, nil, nil, fmt.Errorf("bad setting: %w", err)
+	}
+	for _, w := range settings.Warnings(env) {
+		job.Logger.Warn(w)
+	}
 	return plan, env, hosts, nil
+}
+
+// envLookup reads a NAME=value list (the last NAME wins, as in exec).
+func envLookup(env []string) settings.Env {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return settings.Map(m)
 }
 
 type jobSecrets struct {

@@ -3,6 +3,7 @@ package launcher
 import (
 	"errors"
 	"os/exec"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,10 @@ type reaper struct {
 	epfd   int // -1: no epoll; every rank waited for by its own goroutine
 	wakefd int // eventfd that stop writes to end the goroutine
 	procs  map[int32]reaped
+
+	mu     sync.Mutex    // orders stop's write with the loop's closing of wakefd
+	closed bool          // epfd and wakefd are closed
+	done   chan struct{} // closed when the loop has ended
 }
 
 // reaped is one rank the reaper waits for.
@@ -34,7 +39,7 @@ type reaped struct {
 }
 
 func newReaper(exits chan<- rankExit) *reaper {
-	r := &reaper{exits: exits, epfd: -1, wakefd: -1, procs: map[int32]reaped{}}
+	r := &reaper{exits: exits, epfd: -1, wakefd: -1, procs: map[int32]reaped{}, done: make(chan struct{})}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return r
@@ -85,7 +90,9 @@ func (r *reaper) start() {
 // stop ends the reaper's goroutine (ranks not reaped by then are not
 // reported); it is a no-op once every rank has been reported.
 func (r *reaper) stop() {
-	if r.wakefd >= 0 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.wakefd >= 0 && !r.closed {
 		_, _ = unix.Write(r.wakefd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	}
 }
@@ -95,8 +102,12 @@ func (r *reaper) loop() {
 		for fd := range r.procs {
 			unix.Close(int(fd))
 		}
+		r.mu.Lock()
+		r.closed = true
 		unix.Close(r.epfd)
 		unix.Close(r.wakefd)
+		r.mu.Unlock()
+		close(r.done)
 	}()
 	events := make([]unix.EpollEvent, 16)
 	for len(r.procs) > 0 {

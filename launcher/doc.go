@@ -68,7 +68,9 @@
 //
 // The cause is a host that was lost, else a rank stopped by a signal
 // (SIGSTOP: "was stopped by signal 19 (SIGSTOP)", exit code 147), else the
-// first rank to end that is not known to have failed because of a peer.
+// rank whose loss the bootstrap server found when that was the job's first
+// failure, else the first rank to end that is not known to have failed
+// because of a peer.
 // Local ranks are reaped in the order the kernel saw them end (pidfds
 // under one epoll); a rank that exits with ExitPeerLost (75), or whose
 // abort told the bootstrap that it lost a peer, is a consequence; a rank

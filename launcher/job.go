@@ -85,11 +85,21 @@ type BootstrapConfig struct {
 	Secret []byte
 	JobID  string
 	Logger hclog.Logger
-	// PeerLost, where the server can tell, is sent the rank whose abort
-	// failed the job because that rank had lost a peer: that rank failed
-	// because of another and is not the cause. Sends must not block (the
-	// channel has room for Size values); nil: not reported.
-	PeerLost chan<- int
+	// Reports, where the server can tell, is sent what it knows about
+	// the job's first failure (see BootstrapReport). Sends must not block
+	// (the channel has room for Size values); nil: not reported.
+	Reports chan<- BootstrapReport
+}
+
+// BootstrapReport is what a bootstrap server tells the launcher about the
+// failure that ended a job's store, to help name the cause.
+type BootstrapReport struct {
+	Rank int
+	// Lost: the server found Rank gone (its connection ended before its
+	// goodbye, or it fell silent), and that was the job's first failure.
+	// Else Rank aborted the job because it had lost a peer: it failed
+	// because of another rank and is not the cause.
+	Lost bool
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -148,8 +158,8 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if len(remote) > 0 {
 		listen = "0.0.0.0:0"
 	}
-	reports := make(chan int, len(plan))
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, PeerLost: reports})
+	reports := make(chan BootstrapReport, len(plan))
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Reports: reports})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}

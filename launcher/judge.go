@@ -54,16 +54,38 @@ type verdict struct {
 	consequences []int // ranks that failed after the cause, in rank order
 }
 
+// evidence is what the bootstrap server said about the job's failure.
+type evidence struct {
+	reporters map[int]bool // ranks that aborted the job because they lost a peer
+	lostFirst *int         // the rank whose loss was the job's first failure
+}
+
+func (e *evidence) add(r BootstrapReport) {
+	if r.Lost {
+		if e.lostFirst == nil {
+			e.lostFirst = &r.Rank
+		}
+		return
+	}
+	if e.reporters == nil {
+		e.reporters = map[int]bool{}
+	}
+	e.reporters[r.Rank] = true
+}
+
 // judge names the cause among the failed ranks of a job (outs, in any
-// order). reporters are ranks known to have failed because a peer was lost
-// (they told the bootstrap so). The cause is, in this order:
+// order), with what the bootstrap server said (ev). The cause is, in this
+// order:
 //
 //  1. a host that was lost (silent, or its connection ended): its ranks
 //     went with it, and a silent host stops everything else;
 //  2. a rank stopped by a signal (SIGSTOP): it cannot fail because of a
 //     peer, it just stops answering;
-//  3. the first rank to end among those not known to be consequences
-//     (ExitPeerLost, reporters). On one host "first" is the kernel's exit
+//  3. the rank whose loss the bootstrap server found first, when that was
+//     the job's first failure (before any rank reported a lost peer);
+//  4. the first rank to end among those not known to be consequences
+//     (ExitPeerLost, ranks that aborted the job because they lost a
+//     peer). On one host "first" is the kernel's exit
 //     order (see reaper): a rank cannot fail because of a peer's death
 //     before that peer has begun to die. It is not exact, though: a dying
 //     process may be preempted after it closed its sockets and before its
@@ -74,10 +96,11 @@ type verdict struct {
 //     reports arrive tells even less, and a signal always goes first.
 //
 // ok is false when outs is empty.
-func judge(outs []outcome, reporters map[int]bool) (v verdict, ok bool) {
+func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 	if len(outs) == 0 {
 		return verdict{}, false
 	}
+	reporters := ev.reporters
 	remote := slices.ContainsFunc(outs, func(o outcome) bool { return o.remote })
 	rankOf := func(o outcome) int {
 		switch {
@@ -85,12 +108,14 @@ func judge(outs []outcome, reporters map[int]bool) (v verdict, ok bool) {
 			return 0
 		case o.kind == endStopped:
 			return 1
+		case ev.lostFirst != nil && *ev.lostFirst == o.rank && !reporters[o.rank]:
+			return 2
 		case o.kind == endPeerLost || reporters[o.rank]:
-			return 4
+			return 5
 		case remote && o.kind == endStatus:
-			return 3
+			return 4
 		}
-		return 2
+		return 3
 	}
 	best := outs[0]
 	for _, o := range outs[1:] {
@@ -98,7 +123,7 @@ func judge(outs []outcome, reporters map[int]bool) (v verdict, ok bool) {
 			best = o
 		}
 	}
-	if best.kind == endStatus && !reporters[best.rank] {
+	if best.kind == endStatus && rankOf(best) == 3 {
 		// A death by a signal seen within sameTime of it goes first.
 		var sig *outcome
 		for i, o := range outs {

@@ -58,11 +58,11 @@ type supervisor struct {
 	// of Job.CauseGrace (closed early when every rank has ended) in which
 	// every end is collected; then judge names the cause and the ranks
 	// that failed because of it.
-	failed    []outcome        // failed ranks seen in the window, in the order seen
-	seen      int              // ends seen so far (outcome.order)
-	reporters map[int]bool     // ranks that told the bootstrap they lost a peer
-	reportC   <-chan int       // such ranks, from the bootstrap server
-	pendingC  <-chan time.Time // end of the window; nil while none is open
+	failed   []outcome              // failed ranks seen in the window, in the order seen
+	seen     int                    // ends seen so far (outcome.order)
+	evidence evidence               // what the bootstrap server told
+	reportC  <-chan BootstrapReport // from the bootstrap server
+	pendingC <-chan time.Time       // end of the window; nil while none is open
 }
 
 // DefaultCauseGrace is how long a failing job's first failure waits for
@@ -200,10 +200,7 @@ func (s *supervisor) loop(ctx context.Context) {
 			s.alive--
 			s.onExit(ex)
 		case r := <-s.reportC:
-			if s.reporters == nil {
-				s.reporters = map[int]bool{}
-			}
-			s.reporters[r] = true
+			s.evidence.add(r)
 		case sig := <-s.job.Signals:
 			s.onSignal(sig)
 		case <-timeoutC:
@@ -246,7 +243,7 @@ func (s *supervisor) judge() {
 				code: 128 + int(sig), how: stoppedHow(sig), order: s.seen, at: time.Now()})
 		}
 	}
-	v, _ := judge(outs, s.reporters)
+	v, _ := judge(outs, s.evidence)
 	c := v.cause
 	others := s.alive
 	if !s.exited[c.rank] {

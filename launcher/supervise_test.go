@@ -45,35 +45,37 @@ func TestJudge(t *testing.T) {
 	lost := outcome{rank: 2, host: "h2", kind: endHost, code: 1, lost: "host h2 lost: no word from its agent for 3s", lostWith: []int{2, 3}, order: 5, remote: true}
 	remote := func(o outcome) outcome { o.remote = true; return o }
 	tests := []struct {
-		name      string
-		outs      []outcome
-		reporters map[int]bool
-		cause     int
-		conseq    []int
-		lines     []string // with 1 rank still to terminate
+		name   string
+		outs   []outcome
+		ev     evidence
+		cause  int
+		conseq []int
+		lines  []string // with 1 rank still to terminate
 	}{
-		{"kill first, the survivors exit after it", []outcome{killed(3, 1), status(0, 2, 3), status(1, 3, 3)}, nil, 3, []int{0, 1},
+		{"kill first, the survivors exit after it", []outcome{killed(3, 1), status(0, 2, 3), status(1, 3, 3)}, evidence{}, 3, []int{0, 1},
 			[]string{"rank 3 (host h, pid 103) was killed by signal 9 (killed); terminating 1 other rank", "ranks 0, 1 stopped: peer rank 3 lost"}},
-		{"exit 3 first, the survivors exit 3 too", []outcome{status(1, 2, 3), status(2, 1, 3), status(0, 3, 3)}, nil, 2, []int{0, 1},
+		{"exit 3 first, the survivors exit 3 too", []outcome{status(1, 2, 3), status(2, 1, 3), status(0, 3, 3)}, evidence{}, 2, []int{0, 1},
 			[]string{"rank 2 (host h, pid 102) exited with status 3; terminating 1 other rank", "ranks 0, 1 stopped: peer rank 2 lost"}},
-		{"one host: order decides over the signal", []outcome{killed(0, 2), status(1, 1, 1)}, nil, 1, []int{0},
+		{"one host: order decides over the signal", []outcome{killed(0, 2), status(1, 1, 1)}, evidence{}, 1, []int{0},
 			[]string{"rank 1 (host h, pid 101) exited with status 1; terminating 1 other rank", "rank 0 stopped: peer rank 1 lost"}},
-		{"one host: a signal within sameTime of a status goes first", []outcome{status(1, 1, 3), soon(killed(0, 2)), status(2, 3, 3)}, nil, 0, []int{1, 2}, nil},
-		{"ExitPeerLost is a consequence even when first", []outcome{status(0, 1, ExitPeerLost), status(3, 2, 3)}, nil, 3, []int{0}, nil},
-		{"a reporter is a consequence even when first", []outcome{status(0, 1, 1), status(3, 2, 1)}, map[int]bool{0: true}, 3, []int{0}, nil},
-		{"only consequences: the first of them", []outcome{status(1, 2, ExitPeerLost), status(0, 1, ExitPeerLost)}, nil, 0, []int{1}, nil},
-		{"stopped rank over earlier exits", []outcome{status(0, 1, 3), status(1, 2, 3), stopped}, nil, 2, []int{0, 1},
+		{"one host: a signal within sameTime of a status goes first", []outcome{status(1, 1, 3), soon(killed(0, 2)), status(2, 3, 3)}, evidence{}, 0, []int{1, 2}, nil},
+		{"the bootstrap's first loss over an earlier exit", []outcome{status(1, 1, 3), status(2, 2, 3), status(0, 3, 3)}, evidence{lostFirst: ptr(2)}, 2, []int{0, 1}, nil},
+		{"the first loss, but stopped goes first", []outcome{status(1, 1, 3), stopped}, evidence{lostFirst: ptr(1)}, 2, []int{1}, nil},
+		{"ExitPeerLost is a consequence even when first", []outcome{status(0, 1, ExitPeerLost), status(3, 2, 3)}, evidence{}, 3, []int{0}, nil},
+		{"a reporter is a consequence even when first", []outcome{status(0, 1, 1), status(3, 2, 1)}, evidence{reporters: map[int]bool{0: true}}, 3, []int{0}, nil},
+		{"only consequences: the first of them", []outcome{status(1, 2, ExitPeerLost), status(0, 1, ExitPeerLost)}, evidence{}, 0, []int{1}, nil},
+		{"stopped rank over earlier exits", []outcome{status(0, 1, 3), status(1, 2, 3), stopped}, evidence{}, 2, []int{0, 1},
 			[]string{"rank 2 (host h, pid 102) was stopped by signal 19 (SIGSTOP); terminating 1 other rank", "ranks 0, 1 stopped: peer rank 2 lost"}},
-		{"remote: signal over an earlier status", []outcome{remote(status(0, 1, 1)), remote(killed(3, 2))}, nil, 3, []int{0}, nil},
-		{"remote: lost host over everything", []outcome{remote(killed(0, 1)), remote(status(1, 2, 1)), lost, remote(killed(3, 6))}, nil, 2, []int{0, 1},
+		{"remote: signal over an earlier status", []outcome{remote(status(0, 1, 1)), remote(killed(3, 2))}, evidence{}, 3, []int{0}, nil},
+		{"remote: lost host over everything", []outcome{remote(killed(0, 1)), remote(status(1, 2, 1)), lost, remote(killed(3, 6))}, evidence{}, 2, []int{0, 1},
 			[]string{"host h2 lost: no word from its agent for 3s (ranks 2, 3 gone with it); terminating 1 other rank", "ranks 0, 1 stopped: peer host h2 lost"}},
-		{"alone", []outcome{status(2, 1, 5)}, nil, 2, nil, []string{"rank 2 (host h, pid 102) exited with status 5; terminating 1 other rank"}},
+		{"alone", []outcome{status(2, 1, 5)}, evidence{}, 2, nil, []string{"rank 2 (host h, pid 102) exited with status 5; terminating 1 other rank"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// Every order of arrival gives the same verdict.
 			for _, outs := range permutations(tc.outs) {
-				v, ok := judge(outs, tc.reporters)
+				v, ok := judge(outs, tc.ev)
 				if !ok || v.cause.rank != tc.cause || !slices.Equal(v.consequences, tc.conseq) {
 					t.Fatalf("judge(%v) = %+v, want cause rank %d, consequences %v", outs, v, tc.cause, tc.conseq)
 				}
@@ -83,10 +85,12 @@ func TestJudge(t *testing.T) {
 			}
 		})
 	}
-	if _, ok := judge(nil, nil); ok {
+	if _, ok := judge(nil, evidence{}); ok {
 		t.Error("judge of no failure gave a verdict")
 	}
 }
+
+func ptr(i int) *int { return &i }
 
 func permutations(s []outcome) [][]outcome {
 	if len(s) <= 1 {

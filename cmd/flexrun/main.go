@@ -202,7 +202,7 @@ func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 		log = hclog.NewNullLogger()
 	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
-		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log, cfg.PeerLost),
+		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log, cfg.Reports),
 	})
 	if err != nil {
 		return nil, err

@@ -21,9 +21,10 @@ import (
 // back-to-back allreduces on host buffers fails at a random point (killed
 // by SIGKILL, exits 3, stopped by SIGSTOP), and every time flexrun must exit
 // non-zero, name that rank in its first line, leave no rank process and no
-// /dev/shm entry of the job behind. The survivors exit 3 too when their
-// allreduce fails, so only the order of events tells the cause from the
-// consequences.
+// /dev/shm entry of the job behind. The survivors exit with
+// launcher.ExitPeerLost when their allreduce fails because of the lost
+// peer (spin's default); in "SIGKILL, survivors exit 3" they exit with the
+// victim's kind of status, and flexrun must still tell the killed rank.
 func TestRootCause(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -33,12 +34,14 @@ func TestRootCause(t *testing.T) {
 		runs     int // 50 by default, fewer under -short
 		short    int
 		parallel int // jobs at once (a stopped rank takes the bootstrap's 1.5 s to notice)
-		code     func(victim int) int
+		code     int
 		status   string // how the victim's end reads on flexrun's first line
+		spin     []string
 	}{
-		{"SIGKILL", 50, 10, 1, func(int) int { return 137 }, "was killed by signal 9 (killed)"},
-		{"exit 3", 50, 10, 1, func(int) int { return 3 }, "exited with status 3"},
-		{"SIGSTOP", 50, 5, 5, func(int) int { return 128 + int(syscall.SIGSTOP) }, "was stopped by signal 19 (SIGSTOP)"},
+		{"SIGKILL", 50, 10, 1, 137, "was killed by signal 9 (killed)", nil},
+		{"SIGKILL, survivors exit 3", 20, 5, 1, 137, "was killed by signal 9 (killed)", []string{"-lost-code", "3"}},
+		{"exit 3", 50, 10, 1, 3, "exited with status 3", nil},
+		{"SIGSTOP", 50, 5, 5, 128 + int(syscall.SIGSTOP), "was stopped by signal 19 (SIGSTOP)", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +63,7 @@ func TestRootCause(t *testing.T) {
 				victim, after := draw()
 				wg.Go(func() {
 					defer func() { <-sem }()
-					rootCauseRun(t, i, tc.name, victim, after, tc.code(victim), tc.status)
+					rootCauseRun(t, i, tc.name, victim, after, tc.code, tc.status, tc.spin)
 				})
 			}
 			wg.Wait()
@@ -73,11 +76,12 @@ var flexrunLog = regexp.MustCompile(`\[(ERROR|WARN|INFO)\]\s+flexrun`)
 var joinedLine = regexp.MustCompile(`^joined rank (\d+) of \d+ host (\S+) pid (\d+) FLEXLINK_JOB_ID=(\S+)$`)
 
 // rootCauseRun runs one job and fails victim after the given time.
-func rootCauseRun(t *testing.T, run int, how string, victim int, after time.Duration, code int, status string) {
+func rootCauseRun(t *testing.T, run int, how string, victim int, after time.Duration, code int, status string, spin []string) {
 	const ranks = 4
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	args := []string{"-np", itoa(ranks), "--oversubscribe", "--kill-grace", "1s", bins.spin, "-tick", "0", "-env", "FLEXLINK_JOB_ID"}
+	args = append(args, spin...)
 	if how == "exit 3" {
 		args = append(args, "-fail-rank", itoa(victim), "-fail-after", after.String(), "-fail-code", "3")
 	}
@@ -115,7 +119,7 @@ func rootCauseRun(t *testing.T, run int, how string, victim int, after time.Dura
 		return
 	}
 	switch how {
-	case "SIGKILL", "SIGSTOP":
+	case "SIGKILL", "SIGKILL, survivors exit 3", "SIGSTOP":
 		time.Sleep(after) // a random point of the allreduce loop, not synchronisation
 		sig := syscall.SIGKILL
 		if how == "SIGSTOP" {

@@ -9,9 +9,9 @@
 // because a peer was lost ends the rank with -lost-code (by default
 // launcher.ExitPeerLost, which tells flexrun that this rank is not the
 // job's cause), any other failure with 3; -fail-rank's rank exits with
-// -fail-code at its
-// first iteration -fail-after past the joined line (its peers are then
-// inside the next allreduce, waiting for it).
+// -fail-code at its first iteration -fail-after past the joined line, but
+// not before the first allreduce is done (its peers are then inside the
+// next allreduce, waiting for it).
 package main
 
 import (
@@ -68,7 +68,9 @@ func main() {
 		tickC = t.C
 	}
 	for i := 0; *iters == 0 || i < *iters; i++ {
-		if comm.Rank() == *failRank && !time.Now().Before(failAt) {
+		// Not before the first allreduce is done: its links are up then,
+		// and the peers' errors say that a peer was lost.
+		if comm.Rank() == *failRank && i > 0 && !time.Now().Before(failAt) {
 			os.Exit(*failCode)
 		}
 		buf[0] = 1

@@ -9,16 +9,21 @@ import (
 )
 
 // reaper waits for a host's ranks and reports their exits in the order the
-// kernel saw them end. One goroutine waits with epoll on a pidfd per rank:
-// epoll's ready list keeps the order in which the pidfds became readable,
-// which is the order in which the processes exited. A Wait goroutine per
-// rank would report in whatever order the scheduler runs those goroutines,
-// and on a loaded machine that often puts a rank that failed because its
-// peer died ahead of the peer (which is how flexrun used to blame a
-// survivor for a rank that was killed).
+// kernel finished them. One goroutine waits with epoll on a pidfd per
+// rank: epoll's ready list keeps the order in which the pidfds became
+// readable, which is the order in which the processes' last threads were
+// gone. A Wait goroutine per rank would report in whatever order the
+// scheduler runs those goroutines, which on a loaded machine often puts a
+// rank that failed because its peer died ahead of the peer.
+//
+// The kernel's order is not the order of the causes either: a dying
+// process closes its sockets (its peers notice at once) some time before
+// its last thread is gone, and on a busy machine that can be milliseconds,
+// in which a peer may fail and end first. judge therefore weighs more than
+// this order (see judge).
 //
 // Ranks are added before start; start reports each added rank's exit on
-// exits exactly once, in exit order. Where pidfds or epoll are missing
+// exits exactly once, in that order. Where pidfds or epoll are missing
 // (kernels before 5.3) each rank gets a Wait goroutine instead.
 type reaper struct {
 	exits  chan<- rankExit

@@ -302,6 +302,9 @@ func (a *agent) teardown(why string) {
 func (a *agent) signalAll(sig syscall.Signal) {
 	for _, rp := range a.ranks {
 		rp.signal(sig)
+		if sig == syscall.SIGTERM {
+			rp.signal(syscall.SIGCONT) // a stopped rank acts on SIGTERM only once continued
+		}
 	}
 }
 

@@ -106,6 +106,10 @@ func isExecutable(p string) error {
 func (a *agent) start() error {
 	a.sp = newSpawner()
 	a.exits = make(chan rankExit, len(a.spec.Ranks))
+	// Exits go to flexrun in the order the ranks ended (see reaper), also
+	// when starting fails half way.
+	reap := newReaper(a.exits)
+	defer reap.start()
 	stdin := a.stdinR
 	for i, p := range a.spec.Ranks {
 		rs := rankSpec{
@@ -126,10 +130,7 @@ func (a *agent) start() error {
 		a.alive++
 		a.undrained++
 		_ = a.fw.send(frame{Kind: kStart, Node: a.node, Rank: p.Rank, Data: []byte(strconv.Itoa(rp.pid))})
-		go func() {
-			err := rp.cmd.Wait()
-			a.exits <- rankExit{rank: i, state: rp.cmd.ProcessState, err: err}
-		}()
+		reap.add(i, rp.cmd)
 	}
 	return nil
 }

@@ -58,19 +58,47 @@
 // # Failure, signals and exit codes
 //
 // Every rank runs in its own process group, and signals go to the group.
-// When a rank exits non-zero or dies by a signal, flexrun writes one line
+// When a rank exits non-zero or dies by a signal, flexrun waits up to
+// --cause-grace (300 ms; less once every rank has ended) for the other
+// ranks' ends, names the cause on its first line and the ranks that failed
+// because of it on a second:
 //
-//	flexrun: rank 2 (host h, pid 1234) exited with status 3; terminating 3 other ranks
+//	flexrun: rank 2 (host h, pid 1234) exited with status 3; terminating 1 other rank
+//	flexrun: ranks 0, 1 stopped: peer rank 2 lost
 //
-// aborts the bootstrap store with that error (wrapping errs.ErrPeerLost),
-// sends SIGTERM to every other rank, SIGKILL after --kill-grace, and exits
-// with the rank's code (128+signal for a signal). --timeout does the same
-// with exit code 124. SIGINT and SIGTERM to flexrun send SIGTERM to every
+// The cause is a host that was lost, else a rank stopped by a signal
+// (SIGSTOP: "was stopped by signal 19 (SIGSTOP)", exit code 147), else the
+// rank whose loss the bootstrap server found when that was the job's first
+// failure, else the first rank to end that is not known to have failed
+// because of a peer.
+// Local ranks are reaped in the order the kernel saw them end (pidfds
+// under one epoll); a rank that exits with ExitPeerLost (75), or whose
+// abort told the bootstrap that it lost a peer, is a consequence; a rank
+// killed by a signal goes before one that exited with a status within
+// 50 ms of it (and always when the ranks run on several hosts, whose
+// reports race). flexrun then aborts the bootstrap store with the cause's
+// words (wrapping errs.ErrPeerLost), sends SIGTERM (and SIGCONT, so that a
+// stopped rank acts on it) to every other rank, SIGKILL after
+// --kill-grace, and exits with the cause's code (128+signal for a
+// signal). The bootstrap server's own lines about the failure (rank lost,
+// job failed) are logged at DEBUG: the two lines say it. --timeout tears
+// the job down the same way with exit code 124. SIGINT and SIGTERM to
+// flexrun send SIGTERM to every
 // rank (either way; a second one while tearing down sends SIGKILL at once)
 // and flexrun exits 130 or 143. SIGUSR1 and SIGUSR2 are forwarded as they
 // are. If flexrun itself is killed, each rank gets SIGKILL from the kernel
 // (Pdeathsig; children a rank started itself are not covered), and the
 // bootstrap connection drops, which the rank runtime notices.
+//
+// # Settings and flags
+//
+// Before any rank starts, the ranks' FLEXLINK_* settings (flexrun's
+// environment with -x applied) are checked by the settings registry
+// (settings.Validate): a bad value ends flexrun with exit code 1 and a
+// line per bad variable naming its value and what is allowed; an unknown
+// FLEXLINK_ variable gets one WARN line naming the nearest known setting.
+// Duration flags take Go durations of 0 or more ("2s"; a bare "2" is
+// refused with that hint).
 //
 // Once every rank has exited, each rank's output gets --kill-grace to reach
 // end of file (a process the rank left behind may hold it open); then what

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"flexlink/internal/settings"
 )
 
 // Defaults of Job's durations.
@@ -43,6 +45,10 @@ type Job struct {
 	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
 	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
 	KillGrace        time.Duration // SIGTERM to SIGKILL; 0: 2 s
+	// CauseGrace is how long the first failure waits for the other ranks'
+	// ends before flexrun names the cause (sooner when every rank has
+	// ended); 0: DefaultCauseGrace.
+	CauseGrace time.Duration
 
 	Stdin  io.Reader // rank 0's stdin; nil: /dev/null (other ranks always get /dev/null)
 	Stdout io.Writer // ranks' stdout lines; nil: discarded
@@ -79,6 +85,21 @@ type BootstrapConfig struct {
 	Secret []byte
 	JobID  string
 	Logger hclog.Logger
+	// Reports, where the server can tell, is sent what it knows about
+	// the job's first failure (see BootstrapReport). Sends must not block
+	// (the channel has room for Size values); nil: not reported.
+	Reports chan<- BootstrapReport
+}
+
+// BootstrapReport is what a bootstrap server tells the launcher about the
+// failure that ended a job's store, to help name the cause.
+type BootstrapReport struct {
+	Rank int
+	// Lost: the server found Rank gone (its connection ended before its
+	// goodbye, or it fell silent), and that was the job's first failure.
+	// Else Rank aborted the job because it had lost a peer: it failed
+	// because of another rank and is not the cause.
+	Lost bool
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -137,7 +158,8 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if len(remote) > 0 {
 		listen = "0.0.0.0:0"
 	}
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger})
+	reports := make(chan BootstrapReport, len(plan))
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Reports: reports})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}
@@ -150,7 +172,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if !isLocalHost(hosts, plan[0].Host) {
 		je.MasterAddr = plan[0].Host // rank 0's host, as the user named it
 	}
-	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits}
+	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits, reportC: reports}
 	if rj != nil {
 		specs, err := job.agentSpecs(rj, plan, je.jobEnv)
 		if err != nil {
@@ -173,6 +195,9 @@ func (job Job) withDefaults() Job {
 	}
 	if job.KillGrace <= 0 {
 		job.KillGrace = DefaultKillGrace
+	}
+	if job.CauseGrace <= 0 {
+		job.CauseGrace = DefaultCauseGrace
 	}
 	if job.Stdout == nil {
 		job.Stdout = io.Discard
@@ -213,7 +238,28 @@ func (job Job) prepare() ([]Placement, []string, []Host, error) {
 	for _, w := range warnings {
 		job.Logger.Warn(w)
 	}
+	// The ranks' FLEXLINK_* settings (flexrun's own and -x's) are checked
+	// here, so that a bad one stops the job before any rank starts.
+	if err := settings.Validate(envLookup(env)); err != nil {
+		if lines := strings.Split(err.Error(), "\n"); len(lines) > 1 {
+			return nil, nil, nil, fmt.Errorf("%d bad settings:\n  %s", len(lines), strings.Join(lines, "\n  "))
+		}
+		return nil, nil, nil, fmt.Errorf("bad setting: %w", err)
+	}
+	for _, w := range settings.Warnings(env) {
+		job.Logger.Warn(w)
+	}
 	return plan, env, hosts, nil
+}
+
+// envLookup reads a NAME=value list (the last NAME wins, as in exec).
+func envLookup(env []string) settings.Env {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return settings.Map(m)
 }
 
 type jobSecrets struct {

@@ -51,27 +51,23 @@ type supervisor struct {
 	killC   <-chan time.Time // SIGKILL time, once tearing down
 	giveUpC <-chan time.Time // stop waiting for ranks that ignore SIGKILL
 
-	// With ranks on other hosts, one failure shows as several exits whose
-	// reports race (a host's ssh dies; the bootstrap sees its ranks gone
-	// and aborts the job; local ranks exit with an error before the host's
-	// loss is reported). The first failure is held for causeGrace and the
-	// most telling one seen by then is reported: a lost host, then a rank
-	// killed by a signal, then an exit status.
-	pending  *failure
-	pendingC <-chan time.Time
+	// One failure shows as several exits whose reports race: a rank dies,
+	// its peers' collectives fail on the lost peer and they exit too,
+	// and with ranks on other hosts the bootstrap, the agents and the
+	// local ranks all report at once. The first failure opens a window
+	// of Job.CauseGrace (closed early when every rank has ended) in which
+	// every end is collected; then judge names the cause and the ranks
+	// that failed because of it.
+	failed   []outcome              // failed ranks seen in the window, in the order seen
+	seen     int                    // ends seen so far (outcome.order)
+	evidence evidence               // what the bootstrap server told
+	reportC  <-chan BootstrapReport // from the bootstrap server
+	pendingC <-chan time.Time       // end of the window; nil while none is open
 }
 
-// causeGrace is how long a remote job's first failure waits for a more
-// telling one (see supervisor.pending).
-const causeGrace = 300 * time.Millisecond
-
-// failure is a judged exit waiting to become the job's cause.
-type failure struct {
-	cause  error
-	code   int
-	line   string // as written when it was judged ("...; terminating N other ranks")
-	weight int    // 3: a lost host, 2: a rank killed by a signal, 1: an exit status
-}
+// DefaultCauseGrace is how long a failing job's first failure waits for
+// the other ends before flexrun names the cause (see supervisor.failed).
+const DefaultCauseGrace = 300 * time.Millisecond
 
 type rankExit struct {
 	rank  int
@@ -105,6 +101,8 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		s.exits = make(chan rankExit, len(s.plan))
 	}
 	s.exited = make([]bool, len(s.plan))
+	reap := newReaper(s.exits)
+	defer reap.stop()
 	var startErr error
 	remoteRanks := 0
 	for _, p := range s.plan {
@@ -137,11 +135,9 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		s.job.Logger.Debug("rank started", "rank", p.Rank, "host", p.Host, "pid", rp.pid)
 		s.ranks = append(s.ranks, rp)
 		s.alive++
-		go func(rp *rankProc) {
-			err := rp.cmd.Wait()
-			s.exits <- rankExit{rank: rp.p.Rank, state: rp.cmd.ProcessState, err: err}
-		}(rp)
+		reap.add(rp.p.Rank, rp.cmd)
 	}
+	reap.start()
 	closeStdin()
 	if s.remote != nil {
 		if startErr == nil {
@@ -203,6 +199,8 @@ func (s *supervisor) loop(ctx context.Context) {
 			s.exited[ex.rank] = true
 			s.alive--
 			s.onExit(ex)
+		case r := <-s.reportC:
+			s.evidence.add(r)
 		case sig := <-s.job.Signals:
 			s.onSignal(sig)
 		case <-timeoutC:
@@ -221,44 +219,54 @@ func (s *supervisor) loop(ctx context.Context) {
 			return
 		case <-s.pendingC:
 			s.pendingC = nil
-			s.failPending()
+			s.judge()
 		}
 	}
-	s.failPending() // every rank exited within the grace
+	s.judge() // every rank ended within the window
 }
 
-// hold keeps f as the job's cause-to-be if it tells more than the one held
-// (the first starts the grace), or fails at once for a job on one host.
-func (s *supervisor) hold(f *failure) {
-	if s.remote == nil {
-		s.fail(f.cause, f.code, f.line)
+// judge names the cause of the failures collected in the window (adding
+// the ranks found stopped now), writes its lines and fails the job.
+func (s *supervisor) judge() {
+	if len(s.failed) == 0 || s.cause != nil {
 		return
 	}
-	if s.pending == nil {
-		s.pendingC = time.After(causeGrace)
+	outs := s.failed
+	s.failed = nil
+	for i, rp := range s.ranks {
+		if s.exited[i] || rp.agent != nil {
+			continue
+		}
+		if sig, ok := stopSignal(rp.pid); ok {
+			s.seen++
+			outs = append(outs, outcome{rank: rp.p.Rank, pid: rp.pid, host: rp.p.Host, kind: endStopped,
+				code: 128 + int(sig), how: stoppedHow(sig), order: s.seen, at: time.Now()})
+		}
 	}
-	if s.pending == nil || f.weight > s.pending.weight {
-		s.pending = f
+	v, _ := judge(outs, s.evidence)
+	c := v.cause
+	others := s.alive
+	if !s.exited[c.rank] {
+		others-- // a stopped cause is terminated too, but is not an "other"
 	}
+	lines := v.lines(others)
+	err := &JobError{Rank: c.rank, Host: c.host, PID: c.pid, Code: c.code, Msg: lines[0], Err: errs.ErrPeerLost}
+	if c.kind == endHost {
+		err.PID = 0
+	}
+	err.Msg, _, _ = strings.Cut(err.Msg, "; terminating")
+	s.fail(err, c.code, strings.Join(lines, "\nflexrun: "))
 }
 
-// failPending makes the held failure the job's cause.
-func (s *supervisor) failPending() {
-	f := s.pending
-	if f == nil || s.cause != nil {
-		return
-	}
-	s.pending = nil
-	s.fail(f.cause, f.code, f.line)
-}
-
-// onExit judges one rank's exit.
+// onExit records one rank's exit; the first failure opens the window in
+// which the cause is judged.
 func (s *supervisor) onExit(ex rankExit) {
 	rp := s.ranks[ex.rank]
 	if ex.pid != 0 {
 		rp.pid = ex.pid
 	}
 	code, how := exitStatus(ex)
+	s.seen++
 	s.job.Logger.Debug("rank exited", "rank", ex.rank, "host", rp.p.Host, "pid", rp.pid, "status", how)
 	if ex.lost != "" && s.cause != nil && ex.rank == ex.lostWith[0] {
 		// Lost while tearing down (a cut network shows so, after the
@@ -268,20 +276,30 @@ func (s *supervisor) onExit(ex rankExit) {
 	if code == 0 || s.cause != nil {
 		return
 	}
-	if ex.lost != "" {
-		msg := fmt.Sprintf("%s (ranks %s gone with it)", ex.lost, joinInts(ex.lostWith))
-		err := &JobError{Rank: ex.rank, Host: rp.p.Host, Code: code, Msg: msg, Err: errs.ErrPeerLost}
-		others := s.alive - (len(ex.lostWith) - 1)
-		s.hold(&failure{cause: err, code: code, line: msg + "; terminating " + plural(others, "other rank"), weight: 3})
-		return
+	o := outcome{rank: ex.rank, pid: rp.pid, host: rp.p.Host, code: code, how: how, order: s.seen, at: time.Now(), remote: ex.remote}
+	switch {
+	case ex.lost != "":
+		o.kind, o.lost, o.lostWith = endHost, ex.lost, ex.lostWith
+	case code > 128 && signaled(ex):
+		o.kind = endSignal
+	case code == ExitPeerLost:
+		o.kind = endPeerLost
+	default:
+		o.kind = endStatus
 	}
-	weight := 1
-	if code > 128 {
-		weight = 2 // killed by a signal
+	s.failed = append(s.failed, o)
+	if s.pendingC == nil {
+		s.pendingC = time.After(s.job.CauseGrace)
 	}
-	msg := fmt.Sprintf("rank %d (host %s, pid %d) %s", ex.rank, rp.p.Host, rp.pid, how)
-	err := &JobError{Rank: ex.rank, Host: rp.p.Host, PID: rp.pid, Code: code, Msg: msg, Err: errs.ErrPeerLost}
-	s.hold(&failure{cause: err, code: code, line: msg + "; terminating " + plural(s.alive, "other rank"), weight: weight})
+}
+
+// signaled reports whether ex is a death by a signal.
+func signaled(ex rankExit) bool {
+	if ex.remote {
+		return ex.sig != 0
+	}
+	ws, ok := ex.state.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // onSignal forwards or acts on a signal flexrun received.
@@ -323,7 +341,7 @@ func (s *supervisor) fail(cause error, code int, line string) {
 	}
 	var je *JobError
 	if errors.As(cause, &je) {
-		s.srv.Abort(fmt.Errorf("%s: %w", je.Msg, je.Err))
+		s.srv.Abort(je) // its text is the message alone: an exit status is not "peer lost"
 	} else {
 		s.srv.Abort(fmt.Errorf("%w: %w", errs.ErrAborted, cause))
 	}
@@ -339,6 +357,9 @@ func (s *supervisor) signalAll(sig syscall.Signal) {
 	for i, rp := range s.ranks {
 		if teardown || !s.exited[i] {
 			rp.signal(sig)
+			if sig == syscall.SIGTERM {
+				rp.signal(syscall.SIGCONT) // a stopped rank acts on SIGTERM only once continued
+			}
 		}
 	}
 }

@@ -457,6 +457,14 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"broadcast", "-b", "1K", "-e", "1K", "-r", "5"}, "root 5 out of range"},
 		{[]string{"allreduce", "--device", "tpu"}, "tpu"},
 		{[]string{"allreduce", "stray"}, "stray"},
+		{[]string{"allreduce", "-b", "1G", "-e", "1K"}, "-b 1073741824 is larger than -e 1024: no size to measure"},
+		{[]string{"allreduce", "-f", "0.5"}, "-f 0.5: want a step factor of 1 or more"},
+		{[]string{"allreduce", "-f", "1"}, "-f 1 with -i 0: the size would never grow"},
+		{[]string{"broadcast", "-r", "-1"}, "-r -1: want a root rank of 0 or more"},
+		{[]string{"allreduce", "-n", "0"}, "-n 0: want 1 or more timed iterations"},
+		{[]string{"allreduce", "-w", "-1"}, "-w -1: want 0 or more warm-up iterations"},
+		{[]string{"allreduce", "-c", "2"}, "-c 2: want 0 or 1"},
+		{[]string{"allreduce", "-e", "-5"}, `-e: bad size "-5"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out := flexrunBench(t, 2, tc.args...)

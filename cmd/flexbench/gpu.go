@@ -41,6 +41,9 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 		return err
 	}
 	defer c.Close()
+	if cfg.root >= c.Size() {
+		return fmt.Errorf("root %d out of range for %d ranks", cfg.root, c.Size())
+	}
 	g, err := openRig(c, cfg)
 	if err != nil {
 		c.Abort(err)

@@ -78,13 +78,13 @@ func run(cc *cli.Context, name string) error {
 		iters: cc.Int("iters"), warm: cc.Int("warmup_iters"), check: cc.Int("check") != 0,
 		inPlaceAlso: !cc.Bool("no-inplace")}
 	if cfg.minB, err = parseSize(cc.String("minbytes")); err != nil {
-		return err
+		return fmt.Errorf("-b: %w", err)
 	}
 	if cfg.maxB, err = parseSize(cc.String("maxbytes")); err != nil {
-		return err
+		return fmt.Errorf("-e: %w", err)
 	}
 	if cfg.step, err = parseSize(cc.String("stepbytes")); err != nil {
-		return err
+		return fmt.Errorf("-i: %w", err)
 	}
 	if cfg.dt, err = dtype.ParseDType(cc.String("datatype")); err != nil {
 		return err
@@ -92,8 +92,14 @@ func run(cc *cli.Context, name string) error {
 	if cfg.op, err = dtype.ParseOp(cc.String("op")); err != nil {
 		return err
 	}
-	if cfg.factor <= 1 && cfg.step <= 0 {
-		cfg.factor = 2
+	if cc.Int("check") != 0 && cc.Int("check") != 1 {
+		return fmt.Errorf("-c %d: want 0 or 1", cc.Int("check"))
+	}
+	if !cc.IsSet("stepfactor") && cfg.step > 0 {
+		cfg.factor = 1 // -i alone: grow by -i, as nccl-tests does
+	}
+	if err := checkFlags(cfg); err != nil {
+		return err
 	}
 	ctx := context.Background()
 	switch d := cc.String("device"); d {
@@ -150,7 +156,7 @@ func parseSize(s string) (int64, error) {
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bad size %q", s)
+		return 0, fmt.Errorf("bad size %q: want bytes like 8, 64K, 256M or 1G", s)
 	}
 	return v * mult, nil
 }

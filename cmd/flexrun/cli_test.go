@@ -118,31 +118,48 @@ func TestCommandLineErrors(t *testing.T) {
 		name string
 		args []string
 		code int
-		want string // in stderr
+		want string   // in stderr
+		env  []string // added to flexrun's environment
 	}{
-		{"no program", []string{"-np", "2"}, 2, "no program given"},
-		{"unknown flag", []string{"--no-such-flag", "true"}, 2, "flag provided but not defined"},
-		{"too many ranks", []string{"-np", "5", "-H", "localhost:2,localhost", "true"}, 1, "5 ranks requested but only 3 slots"},
-		{"max_slots cap", []string{"-np", "3", "--oversubscribe", "--hostfile", writeFile(t, "localhost slots=1 max_slots=2\n"), "true"}, 1, "max_slots reached"},
-		{"malformed hostfile line", []string{"--hostfile", bad, "true"}, 1, "line 4"},
-		{"missing hostfile", []string{"--hostfile", filepath.Join(dir, "none"), "true"}, 1, "no such file"},
+		{"no program", []string{"-np", "2"}, 2, "no program given", nil},
+		{"unknown flag", []string{"--no-such-flag", "true"}, 2, "flag provided but not defined", nil},
+		{"too many ranks", []string{"-np", "5", "-H", "localhost:2,localhost", "true"}, 1, "5 ranks requested but only 3 slots", nil},
+		{"max_slots cap", []string{"-np", "3", "--oversubscribe", "--hostfile", writeFile(t, "localhost slots=1 max_slots=2\n"), "true"}, 1, "max_slots reached", nil},
+		{"malformed hostfile line", []string{"--hostfile", bad, "true"}, 1, "line 4", nil},
+		{"missing hostfile", []string{"--hostfile", filepath.Join(dir, "none"), "true"}, 1, "no such file", nil},
 		// ssh runs, but its connection command fails at once: no network.
 		{"unreachable host", []string{"-H", "203.0.113.7:4", "--ssh-args", "-o 'ProxyCommand=false'", "true"}, 1,
-			"flexrun: cannot start flexrun's agent on 1 host; no rank was started\n  host 203.0.113.7: ssh to 203.0.113.7 exited with status 255"},
-		{"bad --ssh-args", []string{"-H", "203.0.113.7:4", "--ssh-args", "-o 'x", "true"}, 1, "--ssh-args \"-o 'x\": unclosed single quote"},
-		{"bad --launcher", []string{"--launcher", "pbs", "true"}, 1, `--launcher "pbs": want ssh or srun`},
-		{"both host flags", []string{"-H", "localhost", "--hostfile", bad, "true"}, 1, "either -H or --hostfile"},
-		{"bad map-by", []string{"--map-by", "socket", "true"}, 1, "want slot or node"},
-		{"program not found", []string{"-np", "1", filepath.Join(dir, "nothing-here")}, 127, "nothing-here"},
-		{"-x of a rank variable", []string{"-np", "1", "-x", "RANK=3", "true"}, 1, "RANK is set by flexrun"},
+			"flexrun: cannot start flexrun's agent on 1 host; no rank was started\n  host 203.0.113.7: ssh to 203.0.113.7 exited with status 255", nil},
+		{"bad --ssh-args", []string{"-H", "203.0.113.7:4", "--ssh-args", "-o 'x", "true"}, 1, "--ssh-args \"-o 'x\": unclosed single quote", nil},
+		{"bad --launcher", []string{"--launcher", "pbs", "true"}, 1, `--launcher "pbs": want ssh or srun`, nil},
+		{"both host flags", []string{"-H", "localhost", "--hostfile", bad, "true"}, 1, "either -H or --hostfile", nil},
+		{"bad map-by", []string{"--map-by", "socket", "true"}, 1, "want slot or node", nil},
+		{"program not found", []string{"-np", "1", filepath.Join(dir, "nothing-here")}, 127, "nothing-here", nil},
+		{"-x of a rank variable", []string{"-np", "1", "-x", "RANK=3", "true"}, 1, "RANK is set by flexrun", nil},
+		{"bare number as duration", []string{"--timeout", "2", "true"}, 2, `invalid value "2" for flag -timeout: want a duration like 2s`, nil},
+		{"negative duration", []string{"--kill-grace", "-5s", "true"}, 2, `invalid value "-5s" for flag -kill-grace: want a duration of 0 or more`, nil},
+		{"negative -np", []string{"-np", "-1", "true"}, 1, "-np -1: want 1 or more", nil},
+		{"no ssh parallelism", []string{"--launch-parallel", "0", "true"}, 1, "--launch-parallel 0: want 1 or more", nil},
+		{"bad settings", []string{"-np", "1", "true"}, 1, "flexrun: 2 bad settings:\n  FLEXLINK_TIMEOUT=\"notaduration\": want a duration", []string{"FLEXLINK_TIMEOUT=notaduration", "FLEXLINK_LINKS=bogus"}},
+		{"bad setting through -x", []string{"-np", "1", "-x", "FLEXLINK_ALGO=tree", "true"}, 1, `flexrun: bad setting: FLEXLINK_ALGO="tree": want one of auto, ring, rd`, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := flexrun(t, runOpts{}, tc.args...)
+			r := flexrun(t, runOpts{env: tc.env}, tc.args...)
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// TestUnknownSettingWarned: a FLEXLINK_ variable the registry does not
+// know gets one WARN line naming the nearest setting; the job runs.
+func TestUnknownSettingWarned(t *testing.T) {
+	r := flexrun(t, runOpts{env: []string{"FLEXLINK_TIMOUT=5s"}}, "-np", "2", "--oversubscribe", "true")
+	want := "[WARN]  flexrun: FLEXLINK_TIMOUT is not a flexlink setting (did you mean FLEXLINK_TIMEOUT?); it is ignored\n"
+	if r.code != 0 || strings.Count(r.stderr, "FLEXLINK_TIMOUT") != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr %q; want exit 0 and one %q", r.code, r.stderr, want)
 	}
 }
 

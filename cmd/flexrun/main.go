@@ -85,17 +85,18 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "tag-output", Usage: `prefix each output line with "[rank] "`},
 		&cli.StringFlag{Name: "output-dir", Usage: "also write each rank's output to `DIR`/rank.N/stdout and stderr"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the placement and exit"},
-		&cli.DurationFlag{Name: "timeout", Usage: "time limit of the whole job; exceeded: exit 124", DefaultText: "none"},
-		&cli.DurationFlag{Name: "bootstrap-timeout", Value: launcher.DefaultBootstrapTimeout, Usage: "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)"},
-		&cli.DurationFlag{Name: "kill-grace", Value: launcher.DefaultKillGrace, Usage: "time between SIGTERM and SIGKILL when the job is torn down"},
+		durationFlag("timeout", 0, "time limit of the whole job; exceeded: exit 124", "none"),
+		durationFlag("bootstrap-timeout", launcher.DefaultBootstrapTimeout, "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)", ""),
+		durationFlag("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when the job is torn down", ""),
+		durationFlag("cause-grace", launcher.DefaultCauseGrace, "after a rank fails, how long the other ranks' ends are awaited before flexrun names the cause", ""),
 		&cli.StringFlag{Name: "launcher", Usage: "how other hosts are reached: `ssh` or srun", DefaultText: "srun inside a Slurm allocation, else ssh"},
 		&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "ssh `PROGRAM` that starts the agents (called like ssh: [options] -- HOST COMMAND)"},
 		&cli.StringFlag{Name: "ssh-args", Usage: "extra `ARGS` for ssh, split like a shell would (e.g. \"-F cfg -p 2222\")"},
 		&cli.StringFlag{Name: "srun-args", Usage: "extra `ARGS` for the srun that starts the agents"},
 		&cli.StringFlag{Name: "prefix", Usage: "flexrun is installed in `DIR`/bin on the other hosts (also put first on the ranks' PATH there)"},
-		&cli.DurationFlag{Name: "connect-timeout", Value: launcher.DefaultConnectTimeout, Usage: "ssh -o ConnectTimeout"},
-		&cli.DurationFlag{Name: "launch-timeout", Value: launcher.DefaultLaunchTimeout, Usage: "how long an agent may take to start and accept the job"},
-		&cli.DurationFlag{Name: "agent-timeout", Value: launcher.DefaultAgentTimeout, Usage: "a host silent this long is lost (and its agent kills its ranks)"},
+		durationFlag("connect-timeout", launcher.DefaultConnectTimeout, "ssh -o ConnectTimeout", ""),
+		durationFlag("launch-timeout", launcher.DefaultLaunchTimeout, "how long an agent may take to start and accept the job", ""),
+		durationFlag("agent-timeout", launcher.DefaultAgentTimeout, "a host silent this long is lost (and its agent kills its ranks)", ""),
 		&cli.IntFlag{Name: "launch-parallel", Value: launcher.DefaultMaxParallel, Usage: "at most `N` ssh connections opened at once"},
 		&cli.StringFlag{Name: "bootstrap-addr", Usage: "`ADDR` of this machine that ranks on other hosts dial", DefaultText: "the interface that routes to each host"},
 	}
@@ -135,12 +136,13 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 		TagOutput:        c.Bool("tag-output"),
 		OutputDir:        c.String("output-dir"),
 		DryRun:           c.Bool("dry-run"),
-		Timeout:          c.Duration("timeout"),
-		BootstrapTimeout: c.Duration("bootstrap-timeout"),
-		KillGrace:        c.Duration("kill-grace"),
+		Timeout:          duration(c, "timeout"),
+		BootstrapTimeout: duration(c, "bootstrap-timeout"),
+		KillGrace:        duration(c, "kill-grace"),
+		CauseGrace:       duration(c, "cause-grace"),
 	}
 	if job.NP < 0 {
-		return job, fmt.Errorf("-np %d: must be positive", job.NP)
+		return job, fmt.Errorf("-np %d: want 1 or more (or 0: the total of the slots)", job.NP)
 	}
 	var err error
 	if job.Remote, err = remoteFromFlags(c); err != nil {
@@ -167,11 +169,14 @@ func remoteFromFlags(c *cli.Context) (launcher.Remote, error) {
 		Launcher:       c.String("launcher"),
 		SSH:            c.String("ssh"),
 		Prefix:         c.String("prefix"),
-		ConnectTimeout: c.Duration("connect-timeout"),
-		LaunchTimeout:  c.Duration("launch-timeout"),
-		AgentTimeout:   c.Duration("agent-timeout"),
+		ConnectTimeout: duration(c, "connect-timeout"),
+		LaunchTimeout:  duration(c, "launch-timeout"),
+		AgentTimeout:   duration(c, "agent-timeout"),
 		MaxParallel:    c.Int("launch-parallel"),
 		BootstrapHost:  c.String("bootstrap-addr"),
+	}
+	if r.MaxParallel < 1 {
+		return r, fmt.Errorf("--launch-parallel %d: want 1 or more", r.MaxParallel)
 	}
 	switch r.Launcher {
 	case "", "ssh", "srun":
@@ -192,8 +197,12 @@ func remoteFromFlags(c *cli.Context) (launcher.Remote, error) {
 // launcher asks for (loopback, or every interface when ranks run on other
 // hosts).
 func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
-		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: cfg.Logger,
+		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log, cfg.Reports),
 	})
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 type binaries struct {
 	flexrun string
 	probe   string // testdata/envprobe
+	spin    string // launcher/clustertest/testdata/spin: an allreduce loop
 }
 
 // bins is set by TestMain before any test runs and only read afterwards.
@@ -29,8 +30,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins = binaries{flexrun: filepath.Join(dir, "flexrun"), probe: filepath.Join(dir, "envprobe")}
-	for _, b := range []struct{ out, pkg string }{{bins.flexrun, "."}, {bins.probe, "./testdata/envprobe"}} {
+	bins = binaries{flexrun: filepath.Join(dir, "flexrun"), probe: filepath.Join(dir, "envprobe"), spin: filepath.Join(dir, "spin")}
+	for _, b := range []struct{ out, pkg string }{{bins.flexrun, "."}, {bins.probe, "./testdata/envprobe"}, {bins.spin, "../../launcher/clustertest/testdata/spin"}} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {

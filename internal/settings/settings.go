@@ -5,8 +5,11 @@
 package settings
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,64 +21,67 @@ type Setting struct {
 	Name    string // full variable name, FLEXLINK_...
 	Default string // value used when unset or empty
 	Doc     string // one line for the README table
+	Kind    Kind   // the values it takes; checked when read and by Validate
 }
+
+const maxInt = math.MaxInt64
 
 // Table lists every setting. Add new ones here, nowhere else.
 var Table = []Setting{
-	{"FLEXLINK_DEBUG", "WARN", "log level: WARN, INFO, DEBUG or TRACE (like NCCL_DEBUG); lines are tagged with host and rank"},
-	{"FLEXLINK_RANK", "", "set by the launcher: this process's rank in the world"},
-	{"FLEXLINK_WORLD_SIZE", "", "set by the launcher: number of ranks"},
-	{"FLEXLINK_LOCAL_RANK", "", "set by the launcher: rank among the ranks on this host"},
-	{"FLEXLINK_LOCAL_SIZE", "", "set by the launcher: number of ranks on this host"},
-	{"FLEXLINK_NODE_RANK", "", "set by the launcher: index of this host in the job"},
-	{"FLEXLINK_BOOTSTRAP", "", "set by the launcher: host:port of the bootstrap store"},
-	{"FLEXLINK_JOB_ID", "", "set by the launcher: job identifier (names shared-memory segments)"},
-	{"FLEXLINK_JOB_SECRET", "", "set by the launcher: hex per-job secret; proves membership to the bootstrap (never sent on the wire)"},
-	{"FLEXLINK_GPU", "", "set by the launcher: GPU index for this rank, local rank mod the host's visible GPUs (-1: none); CUDA_VISIBLE_DEVICES is left alone"},
-	{"FLEXLINK_BOOTSTRAP_TIMEOUT", "60s", "how long Init waits for every rank to join the bootstrap"},
-	{"FLEXLINK_HOSTNAME", "", "this host's name as ranks and flexrun's agents report it (empty: the system host name); ranks with equal names talk over shm, others over tcp"},
-	{"FLEXLINK_SLURM_PORT", "", "srun without flexrun: port of rank 0's bootstrap server on the step's first node (empty: 20000 + a hash of job and step id mod 10000)"},
-	{"FLEXLINK_KEY_FILE", "", "srun or mpirun without flexrun: the user's key (0600) from which each job's secret is derived (empty: ~/.config/flexlink/job.key, created when missing); see docs/LAUNCH.md"},
-	{"FLEXLINK_TIMEOUT", "0", "default deadline of one collective when the caller's context has none (0: none; peer loss is still detected)"},
-	{"FLEXLINK_TRANSPORT", "auto", "host links: auto (shm within a host, the network transport across hosts, one link per rail), shm, net (the network transport for every pair, the NIC loopback within a host) or tcp (the older host TCP link)"},
-	{"FLEXLINK_NET", "auto", "network transport provider: tcp (pure Go, striped sockets), ucx (libucp: verbs where an RDMA NIC is), or auto (ucx where libucp loads and an RDMA device exists, else tcp, with one INFO line saying why)"},
-	{"FLEXLINK_NET_IFNAME", "", "network transport (tcp provider): interfaces used as NICs, one rail each, NCCL_SOCKET_IFNAME syntax (comma-separated prefixes; ^ excludes; = exact); loopback only when named or when nothing else is up (empty: FLEXLINK_SOCKET_IFNAME, then all)"},
-	{"FLEXLINK_NET_SOCKETS", "2", "network transport (tcp provider): TCP sockets per connection (1..64); messages of FLEXLINK_NET_STRIPE_BYTES and more are striped across them"},
-	{"FLEXLINK_NET_STRIPE_BYTES", "65536", "network transport (tcp provider): smallest message striped across a connection's sockets"},
-	{"FLEXLINK_NET_TIMEOUT", "10s", "network transport (tcp provider): a peer silent this long (no data, acknowledgement or heartbeat) is lost; heartbeats go out every fifth of it"},
-	{"FLEXLINK_NET_RAILS", "1", "network transport: most NICs (rails) one pair of ranks on different hosts uses at once, each a link of a multi-link channel whose shares the balancer learns (0: every NIC both hosts have). Rail i of one host must reach rail i of the other: name the interfaces in rail order with FLEXLINK_NET_IFNAME"},
-	{"FLEXLINK_SOCKET_IFNAME", "", "network interface (or prefix, ^ to exclude) for tcp links, like NCCL_SOCKET_IFNAME"},
-	{"FLEXLINK_SOCKETS_PER_PEER", "2", "tcp sockets per peer pair"},
-	{"FLEXLINK_SOCKET_TIMEOUT", "10s", "tcp links: a peer silent this long (no data, no heartbeat) is declared lost; heartbeats go out every fifth of it"},
-	{"FLEXLINK_SHM_RING_BYTES", "4194304", "bytes in each direction of a shared-memory ring"},
-	{"FLEXLINK_SHM_CMA_BYTES", "0", "shm links: messages of at least this many bytes are pulled by the receiver straight from the sender's memory (process_vm_readv: one copy instead of two through the ring; the ring is used where the kernel forbids it); auto: from 64 KiB where a measurement at connect time (~4 ms) finds it cheaper than the ring copies; 0: off (the default: on the machines measured so far it was slower)"},
-	{"FLEXLINK_ALGO", "auto", "collective algorithm: auto, ring or rd (recursive doubling / latency-optimised)"},
-	{"FLEXLINK_ALGO_THRESHOLD", "65536", "message size in bytes below which auto picks the latency-optimised algorithm"},
-	{"FLEXLINK_CHUNK_BYTES", "1048576", "pipeline chunk size of ring algorithms"},
-	{"FLEXLINK_LINKS", "", "restrict the links used between a pair, e.g. nvlink or nvlink,pcie (empty: all)"},
-	{"FLEXLINK_CACHE_DIR", "", "where link profiles are cached (empty: the user's cache directory)"},
-	{"FLEXLINK_TOPO_FILE", "", "load the host topology from this file instead of detecting it (JSON, YAML or NCCL XML)"},
-	{"FLEXLINK_TOPO_DUMP_FILE", "", "write the detected host topology to this file"},
-	{"FLEXLINK_RAILS", "", "NIC names in rail order, comma-separated (mlx5_0,mlx5_1,...): NIC i is rail i on this host (empty: numbered by nearest GPU)"},
-	{"FLEXLINK_PXN", "2", "PXN routes across hosts, like NCCL_P2P_PXN_LEVEL: 0 off (each rank sends from its own NIC), 1 relay only for ranks whose GPU has no NIC near it, 2 rail-aligned (a message leaves from the NIC on its destination's rail, handed over NVLink or shm to the local rank that owns it); see docs/PXN.md"},
-	{"FLEXLINK_GPU_PATH", "auto", "device-buffer collectives: auto (direct IPC path when every rank is on one host with peer access between all GPUs, else staged), direct, or staged (through pinned host memory and the host algorithms)"},
-	{"FLEXLINK_GPU_CHUNK_BYTES", "16777216", "largest pipeline chunk of the direct GPU allreduce (reduce of chunk k+1 overlaps the copies of chunk k)"},
-	{"FLEXLINK_GPU_COPY_STREAMS", "1", "direct GPU path: copy streams per peer that a large push is split over (one copy engine each)"},
-	{"FLEXLINK_GPU_ALLREDUCE", "read", "direct GPU allreduce when the flag kernel does not take it (see FLEXLINK_GPU_FLAG_BYTES): read (kernels read the peers' buffers over NVLink, copy engines push the results; takes the PCIe share), push (copy engines write into the peers' scratch, reductions read local memory only), or auto (push for blocks of 4 MiB and more)"},
-	{"FLEXLINK_GPU_ALLGATHER", "auto", "direct GPU allgather above the flag kernels' range: store (a kernel on this rank's SMs writes its block into every peer's recv over NVLink, and its own block in the same pass; takes the PCIe share; measured fastest on 2xH200), push (the same with copy engines), pull (a kernel reads every peer's send; NVLink only; measured fastest on 4xH200), or auto (store with 2 ranks, pull with more)"},
-	{"FLEXLINK_GPU_ALLTOALL", "auto", "direct GPU alltoall above the flag kernels' range: store (a kernel writes block j into peer j's recv; takes the PCIe share), push (the same with copy engines), pull (a kernel reads block Rank() of every peer's send; NVLink only), or auto (store with 2 ranks, pull with more)"},
-	{"FLEXLINK_GPU_FLAG_BYTES", "-1", "direct GPU path: largest allreduce (bytes) that runs on flag kernels (one per rank, or three for a two-shot call; SM stores into the peers' slots, counters in device memory, no host handshake); -1: auto (every size; beyond 2 ranks calls over FLEXLINK_GPU_FLAG_ONESHOT_BYTES run two-shot), 0: off"},
-	{"FLEXLINK_GPU_FLAG_COLL_BYTES", "-1", "direct GPU path: largest per-peer block (bytes) of a reduce-scatter, allgather or alltoall that runs as one flag kernel per rank (broadcasts and reduces: four times it) (no host handshake; larger ones take the copy-lane paths); -1: auto (4 MiB), 0: off. Needs the flag allreduce on (FLEXLINK_GPU_FLAG_BYTES not 0)"},
-	{"FLEXLINK_GPU_FLAG_ONESHOT_BYTES", "-1", "flag allreduce with more than two ranks: the largest call (bytes) that pushes the whole vector to every peer (one-shot: one kernel, the fewest steps); larger ones run as a reduce-scatter kernel then an allgather kernel (two-shot: each rank sends 2(n-1)/n of the vector instead of n-1 times it); -1: auto (2 MiB). With two ranks every call is one-shot (it moves as many bytes)"},
-	{"FLEXLINK_GPU_FLAG_BLOCKS", "128", "flag allreduce: most thread blocks per call (1 to 160, at most the GPU's SMs); each pushes and folds its own chunks"},
-	{"FLEXLINK_GPU_FLAG_PCIE_BLOCKS", "0", "flag allreduce with two ranks, calls of 32 MiB and more: thread blocks that move the balancer's PCIe share through pinned host memory beside the NVLink blocks; 0 (the default): NVLink only, because on 2xH200 the PCIe part did not pay reliably (docs/PERF.md); FLEXLINK_LINKS without pcie turns it off too"},
-	{"FLEXLINK_GPU_FLAG_REGION_BYTES", "134217728", "flag kernels: device memory per rank for the slots its peers push into, for calls of 32 MiB and more (split over peers x blocks x 2 slots: 512 KiB slots with 2 ranks and 128 blocks; larger slots amortise the per-chunk synchronisation); smaller calls use a second region of a quarter of it times (ranks-1)/ranks (64 KiB slots)"},
-	{"FLEXLINK_GPU_KERNEL_TIMEOUT", "10m", "how long a flag kernel waits for a peer inside the GPU (counted from its start, so also how late a peer may come to a collective) before it gives up; the next call and DeviceComm.AsyncError then fail naming the peer; 0: no limit (a lost peer still ends the kernels when the job aborts)"},
-	{"FLEXLINK_PCIE_STAGING_BYTES", "67108864", "direct GPU path: bytes of the shared pinned host buffer per ordered GPU pair that stages the PCIe share of large pushes (one per peer on each rank; the PCIe part of a call is capped at it); 0: NVLink only"},
-	{"FLEXLINK_PCIE_SHARE", "", "direct GPU path: a fixed PCIe fraction (0 to 0.5) of every large push instead of the balancer's choice, for experiments (empty: the balancer decides, with FLEXLINK_LINKS and the profile cache)"},
-	{"FLEXLINK_GPU_PTX", "", "path of a PTX file that replaces the embedded reduction kernels (kernel development; see gpu/kernels/README.md)"},
-	{"FLEXLINK_REQUIRE_GPU", "0", "tests: fail instead of skip when no GPU/libcuda is found (set by scripts/gpu-run.sh)"},
-	{"FLEXLINK_REQUIRE_SYSTEM", "0", "tests: fail instead of skip when a system component (libcuda, OpenMPI, sshd, Slurm) is missing"},
+	{"FLEXLINK_DEBUG", "WARN", "log level: WARN, INFO, DEBUG or TRACE (like NCCL_DEBUG); lines are tagged with host and rank", KindWord("WARN", "INFO", "DEBUG", "TRACE")},
+	{"FLEXLINK_RANK", "", "set by the launcher: this process's rank in the world", KindInt(0, maxInt)},
+	{"FLEXLINK_WORLD_SIZE", "", "set by the launcher: number of ranks", KindInt(1, maxInt)},
+	{"FLEXLINK_LOCAL_RANK", "", "set by the launcher: rank among the ranks on this host", KindInt(0, maxInt)},
+	{"FLEXLINK_LOCAL_SIZE", "", "set by the launcher: number of ranks on this host", KindInt(1, maxInt)},
+	{"FLEXLINK_NODE_RANK", "", "set by the launcher: index of this host in the job", KindInt(0, maxInt)},
+	{"FLEXLINK_BOOTSTRAP", "", "set by the launcher: host:port of the bootstrap store", KindAddr()},
+	{"FLEXLINK_JOB_ID", "", "set by the launcher: job identifier (names shared-memory segments)", KindString()},
+	{"FLEXLINK_JOB_SECRET", "", "set by the launcher: hex per-job secret; proves membership to the bootstrap (never sent on the wire)", KindHex()},
+	{"FLEXLINK_GPU", "", "set by the launcher: GPU index for this rank, local rank mod the host's visible GPUs (-1: none); CUDA_VISIBLE_DEVICES is left alone", KindInt(-1, maxInt)},
+	{"FLEXLINK_BOOTSTRAP_TIMEOUT", "60s", "how long Init waits for every rank to join the bootstrap", KindDuration()},
+	{"FLEXLINK_HOSTNAME", "", "this host's name as ranks and flexrun's agents report it (empty: the system host name); ranks with equal names talk over shm, others over tcp", KindString()},
+	{"FLEXLINK_SLURM_PORT", "", "srun without flexrun: port of rank 0's bootstrap server on the step's first node (empty: 20000 + a hash of job and step id mod 10000)", KindInt(1, 65535)},
+	{"FLEXLINK_KEY_FILE", "", "srun or mpirun without flexrun: the user's key (0600) from which each job's secret is derived (empty: ~/.config/flexlink/job.key, created when missing); see docs/LAUNCH.md", KindString()},
+	{"FLEXLINK_TIMEOUT", "0", "default deadline of one collective when the caller's context has none (0: none; peer loss is still detected)", KindDuration()},
+	{"FLEXLINK_TRANSPORT", "auto", "host links: auto (shm within a host, the network transport across hosts, one link per rail), shm, net (the network transport for every pair, the NIC loopback within a host) or tcp (the older host TCP link)", KindWord("auto", "shm", "net", "tcp")},
+	{"FLEXLINK_NET", "auto", "network transport provider: tcp (pure Go, striped sockets), ucx (libucp: verbs where an RDMA NIC is), or auto (ucx where libucp loads and an RDMA device exists, else tcp, with one INFO line saying why)", KindWord("auto", "tcp", "ucx")},
+	{"FLEXLINK_NET_IFNAME", "", "network transport (tcp provider): interfaces used as NICs, one rail each, NCCL_SOCKET_IFNAME syntax (comma-separated prefixes; ^ excludes; = exact); loopback only when named or when nothing else is up (empty: FLEXLINK_SOCKET_IFNAME, then all)", KindString()},
+	{"FLEXLINK_NET_SOCKETS", "2", "network transport (tcp provider): TCP sockets per connection (1..64); messages of FLEXLINK_NET_STRIPE_BYTES and more are striped across them", KindInt(1, 64)},
+	{"FLEXLINK_NET_STRIPE_BYTES", "65536", "network transport (tcp provider): smallest message striped across a connection's sockets", KindBytes(1, 1<<30)},
+	{"FLEXLINK_NET_TIMEOUT", "10s", "network transport (tcp provider): a peer silent this long (no data, acknowledgement or heartbeat) is lost; heartbeats go out every fifth of it", KindDuration()},
+	{"FLEXLINK_NET_RAILS", "1", "network transport: most NICs (rails) one pair of ranks on different hosts uses at once, each a link of a multi-link channel whose shares the balancer learns (0: every NIC both hosts have). Rail i of one host must reach rail i of the other: name the interfaces in rail order with FLEXLINK_NET_IFNAME", KindInt(0, 64)},
+	{"FLEXLINK_SOCKET_IFNAME", "", "network interface (or prefix, ^ to exclude) for tcp links, like NCCL_SOCKET_IFNAME", KindString()},
+	{"FLEXLINK_SOCKETS_PER_PEER", "2", "tcp sockets per peer pair", KindInt(1, 16)},
+	{"FLEXLINK_SOCKET_TIMEOUT", "10s", "tcp links: a peer silent this long (no data, no heartbeat) is declared lost; heartbeats go out every fifth of it", KindDuration()},
+	{"FLEXLINK_SHM_RING_BYTES", "4194304", "bytes in each direction of a shared-memory ring", KindBytes(64<<10, 1<<30)},
+	{"FLEXLINK_SHM_CMA_BYTES", "0", "shm links: messages of at least this many bytes are pulled by the receiver straight from the sender's memory (process_vm_readv: one copy instead of two through the ring; the ring is used where the kernel forbids it); auto: from 64 KiB where a measurement at connect time (~4 ms) finds it cheaper than the ring copies; 0: off (the default: on the machines measured so far it was slower)", KindBytes(0, maxInt, "auto")},
+	{"FLEXLINK_ALGO", "auto", "collective algorithm: auto, ring or rd (recursive doubling / latency-optimised)", KindWord("auto", "ring", "rd")},
+	{"FLEXLINK_ALGO_THRESHOLD", "65536", "message size in bytes below which auto picks the latency-optimised algorithm", KindBytes(0, maxInt)},
+	{"FLEXLINK_CHUNK_BYTES", "1048576", "pipeline chunk size of ring algorithms", KindBytes(0, maxInt)},
+	{"FLEXLINK_LINKS", "", "restrict the links used between a pair, e.g. nvlink or nvlink,pcie (empty: all)", KindList("nvlink", "pcie", "net", "shm", "tcp", "fake")},
+	{"FLEXLINK_CACHE_DIR", "", "where link profiles are cached (empty: the user's cache directory)", KindString()},
+	{"FLEXLINK_TOPO_FILE", "", "load the host topology from this file instead of detecting it (JSON, YAML or NCCL XML)", KindString()},
+	{"FLEXLINK_TOPO_DUMP_FILE", "", "write the detected host topology to this file", KindString()},
+	{"FLEXLINK_RAILS", "", "NIC names in rail order, comma-separated (mlx5_0,mlx5_1,...): NIC i is rail i on this host (empty: numbered by nearest GPU)", KindList()},
+	{"FLEXLINK_PXN", "2", "PXN routes across hosts, like NCCL_P2P_PXN_LEVEL: 0 off (each rank sends from its own NIC), 1 relay only for ranks whose GPU has no NIC near it, 2 rail-aligned (a message leaves from the NIC on its destination's rail, handed over NVLink or shm to the local rank that owns it); see docs/PXN.md", KindWord("0", "1", "2")},
+	{"FLEXLINK_GPU_PATH", "auto", "device-buffer collectives: auto (direct IPC path when every rank is on one host with peer access between all GPUs, else staged), direct, or staged (through pinned host memory and the host algorithms)", KindWord("auto", "direct", "staged")},
+	{"FLEXLINK_GPU_CHUNK_BYTES", "16777216", "largest pipeline chunk of the direct GPU allreduce (reduce of chunk k+1 overlaps the copies of chunk k)", KindBytes(64<<10, maxInt)},
+	{"FLEXLINK_GPU_COPY_STREAMS", "1", "direct GPU path: copy streams per peer that a large push is split over (one copy engine each)", KindInt(1, 16)},
+	{"FLEXLINK_GPU_ALLREDUCE", "read", "direct GPU allreduce when the flag kernel does not take it (see FLEXLINK_GPU_FLAG_BYTES): read (kernels read the peers' buffers over NVLink, copy engines push the results; takes the PCIe share), push (copy engines write into the peers' scratch, reductions read local memory only), or auto (push for blocks of 4 MiB and more)", KindWord("read", "push", "auto")},
+	{"FLEXLINK_GPU_ALLGATHER", "auto", "direct GPU allgather above the flag kernels' range: store (a kernel on this rank's SMs writes its block into every peer's recv over NVLink, and its own block in the same pass; takes the PCIe share; measured fastest on 2xH200), push (the same with copy engines), pull (a kernel reads every peer's send; NVLink only; measured fastest on 4xH200), or auto (store with 2 ranks, pull with more)", KindWord("store", "push", "pull", "auto")},
+	{"FLEXLINK_GPU_ALLTOALL", "auto", "direct GPU alltoall above the flag kernels' range: store (a kernel writes block j into peer j's recv; takes the PCIe share), push (the same with copy engines), pull (a kernel reads block Rank() of every peer's send; NVLink only), or auto (store with 2 ranks, pull with more)", KindWord("store", "push", "pull", "auto")},
+	{"FLEXLINK_GPU_FLAG_BYTES", "-1", "direct GPU path: largest allreduce (bytes) that runs on flag kernels (one per rank, or three for a two-shot call; SM stores into the peers' slots, counters in device memory, no host handshake); -1: auto (every size; beyond 2 ranks calls over FLEXLINK_GPU_FLAG_ONESHOT_BYTES run two-shot), 0: off", KindBytes(-1, maxInt)},
+	{"FLEXLINK_GPU_FLAG_COLL_BYTES", "-1", "direct GPU path: largest per-peer block (bytes) of a reduce-scatter, allgather or alltoall that runs as one flag kernel per rank (broadcasts and reduces: four times it) (no host handshake; larger ones take the copy-lane paths); -1: auto (4 MiB), 0: off. Needs the flag allreduce on (FLEXLINK_GPU_FLAG_BYTES not 0)", KindBytes(-1, maxInt)},
+	{"FLEXLINK_GPU_FLAG_ONESHOT_BYTES", "-1", "flag allreduce with more than two ranks: the largest call (bytes) that pushes the whole vector to every peer (one-shot: one kernel, the fewest steps); larger ones run as a reduce-scatter kernel then an allgather kernel (two-shot: each rank sends 2(n-1)/n of the vector instead of n-1 times it); -1: auto (2 MiB). With two ranks every call is one-shot (it moves as many bytes)", KindBytes(-1, maxInt)},
+	{"FLEXLINK_GPU_FLAG_BLOCKS", "128", "flag allreduce: most thread blocks per call (1 to 160, at most the GPU's SMs); each pushes and folds its own chunks", KindInt(1, 160)},
+	{"FLEXLINK_GPU_FLAG_PCIE_BLOCKS", "0", "flag allreduce with two ranks, calls of 32 MiB and more: thread blocks that move the balancer's PCIe share through pinned host memory beside the NVLink blocks; 0 (the default): NVLink only, because on 2xH200 the PCIe part did not pay reliably (docs/PERF.md); FLEXLINK_LINKS without pcie turns it off too", KindInt(0, 32)},
+	{"FLEXLINK_GPU_FLAG_REGION_BYTES", "134217728", "flag kernels: device memory per rank for the slots its peers push into, for calls of 32 MiB and more (split over peers x blocks x 2 slots: 512 KiB slots with 2 ranks and 128 blocks; larger slots amortise the per-chunk synchronisation); smaller calls use a second region of a quarter of it times (ranks-1)/ranks (64 KiB slots)", KindBytes(0, maxInt)},
+	{"FLEXLINK_GPU_KERNEL_TIMEOUT", "10m", "how long a flag kernel waits for a peer inside the GPU (counted from its start, so also how late a peer may come to a collective) before it gives up; the next call and DeviceComm.AsyncError then fail naming the peer; 0: no limit (a lost peer still ends the kernels when the job aborts)", KindDuration()},
+	{"FLEXLINK_PCIE_STAGING_BYTES", "67108864", "direct GPU path: bytes of the shared pinned host buffer per ordered GPU pair that stages the PCIe share of large pushes (one per peer on each rank; the PCIe part of a call is capped at it); 0: NVLink only", KindBytes(0, 1<<34)},
+	{"FLEXLINK_PCIE_SHARE", "", "direct GPU path: a fixed PCIe fraction (0 to 0.5) of every large push instead of the balancer's choice, for experiments (empty: the balancer decides, with FLEXLINK_LINKS and the profile cache)", KindFloat(0, 0.5)},
+	{"FLEXLINK_GPU_PTX", "", "path of a PTX file that replaces the embedded reduction kernels (kernel development; see gpu/kernels/README.md)", KindString()},
+	{"FLEXLINK_REQUIRE_GPU", "0", "tests: fail instead of skip when no GPU/libcuda is found (set by scripts/gpu-run.sh)", KindBool()},
+	{"FLEXLINK_REQUIRE_SYSTEM", "0", "tests: fail instead of skip when a system component (libcuda, OpenMPI, sshd, Slurm) is missing", KindBool()},
 }
 
 func lookup(name string) Setting {
@@ -88,6 +94,8 @@ func lookup(name string) Setting {
 }
 
 // Env reads variables; tests pass a map, programs pass os.LookupEnv.
+// Every getter checks the value against the setting's Kind; Validate
+// checks all of them at once.
 type Env func(string) (string, bool)
 
 // OS is the process environment.
@@ -99,6 +107,7 @@ func Map(m map[string]string) Env {
 }
 
 // String returns the setting's value, or its default when unset or empty.
+// It does not check the value: Validate does (or the typed getters).
 func (e Env) String(name string) string {
 	s := lookup(name)
 	if v, ok := e(name); ok && v != "" {
@@ -114,42 +123,142 @@ func (e Env) IsSet(name string) bool {
 	return ok && v != ""
 }
 
-// Int parses the setting as an integer.
+// Check checks the setting's value (its default when unset) against its
+// Kind; the error names the variable, the value and what is allowed.
+func (e Env) Check(name string) error {
+	return checkValue(lookup(name), e.String(name))
+}
+
+func checkValue(s Setting, v string) error {
+	if v == "" {
+		return nil
+	}
+	if err := s.Kind.Check(v); err != nil {
+		detail := ""
+		if err != errBad {
+			detail = " (" + err.Error() + ")"
+		}
+		return fmt.Errorf("%s=%q: want %s%s", s.Name, v, s.Kind.Allowed, detail)
+	}
+	return nil
+}
+
+// Int parses the setting as an integer (a size in bytes may carry a K, M
+// or G suffix) after checking it against the setting's Kind.
 func (e Env) Int(name string) (int, error) {
-	v := e.String(name)
+	s := lookup(name)
+	v := strings.TrimSpace(e.String(name))
 	if v == "" {
 		return 0, nil
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
+	if err := checkValue(s, v); err != nil {
+		return 0, err
+	}
+	var n int64
+	var err error
+	if s.Kind.bytes {
+		n, err = parseBytes(v)
+	} else {
+		n, err = strconv.ParseInt(v, 10, 64)
+	}
+	if err != nil || n != int64(int(n)) {
 		return 0, fmt.Errorf("%s=%q: not an integer", name, v)
 	}
-	return n, nil
+	return int(n), nil
 }
 
-// Duration parses the setting as a Go duration ("90s"); a bare number is seconds.
+// Duration parses the setting as a Go duration ("90s"); a bare number is
+// seconds. A negative or malformed value is an error naming the variable.
 func (e Env) Duration(name string) (time.Duration, error) {
+	s := lookup(name)
 	v := strings.TrimSpace(e.String(name))
-	if v == "" || v == "0" {
+	if v == "" {
 		return 0, nil
 	}
-	if n, err := strconv.ParseFloat(v, 64); err == nil {
-		return time.Duration(n * float64(time.Second)), nil
+	if err := checkValue(s, v); err != nil {
+		return 0, err
 	}
-	d, err := time.ParseDuration(v)
+	d, err := parseDuration(v)
 	if err != nil {
 		return 0, fmt.Errorf("%s=%q: not a duration", name, v)
 	}
 	return d, nil
 }
 
-// Bool is true for 1, true, yes, on (any case).
+// Bool is true for 1, true, yes, on (any case); anything else is false
+// (Validate reports a value that is neither yes nor no).
 func (e Env) Bool(name string) bool {
-	switch strings.ToLower(strings.TrimSpace(e.String(name))) {
-	case "1", "true", "yes", "on":
-		return true
+	b, _ := parseBool(e.String(name))
+	return b
+}
+
+// Validate checks every setting env sets against its Kind and returns
+// every problem at once (errors.Join), each naming the variable, its value
+// and what is allowed; nil when all are good.
+func Validate(env Env) error {
+	var errs []error
+	for _, s := range Table {
+		if v, ok := env(s.Name); ok && v != "" {
+			if err := checkValue(s, v); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
-	return false
+	return errors.Join(errs...)
+}
+
+// Warnings returns one line for each FLEXLINK_ variable of environ
+// ("NAME=value" strings, as os.Environ returns them) that Table does not
+// declare, naming the declared setting nearest to it; a program logs them
+// at WARN (a typo would otherwise be silently ignored).
+func Warnings(environ []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "FLEXLINK_") || seen[name] || known(name) {
+			continue
+		}
+		seen[name] = true
+		out = append(out, fmt.Sprintf("%s is not a flexlink setting (did you mean %s?); it is ignored", name, nearest(name)))
+	}
+	return out
+}
+
+func known(name string) bool {
+	return slices.ContainsFunc(Table, func(s Setting) bool { return s.Name == name })
+}
+
+// nearest is the declared name with the smallest edit distance to name.
+func nearest(name string) string {
+	best, bestD := "", math.MaxInt
+	for _, s := range Table {
+		if d := editDistance(name, s.Name); d < bestD {
+			best, bestD = s.Name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // Markdown renders Table as the README's settings table.

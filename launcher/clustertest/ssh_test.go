@@ -164,11 +164,11 @@ func TestSSHRankKilled(t *testing.T) {
 	if took := p.end.Sub(killed); took > 3*time.Second {
 		t.Errorf("flexrun ended %v after the kill, want within 3 s", took)
 	}
-	// The others still running are terminated: three, or fewer where a
-	// rank's collective has already failed on the lost peer and it exited
-	// before flexrun saw rank 3 end (a loaded machine).
-	want := regexp.MustCompile(regexp.QuoteMeta(fmt.Sprintf("flexrun: rank 3 (host %s, pid %d) was killed by signal 9 (killed); terminating ", c.hosts[1], pid)) +
-		`[0-3] other ranks?\n`)
+	// The first line names rank 3; the others still running are
+	// terminated, and those whose collective failed on the lost peer
+	// first are named on a second line.
+	want := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(fmt.Sprintf("flexrun: rank 3 (host %s, pid %d) was killed by signal 9 (killed)", c.hosts[1], pid)) +
+		`(; terminating [1-3] other ranks?)?\n(flexrun: ranks? [0-2](, [0-2])* stopped: peer rank 3 lost\n)?`)
 	if code != 137 || !want.MatchString(p.err.String()) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 137 and %q", code, p.err.String(), want)
 	}
@@ -193,10 +193,10 @@ func TestSSHConnectionKilled(t *testing.T) {
 	if took := p.end.Sub(killed); took > 3*time.Second {
 		t.Errorf("flexrun ended %v after the kill, want within 3 s", took)
 	}
-	// Ranks 0 and 1 are terminated unless their collective failed on the
-	// lost ranks and they exited first (as in TestSSHRankKilled).
-	want := regexp.MustCompile(regexp.QuoteMeta(fmt.Sprintf("flexrun: host %s lost: ssh to %s was killed by signal 9 (killed) (ranks 2, 3 gone with it); terminating ", c.hosts[1], c.hosts[1])) +
-		`[0-2] other ranks?\n`)
+	// Ranks 0 and 1 are terminated, or named on a second line where their
+	// collective failed on the lost ranks first (as in TestSSHRankKilled).
+	want := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(fmt.Sprintf("flexrun: host %s lost: ssh to %s was killed by signal 9 (killed) (ranks 2, 3 gone with it)", c.hosts[1], c.hosts[1])) +
+		`(; terminating [1-2] other ranks?)?\n(flexrun: ranks? [0-1](, 1)? stopped: peer host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost\n)?`)
 	if code != 1 || !want.MatchString(p.err.String()) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and %q", code, p.err.String(), want)
 	}

@@ -2,14 +2,21 @@
 // until it is killed, the job fails, or -iters is reached: a job that
 // stays up for failure tests.
 //
-//	spin [-iters N] [-env VAR,...]
+//	spin [-iters N] [-env VAR,...] [-tick D] [-fail-rank R -fail-after D -fail-code C] [-lost-code C]
 //
 // prints "joined rank R of N host H pid P" and then VAR=value for each
-// -env variable (unset: VAR unset), on one line.
+// -env variable (unset: VAR unset), on one line. An allreduce that fails
+// because a peer was lost ends the rank with -lost-code (by default
+// launcher.ExitPeerLost, which tells flexrun that this rank is not the
+// job's cause), any other failure with 3; -fail-rank's rank exits with
+// -fail-code at its first iteration -fail-after past the joined line, but
+// not before the first allreduce is done (its peers are then inside the
+// next allreduce, waiting for it).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,12 +24,18 @@ import (
 	"time"
 
 	"flexlink/dtype"
+	"flexlink/launcher"
 	"flexlink/rank"
 )
 
 func main() {
 	iters := flag.Int("iters", 0, "allreduces to run (0: until killed)")
 	vars := flag.String("env", "", "comma-separated variables to print after the joined line")
+	tick := flag.Duration("tick", 20*time.Millisecond, "one allreduce per tick (0: back to back)")
+	failRank := flag.Int("fail-rank", -1, "rank that exits with -fail-code after -fail-after")
+	failAfter := flag.Duration("fail-after", 0, "when -fail-rank exits, counted from its joined line")
+	failCode := flag.Int("fail-code", 3, "exit code of -fail-rank")
+	lostCode := flag.Int("lost-code", launcher.ExitPeerLost, "exit code when an allreduce fails because a peer was lost")
 	flag.Parse()
 	ctx := context.Background()
 	comm, err := rank.Init(ctx)
@@ -44,21 +57,36 @@ func main() {
 		}
 	}
 	fmt.Println(line)
+	failAt := time.Now().Add(*failAfter)
 	buf := []float64{1}
 	// One allreduce per tick: the program stays busy for as long as a test
 	// needs it without spinning the machine's two cores.
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
+	var tickC <-chan time.Time
+	if *tick > 0 {
+		t := time.NewTicker(*tick)
+		defer t.Stop()
+		tickC = t.C
+	}
 	for i := 0; *iters == 0 || i < *iters; i++ {
+		// Not before the first allreduce is done: its links are up then,
+		// and the peers' errors say that a peer was lost.
+		if comm.Rank() == *failRank && i > 0 && !time.Now().Before(failAt) {
+			os.Exit(*failCode)
+		}
 		buf[0] = 1
 		if err := comm.AllReduce(ctx, rank.Of(buf), rank.Of(buf), dtype.Sum); err != nil {
 			fmt.Fprintf(os.Stderr, "spin: rank %d: %v\n", comm.Rank(), err)
+			if errors.Is(err, rank.ErrPeerLost) {
+				os.Exit(*lostCode)
+			}
 			os.Exit(3)
 		}
 		if buf[0] != float64(comm.Size()) {
 			fmt.Fprintf(os.Stderr, "spin: rank %d: allreduce gave %v, want %d\n", comm.Rank(), buf[0], comm.Size())
 			os.Exit(4)
 		}
-		<-tick.C
+		if tickC != nil {
+			<-tickC
+		}
 	}
 }

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// durationValue is a duration flag's value: a Go duration of zero or
+// more. A bare number is refused with a hint (is "--timeout 2" seconds or
+// minutes?), and so is a negative duration.
+type durationValue struct{ d time.Duration }
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return errors.New("want a duration like 2s, 90s, 1m30s or 500ms")
+	case d < 0:
+		return errors.New("want a duration of 0 or more")
+	}
+	v.d = d
+	return nil
+}
+
+func (v *durationValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+// durationFlag declares a duration flag with its default; defaultText,
+// when set, replaces the default in the help.
+func durationFlag(name string, def time.Duration, usage, defaultText string) cli.Flag {
+	return &cli.GenericFlag{Name: name, Value: &durationValue{d: def}, Usage: usage, DefaultText: defaultText}
+}
+
+// duration reads a flag declared by durationFlag.
+func duration(c *cli.Context, name string) time.Duration {
+	if v, ok := c.Generic(name).(*durationValue); ok {
+		return v.d
+	}
+	return 0
+}

@@ -130,7 +130,7 @@ func (c *Comm) runP2P(ps []p2p) error {
 			continue
 		}
 		if dev {
-			b, err := c.lib.devBuffer(c.gpuDev, p.w, p.ptr, p.bytes)
+			b, err := c.lib.devBuffer(c.gpuDev, p.w.region(p.send), p.ptr, p.bytes)
 			if err != nil {
 				return err
 			}
@@ -153,11 +153,11 @@ func (c *Comm) runP2P(ps []p2p) error {
 			return fail(InvalidUsage, "rank %d: a send of %d bytes to itself meets a receive of %d bytes", c.rank, s.bytes, r.bytes)
 		}
 		if dev {
-			src, err := c.lib.devBuffer(c.gpuDev, s.w, s.ptr, s.bytes)
+			src, err := c.lib.devBuffer(c.gpuDev, s.w.sendReg, s.ptr, s.bytes)
 			if err != nil {
 				return err
 			}
-			dst, err := c.lib.devBuffer(c.gpuDev, r.w, r.ptr, r.bytes)
+			dst, err := c.lib.devBuffer(c.gpuDev, r.w.recvReg, r.ptr, r.bytes)
 			if err != nil {
 				return err
 			}
@@ -234,12 +234,12 @@ func (c *Comm) runDevice(w *work) error {
 	var send, recv *gpu.Buffer
 	var err error
 	if w.sendN > 0 {
-		if send, err = c.lib.devBuffer(dv, w, call.Send, w.sendN); err != nil {
+		if send, err = c.lib.devBuffer(dv, w.sendReg, call.Send, w.sendN); err != nil {
 			return err
 		}
 	}
 	if w.recvN > 0 {
-		if recv, err = c.lib.devBuffer(dv, w, call.Recv, w.recvN); err != nil {
+		if recv, err = c.lib.devBuffer(dv, w.recvReg, call.Recv, w.recvN); err != nil {
 			return err
 		}
 	}
@@ -261,15 +261,13 @@ func (c *Comm) runDevice(w *work) error {
 	return fail(InternalError, "%s is not a collective", call.Kind)
 }
 
-// devBuffer turns a caller's device pointer into a gpu.Buffer: a range of
-// an ncclMemAlloc'd buffer, or of the foreign allocation that holds it
-// (one Buffer per allocation base, so the direct plane's mapping cache
-// sees the same allocation each time).
-func (l *Library) devBuffer(dv *gpu.Device, w *work, p unsafe.Pointer, n int) (*gpu.Buffer, error) {
-	reg := w.recvReg
-	if p == w.call.Send {
-		reg = w.sendReg
-	}
+// devBuffer turns a caller's device pointer p, located in reg, into a
+// gpu.Buffer: a range of an ncclMemAlloc'd buffer, or of the foreign
+// allocation that holds it (one Buffer per allocation base, so the direct
+// plane's mapping cache sees the same allocation each time). The region is
+// the one located for that argument: a non-root's broadcast passes the
+// same pointer as send and recv, and only recv was located.
+func (l *Library) devBuffer(dv *gpu.Device, reg Region, p unsafe.Pointer, n int) (*gpu.Buffer, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	whole := l.allocs[reg.Base]
@@ -314,3 +312,11 @@ func preMul(b []byte, dt dtype.DType, scalar float64) ([]byte, error) {
 
 var _ = context.Background
 var _ = fmt.Sprint
+
+// region is where w's send (send) or receive buffer was located.
+func (w *work) region(send bool) Region {
+	if send {
+		return w.sendReg
+	}
+	return w.recvReg
+}

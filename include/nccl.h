@@ -12,6 +12,12 @@
 
 #ifndef FLEXLINK_NCCL_NO_CUDA
 #include <cuda_runtime.h>
+/* As NCCL's header does: programs written against NCCL use half (and,
+ * from CUDA 11, __nv_bfloat16) without including these themselves. */
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
 #else
 /* Host-only builds (flexlink's CI): a stream is an opaque pointer. */
 typedef struct CUstream_st *cudaStream_t;

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"flexlink/internal/errs"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -16,7 +18,7 @@ import (
 // names another rank). flexrun then never names it as a job's cause while
 // another rank's failure can be. 75 is EX_TEMPFAIL of sysexits.h: running
 // the job again may succeed.
-const ExitPeerLost = 75
+const ExitPeerLost = errs.ExitPeerLost
 
 // endKind says how a rank ended, as far as naming the cause goes.
 type endKind int

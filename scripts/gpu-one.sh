@@ -24,6 +24,7 @@ OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 mode=${1:-tests}
 NP=1
+PTXOUT=${PTXOUT:-/tmp/flexlink-ptx} # the PTX stays on the machine: $OUT holds at most 8 files
 . "$(dirname "$0")/gpu-common.sh"
 export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
@@ -67,10 +68,10 @@ tests)
 	grep -h '#wrong total' "$OUT"/bench-*.log
 	;;
 nccl)
-	OUT=$OUT/nccl NCCL_STEPS="g1 np2" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
+	OUT=$OUT/nccl NCCL_STEPS="${NCCL_STEPS:-g1 np2}" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
 	;;
 torch)
-	OUT=$OUT/nccl NCCL_STEPS="torch" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
+	OUT=$OUT/nccl NCCL_STEPS="${NCCL_STEPS:-torch}" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
 	;;
 *)
 	echo "gpu-one.sh: unknown mode $mode (tests, nccl, torch)" >&2

@@ -24,8 +24,14 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NCCL_DIR=$(cd "${2:-$ROOT/build/nccl}" && pwd)
 OUT=${OUT:-$PWD/nccl-device-out}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-MPI_HOME=${MPI_HOME:-$(dirname "$(dirname "$(command -v mpicc)")")}
-TESTS="all_reduce all_gather reduce_scatter alltoall sendrecv broadcast"
+# Ubuntu keeps OpenMPI's headers and libraries under /usr/lib/<arch>/openmpi:
+# ask mpicc where mpi.h is.
+if [ -z "${MPI_HOME:-}" ]; then
+  inc=$(mpicc -showme:incdirs 2>/dev/null | tr ' ' '\n' | while read -r d; do [ -f "$d/mpi.h" ] && echo "$d" && break; done)
+  MPI_HOME=$(dirname "${inc:-$(dirname "$(command -v mpicc)")/include}")
+fi
+GENCODE=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90} # the machine's GPUs only: the build takes minutes for every arch
+TESTS=${NCCL_TESTS:-all_reduce all_gather reduce_scatter alltoall sendrecv broadcast}
 ARGS="-b 8 -e 256M -f 4 -c 1"
 STEPS=${NCCL_STEPS:-g1 np2 np4 torch} # which parts run (gpu-one.sh splits them over device calls)
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -43,7 +49,7 @@ ln -sfn "$NCCL_DIR/lib" "$HDR/lib"
 build() { # name nccl_home
   local b=$OUT/nccl-tests-$1
   rm -rf "$b" && cp -r "$SRC" "$b"
-  make -C "$b/src" -j16 MPI=1 MPI_HOME="$MPI_HOME" NCCL_HOME="$2" CUDA_HOME="$CUDA_HOME" >"$OUT/build-$1.log" 2>&1 ||
+  make -C "$b/src" -j16 MPI=1 MPI_HOME="$MPI_HOME" NCCL_HOME="$2" CUDA_HOME="$CUDA_HOME" NVCC_GENCODE="$GENCODE" >"$OUT/build-$1.log" 2>&1 ||
     { echo "build of nccl-tests against $1 failed: see $OUT/build-$1.log"; return 1; }
 }
 
@@ -54,14 +60,18 @@ check() { # label log
     summary+=("PASS $1 ($(grep -E '# Avg bus bandwidth' "$2" | sed 's/.*: *//') GB/s avg busbw)")
   else
     summary+=("FAIL $1: see $2 ${wrong}")
+    echo "== FAIL $1: the end of $2"
+    grep -v '^ *$' "$2" | tail -25
   fi
 }
 
 OURS=0 SYS=0
 if has g1 || has np2 || has np4; then
-  build ours "$HDR" && OURS=1
   NCCL_SYS=${NCCL_SYS:-/usr}
-  has g1 && build system "$NCCL_SYS" && SYS=1
+  build ours "$HDR" &
+  pours=$!
+  if has g1; then build system "$NCCL_SYS" && SYS=1; fi
+  wait $pours && OURS=1
 fi
 
 for t in $TESTS; do

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"flexlink/dtype"
+	"flexlink/rank"
 )
 
 func main() {
@@ -62,7 +63,7 @@ func main() {
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "flexbench:", err)
-		os.Exit(1)
+		os.Exit(rank.ExitCode(err))
 	}
 }
 

@@ -23,7 +23,7 @@ func main() {
 	flag.Parse()
 	if err := run(*tp, *count); err != nil {
 		fmt.Fprintln(os.Stderr, "modelparallel:", err)
-		os.Exit(1)
+		os.Exit(rank.ExitCode(err))
 	}
 }
 

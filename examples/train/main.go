@@ -30,7 +30,7 @@ func main() {
 	flag.Parse()
 	if err := run(*epochs, *samples, *features, *batchSize, *lr, *seed, *check); err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(1)
+		os.Exit(rank.ExitCode(err))
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -55,12 +57,12 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 	defer runtime.KeepAlive(probe)
 	m1 := h.marshal()
 	if _, err := conn.Write(m1); err != nil {
-		return nil, fmt.Errorf("send hello to pid %d: %w", pid, err)
+		return nil, fmt.Errorf("send hello to pid %d: %w", pid, lostIfGone(err))
 	}
 	m2, fds, err := readPacket(conn)
 	closeFds(fds)
 	if err != nil {
-		return nil, fmt.Errorf("read proof from pid %d: %w", pid, err)
+		return nil, fmt.Errorf("read proof from pid %d: %w", pid, lostIfGone(err))
 	}
 	if len(m2) != m2Body+macBytes || !hmac.Equal(m2[m2Body:], proof(e.cfg.Secret, "listener", m1, m2[:m2Body])) {
 		return nil, fmt.Errorf("process %d at shm socket @%s did not prove job membership: %w", pid, name, errs.ErrAuth)
@@ -75,12 +77,12 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 	_, _, err = conn.WriteMsgUnix(m3, unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
-		return nil, fmt.Errorf("send segment to pid %d: %w", pid, err)
+		return nil, fmt.Errorf("send segment to pid %d: %w", pid, lostIfGone(err))
 	}
 	m4, fds, err := readPacket(conn)
 	closeFds(fds)
 	if err != nil {
-		return nil, fmt.Errorf("wait for rank %d (pid %d) to accept: %w", peer, pid, err)
+		return nil, fmt.Errorf("wait for rank %d (pid %d) to accept: %w", peer, pid, lostIfGone(err))
 	}
 	if len(m4) != 2 || m4[0] != 0 || m4[1] > 1 {
 		return nil, fmt.Errorf("rank %d (pid %d) refused the link: %q", peer, pid, m4)
@@ -222,4 +224,14 @@ func (e *endpoint) cmaConfig(peerPulls, wePull bool) cmaConfig {
 		c.recv, c.read = true, e.readv
 	}
 	return c
+}
+
+// lostIfGone marks a handshake error caused by the peer going away (its end
+// of the socket closed or reset) as errs.ErrPeerLost, so callers and
+// flexrun tell a lost peer from a local failure.
+func lostIfGone(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %w", err, errs.ErrPeerLost)
+	}
+	return err
 }

@@ -59,6 +59,15 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	if opt.JobID == "" {
 		opt.JobID = "job" + strconv.Itoa(os.Getpid())
 	}
+	// Every FLEXLINK_* value is checked once, here, before anything uses it.
+	if err := settings.Validate(opt.Env); err != nil {
+		return nil, fmt.Errorf("rank %d on %s: %w", store.Rank(), opt.Host, err)
+	}
+	if store.Rank() == 0 {
+		for _, w := range settings.Warnings(os.Environ()) {
+			opt.Logger.Warn(w)
+		}
+	}
 	mode := opt.Env.String("FLEXLINK_TRANSPORT")
 	if err := transports.CheckMode(mode); err != nil {
 		return nil, err

@@ -21,3 +21,8 @@ var (
 	// ErrClosed: the object was closed.
 	ErrClosed = errors.New("closed")
 )
+
+// ExitPeerLost is the exit status a rank program ends with when it failed
+// only because a peer was lost (EX_TEMPFAIL); flexrun then reports it as a
+// consequence, not as the job's cause. rank.ExitCode picks it.
+const ExitPeerLost = 75

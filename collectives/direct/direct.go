@@ -5,14 +5,34 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"flexlink/collectives"
 	"flexlink/collectives/plane"
+	"flexlink/fabric"
+	"flexlink/fabric/nvlink"
 	"flexlink/gpu"
 )
 
 // The direct plane: ranks of one host whose GPUs reach each other read and
 // write each other's user buffers (CUDA IPC mappings) with copy engines and
 // reduction kernels. What follows is the per-call protocol; the data
-// movement of each collective is in gpu_direct_ops.go.
+// movement of each collective is in ops.go (reductions) and moves.go
+// (allgather, alltoall, broadcast, group).
+//
+// # Who owns what
+//
+// directPlane runs the protocol and the algorithms; each part it drives
+// owns its state:
+//
+//   - peers: the host links, the device, the rank and size, the trace hook
+//     (shared, read-only after setup, by every part below);
+//   - eventSet (events.go): the protocol's IPC events;
+//   - nvlink.Window (fabric/nvlink): the peers' buffers, mapped;
+//   - laneSet (lanes.go): the copy lanes and how a push uses them;
+//   - pcieState (pcie*.go): the PCIe share of large pushes;
+//   - flagPlane (flag*.go): the flag kernels, which bypass this protocol;
+//   - linkStats (stats.go): the bytes per link for LinkShares;
+//   - callSeq, moveModes, pushScratch: call numbers, the allgather and
+//     alltoall modes, the push allreduce's scratch.
 //
 // # Ordering across processes
 //
@@ -25,7 +45,7 @@ import (
 //  3. s waits on every peer's ready_j (their opened IPC events): the work
 //     below touches peer memory only once the peer's earlier work is done.
 //  4. the work is enqueued on s (and on i's copy streams, joined back to s;
-//     the PCIe share of large pushes is staged D2H, see gpu_pcie.go).
+//     the PCIe share of large pushes is staged D2H, see pcie.go).
 //  5. s records done_i→j for every peer j: "i has finished reading j's
 //     buffers and writing into them" (apart from the staged PCIe part).
 //  6. i sends each peer a "done" message (with the staging table, if any)
@@ -60,67 +80,49 @@ import (
 // The test TestGPUEventRecordOrder checks this on the fake driver from a log
 // of every record and wait.
 type directPlane struct {
-	c        plane.Host
-	cfg      Config
-	dev      *gpu.Device
-	n, me    int
-	ipc      *ipcCache
-	ready    *gpu.Event     // mine
-	done     []*gpu.Event   // done[j]: mine toward peer j
-	pReady   []*gpu.Event   // pReady[j]: peer j's ready, opened here
-	pDone    []*gpu.Event   // pDone[j]: peer j's done toward me, opened here
-	lanes    []*lanes       // copy streams toward each peer (nil for me)
-	width    int            // lanes per group (FLEXLINK_GPU_COPY_STREAMS)
-	startEv  *gpu.Event     // recorded on s to release the copy lanes
-	chunkEv  *gpu.Event     // recorded on s after each reduced chunk
-	pushEv   [][]*gpu.Event // pushEv[j][k]: mine, "chunk k of my push to j has landed"
-	pPush    [][]*gpu.Event // pPush[j][k]: peer j's pushEv toward me, opened here
-	scratch  *gpu.Buffer    // where peers push for the push allreduce (grown on demand)
-	retired  []*gpu.Buffer  // outgrown scratch, freed at close (peers may still map it)
-	arMode   string         // FLEXLINK_GPU_ALLREDUCE
-	agPull   bool           // FLEXLINK_GPU_ALLGATHER=pull (gpu_direct_pull.go)
-	a2aPull  bool           // FLEXLINK_GPU_ALLTOALL=pull
-	agStore  bool           // FLEXLINK_GPU_ALLGATHER=store: the pushes' NVLink part as kernel stores
-	a2aStore bool           // FLEXLINK_GPU_ALLTOALL=store
-	stores   bool           // this call's lane copies are kernels (copyOn)
-	calls    uint64         // calls so far (sent in messages, for the trace)
-	pairSeq  []uint64       // calls so far with each peer (in the tags)
-	lastDone []uint64       // each peer's call number in its last done message (trace)
-	chunkMax int
-	px       pcieState  // the PCIe share of large pushes (gpu_pcie*.go)
-	flag     *flagPlane // the flag allreduce (gpu_flag.go); nil when off
+	*peers
+	ipc      *nvlink.Window // peers' buffers mapped here, this rank's exported
+	ev       *eventSet      // the protocol's IPC events
+	lanes    *laneSet       // copy lanes toward each peer
+	px       *pcieState     // the PCIe share of large pushes (pcie*.go)
+	flag     *flagPlane     // the flag kernels (flag*.go); nil when off
+	stats    *linkStats     // bytes per link, for LinkShares
+	seq      callSeq
+	modes    moveModes   // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
+	scratch  pushScratch // where peers push for the push allreduce (ops.go)
+	chunkMax int         // FLEXLINK_GPU_CHUNK_BYTES
+}
+
+// peers is what every part of the plane shares: the host side of the
+// communicator, this rank's device, the ranks, and the trace hook. It is
+// set up once; the parts hold the same pointer.
+type peers struct {
+	c     plane.Host
+	dev   *gpu.Device
+	n, me int
 
 	// trace, when set (tests), sees every record and wait of an IPC event.
 	trace func(traceRec)
 }
 
-// traceRec is one record or wait of an IPC event: by rank actor, on the
-// event owned by owner (toward peer to: a done event; -1: the ready event),
-// for owner's call number call.
-type traceRec struct {
-	actor, owner, to int
-	chunk            int // push events: the chunk; pcie slot k: -2-k; -1 otherwise
-	call             uint64
-	wait             bool
+// callSeq numbers the handshake calls.
+type callSeq struct {
+	calls    uint64   // calls so far (sent in messages, for the trace)
+	pairSeq  []uint64 // calls so far with each peer (in the tags)
+	lastDone []uint64 // each peer's call number in its last done message (trace)
 }
 
 func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, err error) {
 	n := c.Size()
-	chunk, width, mode := cfg.ChunkBytes, cfg.CopyStreams, cfg.AllReduce
-	agPull, agStore, err := moveSetting(cfg.AllGather, "FLEXLINK_GPU_ALLGATHER", n)
+	modes, err := readModes(cfg, n)
 	if err != nil {
 		return nil, err
 	}
-	a2aPull, a2aStore, err := moveSetting(cfg.AllToAll, "FLEXLINK_GPU_ALLTOALL", n)
-	if err != nil {
-		return nil, err
-	}
-	p = &directPlane{c: c, cfg: cfg, dev: dev, n: n, me: c.Rank(), chunkMax: chunk, width: width, arMode: mode,
-		agPull: agPull, a2aPull: a2aPull, agStore: agStore, a2aStore: a2aStore,
-		ipc:  newIPCCache(dev, n, c.PeerHost),
-		done: make([]*gpu.Event, n), pReady: make([]*gpu.Event, n), pDone: make([]*gpu.Event, n),
-		lanes: make([]*lanes, n), pushEv: make([][]*gpu.Event, n), pPush: make([][]*gpu.Event, n),
-		pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}
+	pr := &peers{c: c, dev: dev, n: n, me: c.Rank()}
+	stats := &linkStats{}
+	p = &directPlane{peers: pr, chunkMax: cfg.ChunkBytes, modes: modes, stats: stats,
+		ipc: nvlink.NewWindow(dev, n, c.PeerHost), px: &pcieState{peers: pr, stats: stats},
+		seq: callSeq{pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}}
 	made := p // p is nil in the deferred call after "return nil, err"
 	defer func() {
 		if err != nil {
@@ -130,98 +132,14 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 	if err = p.px.settings(cfg.PCIe); err != nil {
 		return nil, err
 	}
-	if p.ready, err = dev.NewIPCEvent(); err != nil {
+	if p.ev, err = newEventSet(pr); err != nil {
 		return nil, err
 	}
-	if p.startEv, err = dev.NewEvent(false); err != nil {
+	if p.lanes, err = newLaneSet(pr, cfg.CopyStreams, stats); err != nil {
 		return nil, err
 	}
-	if p.chunkEv, err = dev.NewEvent(false); err != nil {
-		return nil, err
-	}
-	for j := 0; j < n; j++ {
-		if j == p.me {
-			continue
-		}
-		if p.done[j], err = dev.NewIPCEvent(); err != nil {
-			return nil, err
-		}
-		if p.lanes[j], err = newLanes(dev, width); err != nil {
-			return nil, err
-		}
-		p.pushEv[j] = make([]*gpu.Event, pushChunks)
-		for k := range p.pushEv[j] {
-			if p.pushEv[j][k], err = dev.NewIPCEvent(); err != nil {
-				return nil, err
-			}
-		}
-	}
+	p.px.lanes = p.lanes
 	return p, nil
-}
-
-// eventBlobBytes is the size of one rank's event handles in the setup
-// exchange: ready, then done toward each rank, then the push events toward
-// each rank (zeros where the rank is itself).
-func eventBlobBytes(n int) int { return (1 + n + n*pushChunks) * gpu.IPCHandleSize }
-
-func (p *directPlane) putEventHandles(b []byte) error {
-	hs := gpu.IPCHandleSize
-	put := func(slot int, e *gpu.Event) error {
-		h, err := e.IPCHandle()
-		copy(b[slot*hs:], h)
-		return err
-	}
-	if err := put(0, p.ready); err != nil {
-		return err
-	}
-	for j := 0; j < p.n; j++ {
-		if j == p.me {
-			continue
-		}
-		if err := put(1+j, p.done[j]); err != nil {
-			return err
-		}
-		for k, e := range p.pushEv[j] {
-			if err := put(1+p.n+j*pushChunks+k, e); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// openPeerEvents opens, for every peer, its ready event and its done and
-// push events toward this rank, from the setup exchange (stride bytes per
-// rank: a verdict byte, then the handles).
-func (p *directPlane) openPeerEvents(all []byte, stride int) error {
-	hs := gpu.IPCHandleSize
-	for j := 0; j < p.n; j++ {
-		if j == p.me {
-			continue
-		}
-		b := all[j*stride+1 : (j+1)*stride]
-		open := func(slot int, what string) (*gpu.Event, error) {
-			e, err := p.dev.OpenIPCEvent(b[slot*hs : (slot+1)*hs])
-			if err != nil {
-				return nil, fmt.Errorf("open rank %d's %s event (on %s): %w", j, what, p.c.PeerHost(j), err)
-			}
-			return e, nil
-		}
-		var err error
-		if p.pReady[j], err = open(0, "ready"); err != nil {
-			return err
-		}
-		if p.pDone[j], err = open(1+p.me, "done"); err != nil {
-			return err
-		}
-		p.pPush[j] = make([]*gpu.Event, pushChunks)
-		for k := range p.pPush[j] {
-			if p.pPush[j][k], err = open(1+p.n+p.me*pushChunks+k, "push"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func (p *directPlane) close() error {
@@ -231,61 +149,50 @@ func (p *directPlane) close() error {
 			first = err
 		}
 	}
-	for _, l := range p.lanes {
-		if l != nil {
-			keep(l.close())
-		}
+	if p.lanes != nil {
+		keep(p.lanes.close())
 	}
-	keep(p.closePCIe())
+	keep(p.px.close())
 	if p.flag != nil {
 		keep(p.flag.close())
 		p.flag = nil
 	}
-	keep(p.ipc.close())
-	if p.scratch != nil {
-		p.retired = append(p.retired, p.scratch)
-		p.scratch = nil
-	}
-	for _, b := range p.retired {
-		keep(b.Free())
-	}
-	p.retired = nil
-	sets := [][]*gpu.Event{{p.ready, p.startEv, p.chunkEv}, p.done, p.pReady, p.pDone}
-	sets = append(append(sets, p.pushEv...), p.pPush...)
-	for _, set := range sets {
-		for _, e := range set {
-			if e != nil {
-				keep(e.Close())
-			}
-		}
+	keep(p.ipc.Close())
+	keep(p.scratch.close())
+	if p.ev != nil {
+		keep(p.ev.close())
 	}
 	return first
 }
 
 // do runs one call: handshake, work, handshake (see the type's comment).
 func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
-	if err := p.flagError(); err != nil {
+	if err := p.flag.err(); err != nil {
 		return err
 	}
-	if p.flag.takes(o) || p.flagP2P(o) {
-		return p.flagCall(o, s)
+	if p.flag.takes(o) || p.flag.p2p(o) {
+		return p.flag.call(o, s)
 	}
 	peers := p.peersOf(o)
-	p.calls++
-	call := p.calls
+	p.seq.calls++
+	call := p.seq.calls
 	push := o.Kind == plane.AllReduce && p.pushPlan(o).ok
 	if push {
 		if err := p.prepPush(o); err != nil {
 			return err
 		}
 	}
-	if err := p.pcieBegin(o, peers); err != nil {
+	p.stats.begin()
+	b := 0
+	if p.px.tx != nil && o.Kind != plane.Group {
+		b = p.pushBytes(o)
+	}
+	if err := p.px.begin(peers, call, b); err != nil {
 		return err
 	}
 	// Records are noted before they happen and waits after, so the trace
 	// test sees every overlap the protocol might allow.
-	p.note(traceRec{actor: p.me, owner: p.me, to: -1, chunk: -1, call: call})
-	if err := s.Record(p.ready); err != nil {
+	if err := p.ev.recordReady(s, call); err != nil {
 		return err
 	}
 	out, inLen, err := p.readyMessages(o, peers, call)
@@ -297,12 +204,11 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 		return err
 	}
 	for _, j := range peers {
-		if err := s.Wait(p.pReady[j]); err != nil {
+		if err := p.ev.waitReady(s, j, binary.LittleEndian.Uint64(in[j])); err != nil {
 			return err
 		}
-		p.note(traceRec{actor: p.me, owner: j, to: -1, chunk: -1, call: binary.LittleEndian.Uint64(in[j]), wait: true})
 	}
-	if err := p.pcieReady(s, in, peers); err != nil {
+	if err := p.px.ready(s, in, peers); err != nil {
 		return err
 	}
 	if push {
@@ -311,30 +217,33 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 		err = p.work(o, s, in)
 	}
 	if err == nil {
-		err = p.pcieFinish(s)
+		err = p.px.finish(s)
 	}
 	if err != nil {
 		return err
 	}
 	for _, j := range peers {
-		p.note(traceRec{actor: p.me, owner: p.me, to: j, chunk: -1, call: call})
-		if err := s.Record(p.done[j]); err != nil {
+		if err := p.ev.recordDone(s, j, call); err != nil {
 			return err
 		}
-		out[j], inLen[j] = p.doneMessage(j, call, out[j][:0]), p.doneLen(j)
+		out[j], inLen[j] = p.px.doneMessage(j, call, out[j][:0]), p.px.doneLen(j)
 	}
 	if in, err = p.exchange(ctx, phaseDone, o, peers, out, inLen); err != nil {
 		return err
 	}
 	for _, j := range peers {
-		if err := s.Wait(p.pDone[j]); err != nil {
+		theirs := binary.LittleEndian.Uint64(in[j])
+		if err := p.ev.waitDone(s, j, theirs); err != nil {
 			return err
 		}
-		p.lastDone[j] = binary.LittleEndian.Uint64(in[j])
-		p.note(traceRec{actor: p.me, owner: j, to: p.me, chunk: -1, call: p.lastDone[j], wait: true})
-		p.pairSeq[j]++
+		p.seq.lastDone[j] = theirs
+		p.seq.pairSeq[j]++
 	}
-	return p.pcieReceive(s, o, in, peers)
+	if err := p.px.receive(s, o.Recv, in, peers); err != nil {
+		return err
+	}
+	p.stats.end()
+	return nil
 }
 
 // rotated lists the peers from the next rank on: Rank()+1, Rank()+2, ...
@@ -343,7 +252,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 // switch (NVSwitch) no GPU serves three readers or writers while another
 // idles, as happened with every rank starting at rank 0 (measured on
 // 4xH200: reduce-scatter reading at 167 GB/s per GPU, docs/PERF.md).
-func (p *directPlane) rotated() []int {
+func (p *peers) rotated() []int {
 	peers := make([]int, 0, p.n-1)
 	for i := 1; i < p.n; i++ {
 		peers = append(peers, (p.me+i)%p.n)
@@ -351,7 +260,7 @@ func (p *directPlane) rotated() []int {
 	return peers
 }
 
-func (p *directPlane) note(r traceRec) {
+func (p *peers) note(r traceRec) {
 	if p.trace != nil {
 		p.trace(r)
 	}
@@ -382,12 +291,7 @@ func (p *directPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 
 // Quiesce waits for this rank's flag kernels, which the peers' kernels write
 // into, to end (plane.Plane).
-func (p *directPlane) Quiesce() error {
-	if p.flag == nil {
-		return nil
-	}
-	return p.flag.quiesce()
-}
+func (p *directPlane) Quiesce() error { return p.flag.quiesce() }
 
 // Close releases everything (plane.Plane); without a clean close the flag
 // regions stay allocated, since a peer's kernel may still write into them.
@@ -399,7 +303,109 @@ func (p *directPlane) Close(clean bool) error {
 }
 
 // AsyncError is the flag kernels' error word, decoded (plane.Plane).
-func (p *directPlane) AsyncError() error { return p.flagError() }
+func (p *directPlane) AsyncError() error { return p.flag.err() }
 
 // LinkShares is the bytes' split over NVLink and PCIe (plane.Plane).
-func (p *directPlane) LinkShares() map[string]float64 { return p.linkShares() }
+func (p *directPlane) LinkShares() map[string]float64 { return p.stats.shares() }
+
+// The host messages of the direct plane: "ready" and "done" per call (see
+// above for what they prove), "pushed" in the push allreduce.
+//
+// A ready message is readyHeader bytes, then one descriptor per buffer the
+// peer may touch. Header words: call number, kind/dtype/op (bit 24: this
+// rank pulls, moves.go), count, root,
+// then four words of the PCIe share (pcie_call.go): whether this rank's
+// done message to the peer carries a staging table, the sequence number of
+// this call's timed push to the peer (0: not timed), and this rank's report
+// on the peer's last timed push to it (sequence number, nanoseconds).
+
+// Message phases, in the first tag word.
+const (
+	gpuTagMagic = uint64(0x676e766c_00000000) // "gnvl"
+	phaseReady  = 1
+	phaseDone   = 2
+	phasePushed = 3
+	readyHeader = 8 * 8 // see above
+	pcieWords   = 4 * 8 // header bytes 32..63: the PCIe words
+)
+
+// readyMessages builds the "ready" message for each peer and the length of
+// the one expected from it: the header, then descriptors of the buffers the
+// peer may touch (send and recv for a collective; for a Group, this rank's
+// sends to that peer, which the peer pulls).
+func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64) (out [][]byte, inLen []int, err error) {
+	out, inLen = make([][]byte, p.n), make([]int, p.n)
+	hdr := make([]byte, readyHeader)
+	le := binary.LittleEndian
+	le.PutUint64(hdr[0:], call)
+	le.PutUint64(hdr[8:], uint64(o.Kind)|uint64(o.DT)<<8|uint64(o.Op)<<16|p.modes.readyFlags(o))
+	le.PutUint64(hdr[16:], uint64(o.Count))
+	le.PutUint64(hdr[24:], uint64(o.Root))
+	bufs := make([][]*gpu.Buffer, p.n)
+	want := make([]int, p.n)
+	if o.Kind == plane.Group {
+		for _, e := range o.P2P {
+			if e.Send {
+				bufs[e.Peer] = append(bufs[e.Peer], e.Buf)
+			} else {
+				want[e.Peer]++
+			}
+		}
+	} else {
+		// An allreduce also describes the scratch its peers push into (nil
+		// unless this call uses the push allreduce).
+		mine := []*gpu.Buffer{o.Send, o.Recv}
+		if o.Kind == plane.AllReduce {
+			var scr *gpu.Buffer
+			if p.pushPlan(o).ok {
+				scr = p.scratch.buf
+			}
+			mine = append(mine, scr)
+		}
+		for _, j := range peers {
+			bufs[j], want[j] = mine, len(mine)
+		}
+	}
+	for _, j := range peers {
+		m := make([]byte, readyHeader+len(bufs[j])*nvlink.DescBytes)
+		copy(m, hdr)
+		p.px.readyWords(j, m[readyHeader-pcieWords:readyHeader])
+		for k, b := range bufs[j] {
+			d, err := p.ipc.Describe(b)
+			if err != nil {
+				return nil, nil, err
+			}
+			d.Put(m[readyHeader+k*nvlink.DescBytes:])
+		}
+		out[j], inLen[j] = m, readyHeader+want[j]*nvlink.DescBytes
+	}
+	return out, inLen, nil
+}
+
+// exchange sends out[j] to and receives a message of inLen[j] bytes from
+// every peer, over the Comm's host links. The tag carries the phase, the
+// pair's call count and the call's signature, so ranks that disagree about
+// which collective this is fail with ErrMismatch instead of mixing data.
+func (p *directPlane) exchange(ctx context.Context, phase uint64, o *plane.Op, with []int, out [][]byte, inLen []int) ([][]byte, error) {
+	sig := uint64(o.Kind)
+	if o.Kind != plane.Group {
+		sig |= uint64(o.DT)<<8 | uint64(o.Op)<<16 | uint64(o.Root)<<24 | uint64(o.Count)<<32
+	}
+	in := make([][]byte, p.n)
+	reqs := make([]fabric.Request, 0, 2*len(with))
+	lp := p.c.Peers()
+	for _, j := range with {
+		tag := fabric.Tag{gpuTagMagic | phase, p.c.ID(), p.seq.pairSeq[j], sig}
+		in[j] = make([]byte, inLen[j])
+		reqs = append(reqs, lp.Recv(j, tag, collectives.HostBuffer(in[j])))
+	}
+	for _, j := range with {
+		tag := fabric.Tag{gpuTagMagic | phase, p.c.ID(), p.seq.pairSeq[j], sig}
+		reqs = append(reqs, lp.Send(j, tag, collectives.HostBuffer(out[j])))
+	}
+	if err := fabric.WaitAll(ctx, reqs...); err != nil {
+		what := map[uint64]string{phaseReady: "ready", phaseDone: "done", phasePushed: "pushed"}[phase]
+		return nil, fmt.Errorf("gpu %s: %s handshake with ranks %v: %w", o.Kind, what, with, err)
+	}
+	return in, nil
+}

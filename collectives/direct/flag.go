@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"flexlink/collectives/plane"
-	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
 
-// The flag allreduce (gpu/flag.go, gpu/kernels/flag.cu): on the direct
+// The flag allreduce (gpu/flag.go, gpu/kernels/flag.cu; the calls in flag_call.go): on the direct
 // plane, allreduces up to FLEXLINK_GPU_FLAG_BYTES run as one kernel per
 // rank that pushes its vector into the peers' slots with SM stores and
 // synchronises through counters in device memory. There is no host
@@ -71,27 +70,38 @@ type flagRegion struct {
 }
 
 type flagPlane struct {
-	maxBytes  int           // largest allreduce taken (bytes)
-	collBytes int           // largest per-peer block of a reduce-scatter, allgather or alltoall taken (bytes)
-	oneShot   int           // more than two ranks: largest allreduce pushed whole to every peer; larger ones run two-shot (bytes)
-	twoShots  uint64        // two-shot allreduces so far (tests)
-	regions   [2]flagRegion // small, large (the large one only when maxBytes reaches flagSmallMax)
-	errMem    *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
-	last      *gpu.Event    // after the latest flag kernel
-	lastS     *gpu.Stream   // the stream it was recorded on
-	calls     uint64
-	pcie      *flagPCIe // the large region's PCIe part (gpu_flag_pcie.go); nil: NVLink only
-	cacheDir  string    // where rank 0 saves the PCIe part's balancer
+	*peers
+	lim      flagLimits
+	twoShots uint64        // two-shot allreduces so far (tests)
+	regions  [2]flagRegion // small, large (the large one only when lim.maxBytes reaches flagSmallMax)
+	errMem   *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
+	last     *gpu.Event    // after the latest flag kernel
+	lastS    *gpu.Stream   // the stream it was recorded on
+	calls    uint64
+	pcie     *flagPCIe  // the large region's PCIe part (flag_pcie.go); nil: NVLink only
+	stats    *linkStats // the flag calls' bytes per link, for LinkShares
+	w        flagWatch
+	leak     bool // Close could not agree with the peers: keep the regions (peers may still write)
+}
 
-	// The abort watcher: when the job is aborted (a peer lost, a failure on
-	// another rank), it sets this rank's abort words through abortS, so
-	// kernels spinning for a peer that will never come end at once.
+// flagLimits are the largest calls the flag plane takes (bytes); every
+// rank must have the same.
+type flagLimits struct {
+	maxBytes  int // largest allreduce taken
+	collBytes int // largest per-peer block of a reduce-scatter, allgather or alltoall taken
+	oneShot   int // more than two ranks: largest allreduce pushed whole to every peer; larger ones run two-shot
+}
+
+// flagWatch is the abort watcher's state: when the job is aborted (a peer
+// lost, a failure on another rank), the watcher (flagPlane.watch) sets
+// this rank's abort words through abortS, so kernels spinning for a peer
+// that will never come end at once.
+type flagWatch struct {
 	mu      sync.Mutex
 	abortS  *gpu.Stream
 	stop    chan struct{}
 	exited  chan struct{} // closed when the watcher returns
 	stopped bool
-	leak    bool // Close could not agree with the peers: keep the regions (peers may still write)
 }
 
 // flagPoll is how often the watcher looks at the error word.
@@ -101,7 +111,7 @@ const flagPoll = 20 * time.Millisecond
 // the job when a kernel of this rank records an error, until the plane
 // closes (stop).
 func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed func()) {
-	defer close(f.exited)
+	defer close(f.w.exited)
 	tick := time.NewTicker(flagPoll)
 	defer tick.Stop()
 	for wait := true; wait; {
@@ -116,22 +126,22 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 			}
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if f.w.stopped {
 		return
 	}
 	for i := range f.regions {
 		if g := &f.regions[i]; g.mem != nil {
 			// A copy engine writes the word while the kernel runs; errors
 			// here change nothing (the job is failing already).
-			_ = f.abortS.CopyHtoD(g.mem.Sub(gpu.FlagAbortOffset, 8), f.errMem.Bytes()[8:16])
+			_ = f.w.abortS.CopyHtoD(g.mem.Sub(gpu.FlagAbortOffset, 8), f.errMem.Bytes()[8:16])
 		}
 	}
 }
 
-// takes reports whether o runs on the flag plane: allreduces up to
-// maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
+// takes reports whether o runs on the flag plane (false when f is nil):
+// allreduces up to maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
 // is at most collBytes, broadcasts and reduces of at most rootedFactor
 // times collBytes.
 func (f *flagPlane) takes(o *plane.Op) bool {
@@ -141,38 +151,39 @@ func (f *flagPlane) takes(o *plane.Op) bool {
 	b := o.Count * o.DT.Size()
 	switch o.Kind {
 	case plane.AllReduce:
-		return b > 0 && b <= f.maxBytes
+		return b > 0 && b <= f.lim.maxBytes
 	case plane.ReduceScatter, plane.AllGather, plane.AllToAll:
-		return b > 0 && b <= f.collBytes
+		return b > 0 && b <= f.lim.collBytes
 	case plane.Broadcast, plane.Reduce:
-		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.collBytes
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.lim.collBytes
 	}
 	return false
 }
 
-// flagP2P reports whether o, a Group, runs as a flag kernel: on two ranks,
+// p2p reports whether o, a Group, runs as a flag kernel (false when f is
+// nil): on two ranks,
 // one send to the peer or one receive from it (a pipeline's step) of at
 // most rootedFactor times collBytes, moved as a broadcast from the sender,
 // or one send and one receive of the same size up to collBytes (an
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
-func (p *directPlane) flagP2P(o *plane.Op) bool {
-	if p.flag == nil || o.Kind != plane.Group || p.n != 2 {
+func (f *flagPlane) p2p(o *plane.Op) bool {
+	if f == nil || o.Kind != plane.Group || f.n != 2 {
 		return false
 	}
 	for _, e := range o.P2P {
-		if e.Peer == p.me || e.Buf == nil { // a nil buffer: the handshake reports it
+		if e.Peer == f.me || e.Buf == nil { // a nil buffer: the handshake reports it
 			return false
 		}
 	}
 	switch len(o.P2P) {
 	case 1:
 		b := o.P2P[0].Buf.Len()
-		return b > 0 && (b+rootedFactor-1)/rootedFactor <= p.flag.collBytes
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.lim.collBytes
 	case 2:
 		a, b := o.P2P[0], o.P2P[1]
 		n := a.Buf.Len()
-		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= p.flag.collBytes
+		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= f.lim.collBytes
 	}
 	return false
 }
@@ -199,183 +210,45 @@ func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
 	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
 }
 
-// flagError reports a failure a flag kernel recorded, or the job's abort
-// (which ends the kernels early, their output unwritten), if any.
-func (p *directPlane) flagError() error {
-	f := p.flag
+// err reports a failure a flag kernel recorded, or the job's abort
+// (which ends the kernels early, their output unwritten), if any; nil when
+// f is nil.
+func (f *flagPlane) err() error {
 	if f == nil {
 		return nil
 	}
-	if err := p.flagWordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
+	if err := f.wordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
 		return err
 	}
 	if f.calls > 0 {
-		if se := p.c.JobErr(); se != nil {
+		if se := f.c.JobErr(); se != nil {
 			return fmt.Errorf("flag kernels: the job was aborted, and kernels may have ended early: %w", se)
 		}
 	}
 	return nil
 }
 
-// flagWordError is the error an error word w describes (nil for 0).
-func (p *directPlane) flagWordError(w uint64) error {
+// wordError is the error an error word w describes (nil for 0).
+func (f *flagPlane) wordError(w uint64) error {
 	e, bad := gpu.DecodeFlagError(w)
 	if !bad {
 		return nil
 	}
 	if e.What == 3 {
 		return fmt.Errorf("flag kernel (block %d): rank %d on %s called another collective, or another count, dtype or op: %w",
-			e.Block, e.Peer, p.c.PeerHost(e.Peer), errs.ErrMismatch)
+			e.Block, e.Peer, f.c.PeerHost(e.Peer), errs.ErrMismatch)
 	}
 	what := "room in its slots"
 	if e.What == 2 {
 		what = "its data"
 	}
 	return fmt.Errorf("flag kernel (block %d) waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT for %s from rank %d on %s: the peer is gone, stalled, or called a different collective: %w",
-		e.Block, what, e.Peer, p.c.PeerHost(e.Peer), errs.ErrTimeout)
-}
-
-// flagCall enqueues o as one flag kernel (three for a two-shot allreduce).
-func (p *directPlane) flagCall(o *plane.Op, s *gpu.Stream) error {
-	f := p.flag // do has checked flagError already
-	if se := p.c.JobErr(); se != nil {
-		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
-	}
-	if f.lastS != nil && f.lastS != s {
-		if err := s.Wait(f.last); err != nil {
-			return err
-		}
-	}
-	p2p, xchg := o.Kind == plane.Group, o.Kind == plane.Group && len(o.P2P) == 2 // flagP2P
-	switch {
-	case xchg:
-		snd, rcv := o.P2P[0], o.P2P[1]
-		if !snd.Send {
-			snd, rcv = rcv, snd
-		}
-		o = &plane.Op{Kind: plane.Broadcast, Send: snd.Buf, Recv: rcv.Buf, Count: snd.Buf.Len(), DT: dtype.Uint8, Root: -1}
-	case p2p:
-		e, root := o.P2P[0], p.me
-		if !e.Send {
-			root = e.Peer
-		}
-		o = &plane.Op{Kind: plane.Broadcast, Send: e.Buf, Recv: e.Buf, Count: e.Buf.Len(), DT: dtype.Uint8, Root: root}
-	}
-	sz := o.DT.Size()
-	bytes := o.Count * sz
-	g := f.region(bytes)
-	l := g.layout
-	x := f.pcie
-	if x == nil || g != &f.regions[1] || o.Kind != plane.AllReduce {
-		x = nil // no PCIe part for this call
-	} else {
-		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
-	}
-	unit := sz // allgather, alltoall and broadcast move bytes
-	if o.Kind == plane.AllGather || o.Kind == plane.AllToAll || o.Kind == plane.Broadcast {
-		unit = 1
-	}
-	grid, chunk := shape(l, bytes, unit)
-	var pc gpu.FlagPCIe
-	if x != nil {
-		// The inbox slots are per PCIe block, their counters per launched
-		// block: the NVLink grid must not change between such calls (it is
-		// nvcap for every call of 32 MiB and more).
-		if grid != x.nvcap {
-			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", bytes, grid, x.nvcap)
-		}
-		pc = p.flagPCIeFor(x, f.calls+1, o.Count, sz)
-	}
-	var err error
-	switch {
-	case o.Kind == plane.AllReduce && p.n > 2 && bytes > f.oneShot: // (the PCIe part needs two ranks: x is nil)
-		f.twoShots++
-		err = p.flagTwoShot(o, s, g)
-	case o.Kind == plane.AllReduce:
-		err = s.FlagAllReduce(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n, pc)
-	case o.Kind == plane.ReduceScatter:
-		err = s.FlagReduceScatter(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n)
-	case o.Kind == plane.Reduce:
-		out := o.Recv // nil off root, where the kernel writes nothing
-		if out == nil {
-			out = o.Send
-		}
-		err = s.FlagReduce(out, o.Send, o.Count, o.DT, o.Op, o.Root, g.mem, g.layout, chunk, grid, p.n)
-	case xchg:
-		err = s.FlagExchange(o.Recv, o.Send, bytes, g.mem, g.layout, chunk, grid)
-	case p2p:
-		err = s.FlagSendRecv(o.Recv, bytes, o.Root, g.mem, g.layout, chunk, grid)
-	case o.Kind == plane.Broadcast:
-		in := o.Send // nil off root, where the kernel reads nothing
-		if in == nil {
-			in = o.Recv
-		}
-		err = s.FlagBroadcast(o.Recv, in, bytes, o.Root, g.mem, g.layout, chunk, grid, p.n)
-	default:
-		err = s.FlagGather(o.Recv, o.Send, bytes, o.Kind == plane.AllToAll, g.mem, g.layout, chunk, grid, p.n)
-	}
-	if err != nil {
-		// A two-shot call may have enqueued some of its kernels: Close
-		// (and any later call on another stream) still waits for them.
-		if s.Record(f.last) == nil {
-			f.lastS = s
-		}
-		return err
-	}
-	pbytes := 0
-	switch {
-	case x != nil && p.me == 0:
-		pbytes = pc.Count * sz
-		x.flagLaunched(pc.Call, grid+pc.Blocks, grid, bytes, pbytes)
-	case x != nil:
-		pbytes = min(x.lastPCIe(), o.Count) * sz // the previous call's, as rank 0's kernel told this one
-	}
-	if err := s.Record(f.last); err != nil {
-		return err
-	}
-	f.lastS = s
-	f.calls++
-	if (o.Kind == plane.Broadcast && o.Root >= 0 && p.me != o.Root) || (o.Kind == plane.Reduce && p.me == o.Root) {
-		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
-	}
-	p.px.mu.Lock()
-	p.px.last = [2]int64{int64(bytes - pbytes), int64(pbytes)}
-	p.px.mu.Unlock()
-	return nil
-}
-
-// flagTwoShot enqueues a flag allreduce of more than two ranks as a
-// reduce-scatter kernel (rank r reduces block r of the vector into its
-// place in recv) then an allgather kernel (in place in recv), plus a
-// one-shot kernel for the few elements past the last whole block. Each
-// rank sends 2(n-1)/n of the vector instead of the one-shot's n-1 times
-// it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
-// rank's block starts vector-aligned.
-func (p *directPlane) flagTwoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
-	sz := o.DT.Size()
-	per := o.Count / p.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
-	head := per * p.n
-	if per > 0 {
-		grid, chunk := shape(g.layout, per*sz, sz) // each peer transfer is one block of per elements
-		mine := sub(o.Recv, p.me*per, (p.me+1)*per, sz)
-		if err := s.FlagTwoShotReduceScatter(mine, o.Send.Sub(0, head*sz), per, o.DT, o.Op, g.mem, g.layout, chunk, grid, p.n); err != nil {
-			return err
-		}
-		grid, chunk = shape(g.layout, per*sz, 1)
-		if err := s.FlagTwoShotGather(o.Recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, p.n); err != nil {
-			return err
-		}
-	}
-	if rest := o.Count - head; rest > 0 {
-		grid, chunk := shape(g.layout, rest*sz, sz)
-		return s.FlagTwoShotTail(sub(o.Recv, head, o.Count, sz), sub(o.Send, head, o.Count, sz), rest, o.DT, o.Op,
-			g.mem, g.layout, chunk, grid, p.n)
-	}
-	return nil
+		e.Block, what, e.Peer, f.c.PeerHost(e.Peer), errs.ErrTimeout)
 }
 
 // quiesce waits for this rank's last flag kernel: after every rank has
 // (a barrier), no kernel writes into a region any more and they may go.
+// Nothing to wait for when f is nil.
 func (f *flagPlane) quiesce() error {
 	if f == nil || f.lastS == nil {
 		return nil
@@ -384,16 +257,16 @@ func (f *flagPlane) quiesce() error {
 }
 
 func (f *flagPlane) close() error {
-	f.mu.Lock()
-	f.stopped = true
-	if f.stop != nil {
-		close(f.stop)
-		f.stop = nil
+	f.w.mu.Lock()
+	f.w.stopped = true
+	if f.w.stop != nil {
+		close(f.w.stop)
+		f.w.stop = nil
 	}
-	f.mu.Unlock()
-	if f.exited != nil {
-		<-f.exited // the watcher reads errMem and may enqueue an abort copy: done with both before they go
-		f.exited = nil
+	f.w.mu.Unlock()
+	if f.w.exited != nil {
+		<-f.w.exited // the watcher reads errMem and may enqueue an abort copy: done with both before they go
+		f.w.exited = nil
 	}
 	var first error
 	keep := func(err error) {
@@ -401,11 +274,11 @@ func (f *flagPlane) close() error {
 			first = err
 		}
 	}
-	if f.abortS != nil {
-		keep(f.abortS.Synchronize()) // an abort copy reads errMem and writes the regions
+	if f.w.abortS != nil {
+		keep(f.w.abortS.Synchronize()) // an abort copy reads errMem and writes the regions
 	}
 	if f.pcie != nil {
-		keep(f.pcie.close(f.cacheDir))
+		keep(f.pcie.close(true))
 		f.pcie = nil
 	}
 	for i := range f.regions {
@@ -421,9 +294,9 @@ func (f *flagPlane) close() error {
 		}
 		g.mem = nil
 	}
-	if f.abortS != nil {
-		keep(f.abortS.Close())
-		f.abortS = nil
+	if f.w.abortS != nil {
+		keep(f.w.abortS.Close())
+		f.w.abortS = nil
 	}
 	if f.errMem != nil {
 		keep(f.errMem.Free())

@@ -1,14 +1,11 @@
 package direct
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
 	"flexlink/fabric"
 	"flexlink/fabric/balance"
 	"flexlink/gpu"
@@ -44,16 +41,23 @@ const (
 )
 
 type flagPCIe struct {
+	*peers
 	blocks, slot, nvcap int
 	inbox, peer         *gpu.SharedHost // this rank's inbox, the peer's as mapped here
 	times               *gpu.HostMem    // FlagMaxBlocks+1 words the kernels write (FlagTime; the last: pcount)
+	bal                 flagBalancer
+}
 
-	// Rank 0: the balancer and the calls whose times are not read yet.
-	planner  *balance.Planner
+// flagBalancer is rank 0's balancer for the PCIe part and the calls whose
+// times are not read yet (flagPCIe's methods use it).
+type flagBalancer struct {
+	planner  *balance.Planner // nil off rank 0
 	key      string
 	pend     []flagPCIeCall
 	observed int
 	logged   map[int]float64
+	fixed    float64 // FLEXLINK_PCIE_SHARE; < 0: the balancer decides
+	dir      string  // where the profile is cached ("": not)
 }
 
 type flagPCIeCall struct {
@@ -62,151 +66,43 @@ type flagPCIeCall struct {
 	bytes, pbytes int
 }
 
-// flagPCIeBlocks reads FLEXLINK_GPU_FLAG_PCIE_BLOCKS: 0 when the PCIe part
-// is off for this plane (more than two ranks, FLEXLINK_LINKS without pcie,
-// no staging).
-func flagPCIeBlocks(p *directPlane) (int, error) {
-	n := p.cfg.Flag.PCIeBlocks
-	if p.n != 2 || p.px.staging == 0 {
-		return 0, nil
-	}
-	return n, nil
-}
-
-// offerFlagPCIe makes this rank's inbox and times array (when the PCIe part
-// is on here) and writes its part of the setup blob into b.
-func (p *directPlane) offerFlagPCIe(f *flagPlane, b []byte) error {
-	large := f.regions[1].layout
-	if f.maxBytes < flagSmallMax {
-		return nil // no call reaches the large region
-	}
-	blocks, err := flagPCIeBlocks(p)
-	if err != nil || blocks == 0 {
-		return err
-	}
-	nvcap := min(large.MaxBlocks, p.dev.Multiprocessors()-blocks)
-	if nvcap < 1 {
-		return nil
-	}
-	x := &flagPCIe{blocks: blocks, slot: large.SlotBytes, nvcap: nvcap, logged: map[int]float64{}}
-	ctl := gpu.FlagCtl{Layout: large, HostSlot: x.slot, HostBlocks: blocks}
-	if x.inbox, err = p.dev.NewSharedHost(ctl.InboxBytes(p.n)); err != nil {
-		p.c.Log().Warn("gpu flag allreduce: no pcie inbox, NVLink only", "error", err)
-		return nil
-	}
-	if x.times, err = p.dev.AllocHost(8 * (gpu.FlagMaxBlocks + 1)); err != nil {
-		p.c.Log().Warn("gpu flag allreduce: no times array for the pcie part, NVLink only", "error", err)
-		return x.close("")
-	}
-	clear(x.times.Bytes()) // no call's times yet (pinned allocations are not zeroed)
-	f.pcie = x
-	ref := x.inbox.Ref()
-	for i, v := range []uint64{uint64(blocks), uint64(x.slot), uint64(nvcap), uint64(ref.PID), uint64(ref.FD), uint64(ref.Len), ref.Ino} {
-		binary.LittleEndian.PutUint64(b[8*i:], v)
-	}
-	return nil
-}
-
-// openFlagPCIe maps the peer's inbox when both ranks offered one with the
-// same shape, and agrees with the peer (one exchange) that both could. It
-// returns the control block fields for the large region (zero: no PCIe
-// part). Collective whenever both blobs offer an inbox, which both ranks
-// see alike.
-func (p *directPlane) openFlagPCIe(ctx context.Context, f *flagPlane, blobs [][]byte, bus []string) (host [gpu.FlagMaxRanks]uint64, err error) {
-	le := binary.LittleEndian
-	at := flagBlobHead + 2*flagRegionBlob
-	field := func(r, i int) uint64 { return le.Uint64(blobs[r][at+8*i:]) }
-	offered := p.n == 2
-	for r := range blobs {
-		offered = offered && field(r, 0) != 0 && field(r, 0) == field(0, 0) && field(r, 1) == field(0, 1) && field(r, 2) == field(0, 2)
-	}
-	x := f.pcie
-	if !offered {
-		if x != nil {
-			p.c.Log().Info("gpu flag allreduce: NVLink only", "why", "a rank has no pcie inbox or other settings")
-			f.pcie = nil
-			return host, x.close("")
-		}
-		return host, nil
-	}
-	// Both offered, so both have x.
-	ok := []byte{1}
-	peer := 1 - p.me
-	ref := gpu.SharedHostRef{PID: int(field(peer, 3)), FD: int(field(peer, 4)), Len: int(field(peer, 5)), Ino: field(peer, 6)}
-	if ref.Len != x.inbox.Len() {
-		ok[0] = 0
-	} else if x.peer, err = p.dev.OpenSharedHost(ref); err != nil {
-		p.c.Log().Warn("gpu flag allreduce: cannot map the peer's pcie inbox, NVLink only", "peer", peer, "error", err)
-		ok[0] = 0
-	}
-	var mine, theirs uintptr
-	if ok[0] == 1 {
-		mine, err = x.inbox.DevicePtr()
-		if err == nil {
-			theirs, err = x.peer.DevicePtr()
-		}
-		if err != nil {
-			p.c.Log().Warn("gpu flag allreduce: pcie inbox not mapped for kernels, NVLink only", "error", err)
-			ok[0] = 0
-		}
-	}
-	all := make([]byte, p.n)
-	if err := p.c.Engine().AllGather(ctx, collectives.HostBuffer(ok), collectives.HostBuffer(all), 1, dtype.Uint8); err != nil {
-		return host, fmt.Errorf("rank %d on %s: agree on the flag allreduce's pcie inboxes: %w", p.me, p.c.Host(), err)
-	}
-	if all[0] != 1 || all[1] != 1 {
-		f.pcie = nil
-		return host, x.close("")
-	}
-	if err := x.inbox.CloseFD(); err != nil {
-		return host, err
-	}
-	host[p.me], host[peer] = uint64(mine), uint64(theirs)
-	if p.me == 0 {
-		if err := p.flagPlanner(x, bus[p.me], bus[peer]); err != nil {
-			return host, err
-		}
-	}
-	p.c.Log().Info("gpu flag allreduce pcie part", "blocks", x.blocks, "nvlink_blocks", x.nvcap, "slot", x.slot, "inbox", x.inbox.Len())
-	return host, nil
-}
-
-// flagPlanner gives rank 0 its balancer: the cached profile of this GPU
+// newPlanner gives rank 0 its balancer: the cached profile of this GPU
 // pair when there is one, else the priors.
-func (p *directPlane) flagPlanner(x *flagPCIe, mine, theirs string) error {
+func (x *flagPCIe) newPlanner(mine, theirs string) error {
 	specs := []balance.LinkSpec{
 		{ID: linkNVLink, Kind: fabric.KindNVLink, Bandwidth: flagNVPriorBW, Latency: flagPriorLat},
 		{ID: linkPCIe, Kind: fabric.KindPCIe, Bandwidth: flagPCIePriorBW, Latency: flagPriorLat},
 	}
-	x.key = fmt.Sprintf("gpu-flag %s %s>%s %d blocks", p.c.Host(), mine, theirs, x.blocks)
-	if dir := p.px.cacheDir; dir != "" {
-		if st, err := balance.LoadProfile(dir, x.key); err == nil {
+	b := &x.bal
+	b.key = fmt.Sprintf("gpu-flag %s %s>%s %d blocks", x.c.Host(), mine, theirs, x.blocks)
+	if dir := b.dir; dir != "" {
+		if st, err := balance.LoadProfile(dir, b.key); err == nil {
 			if pl, err := balance.Restore(st, specs); err == nil {
-				x.planner = pl
+				b.planner = pl
 				return nil
 			}
 		}
 	}
 	pl, err := balance.NewPlanner(specs, nil, balance.Config{})
-	x.planner = pl
+	b.planner = pl
 	return err
 }
 
-// flagPCIeFor is the PCIe part of call number call, of count elements of
+// plan is the PCIe part of call number call, of count elements of
 // size sz on the large region, and the NVLink blocks' cap. Rank 0 plans it
 // (and first feeds the balancer whatever earlier calls' times have come
 // in); rank 1 takes rank 0's from its kernel.
-func (p *directPlane) flagPCIeFor(x *flagPCIe, call uint64, count, sz int) gpu.FlagPCIe {
+func (x *flagPCIe) plan(call uint64, count, sz int) gpu.FlagPCIe {
 	pc := gpu.FlagPCIe{Count: -1, Blocks: x.blocks, Call: call}
-	if p.me != 0 {
+	if x.me != 0 {
 		return pc
 	}
-	p.flagObserve(x)
+	x.observe()
 	bytes := count * sz
-	f, by := p.px.fixed, "FLEXLINK_PCIE_SHARE"
+	f, by := x.bal.fixed, "FLEXLINK_PCIE_SHARE"
 	if f < 0 {
 		f, by = 0, "balancer"
-		for _, sh := range x.planner.Shares(bytes) {
+		for _, sh := range x.bal.planner.Shares(bytes) {
 			if sh.Link == linkPCIe {
 				f = sh.Fraction
 			}
@@ -220,31 +116,33 @@ func (p *directPlane) flagPCIeFor(x *flagPCIe, call uint64, count, sz int) gpu.F
 	if pc.Count*sz < x.blocks*flagPCIeMinPer {
 		pc.Count = 0
 	}
-	p.logFlagShare(x, bytes, float64(pc.Count)/float64(count), by)
+	x.logShare(bytes, float64(pc.Count)/float64(count), by)
 	return pc
 }
 
-// flagLaunched records a launched call for flagObserve (rank 0).
-func (x *flagPCIe) flagLaunched(call uint64, grid, nvg, bytes, pbytes int) {
-	if len(x.pend) == flagPCIePend {
-		x.pend = x.pend[1:]
+// launched records a launched call for observe (rank 0).
+func (x *flagPCIe) launched(call uint64, grid, nvg, bytes, pbytes int) {
+	b := &x.bal
+	if len(b.pend) == flagPCIePend {
+		b.pend = b.pend[1:]
 	}
-	x.pend = append(x.pend, flagPCIeCall{call: call, grid: grid, nvg: nvg, bytes: bytes, pbytes: pbytes})
+	b.pend = append(b.pend, flagPCIeCall{call: call, grid: grid, nvg: nvg, bytes: bytes, pbytes: pbytes})
 }
 
-// flagObserve feeds the balancer the newest pending call whose blocks have
+// observe feeds the balancer the newest pending call whose blocks have
 // all written their times (the kernels write them as they end; a call
 // still running is simply not ready), and forgets it and older ones.
-func (p *directPlane) flagObserve(x *flagPCIe) {
+func (x *flagPCIe) observe() {
 	words := x.times.Bytes()
-	for k := len(x.pend) - 1; k >= 0; k-- {
-		c := x.pend[k]
+	b := &x.bal
+	for k := len(b.pend) - 1; k >= 0; k-- {
+		c := b.pend[k]
 		var tn, tp int64
 		done := true
-		for b := 0; b < c.grid && done; b++ {
-			call, ns := gpu.FlagTime(binary.LittleEndian.Uint64(words[8*b:]))
+		for i := 0; i < c.grid && done; i++ {
+			call, ns := gpu.FlagTime(binary.LittleEndian.Uint64(words[8*i:]))
 			done = call == c.call&(1<<24-1)
-			if b < c.nvg {
+			if i < c.nvg {
 				tn = max(tn, ns)
 			} else {
 				tp = max(tp, ns)
@@ -257,10 +155,10 @@ func (p *directPlane) flagObserve(x *flagPCIe) {
 		if c.pbytes > 0 {
 			obs = append(obs, balance.Observation{Link: linkPCIe, Bytes: int64(c.pbytes), Duration: time.Duration(tp)})
 		}
-		x.planner.Observe(c.bytes, obs)
-		x.observed++
-		p.c.Log().Debug("gpu flag pcie times", "bytes", c.bytes, "pcie_bytes", c.pbytes, "nvlink_us", tn/1000, "pcie_us", tp/1000)
-		x.pend = x.pend[k+1:]
+		b.planner.Observe(c.bytes, obs)
+		b.observed++
+		x.c.Log().Debug("gpu flag pcie times", "bytes", c.bytes, "pcie_bytes", c.pbytes, "nvlink_us", tn/1000, "pcie_us", tp/1000)
+		b.pend = b.pend[k+1:]
 		return
 	}
 }
@@ -272,29 +170,32 @@ func (x *flagPCIe) lastPCIe() int {
 	return int(binary.LittleEndian.Uint64(x.times.Bytes()[8*gpu.FlagMaxBlocks:]))
 }
 
-func (p *directPlane) logFlagShare(x *flagPCIe, bytes int, share float64, by string) {
+// logShare logs the split at INFO, once per size class and again whenever
+// it moves by half a percent or more.
+func (x *flagPCIe) logShare(bytes int, share float64, by string) {
 	class := 0
 	for b := bytes; b > 1; b >>= 1 {
 		class++
 	}
-	if old, ok := x.logged[class]; ok && math.Abs(old-share) < 0.005 {
+	if old, ok := x.bal.logged[class]; ok && math.Abs(old-share) < 0.005 {
 		return
 	}
-	x.logged[class] = share
-	p.c.Log().Info("gpu flag allreduce share", "bytes", bytes, "nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", x.observed)
+	x.bal.logged[class] = share
+	x.c.Log().Info("gpu flag allreduce share", "bytes", bytes, "nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", x.bal.observed)
 }
 
-// close saves what the balancer learnt (rank 0, into dir when set) and
-// frees the inboxes and times (the kernels must be done with them).
-func (x *flagPCIe) close(dir string) error {
+// close saves what the balancer learnt when save is set (rank 0, into the
+// cache directory when there is one) and frees the inboxes and times (the
+// kernels must be done with them).
+func (x *flagPCIe) close(save bool) error {
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
 			first = err
 		}
 	}
-	if x.planner != nil && x.observed > 0 && dir != "" {
-		keep(balance.SaveProfile(dir, x.key, x.planner.State()))
+	if b := &x.bal; save && b.planner != nil && b.observed > 0 && b.dir != "" {
+		keep(balance.SaveProfile(b.dir, b.key, b.planner.State()))
 	}
 	for _, h := range []*gpu.SharedHost{x.peer, x.inbox} {
 		if h != nil {

@@ -54,15 +54,15 @@ func TestGPUFakeFlagPCIe(t *testing.T) {
 			sweep(t, rs, cases[:1])
 			for _, r := range rs {
 				p := r.dc.Plane().(*directPlane)
-				if tc.share != "" && p.px.last[1] == 0 && r.c.Rank() == 0 {
-					t.Errorf("rank 0: the first large call moved nothing over pcie (last %v)", p.px.last)
+				if tc.share != "" && p.stats.last[1] == 0 && r.c.Rank() == 0 {
+					t.Errorf("rank 0: the first large call moved nothing over pcie (last %v)", p.stats.last)
 				}
 			}
 			sweep(t, rs, cases)
 			if tc.share == "" {
 				// The balancer has had the times of some of those calls.
-				if x := rs[0].dc.Plane().(*directPlane).flag.pcie; x.observed == 0 {
-					t.Errorf("rank 0: the balancer observed no call (pending %d)", len(x.pend))
+				if x := rs[0].dc.Plane().(*directPlane).flag.pcie; x.bal.observed == 0 {
+					t.Errorf("rank 0: the balancer observed no call (pending %d)", len(x.bal.pend))
 				}
 				return
 			}
@@ -71,7 +71,7 @@ func TestGPUFakeFlagPCIe(t *testing.T) {
 			if p1.flag.pcie.lastPCIe() == 0 {
 				t.Errorf("rank 1: its kernels saw no pcie part")
 			}
-			if p0.px.last[1] == 0 {
+			if p0.stats.last[1] == 0 {
 				t.Errorf("rank 0: the last call moved nothing over pcie")
 			}
 		})
@@ -94,8 +94,8 @@ func TestGPUFakeFlagPCIeOff(t *testing.T) {
 		}
 		sweep(t, rs, []devCase{{kind: plane.AllReduce, count: 8<<20 + 1, dt: dtype.Float32, op: dtype.Sum}})
 		for _, r := range rs {
-			if p := r.dc.Plane().(*directPlane); p.px.last[1] != 0 {
-				t.Errorf("%v: rank %d: %d bytes over pcie", env, r.c.Rank(), p.px.last[1])
+			if p := r.dc.Plane().(*directPlane); p.stats.last[1] != 0 {
+				t.Errorf("%v: rank %d: %d bytes over pcie", env, r.c.Rank(), p.stats.last[1])
 			}
 		}
 	}

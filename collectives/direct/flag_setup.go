@@ -5,16 +5,20 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"time"
 
+	"flexlink/collectives"
+	"flexlink/dtype"
 	"flexlink/gpu"
 )
 
-// Setting up the flag plane (gpu_flag.go): its settings, this rank's
+// Setting up the flag plane (flag.go): its settings, this rank's
 // regions and error word, and the setup exchange that maps the peers'
 // regions and writes the control blocks.
 
-// flagSettings reads the flag plane's settings; nil when it is off.
-func flagSettings(p *directPlane) (*flagPlane, error) {
+// flagSettings reads the flag plane's settings for the ranks of pr; nil
+// when it is off.
+func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, error) {
 	// -1 is each limit's automatic value; 0 turns the flag allreduce (and
 	// with it the plane) or the other collectives' kernels off.
 	var maxBytes, coll, oneShot int
@@ -23,33 +27,33 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 		to   *int
 		auto int
 	}{
-		{p.cfg.Flag.Bytes, &maxBytes, 1 << 62}, // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
-		{p.cfg.Flag.CollBytes, &coll, flagAutoColl},
-		{p.cfg.Flag.OneShotBytes, &oneShot, flagAutoOneShot},
+		{cfg.Bytes, &maxBytes, 1 << 62}, // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
+		{cfg.CollBytes, &coll, flagAutoColl},
+		{cfg.OneShotBytes, &oneShot, flagAutoOneShot},
 	} {
 		*l.to = l.v
 		if l.v == -1 {
 			*l.to = l.auto
 		}
 	}
-	if p.n == 2 {
+	if pr.n == 2 {
 		oneShot = flagAutoOneShot // unused with two ranks: ranks that set it differently still agree
 	}
-	if maxBytes == 0 || p.n < 2 || p.n > gpu.FlagMaxRanks {
+	if maxBytes == 0 || pr.n < 2 || pr.n > gpu.FlagMaxRanks {
 		return nil, nil
 	}
-	blocks, budget := p.cfg.Flag.Blocks, p.cfg.Flag.RegionBytes
+	blocks, budget := cfg.Blocks, cfg.RegionBytes
 	// Blocks wait for their peers' blocks: never more than the GPU runs at
 	// once (one per SM is always resident). Ranks on different GPUs that
-	// end up with different layouts turn the flag plane off (openFlag).
-	blocks = min(blocks, max(1, p.dev.Multiprocessors()))
-	f := &flagPlane{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}
+	// end up with different layouts turn the flag plane off (open).
+	blocks = min(blocks, max(1, pr.dev.Multiprocessors()))
+	f := &flagPlane{peers: pr, stats: stats, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}}
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
 	// their slots close together, docs/PERF.md); the large region: the whole
 	// budget over the n-1 peers' slots (512 KiB).
-	for i, b := range []int{budget / 4 * (p.n - 1) / p.n, budget} {
-		slot := b / ((p.n - 1) * max(blocks, 1) * flagDepth) / 256 * 256
+	for i, b := range []int{budget / 4 * (f.n - 1) / f.n, budget} {
+		slot := b / ((f.n - 1) * max(blocks, 1) * flagDepth) / 256 * 256
 		l := gpu.FlagLayout{SlotBytes: slot, Depth: flagDepth, MaxBlocks: blocks}
 		if err := l.Check(); err != nil {
 			return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BLOCKS=%d, FLEXLINK_GPU_FLAG_REGION_BYTES=%d: %w", blocks, budget, err)
@@ -59,45 +63,42 @@ func flagSettings(p *directPlane) (*flagPlane, error) {
 	return f, nil
 }
 
-// setupFlag allocates and zeroes this rank's regions and error word and
-// writes its part of the setup exchange into b.
-func (p *directPlane) setupFlag(b []byte) error {
-	f, err := flagSettings(p)
-	if err != nil || f == nil {
-		return err
-	}
-	p.flag = f
-	if f.errMem, err = p.dev.AllocHost(16); err != nil {
+// setup allocates and zeroes this rank's regions and error word, and its
+// PCIe part's inbox when pcieBlocks (FLEXLINK_GPU_FLAG_PCIE_BLOCKS) and the
+// PCIe share's settings px allow one, and writes its part of the setup
+// exchange into b.
+func (f *flagPlane) setup(b []byte, px pcieSettings, pcieBlocks int) (err error) {
+	if f.errMem, err = f.dev.AllocHost(16); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
 	}
 	atomic.StoreUint64(f.errMem.Word(0), 0)
 	atomic.StoreUint64(f.errMem.Word(1), 1)
-	if f.last, err = p.dev.NewEvent(false); err != nil {
+	if f.last, err = f.dev.NewEvent(false); err != nil {
 		return err
 	}
-	if f.abortS, err = p.dev.NewStream(); err != nil {
+	if f.w.abortS, err = f.dev.NewStream(); err != nil {
 		return err
 	}
-	s, err := p.dev.NewStream()
+	s, err := f.dev.NewStream()
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	le := binary.LittleEndian
 	le.PutUint64(b, 1)
-	le.PutUint64(b[8:], uint64(f.maxBytes))
-	le.PutUint64(b[16:], uint64(f.collBytes))
-	le.PutUint64(b[24:], uint64(f.oneShot))
+	le.PutUint64(b[8:], uint64(f.lim.maxBytes))
+	le.PutUint64(b[16:], uint64(f.lim.collBytes))
+	le.PutUint64(b[24:], uint64(f.lim.oneShot))
 	for i := range f.regions {
 		g := &f.regions[i]
 		w := b[flagBlobHead+i*flagRegionBlob:]
 		for k, v := range []uint64{uint64(g.layout.SlotBytes), uint64(g.layout.Depth), uint64(g.layout.MaxBlocks)} {
 			le.PutUint64(w[8*k:], v)
 		}
-		if i == 1 && f.maxBytes < flagSmallMax {
+		if i == 1 && f.lim.maxBytes < flagSmallMax {
 			continue // every call it takes fits the small region (all ranks agree: maxBytes is in the blob)
 		}
-		if g.mem, err = p.dev.Alloc(g.layout.RegionBytes(p.n)); err != nil {
+		if g.mem, err = f.dev.Alloc(g.layout.RegionBytes(f.n)); err != nil {
 			return fmt.Errorf("gpu flag region: %w", err)
 		}
 		if err = s.Memset(g.mem, 0); err != nil {
@@ -109,96 +110,201 @@ func (p *directPlane) setupFlag(b []byte) error {
 		}
 		copy(w[flagBlobFields*8:], h)
 	}
-	f.cacheDir = p.px.cacheDir
-	if err := p.offerFlagPCIe(f, b[flagBlobHead+2*flagRegionBlob:]); err != nil {
+	if err := f.offerPCIe(b[flagBlobHead+2*flagRegionBlob:], px, pcieBlocks); err != nil {
 		return err
 	}
 	return s.Synchronize() // zero before any peer learns where the regions are
 }
 
-// openFlag maps the peers' regions (blobs[r] is rank r's flag part) and
-// writes this rank's control blocks. Every rank sees the same blobs, so
-// all keep the flag plane or all drop it.
-func (p *directPlane) openFlag(ctx context.Context, blobs [][]byte, bus []string) error {
-	f := p.flag
-	if f == nil {
-		return nil
-	}
+// open maps the peers' regions (blobs[r] is rank r's flag part) and
+// writes this rank's control blocks; timeout is FLEXLINK_GPU_KERNEL_TIMEOUT.
+// Every rank sees the same blobs, so all keep the flag plane or all drop
+// it: off says it is dropped (and closed), and the caller forgets it.
+func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, timeout time.Duration) (off bool, err error) {
 	le := binary.LittleEndian
 	for r, b := range blobs {
-		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.maxBytes) && le.Uint64(b[16:]) == uint64(f.collBytes) &&
-			le.Uint64(b[24:]) == uint64(f.oneShot)
+		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.lim.maxBytes) && le.Uint64(b[16:]) == uint64(f.lim.collBytes) &&
+			le.Uint64(b[24:]) == uint64(f.lim.oneShot)
 		for i := range f.regions {
 			w := b[flagBlobHead+i*flagRegionBlob:]
 			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}
 			ok = ok && l == f.regions[i].layout
 		}
 		if !ok {
-			p.c.Log().Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, p.c.PeerHost(r)))
-			p.flag = nil
-			return f.close()
+			f.c.Log().Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, f.c.PeerHost(r)))
+			return true, f.close()
 		}
 	}
-	host, err := p.openFlagPCIe(ctx, f, blobs, bus) // collective: before any local step that may fail
+	host, err := f.openPCIe(ctx, blobs, bus) // collective: before any local step that may fail
 	if err != nil {
-		return err
+		return false, err
 	}
 	ptr, err := f.errMem.DevicePtr()
 	if err != nil {
-		return err
+		return false, err
 	}
-	d := p.cfg.Flag.KernelTimeout
-	s, err := p.dev.NewStream()
+	d := timeout
+	s, err := f.dev.NewStream()
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer s.Close()
-	timeout := uint64(d.Nanoseconds())
+	timeoutNs := uint64(d.Nanoseconds())
 	if d <= 0 {
-		timeout = 1 << 62 // no deadline: a lost peer still ends the kernels through the abort watcher
+		timeoutNs = 1 << 62 // no deadline: a lost peer still ends the kernels through the abort watcher
 	}
 	for i := range f.regions {
 		g := &f.regions[i]
 		if g.mem == nil {
 			continue
 		}
-		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: timeout, Layout: g.layout, Ranks: p.n, Me: p.me}
+		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: timeoutNs, Layout: g.layout, Ranks: f.n, Me: f.me}
 		if x := f.pcie; x != nil && i == 1 {
 			times, err := x.times.DevicePtr()
 			if err != nil {
-				return err
+				return false, err
 			}
 			ctl.Host, ctl.HostSlot, ctl.HostBlocks, ctl.Times = host, x.slot, x.blocks, uint64(times)
 		}
-		g.peers = make([]*gpu.Buffer, p.n)
+		g.peers = make([]*gpu.Buffer, f.n)
 		for r, b := range blobs {
-			if r == p.me {
+			if r == f.me {
 				ctl.Region[r] = uint64(g.mem.Ptr())
 				continue
 			}
 			at := flagBlobHead + i*flagRegionBlob + flagBlobFields*8
-			m, err := p.dev.OpenIPCBuffer(b[at:at+gpu.IPCHandleSize], g.layout.RegionBytes(p.n))
+			m, err := f.dev.OpenIPCBuffer(b[at:at+gpu.IPCHandleSize], g.layout.RegionBytes(f.n))
 			if err != nil {
-				return fmt.Errorf("map rank %d's flag region (on %s): %w", r, p.c.PeerHost(r), err)
+				return false, fmt.Errorf("map rank %d's flag region (on %s): %w", r, f.c.PeerHost(r), err)
 			}
 			g.peers[r] = m
 			ctl.Region[r] = uint64(m.Ptr())
 		}
 		if err := s.CopyHtoD(g.mem.Sub(0, len(ctl.Bytes())), ctl.Bytes()); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if err := s.Synchronize(); err != nil {
-		return err
+		return false, err
 	}
-	f.stop, f.exited = make(chan struct{}), make(chan struct{})
-	go f.watch(p.c.JobDone(), f.stop, func() {
+	f.w.stop, f.w.exited = make(chan struct{}), make(chan struct{})
+	go f.watch(f.c.JobDone(), f.w.stop, func() {
 		// A kernel of this rank failed (timeout, mismatch): abort the job
 		// now, so the peers' kernels end too, rather than at this rank's
 		// next call.
-		if err := p.flagWordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
-			p.c.AbortJob(fmt.Errorf("rank %d on %s: %w", p.c.WorldRank(), p.c.Host(), err))
+		if err := f.wordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
+			f.c.AbortJob(fmt.Errorf("rank %d on %s: %w", f.c.WorldRank(), f.c.Host(), err))
 		}
 	})
+	return false, nil
+}
+
+// flagPCIeBlocks is FLEXLINK_GPU_FLAG_PCIE_BLOCKS (n) as it applies: 0
+// when the PCIe part is off for this plane (more than two ranks,
+// FLEXLINK_LINKS without pcie, no staging).
+func (f *flagPlane) pcieBlocks(n int, px pcieSettings) (int, error) {
+	if f.n != 2 || px.staging == 0 {
+		return 0, nil
+	}
+	return n, nil
+}
+
+// offerPCIe makes this rank's PCIe part's inbox and times array (when the
+// part is on here: pcieBlocks, px) and writes its part of the setup blob
+// into b.
+func (f *flagPlane) offerPCIe(b []byte, px pcieSettings, pcieBlocks int) error {
+	large := f.regions[1].layout
+	if f.lim.maxBytes < flagSmallMax {
+		return nil // no call reaches the large region
+	}
+	blocks, err := f.pcieBlocks(pcieBlocks, px)
+	if err != nil || blocks == 0 {
+		return err
+	}
+	nvcap := min(large.MaxBlocks, f.dev.Multiprocessors()-blocks)
+	if nvcap < 1 {
+		return nil
+	}
+	x := &flagPCIe{peers: f.peers, blocks: blocks, slot: large.SlotBytes, nvcap: nvcap,
+		bal: flagBalancer{logged: map[int]float64{}, fixed: px.fixed, dir: px.cacheDir}}
+	ctl := gpu.FlagCtl{Layout: large, HostSlot: x.slot, HostBlocks: blocks}
+	if x.inbox, err = f.dev.NewSharedHost(ctl.InboxBytes(f.n)); err != nil {
+		f.c.Log().Warn("gpu flag allreduce: no pcie inbox, NVLink only", "error", err)
+		return nil
+	}
+	if x.times, err = f.dev.AllocHost(8 * (gpu.FlagMaxBlocks + 1)); err != nil {
+		f.c.Log().Warn("gpu flag allreduce: no times array for the pcie part, NVLink only", "error", err)
+		return x.close(false)
+	}
+	clear(x.times.Bytes()) // no call's times yet (pinned allocations are not zeroed)
+	f.pcie = x
+	ref := x.inbox.Ref()
+	for i, v := range []uint64{uint64(blocks), uint64(x.slot), uint64(nvcap), uint64(ref.PID), uint64(ref.FD), uint64(ref.Len), ref.Ino} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
 	return nil
+}
+
+// openPCIe maps the peer's inbox when both ranks offered one with the
+// same shape, and agrees with the peer (one exchange) that both could. It
+// returns the control block fields for the large region (zero: no PCIe
+// part). Collective whenever both blobs offer an inbox, which both ranks
+// see alike.
+func (f *flagPlane) openPCIe(ctx context.Context, blobs [][]byte, bus []string) (host [gpu.FlagMaxRanks]uint64, err error) {
+	le := binary.LittleEndian
+	at := flagBlobHead + 2*flagRegionBlob
+	field := func(r, i int) uint64 { return le.Uint64(blobs[r][at+8*i:]) }
+	offered := f.n == 2
+	for r := range blobs {
+		offered = offered && field(r, 0) != 0 && field(r, 0) == field(0, 0) && field(r, 1) == field(0, 1) && field(r, 2) == field(0, 2)
+	}
+	x := f.pcie
+	if !offered {
+		if x != nil {
+			f.c.Log().Info("gpu flag allreduce: NVLink only", "why", "a rank has no pcie inbox or other settings")
+			f.pcie = nil
+			return host, x.close(false)
+		}
+		return host, nil
+	}
+	// Both offered, so both have x.
+	ok := []byte{1}
+	peer := 1 - f.me
+	ref := gpu.SharedHostRef{PID: int(field(peer, 3)), FD: int(field(peer, 4)), Len: int(field(peer, 5)), Ino: field(peer, 6)}
+	if ref.Len != x.inbox.Len() {
+		ok[0] = 0
+	} else if x.peer, err = f.dev.OpenSharedHost(ref); err != nil {
+		f.c.Log().Warn("gpu flag allreduce: cannot map the peer's pcie inbox, NVLink only", "peer", peer, "error", err)
+		ok[0] = 0
+	}
+	var mine, theirs uintptr
+	if ok[0] == 1 {
+		mine, err = x.inbox.DevicePtr()
+		if err == nil {
+			theirs, err = x.peer.DevicePtr()
+		}
+		if err != nil {
+			f.c.Log().Warn("gpu flag allreduce: pcie inbox not mapped for kernels, NVLink only", "error", err)
+			ok[0] = 0
+		}
+	}
+	all := make([]byte, f.n)
+	if err := f.c.Engine().AllGather(ctx, collectives.HostBuffer(ok), collectives.HostBuffer(all), 1, dtype.Uint8); err != nil {
+		return host, fmt.Errorf("rank %d on %s: agree on the flag allreduce's pcie inboxes: %w", f.me, f.c.Host(), err)
+	}
+	if all[0] != 1 || all[1] != 1 {
+		f.pcie = nil
+		return host, x.close(false)
+	}
+	if err := x.inbox.CloseFD(); err != nil {
+		return host, err
+	}
+	host[f.me], host[peer] = uint64(mine), uint64(theirs)
+	if f.me == 0 {
+		if err := x.newPlanner(bus[f.me], bus[peer]); err != nil {
+			return host, err
+		}
+	}
+	f.c.Log().Info("gpu flag allreduce pcie part", "blocks", x.blocks, "nvlink_blocks", x.nvcap, "slot", x.slot, "inbox", x.inbox.Len())
+	return host, nil
 }

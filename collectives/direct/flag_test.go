@@ -408,7 +408,7 @@ func planeCalls(rs []*devRank) [][2]uint64 {
 	out := make([][2]uint64, len(rs))
 	for i, r := range rs {
 		p := r.dc.Plane().(*directPlane)
-		out[i] = [2]uint64{p.flag.calls, p.calls}
+		out[i] = [2]uint64{p.flag.calls, p.seq.calls}
 	}
 	return out
 }
@@ -419,7 +419,7 @@ func planeCalls(rs []*devRank) [][2]uint64 {
 func checkPath(t *testing.T, what string, i int, r *devRank, before [2]uint64, extra uint64, flag bool) {
 	t.Helper()
 	p := r.dc.Plane().(*directPlane)
-	f, shake := p.flag.calls-before[0]-extra, p.calls-before[1]
+	f, shake := p.flag.calls-before[0]-extra, p.seq.calls-before[1]
 	if flag && (f != 1 || shake != 0) || !flag && (f != 0 || shake != 1) {
 		t.Errorf("%s: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", what, i, f, shake, flag)
 	}

@@ -26,7 +26,7 @@ func TestRotated(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4, 8} {
 		order := make([][]int, n)
 		for me := range n {
-			p := &directPlane{n: n, me: me}
+			p := &directPlane{peers: &peers{n: n, me: me}}
 			order[me] = p.rotated()
 			if len(order[me]) != n-1 {
 				t.Fatalf("n=%d rank %d: %d peers, want %d", n, me, len(order[me]), n-1)
@@ -75,7 +75,7 @@ func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 	rs := fakeRanksEach(t, 3, gpufake.Config{}, env, each, 3*fakeBig*8)
 	for _, r := range rs {
 		if f := r.dc.Plane().(*directPlane).flag; f != nil {
-			t.Fatalf("rank %d: flag plane on (one-shot limit %d) though rank 2 has another limit", r.c.Rank(), f.oneShot)
+			t.Fatalf("rank %d: flag plane on (one-shot limit %d) though rank 2 has another limit", r.c.Rank(), f.lim.oneShot)
 		}
 	}
 	cases := []devCase{}
@@ -92,7 +92,7 @@ func TestGPUFakeFlagAuto(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		rs := fakeRanks(t, n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}, 1<<16)
 		f := rs[0].dc.Plane().(*directPlane).flag
-		if f == nil || f.maxBytes < 1<<40 || f.collBytes != 4<<20 || f.oneShot != 2<<20 {
+		if f == nil || f.lim.maxBytes < 1<<40 || f.lim.collBytes != 4<<20 || f.lim.oneShot != 2<<20 {
 			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, f)
 		}
 	}

@@ -1,9 +1,14 @@
 package direct
 
 import (
-	"sync"
+	"context"
+	"encoding/binary"
+	"fmt"
 	"time"
 
+	"flexlink/collectives"
+	"flexlink/dtype"
+	"flexlink/fabric"
 	"flexlink/fabric/balance"
 	"flexlink/gpu"
 )
@@ -31,7 +36,7 @@ import (
 // both processes die; the senders close their descriptors once every
 // receiver has mapped the buffer.
 //
-// # One call (gpu_pcie_call.go)
+// # One call (pcie_call.go)
 //
 // Before its ready message, sender i asks the pair's planner how to split
 // the B bytes it will push to j in this call (allgather and alltoall
@@ -59,7 +64,7 @@ import (
 // chain orders j's H2D after j's earlier use of its recv buffer (the
 // slot events follow i's D2H, which follows j's ready event).
 //
-// The slot events obey gpu_direct.go's rule for IPC events: i records them
+// The slot events obey direct.go's rule for IPC events: i records them
 // only in calls with j, after it has j's ready message for that call; j
 // waits on them after i's done message of that call and before its own
 // call returns, so before it sends the ready message of its next call.
@@ -73,23 +78,29 @@ import (
 // like any other error: the job aborts and every rank's call returns an
 // error. A PCIe part is never silently dropped.
 type pcieState struct {
-	staging  int     // bytes per ordered pair; 0: PCIe off
-	fixed    float64 // FLEXLINK_PCIE_SHARE; < 0: the planner decides
-	minSlot  int     // smallest slot (tests lower it to reach multi-slot paths)
-	cacheDir string  // profile cache ("": none)
+	*peers
+	pcieSettings
+	lanes *laneSet   // the copy lanes whose NVLink parts the probes time
+	stats *linkStats // counts the staged bytes
+	call  uint64     // this call's number (begin), for the trace
 
 	tx []*pcieTx // by peer: this rank sending to it (nil: no PCIe toward it)
 	rx []*pcieRx // by peer: this rank receiving from it
-
-	cur  [2]int64 // this call's pushed bytes: nvlink, pcie
-	mu   sync.Mutex
-	last [2]int64 // the last finished call's (LinkShares)
 
 	// Test hooks: fault fails the PCIe part of a copy toward or from peer
 	// at where ("d2h", "h2d"); onSplit sees each sender's and receiver's
 	// view of a pair's staging table.
 	fault   func(where string, peer int) error
 	onSplit func(pcieSplitRec)
+}
+
+// pcieSettings are the PCIe share's settings as resolved for this plane;
+// the flag allreduce's PCIe part (flag_pcie.go) uses them too.
+type pcieSettings struct {
+	staging  int     // bytes per ordered pair; 0: PCIe off
+	fixed    float64 // FLEXLINK_PCIE_SHARE; < 0: the planner decides
+	minSlot  int     // smallest slot (tests lower it to reach multi-slot paths)
+	cacheDir string  // profile cache ("": none)
 }
 
 // pcieTx is this rank's sending side toward one peer.
@@ -104,8 +115,11 @@ type pcieTx struct {
 	observed int          // Observe calls (the profile is saved when > 0)
 	logged   map[int]float64
 	probe    txProbe
+	txCall   // this call's part (begin resets it)
+}
 
-	// This call (pcieBegin resets them).
+// txCall is one call's PCIe part toward a peer.
+type txCall struct {
 	bytes     int // B: bytes pushed to the peer over the copy lanes
 	plan      int // planned PCIe bytes
 	capBytes  int // most PCIe bytes this call can stage
@@ -114,7 +128,7 @@ type pcieTx struct {
 	staged    int  // PCIe bytes staged so far
 	slot      int  // slot being filled, -1: none
 	used      bool // the D2H stream has copies since the last join
-	sealed    bool // pcieFinish ran: no more staging in this call
+	sealed    bool // finish ran: no more staging in this call
 	segs      []pcieSeg
 }
 
@@ -139,9 +153,6 @@ const (
 	pcieMinSlot  = 2 << 20 // bytes: smaller copies lose PCIe bandwidth to per-copy cost
 	pcieMaxShare = 0.5     // a PCIe part never exceeds half a push, whatever was measured
 	pcieRefBytes = 4 * 8   // pid, fd, length, inode
-
-	linkNVLink = 0 // planner link ids
-	linkPCIe   = 1
 )
 
 // Stage-1 priors of the planner, from DESIGN.md's 2×H200 measurements:
@@ -156,23 +167,22 @@ const (
 	pciePriorLat   = 20 * time.Microsecond
 )
 
-// closePCIe waits for the PCIe copies, saves what the planners learnt and
+// close waits for the PCIe copies, saves what the planners learnt and
 // releases staging buffers, streams and events.
-func (p *directPlane) closePCIe() error {
+func (x *pcieState) close() error {
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
 			first = err
 		}
 	}
-	x := &p.px
 	for _, t := range x.tx {
 		if t == nil {
 			continue
 		}
 		if t.observed > 0 && x.cacheDir != "" && t.planner != nil {
 			if err := balance.SaveProfile(x.cacheDir, t.key, t.planner.State()); err != nil {
-				p.c.Log().Warn("gpu pcie: profile not saved", "error", err)
+				x.c.Log().Warn("gpu pcie: profile not saved", "error", err)
 			}
 		}
 		keep(t.close())
@@ -218,4 +228,232 @@ func closeCopier(s *gpu.Stream, evs []*gpu.Event, mem *gpu.SharedHost) error {
 		keep(mem.Close())
 	}
 	return first
+}
+
+// Setting up the PCIe share, inside New (setup.go): settings,
+// the staging buffers and slot events offered in the second exchange, the
+// peers' buffers mapped and the pairs agreed in a third, and a planner per
+// pair that uses PCIe, from the profile cache when it has this pair.
+
+// settings reads FLEXLINK_LINKS, FLEXLINK_PCIE_STAGING_BYTES and
+// FLEXLINK_PCIE_SHARE into x. The PCIe share is on unless FLEXLINK_LINKS
+// names link kinds and pcie is not among them, or the staging size is 0.
+func (x *pcieState) settings(cfg PCIeConfig) error {
+	kinds, err := namedKinds(cfg.Links)
+	if err != nil {
+		return err
+	}
+	st := cfg.StagingBytes
+	x.fixed = cfg.Share
+	if kinds[fabric.KindPCIe] && !kinds[fabric.KindNVLink] {
+		return fmt.Errorf("FLEXLINK_LINKS=%q names pcie without nvlink: the direct GPU path adds pcie to nvlink (name both, or set FLEXLINK_GPU_PATH=staged)",
+			cfg.Links)
+	}
+	if kinds[fabric.KindPCIe] {
+		x.staging = (st + pcieAlign - 1) / pcieAlign * pcieAlign
+	}
+	x.minSlot = pcieMinSlot
+	x.cacheDir = cfg.CacheDir
+	return nil
+}
+
+// namedKinds is the set of link kinds FLEXLINK_LINKS keeps, every kind
+// when it is empty. FilterLinks checks the names, so a typo is an error
+// here as everywhere else; host kinds (shm,tcp) are legal and simply keep
+// no GPU link beyond NVLink.
+func namedKinds(links string) (map[fabric.Kind]bool, error) {
+	all := []fabric.Kind{fabric.KindNVLink, fabric.KindPCIe, fabric.KindNet, fabric.KindShm, fabric.KindTCP, fabric.KindFake}
+	specs := make([]balance.LinkSpec, len(all))
+	for i, k := range all {
+		specs[i] = balance.LinkSpec{ID: i, Kind: k, Bandwidth: 1}
+	}
+	kept, err := balance.FilterLinksBy(specs, links)
+	if err != nil {
+		return nil, fmt.Errorf("gpu links: %w", err)
+	}
+	out := map[fabric.Kind]bool{}
+	for _, s := range kept {
+		out[s.Kind] = true
+	}
+	if !out[fabric.KindNVLink] && !out[fabric.KindPCIe] {
+		out[fabric.KindNVLink] = true // FLEXLINK_LINKS=shm,tcp: about host links only
+	}
+	return out, nil
+}
+
+// pcieBlobBytes is one rank's PCIe part of the setup exchange: per rank,
+// the reference of the staging buffer toward it and its slot events.
+func pcieBlobBytes(n int) int { return n * (pcieRefBytes + pcieSlots*gpu.IPCHandleSize) }
+
+// offer creates a staging buffer, a copy stream and slot events toward
+// every peer and writes their references into b. A staging buffer that
+// cannot be made (memfd, mapping or registration refused) only takes that
+// pair's PCIe share away: its reference stays zero.
+func (x *pcieState) offer(b []byte) error {
+	if x.staging == 0 {
+		return nil
+	}
+	x.tx, x.rx = make([]*pcieTx, x.n), make([]*pcieRx, x.n)
+	stride := pcieRefBytes + pcieSlots*gpu.IPCHandleSize
+	for j := 0; j < x.n; j++ {
+		if j == x.me {
+			continue
+		}
+		mem, err := x.dev.NewSharedHost(x.staging)
+		if err != nil {
+			x.c.Log().Warn("gpu pcie: no staging buffer, this pair stays on nvlink", "peer", j, "error", err)
+			continue
+		}
+		t := &pcieTx{peer: j, mem: mem, logged: map[int]float64{}, txCall: txCall{slot: -1}}
+		x.tx[j] = t
+		if t.stream, err = x.dev.NewStream(); err != nil {
+			return err
+		}
+		if t.end, err = x.dev.NewEvent(false); err != nil {
+			return err
+		}
+		w := b[j*stride:]
+		ref := mem.Ref()
+		for i, v := range []uint64{uint64(ref.PID), uint64(ref.FD), uint64(ref.Len), ref.Ino} {
+			binary.LittleEndian.PutUint64(w[8*i:], v)
+		}
+		for k := 0; k < pcieSlots; k++ {
+			e, err := x.dev.NewIPCEvent()
+			if err != nil {
+				return err
+			}
+			t.slots = append(t.slots, e)
+			h, err := e.IPCHandle()
+			if err != nil {
+				return err
+			}
+			copy(w[pcieRefBytes+k*gpu.IPCHandleSize:], h)
+		}
+	}
+	return nil
+}
+
+// open maps every peer's staging buffer toward this rank and opens its
+// slot events (blobs[r] is rank r's PCIe part), then agrees with the peers,
+// in one more exchange, on which pairs use PCIe. It is collective whenever
+// some rank offered a staging buffer, which every rank sees alike.
+func (x *pcieState) open(ctx context.Context, blobs [][]byte, bus []string) error {
+	stride := pcieRefBytes + pcieSlots*gpu.IPCHandleSize
+	offered := false
+	for r, b := range blobs {
+		for j := 0; j < x.n; j++ {
+			if j != r && binary.LittleEndian.Uint64(b[j*stride+16:]) != 0 {
+				offered = true
+			}
+		}
+	}
+	if !offered {
+		return nil
+	}
+	mask := make([]byte, x.n)
+	for j := 0; j < x.n && x.rx != nil; j++ {
+		if j == x.me {
+			continue
+		}
+		w := blobs[j][x.me*stride:]
+		le := binary.LittleEndian
+		ref := gpu.SharedHostRef{PID: int(le.Uint64(w)), FD: int(le.Uint64(w[8:])), Len: int(le.Uint64(w[16:])), Ino: le.Uint64(w[24:])}
+		if ref.Len == 0 {
+			continue
+		}
+		rx, err := x.openRx(ref, w[pcieRefBytes:])
+		if err != nil {
+			x.c.Log().Warn("gpu pcie: cannot map a peer's staging buffer, that pair stays on nvlink", "peer", j, "error", err)
+			continue
+		}
+		x.rx[j], mask[j] = rx, 1
+	}
+	all := make([]byte, x.n*x.n)
+	if err := x.c.Engine().AllGather(ctx, collectives.HostBuffer(mask), collectives.HostBuffer(all), x.n, dtype.Uint8); err != nil {
+		return fmt.Errorf("agree on pcie staging: %w", err)
+	}
+	for j, t := range x.tx {
+		if t == nil {
+			continue
+		}
+		if all[j*x.n+x.me] != 1 {
+			x.tx[j] = nil
+			if err := t.close(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.mem.CloseFD(); err != nil {
+			return err
+		}
+		if err := x.plannerFor(t, bus); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openRx maps one peer's staging buffer and opens its slot events
+// (handles: pcieSlots IPC handles).
+func (x *pcieState) openRx(ref gpu.SharedHostRef, handles []byte) (rx *pcieRx, err error) {
+	if ref.Len > 1<<34 {
+		return nil, fmt.Errorf("staging buffer of %d bytes", ref.Len)
+	}
+	rx = &pcieRx{}
+	defer func() {
+		if err != nil {
+			rx.close()
+		}
+	}()
+	if rx.mem, err = x.dev.OpenSharedHost(ref); err != nil {
+		return nil, err
+	}
+	if rx.stream, err = x.dev.NewStream(); err != nil {
+		return nil, err
+	}
+	if rx.end, err = x.dev.NewEvent(false); err != nil {
+		return nil, err
+	}
+	for k := 0; k < pcieSlots; k++ {
+		e, err := x.dev.OpenIPCEvent(handles[k*gpu.IPCHandleSize : (k+1)*gpu.IPCHandleSize])
+		if err != nil {
+			return nil, err
+		}
+		rx.slots = append(rx.slots, e)
+	}
+	return rx, nil
+}
+
+// plannerFor gives t its planner: the cached profile of this GPU pair
+// when there is one for the same links, else the priors.
+func (x *pcieState) plannerFor(t *pcieTx, bus []string) error {
+	specs := []balance.LinkSpec{
+		{ID: linkNVLink, Kind: fabric.KindNVLink, Bandwidth: nvlinkPriorBW, Latency: nvlinkPriorLat},
+		{ID: linkPCIe, Kind: fabric.KindPCIe, Bandwidth: pciePriorBW, Latency: pciePriorLat},
+	}
+	t.key = fmt.Sprintf("gpu-direct %s %s>%s", x.c.Host(), bus[x.me], bus[t.peer])
+	from := "priors"
+	if x.cacheDir != "" {
+		if st, err := balance.LoadProfile(x.cacheDir, t.key); err == nil {
+			if pl, err := balance.Restore(st, specs); err == nil {
+				t.planner, from = pl, "profile cache"
+			} else {
+				x.c.Log().Debug("gpu pcie: cached profile does not fit", "peer", t.peer, "error", err)
+			}
+		}
+	}
+	if t.planner == nil {
+		pl, err := balance.NewPlanner(specs, nil, balance.Config{})
+		if err != nil {
+			return err
+		}
+		t.planner = pl
+	}
+	by := "balancer"
+	if x.fixed >= 0 {
+		by = fmt.Sprintf("FLEXLINK_PCIE_SHARE=%g", x.fixed)
+	}
+	x.c.Log().Info("gpu pcie link", "peer", t.peer, "staging", x.staging, "threshold", t.planner.Threshold(),
+		"from", from, "shares", by)
+	return nil
 }

@@ -5,22 +5,22 @@ import (
 	"fmt"
 	"math"
 
-	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
 
 // One call's PCIe share, in the order do() runs it (the protocol and why
-// it is safe are in gpu_pcie.go):
+// it is safe are in pcie.go):
 //
-//	pcieBegin      plan each peer's split (before the ready message)
-//	pcieReadyWords announce it in the ready message
-//	pcieReady      read the peers' announcements; start timings
-//	pushSplit      during the work: head on the copy lanes, tail staged D2H
-//	pcieFinish     after the work: record the last slot, join the D2H streams
+//	begin          plan each peer's split (before the ready message)
+//	readyWords     announce it in the ready message
+//	ready          read the peers' announcements; start timings
+//	take, stage    during the work (the plane's pushSplit): head on the
+//	               copy lanes, tail staged D2H
+//	finish         after the work: record the last slot, join the D2H streams
 //	doneMessage    the staging table for the receiver
-//	pcieReceive    after the done handshake: H2D out of the peers' staging
-//	               (gpu_pcie_recv.go)
+//	doneLen,       after the done handshake: H2D out of the peers' staging
+//	receive        (the receiving side, below)
 
 // pcieSplitRec is one side's view of a pair's staging table in one call
 // (tests compare the sender's and the receiver's).
@@ -34,55 +34,20 @@ type pcieSplitRec struct {
 	pushed    int // sender: bytes the pushes carried
 }
 
-// pushBytes is how many bytes o pushes to each peer over the copy lanes,
-// the B a split divides. It mirrors the choices of gpu_direct_ops.go:
-// allgather and alltoall blocks once the pushes together reach fanOutMin,
-// the read allreduce's own block when it is pipelined. Pushes that stay on
-// the caller's stream are small and never split; the push allreduce keeps
-// NVLink only (its scratch pushes are ordered by per-chunk events that a
-// PCIe part would need too), and so do pull allgathers and alltoalls
-// (gpu_direct_pull.go), which push nothing.
-func (p *directPlane) pushBytes(o *plane.Op) int {
-	sz := o.DT.Size()
-	switch o.Kind {
-	case plane.AllGather, plane.AllToAll:
-		if p.pulls(o) {
-			return 0 // kernels read the peers' blocks over NVLink: nothing to split
-		}
-		if blk := o.Count * sz; (p.n-1)*blk >= fanOutMin {
-			return blk
-		}
-	case plane.AllReduce:
-		if p.pushPlan(o).ok {
-			return 0
-		}
-		lo, hi := blockRange(o.Count, p.n, p.me, sz)
-		if hi-lo > p.chunkElems((hi-lo)*sz, sz) && p.n > 1 {
-			return (hi - lo) * sz
-		}
-	}
-	return 0
-}
-
-// pcieBegin plans this call's PCIe part toward every peer.
-func (p *directPlane) pcieBegin(o *plane.Op, peers []int) error {
-	x := &p.px
-	x.cur = [2]int64{}
+// begin plans call's PCIe part toward every peer: b bytes each (the
+// plane's pushBytes; 0 for a Group).
+func (x *pcieState) begin(peers []int, call uint64, b int) error {
+	x.call = call
 	if x.tx == nil {
 		return nil
-	}
-	b := 0
-	if o.Kind != plane.Group {
-		b = p.pushBytes(o)
 	}
 	for _, j := range peers {
 		t := x.tx[j]
 		if t == nil {
 			continue
 		}
-		t.bytes, t.plan, t.capBytes, t.slotBytes = b, 0, 0, 0
-		t.pushed, t.staged, t.slot, t.used, t.sealed, t.segs = 0, 0, -1, false, false, t.segs[:0]
-		p.probeSettle(t)
+		t.txCall = txCall{bytes: b, slot: -1, segs: t.segs[:0]}
+		x.probeSettle(t)
 		if b == 0 {
 			continue
 		}
@@ -96,9 +61,9 @@ func (p *directPlane) pcieBegin(o *plane.Op, peers []int) error {
 			}
 		}
 		t.setPlan(b, math.Min(f, pcieMaxShare), x.staging, x.minSlot)
-		p.probeArm(t)
+		x.probeArm(t)
 		if t.plan > 0 || b >= t.planner.Threshold() {
-			p.logShare(t, by)
+			x.logShare(t, by)
 		}
 	}
 	return nil
@@ -107,7 +72,7 @@ func (p *directPlane) pcieBegin(o *plane.Op, peers []int) error {
 // setPlan sizes the PCIe part for b bytes and share f: whole pages, at most
 // the staging buffer, in at most pcieSlots slots of at least minSlot
 // (smaller copies waste PCIe bandwidth) unless the part is smaller still.
-func (t *pcieTx) setPlan(b int, f float64, staging, minSlot int) {
+func (t *txCall) setPlan(b int, f float64, staging, minSlot int) {
 	want := min(int(f*float64(b))/pcieAlign*pcieAlign, staging)
 	if want <= 0 {
 		return
@@ -119,50 +84,50 @@ func (t *pcieTx) setPlan(b int, f float64, staging, minSlot int) {
 	t.plan = min(want, t.capBytes)
 }
 
-// pcieReadyWords writes the PCIe words of this rank's ready message to
-// peer j (see gpu_direct_msg.go): announce, timed-push sequence number,
+// readyWords writes the PCIe words of this rank's ready message to
+// peer j (see direct.go): announce, timed-push sequence number,
 // and the report on j's last timed push to this rank.
-func (p *directPlane) pcieReadyWords(j int, w []byte) {
+func (x *pcieState) readyWords(j int, w []byte) {
 	le := binary.LittleEndian
-	if t := p.txTo(j); t != nil && t.plan > 0 {
+	if t := x.txTo(j); t != nil && t.plan > 0 {
 		le.PutUint64(w[0:], 1)
 		if t.probe.state == probeArmed && t.probe.report {
 			le.PutUint64(w[8:], t.probe.seq)
 		}
 	}
-	if r := p.rxFrom(j); r != nil {
-		seq, ns := p.probeReport(r)
+	if r := x.rxFrom(j); r != nil {
+		seq, ns := x.probeReport(r)
 		le.PutUint64(w[16:], seq)
 		le.PutUint64(w[24:], ns)
 	}
 }
 
-func (p *directPlane) txTo(j int) *pcieTx {
-	if p.px.tx == nil {
+func (x *pcieState) txTo(j int) *pcieTx {
+	if x.tx == nil {
 		return nil
 	}
-	return p.px.tx[j]
+	return x.tx[j]
 }
 
-func (p *directPlane) rxFrom(j int) *pcieRx {
-	if p.px.rx == nil {
+func (x *pcieState) rxFrom(j int) *pcieRx {
+	if x.rx == nil {
 		return nil
 	}
-	return p.px.rx[j]
+	return x.rx[j]
 }
 
-// pcieReady reads the PCIe words of the peers' ready messages and, on s
+// ready reads the PCIe words of the peers' ready messages and, on s
 // (which now waits on every peer's ready event), starts this call's
 // timings.
-func (p *directPlane) pcieReady(s *gpu.Stream, in [][]byte, peers []int) error {
+func (x *pcieState) ready(s *gpu.Stream, in [][]byte, peers []int) error {
 	le := binary.LittleEndian
 	for _, j := range peers {
 		w := in[j][readyHeader-pcieWords : readyHeader]
-		r := p.rxFrom(j)
+		r := x.rxFrom(j)
 		if r == nil {
 			if le.Uint64(w) != 0 {
 				return fmt.Errorf("rank %d on %s announces a pcie part, but this rank has no mapping of its staging buffer: %w",
-					j, p.c.PeerHost(j), errs.ErrMismatch)
+					j, x.c.PeerHost(j), errs.ErrMismatch)
 			}
 		} else {
 			r.expect = le.Uint64(w) == 1
@@ -170,47 +135,22 @@ func (p *directPlane) pcieReady(s *gpu.Stream, in [][]byte, peers []int) error {
 				r.probe.seq, r.probe.state = seq, probeArmed
 			}
 		}
-		if t := p.txTo(j); t != nil {
-			p.probeReported(t, le.Uint64(w[16:]), le.Uint64(w[24:]))
+		if t := x.txTo(j); t != nil {
+			x.probeReported(t, le.Uint64(w[16:]), le.Uint64(w[24:]))
 		}
 	}
-	return p.probeStart(s, peers)
+	return x.probeStart(s, peers)
 }
 
-// pushSplit enqueues dst = src toward peer j: the head on the copy lanes
-// of group g (p.split), the tail, this push's PCIe part, staged D2H. off is
-// dst's offset in the peer's recv buffer (the receiver's H2D target). Both
-// parts wait for after.
-func (p *directPlane) pushSplit(j, g, off int, dst, src *gpu.Buffer, after *gpu.Event) error {
-	_, err := p.pushSplitWith(j, off, dst, src, after, func(d, s *gpu.Buffer) error { return p.split(j, g, d, s, after) })
-	return err
-}
-
-// pushSplitWith is pushSplit with the NVLink head enqueued by nvlink; it
-// returns the head's length.
-func (p *directPlane) pushSplitWith(j, off int, dst, src *gpu.Buffer, after *gpu.Event, nvlink func(dst, src *gpu.Buffer) error) (int, error) {
-	n := dst.Len()
-	q := p.pcieTake(j, n)
-	if n-q > 0 {
-		if err := nvlink(dst.Sub(0, n-q), src.Sub(0, n-q)); err != nil {
-			return 0, err
-		}
-	}
-	if q == 0 {
-		return n, nil
-	}
-	return n - q, p.stage(j, off+n-q, src.Sub(n-q, q), after)
-}
-
-// pcieTake returns the PCIe part of the next push of n bytes to peer j:
+// take returns the PCIe part of the next push of n bytes to peer j:
 // the bytes pushed so far times the planned share, rounded up to a page,
 // less what is staged already. Rounding the running total (not each part)
 // makes the parts add up to the plan however the call cuts its pushes, and
 // rounding it up keeps the last push's part within that push (it is at
 // most its share of the push) as long as every earlier push is at least
 // two pages, which the algorithms' chunks are.
-func (p *directPlane) pcieTake(j, n int) int {
-	t := p.txTo(j)
+func (x *pcieState) take(j, n int) int {
+	t := x.txTo(j)
 	if t == nil {
 		return 0
 	}
@@ -225,12 +165,12 @@ func (p *directPlane) pcieTake(j, n int) int {
 // stage copies src D2H into the staging buffer toward j, slot by slot,
 // recording a slot's event when the copies move past it, and notes where
 // the bytes go (off in j's recv).
-func (p *directPlane) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
-	t := p.px.tx[j]
+func (x *pcieState) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
+	t := x.tx[j]
 	if t.sealed {
-		return fmt.Errorf("rank %d: pcie part toward rank %d staged after the call's copies were joined (a bug)", p.me, j)
+		return fmt.Errorf("rank %d: pcie part toward rank %d staged after the call's copies were joined (a bug)", x.me, j)
 	}
-	if f := p.px.fault; f != nil {
+	if f := x.fault; f != nil {
 		if err := f("d2h", j); err != nil {
 			return fmt.Errorf("pcie part toward rank %d: %w", j, err)
 		}
@@ -244,7 +184,7 @@ func (p *directPlane) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error
 	for pos := 0; pos < src.Len(); {
 		k := t.staged / t.slotBytes
 		if k != t.slot {
-			if err := p.recordSlot(t); err != nil {
+			if err := x.recordSlot(t); err != nil {
 				return err
 			}
 			t.slot = k
@@ -262,24 +202,24 @@ func (p *directPlane) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error
 		t.segs = append(t.segs, pcieSeg{off: off, n: src.Len()})
 	}
 	t.used = true
-	p.px.cur[linkPCIe] += int64(src.Len())
+	x.stats.add(linkPCIe, src.Len())
 	return nil
 }
 
 // recordSlot records the event of the slot t is filling, if any.
-func (p *directPlane) recordSlot(t *pcieTx) error {
+func (x *pcieState) recordSlot(t *pcieTx) error {
 	if t.slot < 0 {
 		return nil
 	}
-	p.note(traceRec{actor: p.me, owner: p.me, to: t.peer, chunk: -2 - t.slot, call: p.calls})
+	x.note(traceRec{actor: x.me, owner: x.me, to: t.peer, chunk: -2 - t.slot, call: x.call})
 	return t.stream.Record(t.slots[t.slot])
 }
 
-// pcieFinish, after the work, records the last slot of every peer's PCIe
+// finish, after the work, records the last slot of every peer's PCIe
 // part and makes s wait for the D2H copies (they read this rank's send
 // buffer, which the caller may reuse once s passes the call).
-func (p *directPlane) pcieFinish(s *gpu.Stream) error {
-	for _, t := range p.px.tx {
+func (x *pcieState) finish(s *gpu.Stream) error {
+	for _, t := range x.tx {
 		if t == nil || t.sealed {
 			continue
 		}
@@ -287,7 +227,7 @@ func (p *directPlane) pcieFinish(s *gpu.Stream) error {
 		if !t.used {
 			continue
 		}
-		if err := p.recordSlot(t); err != nil {
+		if err := x.recordSlot(t); err != nil {
 			return err
 		}
 		t.slot, t.used = -1, false
@@ -297,12 +237,12 @@ func (p *directPlane) pcieFinish(s *gpu.Stream) error {
 		if err := s.Wait(t.end); err != nil {
 			return err
 		}
-		if f := p.px.onSplit; f != nil {
-			f(pcieSplitRec{from: p.me, to: t.peer, call: p.calls, slotBytes: t.slotBytes,
+		if f := x.onSplit; f != nil {
+			f(pcieSplitRec{from: x.me, to: t.peer, call: x.call, slotBytes: t.slotBytes,
 				segs: append([]pcieSeg(nil), t.segs...), bytes: t.bytes, pushed: t.pushed})
 		}
 	}
-	p.probeDone()
+	x.probeDone()
 	return nil
 }
 
@@ -313,10 +253,10 @@ const pcieTableHeader = 3 * 8 // call, slot bytes, entries
 // table: slot size, entries, then (offset in j's recv, length) per entry,
 // padded to pcieMaxSegs entries so that j, which knows only that a table
 // comes, can post its receive with the exact length.
-func (p *directPlane) doneMessage(j int, call uint64, b []byte) []byte {
+func (x *pcieState) doneMessage(j int, call uint64, b []byte) []byte {
 	le := binary.LittleEndian
 	b = le.AppendUint64(b, call)
-	t := p.txTo(j)
+	t := x.txTo(j)
 	if t == nil || t.plan == 0 {
 		return b
 	}
@@ -327,4 +267,114 @@ func (p *directPlane) doneMessage(j int, call uint64, b []byte) []byte {
 		b = le.AppendUint64(b, uint64(sg.n))
 	}
 	return append(b, make([]byte, pcieTableHeader+pcieMaxSegs*16-len(b))...)
+}
+
+// The receiving side of a call's PCIe share: the done message's length,
+// and, after the done handshake, the H2D copies out of the peers' staging
+// buffers, each slot after the sender's slot event (pcie.go says why
+// that is enough).
+
+// doneLen is the length of peer j's done message to this rank: its call
+// number, plus the staging table when it announced one.
+func (x *pcieState) doneLen(j int) int {
+	if r := x.rxFrom(j); r != nil && r.expect {
+		return pcieTableHeader + pcieMaxSegs*16
+	}
+	return 8
+}
+
+// receive, after the done handshake, copies every announced PCIe part out
+// of the peers' staging buffers into recv: per slot, the copy stream waits
+// on the sender's slot event, then copies H2D; s then waits for the copies.
+func (x *pcieState) receive(s *gpu.Stream, recv *gpu.Buffer, in [][]byte, peers []int) error {
+	for _, j := range peers {
+		r := x.rxFrom(j)
+		if r == nil || !r.expect {
+			continue
+		}
+		r.expect = false
+		sb, segs, err := x.parseTable(j, in[j], r, recv)
+		if err != nil {
+			return err
+		}
+		call := binary.LittleEndian.Uint64(in[j])
+		if f := x.onSplit; f != nil {
+			f(pcieSplitRec{from: j, to: x.me, call: call, receiver: true, slotBytes: sb, segs: segs})
+		}
+		if err := x.unstage(j, r, recv, sb, segs, call); err != nil {
+			return err
+		}
+		if err := x.probeReceived(r); err != nil {
+			return err
+		}
+		if err := r.stream.Record(r.end); err != nil {
+			return err
+		}
+		if err := s.Wait(r.end); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unstage enqueues the H2D copies of one peer's staging table.
+func (x *pcieState) unstage(j int, r *pcieRx, recv *gpu.Buffer, sb int, segs []pcieSeg, call uint64) error {
+	mem := r.mem.Bytes()
+	slot, soff := -1, 0
+	for _, sg := range segs {
+		for pos := 0; pos < sg.n; {
+			k := soff / sb
+			if k != slot {
+				if err := r.stream.Wait(r.slots[k]); err != nil {
+					return err
+				}
+				x.note(traceRec{actor: x.me, owner: j, to: x.me, chunk: -2 - k, call: call, wait: true})
+				slot = k
+			}
+			if f := x.fault; f != nil {
+				if err := f("h2d", j); err != nil {
+					return fmt.Errorf("pcie part from rank %d: %w", j, err)
+				}
+			}
+			m := min(sg.n-pos, (k+1)*sb-soff)
+			if err := r.stream.CopyHtoD(recv.Sub(sg.off+pos, m), mem[soff:soff+m]); err != nil {
+				return fmt.Errorf("pcie part from rank %d: %w", j, err)
+			}
+			pos += m
+			soff += m
+		}
+	}
+	return nil
+}
+
+// parseTable reads and checks peer j's staging table: every piece must lie
+// inside recv and the staging buffer, in at most pcieSlots slots. A table
+// that does not fit is a protocol error, never a partial copy.
+func (x *pcieState) parseTable(j int, m []byte, r *pcieRx, recv *gpu.Buffer) (int, []pcieSeg, error) {
+	le := binary.LittleEndian
+	sb, n := int(le.Uint64(m[8:])), int(le.Uint64(m[16:]))
+	bad := func(why string, a ...any) error {
+		return fmt.Errorf("rank %d on %s sent a pcie staging table that %s: %w", j, x.c.PeerHost(j), fmt.Sprintf(why, a...), errs.ErrMismatch)
+	}
+	if n > pcieMaxSegs {
+		return 0, nil, bad("has %d entries (at most %d)", n, pcieMaxSegs)
+	}
+	if n > 0 && (sb <= 0 || sb > r.mem.Len()) {
+		return 0, nil, bad("has slots of %d bytes", sb)
+	}
+	segs := make([]pcieSeg, n)
+	total := 0
+	for i := range segs {
+		e := m[pcieTableHeader+16*i:]
+		sg := pcieSeg{off: int(le.Uint64(e)), n: int(le.Uint64(e[8:]))}
+		if sg.off < 0 || sg.n <= 0 || sg.off > recv.Len()-sg.n {
+			return 0, nil, bad("puts %d bytes at offset %d of a %d-byte buffer", sg.n, sg.off, recv.Len())
+		}
+		total += sg.n
+		segs[i] = sg
+	}
+	if total > r.mem.Len() || n > 0 && (total+sb-1)/sb > pcieSlots {
+		return 0, nil, bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, r.mem.Len(), pcieSlots)
+	}
+	return sb, segs, nil
 }

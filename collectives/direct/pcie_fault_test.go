@@ -100,7 +100,7 @@ func TestGPUFakePCIeBadTable(t *testing.T) {
 		{"past staging", table(1<<19, 2, 0, 1<<19, 0, 1<<19+4096), false},
 		{"too many slots", table(4096, 1, 0, 17*4096), false},
 	} {
-		_, _, err := pl.parseTable(1, tc.msg, rx, recv)
+		_, _, err := pl.px.parseTable(1, tc.msg, rx, recv)
 		if tc.ok != (err == nil) || err != nil && !errors.Is(err, errs.ErrMismatch) {
 			t.Errorf("%s: %v", tc.name, err)
 		}

@@ -81,7 +81,7 @@ type rxProbe struct {
 // probeSettle, at the start of a call with t's peer, feeds back a pending
 // NVLink-only probe whose events have completed, and ages out one whose
 // report does not come.
-func (p *directPlane) probeSettle(t *pcieTx) {
+func (x *pcieState) probeSettle(t *pcieTx) {
 	pr := &t.probe
 	switch pr.state {
 	case probeArmed: // the call that armed it failed before its end
@@ -98,33 +98,33 @@ func (p *directPlane) probeSettle(t *pcieTx) {
 	if pr.report {
 		return // probeReported settles it
 	}
-	d, ok, done := p.laneTime(t)
+	d, ok, done := x.laneTime(t)
 	if !done {
 		return
 	}
 	if ok {
-		p.observe(t, []balance.Observation{{Link: linkNVLink, Bytes: int64(pr.nvl), Duration: d}})
+		x.observe(t, []balance.Observation{{Link: linkNVLink, Bytes: int64(pr.nvl), Duration: d}})
 	}
 	pr.state = probeIdle
 }
 
 // probeArm starts timing this call's push to t's peer when it is worth it
 // (at or above the planner's threshold, or split) and no probe is out.
-func (p *directPlane) probeArm(t *pcieTx) {
+func (x *pcieState) probeArm(t *pcieTx) {
 	pr := &t.probe
 	if pr.state != probeIdle || t.bytes == 0 || t.plan == 0 && t.bytes < t.planner.Threshold() {
 		return
 	}
 	if pr.t0 == nil {
 		var err error
-		if pr.t0, err = p.dev.NewEvent(true); err != nil {
-			p.c.Log().Debug("gpu pcie: no timing events", "error", err)
+		if pr.t0, err = x.dev.NewEvent(true); err != nil {
+			x.c.Log().Debug("gpu pcie: no timing events", "error", err)
 			return
 		}
-		for range 2 * p.width {
-			e, err := p.dev.NewEvent(true)
+		for range 2 * x.lanes.width {
+			e, err := x.dev.NewEvent(true)
 			if err != nil {
-				p.c.Log().Debug("gpu pcie: no timing events", "error", err)
+				x.c.Log().Debug("gpu pcie: no timing events", "error", err)
 				break // lanes without an event are simply not timed
 			}
 			pr.lanes = append(pr.lanes, e)
@@ -138,21 +138,21 @@ func (p *directPlane) probeArm(t *pcieTx) {
 
 // probeStart records t0 on s for every probe armed in this call, as
 // sender or as receiver.
-func (p *directPlane) probeStart(s *gpu.Stream, peers []int) error {
+func (x *pcieState) probeStart(s *gpu.Stream, peers []int) error {
 	for _, j := range peers {
-		if t := p.txTo(j); t != nil && t.probe.state == probeArmed {
+		if t := x.txTo(j); t != nil && t.probe.state == probeArmed {
 			if err := s.Record(t.probe.t0); err != nil {
 				return err
 			}
 		}
-		r := p.rxFrom(j)
+		r := x.rxFrom(j)
 		if r == nil || r.probe.state != probeArmed {
 			continue
 		}
 		if r.probe.t0 == nil {
-			t0, err := p.dev.NewEvent(true)
+			t0, err := x.dev.NewEvent(true)
 			if err == nil {
-				r.probe.end, err = p.dev.NewEvent(true)
+				r.probe.end, err = x.dev.NewEvent(true)
 			}
 			if err != nil {
 				if t0 != nil {
@@ -172,17 +172,17 @@ func (p *directPlane) probeStart(s *gpu.Stream, peers []int) error {
 
 // probeLaneEnds, as the work joins the copy lanes, records a timing event
 // on every lane used toward a peer whose push is timed.
-func (p *directPlane) probeLaneEnds() error {
-	for _, t := range p.px.tx {
+func (x *pcieState) probeLaneEnds() error {
+	for _, t := range x.tx {
 		if t == nil || t.probe.state != probeArmed {
 			continue
 		}
-		l := p.lanes[t.peer]
-		for k, used := range l.used {
-			if !used || k >= len(t.probe.lanes) {
+		l := x.lanes.peers[t.peer]
+		for k := 0; k < l.Len(); k++ {
+			if !l.Used(k) || k >= len(t.probe.lanes) {
 				continue
 			}
-			if err := l.streams[k].Record(t.probe.lanes[k]); err != nil {
+			if err := l.Stream(k).Record(t.probe.lanes[k]); err != nil {
 				return err
 			}
 			t.probe.used[k] = true
@@ -192,8 +192,8 @@ func (p *directPlane) probeLaneEnds() error {
 }
 
 // probeDone closes this call's armed sender probes: the bytes are known.
-func (p *directPlane) probeDone() {
-	for _, t := range p.px.tx {
+func (x *pcieState) probeDone() {
+	for _, t := range x.tx {
 		if t != nil && t.probe.state == probeArmed {
 			t.probe.state, t.probe.nvl, t.probe.pcie = probePending, t.pushed-t.staged, t.staged
 		}
@@ -202,7 +202,7 @@ func (p *directPlane) probeDone() {
 
 // probeReceived marks the end of a timed PCIe part on the receiver, after
 // its H2D copies are enqueued.
-func (p *directPlane) probeReceived(r *pcieRx) error {
+func (x *pcieState) probeReceived(r *pcieRx) error {
 	if r.probe.state != probeArmed {
 		return nil
 	}
@@ -213,7 +213,7 @@ func (p *directPlane) probeReceived(r *pcieRx) error {
 // probeReport is the receiver's report for its next ready message: the
 // pending probe's sequence number and duration once its events have
 // completed, (seq, 0) when it cannot be timed, (0, 0) when nothing is due.
-func (p *directPlane) probeReport(r *pcieRx) (seq, ns uint64) {
+func (x *pcieState) probeReport(r *pcieRx) (seq, ns uint64) {
 	pr := &r.probe
 	if pr.state != probePending {
 		return 0, 0
@@ -235,13 +235,13 @@ func (p *directPlane) probeReport(r *pcieRx) (seq, ns uint64) {
 
 // probeReported takes the receiver's report on t's pending probe: with the
 // sender's own NVLink timing it is one observation for the planner.
-func (p *directPlane) probeReported(t *pcieTx, seq, ns uint64) {
+func (x *pcieState) probeReported(t *pcieTx, seq, ns uint64) {
 	pr := &t.probe
 	if seq == 0 || pr.state != probePending || !pr.report || seq != pr.seq {
 		return
 	}
 	pr.state = probeIdle
-	d, ok, done := p.laneTime(t)
+	d, ok, done := x.laneTime(t)
 	if ns == 0 || !done {
 		return // untimed, or (rarely) the lanes are still busy: drop it whole
 	}
@@ -252,13 +252,13 @@ func (p *directPlane) probeReported(t *pcieTx, seq, ns uint64) {
 	if pr.pcie > 0 {
 		obs = append(obs, balance.Observation{Link: linkPCIe, Bytes: int64(pr.pcie), Duration: time.Duration(ns)})
 	}
-	p.observe(t, obs)
+	x.observe(t, obs)
 }
 
 // laneTime is the NVLink part's duration: from t0 to the last timed lane.
 // done is false while an event is still pending; ok is false when no lane
 // was timed.
-func (p *directPlane) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
+func (x *pcieState) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
 	pr := &t.probe
 	for k, used := range pr.used {
 		if !used {
@@ -280,47 +280,26 @@ func (p *directPlane) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
 	return d, ok && d > 0, true
 }
 
-func (p *directPlane) observe(t *pcieTx, obs []balance.Observation) {
+func (x *pcieState) observe(t *pcieTx, obs []balance.Observation) {
 	if len(obs) == 0 {
 		return
 	}
 	t.planner.Observe(t.probe.bytes, obs)
 	t.observed++
-	p.c.Log().Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.bytes, "parts", obs)
+	x.c.Log().Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.bytes, "parts", obs)
 }
 
 // logShare logs the split in force toward t's peer at INFO, once per size
 // class and again whenever it moves by half a percent or more.
-func (p *directPlane) logShare(t *pcieTx, by string) {
+func (x *pcieState) logShare(t *pcieTx, by string) {
 	class := bits.Len(uint(t.bytes))
 	share := float64(t.plan) / float64(t.bytes)
 	if old, ok := t.logged[class]; ok && math.Abs(old-share) < 0.005 {
 		return
 	}
 	t.logged[class] = share
-	p.c.Log().Info("gpu pcie share", "peer", t.peer, "push_bytes", t.bytes,
+	x.c.Log().Info("gpu pcie share", "peer", t.peer, "push_bytes", t.bytes,
 		"nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", t.observed)
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
-
-// endStats publishes the finished call's bytes per link for LinkShares.
-func (p *directPlane) endStats() {
-	p.px.mu.Lock()
-	p.px.last = p.px.cur
-	p.px.mu.Unlock()
-}
-
-// linkShares is the last call's pushed bytes per link kind as fractions
-// (empty when it pushed nothing).
-func (p *directPlane) linkShares() map[string]float64 {
-	p.px.mu.Lock()
-	last := p.px.last
-	p.px.mu.Unlock()
-	out := map[string]float64{}
-	if total := float64(last[linkNVLink] + last[linkPCIe]); total > 0 {
-		out["nvlink"] = float64(last[linkNVLink]) / total
-		out["pcie"] = float64(last[linkPCIe]) / total
-	}
-	return out
-}

@@ -56,7 +56,7 @@ func TestGPUFakePull(t *testing.T) {
 // with ErrMismatch instead of leaving blocks unwritten.
 func TestGPUFakePullMismatch(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, nil, 1<<16)
-	rs[1].dc.Plane().(*directPlane).agPull = true // as if rank 1 had FLEXLINK_GPU_ALLGATHER=pull
+	rs[1].dc.Plane().(*directPlane).modes.agPull = true // as if rank 1 had FLEXLINK_GPU_ALLGATHER=pull
 	ctx := testCtx(t, 30e9)
 	c := devCase{kind: plane.AllGather, count: 1000, dt: dtype.Float32}
 	for r, err := range onRanks(rs, func(r *devRank) error { _, err := runDevCase(ctx, r, c); return err }) {

@@ -14,8 +14,9 @@ import (
 // New makes the direct plane on every rank of h, once they have agreed to
 // use it (each rank's Blocker said ""). bus[r] is rank r's GPU PCI bus id.
 // It runs one all-gather over the host links: every rank's IPC event
-// handles, the references of its PCIe staging buffers (pcie.go) and its
-// flag regions (flag_setup.go); then each rank opens its peers'. It is
+// handles (events.go), the references of its PCIe staging buffers
+// (pcie.go) and its flag regions (flag_setup.go); then each rank opens its
+// peers'. It is
 // collective and runs under the communicator's queue.
 func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
 	dp, err := newDirectPlane(h, dev, cfg)
@@ -25,16 +26,19 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
 	pcBytes := pcieBlobBytes(n)
-	// The first byte marks a rank that reached this point (openPeerEvents
+	// The first byte marks a rank that reached this point (openPeers
 	// reads each rank's record after it).
 	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes)
 	blob[0] = 1
-	err = dp.putEventHandles(blob[1:])
+	err = dp.ev.putHandles(blob[1:])
 	if err == nil {
-		err = dp.offerPCIe(blob[1+evBytes:])
+		err = dp.px.offer(blob[1+evBytes:])
 	}
 	if err == nil {
-		err = dp.setupFlag(blob[1+evBytes+pcBytes:])
+		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
+	}
+	if err == nil && dp.flag != nil {
+		err = dp.flag.setup(blob[1+evBytes+pcBytes:], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {
 		dp.close()
@@ -50,12 +54,15 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		at := r*len(blob) + 1 + evBytes
 		pcie[r], flag[r] = all[at:at+pcBytes], all[at+pcBytes:(r+1)*len(blob)]
 	}
-	err = dp.openPeerEvents(all, len(blob))
+	err = dp.ev.openPeers(all, len(blob))
 	if err == nil {
-		err = dp.openPCIe(ctx, pcie, bus)
+		err = dp.px.open(ctx, pcie, bus)
 	}
-	if err == nil {
-		err = dp.openFlag(ctx, flag, bus)
+	if err == nil && dp.flag != nil {
+		var off bool
+		if off, err = dp.flag.open(ctx, flag, bus, cfg.Flag.KernelTimeout); off {
+			dp.flag = nil
+		}
 	}
 	if err != nil {
 		dp.close()

@@ -1,4 +1,4 @@
-package direct
+package nvlink
 
 import (
 	"encoding/binary"
@@ -20,33 +20,37 @@ import (
 //   - each peer keeps its mapping per (owner rank, id) and opens a handle
 //     the first time it sees an id.
 //
-// A descriptor travels in every call's handshake (96 bytes per buffer), so
-// the cache needs no invalidation protocol; mappings live until Close.
+// A descriptor travels in every call's handshake (DescBytes per buffer),
+// so the cache needs no invalidation protocol; mappings live until Close.
 
-const descBytes = 4*8 + gpu.IPCHandleSize
+// DescBytes is the encoded size of a Desc.
+const DescBytes = 4*8 + gpu.IPCHandleSize
 
-// bufDesc describes a range of another rank's device memory.
-type bufDesc struct {
+// Desc describes a range of another rank's device memory.
+type Desc struct {
 	id       uint64 // allocation id at the owner; 0: no buffer
 	off, n   int    // range within the allocation, bytes
 	allocLen int    // the allocation's length (OpenIPCBuffer needs it)
 	handle   []byte // IPC handle of the allocation
 }
 
-func (d bufDesc) put(b []byte) {
+// Put encodes d into b[:DescBytes].
+func (d Desc) Put(b []byte) {
 	le := binary.LittleEndian
 	le.PutUint64(b[0:], d.id)
 	le.PutUint64(b[8:], uint64(d.off))
 	le.PutUint64(b[16:], uint64(d.n))
 	le.PutUint64(b[24:], uint64(d.allocLen))
-	copy(b[32:descBytes], d.handle)
+	copy(b[32:DescBytes], d.handle)
 }
 
-func getDesc(b []byte) bufDesc {
+// GetDesc decodes the descriptor at the start of b (at least DescBytes
+// long). The result's handle aliases b.
+func GetDesc(b []byte) Desc {
 	le := binary.LittleEndian
-	return bufDesc{
+	return Desc{
 		id: le.Uint64(b[0:]), off: int(le.Uint64(b[8:])), n: int(le.Uint64(b[16:])),
-		allocLen: int(le.Uint64(b[24:])), handle: b[32:descBytes],
+		allocLen: int(le.Uint64(b[24:])), handle: b[32:DescBytes],
 	}
 }
 
@@ -57,9 +61,11 @@ type export struct {
 	handle []byte
 }
 
-// ipcCache holds both sides of the cache for one DeviceComm. It is used
-// under the Comm's run lock only.
-type ipcCache struct {
+// Window holds both sides of the descriptor cache of one rank: the
+// allocations it has exported and the peers' allocations it has mapped. It
+// is not safe for concurrent use (the data plane uses it under its
+// communicator's run lock).
+type Window struct {
 	dev      *gpu.Device
 	nextID   uint64
 	exports  map[uintptr][]*export    // by allocation base address
@@ -67,8 +73,10 @@ type ipcCache struct {
 	peerHost func(r int) string       // names the owner in errors
 }
 
-func newIPCCache(dev *gpu.Device, n int, peerHost func(int) string) *ipcCache {
-	c := &ipcCache{dev: dev, exports: map[uintptr][]*export{}, opened: make([]map[uint64]*gpu.Buffer, n),
+// NewWindow makes the cache for a rank among n on dev; peerHost names a
+// rank's host in errors.
+func NewWindow(dev *gpu.Device, n int, peerHost func(int) string) *Window {
+	c := &Window{dev: dev, exports: map[uintptr][]*export{}, opened: make([]map[uint64]*gpu.Buffer, n),
 		peerHost: peerHost}
 	for r := range c.opened {
 		c.opened[r] = map[uint64]*gpu.Buffer{}
@@ -76,11 +84,11 @@ func newIPCCache(dev *gpu.Device, n int, peerHost func(int) string) *ipcCache {
 	return c
 }
 
-// describe returns b's descriptor, exporting its allocation the first time.
-// A nil b gives the empty descriptor.
-func (c *ipcCache) describe(b *gpu.Buffer) (bufDesc, error) {
+// Describe returns b's descriptor, exporting its allocation the first
+// time. A nil b gives the empty descriptor, which Open refuses.
+func (c *Window) Describe(b *gpu.Buffer) (Desc, error) {
 	if b == nil {
-		return bufDesc{}, nil
+		return Desc{}, nil
 	}
 	whole, off := b.Allocation()
 	var e *export
@@ -92,18 +100,19 @@ func (c *ipcCache) describe(b *gpu.Buffer) (bufDesc, error) {
 	if e == nil {
 		h, err := whole.IPCHandle()
 		if err != nil {
-			return bufDesc{}, fmt.Errorf("export buffer for peers: %w", err)
+			return Desc{}, fmt.Errorf("export buffer for peers: %w", err)
 		}
 		c.nextID++
 		e = &export{whole: whole, id: c.nextID, handle: h}
 		c.exports[whole.Ptr()] = append(c.exports[whole.Ptr()], e)
 	}
-	return bufDesc{id: e.id, off: off, n: b.Len(), allocLen: whole.Len(), handle: e.handle}, nil
+	return Desc{id: e.id, off: off, n: b.Len(), allocLen: whole.Len(), handle: e.handle}, nil
 }
 
-// open returns owner's buffer that d describes, mapped into this device,
-// opening the allocation's handle the first time.
-func (c *ipcCache) open(owner int, d bufDesc) (*gpu.Buffer, error) {
+// Open returns owner's buffer that d describes, mapped into this device,
+// opening the allocation's handle the first time. The buffer stays mapped
+// until Close; the caller must not free it.
+func (c *Window) Open(owner int, d Desc) (*gpu.Buffer, error) {
 	if d.id == 0 {
 		return nil, fmt.Errorf("rank %d on %s sent no buffer where one is needed", owner, c.peerHost(owner))
 	}
@@ -121,8 +130,9 @@ func (c *ipcCache) open(owner int, d bufDesc) (*gpu.Buffer, error) {
 	return m.Sub(d.off, d.n), nil
 }
 
-// close unmaps every peer allocation.
-func (c *ipcCache) close() error {
+// Close unmaps every peer allocation and forgets the exports; it returns
+// the first error.
+func (c *Window) Close() error {
 	var first error
 	for _, m := range c.opened {
 		for id, b := range m {

@@ -1,0 +1,34 @@
+// Package direct is the direct GPU data plane: the ranks of one host whose
+// GPUs reach each other read and write each other's buffers over NVLink
+// (CUDA IPC mappings, copy engines, kernels), with a share of large pushes
+// staged over PCIe and small collectives run as flag kernels without a
+// host handshake.
+//
+// The plane is split by responsibility; each type owns its state and its
+// methods live in at most three files:
+//
+//	directPlane  direct.go ops.go moves.go  the per-call protocol (handshake
+//	             messages, ordering), the algorithms: reductions (ops.go)
+//	             and moves (moves.go)
+//	peers        direct.go       host links, device, rank and size, trace
+//	                             hook: shared by every part, read-only
+//	eventSet     events.go       the protocol's IPC events: made, exported,
+//	                             opened, recorded and waited on
+//	laneSet      lanes.go        the copy lanes toward each peer (over
+//	                             fabric/nvlink.Lanes) and how a push uses them
+//	pcieState    pcie.go pcie_call.go pcie_probe.go
+//	                             the PCIe share: staging buffers and their
+//	                             setup, one call's split (send and receive
+//	                             side), timing and the balancer feedback
+//	flagPlane    flag.go flag_call.go flag_setup.go
+//	                             the flag kernels: limits, regions, abort
+//	                             watcher, one call, setup
+//	flagPCIe     flag_pcie.go    the flag allreduce's PCIe part
+//	linkStats    stats.go        bytes per link for LinkShares
+//	callSeq, moveModes, pushScratch   call numbers, move modes, the push
+//	                             allreduce's scratch
+//
+// fabric/nvlink holds the link's machinery without plane logic (the IPC
+// window cache and the copy streams). New (setup.go) builds the plane and
+// runs its one setup exchange; ReadConfig (config.go) reads its settings.
+package direct

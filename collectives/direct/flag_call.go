@@ -1,0 +1,150 @@
+package direct
+
+import (
+	"fmt"
+
+	"flexlink/collectives/plane"
+	"flexlink/dtype"
+	"flexlink/gpu"
+)
+
+// One flag call (flag.go says what the flag plane is): the kernel for the
+// collective, its grid and chunk, the PCIe part's split (flag_pcie.go),
+// and the order against the previous flag kernel.
+
+// call enqueues o as one flag kernel (three for a two-shot allreduce).
+func (f *flagPlane) call(o *plane.Op, s *gpu.Stream) error {
+	// do has checked f.err already
+	if se := f.c.JobErr(); se != nil {
+		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
+	}
+	if f.lastS != nil && f.lastS != s {
+		if err := s.Wait(f.last); err != nil {
+			return err
+		}
+	}
+	p2p, xchg := o.Kind == plane.Group, o.Kind == plane.Group && len(o.P2P) == 2 // f.p2p
+	switch {
+	case xchg:
+		snd, rcv := o.P2P[0], o.P2P[1]
+		if !snd.Send {
+			snd, rcv = rcv, snd
+		}
+		o = &plane.Op{Kind: plane.Broadcast, Send: snd.Buf, Recv: rcv.Buf, Count: snd.Buf.Len(), DT: dtype.Uint8, Root: -1}
+	case p2p:
+		e, root := o.P2P[0], f.me
+		if !e.Send {
+			root = e.Peer
+		}
+		o = &plane.Op{Kind: plane.Broadcast, Send: e.Buf, Recv: e.Buf, Count: e.Buf.Len(), DT: dtype.Uint8, Root: root}
+	}
+	sz := o.DT.Size()
+	bytes := o.Count * sz
+	g := f.region(bytes)
+	l := g.layout
+	x := f.pcie
+	if x == nil || g != &f.regions[1] || o.Kind != plane.AllReduce {
+		x = nil // no PCIe part for this call
+	} else {
+		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
+	}
+	unit := sz // allgather, alltoall and broadcast move bytes
+	if o.Kind == plane.AllGather || o.Kind == plane.AllToAll || o.Kind == plane.Broadcast {
+		unit = 1
+	}
+	grid, chunk := shape(l, bytes, unit)
+	var pc gpu.FlagPCIe
+	if x != nil {
+		// The inbox slots are per PCIe block, their counters per launched
+		// block: the NVLink grid must not change between such calls (it is
+		// nvcap for every call of 32 MiB and more).
+		if grid != x.nvcap {
+			return fmt.Errorf("flag allreduce of %d bytes: grid %d, want %d beside the pcie part (internal)", bytes, grid, x.nvcap)
+		}
+		pc = x.plan(f.calls+1, o.Count, sz)
+	}
+	var err error
+	switch {
+	case o.Kind == plane.AllReduce && f.n > 2 && bytes > f.lim.oneShot: // (the PCIe part needs two ranks: x is nil)
+		f.twoShots++
+		err = f.twoShot(o, s, g)
+	case o.Kind == plane.AllReduce:
+		err = s.FlagAllReduce(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, f.n, pc)
+	case o.Kind == plane.ReduceScatter:
+		err = s.FlagReduceScatter(o.Recv, o.Send, o.Count, o.DT, o.Op, g.mem, g.layout, chunk, grid, f.n)
+	case o.Kind == plane.Reduce:
+		out := o.Recv // nil off root, where the kernel writes nothing
+		if out == nil {
+			out = o.Send
+		}
+		err = s.FlagReduce(out, o.Send, o.Count, o.DT, o.Op, o.Root, g.mem, g.layout, chunk, grid, f.n)
+	case xchg:
+		err = s.FlagExchange(o.Recv, o.Send, bytes, g.mem, g.layout, chunk, grid)
+	case p2p:
+		err = s.FlagSendRecv(o.Recv, bytes, o.Root, g.mem, g.layout, chunk, grid)
+	case o.Kind == plane.Broadcast:
+		in := o.Send // nil off root, where the kernel reads nothing
+		if in == nil {
+			in = o.Recv
+		}
+		err = s.FlagBroadcast(o.Recv, in, bytes, o.Root, g.mem, g.layout, chunk, grid, f.n)
+	default:
+		err = s.FlagGather(o.Recv, o.Send, bytes, o.Kind == plane.AllToAll, g.mem, g.layout, chunk, grid, f.n)
+	}
+	if err != nil {
+		// A two-shot call may have enqueued some of its kernels: Close
+		// (and any later call on another stream) still waits for them.
+		if s.Record(f.last) == nil {
+			f.lastS = s
+		}
+		return err
+	}
+	pbytes := 0
+	switch {
+	case x != nil && f.me == 0:
+		pbytes = pc.Count * sz
+		x.launched(pc.Call, grid+pc.Blocks, grid, bytes, pbytes)
+	case x != nil:
+		pbytes = min(x.lastPCIe(), o.Count) * sz // the previous call's, as rank 0's kernel told this one
+	}
+	if err := s.Record(f.last); err != nil {
+		return err
+	}
+	f.lastS = s
+	f.calls++
+	if (o.Kind == plane.Broadcast && o.Root >= 0 && f.me != o.Root) || (o.Kind == plane.Reduce && f.me == o.Root) {
+		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
+	}
+	f.stats.set(int64(bytes-pbytes), int64(pbytes))
+	return nil
+}
+
+// flagTwoShot enqueues a flag allreduce of more than two ranks as a
+// reduce-scatter kernel (rank r reduces block r of the vector into its
+// place in recv) then an allgather kernel (in place in recv), plus a
+// one-shot kernel for the few elements past the last whole block. Each
+// rank sends 2(n-1)/n of the vector instead of the one-shot's n-1 times
+// it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
+// rank's block starts vector-aligned.
+func (f *flagPlane) twoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
+	sz := o.DT.Size()
+	per := o.Count / f.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
+	head := per * f.n
+	if per > 0 {
+		grid, chunk := shape(g.layout, per*sz, sz) // each peer transfer is one block of per elements
+		mine := sub(o.Recv, f.me*per, (f.me+1)*per, sz)
+		if err := s.FlagTwoShotReduceScatter(mine, o.Send.Sub(0, head*sz), per, o.DT, o.Op, g.mem, g.layout, chunk, grid, f.n); err != nil {
+			return err
+		}
+		grid, chunk = shape(g.layout, per*sz, 1)
+		if err := s.FlagTwoShotGather(o.Recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, f.n); err != nil {
+			return err
+		}
+	}
+	if rest := o.Count - head; rest > 0 {
+		grid, chunk := shape(g.layout, rest*sz, sz)
+		return s.FlagTwoShotTail(sub(o.Recv, head, o.Count, sz), sub(o.Send, head, o.Count, sz), rest, o.DT, o.Op,
+			g.mem, g.layout, chunk, grid, f.n)
+	}
+	return nil
+}

@@ -279,6 +279,19 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 
 // newFakeComms makes n host communicators of one in-process job.
 func newFakeComms(t *testing.T, ctx context.Context, n int, env map[string]string) []*comm.Comm {
+	t.Helper()
+	cs, errs := newFakeCommsErrs(t, ctx, n, env)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return cs
+}
+
+// newFakeCommsErrs is newFakeComms returning each rank's error of
+// comm.New (which checks every setting) instead of failing the test.
+func newFakeCommsErrs(t *testing.T, ctx context.Context, n int, env map[string]string) ([]*comm.Comm, []error) {
 	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("gpupcie%d-%d", os.Getpid(), time.Now().UnixNano())
 	cs := make([]*comm.Comm, n)
@@ -299,12 +312,7 @@ func newFakeComms(t *testing.T, ctx context.Context, n int, env map[string]strin
 			}
 		}
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return cs
+	return cs, errs
 }
 
 // fakeSetupErrors runs Comm.Device on two fake ranks with env and returns
@@ -317,7 +325,10 @@ func fakeSetupErrors(t *testing.T, env map[string]string) []error {
 	defer drv.Close()
 	rs := []*devRank{{}, {}}
 	ctx := testCtx(t, 20*time.Second)
-	comms := newFakeComms(t, ctx, 2, env)
+	comms, errs := newFakeCommsErrs(t, ctx, 2, env)
+	if errs[0] != nil || errs[1] != nil {
+		return errs // a bad setting fails at communicator creation, where every setting is checked
+	}
 	return onRanks(rs, func(dr *devRank) error {
 		r := 0
 		if dr == rs[1] {

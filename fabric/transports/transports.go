@@ -150,6 +150,9 @@ func Kinds(p Pair) ([]string, error) {
 		case string(fabric.KindTCP):
 			kinds = append(kinds, k)
 		case string(fabric.KindNet):
+			if p.SameHost && min(p.MyRails, p.PeerRails) == 0 {
+				continue // no network endpoint within a host in auto mode (FLEXLINK_LINKS=nvlink,net names GPU links)
+			}
 			r, err := rails()
 			if err != nil {
 				return nil, err

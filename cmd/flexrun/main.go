@@ -83,6 +83,8 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "rank layout `HOW`: slot (fill each host) or node (round-robin)"},
 		&cli.StringSliceFlag{Name: "x", Usage: "export `VAR` or VAR=value to the ranks (repeatable; commas are kept)"},
 		&cli.BoolFlag{Name: "tag-output", Usage: `prefix each output line with "[rank] "`},
+		&cli.BoolFlag{Name: "nccl", Usage: "serve the ranks' NCCL calls (PyTorch, nccl-tests, any NCCL program) with flexlink's libnccl.so.2, preloaded (LD_PRELOAD)"},
+		&cli.StringFlag{Name: "nccl-lib", Usage: "`DIR` holding flexlink's libnccl.so.2 for --nccl", DefaultText: "build/nccl/lib or lib next to flexrun's bin/"},
 		&cli.StringFlag{Name: "output-dir", Usage: "also write each rank's output to `DIR`/rank.N/stdout and stderr"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the placement and exit"},
 		durationFlag("timeout", 0, "time limit of the whole job; exceeded: exit 124", "none"),
@@ -143,6 +145,13 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 	}
 	if job.NP < 0 {
 		return job, fmt.Errorf("-np %d: want 1 or more (or 0: the total of the slots)", job.NP)
+	}
+	if c.Bool("nccl") || c.IsSet("nccl-lib") {
+		pre, err := ncclPreload(c.String("nccl-lib"), os.Getenv("LD_PRELOAD"))
+		if err != nil {
+			return job, err
+		}
+		job.Exports = append(job.Exports, pre)
 	}
 	var err error
 	if job.Remote, err = remoteFromFlags(c); err != nil {

@@ -131,7 +131,7 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 		return fmt.Errorf("rank %d: %s on broken communicator: %w", c.rank, what, c.broken)
 	}
 	if _, has := ctx.Deadline(); !has {
-		if d, _ := c.world.env.Duration("FLEXLINK_TIMEOUT"); d > 0 {
+		if d := c.world.callTimeout; d > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
 			defer cancel()

@@ -134,7 +134,7 @@ func chain(from fabric.Request, to *fabric.Req) {
 func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 	w := s.c.world
 	ctx := s.ctx
-	if d, _ := w.env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT"); d > 0 {
+	if d := w.dialTimeout; d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()

@@ -76,8 +76,17 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	if err != nil {
 		return nil, err
 	}
+	callTimeout, err := opt.Env.Duration("FLEXLINK_TIMEOUT")
+	if err != nil {
+		return nil, err
+	}
+	dialTimeout, err := opt.Env.Duration("FLEXLINK_BOOTSTRAP_TIMEOUT")
+	if err != nil {
+		return nil, err
+	}
 	w := &world{store: store, env: opt.Env, host: opt.Host, log: opt.Logger, jobID: opt.JobID, secret: opt.Secret,
-		mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), net: &netState{cfg: netCfg}}
+		mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), net: &netState{cfg: netCfg},
+		callTimeout: callTimeout, dialTimeout: dialTimeout}
 	// Round one: hosts, pids and the addresses of the host transports. The
 	// network transport is opened only when the job spans hosts (or
 	// FLEXLINK_TRANSPORT=net), and its addresses follow in round two.

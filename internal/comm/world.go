@@ -3,6 +3,7 @@ package comm
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -28,6 +29,9 @@ type world struct {
 	mode   string   // FLEXLINK_TRANSPORT
 	links  string   // FLEXLINK_LINKS
 	net    *netState
+	// Read once at New: a collective's default deadline (FLEXLINK_TIMEOUT)
+	// and how long dialing a peer's link may take (FLEXLINK_BOOTSTRAP_TIMEOUT).
+	callTimeout, dialTimeout time.Duration
 
 	mu    sync.Mutex
 	comms map[*Comm]struct{}

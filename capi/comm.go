@@ -315,6 +315,57 @@ func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr
 	return c.handle, nil
 }
 
+// Shrink is ncclCommShrink: the parent's ranks minus exclude, called only
+// by the remaining ranks (rank.Comm.Shrink). flags (NCCL_SHRINK_ABORT) is
+// accepted and changes nothing: a failed rank has already ended the whole
+// job in flexlink, so there are no operations of the parent left to abort.
+func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config) (uintptr, error) {
+	p, err := l.comm(h, "ncclCommShrink")
+	if err != nil {
+		return 0, err
+	}
+	if err := p.usable("ncclCommShrink"); err != nil {
+		return 0, err
+	}
+	for _, r := range exclude {
+		if r < 0 || r >= p.nranks {
+			return 0, fail(InvalidArgument, "ncclCommShrink: rank %d to exclude is out of range for %d ranks", r, p.nranks)
+		}
+		if r == p.rank {
+			return 0, fail(InvalidArgument, "ncclCommShrink: rank %d excludes itself (excluded ranks do not call ncclCommShrink)", r)
+		}
+	}
+	c := l.newComm(0, 0, p.dev, cfg)
+	run := func() {
+		sub, err := p.rc.Shrink(p.ctx, exclude)
+		if err != nil {
+			c.finish(nil, nil, err)
+			return
+		}
+		c.nranks, c.rank = sub.Size(), sub.Rank()
+		var dc *rank.DeviceComm
+		if p.dc != nil {
+			dc, err = sub.Device(p.ctx, p.gpuDev)
+			c.gpuDev = p.gpuDev
+		}
+		c.finish(sub, dc, err)
+	}
+	if !cfg.IsBlocking() {
+		go run()
+		return c.handle, fail(InProgress, "shrinking")
+	}
+	run()
+	if c.initErr != nil || c.rc == nil {
+		l.remove(c.handle)
+		if c.initErr != nil {
+			p.note(c.initErr)
+			return 0, fail(ResultOf(c.initErr), "ncclCommShrink rank %d of %d: %w", p.rank, p.nranks, c.initErr)
+		}
+		return 0, fail(InternalError, "ncclCommShrink rank %d of %d: no communicator", p.rank, p.nranks)
+	}
+	return c.handle, nil
+}
+
 // Destroy is ncclCommDestroy (and the end of ncclCommFinalize's work): it
 // releases the communicator. The device plane's close is collective and
 // bounded by a deadline, so a rank whose peers are gone does not hang.

@@ -89,3 +89,15 @@ func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error)
 	}
 	return &DeviceComm{d: d, c: c}, nil
 }
+
+// Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
+// rank order, like ncclCommShrink: only the remaining ranks call it, and
+// nothing is sent to the excluded ones. A rank that died has already ended
+// the job (flexlink's failure model), so Shrink is for ranks that leave.
+func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
+	s, err := c.c.Shrink(ctx, exclude)
+	if err != nil {
+		return nil, err
+	}
+	return &Comm{c: s}, nil
+}

@@ -93,3 +93,38 @@ func TestCrossHostOverNet(t *testing.T) {
 		})
 	}
 }
+
+// TestShrink: ranks 0..2 of 4 shrink rank 3 away without rank 3 taking
+// part; the new communicator's allreduce sums over the three; bad exclude
+// lists are errors.
+func TestShrink(t *testing.T) {
+	const n = 4
+	noErrors(t, runWorld(t, n, "auto", func(c *Comm) error {
+		ctx := context.Background()
+		if c.Rank() == n-1 {
+			return nil // leaves: never calls Shrink
+		}
+		if _, err := c.Shrink(ctx, []int{c.Rank()}); err == nil || !strings.Contains(err.Error(), "excludes itself") {
+			return fmt.Errorf("excluding itself: %v", err)
+		}
+		if _, err := c.Shrink(ctx, []int{n}); err == nil || !strings.Contains(err.Error(), "out of range") {
+			return fmt.Errorf("excluding rank %d: %v", n, err)
+		}
+		s, err := c.Shrink(ctx, []int{n - 1})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if s.Size() != n-1 || s.Rank() != c.Rank() {
+			return fmt.Errorf("shrunk communicator: rank %d of %d, want %d of %d", s.Rank(), s.Size(), c.Rank(), n-1)
+		}
+		v := []float64{float64(c.Rank() + 1)}
+		if err := s.AllReduce(ctx, Of(v), Of(v), dtype.Sum); err != nil {
+			return err
+		}
+		if v[0] != 6 {
+			return fmt.Errorf("allreduce over the shrunk communicator = %v, want 6", v[0])
+		}
+		return nil
+	}))
+}

@@ -223,8 +223,6 @@ static void test_bad_input(ncclComm_t comm) {
   memset(&zero, 0, sizeof zero);
   EXPECT_ERR(ncclCommInitRank(&c2, n, zero, me), ncclInvalidArgument, "ncclUniqueId");
   EXPECT_ERR(ncclCommSplit(comm, 0, 0, &c2, &cfg), ncclInvalidArgument, "magic");
-  int dummy = 0;
-  EXPECT_ERR(ncclCommShrink(comm, &dummy, 1, &c2, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidUsage, "not supported");
   EXPECT_ERR(ncclCommWindowRegister(comm, buf, sizeof buf, NULL, 0), ncclInvalidUsage, "not supported");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   EXPECT_ERR(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
@@ -293,6 +291,19 @@ static void test_split_and_nonblocking(ncclComm_t comm, const char *idpath) {
   for (int r = me % 2; r < n; r += 2) highest = r;
   if (first != highest) FAIL("split order: sub-rank 0 is world rank %d, want %d (key -rank)", first, highest);
   CHECK(ncclCommDestroy(sub));
+
+  /* shrink: every rank but the last calls it, excluding the last */
+  if (me != n - 1) {
+    int last = n - 1, shrunk_n = 0, total = 0, one = 1;
+    ncclComm_t shrunk;
+    EXPECT_ERR(ncclCommShrink(comm, &me, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument, "excludes itself");
+    CHECK(ncclCommShrink(comm, &last, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
+    CHECK(ncclCommCount(shrunk, &shrunk_n));
+    if (shrunk_n != n - 1) FAIL("shrink: %d ranks, want %d", shrunk_n, n - 1);
+    CHECK(ncclAllReduce(&one, &total, 1, ncclInt32, ncclSum, shrunk, NULL));
+    if (total != n - 1) FAIL("shrink allreduce: %d, want %d", total, n - 1);
+    CHECK(ncclCommDestroy(shrunk));
+  }
 
   /* NOCOLOR gives NULL */
   ncclComm_t none = (ncclComm_t)1;

@@ -246,10 +246,26 @@ func xCommSplit(c C.ncclComm_t, color, key C.int, out *C.ncclComm_t, cfg unsafe.
 }
 
 func xCommShrink(c C.ncclComm_t, exclude *C.int, n C.int, out *C.ncclComm_t, cfg unsafe.Pointer, flags C.int) C.ncclResult_t {
-	if out != nil {
-		*out = nil
+	if out == nil {
+		return nullArg("ncclCommShrink", "newcomm")
 	}
-	return unsupported("ncclCommShrink", "flexlink's sub-communicators are made by every rank of the parent (ncclCommSplit), and the excluded ranks do not call ncclCommShrink")
+	*out = nil
+	if n < 0 || n > 0 && exclude == nil {
+		return res(&capi.Error{Code: capi.InvalidArgument, Err: fmt.Errorf("ncclCommShrink: %d ranks to exclude from a NULL list", int(n))})
+	}
+	conf, err := config((*C.char)(cfg))
+	if err != nil {
+		return res(fmt.Errorf("ncclCommShrink: %w", err))
+	}
+	ex := make([]int, int(n))
+	for i, r := range unsafe.Slice((*C.int)(exclude), int(n)) {
+		ex[i] = int(r)
+	}
+	h, err := lib().Shrink(tid(), handle(c), ex, conf)
+	if h != 0 {
+		*out = commOf(h)
+	}
+	return res(err)
 }
 
 func xCommGetAsyncError(c C.ncclComm_t, out *C.ncclResult_t) C.ncclResult_t {

@@ -45,10 +45,11 @@ type Comm struct {
 	engine    *collectives.Engine
 	ownsWorld bool
 
-	opMu     sync.Mutex // one collective at a time
-	broken   error
-	closed   bool
-	splitSeq int
+	opMu      sync.Mutex // one collective at a time
+	broken    error
+	closed    bool
+	splitSeq  int
+	shrinkSeq int
 }
 
 func newComm(w *world, name string, members []int, myWorldRank int, eps endpoints, addr addrFunc) (*Comm, error) {

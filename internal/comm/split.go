@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strconv"
 	"unsafe"
@@ -55,7 +56,48 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	for i, m := range ms {
 		members[i] = c.members[m.parent]
 	}
-	name := c.name + ".s" + strconv.Itoa(seq) + "c" + strconv.Itoa(color)
+	return c.sub(ctx, c.name+".s"+strconv.Itoa(seq)+"c"+strconv.Itoa(color), members)
+}
+
+// Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
+// rank order, like ncclCommShrink: only the remaining ranks call it, and it
+// sends nothing to the excluded ones (every caller derives the same member
+// list). A rank that dies still ends the whole job (flexlink's failure
+// model), so Shrink serves ranks that leave, not ranks that crashed.
+func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
+	out := map[int]bool{}
+	for _, r := range exclude {
+		if r < 0 || r >= c.size {
+			return nil, fmt.Errorf("shrink: rank %d to exclude is out of range [0,%d)", r, c.size)
+		}
+		out[r] = true
+	}
+	if out[c.rank] {
+		return nil, fmt.Errorf("shrink: rank %d excludes itself (excluded ranks do not call shrink)", c.rank)
+	}
+	var members []int
+	for r := 0; r < c.size; r++ {
+		if !out[r] {
+			members = append(members, c.members[r])
+		}
+	}
+	c.opMu.Lock()
+	seq := c.shrinkSeq
+	c.shrinkSeq++
+	c.opMu.Unlock()
+	// The member list is in the name: excluded ranks keep their own count
+	// of shrinks, so two different shrinks may share a number, never a name.
+	h := fnv.New64a()
+	for _, m := range members {
+		h.Write([]byte(strconv.Itoa(m) + ","))
+	}
+	return c.sub(ctx, fmt.Sprintf("%s.k%d.%x", c.name, seq, h.Sum64()), members)
+}
+
+// sub opens the endpoints of the communicator name of the world ranks
+// members (this rank among them), publishes their addresses through the
+// store, and makes the communicator; links open on first use.
+func (c *Comm) sub(ctx context.Context, name string, members []int) (*Comm, error) {
 	w := c.world
 	eps, err := w.newEndpoints(name, w.needsNet(members))
 	if err != nil {

@@ -1,0 +1,184 @@
+package capi
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
+	"flexlink/internal/settings"
+)
+
+// fakeMem is the Memory of a process whose device pointers are the fake
+// driver's allocations the test registered.
+type fakeMem struct {
+	mu    sync.Mutex
+	alloc map[uintptr]Region
+}
+
+func (m *fakeMem) add(b *gpu.Buffer, dev int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.alloc[b.Ptr()] = Region{Device: dev, Base: b.Ptr(), Size: b.Len()}
+}
+
+func (m *fakeMem) Locate(p uintptr) (Region, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for base, r := range m.alloc {
+		if p >= base && p < base+uintptr(r.Size) {
+			return r, true
+		}
+	}
+	return Region{}, false
+}
+func (m *fakeMem) CurrentDevice() int               { return 0 }
+func (m *fakeMem) Capturing(uintptr) bool           { return false }
+func (m *fakeMem) Synchronize(stream uintptr) error { return nil }
+
+// devPtr is a device address as the C caller passes it (not a Go pointer).
+func devPtr(b *gpu.Buffer) unsafe.Pointer {
+	p := b.Ptr()
+	return *(*unsafe.Pointer)(unsafe.Pointer(&p))
+}
+
+// TestDeviceBuffers runs the C library's device path on the fake driver:
+// ncclCommInitAll over two fake GPUs, then allreduce, allgather and a
+// broadcast whose non-root passes the same pointer as send and recv (as
+// PyTorch does), each on the ranks' own streams inside one group from one
+// thread (nccl-tests -g 2), checked against float64 references.
+func TestDeviceBuffers(t *testing.T) {
+	drv, err := gpufake.Open(gpufake.Config{Devices: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	mem := &fakeMem{alloc: map[uintptr]Region{}}
+	l := New(Options{
+		Env: settings.Map(map[string]string{
+			"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir(), "FLEXLINK_GPU_KERNEL_TIMEOUT": "60s",
+		}),
+		Memory: mem,
+		Driver: func() (*gpu.Driver, error) { return drv, nil },
+	})
+	hs, err := l.InitAll(2, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const count = 1000
+	type rankBufs struct {
+		s          *gpu.Stream
+		send, recv *gpu.Buffer
+	}
+	var rs [2]rankBufs
+	for r := range rs {
+		dv, err := drv.Device(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := dv.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		send, err1 := dv.Alloc(count * 4)
+		recv, err2 := dv.Alloc(2 * count * 4)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		mem.add(send, r)
+		mem.add(recv, r)
+		rs[r] = rankBufs{s, send, recv}
+	}
+	value := func(r, i int) float32 { return float32((r+1)*i%97) / 4 }
+	upload := func(r int, b *gpu.Buffer, f func(i int) float32, n int) {
+		host := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(host[4*i:], math.Float32bits(f(i)))
+		}
+		if err := rs[r].s.CopyHtoD(b.Sub(0, 4*n), host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	download := func(r int, b *gpu.Buffer, n int) []float32 {
+		host := make([]byte, 4*n)
+		if err := rs[r].s.CopyDtoH(host, b.Sub(0, 4*n)); err != nil {
+			t.Fatal(err)
+		}
+		if err := rs[r].s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(host[4*i:]))
+		}
+		return out
+	}
+	const tid = 7
+	group := func(call func(r int) Call) {
+		t.Helper()
+		l.GroupStart(tid)
+		for r := range rs {
+			if err := l.Coll(tid, hs[r], call(r)); err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		if err := l.GroupEnd(tid); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for r := range rs {
+		upload(r, rs[r].send, func(i int) float32 { return value(r, i) }, count)
+	}
+	group(func(r int) Call {
+		return Call{Kind: AllReduce, Send: devPtr(rs[r].send), Recv: devPtr(rs[r].recv), Count: count, Type: ncclFloat32, Op: 0, Stream: rs[r].s.Handle()}
+	})
+	for r := range rs {
+		got := download(r, rs[r].recv, count)
+		for i, v := range got {
+			if want := float64(value(0, i)) + float64(value(1, i)); math.Abs(float64(v)-want) > 1e-3 {
+				t.Fatalf("allreduce rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+
+	group(func(r int) Call {
+		return Call{Kind: AllGather, Send: devPtr(rs[r].send), Recv: devPtr(rs[r].recv), Count: count, Type: ncclFloat32, Stream: rs[r].s.Handle()}
+	})
+	for r := range rs {
+		got := download(r, rs[r].recv, 2*count)
+		for i, v := range got {
+			if want := value(i/count, i%count); v != want {
+				t.Fatalf("allgather rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+
+	// Broadcast from rank 1; rank 0 passes its recv buffer as send too.
+	upload(1, rs[1].send, func(i int) float32 { return float32(i) * 3 }, count)
+	group(func(r int) Call {
+		send := devPtr(rs[r].send)
+		if r == 0 {
+			send = devPtr(rs[r].recv)
+		}
+		return Call{Kind: Broadcast, Send: send, Recv: devPtr(rs[r].recv), Count: count, Type: ncclFloat32, Root: 1, Stream: rs[r].s.Handle()}
+	})
+	for r := range rs {
+		got := download(r, rs[r].recv, count)
+		for i, v := range got {
+			if want := float32(i) * 3; v != want {
+				t.Fatalf("broadcast rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = l.Destroy(h) }()
+	}
+	wg.Wait()
+}

@@ -2,7 +2,9 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"flexlink/collectives"
@@ -37,6 +39,10 @@ type slot struct {
 	link    fabric.Link
 	err     error
 	pending []pendingOp
+	// planner splits a multilink's messages (nil for a single link); close
+	// reports its shares for the largest message sent, maxSend bytes.
+	planner *balance.Planner
+	maxSend int
 }
 
 type pendingOp struct {
@@ -72,6 +78,9 @@ func (s *linkSet) post(peer int, send bool, tag fabric.Tag, b collectives.Buffer
 		s.slots[peer] = sl
 		go s.connect(peer, sl)
 	}
+	if send && len(buf) > sl.maxSend {
+		sl.maxSend = len(buf)
+	}
 	switch {
 	case sl.link != nil:
 		l := sl.link
@@ -94,7 +103,7 @@ func (s *linkSet) post(peer int, send bool, tag fabric.Tag, b collectives.Buffer
 
 func (s *linkSet) connect(peer int, sl *slot) {
 	wpeer := s.c.members[peer]
-	link, err := s.dial(wpeer)
+	link, planner, err := s.dial(wpeer)
 	s.mu.Lock()
 	if err == nil && s.err != nil {
 		link.Close()
@@ -103,7 +112,7 @@ func (s *linkSet) connect(peer int, sl *slot) {
 	if err != nil {
 		sl.err = err
 	} else {
-		sl.link = link
+		sl.link, sl.planner = link, planner
 		s.c.world.log.Info("link up", "comm", s.c.name, "peer", wpeer, "peer_host", s.c.world.hosts[wpeer], "kind", link.Props().Kind, "desc", link.Props().Desc)
 	}
 	pend := sl.pending
@@ -131,7 +140,7 @@ func chain(from fabric.Request, to *fabric.Req) {
 	to.Complete(from.Err())
 }
 
-func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
+func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 	w := s.c.world
 	ctx := s.ctx
 	if d := w.dialTimeout; d > 0 {
@@ -141,11 +150,11 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 	}
 	addrs, err := s.addr(ctx, wpeer)
 	if err != nil {
-		return nil, fmt.Errorf("rank %d on %s: addresses of rank %d: %w", w.store.Rank(), w.host, wpeer, err)
+		return nil, nil, fmt.Errorf("rank %d on %s: addresses of rank %d: %w", w.store.Rank(), w.host, wpeer, err)
 	}
 	kinds, err := w.linkKinds(s.c.eps, wpeer, addrs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	links := make([]fabric.Link, 0, len(kinds))
 	for _, kind := range kinds {
@@ -154,22 +163,30 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 			for _, l := range links {
 				l.Close()
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		links = append(links, l)
 	}
 	if len(links) == 1 {
-		return links[0], nil
+		return links[0], nil, nil
 	}
 	planner, err := balance.NewPlanner(multilink.Specs(links), nil, balance.DefaultConfig())
 	if err != nil {
-		return nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
+		return nil, nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
 	}
 	return multilink.New(wpeer, links, planner, multilink.Options{
 		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
-			w.log.Warn("link failed; its traffic moves to the others", "peer", wpeer, "kind", kind, "error", err)
+			// A link the peer aborted is one the peer gave up on: it
+			// closed its communicator (the end of every clean run), or it
+			// saw the link fail and warned itself. Only a failure seen
+			// here is worth a warning.
+			if errors.Is(err, errs.ErrAborted) {
+				w.log.Info("link closed by the peer", "peer", wpeer, "link", i, "kind", kind, "error", err)
+				return
+			}
+			w.log.Warn("link failed; its traffic moves to the others", "peer", wpeer, "link", i, "kind", kind, "error", err)
 		},
-	}), nil
+	}), planner, nil
 }
 
 func (s *linkSet) dialKind(ctx context.Context, wpeer int, kind string, addr []byte) (fabric.Link, error) {
@@ -207,8 +224,16 @@ func (s *linkSet) abort(err error) {
 	}
 }
 
-// close releases every link.
+// close releases every link, after logging (FLEXLINK_DEBUG=INFO) the
+// shares each multilink's planner learnt.
 func (s *linkSet) close() {
+	s.mu.Lock()
+	for p, sl := range s.slots {
+		if sl.planner != nil {
+			s.logShares(s.c.members[p], sl)
+		}
+	}
+	s.mu.Unlock()
 	s.abort(fmt.Errorf("communicator %s closed: %w", s.c.name, errs.ErrClosed))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -217,6 +242,34 @@ func (s *linkSet) close() {
 			sl.link.Close()
 		}
 	}
+}
+
+// logShares reports the shares a multilink's planner holds, at the end,
+// for the size class of the largest message this side sent over it, as
+// "link shares" with the links by index, in the order of the "link up"
+// line's description. They come from the planner's state, which ignores
+// exclusions: a peer that closed first has aborted every link by now.
+func (s *linkSet) logShares(wpeer int, sl *slot) {
+	if sl.maxSend == 0 {
+		return
+	}
+	st := sl.planner.State()
+	if len(st.Classes) == 0 {
+		return
+	}
+	c := st.Classes[len(st.Classes)-1]
+	for _, k := range st.Classes {
+		if k.UpTo >= sl.maxSend {
+			c = k
+			break
+		}
+	}
+	parts := make([]string, len(c.Shares))
+	for i, f := range c.Shares {
+		parts[i] = fmt.Sprintf("%d=%.3f", i, f)
+	}
+	s.c.world.log.Info("link shares", "comm", s.c.name, "peer", wpeer, "peer_host", s.c.world.hosts[wpeer],
+		"bytes", sl.maxSend, "shares", strings.Join(parts, " "))
 }
 
 // linkReport lists the links in use, for FLEXLINK_DEBUG=INFO and tests.

@@ -32,4 +32,3 @@ func (dv *Device) WrapAllocation(base uintptr, n int) (*Buffer, error) {
 func (dv *Device) WrapStream(h uintptr) *Stream {
 	return &Stream{dev: dv, h: cu.Stream(h), closed: true}
 }
-

@@ -121,7 +121,7 @@ func TestBrokenProvider(t *testing.T) {
 			t.Fatal(err)
 		}
 		return broken{p, bug}
-	}, nettest.Large(8<<20))
+	}, nettest.Large(8<<20), nettest.WithoutJunk())
 }
 
 // TestSuiteCatchesBugs checks that the suite fails providers that break
@@ -157,5 +157,5 @@ func TestUntouched(t *testing.T) {
 			t.Fatal(err)
 		}
 		return broken{p, ""}
-	}, nettest.Large(8<<20))
+	}, nettest.Large(8<<20), nettest.WithoutJunk())
 }

@@ -211,6 +211,24 @@ func (e *engine) drain() {
 		e.lib.Progress(e.w)
 		e.poll()
 	}
+	// Let UCX finish its own protocol requests (endpoint close, flush) too:
+	// Debian's UCX is built with assertions, and ucp_worker_destroy aborts
+	// the process when an endpoint still has one (seen under load after an
+	// endpoint timeout).
+	for settle := time.Now().Add(100 * time.Millisecond); time.Now().Before(settle); {
+		e.lib.Progress(e.w)
+	}
+	if len(e.polls) > 0 {
+		// Requests UCX never finished: destroying the worker now could abort
+		// the process, so the worker and context are left to the process's
+		// end (bounded: one per provider closed in this state).
+		e.mu.Lock()
+		e.closed = true
+		e.queue = nil
+		e.mu.Unlock()
+		e.polls, e.probers = nil, nil
+		return
+	}
 	e.lib.WorkerDestroy(e.w)
 	e.lib.Cleanup(e.ctx)
 	e.polls, e.probers = nil, nil

@@ -46,7 +46,7 @@ func newApp(out io.Writer, env settings.Env) *cli.App {
 			&cli.StringFlag{Name: "png", Usage: "draw the topology into this PNG file"},
 		},
 		HideHelpCommand: true,
-		Commands:        []*cli.Command{routesCommand(out, env)},
+		Commands:        []*cli.Command{routesCommand(out, env), netCommand(out, env)},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("unexpected argument %q", c.Args().First())

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"flexlink/fabric/net"
+	"flexlink/fabric/transports"
+	"flexlink/internal/settings"
+)
+
+// netCommand is `flexinfo net`: the network transport's NICs on this host as
+// a rank would open them (FLEXLINK_NET, FLEXLINK_NET_IFNAME,
+// FLEXLINK_NET_RAILS), numbered as rails.
+func netCommand(out io.Writer, env settings.Env) *cli.Command {
+	return &cli.Command{
+		Name:  "net",
+		Usage: "show the network transport's provider and NICs (rails) on this host, as a rank would open them",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			cfg, err := transports.ReadNetConfig(env)
+			if err != nil {
+				return err
+			}
+			p, err := transports.OpenNet(cfg, env, nil)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			devs := p.Devices()
+			rails := len(devs)
+			if cfg.Rails > 0 {
+				rails = min(rails, cfg.Rails)
+			}
+			return printNet(out, c.Bool("json"), p.Name(), devs, rails)
+		},
+	}
+}
+
+// netDevice is one NIC of the report.
+type netDevice struct {
+	Rail    int     `json:"rail"` // -1: not used (beyond FLEXLINK_NET_RAILS)
+	Name    string  `json:"name"`
+	PCIPath string  `json:"pci_path,omitempty"`
+	GBps    float64 `json:"gbytes_per_s,omitempty"`
+	GPU     bool    `json:"reads_gpu_memory"`
+}
+
+func printNet(out io.Writer, asJSON bool, provider string, devs []net.Device, rails int) error {
+	rows := make([]netDevice, len(devs))
+	for i, d := range devs {
+		rail := i
+		if i >= rails {
+			rail = -1
+		}
+		rows[i] = netDevice{Rail: rail, Name: d.Name, PCIPath: d.PCIPath, GBps: d.Speed / 1e9, GPU: d.Ptr&net.MemGPU != 0}
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(map[string]any{"provider": provider, "devices": rows})
+	}
+	fmt.Fprintf(out, "network transport: %s provider, %d NIC(s), %d used as rails\n", provider, len(devs), rails)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "rail\tnic\tspeed\treads GPU memory\tpci")
+	for _, r := range rows {
+		rail, speed, pci := "-", "unknown", r.PCIPath
+		if r.Rail >= 0 {
+			rail = fmt.Sprint(r.Rail)
+		}
+		if r.GBps > 0 {
+			speed = fmt.Sprintf("%.2f GB/s", r.GBps)
+		}
+		if pci == "" {
+			pci = "(virtual)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", rail, r.Name, speed, r.GPU, pci)
+	}
+	return w.Flush()
+}

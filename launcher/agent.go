@@ -77,8 +77,8 @@ type agent struct {
 	sp     *spawner
 	ranks  []*rankProc
 	binds  map[int]Binding // by rank (--bind-to); nil: none bound
-	stdin  chan []byte // rank's stdin chunks; nil: none
-	stdinR *os.File    // read end of that rank's stdin, until it starts
+	stdin  chan []byte     // rank's stdin chunks; nil: none
+	stdinR *os.File        // read end of that rank's stdin, until it starts
 
 	frames    chan frame
 	inErr     error // why frames closed

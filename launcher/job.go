@@ -45,7 +45,7 @@ type Job struct {
 	TagOutput       bool   // prefix forwarded lines with "[rank] " ("[rank]<stderr> " on stderr)
 	TimestampOutput bool   // prefix forwarded lines with the time they arrived
 	OutputDir       string // also write DIR/rank.N/stdout and stderr
-	DryRun    bool   // print the placement to Stdout and return 0
+	DryRun          bool   // print the placement to Stdout and return 0
 
 	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
 	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s

@@ -59,9 +59,9 @@ type Placement struct {
 
 // PlanRequest is the planner's input.
 type PlanRequest struct {
-	Hosts         []Host
-	NP            int // ranks; 0 means the total of the hosts' slots
-	MapBy         MapBy
+	Hosts []Host
+	NP    int // ranks; 0 means the total of the hosts' slots
+	MapBy MapBy
 	// PerNode, when above 0, is the number of ranks on each host (-N,
 	// --map-by ppr:N:node): every host takes PerNode ranks, NP defaults to
 	// PerNode times the hosts, and a host with fewer slots needs

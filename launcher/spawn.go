@@ -99,7 +99,7 @@ type rankSpec struct {
 	stdout    *LockedWriter
 	stderr    *LockedWriter
 	tag       bool
-	stamp     bool // --timestamp-output
+	stamp     bool   // --timestamp-output
 	outputDir string // "": no per-rank files
 	maxLine   int
 	cpus      []int // CPU affinity (--bind-to); nil: inherited

@@ -37,6 +37,7 @@ func main() {
 		&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink; with --device gpu also nccl or both (prints both and their ratio); mpi in the build with -tags mpi (run it under mpirun)"},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu, or gpu (one GPU per rank: FLEXLINK_GPU, else the local rank)"},
 	}
+	flags = append(flags, ncclTestsFlags()...)
 	// One subcommand per collective, all with the same flags, so that
 	// "flexbench allreduce -b 8 -e 256M" reads like nccl-tests' all_reduce_perf.
 	var cmds []*cli.Command
@@ -47,6 +48,10 @@ func main() {
 			Usage:  "measure " + name,
 			Flags:  flags,
 			Action: func(cc *cli.Context) error { return run(cc, name) },
+			// A bad flag is one line (no usage dump); --help shows usage.
+			OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+				return fmt.Errorf("%w (see flexbench %s --help)", err, name)
+			},
 		})
 	}
 	app := &cli.App{
@@ -96,6 +101,9 @@ func run(cc *cli.Context, name string) error {
 	if cc.Int("check") != 0 && cc.Int("check") != 1 {
 		return fmt.Errorf("-c %d: want 0 or 1", cc.Int("check"))
 	}
+	if err := ncclTestsConfig(cc, &cfg); err != nil {
+		return err
+	}
 	if !cc.IsSet("stepfactor") && cfg.step > 0 {
 		cfg.factor = 1 // -i alone: grow by -i, as nccl-tests does
 	}
@@ -103,8 +111,16 @@ func run(cc *cli.Context, name string) error {
 		return err
 	}
 	ctx := context.Background()
+	if cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
 	switch d := cc.String("device"); d {
 	case "gpu":
+		if cfg.avg != avgMax || cfg.agg != 1 {
+			return fmt.Errorf("-a %d -m %d: --device gpu reports the slowest rank's time of single operations; drop -a and -m", cfg.avg, cfg.agg)
+		}
 		return runGPU(ctx, cfg, gpuOptions{backend: cc.String("backend"), json: cc.Bool("json")})
 	case "cpu":
 	default:
@@ -125,6 +141,9 @@ func run(cc *cli.Context, name string) error {
 	for _, s := range sizes(cfg) {
 		row, err := measure(ctx, c, cfg, s)
 		if err != nil {
+			if cfg.timeout > 0 && ctx.Err() != nil {
+				return fmt.Errorf("%s at %d bytes: -T %v passed: %w", spec.name, s, cfg.timeout, err)
+			}
 			return fmt.Errorf("%s at %d bytes: %w", spec.name, s, err)
 		}
 		rows = append(rows, row)

@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,16 +15,21 @@ import (
 )
 
 // durationValue is a duration flag's value: a Go duration of zero or
-// more. A bare number is refused with a hint (is "--timeout 2" seconds or
-// minutes?), and so is a negative duration.
+// more, or a plain number of seconds as mpirun's --timeout takes it
+// ("--timeout 2" is 2s, "0.5" is 500ms). A negative one is refused.
 type durationValue struct{ d time.Duration }
 
 func (v *durationValue) Set(s string) error {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	switch {
-	case err != nil:
-		return errors.New("want a duration like 2s, 90s, 1m30s or 500ms")
-	case d < 0:
+	s = strings.TrimSpace(s)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			return errors.New("want seconds (2, 0.5) or a duration like 90s, 1m30s or 500ms")
+		}
+		d, err = time.Duration(secs*float64(time.Second)), nil
+	}
+	if d < 0 {
 		return errors.New("want a duration of 0 or more")
 	}
 	v.d = d

@@ -93,7 +93,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "output-dir", Usage: "also write each rank's output to `DIR`/rank.N/stdout and stderr"},
 		&cli.StringFlag{Name: "output-filename", Usage: "mpirun's layout: also write each rank's output to `DIR`/1/rank.N/stdout and stderr"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the placement and exit"},
-		durationFlag("timeout", 0, "time limit of the whole job; exceeded: exit 124", "none"),
+		durationFlag("timeout", 0, "time limit of the whole job, in seconds or as 1m30s; exceeded: exit 124", "none"),
 		durationFlag("bootstrap-timeout", launcher.DefaultBootstrapTimeout, "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)", ""),
 		durationFlag("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when the job is torn down", ""),
 		durationFlag("cause-grace", launcher.DefaultCauseGrace, "after a rank fails, how long the other ranks' ends are awaited before flexrun names the cause", ""),

@@ -58,3 +58,29 @@ func TestSSHBindings(t *testing.T) {
 	}
 	c.assertClean(t, 5*time.Second)
 }
+
+// TestSallocFlexrunBindings: inside a Slurm allocation the agents (started
+// by srun with --cpu-bind=none) bind the ranks themselves.
+func TestSallocFlexrunBindings(t *testing.T) {
+	s := testSlurm(t)
+	p := run(t, s.env(), "salloc", "-n", "2", st.bins.flexrun, "--bind-to", "core", "--report-bindings", "--tag-output",
+		"grep", "Cpus_allowed_list", "/proc/self/status")
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, p.out.String(), p.err.String())
+	}
+	lineRE := regexp.MustCompile(`(?m)^\[(\d+)\] Cpus_allowed_list:\s*(\S+)$`)
+	repRE := regexp.MustCompile(`(?m)^flexrun: \[[^\]]+\] rank (\d+) \(local \d+\) bound to cpus (\S+)$`)
+	lines, reps := lineRE.FindAllStringSubmatch(p.out.String(), -1), repRE.FindAllStringSubmatch(p.err.String(), -1)
+	if len(lines) != 2 || len(reps) != 2 {
+		t.Fatalf("%d ranks printed, %d bindings reported; stdout:\n%s\nstderr:\n%s", len(lines), len(reps), p.out.String(), p.err.String())
+	}
+	got := map[string]string{lines[0][1]: lines[0][2], lines[1][1]: lines[1][2]}
+	for _, m := range reps {
+		if got[m[1]] != m[2] {
+			t.Errorf("rank %s: reported %s, Cpus_allowed_list %s", m[1], m[2], got[m[1]])
+		}
+	}
+	if got["0"] == got["1"] {
+		t.Errorf("both ranks on cpus %s; want disjoint shares", got["0"])
+	}
+}

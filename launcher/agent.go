@@ -59,6 +59,11 @@ type agentSpec struct {
 	// the ranks are killed. Pings go out every fifth of it.
 	Timeout   time.Duration `json:"timeout"`
 	StdinRank int           `json:"stdin_rank"` // rank fed by "in" frames; -1: none
+	// BindTo is the ranks' CPU binding, decided by the agent from its
+	// host's CPUs; ReportBindings: send each rank's binding as a "bind"
+	// frame.
+	BindTo         BindTo `json:"bind_to,omitempty"`
+	ReportBindings bool   `json:"report_bindings,omitempty"`
 }
 
 // agent is one running `flexrun agent`.
@@ -71,8 +76,9 @@ type agent struct {
 	dir    string
 	sp     *spawner
 	ranks  []*rankProc
-	stdin  chan []byte // rank's stdin chunks; nil: none
-	stdinR *os.File    // read end of that rank's stdin, until it starts
+	binds  map[int]Binding // by rank (--bind-to); nil: none bound
+	stdin  chan []byte     // rank's stdin chunks; nil: none
+	stdinR *os.File        // read end of that rank's stdin, until it starts
 
 	frames    chan frame
 	inErr     error // why frames closed

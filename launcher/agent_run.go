@@ -32,6 +32,9 @@ func (a *agent) prepare(data []byte) error {
 		env = setEnv(env, k, v)
 	}
 	if spec.PathPrefix != "" {
+		if st, err := os.Stat(spec.PathPrefix); (err != nil || !st.IsDir()) && filepath.Base(spec.PathPrefix) == "bin" {
+			spec.PathPrefix = filepath.Dir(spec.PathPrefix) // --prefix named the directory holding flexrun
+		}
 		path, _ := lookupEnv(env, "PATH")
 		env = setEnv(env, "PATH", spec.PathPrefix+string(os.PathListSeparator)+path)
 	}
@@ -49,6 +52,13 @@ func (a *agent) prepare(data []byte) error {
 		return err
 	}
 	a.spec, a.path = &spec, prog
+	var report func(string)
+	if spec.ReportBindings {
+		report = func(line string) { _ = a.fw.send(frame{Kind: kBind, Node: a.node, Rank: -1, Data: []byte(line)}) }
+	}
+	if a.binds, err = bindRanks(spec.BindTo, env, spec.Ranks, report); err != nil {
+		return err
+	}
 	for _, p := range spec.Ranks {
 		if p.Rank == spec.StdinRank {
 			// Open now: stdin frames may come before "go".
@@ -114,7 +124,7 @@ func (a *agent) start() error {
 	for i, p := range a.spec.Ranks {
 		rs := rankSpec{
 			path: a.path, args: a.spec.Args, env: rankEnv(a.spec.Env, a.spec.Job, p), dir: a.dir, p: p,
-			relay: a.relay(p.Rank), maxLine: MaxLine,
+			relay: a.relay(p.Rank), maxLine: MaxLine, cpus: a.binds[p.Rank].CPUs,
 		}
 		if p.Rank == a.spec.StdinRank {
 			rs.stdin = stdin

@@ -26,7 +26,7 @@ import (
 const frameMagic = "FLX1"
 
 // agentProtocol is the version an agent and flexrun must share.
-const agentProtocol = 1
+const agentProtocol = 2
 
 // maxChunk is the most output bytes one frame carries; longer output is
 // sent in several frames (flexrun rebuilds lines per rank).
@@ -56,6 +56,7 @@ const (
 	kExit  = "exit"  // payload: "PID code N" or "PID signal N" or "PID error TEXT"
 	kEOF   = "eof"   // both output streams of RANK have ended
 	kNote  = "note"  // payload: a message for flexrun's log
+	kBind  = "bind"  // payload: a --report-bindings line for flexrun's stderr
 )
 
 // frame is one protocol message.

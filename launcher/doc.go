@@ -8,8 +8,18 @@
 // SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE (SlurmHosts); otherwise the
 // job runs on this host with one slot per GPU, or per CPU core when there
 // is none. Every name of this machine folds into one local host
-// (Machine.Hosts). Plan is a pure function from hosts, slots and rank count
-// to Placements.
+// (Machine.Hosts). Plan is a pure function from hosts, slots, rank count
+// and ranks per node (-N, --map-by ppr:N:node) to Placements.
+//
+// # Binding
+//
+// With --bind-to core or numa (BindTo), Bind decides each rank's CPUs from
+// its host's CPUTopology (LoadCPUTopology: this process's affinity, NUMA
+// nodes and GPUs' nodes from FLEXLINK_TOPO_FILE or detection). The process
+// that forks the rank applies them: flexrun for local ranks, the host's
+// agent for remote ones, by setting the spawning thread's affinity just
+// before the fork (spawner.start), so the rank holds them from its first
+// instruction. --report-bindings prints one BindingLine per rank.
 //
 // # Other hosts
 //
@@ -50,7 +60,9 @@
 // lines: a line is written with one call, so two ranks never share a line.
 // A final line without a newline gets one; a line longer than MaxLine
 // (1 MiB) is cut into MaxLine pieces, each ended with a newline. With
-// --tag-output each line starts with "[RANK] ". With --output-dir DIR the
+// --tag-output each stdout line starts with "[RANK] " and each stderr line
+// with "[RANK]<stderr> "; with --timestamp-output each line starts with the
+// time flexrun received it (StampLayout). With --output-dir DIR the
 // rank's bytes, untouched and untagged, also go to DIR/rank.N/stdout and
 // DIR/rank.N/stderr. Rank 0 reads flexrun's stdin; the others read
 // /dev/null.

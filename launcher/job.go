@@ -34,13 +34,18 @@ type Job struct {
 	NP            int    // ranks; 0: the total of the hosts' slots
 	MapBy         MapBy  // "" is MapBySlot
 	Oversubscribe bool   // allow more ranks than slots
+	PerNode       int    // ranks per host (-N, --map-by ppr:N:node); 0: by slots
+
+	BindTo         BindTo // CPU binding of each rank; "" is BindNone
+	ReportBindings bool   // write each rank's binding to Stderr before it starts
 
 	Exports []string // -x VAR or VAR=value
 	Environ []string // flexrun's environment, inherited by the ranks; nil: os.Environ()
 
-	TagOutput bool   // prefix forwarded lines with "[rank] "
-	OutputDir string // also write DIR/rank.N/stdout and stderr
-	DryRun    bool   // print the placement to Stdout and return 0
+	TagOutput       bool   // prefix forwarded lines with "[rank] " ("[rank]<stderr> " on stderr)
+	TimestampOutput bool   // prefix forwarded lines with the time they arrived
+	OutputDir       string // also write DIR/rank.N/stdout and stderr
+	DryRun          bool   // print the placement to Stdout and return 0
 
 	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
 	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
@@ -173,6 +178,9 @@ func Run(ctx context.Context, job Job) (int, error) {
 		je.MasterAddr = plan[0].Host // rank 0's host, as the user named it
 	}
 	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits, reportC: reports}
+	if sup.binds, err = job.localBindings(plan, hosts, env); err != nil {
+		return 1, err
+	}
 	if rj != nil {
 		specs, err := job.agentSpecs(rj, plan, je.jobEnv)
 		if err != nil {
@@ -227,7 +235,7 @@ func (job Job) prepare() ([]Placement, []string, []Host, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	plan, err := Plan(PlanRequest{Hosts: hosts, NP: job.NP, MapBy: job.MapBy, Oversubscribe: job.Oversubscribe})
+	plan, err := Plan(PlanRequest{Hosts: hosts, NP: job.NP, MapBy: job.MapBy, PerNode: job.PerNode, Oversubscribe: job.Oversubscribe})
 	if err != nil {
 		return nil, nil, nil, err
 	}

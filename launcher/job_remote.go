@@ -112,7 +112,11 @@ func (job Job) agentSpecs(rj *remoteJob, plan []Placement, je jobEnv) (map[*agen
 		spec := agentSpec{
 			Node: a.node, Program: job.Program, Args: job.Args, Dir: dir, Env: env, PathPrefix: prefix,
 			Job: sj, KillGrace: job.KillGrace, Timeout: rj.cfg.AgentTimeout, StdinRank: -1,
+			BindTo: job.BindTo, ReportBindings: job.ReportBindings,
 		}
+		a.mu.Lock()
+		a.report = job.Stderr
+		a.mu.Unlock()
 		for _, p := range plan {
 			if p.Host != a.host.Name {
 				continue

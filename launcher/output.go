@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"sync"
+	"time"
 )
 
 // MaxLine is the longest line forwarded whole; a longer line is forwarded
@@ -42,6 +44,22 @@ type forwarder struct {
 	file   io.Writer // the rank's own copy (--output-dir), bytes as read; may be nil
 	prefix []byte    // --tag-output prefix, e.g. "[3] "
 	max    int       // MaxLine (smaller in tests)
+	// stamp, when set, gives the time written before each line
+	// (--timestamp-output, in StampLayout).
+	stamp func() time.Time
+}
+
+// StampLayout is the time format of --timestamp-output: local time to the
+// microsecond with its UTC offset, then a space, before any tag.
+const StampLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// tagPrefix is the --tag-output prefix of a rank's stream: "[3] " on
+// stdout, "[3]<stderr> " on stderr.
+func tagPrefix(rank, stream int) []byte {
+	if stream == 1 {
+		return []byte("[" + strconv.Itoa(rank) + "]<stderr> ")
+	}
+	return []byte("[" + strconv.Itoa(rank) + "] ")
 }
 
 // run reads r until end of file (or a read deadline set on it) and writes
@@ -53,7 +71,11 @@ func (f forwarder) run(r io.Reader) error {
 	var line, out []byte
 	var werr error
 	emit := func(b []byte, addNewline bool) {
-		out = append(append(out[:0], f.prefix...), b...)
+		out = out[:0]
+		if f.stamp != nil {
+			out = append(f.stamp().AppendFormat(out, StampLayout), ' ')
+		}
+		out = append(append(out, f.prefix...), b...)
 		if addNewline {
 			out = append(out, '\n')
 		}

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -19,13 +20,31 @@ const (
 
 // ParseMapBy accepts "slot" (or "") and "node".
 func ParseMapBy(s string) (MapBy, error) {
-	switch strings.ToLower(s) {
-	case "", "slot":
-		return MapBySlot, nil
-	case "node":
-		return MapByNode, nil
+	m, n, err := ParseMapping(s)
+	if err == nil && n > 0 {
+		err = fmt.Errorf("--map-by %q: ppr sets ranks per node; use ParseMapping", s)
 	}
-	return "", fmt.Errorf("--map-by %q: want slot or node", s)
+	return m, err
+}
+
+// ParseMapping reads mpirun's --map-by: "slot" (or ""), "node", or
+// "ppr:N:node" (N ranks per node, filled host by host, like -N N); perNode
+// is N, 0 for the others.
+func ParseMapping(s string) (m MapBy, perNode int, err error) {
+	switch l := strings.ToLower(s); {
+	case l == "" || l == "slot":
+		return MapBySlot, 0, nil
+	case l == "node":
+		return MapByNode, 0, nil
+	case strings.HasPrefix(l, "ppr:"):
+		n, unit, ok := strings.Cut(strings.TrimPrefix(l, "ppr:"), ":")
+		k, cerr := strconv.Atoi(n)
+		if !ok || cerr != nil || k < 1 || unit != "node" {
+			return "", 0, fmt.Errorf("--map-by %q: want ppr:N:node with N of 1 or more (ranks per socket or numa node are not supported; see --bind-to numa)", s)
+		}
+		return MapBySlot, k, nil
+	}
+	return "", 0, fmt.Errorf("--map-by %q: want slot, node or ppr:N:node", s)
 }
 
 // Placement is where one rank runs.
@@ -40,9 +59,14 @@ type Placement struct {
 
 // PlanRequest is the planner's input.
 type PlanRequest struct {
-	Hosts         []Host
-	NP            int // ranks; 0 means the total of the hosts' slots
-	MapBy         MapBy
+	Hosts []Host
+	NP    int // ranks; 0 means the total of the hosts' slots
+	MapBy MapBy
+	// PerNode, when above 0, is the number of ranks on each host (-N,
+	// --map-by ppr:N:node): every host takes PerNode ranks, NP defaults to
+	// PerNode times the hosts, and a host with fewer slots needs
+	// Oversubscribe.
+	PerNode       int
 	Oversubscribe bool // allow more ranks than slots (up to MaxSlots)
 }
 
@@ -56,6 +80,13 @@ type PlanRequest struct {
 func Plan(req PlanRequest) ([]Placement, error) {
 	if len(req.Hosts) == 0 {
 		return nil, fmt.Errorf("plan: no hosts")
+	}
+	if req.PerNode > 0 {
+		hosts, err := perNodeHosts(req)
+		if err != nil {
+			return nil, err
+		}
+		req.Hosts, req.Oversubscribe = hosts, false
 	}
 	total := 0
 	for _, h := range req.Hosts {
@@ -91,6 +122,27 @@ func Plan(req PlanRequest) ([]Placement, error) {
 		return nil, err
 	}
 	return placements(req.Hosts, order), nil
+}
+
+// perNodeHosts gives every host PerNode slots (and no more), checking
+// that each has that many slots or oversubscription is allowed, and that
+// NP fits.
+func perNodeHosts(req PlanRequest) ([]Host, error) {
+	out := make([]Host, len(req.Hosts))
+	for i, h := range req.Hosts {
+		if h.Slots < req.PerNode && !req.Oversubscribe {
+			return nil, fmt.Errorf("plan: %d ranks per node but host %s has %d slots; use --oversubscribe to run more ranks than slots", req.PerNode, h.Name, h.Slots)
+		}
+		if h.MaxSlots != 0 && h.MaxSlots < req.PerNode {
+			return nil, fmt.Errorf("plan: %d ranks per node but host %s has max_slots=%d", req.PerNode, h.Name, h.MaxSlots)
+		}
+		h.Slots, h.MaxSlots = req.PerNode, req.PerNode
+		out[i] = h
+	}
+	if total := req.PerNode * len(out); req.NP > total {
+		return nil, fmt.Errorf("plan: -np %d is more than %d ranks per node on %d hosts (%d)", req.NP, req.PerNode, len(out), total)
+	}
+	return out, nil
 }
 
 // capacity is how many ranks host h may take in the current pass: its slots

@@ -47,6 +47,17 @@ func TestPlan(t *testing.T) {
 		{"negative np", PlanRequest{Hosts: []Host{b2}, NP: -1}, nil, "must be positive"},
 		{"zero slots", PlanRequest{Hosts: []Host{{Name: "z"}}}, nil, "host z has 0 slots"},
 		{"unknown map-by", PlanRequest{Hosts: []Host{b2}, MapBy: "socket"}, nil, "unknown map-by"},
+		{"per node: np defaults to N per host", PlanRequest{Hosts: []Host{a2g, b2}, PerNode: 1},
+			[]Placement{pl(0, "a", 0, 0, 1, 0), pl(1, "b", 1, 0, 1, -1)}, ""},
+		{"per node by node", PlanRequest{Hosts: []Host{a2g, b2}, PerNode: 2, MapBy: MapByNode},
+			[]Placement{pl(0, "a", 0, 0, 2, 0), pl(1, "b", 1, 0, 2, -1), pl(2, "a", 0, 1, 2, 1), pl(3, "b", 1, 1, 2, -1)}, ""},
+		{"per node with fewer np", PlanRequest{Hosts: []Host{a2g, b2}, PerNode: 2, NP: 3},
+			[]Placement{pl(0, "a", 0, 0, 2, 0), pl(1, "a", 0, 1, 2, 1), pl(2, "b", 1, 0, 1, -1)}, ""},
+		{"per node above slots", PlanRequest{Hosts: []Host{a2g, b2}, PerNode: 3}, nil, "3 ranks per node but host a has 2 slots; use --oversubscribe"},
+		{"per node oversubscribed", PlanRequest{Hosts: []Host{{Name: "a", Slots: 1}}, PerNode: 3, Oversubscribe: true},
+			[]Placement{pl(0, "a", 0, 0, 3, -1), pl(1, "a", 0, 1, 3, -1), pl(2, "a", 0, 2, 3, -1)}, ""},
+		{"per node: np too large", PlanRequest{Hosts: []Host{a2g, b2}, PerNode: 1, NP: 3}, nil, "-np 3 is more than 1 ranks per node on 2 hosts (2)"},
+		{"per node: max_slots", PlanRequest{Hosts: []Host{{Name: "a", Slots: 1, MaxSlots: 2}}, PerNode: 3, Oversubscribe: true}, nil, "max_slots=2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +80,31 @@ func TestParseMapBy(t *testing.T) {
 		got, err := ParseMapBy(tc.in)
 		if got != tc.want || (err == nil) != tc.ok {
 			t.Errorf("ParseMapBy(%q) = %q, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestParseMapping(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    MapBy
+		perNode int
+		wantErr string
+	}{
+		{"", MapBySlot, 0, ""},
+		{"node", MapByNode, 0, ""},
+		{"ppr:4:node", MapBySlot, 4, ""},
+		{"PPR:1:NODE", MapBySlot, 1, ""},
+		{"ppr:0:node", "", 0, "want ppr:N:node"},
+		{"ppr:2:socket", "", 0, "want ppr:N:node"},
+		{"ppr:x:node", "", 0, "want ppr:N:node"},
+		{"socket", "", 0, "want slot, node or ppr:N:node"},
+	}
+	for _, tc := range tests {
+		m, n, err := ParseMapping(tc.in)
+		checkErr(t, err, tc.wantErr)
+		if m != tc.want || n != tc.perNode {
+			t.Errorf("ParseMapping(%q) = %q, %d", tc.in, m, n)
 		}
 	}
 }

@@ -57,6 +57,8 @@ type agentConn struct {
 	ranks  map[int]*rankProc // by rank
 	exited map[int]bool
 	goSent bool // the agent was told to start its ranks
+	// report receives the agent's --report-bindings lines; nil: logged.
+	report io.Writer
 }
 
 // startLink starts argv with its stdin and stdout as the agent stream;
@@ -164,8 +166,13 @@ func (l *agentLink) describeEnd(readErr, waitErr error) string {
 			b.WriteString("ended")
 		}
 	}
-	if tail := l.stderr.String(); tail != "" {
+	tail := l.stderr.String()
+	if tail != "" {
 		b.WriteString(": " + tail)
+	}
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) && !silent {
+		b.WriteString(notFoundHint(ee.ExitCode(), tail))
 	}
 	return b.String()
 }
@@ -269,6 +276,15 @@ func (a *agentConn) onFrame(f frame) {
 		}
 	case kNote:
 		a.link.log.Warn("agent: "+string(f.Data), "host", a.host.Name)
+	case kBind:
+		a.mu.Lock()
+		w := a.report
+		a.mu.Unlock()
+		if w == nil {
+			a.link.log.Info(string(f.Data))
+		} else {
+			fmt.Fprintln(w, string(f.Data))
+		}
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // spawner starts processes from one goroutine locked to its OS thread.
@@ -40,9 +42,32 @@ func newSpawner() *spawner {
 }
 
 // start runs cmd.Start on the spawner's thread. Not to be called after stop.
-func (s *spawner) start(cmd *exec.Cmd) error {
+// cpus, when not nil, is the child's CPU affinity: the thread sets it on
+// itself (sched_setaffinity) just before the fork, the child inherits it
+// from the forking thread, and the thread's own mask is restored after.
+func (s *spawner) start(cmd *exec.Cmd, cpus []int) error {
 	errc := make(chan error, 1)
-	s.reqs <- func() { errc <- cmd.Start() }
+	s.reqs <- func() {
+		if cpus == nil {
+			errc <- cmd.Start()
+			return
+		}
+		var saved unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &saved); err != nil {
+			errc <- fmt.Errorf("read cpu affinity: %w", err)
+			return
+		}
+		set := cpuSet(cpus)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			errc <- fmt.Errorf("bind to cpus %s: %w", FormatCPUList(cpus), err)
+			return
+		}
+		err := cmd.Start()
+		if rerr := unix.SchedSetaffinity(0, &saved); rerr != nil && err == nil {
+			err = fmt.Errorf("restore cpu affinity: %w", rerr)
+		}
+		errc <- err
+	}
 	return <-errc
 }
 
@@ -74,8 +99,10 @@ type rankSpec struct {
 	stdout    *LockedWriter
 	stderr    *LockedWriter
 	tag       bool
+	stamp     bool   // --timestamp-output
 	outputDir string // "": no per-rank files
 	maxLine   int
+	cpus      []int // CPU affinity (--bind-to); nil: inherited
 	// relay, when set, receives the rank's raw output instead of the line
 	// forwarder (stream 0 is stdout, 1 stderr); an agent sends it on.
 	relay func(stream int, r io.Reader)
@@ -100,7 +127,7 @@ func startRank(sp *spawner, rs rankSpec) (*rankProc, error) {
 		cmd.Stdin = rs.stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = sp.start(cmd)
+	err = sp.start(cmd, rs.cpus)
 	closeAll(outW, errW)
 	if err != nil {
 		closeAll(append(files[:], outR, errR)...)
@@ -164,15 +191,17 @@ func outputPipes(rank int) (outR, outW, errR, errW *os.File, err error) {
 // forward copies the rank's two streams (to forwarders, or to rs.relay)
 // and closes outDone when both have ended.
 func (rp *rankProc) forward(rs rankSpec, files [2]*os.File) {
-	var prefix []byte
-	if rs.tag {
-		prefix = []byte("[" + strconv.Itoa(rs.p.Rank) + "] ")
-	}
 	fwd := func(stream int, r *os.File, dst *LockedWriter, file *os.File, done chan<- struct{}) {
 		if rs.relay != nil {
 			rs.relay(stream, r)
 		} else {
-			f := forwarder{dst: dst, prefix: prefix, max: rs.maxLine}
+			f := forwarder{dst: dst, max: rs.maxLine}
+			if rs.tag {
+				f.prefix = tagPrefix(rs.p.Rank, stream)
+			}
+			if rs.stamp {
+				f.stamp = time.Now
+			}
 			if file != nil {
 				f.file = file
 			}

@@ -29,7 +29,8 @@ type Remote struct {
 	Srun     string   // srun program; "": "srun"
 	SrunArgs []string // extra srun arguments
 	// Prefix is where flexrun is installed on the other hosts: the agent
-	// runs PREFIX/bin/flexrun and the ranks get PREFIX/bin first on PATH
+	// runs PREFIX/bin/flexrun, or PREFIX/flexrun when there is no
+	// PREFIX/bin/flexrun, and the ranks get that directory first on PATH
 	// (like mpirun --prefix). "": flexrun on the remote PATH (ssh), this
 	// executable's path (srun, which assumes a shared file system).
 	Prefix         string
@@ -74,12 +75,22 @@ func (r Remote) withDefaults() Remote {
 	return r
 }
 
-// agentPath is the flexrun the agents run.
-func (r Remote) agentPath(fallback string) string {
-	if r.Prefix != "" {
-		return path.Join(r.Prefix, "bin", "flexrun")
+// agentArgv is the command that starts an agent with the given --node:
+// fallback (flexrun's path there) without Prefix; with it a sh script that
+// runs PREFIX/bin/flexrun when it is executable, else PREFIX/flexrun, so
+// that --prefix may name the install directory or the bin directory.
+func (r Remote) agentArgv(fallback, node string) []string {
+	if r.Prefix == "" {
+		return []string{fallback, "agent", "--node", node}
 	}
-	return fallback
+	dir := strings.TrimSuffix(r.Prefix, "/")
+	if dir == "" {
+		dir = "/"
+	}
+	bin, direct := shellQuote(path.Join(dir, "bin", "flexrun")), shellQuote(path.Join(dir, "flexrun"))
+	script := "if [ -x " + bin + " ]; then exec " + bin + " agent --node " + node +
+		"; else exec " + direct + " agent --node " + node + "; fi"
+	return []string{"sh", "-c", script}
 }
 
 // sshCommand is the command line that starts the agent of node on host:
@@ -93,8 +104,12 @@ func (r Remote) sshCommand(host string, node int) []string {
 	secs := int((r.ConnectTimeout + time.Second - 1) / time.Second)
 	args := []string{r.SSH, "-T", "-x", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + strconv.Itoa(secs)}
 	args = append(args, r.SSHArgs...)
-	remote := shellQuote(r.agentPath("flexrun")) + " agent --node " + strconv.Itoa(node)
-	return append(args, "--", host, remote)
+	argv := r.agentArgv("flexrun", strconv.Itoa(node))
+	words := make([]string, len(argv))
+	for i, w := range argv {
+		words[i] = shellQuote(w)
+	}
+	return append(args, "--", host, strings.Join(words, " "))
 }
 
 // srunCommand starts one agent on each of hosts in one job step.
@@ -103,7 +118,7 @@ func (r Remote) srunCommand(hosts []string, exe string) []string {
 		"--ntasks=" + strconv.Itoa(len(hosts)), "--nodelist=" + strings.Join(hosts, ","),
 		"--kill-on-bad-exit=1", "--cpu-bind=none", "--label", "--input=all", "--job-name=flexrun-agents"}
 	args = append(args, r.SrunArgs...)
-	return append(args, r.agentPath(exe), "agent", "--node", "-1")
+	return append(args, r.agentArgv(exe, "-1")...)
 }
 
 // shellQuote quotes s for a POSIX shell (the remote login shell).

@@ -35,6 +35,7 @@ func (e *JobError) Unwrap() error { return e.Err }
 // timeout and signals, and tears the job down on the first failure.
 type supervisor struct {
 	job    Job
+	binds  map[int]Binding // local ranks' CPUs (--bind-to); nil: none bound
 	path   string
 	plan   []Placement
 	env    []string
@@ -109,7 +110,8 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		rs := rankSpec{
 			path: s.path, args: s.job.Args, env: rankEnv(s.env, s.je, p), p: p,
 			stdout: s.job.Stdout.(*LockedWriter), stderr: s.job.Stderr.(*LockedWriter),
-			tag: s.job.TagOutput, outputDir: s.job.OutputDir, maxLine: MaxLine,
+			tag: s.job.TagOutput, stamp: s.job.TimestampOutput, outputDir: s.job.OutputDir, maxLine: MaxLine,
+			cpus: s.binds[p.Rank].CPUs,
 		}
 		if p.Rank == 0 {
 			rs.stdin = stdin

@@ -24,6 +24,9 @@ type config struct {
 	check        bool
 	inPlaceAlso  bool
 	iterDeadline time.Duration
+	avg          int           // time across ranks (-a): avgRank0, avgMean, avgMin or avgMax
+	agg          int           // operations per timed iteration (-m); 0 is 1
+	timeout      time.Duration // the whole run (-T); 0: none
 }
 
 // result is one row: a size, measured out of place and in place.
@@ -101,13 +104,14 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 		if err := c.barrier(ctx); err != nil {
 			return row, err
 		}
+		ops := max(cfg.iters, 1) * max(cfg.agg, 1)
 		t0 := time.Now()
-		for i := 0; i < cfg.iters; i++ {
+		for i := 0; i < cfg.iters*max(cfg.agg, 1); i++ {
 			if err := c.run(ctx, cfg.spec, send, recv, cfg.op, cfg.root); err != nil {
 				return row, err
 			}
 		}
-		us, err := c.reduceF64(ctx, float64(time.Since(t0).Nanoseconds())/1e3/float64(max(cfg.iters, 1)), dtype.Max)
+		us, err := agreedTime(ctx, c, float64(time.Since(t0).Nanoseconds())/1e3/float64(ops), cfg.avg)
 		if err != nil {
 			return row, err
 		}

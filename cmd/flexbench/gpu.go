@@ -81,6 +81,7 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 		w = io.Discard
 	}
 	if !opt.json {
+		ncclTestsHeader(w, cfg)
 		fmt.Fprintf(w, "# flexbench %s on gpu: nranks %d, iters %d, warmup %d, check %v\n", cfg.spec.name, c.Size(), cfg.iters, cfg.warm, cfg.check)
 		for _, co := range colls {
 			fmt.Fprintf(w, "#  backend %s\n", co.name())

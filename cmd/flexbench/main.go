@@ -7,14 +7,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/dtype"
 	"flexlink/rank"
 )
 
@@ -37,6 +38,7 @@ func main() {
 		&cli.StringFlag{Name: "backend", Value: "flexlink", Usage: "flexlink; with --device gpu also nccl or both (prints both and their ratio); mpi in the build with -tags mpi (run it under mpirun)"},
 		&cli.StringFlag{Name: "device", Value: "cpu", Usage: "where buffers live: cpu, or gpu (one GPU per rank: FLEXLINK_GPU, else the local rank)"},
 	}
+	flags = append(flags, ncclTestsFlags()...)
 	// One subcommand per collective, all with the same flags, so that
 	// "flexbench allreduce -b 8 -e 256M" reads like nccl-tests' all_reduce_perf.
 	var cmds []*cli.Command
@@ -47,68 +49,56 @@ func main() {
 			Usage:  "measure " + name,
 			Flags:  flags,
 			Action: func(cc *cli.Context) error { return run(cc, name) },
+			// A bad flag is one line (no usage dump); --help shows usage.
+			OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+				return usageError{fmt.Errorf("%w (see flexbench %s --help)", err, name)}
+			},
 		})
 	}
+	// Under flexrun every rank parses the same command line: only rank 0
+	// prints help and command-line errors, so each shows once.
+	quiet := launchedRank() > 0
+	help := io.Writer(os.Stdout)
+	if quiet {
+		help = io.Discard
+	}
 	app := &cli.App{
+		Writer:          help,
 		Name:            "flexbench",
 		Usage:           "benchmark flexlink collectives (nccl-tests compatible output)",
 		UsageText:       "flexbench COLLECTIVE [flags]   (COLLECTIVE: " + opNames() + ")",
 		HideHelpCommand: true,
 		Commands:        cmds,
 		CommandNotFound: func(cc *cli.Context, name string) {
-			_, err := lookupOp(name)
-			fmt.Fprintln(os.Stderr, "flexbench:", err)
+			if _, err := lookupOp(name); !quiet {
+				fmt.Fprintln(os.Stderr, "flexbench:", err)
+			}
 			os.Exit(2)
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "flexbench:", err)
+		var ue usageError
+		if !quiet || !errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "flexbench:", err)
+		}
 		os.Exit(rank.ExitCode(err))
 	}
 }
 
 func run(cc *cli.Context, name string) error {
-	if cc.NArg() != 0 {
-		return fmt.Errorf("unexpected arguments %v", cc.Args().Slice())
-	}
-	spec, err := lookupOp(name)
+	cfg, err := configFromFlags(cc, name)
 	if err != nil {
-		return err
-	}
-	cfg := config{spec: spec, factor: cc.Float64("stepfactor"), root: cc.Int("root"),
-		iters: cc.Int("iters"), warm: cc.Int("warmup_iters"), check: cc.Int("check") != 0,
-		inPlaceAlso: !cc.Bool("no-inplace")}
-	if cfg.minB, err = parseSize(cc.String("minbytes")); err != nil {
-		return fmt.Errorf("-b: %w", err)
-	}
-	if cfg.maxB, err = parseSize(cc.String("maxbytes")); err != nil {
-		return fmt.Errorf("-e: %w", err)
-	}
-	if cfg.step, err = parseSize(cc.String("stepbytes")); err != nil {
-		return fmt.Errorf("-i: %w", err)
-	}
-	if cfg.dt, err = dtype.ParseDType(cc.String("datatype")); err != nil {
-		return err
-	}
-	if cfg.op, err = dtype.ParseOp(cc.String("op")); err != nil {
-		return err
-	}
-	if cc.Int("check") != 0 && cc.Int("check") != 1 {
-		return fmt.Errorf("-c %d: want 0 or 1", cc.Int("check"))
-	}
-	if !cc.IsSet("stepfactor") && cfg.step > 0 {
-		cfg.factor = 1 // -i alone: grow by -i, as nccl-tests does
-	}
-	if err := checkFlags(cfg); err != nil {
-		return err
+		return usageError{err}
 	}
 	ctx := context.Background()
+	if cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
 	switch d := cc.String("device"); d {
 	case "gpu":
 		return runGPU(ctx, cfg, gpuOptions{backend: cc.String("backend"), json: cc.Bool("json")})
-	case "cpu":
-	default:
-		return fmt.Errorf("--device %s: want cpu or gpu", d)
 	}
 	c, err := openBackend(ctx, cc.String("backend"))
 	if err != nil {
@@ -125,7 +115,10 @@ func run(cc *cli.Context, name string) error {
 	for _, s := range sizes(cfg) {
 		row, err := measure(ctx, c, cfg, s)
 		if err != nil {
-			return fmt.Errorf("%s at %d bytes: %w", spec.name, s, err)
+			if cfg.timeout > 0 && ctx.Err() != nil {
+				return fmt.Errorf("%s at %d bytes: -T %v passed: %w", cfg.spec.name, s, cfg.timeout, err)
+			}
+			return fmt.Errorf("%s at %d bytes: %w", cfg.spec.name, s, err)
 		}
 		rows = append(rows, row)
 		wrong += row.OutErr + row.InErr
@@ -133,7 +126,7 @@ func run(cc *cli.Context, name string) error {
 	}
 	out.footer(rows)
 	if p := cc.String("plot"); p != "" && c.rank() == 0 {
-		if err := plotBusBW(p, c.name()+" "+spec.name, c.size(), rows); err != nil {
+		if err := plotBusBW(p, c.name()+" "+cfg.spec.name, c.size(), rows); err != nil {
 			return err
 		}
 	}

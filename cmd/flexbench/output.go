@@ -38,6 +38,7 @@ func (p *printer) header(cfg config, c backend) {
 		p.csv.Write([]string{"size", "count", "type", "redop", "root", "out_time_us", "out_algbw", "out_busbw", "out_wrong", "in_time_us", "in_algbw", "in_busbw", "in_wrong"})
 		return
 	}
+	ncclTestsHeader(p.w, cfg)
 	fmt.Fprintf(p.w, "# flexbench %s over %s: nranks %d, iters %d, warmup %d, check %v\n", cfg.spec.name, c.name(), c.size(), cfg.iters, cfg.warm, cfg.check)
 	for r := 0; r < c.size(); r++ {
 		fmt.Fprintf(p.w, "#  Rank %2d on %s\n", r, c.host(r))
@@ -80,18 +81,16 @@ func (p *printer) footer(rows []result) {
 		for _, r := range rows {
 			wrong += r.OutErr + r.InErr
 		}
-		fmt.Fprintf(p.w, "# Out of bounds values : %d %s\n", wrong, map[bool]string{true: "OK", false: "FAILED"}[wrong == 0])
-		if p.numRows > 0 {
-			fmt.Fprintf(p.w, "# Avg bus bandwidth    : %g\n", p.sumBus/float64(p.numRows))
-		}
+		ncclTestsFooter(p.w, wrong, p.sumBus, p.numRows)
 	}
 }
 
 // plotBusBW draws out-of-place and in-place busbw against size (log2 axis)
 // with gonum/plot; the file's extension (.svg, .png, .pdf) picks the format.
+// name is the backend and the collective ("flexlink allreduce").
 func plotBusBW(file, name string, n int, rows []result) error {
 	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("flexlink %s, %d ranks", name, n)
+	pl.Title.Text = plotTitle(name, n)
 	pl.X.Label.Text = "message size (bytes)"
 	pl.Y.Label.Text = "bus bandwidth (GB/s)"
 	pl.X.Scale = plot.LogScale{}
@@ -119,4 +118,9 @@ func plotBusBW(file, name string, n int, rows []result) error {
 	pl.Legend.Top = true
 	pl.Legend.Left = true
 	return pl.Save(7*vg.Inch, 4.5*vg.Inch, file)
+}
+
+// plotTitle is the plot's title: "flexlink allreduce, 4 ranks".
+func plotTitle(name string, n int) string {
+	return fmt.Sprintf("%s, %d ranks", name, n)
 }

@@ -128,7 +128,8 @@ func TestFlexrunKilled(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	const ranks = 2
 	dir := t.TempDir()
-	r := flexrun(t, runOpts{}, "--timeout", "1s", "-np", itoa(ranks), "--oversubscribe", bins.probe, "hang", dir)
+	// A plain number is seconds, as mpirun's --timeout takes it.
+	r := flexrun(t, runOpts{}, "--timeout", "1", "-np", itoa(ranks), "--oversubscribe", bins.probe, "hang", dir)
 	if r.code != 124 || !strings.Contains(r.stderr, "flexrun: job timed out after 1s (--timeout); terminating 2 ranks") {
 		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
 	}

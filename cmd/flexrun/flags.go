@@ -2,23 +2,34 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"flexlink/launcher"
 )
 
 // durationValue is a duration flag's value: a Go duration of zero or
-// more. A bare number is refused with a hint (is "--timeout 2" seconds or
-// minutes?), and so is a negative duration.
+// more, or a plain number of seconds as mpirun's --timeout takes it
+// ("--timeout 2" is 2s, "0.5" is 500ms). A negative one is refused.
 type durationValue struct{ d time.Duration }
 
 func (v *durationValue) Set(s string) error {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	switch {
-	case err != nil:
-		return errors.New("want a duration like 2s, 90s, 1m30s or 500ms")
-	case d < 0:
+	s = strings.TrimSpace(s)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			return errors.New("want seconds (2, 0.5) or a duration like 90s, 1m30s or 500ms")
+		}
+		d, err = time.Duration(secs*float64(time.Second)), nil
+	}
+	if d < 0 {
 		return errors.New("want a duration of 0 or more")
 	}
 	v.d = d
@@ -44,4 +55,33 @@ func duration(c *cli.Context, name string) time.Duration {
 		return v.d
 	}
 	return 0
+}
+
+// mappingFromFlags reads --map-by, -N, --bind-to and --output-filename
+// into job.
+func mappingFromFlags(c *cli.Context, job *launcher.Job) error {
+	var perNode int
+	var err error
+	if job.MapBy, perNode, err = launcher.ParseMapping(c.String("map-by")); err != nil {
+		return err
+	}
+	switch {
+	case job.PerNode < 0:
+		return fmt.Errorf("-N %d: want 1 or more", job.PerNode)
+	case perNode > 0 && job.PerNode > 0 && perNode != job.PerNode:
+		return fmt.Errorf("-N %d and --map-by %s disagree: give one", job.PerNode, c.String("map-by"))
+	case perNode > 0:
+		job.PerNode = perNode
+	}
+	if job.BindTo, err = launcher.ParseBindTo(c.String("bind-to")); err != nil {
+		return err
+	}
+	if dir := c.String("output-filename"); dir != "" {
+		if job.OutputDir != "" {
+			return errors.New("give either --output-dir or --output-filename, not both")
+		}
+		// OpenMPI 4.1 writes DIR/1/rank.N/stdout: "1" is the job's number.
+		job.OutputDir = filepath.Join(dir, "1")
+	}
+	return nil
 }

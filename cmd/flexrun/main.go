@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	code := 0
 	app := newApp(stdin, stdout, stderr, &code)
 	if err := app.RunContext(ctx, args); err != nil {
+		err = unknownFlag(err, args[1:], app.Flags)
 		var je *launcher.JobError
 		if !errors.As(err, &je) { // a JobError has been reported already
 			fmt.Fprintf(stderr, "flexrun: %v\n", err)
@@ -80,14 +81,19 @@ func flags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "host", Aliases: []string{"H"}, Usage: "`HOSTS` as host[:slots],... (repeatable; a host named twice adds slots)"},
 		&cli.StringFlag{Name: "hostfile", Aliases: []string{"machinefile"}, Usage: "OpenMPI hostfile `FILE`: lines of host [slots=N] [max_slots=M]"},
 		&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than slots"},
-		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "rank layout `HOW`: slot (fill each host) or node (round-robin)"},
+		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "rank layout `HOW`: slot (fill each host), node (round-robin) or ppr:N:node (N ranks on each host)"},
+		&cli.IntFlag{Name: "npernode", Aliases: []string{"N", "nproc-per-node", "nproc_per_node"}, Usage: "start `N` ranks on each host (mpirun -N, torchrun --nproc-per-node; --map-by ppr:N:node)", DefaultText: "by slots"},
+		&cli.StringFlag{Name: "bind-to", Value: "none", Usage: "bind each rank to `WHAT`: none, core (a distinct share of the host's CPUs) or numa (its GPU's NUMA node, else round-robin over the nodes)"},
+		&cli.BoolFlag{Name: "report-bindings", Usage: "print each rank's CPUs to stderr before it starts"},
 		&cli.StringSliceFlag{Name: "x", Usage: "export `VAR` or VAR=value to the ranks (repeatable; commas are kept)"},
-		&cli.BoolFlag{Name: "tag-output", Usage: `prefix each output line with "[rank] "`},
+		&cli.BoolFlag{Name: "tag-output", Usage: `prefix each output line with "[rank] " (stdout) or "[rank]<stderr> " (stderr)`},
+		&cli.BoolFlag{Name: "timestamp-output", Usage: "prefix each output line with the time flexrun received it"},
 		&cli.BoolFlag{Name: "nccl", Usage: "serve the ranks' NCCL calls (PyTorch, nccl-tests, any NCCL program) with flexlink's libnccl.so.2, preloaded (LD_PRELOAD)"},
 		&cli.StringFlag{Name: "nccl-lib", Usage: "`DIR` holding flexlink's libnccl.so.2 for --nccl", DefaultText: "build/nccl/lib or lib next to flexrun's bin/"},
 		&cli.StringFlag{Name: "output-dir", Usage: "also write each rank's output to `DIR`/rank.N/stdout and stderr"},
+		&cli.StringFlag{Name: "output-filename", Usage: "mpirun's layout: also write each rank's output to `DIR`/1/rank.N/stdout and stderr"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the placement and exit"},
-		durationFlag("timeout", 0, "time limit of the whole job; exceeded: exit 124", "none"),
+		durationFlag("timeout", 0, "time limit of the whole job, in seconds or as 1m30s; exceeded: exit 124", "none"),
 		durationFlag("bootstrap-timeout", launcher.DefaultBootstrapTimeout, "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)", ""),
 		durationFlag("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when the job is torn down", ""),
 		durationFlag("cause-grace", launcher.DefaultCauseGrace, "after a rank fails, how long the other ranks' ends are awaited before flexrun names the cause", ""),
@@ -95,7 +101,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "ssh `PROGRAM` that starts the agents (called like ssh: [options] -- HOST COMMAND)"},
 		&cli.StringFlag{Name: "ssh-args", Usage: "extra `ARGS` for ssh, split like a shell would (e.g. \"-F cfg -p 2222\")"},
 		&cli.StringFlag{Name: "srun-args", Usage: "extra `ARGS` for the srun that starts the agents"},
-		&cli.StringFlag{Name: "prefix", Usage: "flexrun is installed in `DIR`/bin on the other hosts (also put first on the ranks' PATH there)"},
+		&cli.StringFlag{Name: "prefix", Usage: "flexrun is `DIR`/bin/flexrun or DIR/flexrun on the other hosts (that directory is also put first on the ranks' PATH there)"},
 		durationFlag("connect-timeout", launcher.DefaultConnectTimeout, "ssh -o ConnectTimeout", ""),
 		durationFlag("launch-timeout", launcher.DefaultLaunchTimeout, "how long an agent may take to start and accept the job", ""),
 		durationFlag("agent-timeout", launcher.DefaultAgentTimeout, "a host silent this long is lost (and its agent kills its ranks)", ""),
@@ -135,7 +141,10 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 		NP:               c.Int("np"),
 		Oversubscribe:    c.Bool("oversubscribe"),
 		Exports:          c.StringSlice("x"),
+		PerNode:          c.Int("npernode"),
+		ReportBindings:   c.Bool("report-bindings"),
 		TagOutput:        c.Bool("tag-output"),
+		TimestampOutput:  c.Bool("timestamp-output"),
 		OutputDir:        c.String("output-dir"),
 		DryRun:           c.Bool("dry-run"),
 		Timeout:          duration(c, "timeout"),
@@ -157,7 +166,7 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 	if job.Remote, err = remoteFromFlags(c); err != nil {
 		return job, err
 	}
-	if job.MapBy, err = launcher.ParseMapBy(c.String("map-by")); err != nil {
+	if err = mappingFromFlags(c, &job); err != nil {
 		return job, err
 	}
 	hostList, hostfile := c.StringSlice("host"), c.String("hostfile")

@@ -20,8 +20,8 @@ func checkLines(t *testing.T, what, out string, ranks, n int, prefix func(int) s
 	next := make([]int, ranks)
 	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		s := line
-		if i := strings.Index(s, "] "); strings.HasPrefix(s, "[") && i > 0 {
-			s = s[i+2:]
+		if i := strings.IndexByte(s, ' '); strings.HasPrefix(s, "[") && i > 0 {
+			s = s[i+1:] // the tag holds no blank
 		}
 		var r int
 		if _, err := fmt.Sscanf(s, "rank %d", &r); err != nil || r < 0 || r >= ranks {
@@ -44,10 +44,11 @@ func TestWholeLines(t *testing.T) {
 	tests := []struct {
 		name   string
 		flags  []string
-		prefix func(int) string
+		prefix func(int) string // stdout's
+		errPfx func(int) string // stderr's
 	}{
-		{"plain", nil, func(int) string { return "" }},
-		{"tag-output", []string{"--tag-output"}, func(r int) string { return "[" + itoa(r) + "] " }},
+		{"plain", nil, func(int) string { return "" }, func(int) string { return "" }},
+		{"tag-output", []string{"--tag-output"}, func(r int) string { return "[" + itoa(r) + "] " }, func(r int) string { return "[" + itoa(r) + "]<stderr> " }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +58,7 @@ func TestWholeLines(t *testing.T) {
 				t.Fatalf("exit %d", r.code)
 			}
 			checkLines(t, "stdout", r.stdout, ranks, n, tc.prefix)
-			checkLines(t, "stderr", r.stderr, ranks, n, tc.prefix)
+			checkLines(t, "stderr", r.stderr, ranks, n, tc.errPfx)
 		})
 	}
 }

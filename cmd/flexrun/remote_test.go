@@ -145,7 +145,7 @@ func TestAgentCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"protocol":1`, `"host":"probe-host"`, `"client":"10.1.2.3"`} {
+	for _, want := range []string{`"protocol":2`, `"host":"probe-host"`, `"client":"10.1.2.3"`} {
 		if !strings.Contains(string(hello), want) {
 			t.Errorf("hello %s lacks %s", hello, want)
 		}

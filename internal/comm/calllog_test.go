@@ -1,0 +1,218 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/bootstrap"
+	"flexlink/collectives"
+	"flexlink/dtype"
+	"flexlink/internal/comm/join"
+	"flexlink/internal/flog"
+	"flexlink/internal/settings"
+)
+
+// runLogged runs body on n in-process ranks over shm, each rank logging
+// through join.NewLogger with vars into its own FLEXLINK_DEBUG_FILE
+// (dir/rank.%r), and returns every rank's log.
+func runLogged(t *testing.T, n int, vars map[string]string, body func(c *Comm) error) []string {
+	t.Helper()
+	dir := t.TempDir()
+	all := map[string]string{"FLEXLINK_TRANSPORT": "shm", "FLEXLINK_DEBUG_FILE": filepath.Join(dir, "rank.%r.%h")}
+	for k, v := range vars {
+		all[k] = v
+	}
+	env := settings.Map(all)
+	stores := bootstrap.NewInProc(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	job := fmt.Sprintf("calllog%d", time.Now().UnixNano())
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			c, err := New(ctx, stores[r], Options{Env: env, Host: "testhost", Logger: join.NewLogger(env, "testhost", r), JobID: job, Secret: []byte("s")})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = body(c)
+			if err := c.Close(); err != nil && errs[r] == nil {
+				errs[r] = err
+			}
+		}(r)
+	}
+	wg.Wait()
+	logs := make([]string, n)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "rank."+strconv.Itoa(r)+".testhost"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		logs[r] = string(b)
+	}
+	return logs
+}
+
+// fields parses the key=value pairs of the first line of log whose
+// message is msg ("flexlink: msg:").
+func fields(log, msg string, nth int) map[string]string {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, " flexlink: "+msg+":") {
+			continue
+		}
+		if nth--; nth >= 0 {
+			continue
+		}
+		out := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				if _, dup := out[k]; dup {
+					out["duplicate:"+k] = v
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func allreduces(ctx context.Context, c *Comm, counts []int) error {
+	for _, n := range counts {
+		send := make(collectives.HostBuffer, 4*n)
+		recv := make(collectives.HostBuffer, 4*n)
+		err := c.Run(ctx, "allreduce", func(ctx context.Context) error {
+			return c.Engine().AllReduce(ctx, send, recv, n, dtype.Float32, dtype.Sum)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestCollLine(t *testing.T) {
+	const n = 3
+	// 1024 float32 = 4 KiB, under the 8 KiB threshold: recursive
+	// doubling; 4096 float32 = 16 KiB: ring.
+	counts := []int{1024, 4096}
+	wantAlgo := []string{collectives.AlgoRD, collectives.AlgoRing}
+	base := map[string]string{"FLEXLINK_ALGO_THRESHOLD": "8192"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	body := func(c *Comm) error { return allreduces(context.Background(), c, counts) }
+
+	t.Run("coll", func(t *testing.T) {
+		logs := runLogged(t, n, with("FLEXLINK_DEBUG", "INFO", "FLEXLINK_DEBUG_SUBSYS", "INIT,COLL"), body)
+		for r, log := range logs {
+			for i, count := range counts {
+				f := fields(log, "allreduce", i)
+				if f == nil {
+					t.Fatalf("rank %d: no allreduce line %d in\n%s", r, i, log)
+				}
+				want := map[string]string{"rank": strconv.Itoa(r), "host": "testhost", "comm": "w",
+					"opCount": strconv.Itoa(i + 1), "count": strconv.Itoa(count), "datatype": dtype.Float32.String(),
+					"bytes": strconv.Itoa(4 * count), "op": "sum", "nranks": strconv.Itoa(n), "algo": wantAlgo[i]}
+				for k, v := range want {
+					if f[k] != v {
+						t.Errorf("rank %d call %d: %s=%q, want %q (line %v)", r, i, k, f[k], v, f)
+					}
+				}
+				if !strings.HasPrefix(f["links"], "shm:") && f["links"] != "none" {
+					t.Errorf("rank %d call %d: links=%q, want shm:N", r, i, f["links"])
+				}
+				for k := range f {
+					if strings.HasPrefix(k, "duplicate:") {
+						t.Errorf("rank %d: key %s twice in %v", r, k, f)
+					}
+				}
+			}
+			if fields(log, "allreduce done", 0) != nil {
+				t.Errorf("rank %d: end-of-call line at INFO:\n%s", r, log)
+			}
+		}
+	})
+	t.Run("no coll", func(t *testing.T) {
+		for _, v := range []map[string]string{with("FLEXLINK_DEBUG", "INFO"), with("FLEXLINK_DEBUG", "DEBUG", "FLEXLINK_DEBUG_SUBSYS", "^COLL"), with("FLEXLINK_DEBUG", "WARN", "FLEXLINK_DEBUG_SUBSYS", "COLL")} {
+			for r, log := range runLogged(t, n, v, body) {
+				if strings.Contains(log, "allreduce") {
+					t.Errorf("%v: rank %d logged a call:\n%s", v, r, log)
+				}
+			}
+		}
+	})
+	t.Run("trace", func(t *testing.T) {
+		logs := runLogged(t, n, with("FLEXLINK_DEBUG", "TRACE"), body)
+		t.Logf("rank 0 at TRACE:\n%s", logs[0])
+		for r, log := range logs {
+			for i := range counts {
+				start, end := fields(log, "allreduce", i), fields(log, "allreduce done", i)
+				if start == nil || end == nil {
+					t.Fatalf("rank %d call %d: want a start and an end line at TRACE in\n%s", r, i, log)
+				}
+				if end["opCount"] != start["opCount"] || end["algo"] != start["algo"] {
+					t.Errorf("rank %d: end line %v does not match start %v", r, end, start)
+				}
+				if us, err := strconv.ParseFloat(end["elapsed_us"], 64); err != nil || us <= 0 {
+					t.Errorf("rank %d: elapsed_us=%q", r, end["elapsed_us"])
+				}
+			}
+		}
+	})
+}
+
+// TestCallObserverOff: with the per-call lines off the engine gets no
+// observer, and with COLL on a send/recv group (P2P off) costs no
+// allocation.
+func TestCallObserverOff(t *testing.T) {
+	for _, tc := range []struct {
+		level hclog.Level
+		mask  flog.Subsys
+		on    bool
+	}{
+		{hclog.Warn, flog.All, false},
+		{hclog.Info, flog.Default, false},
+		{hclog.Debug, flog.All &^ (flog.Coll | flog.P2P), false},
+		{hclog.Info, flog.Coll, true},
+		{hclog.Info, flog.P2P, true},
+	} {
+		lg := flog.New(&hclog.LoggerOptions{Level: tc.level, Output: new(strings.Builder)}, tc.mask)
+		c := &Comm{world: &world{log: lg}, name: "w"}
+		if got := c.callObserver() != nil; got != tc.on {
+			t.Errorf("level %s subsys %s: observer installed %v, want %v", tc.level, tc.mask, got, tc.on)
+		}
+	}
+	lg := flog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: new(strings.Builder)}, flog.Coll)
+	obs := (&Comm{world: &world{log: lg}, name: "w"}).callObserver()
+	call := collectives.Call{Op: collectives.OpSendRecv, Peers: 2, Root: -1}
+	if a := testing.AllocsPerRun(100, func() { obs(call) }); a != 0 {
+		t.Errorf("a send/recv call with P2P off allocates %v times", a)
+	}
+	call.Op, call.End = "allreduce", true
+	if a := testing.AllocsPerRun(100, func() { obs(call) }); a != 0 {
+		t.Errorf("the end of a call at INFO allocates %v times", a)
+	}
+}

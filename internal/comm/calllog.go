@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"flexlink/collectives"
+	"flexlink/fabric/balance"
 	"flexlink/internal/flog"
 )
 
@@ -86,4 +87,30 @@ func linkSummary(links []LinkReport) string {
 		b.WriteString(k + ":" + strconv.Itoa(n[k]))
 	}
 	return b.String()
+}
+
+// sharesLogger is the multilink channel's OnShares toward world rank
+// wpeer over links of kinds: one INFO line (subsystem NET) each time the
+// balancer's shares for a size class settle or move; nil when that line
+// is off.
+func (c *Comm) sharesLogger(wpeer int, kinds []string) func(int, []balance.Share) {
+	lg := c.world.log
+	if !flog.Enabled(lg, flog.Net, hclog.Info) {
+		return nil
+	}
+	lg = flog.Sub(lg, flog.Net)
+	return func(bytes int, shares []balance.Share) {
+		var b strings.Builder
+		for i, s := range shares {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			name := "link" + strconv.Itoa(s.Link)
+			if s.Link >= 0 && s.Link < len(kinds) {
+				name = kinds[s.Link]
+			}
+			b.WriteString(name + "=" + strconv.FormatFloat(s.Fraction, 'f', 3, 64))
+		}
+		lg.Info("balancer shares", "comm", c.name, "peer", wpeer, "peer_host", c.world.hosts[wpeer], "bytes", bytes, "shares", b.String())
+	}
 }

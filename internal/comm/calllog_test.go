@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,12 @@ import (
 // (dir/rank.%r), and returns every rank's log.
 func runLogged(t *testing.T, n int, vars map[string]string, body func(c *Comm) error) []string {
 	t.Helper()
+	return runLoggedHosts(t, n, vars, func(int) string { return "testhost" }, body)
+}
+
+// runLoggedHosts is runLogged with rank r on host hostOf(r).
+func runLoggedHosts(t *testing.T, n int, vars map[string]string, hostOf func(int) string, body func(c *Comm) error) []string {
+	t.Helper()
 	dir := t.TempDir()
 	all := map[string]string{"FLEXLINK_TRANSPORT": "shm", "FLEXLINK_DEBUG_FILE": filepath.Join(dir, "rank.%r.%h")}
 	for k, v := range vars {
@@ -42,7 +49,7 @@ func runLogged(t *testing.T, n int, vars map[string]string, body func(c *Comm) e
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: env, Host: "testhost", Logger: join.NewLogger(env, "testhost", r), JobID: job, Secret: []byte("s")})
+			c, err := New(ctx, stores[r], Options{Env: env, Host: hostOf(r), Logger: join.NewLogger(env, hostOf(r), r), JobID: job, Secret: []byte("s")})
 			if err != nil {
 				errs[r] = err
 				return
@@ -59,7 +66,7 @@ func runLogged(t *testing.T, n int, vars map[string]string, body func(c *Comm) e
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "rank."+strconv.Itoa(r)+".testhost"))
+		b, err := os.ReadFile(filepath.Join(dir, "rank."+strconv.Itoa(r)+"."+hostOf(r)))
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
@@ -214,5 +221,45 @@ func TestCallObserverOff(t *testing.T) {
 	call.Op, call.End = "allreduce", true
 	if a := testing.AllocsPerRun(100, func() { obs(call) }); a != 0 {
 		t.Errorf("the end of a call at INFO allocates %v times", a)
+	}
+}
+
+// TestSharesLine: ranks on two hosts joined over two rails (loopback and
+// the first NIC) log the balancer's shares at INFO by default, a few
+// times (when they settle and move), not once per message; with one
+// rail (no NIC besides loopback) there is no multi-link channel and no
+// such line.
+func TestSharesLine(t *testing.T) {
+	vars := map[string]string{"FLEXLINK_DEBUG": "INFO", "FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp",
+		"FLEXLINK_NET_RAILS": "2", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_CHUNK_BYTES": "1M"}
+	const calls = 20
+	multi := make([]bool, 2)
+	logs := runLoggedHosts(t, 2, vars, func(r int) string { return "host" + strconv.Itoa(r) }, func(c *Comm) error {
+		if err := allreduces(context.Background(), c, slices.Repeat([]int{256 << 10}, calls)); err != nil {
+			return err
+		}
+		for _, l := range c.Links() {
+			multi[c.Rank()] = multi[c.Rank()] || l.Kind == "multi"
+		}
+		return nil
+	})
+	for r, log := range logs {
+		n := strings.Count(log, "balancer shares:")
+		if !multi[r] {
+			if n != 0 {
+				t.Errorf("rank %d: shares logged without a multi-link channel:\n%s", r, log)
+			}
+			continue
+		}
+		f := fields(log, "balancer shares", 0)
+		if f == nil || f["peer"] != strconv.Itoa(1-r) || f["bytes"] == "" || !strings.Contains(f["shares"], "net0=") {
+			t.Errorf("rank %d: want a balancer shares line naming peer %d and net0, got %v in\n%s", r, 1-r, f, log)
+		}
+		// Every call sends at least 2 messages each way: fewer lines than
+		// messages means one per change, not one per message.
+		if n >= 2*calls {
+			t.Errorf("rank %d: %d shares lines for %d calls", r, n, calls)
+		}
+		t.Logf("rank %d: %d shares lines; first %v", r, n, f)
 	}
 }

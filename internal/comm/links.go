@@ -169,6 +169,7 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, error) {
 		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
 			w.log.Warn("link failed; its traffic moves to the others", "peer", wpeer, "kind", kind, "error", err)
 		},
+		OnShares: s.c.sharesLogger(wpeer, kinds),
 	}), nil
 }
 

@@ -41,8 +41,8 @@ type Options struct {
 	NoAcks bool
 	// OnShares, when set, is told the planner's shares for a message size
 	// (indexes into the links given to New) when they are first used for
-	// its size class (powers of two) and whenever one moves by half a
-	// percent or more: the balancer's decisions as they settle, for logs,
+	// its size class (powers of two) and whenever one moves by two
+	// percentage points or more: the balancer's decisions as they settle, for logs,
 	// not once per message. It is called with the channel's lock held,
 	// from the goroutine that completed a message: it must not block or
 	// call the channel, and must not keep shares.

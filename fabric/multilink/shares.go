@@ -10,7 +10,7 @@ import (
 // shareStep is how far a link's share must move before OnShares hears of
 // it again: the shares settle within a few messages and then jitter by
 // less, so the log gets a line when they settle and when they move.
-const shareStep = 0.005
+const shareStep = 0.02
 
 // noteSharesLocked hands the planner's shares for messages of bytes to
 // Options.OnShares: once per size class (powers of two) and again

@@ -64,7 +64,7 @@ func (c *Comm) writeCall(lg hclog.Logger, ci collectives.Call) {
 	lg.Info(ci.Op, args...)
 }
 
-// linkSummary counts the open links by kind: "shm:3,tcp:1" ("none" before
+// linkSummary counts the open links by kind: "shm:3/tcp:1" ("none" before
 // the first message has opened any; links open lazily).
 func linkSummary(links []LinkReport) string {
 	if len(links) == 0 {
@@ -82,7 +82,7 @@ func linkSummary(links []LinkReport) string {
 	var b strings.Builder
 	for i, k := range kinds {
 		if i > 0 {
-			b.WriteByte(',')
+			b.WriteByte('/')
 		}
 		b.WriteString(k + ":" + strconv.Itoa(n[k]))
 	}
@@ -103,13 +103,13 @@ func (c *Comm) sharesLogger(wpeer int, kinds []string) func(int, []balance.Share
 		var b strings.Builder
 		for i, s := range shares {
 			if i > 0 {
-				b.WriteByte(',')
+				b.WriteByte('/')
 			}
 			name := "link" + strconv.Itoa(s.Link)
 			if s.Link >= 0 && s.Link < len(kinds) {
 				name = kinds[s.Link]
 			}
-			b.WriteString(name + "=" + strconv.FormatFloat(s.Fraction, 'f', 3, 64))
+			b.WriteString(name + ":" + strconv.FormatFloat(s.Fraction, 'f', 3, 64))
 		}
 		lg.Info("balancer shares", "comm", c.name, "peer", wpeer, "peer_host", c.world.hosts[wpeer], "bytes", bytes, "shares", b.String())
 	}

@@ -252,7 +252,7 @@ func TestSharesLine(t *testing.T) {
 			continue
 		}
 		f := fields(log, "balancer shares", 0)
-		if f == nil || f["peer"] != strconv.Itoa(1-r) || f["bytes"] == "" || !strings.Contains(f["shares"], "net0=") {
+		if f == nil || f["peer"] != strconv.Itoa(1-r) || f["bytes"] == "" || !strings.Contains(f["shares"], "net0:") {
 			t.Errorf("rank %d: want a balancer shares line naming peer %d and net0, got %v in\n%s", r, 1-r, f, log)
 		}
 		// Every call sends at least 2 messages each way: fewer lines than

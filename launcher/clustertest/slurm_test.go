@@ -76,7 +76,7 @@ func startSlurm() (*slurm, func(), string, error) {
 	}
 	vars := map[string]string{}
 	for _, line := range strings.Split(string(out), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
 			vars[k] = strings.Trim(v, `"`)
 		}
 	}

@@ -101,10 +101,9 @@ func fields(log, msg string, nth int) map[string]string {
 
 func allreduces(ctx context.Context, c *Comm, counts []int) error {
 	for _, n := range counts {
-		send := make(collectives.HostBuffer, 4*n)
-		recv := make(collectives.HostBuffer, 4*n)
+		buf := make(collectives.HostBuffer, 4*n)
 		err := c.Run(ctx, "allreduce", func(ctx context.Context) error {
-			return c.Engine().AllReduce(ctx, send, recv, n, dtype.Float32, dtype.Sum)
+			return c.Engine().AllReduce(ctx, buf, buf, n, dtype.Float32, dtype.Sum)
 		})
 		if err != nil {
 			return err
@@ -115,9 +114,9 @@ func allreduces(ctx context.Context, c *Comm, counts []int) error {
 
 func TestCollLine(t *testing.T) {
 	const n = 3
-	// 1024 float32 = 4 KiB, under the 8 KiB threshold: recursive
-	// doubling; 4096 float32 = 16 KiB: ring.
-	counts := []int{1024, 4096}
+	// 1020 float32 = 4080 bytes, under the 8 KiB threshold: recursive
+	// doubling; 6144 float32 = 24 KiB: ring.
+	counts := []int{1020, 6144}
 	wantAlgo := []string{collectives.AlgoRD, collectives.AlgoRing}
 	base := map[string]string{"FLEXLINK_ALGO_THRESHOLD": "8192"}
 	with := func(kv ...string) map[string]string {

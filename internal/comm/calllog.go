@@ -39,7 +39,10 @@ func (c *Comm) callObserver() collectives.Observer {
 
 // writeCall writes one line for ci (called only when the line is on).
 func (c *Comm) writeCall(lg hclog.Logger, ci collectives.Call) {
-	args := []any{"comm", c.name, "opCount", ci.Seq, "count", ci.Count}
+	args := []any{"comm", c.name}
+	if ci.Op != collectives.OpSendRecv { // groups are numbered per pair, not per call
+		args = append(args, "opCount", ci.Seq, "count", ci.Count)
+	}
 	if ci.HasDType {
 		args = append(args, "datatype", ci.DType.String(), "bytes", ci.Count*int64(ci.DType.Size()))
 	}

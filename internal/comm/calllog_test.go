@@ -262,3 +262,34 @@ func TestSharesLine(t *testing.T) {
 		t.Logf("rank %d: %d shares lines; first %v", r, n, f)
 	}
 }
+
+// TestP2PLine: a send/recv group writes one line when P2P is selected
+// (with the number of transfers), none with COLL alone.
+func TestP2PLine(t *testing.T) {
+	const n = 3
+	body := func(c *Comm) error {
+		r := c.Rank()
+		out, in := make(collectives.HostBuffer, 64), make(collectives.HostBuffer, 64)
+		return c.Run(context.Background(), "group", func(ctx context.Context) error {
+			return c.Engine().Group(ctx, []collectives.P2P{
+				{Send: true, Peer: (r + 1) % n, Buf: out},
+				{Peer: (r + n - 1) % n, Buf: in},
+			})
+		})
+	}
+	for _, tc := range []struct {
+		subsys string
+		want   bool
+	}{{"P2P", true}, {"COLL", false}} {
+		logs := runLogged(t, n, map[string]string{"FLEXLINK_DEBUG": "INFO", "FLEXLINK_DEBUG_SUBSYS": tc.subsys}, body)
+		for r, log := range logs {
+			f := fields(log, collectives.OpSendRecv, 0)
+			if (f != nil) != tc.want {
+				t.Fatalf("subsys %s rank %d: line %v, want one: %v\n%s", tc.subsys, r, f, tc.want, log)
+			}
+			if tc.want && (f["transfers"] != "2" || f["nranks"] != strconv.Itoa(n) || f["algo"] != "direct") {
+				t.Errorf("rank %d: %v, want transfers=2 nranks=%d algo=direct", r, f, n)
+			}
+		}
+	}
+}

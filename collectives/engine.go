@@ -45,6 +45,7 @@ type Engine struct {
 	p2pRecvd []uint64 // per peer: messages received by Group/Recv
 	failed   error
 	rank, sz int
+	obs      Observer // nil: calls are not observed (see observe.go)
 }
 
 // NewEngine returns the engine of communicator commID (the same value on
@@ -81,6 +82,7 @@ func (e *Engine) run(ctx context.Context, h header, body func(c *call) error) er
 		return fmt.Errorf("rank %d: %s: engine failed earlier: %w", e.rank, h, e.failed)
 	}
 	h.seq = e.seq.Add(1)
+	start := e.observeStart(h, 0)
 	c := &call{e: e, ctx: ctx, h: h, rank: e.rank, size: e.sz, es: 1}
 	if h.dt != noField {
 		c.es = h.dt.Size()
@@ -102,6 +104,7 @@ func (e *Engine) run(ctx context.Context, h header, body func(c *call) error) er
 		err = fmt.Errorf("rank %d: %s: %w", e.rank, c.h, err)
 		e.failed = err
 	}
+	e.observeEnd(h, 0, start, err)
 	return err
 }
 

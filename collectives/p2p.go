@@ -39,6 +39,7 @@ func (e *Engine) Group(ctx context.Context, ops []P2P) error {
 			return fmt.Errorf("rank %d: group of %d send/recv: transfer %d: peer %d outside [0,%d)", e.rank, len(ops), i, op.Peer, e.sz)
 		}
 	}
+	start := e.observeStart(h, len(ops))
 	c := &call{e: e, ctx: ctx, h: h, rank: e.rank, size: e.sz, es: 1}
 	var err error
 	if ctx.Err() != nil {
@@ -82,6 +83,7 @@ func (e *Engine) Group(ctx context.Context, ops []P2P) error {
 		err = fmt.Errorf("rank %d: group of %d send/recv: %w", e.rank, len(ops), err)
 		e.failed = err
 	}
+	e.observeEnd(h, len(ops), start, err)
 	return err
 }
 

@@ -47,12 +47,13 @@ type DeviceComm struct {
 	dev   *gpu.Device
 	path  string
 	plane Plane
+	log   callLog // per-call lines (calllog.go)
 }
 
 // NewDeviceComm wraps the plane the ranks agreed on (path names it:
 // "direct" or "staged") for dev. internal/comm/device makes the choice.
 func NewDeviceComm(c Caller, dev *gpu.Device, path string, p Plane) *DeviceComm {
-	return &DeviceComm{c: c, dev: dev, path: path, plane: p}
+	return &DeviceComm{c: c, dev: dev, path: path, plane: p, log: newCallLog(c.Log())}
 }
 
 // SendTo and RecvFrom make the entries of DeviceComm.Group.
@@ -202,7 +203,7 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.Rank(), d.dev)
 	}
 	o := &Op{Kind: Group, P2P: ps, DT: dtype.Uint8}
-	return d.c.Run(ctx, "gpu "+o.Kind.String(), func(ctx context.Context) error { return d.plane.Do(ctx, o, s) })
+	return d.c.Run(ctx, "gpu "+o.Kind.String(), func(ctx context.Context) error { return d.do(ctx, o, s) })
 }
 
 // Send sends b to peer; Recv receives b from peer (each a Group of one).
@@ -240,7 +241,7 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 		}
 		o.Recv = o.Recv.Sub(0, recvCount*sz)
 	}
-	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.plane.Do(ctx, o, s) })
+	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.do(ctx, o, s) })
 }
 
 // local checks that b is on the DeviceComm's GPU and holds at least n bytes

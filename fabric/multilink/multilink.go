@@ -39,6 +39,14 @@ type Options struct {
 	// The default, acknowledgements, is safe on every link and costs one
 	// frame per part in the other direction.
 	NoAcks bool
+	// OnShares, when set, is told the planner's shares for a message size
+	// (indexes into the links given to New) when they are first used for
+	// its size class (powers of two) and whenever one moves by two
+	// percentage points or more: the balancer's decisions as they settle, for logs,
+	// not once per message. It is called with the channel's lock held,
+	// from the goroutine that completed a message: it must not block or
+	// call the channel, and must not keep shares.
+	OnShares func(bytes int, shares []balance.Share)
 }
 
 // Specs describes links for balance.NewPlanner from their Props, with IDs
@@ -78,6 +86,8 @@ type channel struct {
 	// Receiver state.
 	recvSeq uint64            // number of the next Recv
 	inbox   map[uint64]*inMsg // posted but not done, or not yet posted
+	// reported holds, per size class, the shares last given to OnShares.
+	reported map[int][]balance.Share
 }
 
 // New joins links, all to rank peer, into one Link. Part sizes follow

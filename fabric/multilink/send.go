@@ -139,6 +139,7 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 	if m.pending == 0 && !m.resent && !m.observed {
 		c.planner.Observe(len(m.buf), m.obs)
 		m.observed = true
+		c.noteSharesLocked(len(m.buf))
 	}
 	c.settleSendLocked(m)
 }

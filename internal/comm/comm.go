@@ -73,6 +73,7 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	}
 	c.links = newLinkSet(c, addr)
 	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.HostMemory{}, cfg)
+	c.engine.SetObserver(c.callObserver())
 	w.register(c)
 	if err := w.store.Err(); err != nil {
 		c.links.abort(err)

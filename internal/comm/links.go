@@ -12,6 +12,7 @@ import (
 	"flexlink/fabric/balance"
 	"flexlink/fabric/multilink"
 	"flexlink/internal/errs"
+	"flexlink/internal/flog"
 )
 
 // addrFunc returns a peer's endpoint address for a transport kind; for the
@@ -113,7 +114,7 @@ func (s *linkSet) connect(peer int, sl *slot) {
 		sl.err = err
 	} else {
 		sl.link, sl.planner = link, planner
-		s.c.world.log.Info("link up", "comm", s.c.name, "peer", wpeer, "peer_host", s.c.world.hosts[wpeer], "kind", link.Props().Kind, "desc", link.Props().Desc)
+		flog.Sub(s.c.world.log, flog.Net).Info("link up", "comm", s.c.name, "peer", wpeer, "peer_host", s.c.world.hosts[wpeer], "kind", link.Props().Kind, "desc", link.Props().Desc)
 	}
 	pend := sl.pending
 	sl.pending = nil
@@ -186,6 +187,7 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 			}
 			w.log.Warn("link failed; its traffic moves to the others", "peer", wpeer, "link", i, "kind", kind, "error", err)
 		},
+		OnShares: s.c.sharesLogger(wpeer, kinds),
 	}), planner, nil
 }
 

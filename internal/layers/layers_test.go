@@ -33,7 +33,7 @@ var order = [][]string{
 	{"gpu/internal/cu"},
 	{"bootstrap"},
 	{"reduce", "internal/testenv"},
-	{"dtype", "mem", "internal/errs", "internal/settings", "internal/hostlist"},
+	{"dtype", "mem", "internal/errs", "internal/settings", "internal/hostlist", "internal/flog"},
 }
 
 // testOnly packages are never linked into programs.

@@ -107,6 +107,16 @@ func KindList(words ...string) Kind {
 	}}
 }
 
+// KindListExcept is KindList where a leading ^ means "all but these"
+// (NCCL_DEBUG_SUBSYS's syntax).
+func KindListExcept(words ...string) Kind {
+	k := KindList(words...)
+	k.Allowed += " (^ first: all but these)"
+	list := k.check
+	k.check = func(v string) error { return list(strings.TrimPrefix(strings.TrimSpace(v), "^")) }
+	return k
+}
+
 // KindFloat is a number from min to max.
 func KindFloat(min, max float64) Kind {
 	return Kind{Allowed: fmt.Sprintf("a number from %g to %g", min, max), check: func(v string) error {

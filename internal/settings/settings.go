@@ -28,7 +28,9 @@ const maxInt = math.MaxInt64
 
 // Table lists every setting. Add new ones here, nowhere else.
 var Table = []Setting{
-	{"FLEXLINK_DEBUG", "WARN", "log level: WARN, INFO, DEBUG or TRACE (like NCCL_DEBUG); lines are tagged with host and rank", KindWord("WARN", "INFO", "DEBUG", "TRACE")},
+	{"FLEXLINK_DEBUG", "WARN", "log level: WARN, INFO, DEBUG or TRACE (like NCCL_DEBUG; TRACE selects every subsystem unless FLEXLINK_DEBUG_SUBSYS is set, and adds a line with the time taken at the end of each collective call); lines are tagged with host and rank", KindWord("WARN", "INFO", "DEBUG", "TRACE")},
+	{"FLEXLINK_DEBUG_SUBSYS", "INIT,NET", "subsystems logged below WARN, like NCCL_DEBUG_SUBSYS: comma list of INIT, COLL (one line per collective call), P2P, SHM, NET (links, the balancer's shares), GRAPH (or TOPO), ENV, BOOTSTRAP, ALL; ^ first: all but these (unset with FLEXLINK_DEBUG=TRACE: ALL)", KindListExcept("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "ENV", "BOOTSTRAP", "ALL", "TOPO", "LINK", "BALANCE", "LAUNCH")},
+	{"FLEXLINK_DEBUG_FILE", "", "write each rank's log to this file instead of stderr, like NCCL_DEBUG_FILE: %h host, %p pid, %r rank, %% a percent sign (appended to; empty: stderr)", KindString()},
 	{"FLEXLINK_RANK", "", "set by the launcher: this process's rank in the world", KindInt(0, maxInt)},
 	{"FLEXLINK_WORLD_SIZE", "", "set by the launcher: number of ranks", KindInt(1, maxInt)},
 	{"FLEXLINK_LOCAL_RANK", "", "set by the launcher: rank among the ranks on this host", KindInt(0, maxInt)},

@@ -10,6 +10,8 @@ import (
 // must refuse. Free text takes anything: its bad list is empty.
 var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_DEBUG":                  {[]string{"WARN", "debug", "Trace", "INFO"}, []string{"LOUD", "3", "WARN,INFO"}},
+	"FLEXLINK_DEBUG_SUBSYS":           {[]string{"INIT,NET", "coll", "^COLL,P2P", "ALL", " init , coll "}, []string{"COLLS", "INIT;NET", "^BOGUS"}},
+	"FLEXLINK_DEBUG_FILE":             {[]string{"/tmp/flexlink.%h.%p", "log.%r"}, nil},
 	"FLEXLINK_RANK":                   {[]string{"0", "15"}, []string{"-1", "one", "1.5"}},
 	"FLEXLINK_WORLD_SIZE":             {[]string{"1", "4096"}, []string{"0", "-2", "x"}},
 	"FLEXLINK_LOCAL_RANK":             {[]string{"0", "7"}, []string{"-1", "a"}},

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,13 +13,23 @@ import (
 	"time"
 )
 
-// slurm is a one-node Slurm cluster (munged, slurmctld, slurmd) run from
-// a temporary directory, without systemd or cgroups.
+// slurm is a two-node Slurm cluster made by scripts/testslurm: munged and
+// slurmctld on this machine, one slurmd in each of two emulated hosts
+// (network namespaces with host names tsl1 and tsl2), without systemd
+// or cgroups. The script writes the configuration and names the nodes.
 type slurm struct {
-	dir  string
-	conf string // SLURM_CONF
-	node string
+	dir   string
+	conf  string   // SLURM_CONF
+	nodes []string // node names, in order
 }
+
+// The cluster's name, address range and script directory, apart from
+// scripts/testslurm's defaults so that a cluster a developer keeps up
+// does not collide with the tests'.
+const (
+	slurmName = "tsl"
+	slurmNet  = "10.76"
+)
 
 func testSlurm(t *testing.T) *slurm {
 	t.Helper()
@@ -30,132 +39,52 @@ func testSlurm(t *testing.T) *slurm {
 // env is what Slurm's client commands need.
 func (s *slurm) env() []string { return []string{"SLURM_CONF=" + s.conf} }
 
-const slurmConf = `ClusterName=flextest
-SlurmctldHost={{node}}(127.0.0.1)
-SlurmctldPort={{ctldport}}
-SlurmdPort={{dport}}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={{dir}}/munge.socket
-CredType=cred/munge
-StateSaveLocation={{dir}}/state
-SlurmdSpoolDir={{dir}}/spool
-SlurmctldPidFile={{dir}}/slurmctld.pid
-SlurmdPidFile={{dir}}/slurmd.pid
-SlurmctldLogFile={{dir}}/slurmctld.log
-SlurmdLogFile={{dir}}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-SwitchType=switch/none
-SlurmdParameters=config_overrides
-ReturnToService=2
-NodeName={{node}} NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes={{node}} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-`
-
 func startSlurm() (*slurm, func(), string, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil, "Slurm: the Slurm tests run slurmd as root", nil
 	}
-	for _, p := range []string{"munged", "slurmctld", "slurmd", "srun", "salloc", "sbatch", "sinfo"} {
+	for _, p := range []string{"munged", "slurmctld", "slurmd", "srun", "salloc", "sbatch", "sinfo", "scancel", "ip", "unshare", "nsenter"} {
 		if _, err := exec.LookPath(p); err != nil {
-			return nil, nil, "Slurm: " + p + " not found (apt-get install slurmctld slurmd slurm-client munge)", nil
+			return nil, nil, "Slurm: " + p + " not found (apt-get install slurmctld slurmd slurm-client munge iproute2)", nil
 		}
 	}
-	node, _ := os.Hostname()
-	if _, err := net.LookupHost(node); err != nil {
-		return nil, nil, "Slurm: this host's name " + node + " does not resolve (srun tasks dial the first node by name)", nil
+	if _, err := exec.LookPath("sshd"); err != nil {
+		if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
+			return nil, nil, "Slurm: sshd not found (scripts/testslurm builds on scripts/testcluster: apt-get install openssh-server)", nil
+		}
 	}
 	dir, err := os.MkdirTemp("", "flexlink-slurm-")
 	if err != nil {
 		return nil, nil, "", err
 	}
-	os.Chmod(dir, 0o755) // munged wants its socket's directory searchable
-	s := &slurm{dir: dir, conf: filepath.Join(dir, "slurm.conf"), node: node}
-	var daemons []*exec.Cmd
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	script := filepath.Join(st.bins.repo, "scripts", "testslurm")
 	stop := func() {
-		// Jobs a failed test left behind go first, while slurmctld can
-		// still cancel them (this cluster and its jobs are the tests').
-		if len(daemons) == 3 {
-			scancel := exec.Command("scancel", "--full", "--user", "root")
-			scancel.Env = append(os.Environ(), s.env()...)
-			scancel.Run()
-			poll(10*time.Second, func() bool {
-				q := exec.Command("squeue", "--noheader")
-				q.Env = scancel.Env
-				out, err := q.Output()
-				return err != nil || strings.TrimSpace(string(out)) == ""
-			})
-		}
-		for _, d := range daemons {
-			d.Process.Kill()
-			d.Wait()
-		}
+		exec.Command(script, "down", "--name", slurmName, "--dir", dir).Run()
 		os.RemoveAll(dir)
 	}
-	fail := func(err error) (*slurm, func(), string, error) {
-		logs := ""
-		for _, f := range []string{"munged.log", "slurmctld.log", "slurmd.log"} {
-			b, _ := os.ReadFile(filepath.Join(dir, f))
-			logs += "\n" + f + ":\n" + string(b)
-		}
-		stop()
-		return nil, nil, "", fmt.Errorf("start Slurm: %w%s", err, logs)
-	}
-	key := make([]byte, 1024)
-	if f, err := os.Open("/dev/urandom"); err == nil {
-		f.Read(key)
-		f.Close()
-	}
-	for _, d := range []string{"state", "spool"} {
-		os.Mkdir(filepath.Join(dir, d), 0o755)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "munge.key"), key, 0o600); err != nil {
-		return fail(err)
-	}
-	ports, err := freePorts(2)
+	up := exec.Command(script, "up", "2", "--name", slurmName, "--net", slurmNet, "--dir", dir, "--port", strconv.Itoa(ports[0]))
+	var stderr strings.Builder
+	up.Stderr = &stderr
+	out, err := up.Output()
 	if err != nil {
-		return fail(err)
+		stop()
+		return nil, nil, "", fmt.Errorf("scripts/testslurm up 2: %w\n%s", err, stderr.String())
 	}
-	conf := strings.NewReplacer("{{node}}", node, "{{dir}}", dir, "{{ctldport}}", strconv.Itoa(ports[0]), "{{dport}}", strconv.Itoa(ports[1])).Replace(slurmConf)
-	if err := os.WriteFile(s.conf, []byte(conf), 0o644); err != nil {
-		return fail(err)
-	}
-	for _, argv := range [][]string{
-		{"munged", "-F", "--force", "--socket=" + dir + "/munge.socket", "--key-file=" + dir + "/munge.key",
-			"--log-file=" + dir + "/munged.log", "--pid-file=" + dir + "/munged.pid", "--seed-file=" + dir + "/munged.seed"},
-		{"slurmctld", "-D", "-f", s.conf},
-		{"slurmd", "-D", "-f", s.conf},
-	} {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), s.env()...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return fail(err)
-		}
-		daemons = append(daemons, cmd)
-		if argv[0] == "munged" && !poll(10*time.Second, func() bool { _, err := os.Stat(dir + "/munge.socket"); return err == nil }) {
-			return fail(fmt.Errorf("munged made no socket within 10 s"))
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
+			vars[k] = strings.Trim(v, `"`)
 		}
 	}
-	idle := regexp.MustCompile(`(?m)^\S+\s+up\s+\S+\s+1\s+idle`)
-	var out string
-	if !poll(30*time.Second, func() bool {
-		cmd := exec.Command("sinfo")
-		cmd.Env = append(os.Environ(), s.env()...)
-		b, _ := cmd.CombinedOutput()
-		out = string(b)
-		return idle.MatchString(out)
-	}) {
-		return fail(fmt.Errorf("node not idle within 30 s; sinfo:\n%s", out))
+	if vars["SLURM_CONF"] == "" || vars["TS_NODES"] == "" {
+		stop()
+		return nil, nil, "", fmt.Errorf("scripts/testslurm up 2 printed no SLURM_CONF or TS_NODES:\n%s", out)
 	}
-	return s, stop, "", nil
+	return &slurm{dir: dir, conf: vars["SLURM_CONF"], nodes: strings.Split(vars["TS_NODES"], ",")}, stop, "", nil
 }
 
 // freePorts finds n free TCP ports on the loopback interface.
@@ -265,5 +194,98 @@ func TestSbatchFlexrun(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("job output lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// nodeOf maps the joined lines of spin -env SLURMD_NODENAME to each
+// rank's node, checking the world size and that FLEXLINK's host name and
+// Slurm's node name agree.
+func nodeOf(t *testing.T, out string, n int) map[string]string {
+	t.Helper()
+	lines := joinedRE.FindAllStringSubmatch(out, -1)
+	if len(lines) != n {
+		t.Fatalf("joined lines %q, want %d", lines, n)
+	}
+	node := map[string]string{}
+	for _, l := range lines {
+		if l[2] != strconv.Itoa(n) || l[5] != " SLURMD_NODENAME="+l[3] {
+			t.Errorf("line %q: want world %d and SLURMD_NODENAME equal to the host name", l[0], n)
+		}
+		node[l[1]] = l[3]
+	}
+	return node
+}
+
+// TestSrunTwoNodes: bare `srun -N 2 -n 4` across the two emulated hosts:
+// the training agrees, and ranks 0-1 run on the first node, 2-3 on the
+// second (block distribution).
+func TestSrunTwoNodes(t *testing.T) {
+	s := testSlurm(t)
+	env := append(s.env(), "FLEXLINK_KEY_FILE="+filepath.Join(t.TempDir(), "job.key"))
+	p := run(t, env, "srun", "-N", "2", "-n", "4", "--ntasks-per-node", "2", st.bins.train, "-epochs", "2")
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, p.out.String(), p.err.String())
+	}
+	for _, want := range []string{"weights identical on all 4 ranks", "matches single-process training"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, p.out.String())
+		}
+	}
+	p = run(t, env, "srun", "-N", "2", "-n", "4", "--ntasks-per-node", "2", st.bins.spin, "-iters", "2", "-env", "SLURMD_NODENAME")
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, p.err.String())
+	}
+	node := nodeOf(t, p.out.String(), 4)
+	for r, want := range []string{s.nodes[0], s.nodes[0], s.nodes[1], s.nodes[1]} {
+		if got := node[strconv.Itoa(r)]; got != want {
+			t.Errorf("rank %d on %q, want %s", r, got, want)
+		}
+	}
+}
+
+// TestSallocTwoNodesFlexrun: `salloc -N 2 flexrun` runs flexrun here and
+// its agents on both nodes; every rank joins, on both.
+func TestSallocTwoNodesFlexrun(t *testing.T) {
+	s := testSlurm(t)
+	p := run(t, s.env(), "salloc", "-N", "2", "-n", "4", "--ntasks-per-node", "2", st.bins.flexrun, st.bins.spin, "-iters", "3", "-env", "SLURMD_NODENAME")
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, p.out.String(), p.err.String())
+	}
+	count := map[string]int{}
+	for _, n := range nodeOf(t, p.out.String(), 4) {
+		count[n]++
+	}
+	if count[s.nodes[0]] != 2 || count[s.nodes[1]] != 2 {
+		t.Errorf("ranks per node %v, want 2 on each of %v", count, s.nodes)
+	}
+}
+
+// TestSrunRankKilledOnSecondNode: a rank killed on the second node ends
+// the step; the others say which rank and node were lost.
+func TestSrunRankKilledOnSecondNode(t *testing.T) {
+	s := testSlurm(t)
+	env := append(s.env(), "FLEXLINK_KEY_FILE="+filepath.Join(t.TempDir(), "job.key"))
+	p := run(t, env, "srun", "-N", "2", "-n", "4", "--ntasks-per-node", "2", st.bins.spin, "-env", "SLURMD_NODENAME")
+	lines := p.waitLines(t, joinedRE, 4, 60*time.Second)
+	victim := ""
+	for _, l := range lines {
+		if l[1] == "3" {
+			if l[3] != s.nodes[1] {
+				t.Fatalf("rank 3 runs on %s, want %s", l[3], s.nodes[1])
+			}
+			victim = l[4]
+		}
+	}
+	pid, err := strconv.Atoi(victim)
+	if err != nil {
+		t.Fatalf("no pid for rank 3 in %q", lines)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill rank 3 (pid %d): %v", pid, err)
+	}
+	code := p.wait(t, 60*time.Second)
+	want := "rank 3 on host " + s.nodes[1] + " lost"
+	if code == 0 || !strings.Contains(p.err.String(), want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant a failure saying %q", code, p.err.String(), want)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,7 +69,7 @@ func joinServed(ctx context.Context, env settings.Env, host string, sj servedJob
 	ss := &servedStore{srv: srv, barrier: sj.barrier, finish: sj.finish}
 	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{
 		Addr: addr, Rank: sj.rank, Size: sj.size, Secret: sj.secret, JobID: sj.jobID, Host: host,
-		Logger: ss.quietWhenLeaving(lg, env),
+		Logger: ss.quietWhenLeaving(env, host, sj.rank),
 	})
 	if err != nil {
 		if srv != nil {
@@ -133,18 +131,11 @@ func (s *servedStore) Close() error {
 	return err
 }
 
-// quietWhenLeaving is the bootstrap client's logger: lg's level and
-// output, minus the "lost bootstrap server" error once this rank has
-// announced that it is leaving.
-func (s *servedStore) quietWhenLeaving(lg hclog.Logger, env settings.Env) hclog.Logger {
-	level := hclog.LevelFromString(strings.ToLower(env.String("FLEXLINK_DEBUG")))
-	if level == hclog.NoLevel {
-		level = hclog.Warn
-	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name: lg.Name(), Level: level, Output: os.Stderr,
-		Exclude: func(_ hclog.Level, msg string, _ ...any) bool {
-			return s.leaving.Load() && msg == "lost bootstrap server"
-		},
-	}).With(lg.ImpliedArgs()...)
+// quietWhenLeaving is the bootstrap client's logger: NewLogger's, minus
+// the "lost bootstrap server" error once this rank has announced that it
+// is leaving.
+func (s *servedStore) quietWhenLeaving(env settings.Env, host string, rank int) hclog.Logger {
+	return newLogger(env, host, rank, func(_ hclog.Level, msg string, _ ...any) bool {
+		return s.leaving.Load() && msg == "lost bootstrap server"
+	})
 }

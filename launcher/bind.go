@@ -24,11 +24,22 @@ const (
 	// BindNUMA gives a rank the CPUs of one NUMA node: its GPU's node when
 	// the topology knows it, else the nodes round-robin by local rank.
 	BindNUMA BindTo = "numa"
+	// BindGPU gives a rank with a GPU the CPUs of its GPU's NUMA node, and
+	// leaves a rank unbound when it has no GPU or the node is unknown.
+	BindGPU BindTo = "gpu"
+	// BindAuto is the default: BindGPU when the host's ranks have GPUs,
+	// BindNone otherwise; it never fails a job (an unreadable topology
+	// leaves the ranks unbound).
+	BindAuto BindTo = "auto"
 )
 
-// ParseBindTo accepts none (or ""), core and numa.
+// ParseBindTo accepts auto, none (or ""), core, numa and gpu.
 func ParseBindTo(s string) (BindTo, error) {
 	switch strings.ToLower(s) {
+	case "auto":
+		return BindAuto, nil
+	case "gpu":
+		return BindGPU, nil
 	case "", "none":
 		return BindNone, nil
 	case "core", "cores":
@@ -36,7 +47,7 @@ func ParseBindTo(s string) (BindTo, error) {
 	case "numa":
 		return BindNUMA, nil
 	}
-	return "", fmt.Errorf("--bind-to %q: want none, core or numa", s)
+	return "", fmt.Errorf("--bind-to %q: want auto, none, core, numa or gpu", s)
 }
 
 // CPUTopology is what binding needs to know about a host.
@@ -90,6 +101,8 @@ func Bind(mode BindTo, t CPUTopology, p Placement) (Binding, error) {
 		return Binding{CPUs: slices.Clone(t.CPUs[lo:hi]), NUMA: -1}, nil
 	case BindNUMA:
 		return bindNUMA(t, p)
+	case BindGPU, BindAuto:
+		return bindGPU(t, p), nil
 	}
 	return Binding{}, fmt.Errorf("bind rank %d: unknown --bind-to %q", p.Rank, mode)
 }
@@ -115,6 +128,24 @@ func bindNUMA(t CPUTopology, p Placement) (Binding, error) {
 		cpus = slices.Clone(t.NUMA[pick])
 	}
 	return Binding{CPUs: cpus, NUMA: t.NUMAIDs[pick]}, nil
+}
+
+// bindGPU is the CPUs of p's GPU's NUMA node (those flexrun may use, else
+// all of the node's), or no binding when p has no GPU or its node is
+// unknown.
+func bindGPU(t CPUTopology, p Placement) Binding {
+	if p.GPU < 0 || p.GPU >= len(t.GPUNUMA) || t.GPUNUMA[p.GPU] < 0 {
+		return Binding{NUMA: -1}
+	}
+	i := slices.Index(t.NUMAIDs, t.GPUNUMA[p.GPU])
+	if i < 0 || len(t.NUMA[i]) == 0 {
+		return Binding{NUMA: -1}
+	}
+	cpus := intersect(t.NUMA[i], t.CPUs)
+	if len(cpus) == 0 {
+		cpus = slices.Clone(t.NUMA[i])
+	}
+	return Binding{CPUs: cpus, NUMA: t.NUMAIDs[i]}
 }
 
 func intersect(a, b []int) []int {
@@ -143,7 +174,7 @@ func LoadCPUTopology(mode BindTo, env settings.Env, sysRoot string) (CPUTopology
 			t.CPUs = append(t.CPUs, c)
 		}
 	}
-	if mode != BindNUMA {
+	if mode != BindNUMA && mode != BindGPU && mode != BindAuto {
 		return t, nil
 	}
 	var h *topo.Host
@@ -237,6 +268,9 @@ func cpuSet(cpus []int) unix.CPUSet {
 // bindRanks decides the binding of each of ranks (all on this host) and,
 // when report is set, writes one line per rank to it (--report-bindings).
 func bindRanks(mode BindTo, env []string, ranks []Placement, report func(line string)) (map[int]Binding, error) {
+	if mode == BindAuto && !slices.ContainsFunc(ranks, func(p Placement) bool { return p.GPU >= 0 }) {
+		mode = BindNone // no GPUs here: nothing to bind to
+	}
 	if mode == "" || mode == BindNone || len(ranks) == 0 {
 		if report != nil {
 			for _, p := range ranks {
@@ -246,6 +280,9 @@ func bindRanks(mode BindTo, env []string, ranks []Placement, report func(line st
 		return nil, nil
 	}
 	t, err := LoadCPUTopology(mode, envLookup(env), "")
+	if err != nil && mode == BindAuto {
+		t, err = CPUTopology{}, nil // the default never fails a job: ranks stay unbound
+	}
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", ranks[0].Host, err)
 	}

@@ -39,6 +39,12 @@ func TestBind(t *testing.T) {
 		{"numa: only allowed cpus", BindNUMA, CPUTopology{CPUs: []int{0, 5}, NUMA: twoNodes.NUMA, NUMAIDs: []int{0, 1}}, onHost(1, 2, -1), []int{5}, 1, ""},
 		{"numa: node ids kept", BindNUMA, CPUTopology{CPUs: eight, NUMA: [][]int{nil, {2, 3}}, NUMAIDs: []int{0, 3}}, onHost(0, 1, -1), []int{2, 3}, 3, ""},
 		{"numa: no nodes", BindNUMA, CPUTopology{CPUs: eight, Source: "x.json"}, onHost(0, 1, -1), nil, -1, "no NUMA node with CPUs found (x.json)"},
+		{"gpu: GPU's node", BindGPU, twoNodes, onHost(0, 2, 0), []int{4, 5, 6, 7}, 1, ""},
+		{"gpu: other GPU's node", BindGPU, twoNodes, onHost(1, 2, 1), []int{0, 1, 2, 3}, 0, ""},
+		{"gpu: no GPU, unbound", BindGPU, twoNodes, onHost(0, 2, -1), nil, -1, ""},
+		{"gpu: node unknown, unbound", BindGPU, CPUTopology{CPUs: eight, NUMA: twoNodes.NUMA, NUMAIDs: []int{0, 1}, GPUNUMA: []int{-1}}, onHost(0, 1, 0), nil, -1, ""},
+		{"gpu: no topology, unbound", BindGPU, CPUTopology{CPUs: eight}, onHost(0, 1, 0), nil, -1, ""},
+		{"auto: as gpu", BindAuto, twoNodes, onHost(0, 2, 1), []int{0, 1, 2, 3}, 0, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,12 +85,12 @@ func TestBindCoreSharesAreDisjointAndCover(t *testing.T) {
 }
 
 func TestParseBindTo(t *testing.T) {
-	for in, want := range map[string]BindTo{"": BindNone, "none": BindNone, "CORE": BindCore, "numa": BindNUMA} {
+	for in, want := range map[string]BindTo{"": BindNone, "none": BindNone, "CORE": BindCore, "numa": BindNUMA, "gpu": BindGPU, "auto": BindAuto} {
 		if got, err := ParseBindTo(in); err != nil || got != want {
 			t.Errorf("ParseBindTo(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := ParseBindTo("socket"); err == nil || !strings.Contains(err.Error(), "want none, core or numa") {
+	if _, err := ParseBindTo("socket"); err == nil || !strings.Contains(err.Error(), "want auto, none, core, numa or gpu") {
 		t.Errorf("socket: %v", err)
 	}
 }

@@ -126,7 +126,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown flag, near one", []string{"--bind-too", "core", "true"}, 2, "flexrun: unknown flag --bind-too; did you mean --bind-to? (see flexrun --help)\n", nil},
 		{"unknown flag with one dash", []string{"-npernodes=2", "true"}, 2, "unknown flag -npernodes; did you mean --npernode?", nil},
 		{"plural typo", []string{"--report-binding", "true"}, 2, "unknown flag --report-binding; did you mean --report-bindings?", nil},
-		{"bad bind-to", []string{"--bind-to", "socket", "true"}, 1, `--bind-to "socket": want none, core or numa`, nil},
+		{"bad bind-to", []string{"--bind-to", "socket", "true"}, 1, `--bind-to "socket": want auto, none, core, numa or gpu`, nil},
 		{"negative -N", []string{"-N", "-1", "true"}, 1, "-N -1: want 1 or more", nil},
 		{"-N and ppr disagree", []string{"-N", "2", "--map-by", "ppr:1:node", "true"}, 1, "-N 2 and --map-by ppr:1:node disagree", nil},
 		{"-N above slots", []string{"-N", "3", "-H", "localhost:2", "true"}, 1, "3 ranks per node but host localhost has 2 slots; use --oversubscribe", nil},

@@ -83,7 +83,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than slots"},
 		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "rank layout `HOW`: slot (fill each host), node (round-robin) or ppr:N:node (N ranks on each host)"},
 		&cli.IntFlag{Name: "npernode", Aliases: []string{"N", "nproc-per-node", "nproc_per_node"}, Usage: "start `N` ranks on each host (mpirun -N, torchrun --nproc-per-node; --map-by ppr:N:node)", DefaultText: "by slots"},
-		&cli.StringFlag{Name: "bind-to", Value: "none", Usage: "bind each rank to `WHAT`: none, core (a distinct share of the host's CPUs) or numa (its GPU's NUMA node, else round-robin over the nodes)"},
+		&cli.StringFlag{Name: "bind-to", Value: "auto", Usage: "bind each rank to `WHAT`: auto (gpu when ranks have GPUs, else none), none, core (a distinct share of the host's CPUs), numa (its GPU's NUMA node, else round-robin over the nodes) or gpu (its GPU's NUMA node; unbound without one)"},
 		&cli.BoolFlag{Name: "report-bindings", Usage: "print each rank's CPUs to stderr before it starts"},
 		&cli.StringSliceFlag{Name: "x", Usage: "export `VAR` or VAR=value to the ranks (repeatable; commas are kept)"},
 		&cli.BoolFlag{Name: "tag-output", Usage: `prefix each output line with "[rank] " (stdout) or "[rank]<stderr> " (stderr)`},

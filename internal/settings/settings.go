@@ -20,7 +20,7 @@ import (
 type Setting struct {
 	Name    string // full variable name, FLEXLINK_...
 	Default string // value used when unset or empty
-	Doc     string // one line for the README table
+	Doc     string // one line for docs/SETTINGS.md
 	Kind    Kind   // the values it takes; checked when read and by Validate
 }
 

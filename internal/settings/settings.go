@@ -1,6 +1,6 @@
 // Package settings is the one registry of FLEXLINK_* environment variables
 // (like NCCL_PARAM): every setting is declared once in Table with its default
-// and meaning, and read only through this package. The README's settings
+// and meaning, and read only through this package. docs/SETTINGS.md's settings
 // table is checked against Table by a test.
 package settings
 
@@ -263,7 +263,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// Markdown renders Table as the README's settings table.
+// Markdown renders Table as docs/SETTINGS.md's settings table.
 func Markdown() string {
 	rows := append([]Setting(nil), Table...)
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })

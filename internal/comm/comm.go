@@ -44,8 +44,14 @@ type Comm struct {
 	links     *linkSet
 	engine    *collectives.Engine
 	ownsWorld bool
+	queue
+}
 
-	opMu      sync.Mutex // one collective at a time
+// queue is the communicator's call queue: one collective at a time, the
+// error that broke it, and the counts of splits and shrinks made (they name
+// the new communicators).
+type queue struct {
+	opMu      sync.Mutex
 	broken    error
 	closed    bool
 	splitSeq  int

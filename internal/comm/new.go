@@ -84,9 +84,9 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	if err != nil {
 		return nil, err
 	}
-	w := &world{store: store, env: opt.Env, host: opt.Host, log: opt.Logger, jobID: opt.JobID, secret: opt.Secret,
-		mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), net: &netState{cfg: netCfg},
-		callTimeout: callTimeout, dialTimeout: dialTimeout}
+	w := &world{store: store, env: opt.Env, log: opt.Logger, net: &netState{cfg: netCfg},
+		jobInfo:    jobInfo{host: opt.Host, jobID: opt.JobID, secret: opt.Secret},
+		linkConfig: linkConfig{mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), callTimeout: callTimeout, dialTimeout: dialTimeout}}
 	// Round one: hosts, pids and the addresses of the host transports. The
 	// network transport is opened only when the job spans hosts (or
 	// FLEXLINK_TRANSPORT=net), and its addresses follow in round two.

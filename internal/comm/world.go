@@ -18,23 +18,34 @@ import (
 // store, settings, logger and the job's host map. It is not a god-struct:
 // communicators hold their own links and engines.
 type world struct {
-	store  bootstrap.Store
-	env    settings.Env
+	store bootstrap.Store
+	env   settings.Env
+	log   hclog.Logger
+	jobInfo
+	linkConfig
+	net *netState
+
+	mu    sync.Mutex
+	comms map[*Comm]struct{}
+}
+
+// jobInfo is who is in the job: this rank's host, the job's id and secret,
+// and every world rank's host and pid (filled by New's exchange).
+type jobInfo struct {
 	host   string
-	log    hclog.Logger
 	jobID  string
 	secret []byte
 	hosts  []string // world rank -> host name
 	pids   []int    // world rank -> pid
-	mode   string   // FLEXLINK_TRANSPORT
-	links  string   // FLEXLINK_LINKS
-	net    *netState
-	// Read once at New: a collective's default deadline (FLEXLINK_TIMEOUT)
-	// and how long dialing a peer's link may take (FLEXLINK_BOOTSTRAP_TIMEOUT).
-	callTimeout, dialTimeout time.Duration
+}
 
-	mu    sync.Mutex
-	comms map[*Comm]struct{}
+// linkConfig is the settings the link set reads, read once at New.
+type linkConfig struct {
+	mode  string // FLEXLINK_TRANSPORT
+	links string // FLEXLINK_LINKS
+	// A collective's default deadline (FLEXLINK_TIMEOUT) and how long
+	// dialing a peer's link may take (FLEXLINK_BOOTSTRAP_TIMEOUT).
+	callTimeout, dialTimeout time.Duration
 }
 
 // watch aborts every communicator's links when the bootstrap reports a lost

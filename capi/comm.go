@@ -28,13 +28,21 @@ type Comm struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed when initialisation has finished
 
-	// set before ready is closed, read-only after
+	made  // set before ready is closed, read-only after
+	state // guarded by mu
+}
+
+// made is what a communicator's initialisation produced.
+type made struct {
 	rc      *rank.Comm
 	dc      *rank.DeviceComm
 	gpuDev  *gpu.Device
 	srv     *served
 	initErr error
+}
 
+// state is what changes while the communicator is used (under mu).
+type state struct {
 	mu       sync.Mutex
 	asyncErr error // first failure of work in flight (ncclCommGetAsyncError)
 	last     string
@@ -47,7 +55,7 @@ type Comm struct {
 func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Comm{lib: l, nranks: nranks, rank: r, dev: dev, cfg: cfg, ctx: ctx, cancel: cancel,
-		ready: make(chan struct{}), ops: map[int32]RedOp{}, nextOp: ncclNumOps}
+		ready: make(chan struct{}), state: state{ops: map[int32]RedOp{}, nextOp: ncclNumOps}}
 	l.add(c)
 	return c
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -82,6 +83,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "hostfile", Aliases: []string{"machinefile"}, Usage: "OpenMPI hostfile `FILE`: lines of host [slots=N] [max_slots=M]"},
 		&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than slots"},
 		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "rank layout `HOW`: slot (fill each host), node (round-robin) or ppr:N:node (N ranks on each host)"},
+		&cli.IntFlag{Name: "nnodes", Usage: "use `N` hosts (torchrun --nnodes): the first N of -H/--hostfile, or check a Slurm allocation's node count", DefaultText: "all given"},
 		&cli.IntFlag{Name: "npernode", Aliases: []string{"N", "nproc-per-node", "nproc_per_node"}, Usage: "start `N` ranks on each host (mpirun -N, torchrun --nproc-per-node; --map-by ppr:N:node)", DefaultText: "by slots"},
 		&cli.StringFlag{Name: "bind-to", Value: "auto", Usage: "bind each rank to `WHAT`: auto (gpu when ranks have GPUs, else none), none, core (a distinct share of the host's CPUs), numa (its GPU's NUMA node, else round-robin over the nodes) or gpu (its GPU's NUMA node; unbound without one)"},
 		&cli.BoolFlag{Name: "report-bindings", Usage: "print each rank's CPUs to stderr before it starts"},
@@ -178,7 +180,33 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 	case hostfile != "":
 		job.Hosts, err = launcher.ReadHostfile(hostfile)
 	}
+	if err != nil || !c.IsSet("nnodes") {
+		return job, err
+	}
+	job.Hosts, err = firstNodes(job.Hosts, c.Int("nnodes"), os.Getenv("SLURM_JOB_NUM_NODES"))
 	return job, err
+}
+
+// firstNodes applies --nnodes n (torchrun's): the first n of the hosts
+// given; without hosts, n must be 1 (this machine) or, inside a Slurm
+// allocation, the allocation's node count (slurmNodes).
+func firstNodes(hosts []launcher.Host, n int, slurmNodes string) ([]launcher.Host, error) {
+	switch {
+	case n < 1:
+		return nil, fmt.Errorf("--nnodes %d: want 1 or more", n)
+	case len(hosts) >= n:
+		return hosts[:n], nil
+	case len(hosts) > 0:
+		return nil, fmt.Errorf("--nnodes %d: only %d host(s) given with -H/--hostfile", n, len(hosts))
+	case slurmNodes != "":
+		if slurmNodes != strconv.Itoa(n) {
+			return nil, fmt.Errorf("--nnodes %d: the Slurm allocation has %s node(s) (salloc -N %d)", n, slurmNodes, n)
+		}
+		return nil, nil
+	case n == 1:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("--nnodes %d: give the hosts with -H or --hostfile, or run inside a Slurm allocation of %d nodes", n, n)
 }
 
 // remoteFromFlags reads the flags about other hosts.

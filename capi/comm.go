@@ -32,8 +32,11 @@ type Comm struct {
 	state // guarded by mu
 }
 
-// made is what a communicator's initialisation produced.
+// made is what a communicator's initialisation produced, and the device
+// scratch of PreMulSum calls (run.go), freed when the communicator is.
 type made struct {
+	preMulScratch *gpu.Buffer
+	preMulRetired []*gpu.Buffer
 	rc      *rank.Comm
 	dc      *rank.DeviceComm
 	gpuDev  *gpu.Device
@@ -402,6 +405,13 @@ func (l *Library) destroyQuiet(c *Comm) {
 	if c.rc != nil {
 		if err := c.rc.Close(); err != nil {
 			l.log.Debug("close communicator", "rank", c.rank, "error", err)
+		}
+	}
+	if !aborted {
+		for _, b := range append(c.preMulRetired, c.preMulScratch) {
+			if b != nil {
+				b.Free()
+			}
 		}
 	}
 	c.cancel()

@@ -49,7 +49,8 @@ func devPtr(b *gpu.Buffer) unsafe.Pointer {
 // ncclCommInitAll over two fake GPUs, then allreduce, allgather and a
 // broadcast whose non-root passes the same pointer as send and recv (as
 // PyTorch does), each on the ranks' own streams inside one group from one
-// thread (nccl-tests -g 2), checked against float64 references.
+// thread (nccl-tests -g 2), and a PreMulSum allreduce, checked against
+// float64 references.
 func TestDeviceBuffers(t *testing.T) {
 	drv, err := gpufake.Open(gpufake.Config{Devices: 2})
 	if err != nil {
@@ -171,6 +172,28 @@ func TestDeviceBuffers(t *testing.T) {
 		for i, v := range got {
 			if want := float32(i) * 3; v != want {
 				t.Fatalf("broadcast rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+
+	// PreMulSum on device buffers: each rank's send times its scalar, summed.
+	scalars := [2]float64{0.5, 3}
+	var pre [2]int32
+	for r := range rs {
+		if pre[r], err = l.CreatePreMulSum(hs[r], scalars[r], ncclFloat32); err != nil {
+			t.Fatal(err)
+		}
+		upload(r, rs[r].send, func(i int) float32 { return value(r, i) }, count)
+	}
+	group(func(r int) Call {
+		return Call{Kind: AllReduce, Send: devPtr(rs[r].send), Recv: devPtr(rs[r].recv), Count: count, Type: ncclFloat32, Op: pre[r], Stream: rs[r].s.Handle()}
+	})
+	for r := range rs {
+		got := download(r, rs[r].recv, count)
+		for i, v := range got {
+			want := scalars[0]*float64(value(0, i)) + scalars[1]*float64(value(1, i))
+			if math.Abs(float64(v)-want) > 1e-3 {
+				t.Fatalf("premulsum rank %d element %d = %v, want %v", r, i, v, want)
 			}
 		}
 	}

@@ -224,15 +224,15 @@ func (c *Comm) runColl(w *work) error {
 }
 
 // runDevice enqueues one collective on device buffers on the caller's stream.
-func (c *Comm) runDevice(w *work) error {
+// A PreMulSum runs synchronously through host memory: the send buffer is
+// copied out, multiplied by the scalar, copied into a device scratch buffer
+// of the communicator (grown on demand, freed only with it, since peers map
+// it), and summed from there; the call returns once the stream is done.
+func (c *Comm) runDevice(w *work) (err error) {
 	call := w.call
-	if w.op.PreMul {
-		return fail(InvalidUsage, "a PreMulSum operator (ncclRedOpCreatePreMulSum) on device buffers is not supported by flexlink yet; use ncclAvg or scale before the call")
-	}
 	dv := c.gpuDev
 	s := dv.WrapStream(call.Stream)
 	var send, recv *gpu.Buffer
-	var err error
 	if w.sendN > 0 {
 		if send, err = c.lib.devBuffer(dv, w.sendReg, call.Send, w.sendN); err != nil {
 			return err
@@ -244,6 +244,19 @@ func (c *Comm) runDevice(w *work) error {
 		}
 	}
 	ctx, count, dt, op := c.ctx, int(call.Count), w.dt, w.op.Op
+	if w.op.PreMul {
+		if send, err = c.preMulDevice(s, w, send); err != nil {
+			return err
+		}
+		op = dtype.Sum
+		defer func() {
+			// The scratch is reused by the next PreMulSum call, which may
+			// come on another stream: this one finishes first.
+			if serr := s.Synchronize(); serr != nil && err == nil {
+				err = fail(UnhandledCudaError, "rank %d: PreMulSum: %w", c.rank, serr)
+			}
+		}()
+	}
 	switch call.Kind {
 	case AllReduce:
 		return c.dc.AllReduce(ctx, send, recv, count, dt, op, s)
@@ -319,4 +332,41 @@ func (w *work) region(send bool) Region {
 		return w.sendReg
 	}
 	return w.recvReg
+}
+
+// preMulDevice returns a device copy of send multiplied by w's scalar, in
+// the communicator's PreMulSum scratch.
+func (c *Comm) preMulDevice(s *gpu.Stream, w *work, send *gpu.Buffer) (*gpu.Buffer, error) {
+	if w.op.ScalarPtr != 0 {
+		return nil, fail(InvalidUsage, "rank %d: a PreMulSum with a device-resident scalar (ncclScalarDevice) on device buffers is not supported by flexlink; pass the scalar from host memory", c.rank)
+	}
+	if send == nil {
+		return nil, nil // a rank without a send buffer (none in the reductions that take PreMulSum)
+	}
+	host := make([]byte, send.Len())
+	if err := s.CopyDtoH(host, send); err != nil {
+		return nil, fail(UnhandledCudaError, "rank %d: PreMulSum: copy the send buffer out: %w", c.rank, err)
+	}
+	if err := s.Synchronize(); err != nil {
+		return nil, fail(UnhandledCudaError, "rank %d: PreMulSum: %w", c.rank, err)
+	}
+	scaled, err := preMul(host, w.dt, w.op.Scalar)
+	if err != nil {
+		return nil, err
+	}
+	if c.preMulScratch == nil || c.preMulScratch.Len() < len(scaled) {
+		b, err := c.gpuDev.Alloc(max(len(scaled), 1<<20))
+		if err != nil {
+			return nil, fail(UnhandledCudaError, "rank %d: PreMulSum scratch of %d bytes: %w", c.rank, len(scaled), err)
+		}
+		if c.preMulScratch != nil {
+			c.preMulRetired = append(c.preMulRetired, c.preMulScratch) // peers may still map it
+		}
+		c.preMulScratch = b
+	}
+	dst := c.preMulScratch.Sub(0, len(scaled))
+	if err := s.CopyHtoD(dst, scaled); err != nil {
+		return nil, fail(UnhandledCudaError, "rank %d: PreMulSum: copy the scaled buffer in: %w", c.rank, err)
+	}
+	return dst, nil
 }

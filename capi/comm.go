@@ -37,11 +37,11 @@ type Comm struct {
 type made struct {
 	preMulScratch *gpu.Buffer
 	preMulRetired []*gpu.Buffer
-	rc      *rank.Comm
-	dc      *rank.DeviceComm
-	gpuDev  *gpu.Device
-	srv     *served
-	initErr error
+	rc            *rank.Comm
+	dc            *rank.DeviceComm
+	gpuDev        *gpu.Device
+	srv           *served
+	initErr       error
 }
 
 // state is what changes while the communicator is used (under mu).

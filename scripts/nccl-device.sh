@@ -104,8 +104,8 @@ done
 log=$OUT/torch-ddp.log
 FLEXRUN=${FLEXRUN:-$ROOT/bin/flexrun}
 [ -x "$FLEXRUN" ] || FLEXRUN=$ROOT/.devbin/flexrun
-has torch && timeout 300 "$FLEXRUN" -np 2 --oversubscribe --tag-output \
-  -x LD_PRELOAD=$NCCL_DIR/lib/libnccl.so.2 -x NCCL_DEBUG=INFO -x TORCH_DDP_DEVICE=0 \
+has torch && timeout 300 "$FLEXRUN" -np 2 --oversubscribe --tag-output --nccl --nccl-lib "$NCCL_DIR/lib" \
+  -x NCCL_DEBUG=INFO -x TORCH_DDP_DEVICE=0 \
   python3 "$ROOT/examples/torch_ddp.py" >"$log" 2>&1
 if has torch; then
   if grep -q "torch_ddp: ok" "$log"; then summary+=("PASS torch DDP 2 ranks"); else summary+=("FAIL torch DDP: see $log"); tail -30 "$log"; fi

@@ -295,35 +295,7 @@ func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr
 	if color < 0 {
 		color = rank.NoColor
 	}
-	c := l.newComm(0, 0, p.dev, cfg)
-	run := func() {
-		sub, err := p.rc.Split(p.ctx, color, key)
-		if err != nil || sub == nil {
-			c.finish(nil, nil, err)
-			return
-		}
-		c.nranks, c.rank = sub.Size(), sub.Rank()
-		var dc *rank.DeviceComm
-		if p.dc != nil {
-			dc, err = sub.Device(p.ctx, p.gpuDev)
-			c.gpuDev = p.gpuDev
-		}
-		c.finish(sub, dc, err)
-	}
-	if !cfg.IsBlocking() && color >= 0 {
-		go run()
-		return c.handle, fail(InProgress, "splitting")
-	}
-	run()
-	if c.initErr != nil || c.rc == nil {
-		l.remove(c.handle)
-		if c.initErr != nil {
-			p.note(c.initErr)
-			return 0, fail(ResultOf(c.initErr), "ncclCommSplit rank %d of %d: %w", p.rank, p.nranks, c.initErr)
-		}
-		return 0, nil
-	}
-	return c.handle, nil
+	return l.child(p, "ncclCommSplit", cfg, color >= 0, func() (*rank.Comm, error) { return p.rc.Split(p.ctx, color, key) })
 }
 
 // Shrink is ncclCommShrink: the parent's ranks minus exclude, called only
@@ -346,10 +318,19 @@ func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config) (uintptr
 			return 0, fail(InvalidArgument, "ncclCommShrink: rank %d excludes itself (excluded ranks do not call ncclCommShrink)", r)
 		}
 	}
+	return l.child(p, "ncclCommShrink", cfg, true, func() (*rank.Comm, error) { return p.rc.Shrink(p.ctx, exclude) })
+}
+
+// child makes the communicator that newComm returns from parent p (split
+// or shrink), with its device plane when p has one. In non-blocking mode
+// (and when this rank gets a communicator at all: member) it returns at
+// once with ncclInProgress; otherwise it waits. A nil communicator from
+// newComm (a NOCOLOR rank) gives handle 0.
+func (l *Library) child(p *Comm, fn string, cfg Config, member bool, newComm func() (*rank.Comm, error)) (uintptr, error) {
 	c := l.newComm(0, 0, p.dev, cfg)
 	run := func() {
-		sub, err := p.rc.Shrink(p.ctx, exclude)
-		if err != nil {
+		sub, err := newComm()
+		if err != nil || sub == nil {
 			c.finish(nil, nil, err)
 			return
 		}
@@ -361,18 +342,18 @@ func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config) (uintptr
 		}
 		c.finish(sub, dc, err)
 	}
-	if !cfg.IsBlocking() {
+	if !cfg.IsBlocking() && member {
 		go run()
-		return c.handle, fail(InProgress, "shrinking")
+		return c.handle, fail(InProgress, "%s in progress", fn)
 	}
 	run()
 	if c.initErr != nil || c.rc == nil {
 		l.remove(c.handle)
 		if c.initErr != nil {
 			p.note(c.initErr)
-			return 0, fail(ResultOf(c.initErr), "ncclCommShrink rank %d of %d: %w", p.rank, p.nranks, c.initErr)
+			return 0, fail(ResultOf(c.initErr), "%s rank %d of %d: %w", fn, p.rank, p.nranks, c.initErr)
 		}
-		return 0, fail(InternalError, "ncclCommShrink rank %d of %d: no communicator", p.rank, p.nranks)
+		return 0, nil
 	}
 	return c.handle, nil
 }

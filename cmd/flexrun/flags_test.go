@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"flexlink/internal/textdist"
+
 	"github.com/urfave/cli/v2"
 )
 
@@ -62,8 +64,8 @@ func TestEditDistance(t *testing.T) {
 		a, b string
 		want int
 	}{{"", "", 0}, {"abc", "", 3}, {"kitten", "sitting", 3}, {"bind-to", "bind-too", 1}, {"np", "pn", 2}} {
-		if got := editDistance(tc.a, tc.b); got != tc.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		if got := textdist.Distance(tc.a, tc.b); got != tc.want {
+			t.Errorf("textdist.Distance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"flexlink/internal/textdist"
+
 	"github.com/urfave/cli/v2"
 )
 
@@ -41,7 +43,7 @@ func nearestFlag(name string, known []cli.Flag) string {
 	best, bestD := "", 0
 	for _, f := range known {
 		for _, n := range f.Names() {
-			d := editDistance(strings.ToLower(name), strings.ToLower(n))
+			d := textdist.Distance(strings.ToLower(name), strings.ToLower(n))
 			if best == "" || d < bestD {
 				best, bestD = n, d
 			}
@@ -55,25 +57,4 @@ func nearestFlag(name string, known []cli.Flag) string {
 		return "-" + best
 	}
 	return "--" + best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -33,7 +33,8 @@ var order = [][]string{
 	{"gpu/internal/cu"},
 	{"bootstrap"},
 	{"reduce", "internal/testenv"},
-	{"dtype", "mem", "internal/errs", "internal/settings", "internal/hostlist", "internal/flog"},
+	{"internal/settings"},
+	{"dtype", "mem", "internal/errs", "internal/hostlist", "internal/textdist", "internal/flog"},
 }
 
 // testOnly packages are never linked into programs.

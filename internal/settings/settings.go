@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"flexlink/internal/textdist"
 )
 
 // Setting is one environment variable.
@@ -235,32 +237,11 @@ func known(name string) bool {
 func nearest(name string) string {
 	best, bestD := "", math.MaxInt
 	for _, s := range Table {
-		if d := editDistance(name, s.Name); d < bestD {
+		if d := textdist.Distance(name, s.Name); d < bestD {
 			best, bestD = s.Name, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // Markdown renders Table as docs/SETTINGS.md's settings table.

@@ -149,6 +149,7 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	if err == nil {
 		return nil
 	}
+	c.awaitRootCause(err)
 	if se := c.world.store.Err(); se != nil && !errors.Is(err, se) {
 		// Another rank aborted first: its reason is the one to report.
 		err = fmt.Errorf("%w (local error: %v)", se, err)
@@ -159,6 +160,30 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	c.broken = err
 	c.links.abort(err)
 	return err
+}
+
+// rootCauseWait bounds how long a rank that lost a peer over a link waits
+// for the bootstrap server to report the loss itself. A killed process's
+// bootstrap connection closes at once, so the server usually names the
+// lost rank and host within milliseconds; without the wait the first rank
+// to notice would abort the job with its own, second-hand view ("recv from
+// rank 3: peer lost") and every rank would report that instead of the root
+// cause. A peer whose process is alive but whose link broke costs this
+// much extra before the job aborts.
+const rootCauseWait = time.Second
+
+// awaitRootCause waits, for a peer-lost error only, until the job's store
+// fails (the server's own detection) or rootCauseWait passes.
+func (c *Comm) awaitRootCause(err error) {
+	if !errors.Is(err, errs.ErrPeerLost) || c.world.store.Err() != nil {
+		return
+	}
+	t := time.NewTimer(rootCauseWait)
+	defer t.Stop()
+	select {
+	case <-c.world.store.Done():
+	case <-t.C:
+	}
 }
 
 // Abort ends the whole job: every rank's pending and later calls fail with

@@ -21,11 +21,20 @@ type NetConfig struct {
 	StripeMin int           // FLEXLINK_NET_STRIPE_BYTES
 	Timeout   time.Duration // FLEXLINK_NET_TIMEOUT
 	Rails     int           // FLEXLINK_NET_RAILS (0: every NIC)
+	Devices   string        // FLEXLINK_NET_DEVICES ("": every NIC, or the own one under PXN)
+	PXN       int           // FLEXLINK_PXN: -1 off, 0, 1 or 2 (levels of proxy/pxn)
 }
 
 // ReadNetConfig reads and checks the network settings.
 func ReadNetConfig(env settings.Env) (NetConfig, error) {
-	c := NetConfig{Provider: env.String("FLEXLINK_NET"), IfName: env.String("FLEXLINK_NET_IFNAME")}
+	c := NetConfig{Provider: env.String("FLEXLINK_NET"), IfName: env.String("FLEXLINK_NET_IFNAME"), Devices: env.String("FLEXLINK_NET_DEVICES"), PXN: -1}
+	switch v := env.String("FLEXLINK_PXN"); v {
+	case "", "off":
+	case "0", "1", "2":
+		c.PXN = int(v[0] - '0')
+	default:
+		return c, fmt.Errorf("FLEXLINK_PXN=%q: want off, 0, 1 or 2", v)
+	}
 	if c.IfName == "" {
 		c.IfName = env.String("FLEXLINK_SOCKET_IFNAME")
 	}

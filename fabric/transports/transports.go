@@ -40,10 +40,10 @@ func CheckMode(mode string) error {
 func RailKind(i int) string { return string(fabric.KindNet) + strconv.Itoa(i) }
 
 // Open opens the endpoints mode allows for one communicator: shm (auto,
-// shm), one network endpoint per rail of p (auto, net; rails ≤
-// len(p.Devices())), tcp (tcp, or auto when links, FLEXLINK_LINKS, names
+// shm), one network endpoint per device of p listed in devs (auto, net;
+// SelectDevices), tcp (tcp, or auto when links, FLEXLINK_LINKS, names
 // it). On error nothing stays open.
-func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, rails int) (map[string]fabric.Endpoint, error) {
+func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, devs []int) (map[string]fabric.Endpoint, error) {
 	if err := CheckMode(mode); err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, rails i
 		eps[string(fabric.KindTCP)] = ep
 	}
 	if (mode == ModeAuto || mode == ModeNet) && p != nil {
-		if err := OpenRails(eps, cfg, p, rails); err != nil {
+		if err := OpenRails(eps, cfg, p, devs); err != nil {
 			Close(eps)
 			return nil, err
 		}
@@ -75,13 +75,14 @@ func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, rails i
 	return eps, nil
 }
 
-// OpenRails adds one network endpoint per rail of p to eps (kinds
-// RailKind(0..rails-1)). On error the endpoints it added are closed.
-func OpenRails(eps map[string]fabric.Endpoint, cfg fabric.EndpointConfig, p net.Provider, rails int) error {
-	for i := 0; i < rails; i++ {
+// OpenRails adds one network endpoint per device index of devs to eps
+// (kind RailKind(i) for device i). On error the endpoints it added are
+// closed.
+func OpenRails(eps map[string]fabric.Endpoint, cfg fabric.EndpointConfig, p net.Provider, devs []int) error {
+	for n, i := range devs {
 		ep, err := netlink.NewEndpoint(p, i, cfg.Rank)
 		if err != nil {
-			for j := 0; j < i; j++ {
+			for _, j := range devs[:n] {
 				eps[RailKind(j)].Close()
 				delete(eps, RailKind(j))
 			}
@@ -106,6 +107,9 @@ type Pair struct {
 	Links     string // FLEXLINK_LINKS (comma list of kinds; "" none named)
 	MyRails   int    // network endpoints this rank opened
 	PeerRails int    // network endpoints the peer opened
+	// RailPairs, when not nil, are the rail links (PairRails) and replace
+	// pairing rails 0..min(MyRails, PeerRails)-1 by index.
+	RailPairs []string
 }
 
 // Kinds picks the link kinds between this rank and a peer, the same list on
@@ -119,6 +123,9 @@ func Kinds(p Pair) ([]string, error) {
 		return nil, err
 	}
 	rails := func() ([]string, error) {
+		if len(p.RailPairs) > 0 {
+			return p.RailPairs, nil
+		}
 		n := min(p.MyRails, p.PeerRails)
 		if n == 0 {
 			return nil, fmt.Errorf("no network transport rail in common (this rank has %d, the peer %d): set FLEXLINK_NET_IFNAME or FLEXLINK_TRANSPORT", p.MyRails, p.PeerRails)
@@ -150,7 +157,7 @@ func Kinds(p Pair) ([]string, error) {
 		case string(fabric.KindTCP):
 			kinds = append(kinds, k)
 		case string(fabric.KindNet):
-			if p.SameHost && min(p.MyRails, p.PeerRails) == 0 {
+			if p.SameHost && min(p.MyRails, p.PeerRails) == 0 && len(p.RailPairs) == 0 {
 				continue // no network endpoint within a host in auto mode (FLEXLINK_LINKS=nvlink,net names GPU links)
 			}
 			r, err := rails()

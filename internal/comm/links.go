@@ -11,6 +11,7 @@ import (
 	"flexlink/fabric"
 	"flexlink/fabric/balance"
 	"flexlink/fabric/multilink"
+	"flexlink/fabric/transports"
 	"flexlink/internal/errs"
 	"flexlink/internal/flog"
 )
@@ -159,7 +160,8 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 	}
 	links := make([]fabric.Link, 0, len(kinds))
 	for _, kind := range kinds {
-		l, err := s.dialKind(ctx, wpeer, kind, addrs[kind])
+		local, remote := transports.SplitKind(kind, w.store.Rank() < wpeer)
+		l, err := s.dialKind(ctx, wpeer, local, addrs[remote])
 		if err != nil {
 			for _, l := range links {
 				l.Close()

@@ -37,7 +37,8 @@ func Init(ctx context.Context) (*Comm, error) {
 type peerInfo struct {
 	Host  string            `json:"host"`
 	Pid   int               `json:"pid"`
-	Addrs map[string][]byte `json:"addrs"` // transport kind -> endpoint address of the world comm
+	Addrs map[string][]byte `json:"addrs"`           // transport kind -> endpoint address of the world comm
+	Rails []transports.Rail `json:"rails,omitempty"` // the network endpoints' devices and subnets
 }
 
 // New builds the world communicator of a job over an existing bootstrap
@@ -99,10 +100,15 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 		w.closeNet()
 		return nil, err
 	}
-	infos, err := exchangeInfo(ctx, store, peerInfo{Host: opt.Host, Pid: os.Getpid(), Addrs: eps.addresses()})
+	me := peerInfo{Host: opt.Host, Pid: os.Getpid(), Addrs: eps.addresses()}
+	if mode == transports.ModeNet {
+		me.Rails = w.myRails()
+	}
+	infos, err := exchangeInfo(ctx, store, me)
 	if err != nil {
 		return fail(err)
 	}
+	w.net.rails = railsOf(infos)
 	w.hosts = make([]string, len(infos))
 	w.pids = make([]int, len(infos))
 	for i, in := range infos {
@@ -153,12 +159,12 @@ func exchangeInfo(ctx context.Context, store bootstrap.Store, me peerInfo) ([]pe
 // into eps and all-gathers their addresses into infos: the second round of
 // New, run by every rank when the job spans hosts.
 func (w *world) addNet(ctx context.Context, eps endpoints, infos []peerInfo) error {
-	p, rails, err := w.provider()
+	p, devs, err := w.provider()
 	if err != nil {
 		return err
 	}
 	cfg := fabric.EndpointConfig{Rank: w.store.Rank(), Size: w.store.Size(), JobID: w.jobID, Secret: w.secret, Host: w.host, Comm: "w", Logger: w.log, Env: w.env}
-	if err := transports.OpenRails(eps, cfg, p, rails); err != nil {
+	if err := transports.OpenRails(eps, cfg, p, devs); err != nil {
 		return err
 	}
 	addrs := map[string][]byte{}
@@ -167,14 +173,29 @@ func (w *world) addNet(ctx context.Context, eps endpoints, infos []peerInfo) err
 			addrs[k] = ep.Address()
 		}
 	}
-	all, err := exchangeInfo(ctx, w.store, peerInfo{Host: w.host, Pid: os.Getpid(), Addrs: addrs})
+	all, err := exchangeInfo(ctx, w.store, peerInfo{Host: w.host, Pid: os.Getpid(), Addrs: addrs, Rails: transports.Rails(p.Devices(), devs)})
 	if err != nil {
 		return err
 	}
+	w.net.rails = railsOf(all)
 	for i := range infos {
 		for k, a := range all[i].Addrs {
 			infos[i].Addrs[k] = a
 		}
 	}
 	return nil
+}
+
+// railsOf lists every rank's published rails (nil where none did).
+func railsOf(infos []peerInfo) [][]transports.Rail {
+	out := make([][]transports.Rail, len(infos))
+	any := false
+	for i, in := range infos {
+		out[i] = in.Rails
+		any = any || len(in.Rails) > 0
+	}
+	if !any {
+		return nil
+	}
+	return out
 }

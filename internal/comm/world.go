@@ -85,37 +85,68 @@ type endpoints map[string]fabric.Endpoint
 
 // netState is the process's network transport: the provider is opened the
 // first time a communicator has a member on another host (or
-// FLEXLINK_TRANSPORT=net), and closed with the world.
+// FLEXLINK_TRANSPORT=net), and closed with the world. devs are the device
+// indices this rank opens endpoints on (transports.SelectDevices), rails
+// every world rank's published rails (filled by New's exchange).
 type netState struct {
-	cfg transports.NetConfig
-	mu  sync.Mutex
-	p   net.Provider
-	err error
+	cfg   transports.NetConfig
+	mu    sync.Mutex
+	p     net.Provider
+	err   error
+	devs  []int
+	rails [][]transports.Rail
 }
 
-// provider opens (once) and returns the network provider and how many rails
+// provider opens (once) and returns the network provider and the devices
 // this rank uses.
-func (w *world) provider() (net.Provider, int, error) {
+func (w *world) provider() (net.Provider, []int, error) {
 	n := w.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.p == nil && n.err == nil {
 		n.p, n.err = transports.OpenNet(n.cfg, w.env, w.log)
+		if n.err == nil {
+			n.devs, n.err = transports.SelectDevices(n.p.Devices(), n.cfg.Devices, n.cfg.PXN >= 0, w.localRank())
+		}
 		if n.err != nil {
 			n.err = fmt.Errorf("rank %d on %s: network transport: %w", w.store.Rank(), w.host, n.err)
 		}
 	}
 	if n.err != nil {
-		return nil, 0, n.err
+		return nil, nil, n.err
 	}
-	rails := len(n.p.Devices())
-	if n.cfg.Rails > 0 {
-		rails = min(rails, n.cfg.Rails)
+	if len(n.devs) == 0 {
+		return nil, nil, fmt.Errorf("rank %d on %s: the network transport found no NIC (FLEXLINK_NET_IFNAME=%q)", w.store.Rank(), w.host, n.cfg.IfName)
 	}
-	if rails == 0 {
-		return nil, 0, fmt.Errorf("rank %d on %s: the network transport found no NIC (FLEXLINK_NET_IFNAME=%q)", w.store.Rank(), w.host, n.cfg.IfName)
+	return n.p, n.devs, nil
+}
+
+// myRails describes this rank's network endpoints for the exchange.
+func (w *world) myRails() []transports.Rail {
+	p, devs, err := w.provider()
+	if err != nil {
+		return nil
 	}
-	return n.p, rails, nil
+	return transports.Rails(p.Devices(), devs)
+}
+
+// localRank is this rank's index among the ranks of its host, from the
+// exchanged host map, or FLEXLINK_LOCAL_RANK before it (0 unset).
+func (w *world) localRank() int {
+	if w.hosts != nil {
+		n := 0
+		for r := 0; r < w.store.Rank(); r++ {
+			if w.hosts[r] == w.host {
+				n++
+			}
+		}
+		return n
+	}
+	n, err := w.env.Int("FLEXLINK_LOCAL_RANK")
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // closeNet closes the provider, if it was opened.
@@ -136,14 +167,14 @@ func (w *world) newEndpoints(comm string, withNet bool) (endpoints, error) {
 		Host: w.host, Comm: comm, Logger: w.log, Env: w.env,
 	}
 	var p net.Provider
-	rails := 0
+	var devs []int
 	if withNet {
 		var err error
-		if p, rails, err = w.provider(); err != nil {
+		if p, devs, err = w.provider(); err != nil {
 			return nil, err
 		}
 	}
-	eps, err := transports.Open(w.mode, w.links, cfg, p, rails)
+	eps, err := transports.Open(w.mode, w.links, cfg, p, devs)
 	if err != nil {
 		return nil, err
 	}
@@ -180,12 +211,15 @@ func (e endpoints) close() { transports.Close(e) }
 // linkKinds lists the link kinds between this rank and a peer whose
 // published addresses are peerAddrs (fabric/transports.Kinds): one kind,
 // or several (rails, or FLEXLINK_LINKS naming several host kinds), which
-// then make a FlexLink multi-link channel.
+// then make a FlexLink multi-link channel. Rails pair by subnet
+// (transports.PairRails) when both ranks published theirs.
 func (w *world) linkKinds(mine endpoints, peerWorldRank int, peerAddrs map[string][]byte) ([]string, error) {
 	count := func(m map[string]bool) int {
 		n := 0
-		for n < 64 && m[transports.RailKind(n)] {
-			n++
+		for i := 0; i < 64; i++ {
+			if m[transports.RailKind(i)] {
+				n++
+			}
 		}
 		return n
 	}
@@ -196,9 +230,17 @@ func (w *world) linkKinds(mine endpoints, peerWorldRank int, peerAddrs map[strin
 	for k := range peerAddrs {
 		peer[k] = true
 	}
+	var pairs []string
+	if me := w.store.Rank(); w.net.rails != nil && len(w.net.rails[me]) > 0 && len(w.net.rails[peerWorldRank]) > 0 {
+		lo, hi := w.net.rails[me], w.net.rails[peerWorldRank]
+		if peerWorldRank < me {
+			lo, hi = hi, lo
+		}
+		pairs = transports.PairRails(lo, hi, w.net.cfg.Rails)
+	}
 	kinds, err := transports.Kinds(transports.Pair{
 		Mode: w.mode, SameHost: w.hosts[peerWorldRank] == w.host, Links: w.links,
-		MyRails: count(my), PeerRails: count(peer),
+		MyRails: count(my), PeerRails: count(peer), RailPairs: pairs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d on %s to rank %d on %s: %w", w.store.Rank(), w.host, peerWorldRank, w.hosts[peerWorldRank], err)

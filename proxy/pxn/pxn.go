@@ -292,11 +292,16 @@ func ints(v []int) string {
 	return strings.Join(s, ",")
 }
 
-// LevelFromEnv reads FLEXLINK_PXN.
-func LevelFromEnv(env settings.Env) (Level, error) {
-	l, err := ParseLevel(env.String("FLEXLINK_PXN"))
-	if err != nil {
-		return 0, fmt.Errorf("FLEXLINK_PXN: %w", err)
+// LevelFromEnv reads FLEXLINK_PXN: on is false for "off" (the default:
+// no PXN, every rank uses every NIC).
+func LevelFromEnv(env settings.Env) (l Level, on bool, err error) {
+	v := env.String("FLEXLINK_PXN")
+	if v == "off" {
+		return Off, false, nil
 	}
-	return l, nil
+	l, err = ParseLevel(v)
+	if err != nil {
+		return 0, false, fmt.Errorf("FLEXLINK_PXN: %w", err)
+	}
+	return l, true, nil
 }

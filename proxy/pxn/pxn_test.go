@@ -339,9 +339,12 @@ func TestLevelFromEnv(t *testing.T) {
 		val  string
 		want Level
 		bad  bool
-	}{{"", Rail, false}, {"0", Off, false}, {"1", Level(1), false}, {"2", Rail, false}, {"3", 0, true}, {"x", 0, true}} {
+	}{{"", Off, false}, {"off", Off, false}, {"0", Off, false}, {"1", Level(1), false}, {"2", Rail, false}, {"3", 0, true}, {"x", 0, true}} {
 		env := settings.Map(map[string]string{"FLEXLINK_PXN": c.val})
-		got, err := LevelFromEnv(env)
+		got, on, err := LevelFromEnv(env)
+		if on != (c.val != "" && c.val != "off") && !c.bad {
+			t.Errorf("%q: on %v", c.val, on)
+		}
 		if c.bad {
 			if err == nil || !strings.Contains(err.Error(), "FLEXLINK_PXN") {
 				t.Errorf("%q: err %v, want one naming FLEXLINK_PXN", c.val, err)

@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"flexlink/fabric/net"
+)
+
+// Directory publishes and looks up listen handles out of band (the
+// bootstrap store's Put and Get).
+type Directory interface {
+	Put(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// helloTag marks the first message of a proxy connection: the sender's
+// rank, so the receiver knows whose connection it accepted.
+const helloTag = 0x70786e68656c6c6f // "pxnhello"
+
+// conns holds one proxy's network connections: a listener on its own NIC
+// whose handle is published as key(rank), sending connections opened on
+// first use from its own NIC, and the receiving connections its accept
+// loop takes (keyed by the sender's rank, known from the hello).
+type conns struct {
+	p    net.Provider
+	dev  int
+	rank int
+	key  func(rank int) string
+	dir  Directory
+	eng  *Engine
+	l    net.Listener
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced when recv gains a connection or err is set
+	send    map[int]net.SendConn
+	recv    map[int]net.RecvConn
+	err     error
+}
+
+func openConns(ctx context.Context, p net.Provider, dev, rank int, key func(int) string, dir Directory, eng *Engine) (*conns, error) {
+	l, err := p.Listen(ctx, dev)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d proxy: listen on %s: %w", rank, p.Devices()[dev].Name, err)
+	}
+	if err := dir.Put(ctx, key(rank), l.Handle()); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
+	}
+	c := &conns{p: p, dev: dev, rank: rank, key: key, dir: dir, eng: eng, l: l,
+		changed: make(chan struct{}), send: map[int]net.SendConn{}, recv: map[int]net.RecvConn{}}
+	go c.accept()
+	return c, nil
+}
+
+func (c *conns) accept() {
+	ctx := context.Background()
+	for {
+		rc, err := c.l.Accept(ctx)
+		if err != nil {
+			c.fail(fmt.Errorf("rank %d proxy: accept: %w", c.rank, err))
+			return
+		}
+		go func() {
+			b := make([]byte, 8)
+			op := c.eng.Post(ctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{helloTag}, nil) })
+			if _, err := op.Wait(ctx); err != nil {
+				rc.Abort(err)
+				return
+			}
+			peer := int(binary.LittleEndian.Uint64(b))
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if old := c.recv[peer]; old != nil || c.err != nil {
+				rc.Close()
+				return
+			}
+			c.recv[peer] = rc
+			close(c.changed)
+			c.changed = make(chan struct{})
+		}()
+	}
+}
+
+func (c *conns) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+		close(c.changed)
+		c.changed = make(chan struct{})
+	}
+}
+
+// to returns the sending connection to peer's proxy, connecting (and
+// saying hello) on first use.
+func (c *conns) to(ctx context.Context, peer int) (net.SendConn, error) {
+	c.mu.Lock()
+	sc, err := c.send[peer], c.err
+	c.mu.Unlock()
+	if sc != nil || err != nil {
+		return sc, err
+	}
+	h, err := c.dir.Get(ctx, c.key(peer))
+	if err != nil {
+		return nil, fmt.Errorf("rank %d proxy: handle of rank %d: %w", c.rank, peer, err)
+	}
+	sc, err = c.p.Connect(ctx, c.dev, h)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d proxy: connect to rank %d from %s: %w", c.rank, peer, c.p.Devices()[c.dev].Name, err)
+	}
+	b := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
+	op := c.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(b, helloTag, nil) })
+	if _, err := op.Wait(ctx); err != nil {
+		sc.Abort(err)
+		return nil, fmt.Errorf("rank %d proxy: hello to rank %d: %w", c.rank, peer, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		sc.Abort(c.err)
+		return nil, c.err
+	}
+	if old := c.send[peer]; old != nil {
+		sc.Close()
+		return old, nil
+	}
+	c.send[peer] = sc
+	return sc, nil
+}
+
+// from waits for the receiving connection from peer's proxy.
+func (c *conns) from(ctx context.Context, peer int) (net.RecvConn, error) {
+	for {
+		c.mu.Lock()
+		rc, err, ch := c.recv[peer], c.err, c.changed
+		c.mu.Unlock()
+		if rc != nil || err != nil {
+			return rc, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rank %d proxy: waiting for the connection from rank %d: %w", c.rank, peer, context.Cause(ctx))
+		}
+	}
+}
+
+// abort fails every connection with err and closes the listener.
+func (c *conns) abort(err error) {
+	c.fail(err)
+	c.l.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sc := range c.send {
+		sc.Abort(err)
+	}
+	for _, rc := range c.recv {
+		rc.Abort(err)
+	}
+}
+
+// close closes every connection and the listener.
+func (c *conns) close() {
+	c.l.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sc := range c.send {
+		sc.Close()
+	}
+	for _, rc := range c.recv {
+		rc.Close()
+	}
+	if c.err == nil {
+		c.err = fmt.Errorf("rank %d proxy closed", c.rank)
+		close(c.changed)
+	}
+}
+
+func rankKey(prefix string) func(int) string {
+	return func(r int) string { return prefix + strconv.Itoa(r) }
+}

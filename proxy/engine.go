@@ -1,0 +1,206 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"flexlink/fabric/net"
+	"flexlink/internal/errs"
+)
+
+// Engine is a rank's network progress engine: goroutines locked to OS
+// threads that alone post ISend/IRecv on the network provider's
+// connections and poll them with Test. Callers hand it operations (Post)
+// and wait on the Op it returns; nothing of the network is touched outside
+// its threads. Abort fails every queued and in-flight operation.
+type Engine struct {
+	rank  int
+	queue chan *Op
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu  sync.Mutex
+	err error
+}
+
+// Op is one network operation handed to the engine.
+type Op struct {
+	start func() (net.Request, error)
+	done  chan struct{}
+	err   error
+	sizes []int
+}
+
+// Done is closed when the operation completed or failed.
+func (o *Op) Done() <-chan struct{} { return o.done }
+
+// Wait waits for the operation or ctx; it returns the sizes Test reported.
+func (o *Op) Wait(ctx context.Context) ([]int, error) {
+	select {
+	case <-o.done:
+		return o.sizes, o.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("proxy op: %w", context.Cause(ctx))
+	}
+}
+
+func (o *Op) finish(sizes []int, err error) {
+	o.sizes, o.err = sizes, err
+	close(o.done)
+}
+
+// queueLen bounds the operations waiting to be posted: Post blocks beyond
+// it (nothing is unbounded).
+const queueLen = 1024
+
+// NewEngine starts threads progress goroutines (at least 1), each locked
+// to its OS thread, for rank.
+func NewEngine(rank, threads int) *Engine {
+	e := &Engine{rank: rank, queue: make(chan *Op, queueLen), stop: make(chan struct{})}
+	for range max(threads, 1) {
+		e.wg.Add(1)
+		go e.loop()
+	}
+	return e
+}
+
+// Post queues an operation: start runs on an engine thread and posts the
+// provider request, which the thread then polls. After Abort, Post fails
+// the operation at once.
+func (e *Engine) Post(ctx context.Context, start func() (net.Request, error)) *Op {
+	o := &Op{start: start, done: make(chan struct{})}
+	if err := e.Err(); err != nil {
+		o.finish(nil, err)
+		return o
+	}
+	select {
+	case e.queue <- o:
+	case <-e.stop:
+		o.finish(nil, e.Err())
+	case <-ctx.Done():
+		o.finish(nil, fmt.Errorf("rank %d proxy: post: %w", e.rank, context.Cause(ctx)))
+	}
+	return o
+}
+
+// Err is the reason the engine was aborted, or nil.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+// Abort fails every queued and in-flight operation, and every later one,
+// with err (which should name the rank that caused it), and stops the
+// threads. The network requests in flight are the connections' to fail
+// (abort them too).
+func (e *Engine) Abort(err error) {
+	e.mu.Lock()
+	if e.err != nil {
+		e.mu.Unlock()
+		return
+	}
+	if err == nil {
+		err = errs.ErrAborted
+	}
+	e.err = fmt.Errorf("rank %d proxy: %w", e.rank, err)
+	close(e.stop)
+	e.mu.Unlock()
+	e.wg.Wait()
+	for {
+		select {
+		case o := <-e.queue:
+			o.finish(nil, e.Err())
+		default:
+			return
+		}
+	}
+}
+
+// Close stops the engine (Abort with errs.ErrClosed).
+func (e *Engine) Close() {
+	e.Abort(fmt.Errorf("proxy closed: %w", errs.ErrClosed))
+}
+
+type flight struct {
+	o *Op
+	r net.Request
+}
+
+func (e *Engine) loop() {
+	defer e.wg.Done()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var live []flight
+	idle := 0
+	take := func(o *Op) {
+		r, err := o.start()
+		if err != nil {
+			o.finish(nil, err)
+			return
+		}
+		live = append(live, flight{o, r})
+	}
+	for {
+		if len(live) == 0 {
+			select {
+			case o := <-e.queue:
+				take(o)
+			case <-e.stop:
+				return
+			}
+		}
+	drain:
+		for range 64 {
+			select {
+			case o := <-e.queue:
+				take(o)
+			default:
+				break drain
+			}
+		}
+		progressed := false
+		kept := live[:0]
+		for _, f := range live {
+			done, sizes, err := f.r.Test()
+			if !done {
+				kept = append(kept, f)
+				continue
+			}
+			progressed = true
+			f.o.finish(sizes, err)
+		}
+		clear(live[len(kept):])
+		live = kept
+		select {
+		case <-e.stop:
+			for _, f := range live {
+				f.o.finish(nil, e.Err())
+			}
+			return
+		default:
+		}
+		// Spin briefly while work completes, then back off so an idle
+		// wait does not burn a core.
+		if progressed {
+			idle = 0
+			continue
+		}
+		idle++
+		switch {
+		case idle < 64:
+			runtime.Gosched()
+		default:
+			time.Sleep(time.Duration(min(idle, 1000)) * time.Microsecond / 10)
+		}
+	}
+}
+
+// errAborted reports whether err comes from an abort or close.
+func errAborted(err error) bool {
+	return errors.Is(err, errs.ErrAborted) || errors.Is(err, errs.ErrClosed)
+}

@@ -1,0 +1,268 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/fabric"
+	"flexlink/fabric/fake"
+	"flexlink/fabric/net/tcp"
+)
+
+// fakeLocal adapts a fake network to Local.
+type fakeLocal struct {
+	nw *fake.Network
+	me int
+}
+
+func (l fakeLocal) Send(p int, tag fabric.Tag, b []byte) fabric.Request {
+	return l.nw.Link(l.me, p).Send(tag, b)
+}
+func (l fakeLocal) Recv(p int, tag fabric.Tag, b []byte) fabric.Request {
+	return l.nw.Link(l.me, p).Recv(tag, b)
+}
+
+// job is hosts × per ranks, each with a proxy on loopback (tcp provider),
+// local links over a fake network, and rail-aligned routes: rank s relays
+// its message for d through the rank of s's host whose local index is d's
+// (as the planner does for hosts without GPUs and one NIC per rank).
+type job struct {
+	hosts []string
+	nw    *fake.Network
+	px    []*Proxy
+}
+
+func railVia(per int) func(s, d int) int { return func(s, d int) int { return s/per*per + d%per } }
+func directVia(s, d int) int             { return s }
+
+func newJob(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int) *job {
+	t.Helper()
+	n := nhosts * per
+	j := &job{hosts: make([]string, n), nw: fake.NewNetwork(n, fake.Options{}), px: make([]*Proxy, n)}
+	for r := range n {
+		j.hosts[r] = fmt.Sprint("host", r/per)
+	}
+	stores := bootstrap.NewInProc(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for r := range n {
+		p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		j.px[r], err = New(ctx, Config{Rank: r, Hosts: j.hosts, Via: via, Local: fakeLocal{j.nw, r},
+			Provider: p, Dev: 0, Dir: stores[r], Key: "pxn/test/", Chunk: chunk, Credits: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(j.px[r].Close)
+	}
+	return j
+}
+
+// payload is rank s's byte i for rank d: the reference both sides compute.
+func payload(s, d, i int) byte { return byte(s*31 + d*7 + i*13 + i>>8) }
+
+// lengths[s][d]: how many bytes s sends d.
+func unevenLengths(n, maxLen int, seed uint64) [][]int {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	out := make([][]int, n)
+	for s := range out {
+		out[s] = make([]int, n)
+		for d := range out[s] {
+			switch rng.IntN(6) {
+			case 0:
+				out[s][d] = 0
+			default:
+				out[s][d] = rng.IntN(maxLen + 1)
+			}
+		}
+	}
+	return out
+}
+
+// run runs one AllToAllv on every rank and checks every byte received.
+func (j *job) run(t *testing.T, lens [][]int) []Stats {
+	t.Helper()
+	n := len(j.hosts)
+	stats := make([]Stats, n)
+	errs := make([]error, n)
+	recvs := make([][][]byte, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		send, recv := make([][]byte, n), make([][]byte, n)
+		for d := range n {
+			send[d] = make([]byte, lens[r][d])
+			for i := range send[d] {
+				send[d][i] = payload(r, d, i)
+			}
+			recv[d] = make([]byte, lens[d][r])
+		}
+		recvs[r] = recv
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			stats[r], errs[r] = j.px[r].AllToAllv(ctx, send, recv)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := range n {
+		for s := range n {
+			for i, b := range recvs[r][s] {
+				if want := payload(s, r, i); b != want {
+					t.Fatalf("rank %d: byte %d from rank %d is %d, want %d", r, i, s, b, want)
+				}
+			}
+		}
+	}
+	return stats
+}
+
+func sum(st []Stats) (tot Stats) {
+	for i := range st {
+		tot.add(&st[i])
+	}
+	return tot
+}
+
+func TestAllToAll(t *testing.T) {
+	const hosts, per = 2, 4
+	n := hosts * per
+	for _, c := range []struct {
+		name  string
+		via   func(s, d int) int
+		chunk int
+		lens  [][]int
+		// expected totals: cross-host messages sent, of them relayed, receives posted
+		messages, relayed, receives int64
+	}{
+		{"rail even", railVia(per), 1 << 20, even(n, 4096), 32, 24, 8},
+		{"direct even", directVia, 1 << 20, even(n, 4096), 32, 0, 32},
+		{"rail chunked", railVia(per), 1000, even(n, 2500), 96, 72, 24},
+		{"rail uneven", railVia(per), 777, unevenLengths(n, 5000, 1), -1, -1, -1},
+		{"direct uneven", directVia, 777, unevenLengths(n, 5000, 2), -1, -1, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := newJob(t, hosts, per, c.via, c.chunk)
+			for range 2 { // twice: connections are reused
+				tot := sum(j.run(t, c.lens))
+				if tot.Received != tot.Messages {
+					t.Errorf("%d messages sent, %d received", tot.Messages, tot.Received)
+				}
+				if c.messages >= 0 && (tot.Messages != c.messages || tot.Relayed != c.relayed || tot.Receives != c.receives) {
+					t.Errorf("got %+v, want messages %d relayed %d receives %d", tot, c.messages, c.relayed, c.receives)
+				}
+				t.Logf("%s", tot)
+			}
+		})
+	}
+}
+
+func even(n, l int) [][]int {
+	out := make([][]int, n)
+	for s := range out {
+		out[s] = make([]int, n)
+		for d := range out[s] {
+			out[s][d] = l
+		}
+	}
+	return out
+}
+
+// TestRankKilled: a rank that dies mid-all-to-all (its proxy aborted, its
+// local links gone) fails the call on every other rank within the
+// deadline, and the error names a rank.
+func TestRankKilled(t *testing.T) {
+	const hosts, per = 2, 4
+	for _, victim := range []int{1, 6} { // a sender/relay on host0, one on host1
+		t.Run(fmt.Sprint("rank", victim), func(t *testing.T) {
+			n := hosts * per
+			j := newJob(t, hosts, per, railVia(per), 1<<10)
+			lens := even(n, 1<<20)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			start := time.Now()
+			for r := range n {
+				if r == victim {
+					continue
+				}
+				send, recv := make([][]byte, n), make([][]byte, n)
+				for d := range n {
+					send[d], recv[d] = make([]byte, lens[r][d]), make([]byte, lens[d][r])
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+					defer cancel()
+					_, errs[r] = j.px[r].AllToAllv(ctx, send, recv)
+				}()
+			}
+			time.Sleep(50 * time.Millisecond)
+			j.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
+			j.nw.Kill(victim)
+			// The others learn it from their links; the job's bootstrap
+			// would abort them all: do that here for ranks that only wait.
+			time.AfterFunc(2*time.Second, func() {
+				for r := range n {
+					j.px[r].Abort(fmt.Errorf("job aborted: rank %d lost", victim))
+				}
+			})
+			wg.Wait()
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %v", d)
+			}
+			for r, err := range errs {
+				if r == victim {
+					continue
+				}
+				if err == nil || !strings.Contains(err.Error(), "rank ") {
+					t.Errorf("rank %d: %v, want an error naming a rank", r, err)
+				}
+			}
+		})
+	}
+}
+
+func TestCredits(t *testing.T) {
+	c := NewCredits(2)
+	k := CreditKey{1, "b"}
+	ctx := context.Background()
+	for range 2 {
+		if err := c.Acquire(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := c.Acquire(short, k); err == nil {
+		t.Fatal("a third credit of 2")
+	}
+	if err := c.Acquire(ctx, CreditKey{2, "b"}); err != nil {
+		t.Fatal("flows share credits:", err)
+	}
+	c.Release(k)
+	if err := c.Acquire(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("rank 3 lost")
+	go c.Abort(boom)
+	if err := c.Acquire(ctx, k); !errors.Is(err, boom) {
+		t.Fatalf("after abort: %v", err)
+	}
+}

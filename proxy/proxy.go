@@ -100,7 +100,7 @@ func (p *Proxy) Close() {
 }
 
 // Totals returns the counters summed over every call so far.
-func (p *Proxy) Totals() Stats { return p.total.snapshot() }
+func (p *Proxy) Totals() Stats { s := p.total.snapshot(); s.NIC = p.NIC(); return s }
 
 // Tag kinds of the local (shm) messages of a call.
 const (

@@ -181,6 +181,13 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv Data) error {
 		return fmt.Errorf("alltoall: count %d is not a multiple of the communicator size %d", send.Count, c.c.Size())
 	}
 	return c.c.Run(ctx, "alltoall", func(ctx context.Context) error {
+		blk := make([]int, c.c.Size())
+		for i := range blk {
+			blk[i] = send.Count / c.c.Size() * send.Type.Size()
+		}
+		if ok, err := c.pxnAllToAll(ctx, send.buf(), recv.buf(), blk, blk); ok { // FLEXLINK_PXN (alltoallv.go)
+			return err
+		}
 		return c.c.Engine().AllToAll(ctx, send.buf(), recv.buf(), send.Count/c.c.Size(), send.Type)
 	})
 }

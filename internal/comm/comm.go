@@ -45,6 +45,7 @@ type Comm struct {
 	engine    *collectives.Engine
 	ownsWorld bool
 	queue
+	pxn pxnState // the PXN proxy (pxn.go)
 }
 
 // queue is the communicator's call queue: one collective at a time, the
@@ -229,6 +230,7 @@ func (c *Comm) Close() error {
 		cancel()
 	}
 	c.world.unregister(c)
+	c.closePXN()
 	c.links.close()
 	c.eps.close()
 	if c.ownsWorld {

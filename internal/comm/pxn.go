@@ -1,0 +1,165 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"flexlink/collectives"
+	"flexlink/fabric"
+	"flexlink/fabric/topo"
+	"flexlink/internal/flog"
+	"flexlink/proxy"
+	"flexlink/proxy/pxn"
+)
+
+// pxnState is a communicator's PXN proxy, made on the first all-to-all
+// that crosses hosts with FLEXLINK_PXN set (0, 1 or 2).
+type pxnState struct {
+	mu    sync.Mutex
+	px    *proxy.Proxy
+	plan  *pxn.Plan
+	err   error // why PXN is not used (logged once), or nil
+	tried bool
+}
+
+// localLinks adapts the link set to proxy.Local.
+type localLinks struct{ s *linkSet }
+
+func (l localLinks) Send(p int, tag fabric.Tag, b []byte) fabric.Request {
+	return l.s.post(p, true, tag, collectives.HostBuffer(b))
+}
+func (l localLinks) Recv(p int, tag fabric.Tag, b []byte) fabric.Request {
+	return l.s.post(p, false, tag, collectives.HostBuffer(b))
+}
+
+// pxnProxy returns the communicator's proxy, or nil when PXN is off or
+// cannot apply: FLEXLINK_PXN off, all members on one host, no network
+// transport, or NICs whose subnets (rails) are unknown.
+func (c *Comm) pxnProxy(ctx context.Context) (*proxy.Proxy, error) {
+	st := &c.pxn
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.tried {
+		return st.px, nil
+	}
+	st.tried = true
+	w := c.world
+	if w.net.cfg.PXN < 0 || !w.needsNet(c.members) || w.mode != "auto" {
+		return nil, nil
+	}
+	plan, err := c.pxnPlan()
+	if err != nil {
+		st.err = err
+		w.log.Info("PXN not used: all-to-all takes the communicator's links", "comm", c.name, "why", err)
+		return nil, nil
+	}
+	p, devs, err := w.provider()
+	if err != nil {
+		return nil, err
+	}
+	px, err := proxy.New(ctx, proxy.Config{
+		Rank: c.rank, Hosts: c.hostsOf(), Via: func(s, d int) int { r, _ := plan.Route(s, d); return r.Via },
+		Local: localLinks{c.links}, Provider: p, Dev: devs[0], Dir: w.store, Key: "pxn/" + c.name + "/",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rank %d on %s: PXN proxy: %w", w.store.Rank(), w.host, err)
+	}
+	st.px, st.plan = px, plan
+	go func() { // the job's end (a rank lost, an abort) fails everything the proxy holds
+		select {
+		case <-w.store.Done():
+			px.Abort(w.store.Err())
+		case <-c.links.ctx.Done():
+			px.Abort(context.Cause(c.links.ctx))
+		}
+	}()
+	return px, nil
+}
+
+func (c *Comm) hostsOf() []string {
+	out := make([]string, c.size)
+	for i := range out {
+		out[i] = c.PeerHost(i)
+	}
+	return out
+}
+
+// pxnPlan builds the topology PXN needs from what the ranks published:
+// every host's NICs are its ranks' own NICs in local-rank order (one NIC
+// per rank, the FLEXLINK_PXN selection, each listed once, so local rank i
+// owns the i-th as SelectDevices gave it), each on the rail of its subnet
+// (rails numbered in the order of the sorted subnets of the job); the
+// ranks have no GPUs (host buffers).
+func (c *Comm) pxnPlan() (*pxn.Plan, error) {
+	w := c.world
+	if w.net.rails == nil {
+		return nil, fmt.Errorf("no rank published its NICs")
+	}
+	var subnets []string
+	for _, m := range c.members {
+		rs := w.net.rails[m]
+		if len(rs) == 0 || rs[0].Subnet == "" {
+			return nil, fmt.Errorf("rank %d's NIC has no known IPv4 subnet (rail)", m)
+		}
+		subnets = append(subnets, rs[0].Subnet)
+	}
+	slices.Sort(subnets)
+	subnets = slices.Compact(subnets)
+	hosts := map[string]*topo.Host{}
+	members := make([]topo.Member, c.size)
+	for i, m := range c.members {
+		name := w.hosts[m]
+		h := hosts[name]
+		if h == nil {
+			h = &topo.Host{Hostname: name, GPUs: []topo.GPU{}, NoGPU: "pxn: host buffers"}
+			hosts[name] = h
+		}
+		r := w.net.rails[m][0]
+		if !slices.ContainsFunc(h.NICs, func(n topo.NIC) bool { return n.Name == r.Name }) {
+			h.NICs = append(h.NICs, topo.NIC{Name: r.Name, Netdev: r.Name, NUMANode: -1, Rail: slices.Index(subnets, r.Subnet)})
+		}
+		members[i] = topo.Member{Host: h, GPU: -1}
+	}
+	tw, err := topo.NewWorld(members)
+	if err != nil {
+		return nil, err
+	}
+	return pxn.Compute(tw, pxn.Options{Level: pxn.Level(w.net.cfg.PXN), Mem: pxn.HostMem})
+}
+
+// AllToAllvBytes runs an all-to-all of byte blocks through the PXN proxy
+// when FLEXLINK_PXN applies (ok true), following the planner's routes;
+// send[d] goes to rank d, recv[s] takes rank s's block (its exact length).
+// ok false: PXN does not apply and the caller takes the usual path. Call
+// it inside Run.
+func (c *Comm) AllToAllvBytes(ctx context.Context, send, recv [][]byte) (ok bool, err error) {
+	px, err := c.pxnProxy(ctx)
+	if px == nil || err != nil {
+		return err != nil, err
+	}
+	st, err := px.AllToAllv(ctx, send, recv)
+	flog.Sub(c.world.log, flog.Net).Info("pxn all-to-all", "comm", c.name, "counters", st.String())
+	return true, err
+}
+
+// PXNStats returns the PXN proxy's counters over every call, and false
+// when the communicator has no proxy.
+func (c *Comm) PXNStats() (proxy.Stats, bool) {
+	c.pxn.mu.Lock()
+	defer c.pxn.mu.Unlock()
+	if c.pxn.px == nil {
+		return proxy.Stats{}, false
+	}
+	return c.pxn.px.Totals(), true
+}
+
+// closePXN releases the proxy.
+func (c *Comm) closePXN() {
+	c.pxn.mu.Lock()
+	defer c.pxn.mu.Unlock()
+	if c.pxn.px != nil {
+		c.pxn.px.Close()
+	}
+}

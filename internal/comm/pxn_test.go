@@ -1,0 +1,154 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/internal/settings"
+	"flexlink/internal/testenv"
+	"flexlink/proxy"
+)
+
+// TestPXNAllToAll: 2 hosts × 4 ranks on this machine, NICs lo and eth0
+// (two subnets: two rails; local ranks 0 and 2 own lo, 1 and 3 eth0),
+// all-to-all with even and random uneven blocks through the PXN proxy at
+// levels 0 (every rank sends from its own NIC) and 2 (relayed to the
+// destination's rail), every byte checked against the sender's formula.
+func TestPXNAllToAll(t *testing.T) {
+	if !hasIface("eth0") {
+		testenv.Missing(t, "eth0", "the test uses loopback and eth0 as two rails")
+	}
+	const hosts, per = 2, 4
+	n := hosts * per
+	for _, c := range []struct {
+		level    string
+		receives int64 // receives posted per all-to-all (even blocks), over all ranks
+		relayed  int64
+	}{
+		// Level 0: one receive per cross-host message: 8 ranks × 4.
+		{"0", 32, 0},
+		// Level 2: a rank's messages for d leave from the first local
+		// rank on d's rail (two rails, so two relays per host), which
+		// carries 2 senders' messages: one receive per (relay, dst),
+		// 8 ranks × 2 relays, 2 buffers each; half the messages relayed.
+		{"2", 16, 16},
+	} {
+		t.Run("level"+c.level, func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth0", "FLEXLINK_PXN": c.level}
+			lens := [][][]int{evenLens(n, 3000), randLens(n, 20000, 1), randLens(n, 5000, 2)}
+			stats := runPXN(t, hosts, per, env, lens)
+			if stats[0].Receives != c.receives || stats[0].Relayed != c.relayed {
+				t.Errorf("even all-to-all: %+v, want %d receives and %d relayed", stats[0], c.receives, c.relayed)
+			}
+			for i, s := range stats {
+				t.Logf("call %d: %s", i, s)
+			}
+		})
+	}
+}
+
+func evenLens(n, l int) [][]int {
+	out := make([][]int, n)
+	for s := range out {
+		out[s] = make([]int, n)
+		for d := range out[s] {
+			out[s][d] = l
+		}
+	}
+	return out
+}
+
+func randLens(n, max int, seed uint64) [][]int {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	out := evenLens(n, 0)
+	for s := range out {
+		for d := range out[s] {
+			if rng.IntN(5) > 0 {
+				out[s][d] = rng.IntN(max)
+			}
+		}
+	}
+	return out
+}
+
+func pxnByte(s, d, i int) byte { return byte(s*37 + d*11 + i + i>>9) }
+
+// runPXN runs one all-to-all per entry of calls (calls[k][s][d] bytes from
+// s to d) on hosts × per ranks and checks what every rank receives; it
+// returns each call's counters summed over the ranks.
+func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int) []proxy.Stats {
+	t.Helper()
+	n := hosts * per
+	stores := bootstrap.NewInProc(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	job := fmt.Sprintf("pxn%d", time.Now().UnixNano())
+	var mu sync.Mutex
+	stats := make([]proxy.Stats, len(calls))
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				for k, lens := range calls {
+					send, recv := make([][]byte, n), make([][]byte, n)
+					for d := range n {
+						send[d] = make([]byte, lens[r][d])
+						for i := range send[d] {
+							send[d][i] = pxnByte(r, d, i)
+						}
+						recv[d] = make([]byte, lens[d][r])
+					}
+					before, _ := c.PXNStats()
+					var ok bool
+					if err := c.Run(ctx, "alltoallv", func(ctx context.Context) error {
+						ok, err = c.AllToAllvBytes(ctx, send, recv)
+						return err
+					}); err != nil {
+						return err
+					}
+					if !ok {
+						return fmt.Errorf("PXN was not used")
+					}
+					for s := range n {
+						for i, b := range recv[s] {
+							if want := pxnByte(s, r, i); b != want {
+								return fmt.Errorf("call %d: byte %d from rank %d is %d, want %d", k, i, s, b, want)
+							}
+						}
+					}
+					after, _ := c.PXNStats()
+					mu.Lock()
+					d := &stats[k]
+					d.Bytes += after.Bytes - before.Bytes
+					d.Messages += after.Messages - before.Messages
+					d.Relayed += after.Relayed - before.Relayed
+					d.Received += after.Received - before.Received
+					d.Receives += after.Receives - before.Receives
+					d.Buffers += after.Buffers - before.Buffers
+					mu.Unlock()
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return stats
+}

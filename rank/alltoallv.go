@@ -57,10 +57,10 @@ func (c *Comm) AllToAllv(ctx context.Context, send Data, sendCounts []int, recv 
 		so, ro := 0, 0
 		for p := range n {
 			if sl[p] > 0 {
-				ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: send.buf().Slice(so, so+sl[p])})
+				ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: send.buf().Slice(so, sl[p])})
 			}
 			if rl[p] > 0 {
-				ops = append(ops, collectives.P2P{Peer: p, Buf: recv.buf().Slice(ro, ro+rl[p])})
+				ops = append(ops, collectives.P2P{Peer: p, Buf: recv.buf().Slice(ro, rl[p])})
 			}
 			so, ro = so+sl[p], ro+rl[p]
 		}

@@ -89,7 +89,8 @@ func OpenNet(c NetConfig, env settings.Env, log hclog.Logger) (net.Provider, err
 		log = hclog.NewNullLogger()
 	}
 	openTCP := func() (net.Provider, error) {
-		return tcp.New(tcp.Options{IfName: c.IfName, Sockets: c.Sockets, StripeMin: c.StripeMin, Timeout: c.Timeout, Logger: log})
+		return tcp.New(tcp.Options{IfName: c.IfName, Sockets: c.Sockets, StripeMin: c.StripeMin, Timeout: c.Timeout, Logger: log,
+			BindSource: c.PXN >= 0 || c.Devices != ""}) // a rank's own NIC sends, even across rails
 	}
 	switch c.Provider {
 	case "tcp":

@@ -43,6 +43,9 @@ type Options struct {
 	Timeout time.Duration
 	// Logger gets connection events; nil discards them.
 	Logger hclog.Logger
+	// BindSource binds a connection's sockets to the device's address, so
+	// they leave from that NIC even toward another subnet (rails, PXN).
+	BindSource bool
 
 	ifaces []iface // tests: instead of the system's
 	sysfs  string  // tests: instead of /sys/class/net
@@ -190,6 +193,9 @@ func (p *Provider) Connect(ctx context.Context, dev int, hb []byte) (fnet.SendCo
 	hl := &hello{count: p.opt.Sockets, nonce: h.nonce, device: name}
 	rand(hl.conn[:])
 	var d net.Dialer // the route picks the interface, as NCCL's socket transport lets it
+	if p.opt.BindSource && p.ips[dev].IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: p.ips[dev].AsSlice()}
+	}
 	socks := make([]*net.TCPConn, 0, hl.count)
 	closeAll := func() {
 		for _, c := range socks {

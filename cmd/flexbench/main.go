@@ -125,6 +125,9 @@ func run(cc *cli.Context, name string) error {
 		out.row(row)
 	}
 	out.footer(rows)
+	if err := pxnFooter(ctx, c, out); err != nil { // FLEXLINK_PXN counters (pxn.go)
+		return err
+	}
 	if p := cc.String("plot"); p != "" && c.rank() == 0 {
 		if err := plotBusBW(p, c.name()+" "+cfg.spec.name, c.size(), rows); err != nil {
 			return err

@@ -54,10 +54,11 @@ run "OpenMPI" "$out/alltoall_mpi.txt" timeout 600 mpirun --hostfile "$out/hostfi
 	--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24,$net.1.0/24,$net.2.0/24,$net.3.0/24" --bind-to none \
 	"$bin/bin/flexbench-mpi" alltoall --backend mpi "${sizes[@]}" --no-inplace -n "$iters" -w 1
 
-# busbw per size, one column per configuration.
-col() { awk '!/^#/ && NF>=9 && $1 ~ /^[0-9]+$/ {print $1, $8}' "$1"; }
+# busbw per size in MB/s (flexbench prints GB/s with 2 decimals), from the
+# out-of-place time: bytes / time x (n-1)/n, n = 8.
+col() { awk '!/^#/ && NF>=9 && $1 ~ /^[0-9]+$/ && $6 > 0 {printf "%s %.1f\n", $1, $1 / $6 * 7 / 8}' "$1"; }
 {
-	printf "%12s %10s %10s %10s %10s\n" bytes pxn2 pxn0 off_4rails openmpi
+	printf "%12s %10s %10s %10s %10s   (busbw MB/s)\n" bytes pxn2 pxn0 off_4rails openmpi
 	join <(col "$out/alltoall_pxn2.txt") <(col "$out/alltoall_pxn0.txt") | join - <(col "$out/alltoall_off.txt") | join - <(col "$out/alltoall_mpi.txt") |
 		awk '{printf "%12s %10s %10s %10s %10s\n", $1, $2, $3, $4, $5}'
 } | tee -a "$sum"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"flexlink/collectives"
+	"flexlink/internal/comm"
 	"flexlink/proxy"
 )
 
@@ -85,10 +86,10 @@ func (c *Comm) pxnAllToAll(ctx context.Context, send, recv collectives.Buffer, s
 		s[p], r[p] = sb[so:so+sl[p]], rb[ro:ro+rl[p]]
 		so, ro = so+sl[p], ro+rl[p]
 	}
-	return c.c.AllToAllvBytes(ctx, s, r)
+	return comm.PXNAllToAllv(ctx, c.c, s, r)
 }
 
 // PXNCounters returns the PXN proxy's counters summed over every call
 // (bytes sent on this rank's NIC, messages, relayed, receives posted and
 // their buffers), and false when the communicator has not used PXN.
-func (c *Comm) PXNCounters() (proxy.Stats, bool) { return c.c.PXNStats() }
+func (c *Comm) PXNCounters() (proxy.Stats, bool) { return comm.PXNStats(c.c) }

@@ -230,7 +230,7 @@ func (c *Comm) Close() error {
 		cancel()
 	}
 	c.world.unregister(c)
-	c.closePXN()
+	closePXN(c)
 	c.links.close()
 	c.eps.close()
 	if c.ownsWorld {

@@ -34,10 +34,10 @@ func (l localLinks) Recv(p int, tag fabric.Tag, b []byte) fabric.Request {
 	return l.s.post(p, false, tag, collectives.HostBuffer(b))
 }
 
-// pxnProxy returns the communicator's proxy, or nil when PXN is off or
+// pxnProxy returns c's proxy, or nil when PXN is off or
 // cannot apply: FLEXLINK_PXN off, all members on one host, no network
 // transport, or NICs whose subnets (rails) are unknown.
-func (c *Comm) pxnProxy(ctx context.Context) (*proxy.Proxy, error) {
+func pxnProxy(ctx context.Context, c *Comm) (*proxy.Proxy, error) {
 	st := &c.pxn
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -49,7 +49,7 @@ func (c *Comm) pxnProxy(ctx context.Context) (*proxy.Proxy, error) {
 	if w.net.cfg.PXN < 0 || !w.needsNet(c.members) || w.mode != "auto" {
 		return nil, nil
 	}
-	plan, err := c.pxnPlan()
+	plan, err := pxnPlan(c)
 	if err != nil {
 		st.err = err
 		w.log.Info("PXN not used: all-to-all takes the communicator's links", "comm", c.name, "why", err)
@@ -60,7 +60,7 @@ func (c *Comm) pxnProxy(ctx context.Context) (*proxy.Proxy, error) {
 		return nil, err
 	}
 	px, err := proxy.New(ctx, proxy.Config{
-		Rank: c.rank, Hosts: c.hostsOf(), Via: func(s, d int) int { r, _ := plan.Route(s, d); return r.Via },
+		Rank: c.rank, Hosts: hostsOf(c), Via: func(s, d int) int { r, _ := plan.Route(s, d); return r.Via },
 		Local: localLinks{c.links}, Provider: p, Dev: devs[0], Dir: w.store, Key: "pxn/" + c.name + "/",
 	})
 	if err != nil {
@@ -78,7 +78,7 @@ func (c *Comm) pxnProxy(ctx context.Context) (*proxy.Proxy, error) {
 	return px, nil
 }
 
-func (c *Comm) hostsOf() []string {
+func hostsOf(c *Comm) []string {
 	out := make([]string, c.size)
 	for i := range out {
 		out[i] = c.PeerHost(i)
@@ -92,7 +92,7 @@ func (c *Comm) hostsOf() []string {
 // owns the i-th as SelectDevices gave it), each on the rail of its subnet
 // (rails numbered in the order of the sorted subnets of the job); the
 // ranks have no GPUs (host buffers).
-func (c *Comm) pxnPlan() (*pxn.Plan, error) {
+func pxnPlan(c *Comm) (*pxn.Plan, error) {
 	w := c.world
 	if w.net.rails == nil {
 		return nil, fmt.Errorf("no rank published its NICs")
@@ -129,13 +129,13 @@ func (c *Comm) pxnPlan() (*pxn.Plan, error) {
 	return pxn.Compute(tw, pxn.Options{Level: pxn.Level(w.net.cfg.PXN), Mem: pxn.HostMem})
 }
 
-// AllToAllvBytes runs an all-to-all of byte blocks through the PXN proxy
+// PXNAllToAllv runs an all-to-all of byte blocks through the PXN proxy
 // when FLEXLINK_PXN applies (ok true), following the planner's routes;
 // send[d] goes to rank d, recv[s] takes rank s's block (its exact length).
 // ok false: PXN does not apply and the caller takes the usual path. Call
 // it inside Run.
-func (c *Comm) AllToAllvBytes(ctx context.Context, send, recv [][]byte) (ok bool, err error) {
-	px, err := c.pxnProxy(ctx)
+func PXNAllToAllv(ctx context.Context, c *Comm, send, recv [][]byte) (ok bool, err error) {
+	px, err := pxnProxy(ctx, c)
 	if px == nil || err != nil {
 		return err != nil, err
 	}
@@ -145,8 +145,8 @@ func (c *Comm) AllToAllvBytes(ctx context.Context, send, recv [][]byte) (ok bool
 }
 
 // PXNStats returns the PXN proxy's counters over every call, and false
-// when the communicator has no proxy.
-func (c *Comm) PXNStats() (proxy.Stats, bool) {
+// when the communicator c has no proxy.
+func PXNStats(c *Comm) (proxy.Stats, bool) {
 	c.pxn.mu.Lock()
 	defer c.pxn.mu.Unlock()
 	if c.pxn.px == nil {
@@ -156,7 +156,7 @@ func (c *Comm) PXNStats() (proxy.Stats, bool) {
 }
 
 // closePXN releases the proxy.
-func (c *Comm) closePXN() {
+func closePXN(c *Comm) {
 	c.pxn.mu.Lock()
 	defer c.pxn.mu.Unlock()
 	if c.pxn.px != nil {

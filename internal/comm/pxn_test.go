@@ -111,10 +111,10 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 						}
 						recv[d] = make([]byte, lens[d][r])
 					}
-					before, _ := c.PXNStats()
+					before, _ := PXNStats(c)
 					var ok bool
 					if err := c.Run(ctx, "alltoallv", func(ctx context.Context) error {
-						ok, err = c.AllToAllvBytes(ctx, send, recv)
+						ok, err = PXNAllToAllv(ctx, c, send, recv)
 						return err
 					}); err != nil {
 						return err
@@ -129,7 +129,7 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 							}
 						}
 					}
-					after, _ := c.PXNStats()
+					after, _ := PXNStats(c)
 					mu.Lock()
 					d := &stats[k]
 					d.Bytes += after.Bytes - before.Bytes

@@ -68,3 +68,39 @@ func TestAllToAllvPXN(t *testing.T) {
 		})
 	}
 }
+
+// TestAllToAllPXNSubComm: a sub-communicator (every other rank of 2 hosts
+// × 4) runs its all-to-all through its own proxy.
+func TestAllToAllPXNSubComm(t *testing.T) {
+	const n = 8
+	host := func(r int) string { return fmt.Sprintf("host%d", r/4) }
+	vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_PXN": "2"}
+	noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+		ctx := context.Background()
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		m, me := sub.Size(), sub.Rank()
+		const blk = 5000
+		send, recv := make([]int32, m*blk), make([]int32, m*blk)
+		for i := range send {
+			send[i] = int32(me<<20 | i)
+		}
+		if err := sub.AllToAll(ctx, Of(send), Of(recv)); err != nil {
+			return err
+		}
+		for p := range m {
+			for k := range blk {
+				if want := int32(p<<20 | me*blk + k); recv[p*blk+k] != want {
+					return fmt.Errorf("sub-communicator alltoall: from %d element %d = %x, want %x", p, k, recv[p*blk+k], want)
+				}
+			}
+		}
+		if _, used := sub.PXNCounters(); !used {
+			return fmt.Errorf("the sub-communicator did not use PXN")
+		}
+		return nil
+	}))
+}

@@ -140,7 +140,12 @@ func PXNAllToAllv(ctx context.Context, c *Comm, send, recv [][]byte) (ok bool, e
 		return err != nil, err
 	}
 	st, err := px.AllToAllv(ctx, send, recv)
-	flog.Sub(c.world.log, flog.Net).Info("pxn all-to-all", "comm", c.name, "counters", st.String())
+	per := 0.0
+	if st.Receives > 0 {
+		per = float64(st.Buffers) / float64(st.Receives)
+	}
+	flog.Sub(c.world.log, flog.Net).Info("pxn all-to-all", "comm", c.name, "nic", st.NIC, "bytes", st.Bytes, "messages", st.Messages,
+		"relayed", st.Relayed, "received", st.Received, "receives", st.Receives, "buffers_per_receive", fmt.Sprintf("%.2f", per))
 	return true, err
 }
 

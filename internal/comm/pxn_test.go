@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,4 +152,36 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 		}
 	}
 	return stats
+}
+
+// TestPXNInfoLine: with FLEXLINK_DEBUG=INFO every PXN all-to-all logs one
+// line with its counters.
+func TestPXNInfoLine(t *testing.T) {
+	vars := map[string]string{"FLEXLINK_DEBUG": "INFO", "FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp",
+		"FLEXLINK_NET_IFNAME": "lo,eth0", "FLEXLINK_PXN": "2"}
+	const n = 4
+	logs := runLoggedHosts(t, n, vars, func(r int) string { return fmt.Sprint("host", r/2) }, func(c *Comm) error {
+		for range 2 {
+			send, recv := make([][]byte, n), make([][]byte, n)
+			for i := range send {
+				send[i], recv[i] = make([]byte, 100), make([]byte, 100)
+			}
+			if err := c.Run(context.Background(), "alltoall", func(ctx context.Context) error {
+				_, err := PXNAllToAllv(ctx, c, send, recv)
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for r, log := range logs {
+		if k := strings.Count(log, "pxn all-to-all:"); k != 2 {
+			t.Errorf("rank %d: %d pxn all-to-all lines, want 2:\n%s", r, k, log)
+		}
+		f := fields(log, "pxn all-to-all", 0)
+		if f == nil || f["nic"] == "" || f["messages"] != "2" || f["receives"] != "1" || f["buffers_per_receive"] != "2.00" {
+			t.Errorf("rank %d: line %v", r, f)
+		}
+	}
 }

@@ -266,3 +266,23 @@ func TestCredits(t *testing.T) {
 		t.Fatalf("after abort: %v", err)
 	}
 }
+
+// TestMultiReceiveBatches: 10 local senders share every relay (all of a
+// host's ranks relay through the first rank of their host): a relay's
+// messages for one destination land in ⌈10/8⌉ = 2 receives (8 + 2 buffers).
+func TestMultiReceiveBatches(t *testing.T) {
+	const hosts, per = 2, 10
+	n := hosts * per
+	j := newJob(t, hosts, per, func(s, d int) int { return s / per * per }, 1<<20)
+	tot := sum(j.run(t, unevenLengths(n, 3000, 5)))
+	if tot.Received != tot.Messages {
+		t.Errorf("%d messages sent, %d received", tot.Messages, tot.Received)
+	}
+	tot = sum(j.run(t, even(n, 1000)))
+	if want := int64(n * per); tot.Messages != want || tot.Relayed != want-int64(n) {
+		t.Errorf("%+v, want %d messages, %d relayed", tot, want, want-int64(n))
+	}
+	if tot.Receives != int64(n*2) || tot.Buffers != int64(n*per) {
+		t.Errorf("%d receives with %d buffers, want %d with %d", tot.Receives, tot.Buffers, n*2, n*per)
+	}
+}

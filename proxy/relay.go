@@ -64,14 +64,17 @@ func (c *a2a) relay(local []int) {
 	cfg := &c.p.cfg
 	me := cfg.Rank
 	c.st.NIC = c.p.NIC()
+	// The maps are complete before any goroutine reads them.
 	lens := map[int]map[int]int{}
 	ready := map[int]chan struct{}{}
 	queues := map[[2]int]chan staged{}
+	dsts := map[int][]int{}
 	for _, s := range local {
 		ds := c.dstsVia(s, me)
 		if len(ds) == 0 {
 			continue
 		}
+		dsts[s] = ds
 		lens[s] = map[int]int{}
 		ready[s] = make(chan struct{})
 		for _, d := range ds {
@@ -82,9 +85,13 @@ func (c *a2a) relay(local []int) {
 				lens[s][d] = len(c.send[d])
 			}
 			close(ready[s])
-			continue
 		}
-		c.goWait(func() error { return c.read(s, ds, lens[s], ready[s], queues) })
+	}
+	for _, s := range local {
+		if ds := dsts[s]; len(ds) > 0 && s != me {
+			l, r := lens[s], ready[s]
+			c.goWait(func() error { return c.read(s, ds, l, r, queues) })
+		}
 	}
 	for d, h := range cfg.Hosts {
 		if h == cfg.Hosts[me] {

@@ -229,8 +229,10 @@ func TestKilled(t *testing.T) {
 	for _, c := range []struct{ kill, rank string }{{"1:0", "1"}, {"6:2", "6"}} {
 		t.Run("rank"+c.rank, func(t *testing.T) {
 			start := time.Now()
+			shmBefore := shmEntries(t)
 			code, out, errs := job(t, "2", 30*time.Second, "-size", "1048576", "-iters", "2", "-kill", c.kill)
 			took := time.Since(start)
+			end := time.Now()
 			if code == 0 {
 				t.Fatalf("the job succeeded with rank %s killed\nstdout:\n%s\nstderr:\n%s", c.rank, out, errs)
 			}
@@ -238,6 +240,15 @@ func TestKilled(t *testing.T) {
 				t.Errorf("stderr does not name rank %s:\n%s", c.rank, errs)
 			}
 			t.Logf("exit %d after %v; stderr tail:\n%s", code, took.Round(time.Millisecond), tail(errs, 6))
+			// Every rank has gone within 5 s of the kill (flexrun exits after the last).
+			if m := killedRE.FindStringSubmatch(errs); m == nil {
+				t.Errorf("rank %s did not say when it killed itself", c.rank)
+			} else if ms, _ := strconv.ParseInt(m[1], 10, 64); end.Sub(time.UnixMilli(ms)) > 5*time.Second {
+				t.Errorf("flexrun exited %v after the kill, want within 5 s", end.Sub(time.UnixMilli(ms)))
+			}
+			if after := shmEntries(t); len(after) > len(shmBefore) {
+				t.Errorf("/dev/shm had %d entries before the job, %d after: %v", len(shmBefore), len(after), after)
+			}
 			deadline := time.Now().Add(5 * time.Second)
 			var left string
 			for time.Now().Before(deadline) {
@@ -252,6 +263,25 @@ func TestKilled(t *testing.T) {
 			}
 		})
 	}
+}
+
+var killedRE = regexp.MustCompile(`a2a: rank \d+ kills itself at (\d+)`)
+
+// shmEntries lists flexlink's entries in /dev/shm (shared memory left
+// behind would show there).
+func shmEntries(t *testing.T) []string {
+	t.Helper()
+	es, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range es {
+		if strings.Contains(e.Name(), "flexlink") { // (flexlink's segments are unnamed memfds: expect none)
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 func tail(s string, n int) string {

@@ -59,7 +59,10 @@ func run(ctx context.Context, c *rank.Comm, size, iters int, kill string) error 
 	call := 0
 	maybeKill := func() {
 		if me == killRank && call == killCall {
-			time.AfterFunc(20*time.Millisecond, func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+			time.AfterFunc(20*time.Millisecond, func() {
+				fmt.Fprintf(os.Stderr, "a2a: rank %d kills itself at %d\n", me, time.Now().UnixMilli())
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			})
 		}
 		call++
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -15,7 +16,8 @@ import (
 
 // netCommand is `flexinfo net`: the network transport's NICs on this host as
 // a rank would open them (FLEXLINK_NET, FLEXLINK_NET_IFNAME,
-// FLEXLINK_NET_RAILS), numbered as rails.
+// FLEXLINK_NET_DEVICES, FLEXLINK_PXN with FLEXLINK_LOCAL_RANK), with
+// their subnets, by which ranks on two hosts pair them.
 func netCommand(out io.Writer, env settings.Env) *cli.Command {
 	return &cli.Command{
 		Name:  "net",
@@ -32,39 +34,45 @@ func netCommand(out io.Writer, env settings.Env) *cli.Command {
 			}
 			defer p.Close()
 			devs := p.Devices()
-			rails := len(devs)
-			if cfg.Rails > 0 {
-				rails = min(rails, cfg.Rails)
+			local, _ := env.Int("FLEXLINK_LOCAL_RANK")
+			sel, err := transports.SelectDevices(devs, cfg.Devices, cfg.PXN >= 0, max(local, 0))
+			if err != nil {
+				return err
 			}
-			return printNet(out, c.Bool("json"), p.Name(), devs, rails)
+			return printNet(out, c.Bool("json"), p.Name(), devs, sel, cfg.Rails)
 		},
 	}
 }
 
 // netDevice is one NIC of the report.
 type netDevice struct {
-	Rail    int     `json:"rail"` // -1: not used (beyond FLEXLINK_NET_RAILS)
+	Rail    int     `json:"rail"` // the device's index; -1: not used (FLEXLINK_NET_DEVICES, FLEXLINK_PXN)
 	Name    string  `json:"name"`
+	Subnet  string  `json:"subnet,omitempty"`
 	PCIPath string  `json:"pci_path,omitempty"`
 	GBps    float64 `json:"gbytes_per_s,omitempty"`
 	GPU     bool    `json:"reads_gpu_memory"`
 }
 
-func printNet(out io.Writer, asJSON bool, provider string, devs []net.Device, rails int) error {
+func printNet(out io.Writer, asJSON bool, provider string, devs []net.Device, sel []int, perPair int) error {
 	rows := make([]netDevice, len(devs))
 	for i, d := range devs {
-		rail := i
-		if i >= rails {
-			rail = -1
+		rail := -1
+		if slices.Contains(sel, i) {
+			rail = i
 		}
-		rows[i] = netDevice{Rail: rail, Name: d.Name, PCIPath: d.PCIPath, GBps: d.Speed / 1e9, GPU: d.Ptr&net.MemGPU != 0}
+		rows[i] = netDevice{Rail: rail, Name: d.Name, Subnet: transports.Subnet(d.Name), PCIPath: d.PCIPath, GBps: d.Speed / 1e9, GPU: d.Ptr&net.MemGPU != 0}
 	}
 	if asJSON {
 		return json.NewEncoder(out).Encode(map[string]any{"provider": provider, "devices": rows})
 	}
-	fmt.Fprintf(out, "network transport: %s provider, %d NIC(s), %d used as rails\n", provider, len(devs), rails)
+	pairs := "all"
+	if perPair > 0 {
+		pairs = fmt.Sprint(perPair)
+	}
+	fmt.Fprintf(out, "network transport: %s provider, %d NIC(s), %d used as rails; two ranks on different hosts pair NICs by subnet, %s at once (FLEXLINK_NET_RAILS)\n", provider, len(devs), len(sel), pairs)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "rail\tnic\tspeed\treads GPU memory\tpci")
+	fmt.Fprintln(w, "rail\tnic\tsubnet\tspeed\treads GPU memory\tpci")
 	for _, r := range rows {
 		rail, speed, pci := "-", "unknown", r.PCIPath
 		if r.Rail >= 0 {
@@ -76,7 +84,11 @@ func printNet(out io.Writer, asJSON bool, provider string, devs []net.Device, ra
 		if pci == "" {
 			pci = "(virtual)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", rail, r.Name, speed, r.GPU, pci)
+		subnet := r.Subnet
+		if subnet == "" {
+			subnet = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\n", rail, r.Name, subnet, speed, r.GPU, pci)
 	}
 	return w.Flush()
 }

@@ -13,6 +13,7 @@ import (
 	"flexlink/bootstrap"
 	"flexlink/fabric"
 	"flexlink/fabric/fake"
+	"flexlink/fabric/net"
 	"flexlink/fabric/net/tcp"
 )
 
@@ -285,4 +286,37 @@ func TestMultiReceiveBatches(t *testing.T) {
 	if tot.Receives != int64(n*2) || tot.Buffers != int64(n*per) {
 		t.Errorf("%d receives with %d buffers, want %d with %d", tot.Receives, tot.Buffers, n*2, n*per)
 	}
+}
+
+// neverReq is a network request that never completes.
+type neverReq struct{}
+
+func (neverReq) Test() (bool, []int, error) { return false, nil, nil }
+func (neverReq) Wait(ctx context.Context) ([]int, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestEngineAbort: operations in flight and queued fail with the abort's
+// reason, later ones at once, and the engine's thread stops.
+func TestEngineAbort(t *testing.T) {
+	e := NewEngine(3, 1)
+	ctx := context.Background()
+	var ops []*Op
+	for range 5 {
+		ops = append(ops, e.Post(ctx, func() (net.Request, error) { return neverReq{}, nil }))
+	}
+	boom := errors.New("rank 5 lost")
+	e.Abort(boom)
+	for i, o := range append(ops, e.Post(ctx, func() (net.Request, error) { return neverReq{}, nil })) {
+		select {
+		case <-o.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("op %d still pending after the abort", i)
+		}
+		if _, err := o.Wait(ctx); !errors.Is(err, boom) || !strings.Contains(err.Error(), "rank 3 proxy") {
+			t.Errorf("op %d: %v, want the abort's reason naming rank 3's proxy", i, err)
+		}
+	}
+	e.Close() // after Abort: nothing more
 }

@@ -66,13 +66,11 @@ func setup() {
 	}
 	os.Chmod(dir, 0o755)
 	cluster.prefix = dir
-	for _, b := range []struct{ out, pkg string }{{"flexrun", "./cmd/flexrun"}, {"a2a", "./proxy/pxntest/testdata/a2a"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", b.out), b.pkg)
-		cmd.Dir = repo()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cluster.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-			return
-		}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin")+"/", "./cmd/flexrun", "./proxy/pxntest/testdata/a2a")
+	cmd.Dir = repo()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		cluster.err = fmt.Errorf("go build flexrun a2a: %v\n%s", err, out)
+		return
 	}
 	// Rails of 400 Mbit/s each, a spine of 100 Mbit/s in all (16:1).
 	out, err := exec.Command(script(), "up", "2", "--rails", strconv.Itoa(rails), "--rate", "400mbit", "--spine", "100mbit",

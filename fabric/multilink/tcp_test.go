@@ -10,7 +10,7 @@ import (
 	"flexlink/fabric"
 	"flexlink/fabric/linktest"
 	"flexlink/fabric/multilink"
-	"flexlink/fabric/tcp"
+	"flexlink/fabric/net/netlink"
 	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 )
@@ -20,7 +20,7 @@ func tcpPair(t *testing.T, sockets string) (a, b fabric.Link) {
 	t.Helper()
 	job := linktest.NewJob("mltcp")
 	ep := func(rank int) fabric.Endpoint {
-		e, err := tcp.NewEndpoint(fabric.EndpointConfig{
+		e, err := netlink.NewTCPEndpoint(fabric.EndpointConfig{
 			Rank: rank, Size: 2, JobID: job, Secret: []byte("secret " + job),
 			Host: fmt.Sprintf("host%d", rank), Comm: "world",
 			Env: settings.Map(map[string]string{"FLEXLINK_SOCKET_IFNAME": "lo", "FLEXLINK_SOCKETS_PER_PEER": sockets}),
@@ -34,10 +34,9 @@ func tcpPair(t *testing.T, sockets string) (a, b fabric.Link) {
 	return linktest.ConnectPair(t, ep(0), ep(1))
 }
 
-// TestTCPLinkKilledMidTransfer: three real tcp links (whose sends complete
-// once the kernel has the bytes, not once the peer has them); one is
-// killed at the receiver while messages are in flight on all three (what
-// the sender had handed to the kernel is lost). Every byte must arrive
+// TestTCPLinkKilledMidTransfer: three real host tcp links (netlink over
+// the tcp provider); one is killed at the receiver while messages are in
+// flight on all three (what was on its sockets is lost). Every byte must arrive
 // exactly (the acknowledgements tell the sender which parts to send again)
 // and both sides must report the failure.
 func TestTCPLinkKilledMidTransfer(t *testing.T) {

@@ -31,6 +31,7 @@ const (
 // Link is a fabric.Link over a provider's connection pair.
 type Link struct {
 	peer  int
+	who   string // "rank 3 (host h1) over net tcp rail0" for errors
 	props fabric.Props
 	s     net.SendConn
 	r     net.RecvConn
@@ -40,17 +41,20 @@ type Link struct {
 }
 
 // New makes the link to rank peer from s (to the peer) and r (from it). The
-// link owns both connections: Close closes them.
+// link owns both connections: Close closes them. Its kind is props.Kind
+// (fabric.KindNet when empty).
 func New(peer int, s net.SendConn, r net.RecvConn, props fabric.Props) *Link {
-	props.Kind = fabric.KindNet
-	return &Link{peer: peer, props: props, s: s, r: r}
+	if props.Kind == "" {
+		props.Kind = fabric.KindNet
+	}
+	return &Link{peer: peer, who: fmt.Sprintf("rank %d over %s", peer, props.Kind), props: props, s: s, r: r}
 }
 
 func (l *Link) Peer() int           { return l.peer }
 func (l *Link) Props() fabric.Props { return l.props }
 
 func (l *Link) wrap(op string, err error) error {
-	return fmt.Errorf("%s rank %d over net: %w", op, l.peer, err)
+	return fmt.Errorf("%s %s: %w", op, l.who, err)
 }
 
 // Send posts the header and the payload; the request completes when the

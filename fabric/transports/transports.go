@@ -79,7 +79,7 @@ func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, rails i
 // RailKind(0..rails-1)). On error the endpoints it added are closed.
 func OpenRails(eps map[string]fabric.Endpoint, cfg fabric.EndpointConfig, p net.Provider, rails int) error {
 	for i := 0; i < rails; i++ {
-		ep, err := netlink.NewEndpoint(p, i, cfg.Rank)
+		ep, err := netlink.Open(p, i, netlink.Config{Rank: cfg.Rank, Host: cfg.Host, Secret: cfg.Secret, JobID: cfg.JobID, Comm: cfg.Comm, Logger: cfg.Log().Named("net")})
 		if err != nil {
 			for j := 0; j < i; j++ {
 				eps[RailKind(j)].Close()

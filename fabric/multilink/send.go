@@ -137,7 +137,7 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 		m.ack(p.off, p.len) // the link's Send completes on delivery
 	}
 	if m.pending == 0 && !m.resent && !m.observed {
-		c.planner.Observe(len(m.buf), m.obs)
+		c.planner.Observe(len(m.buf), c.ratedLocked(m.obs))
 		m.observed = true
 		c.noteSharesLocked(len(m.buf))
 	}

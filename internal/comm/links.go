@@ -171,7 +171,7 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 	if len(links) == 1 {
 		return links[0], nil, nil
 	}
-	planner, err := balance.NewPlanner(multilink.Specs(links), nil, balance.DefaultConfig())
+	planner, err := balance.NewPlanner(multilink.Specs(links), nil, multilink.PlannerConfig(links))
 	if err != nil {
 		return nil, nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
 	}

@@ -125,6 +125,17 @@ func (l *Link) Recv(tag fabric.Tag, buf []byte) fabric.Request {
 	return req
 }
 
+// Rate is the line rate (bytes/s) the provider measured on the sending
+// connection, for providers that measure one (tcp: from TCP_INFO); false
+// when there is none. The multilink channel feeds it to the balancer
+// instead of message times, which include the receiver's posting.
+func (l *Link) Rate() (float64, bool) {
+	if r, ok := l.s.(interface{ Rate() (float64, bool) }); ok {
+		return r.Rate()
+	}
+	return 0, false
+}
+
 // Abort fails every pending and later request with err and tells the peer.
 func (l *Link) Abort(err error) {
 	l.s.Abort(err)

@@ -3,6 +3,8 @@ package multilink
 import (
 	"time"
 
+	"flexlink/fabric"
+
 	"flexlink/fabric/balance"
 )
 
@@ -38,4 +40,20 @@ func (c *channel) ratedLocked(obs []balance.Observation) []balance.Observation {
 			Duration: lat + time.Duration(float64(o.Bytes)/rate*float64(time.Second))}
 	}
 	return out
+}
+
+// OnDelivery reports whether every link completes a Send only once the
+// receiver holds the bytes (it has a CompletesOnDelivery method that says
+// so: netlink's links do). Such channels can set Options.NoAcks: the
+// acknowledgements would repeat what the links' completions say, and
+// without them a part that arrives before its Recv waits in the link
+// instead of being staged (copied) by the receiver.
+func OnDelivery(links []fabric.Link) bool {
+	for _, l := range links {
+		d, ok := l.(interface{ CompletesOnDelivery() bool })
+		if !ok || !d.CompletesOnDelivery() {
+			return false
+		}
+	}
+	return len(links) > 0
 }

@@ -176,6 +176,7 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 		return nil, nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
 	}
 	return multilink.New(wpeer, links, planner, multilink.Options{
+		NoAcks: multilink.OnDelivery(links),
 		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
 			// A link the peer aborted is one the peer gave up on: it
 			// closed its communicator (the end of every clean run), or it

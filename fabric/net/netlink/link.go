@@ -136,6 +136,11 @@ func (l *Link) Rate() (float64, bool) {
 	return 0, false
 }
 
+// CompletesOnDelivery is true: a Send completes when the provider's
+// request does, which the net.SendConn contract makes the receiver's
+// having the bytes (multilink then needs no acknowledgements of its own).
+func (l *Link) CompletesOnDelivery() bool { return true }
+
 // Abort fails every pending and later request with err and tells the peer.
 func (l *Link) Abort(err error) {
 	l.s.Abort(err)

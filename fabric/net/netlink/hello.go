@@ -22,9 +22,9 @@ import (
 // connection whose hello is short, garbled, meant for another rank or
 // endpoint, or does not prove the secret.
 const (
-	helloTag   = 0x68656c6c6f // "hello"
-	confirmTag = 0x636f6e66   // "conf": the empty message after the hello
-	helloMagic = 0x4c4e5846   // "FXNL"
+	helloTag   = 3          // every tag fits the 20 bits the ucx provider leaves
+	confirmTag = 4          // the empty message after the hello
+	helloMagic = 0x4c4e5846 // "FXNL"
 	helloFixed = 13
 	maxHello   = helloFixed + 255 + sha256.Size
 )

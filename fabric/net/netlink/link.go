@@ -24,8 +24,8 @@ import (
 
 const (
 	hdrBytes = 40
-	hdrTag   = 0x686472 // "hdr"
-	dataTag  = 0x646174 // "dat"
+	hdrTag   = 1 // small: the ucx provider leaves users 20 bits of tag
+	dataTag  = 2
 )
 
 // Link is a fabric.Link over a provider's connection pair.

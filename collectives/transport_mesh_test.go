@@ -1,7 +1,7 @@
 package collectives_test
 
 // Real host links between goroutine ranks of this process, for the
-// transport sweep: endpoints made with shm.NewEndpoint / tcp.NewEndpoint,
+// transport sweep: endpoints made with shm.NewEndpoint / netlink.NewTCPEndpoint,
 // addresses exchanged in memory, every pair connected from both sides.
 
 import (
@@ -14,8 +14,8 @@ import (
 
 	"flexlink/collectives"
 	"flexlink/fabric"
+	"flexlink/fabric/net/netlink"
 	"flexlink/fabric/shm"
-	"flexlink/fabric/tcp"
 	"flexlink/internal/settings"
 )
 
@@ -28,7 +28,7 @@ var transports = []struct {
 	env  map[string]string
 }{
 	{"shm", shm.NewEndpoint, map[string]string{"FLEXLINK_SHM_RING_BYTES": "65536"}},
-	{"tcp", tcp.NewEndpoint, map[string]string{"FLEXLINK_SOCKET_IFNAME": "lo", "FLEXLINK_SOCKETS_PER_PEER": "2"}},
+	{"tcp", func(c fabric.EndpointConfig) (fabric.Endpoint, error) { return netlink.NewTCPEndpoint(c) }, map[string]string{"FLEXLINK_SOCKET_IFNAME": "lo", "FLEXLINK_SOCKETS_PER_PEER": "2"}},
 }
 
 // mesh is n goroutine ranks of this process joined pairwise by real links

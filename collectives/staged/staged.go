@@ -16,19 +16,29 @@ import (
 // CUDA_VISIBLE_DEVICES): copy the device buffers into pinned host memory,
 // run the host algorithm (the Comm's collectives.Engine over shm or tcp),
 // and copy the result back. It is correct for every collective and every
-// topology and deliberately simple: each call synchronizes the caller's
-// stream twice, so nothing overlaps and the host links set the speed. A
-// network transport that reads device memory (GPUDirect RDMA) is what
-// replaces it across hosts.
+// topology. Allreduces and broadcasts larger than two chunks are
+// pipelined (pipeline.go): the copy to the host, the host collective (the
+// wire, across hosts) and the copy back overlap chunk by chunk. Other
+// collectives synchronize the caller's stream twice, so nothing overlaps
+// and the host links set the speed. A network provider that reads device
+// memory (GPUDirect RDMA) is what replaces the staging across hosts (see
+// docs/NET.md, "GPU buffers across hosts").
 type stagedPlane struct {
-	c    plane.Host
-	dev  *gpu.Device
-	host *gpu.HostMem // staging, grown on demand, reused across calls
+	c     plane.Host
+	dev   *gpu.Device
+	host  *gpu.HostMem // staging, grown on demand, reused across calls
+	chunk int          // pipeline chunk in bytes (0: no pipelining)
 }
 
-// New makes the staged plane for h's ranks on dev. It allocates nothing
-// until the first call.
-func New(c plane.Host, dev *gpu.Device) plane.Plane { return &stagedPlane{c: c, dev: dev} }
+// New makes the staged plane for h's ranks on dev, pipelining in chunks of
+// DefaultChunk. It allocates nothing until the first call.
+func New(c plane.Host, dev *gpu.Device) plane.Plane { return NewChunked(c, dev, DefaultChunk) }
+
+// NewChunked is New with the pipeline's chunk in bytes (0 turns the
+// pipeline off). Every rank of a communicator must use the same chunk.
+func NewChunked(c plane.Host, dev *gpu.Device, chunk int) plane.Plane {
+	return &stagedPlane{c: c, dev: dev, chunk: chunk}
+}
 
 func (p *stagedPlane) close() error {
 	if p.host == nil {
@@ -60,6 +70,9 @@ func (p *stagedPlane) staging(n int) ([]byte, error) {
 func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if o.Kind == plane.Group {
 		return p.group(ctx, o, s)
+	}
+	if p.pipelined(o) {
+		return p.pipeline(ctx, o, s)
 	}
 	sb, rb := bufLen(o.Send), bufLen(o.Recv)
 	sz := o.DT.Size()

@@ -137,7 +137,9 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 		m.ack(p.off, p.len) // the link's Send completes on delivery
 	}
 	if m.pending == 0 && !m.resent && !m.observed {
-		c.planner.Observe(len(m.buf), m.obs)
+		if obs := c.ratedLocked(m.obs); obs != nil { // nil: a link's rate is not known yet
+			c.planner.Observe(len(m.buf), obs)
+		}
 		m.observed = true
 		c.noteSharesLocked(len(m.buf))
 	}

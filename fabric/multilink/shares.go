@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 
+	"flexlink/fabric"
 	"flexlink/fabric/balance"
 )
 
@@ -52,3 +53,31 @@ func moved(a, b []balance.Share) bool {
 	}
 	return false
 }
+
+// PlannerConfig is the balancer configuration for a channel over links:
+// balance.DefaultConfig, made noise-tolerant when a link is a network
+// link (kind net or tcp). Over the network a part's time includes the
+// receiver's posting, the peer's scheduling on shared cores and TCP's own
+// pacing, so single timings scatter by tens of percent: there a
+// measurement is a change of regime only beyond twice the estimate, the
+// estimates average over more samples, the shares move in smaller steps,
+// (Parts over links that measure their own rate are observed at that
+// rate, see ratedLocked.)
+func PlannerConfig(links []fabric.Link) balance.Config {
+	cfg := balance.DefaultConfig()
+	for _, l := range links {
+		if k := l.Props().Kind; k == fabric.KindNet || k == fabric.KindTCP {
+			cfg.JumpRatio = netJumpRatio
+			cfg.Alpha = netAlpha
+			cfg.Step = netStep
+			break
+		}
+	}
+	return cfg
+}
+
+const (
+	netJumpRatio = 1.0
+	netAlpha     = 0.1
+	netStep      = 0.25
+)

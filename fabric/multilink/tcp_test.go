@@ -10,7 +10,7 @@ import (
 	"flexlink/fabric"
 	"flexlink/fabric/linktest"
 	"flexlink/fabric/multilink"
-	"flexlink/fabric/tcp"
+	"flexlink/fabric/net/netlink"
 	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 )
@@ -20,7 +20,7 @@ func tcpPair(t *testing.T, sockets string) (a, b fabric.Link) {
 	t.Helper()
 	job := linktest.NewJob("mltcp")
 	ep := func(rank int) fabric.Endpoint {
-		e, err := tcp.NewEndpoint(fabric.EndpointConfig{
+		e, err := netlink.NewTCPEndpoint(fabric.EndpointConfig{
 			Rank: rank, Size: 2, JobID: job, Secret: []byte("secret " + job),
 			Host: fmt.Sprintf("host%d", rank), Comm: "world",
 			Env: settings.Map(map[string]string{"FLEXLINK_SOCKET_IFNAME": "lo", "FLEXLINK_SOCKETS_PER_PEER": sockets}),
@@ -34,15 +34,20 @@ func tcpPair(t *testing.T, sockets string) (a, b fabric.Link) {
 	return linktest.ConnectPair(t, ep(0), ep(1))
 }
 
-// TestTCPLinkKilledMidTransfer: three real tcp links (whose sends complete
-// once the kernel has the bytes, not once the peer has them); one is
-// killed at the receiver while messages are in flight on all three (what
-// the sender had handed to the kernel is lost). Every byte must arrive
+// TestTCPLinkKilledMidTransfer: three real host tcp links (netlink over
+// the tcp provider); one is killed at the receiver while messages are in
+// flight on all three (what was on its sockets is lost). With
+// acknowledgements, and without (NoAcks: netlink's sends complete on
+// delivery, so a part whose send completed has arrived). Every byte must arrive
 // exactly (the acknowledgements tell the sender which parts to send again)
 // and both sides must report the failure.
 func TestTCPLinkKilledMidTransfer(t *testing.T) {
-	for _, sockets := range []string{"1", "2"} {
-		t.Run("sockets="+sockets, func(t *testing.T) {
+	for _, tc := range []struct {
+		sockets string
+		noAcks  bool
+	}{{"1", false}, {"2", false}, {"2", true}} {
+		sockets := tc.sockets
+		t.Run(fmt.Sprintf("sockets=%s/noacks=%v", sockets, tc.noAcks), func(t *testing.T) {
 			for round := 0; round < 4; round++ {
 				var la, lb []fabric.Link
 				for range 3 {
@@ -50,8 +55,11 @@ func TestTCPLinkKilledMidTransfer(t *testing.T) {
 					la, lb = append(la, a), append(lb, b)
 				}
 				log := newFailureLog()
-				ca := multilink.New(1, la, nil, multilink.Options{OnLinkFailure: log.report("a")})
-				cb := multilink.New(0, lb, nil, multilink.Options{OnLinkFailure: log.report("b")})
+				if tc.noAcks && !multilink.OnDelivery(la) {
+					t.Fatal("netlink links do not say they complete on delivery")
+				}
+				ca := multilink.New(1, la, nil, multilink.Options{OnLinkFailure: log.report("a"), NoAcks: tc.noAcks})
+				cb := multilink.New(0, lb, nil, multilink.Options{OnLinkFailure: log.report("b"), NoAcks: tc.noAcks})
 				const n, size, window, kill = 12, 4 << 20, 4, 2
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				src := linktest.Payload(uint64(size), size+7*n)

@@ -1,6 +1,7 @@
 // Package transports is the registry of host link transports: it opens the
 // endpoints a communicator may use (shared memory, the network transport
-// with one endpoint per NIC, the older host TCP link) and picks the link
+// with one endpoint per NIC, the host TCP link: the network transport's
+// tcp provider on one interface) and picks the link
 // kinds between two ranks, so the communicator core never names a
 // transport package. Kinds are strings: "shm", "tcp", and "net0", "net1",
 // ... for the network transport's rails (NIC i of the provider is rail i).
@@ -16,7 +17,6 @@ import (
 	"flexlink/fabric/net"
 	"flexlink/fabric/net/netlink"
 	"flexlink/fabric/shm"
-	"flexlink/fabric/tcp"
 )
 
 // Modes of FLEXLINK_TRANSPORT.
@@ -24,7 +24,7 @@ const (
 	ModeAuto = "auto" // shm within a host, the network transport across hosts
 	ModeShm  = "shm"  // shm only (one host)
 	ModeNet  = "net"  // the network transport for every pair
-	ModeTCP  = "tcp"  // the older host TCP link for every pair
+	ModeTCP  = "tcp"  // the host TCP link (netlink over a tcp provider) for every pair
 )
 
 // CheckMode validates a FLEXLINK_TRANSPORT value.
@@ -60,7 +60,7 @@ func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, devs []
 		eps[string(fabric.KindShm)] = ep
 	}
 	if mode == ModeTCP || mode == ModeAuto && namesKind(links, string(fabric.KindTCP)) {
-		ep, err := tcp.NewEndpoint(cfg)
+		ep, err := netlink.NewTCPEndpoint(cfg)
 		if err != nil {
 			return fail("tcp", err)
 		}
@@ -80,7 +80,7 @@ func Open(mode, links string, cfg fabric.EndpointConfig, p net.Provider, devs []
 // closed.
 func OpenRails(eps map[string]fabric.Endpoint, cfg fabric.EndpointConfig, p net.Provider, devs []int) error {
 	for n, i := range devs {
-		ep, err := netlink.NewEndpoint(p, i, cfg.Rank)
+		ep, err := netlink.Open(p, i, netlink.Config{Rank: cfg.Rank, Host: cfg.Host, Secret: cfg.Secret, JobID: cfg.JobID, Comm: cfg.Comm, Logger: cfg.Log().Named("net")})
 		if err != nil {
 			for _, j := range devs[:n] {
 				eps[RailKind(j)].Close()

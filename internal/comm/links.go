@@ -173,11 +173,12 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 	if len(links) == 1 {
 		return links[0], nil, nil
 	}
-	planner, err := balance.NewPlanner(multilink.Specs(links), nil, balance.DefaultConfig())
+	planner, err := balance.NewPlanner(multilink.Specs(links), nil, multilink.PlannerConfig(links))
 	if err != nil {
 		return nil, nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
 	}
 	return multilink.New(wpeer, links, planner, multilink.Options{
+		NoAcks: multilink.OnDelivery(links),
 		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
 			// A link the peer aborted is one the peer gave up on: it
 			// closed its communicator (the end of every clean run), or it

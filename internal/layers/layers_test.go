@@ -22,7 +22,7 @@ var order = [][]string{
 	{"collectives"},
 	{"fabric/transports"},
 	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink"},
-	{"fabric/shm", "fabric/tcp", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",
+	{"fabric/shm", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",
 		"fabric/net/tcp", "fabric/net/ucx", "fabric/net/nettest"},
 	{"fabric/net", "fabric/internal", "fabric/net/ucx/internal"},
 	{"fabric"},

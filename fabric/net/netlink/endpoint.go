@@ -2,67 +2,104 @@ package netlink
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"flexlink/fabric"
 	"flexlink/fabric/net"
 )
 
+// Config says who owns an endpoint. Every field but Rank may be zero.
+type Config struct {
+	Rank int
+	// Host is this rank's host name: peers name it in their errors.
+	Host string
+	// Secret is the job secret: every connection's hello carries an HMAC
+	// of it (bound to the listener's handle, both ranks, the job and the
+	// communicator), and a listener drops connections whose proof is wrong.
+	Secret []byte
+	// JobID and Comm bind the proof to one communicator of one job.
+	JobID, Comm string
+	// Kind is the links' kind (default fabric.KindNet).
+	Kind fabric.Kind
+	// Bandwidth (bytes/s) is the links' nominal bandwidth where the device
+	// does not report a speed (0: leave it 0).
+	Bandwidth float64
+	// Latency is the links' nominal latency where the device reports none.
+	Latency time.Duration
+	// Logger gets dropped connections; nil discards them.
+	Logger hclog.Logger
+}
+
 // Endpoint is a fabric.Endpoint over one device of a network provider. Its
 // Address is its listener's handle. Connect, called on both ranks of a
-// pair, connects to the peer's handle, sends a hello naming this rank as
-// the connection's first message, and waits for the peer's connection to
-// arrive at this endpoint's listener (matched by the peer's hello).
-//
-// Peers are authenticated only by the handle (the tcp provider's listener
-// nonce): whoever read the address from the bootstrap can connect.
+// pair, connects to the peer's handle, sends a hello naming this rank and
+// host and proving the job secret as the connection's first message, and
+// waits for the peer's connection to arrive at this endpoint's listener
+// (matched by the peer's hello).
 type Endpoint struct {
 	p      net.Provider
 	dev    int
-	rank   int
+	cfg    Config
+	log    hclog.Logger
 	l      net.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	arrived map[int]chan net.RecvConn // by peer rank
+	arrived map[int]chan arrival // by peer rank
 }
 
-const (
-	helloTag   = 0x68656c6c6f // "hello"
-	helloMagic = 0x4c4e5846   // "FXNL"
-	// helloWait bounds how long an accepted connection may take to say
-	// who it is.
-	helloWait = 10 * time.Second
-)
+// arrival is a peer's connection to this endpoint and the host its hello
+// named.
+type arrival struct {
+	r    net.RecvConn
+	host string
+}
 
-// NewEndpoint listens on device dev of p for rank's links.
+// helloWait bounds how long an accepted connection may take to say who it
+// is.
+const helloWait = 10 * time.Second
+
+// NewEndpoint listens on device dev of p for rank's links (no host name, an
+// empty job secret).
 func NewEndpoint(p net.Provider, dev, rank int) (*Endpoint, error) {
+	return Open(p, dev, Config{Rank: rank})
+}
+
+// Open listens on device dev of p for the links of the rank cfg names.
+func Open(p net.Provider, dev int, cfg Config) (*Endpoint, error) {
+	if cfg.Kind == "" {
+		cfg.Kind = fabric.KindNet
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := p.Listen(ctx, dev)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("net endpoint of rank %d: %w", rank, err)
+		return nil, fmt.Errorf("%s endpoint of rank %d on %s: %w", cfg.Kind, cfg.Rank, cfg.Host, err)
 	}
-	e := &Endpoint{p: p, dev: dev, rank: rank, l: l, ctx: ctx, cancel: cancel, arrived: map[int]chan net.RecvConn{}}
+	e := &Endpoint{p: p, dev: dev, cfg: cfg, log: cfg.Logger, l: l, ctx: ctx, cancel: cancel, arrived: map[int]chan arrival{}}
+	if e.log == nil {
+		e.log = hclog.NewNullLogger()
+	}
 	e.wg.Add(1)
 	go e.accept()
 	return e, nil
 }
 
-func (e *Endpoint) Kind() fabric.Kind { return fabric.KindNet }
+func (e *Endpoint) Kind() fabric.Kind { return e.cfg.Kind }
 func (e *Endpoint) Address() []byte   { return e.l.Handle() }
 
-func (e *Endpoint) slot(peer int) chan net.RecvConn {
+func (e *Endpoint) slot(peer int) chan arrival {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.arrived[peer]
 	if c == nil {
-		c = make(chan net.RecvConn, 1)
+		c = make(chan arrival, 1)
 		e.arrived[peer] = c
 	}
 	return c
@@ -79,53 +116,110 @@ func (e *Endpoint) accept() {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			hello := make([]byte, 8)
-			ctx, cancel := context.WithTimeout(e.ctx, helloWait)
-			defer cancel()
-			q, err := r.IRecv([][]byte{hello}, []uint64{helloTag}, nil)
-			if err == nil {
-				_, err = q.Wait(ctx)
-			}
-			if err != nil || binary.LittleEndian.Uint32(hello) != helloMagic {
+			h, err := e.readHello(r)
+			if err != nil {
+				e.log.Warn("dropped connection", "rank", e.cfg.Rank, "error", err)
+				r.Abort(err)
 				r.Close()
 				return
 			}
 			select {
-			case e.slot(int(binary.LittleEndian.Uint32(hello[4:]))) <- r:
+			case e.slot(h.from) <- arrival{r, h.host}:
 			default:
-				r.Close() // a second connection from one peer
+				e.log.Warn("dropped a second connection", "rank", e.cfg.Rank, "from", h.from)
+				r.Close()
 			}
 		}()
 	}
+}
+
+// readHello receives and checks an accepted connection's hello.
+func (e *Endpoint) readHello(r net.RecvConn) (hello, error) {
+	buf := make([]byte, maxHello)
+	ctx, cancel := context.WithTimeout(e.ctx, helloWait)
+	defer cancel()
+	q, err := r.IRecv([][]byte{buf}, []uint64{helloTag}, nil)
+	var sizes []int
+	if err == nil {
+		sizes, err = q.Wait(ctx)
+	}
+	if err != nil {
+		return hello{}, fmt.Errorf("no hello: %w", err)
+	}
+	h, err := checkHello(buf[:sizes[0]], e.cfg, e.Address())
+	if err != nil {
+		return h, err
+	}
+	// Only now take the confirmation: its send completes at the dialer
+	// once this receive has it, so a dialer whose hello was refused sees
+	// its confirmation fail with this side's abort.
+	q, err = r.IRecv([][]byte{nil}, []uint64{confirmTag}, nil)
+	if err == nil {
+		_, err = q.Wait(ctx)
+	}
+	if err != nil {
+		return h, fmt.Errorf("no confirmation after the hello of rank %d: %w", h.from, err)
+	}
+	return h, nil
 }
 
 // Connect makes the link to peer: this rank's connection to the peer's
 // address, and the peer's connection to this endpoint.
 func (e *Endpoint) Connect(ctx context.Context, peer int, addr []byte) (fabric.Link, error) {
 	fail := func(err error) (fabric.Link, error) {
-		return nil, fmt.Errorf("net link from rank %d to rank %d: %w", e.rank, peer, err)
+		return nil, fmt.Errorf("%s link from rank %d (host %s) to rank %d: %w", e.cfg.Kind, e.cfg.Rank, e.cfg.Host, peer, err)
+	}
+	if peer == e.cfg.Rank || peer < 0 {
+		return fail(fmt.Errorf("invalid peer"))
 	}
 	s, err := e.p.Connect(ctx, e.dev, addr)
 	if err != nil {
 		return fail(err)
 	}
-	hello := make([]byte, 8)
-	binary.LittleEndian.PutUint32(hello, helloMagic)
-	binary.LittleEndian.PutUint32(hello[4:], uint32(e.rank))
-	if _, err := s.ISend(hello, helloTag, nil); err != nil {
+	h := hello{from: e.cfg.Rank, to: peer, host: e.cfg.Host}
+	_, err = s.ISend(h.marshal(e.cfg, addr), helloTag, nil)
+	var q net.Request
+	if err == nil {
+		q, err = s.ISend(nil, confirmTag, nil)
+	}
+	if err != nil {
 		s.Close()
 		return fail(err)
 	}
-	select {
-	case r := <-e.slot(peer):
-		dev := e.p.Devices()[e.dev]
-		return New(peer, s, r, fabric.Props{
-			Bandwidth: dev.Speed, Latency: dev.Latency,
-			Desc: fmt.Sprintf("net %s %s rank %d <-> rank %d", e.p.Name(), dev.Name, e.rank, peer),
-		}), nil
-	case <-ctx.Done():
-		s.Close()
-		return fail(fabric.CtxErr(ctx))
+	sent := make(chan error, 1)
+	go func() { _, err := q.Wait(ctx); sent <- err }()
+	for {
+		select {
+		case a := <-e.slot(peer):
+			dev := e.p.Devices()[e.dev]
+			bw := dev.Speed
+			if bw == 0 {
+				bw = e.cfg.Bandwidth
+			}
+			lat := dev.Latency
+			if lat == 0 {
+				lat = e.cfg.Latency
+			}
+			l := New(peer, s, a.r, fabric.Props{
+				Kind: e.cfg.Kind, Bandwidth: bw, Latency: lat,
+				Desc: fmt.Sprintf("%s %s %s rank %d <-> rank %d (host %s)", e.cfg.Kind, e.p.Name(), dev.Name, e.cfg.Rank, peer, a.host),
+			})
+			via := string(e.cfg.Kind) + " " + e.p.Name() // "net tcp", "net ucx"
+			if e.p.Name() == string(e.cfg.Kind) {
+				via = e.p.Name() // the host tcp link
+			}
+			l.who = fmt.Sprintf("rank %d (host %s) over %s %s", peer, a.host, via, dev.Name)
+			return l, nil
+		case err := <-sent:
+			if err != nil && ctx.Err() == nil {
+				s.Close()
+				return fail(fmt.Errorf("the peer refused this rank's hello (wrong job secret or communicator?): %w", err))
+			}
+			sent = nil
+		case <-ctx.Done():
+			s.Close()
+			return fail(fabric.CtxErr(ctx))
+		}
 	}
 }
 
@@ -138,8 +232,8 @@ func (e *Endpoint) Close() error {
 	defer e.mu.Unlock()
 	for _, c := range e.arrived {
 		select {
-		case r := <-c:
-			r.Close()
+		case a := <-c:
+			a.r.Close()
 		default:
 		}
 	}

@@ -24,13 +24,14 @@ import (
 
 const (
 	hdrBytes = 40
-	hdrTag   = 0x686472 // "hdr"
-	dataTag  = 0x646174 // "dat"
+	hdrTag   = 1 // small: the ucx provider leaves users 20 bits of tag
+	dataTag  = 2
 )
 
 // Link is a fabric.Link over a provider's connection pair.
 type Link struct {
 	peer  int
+	who   string // "rank 3 (host h1) over net tcp rail0" for errors
 	props fabric.Props
 	s     net.SendConn
 	r     net.RecvConn
@@ -40,17 +41,20 @@ type Link struct {
 }
 
 // New makes the link to rank peer from s (to the peer) and r (from it). The
-// link owns both connections: Close closes them.
+// link owns both connections: Close closes them. Its kind is props.Kind
+// (fabric.KindNet when empty).
 func New(peer int, s net.SendConn, r net.RecvConn, props fabric.Props) *Link {
-	props.Kind = fabric.KindNet
-	return &Link{peer: peer, props: props, s: s, r: r}
+	if props.Kind == "" {
+		props.Kind = fabric.KindNet
+	}
+	return &Link{peer: peer, who: fmt.Sprintf("rank %d over %s", peer, props.Kind), props: props, s: s, r: r}
 }
 
 func (l *Link) Peer() int           { return l.peer }
 func (l *Link) Props() fabric.Props { return l.props }
 
 func (l *Link) wrap(op string, err error) error {
-	return fmt.Errorf("%s rank %d over net: %w", op, l.peer, err)
+	return fmt.Errorf("%s %s: %w", op, l.who, err)
 }
 
 // Send posts the header and the payload; the request completes when the
@@ -120,6 +124,22 @@ func (l *Link) Recv(tag fabric.Tag, buf []byte) fabric.Request {
 	}()
 	return req
 }
+
+// Rate is the line rate (bytes/s) the provider measured on the sending
+// connection, for providers that measure one (tcp: from TCP_INFO); false
+// when there is none. The multilink channel feeds it to the balancer
+// instead of message times, which include the receiver's posting.
+func (l *Link) Rate() (float64, bool) {
+	if r, ok := l.s.(interface{ Rate() (float64, bool) }); ok {
+		return r.Rate()
+	}
+	return 0, false
+}
+
+// CompletesOnDelivery is true: a Send completes when the provider's
+// request does, which the net.SendConn contract makes the receiver's
+// having the bytes (multilink then needs no acknowledgements of its own).
+func (l *Link) CompletesOnDelivery() bool { return true }
 
 // Abort fails every pending and later request with err and tells the peer.
 func (l *Link) Abort(err error) {

@@ -1,6 +1,7 @@
 package netlink_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -8,6 +9,9 @@ import (
 	"flexlink/fabric/linktest"
 	"flexlink/fabric/net/netlink"
 	"flexlink/fabric/net/tcp"
+	"flexlink/fabric/net/ucx"
+	"flexlink/internal/errs"
+	"flexlink/internal/testenv"
 )
 
 func endpoint(t testing.TB, rank int, socks int) fabric.Endpoint {
@@ -44,4 +48,39 @@ func TestProps(t *testing.T) {
 	if p := a.Props(); p.Kind != fabric.KindNet || p.Desc == "" {
 		t.Fatalf("props %+v: want kind net and a description", p)
 	}
+}
+
+// TestConformanceUCX runs the link suite on links over the ucx provider
+// (UCX's tcp transport on loopback), each rank with its own provider.
+func TestConformanceUCX(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	t.Setenv("UCX_NET_DEVICES", "lo")
+	ep := func(t *testing.T, rank int) fabric.Endpoint {
+		p, err := ucx.Open(ucx.Options{})
+		if errors.Is(err, errs.ErrNotSupported) {
+			testenv.Missing(t, "libucx0", err.Error())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		dev := -1
+		for i, d := range p.Devices() {
+			if d.Name == "lo" {
+				dev = i
+			}
+		}
+		if dev < 0 {
+			t.Fatalf("no loopback device in %v", p.Devices())
+		}
+		e, err := netlink.Open(p, dev, netlink.Config{Rank: rank, Host: fmt.Sprintf("host%d", rank), Secret: []byte("s")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	linktest.Run(t, func(t *testing.T) (fabric.Link, fabric.Link) {
+		return linktest.ConnectPair(t, ep(t, 0), ep(t, 1))
+	})
 }

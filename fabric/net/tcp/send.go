@@ -26,8 +26,14 @@ type sendConn struct {
 	mu          sync.Mutex // orders ISend; guards seq, inflight
 	seq         uint64
 	inflight    []*sendOp // in seq order, not yet acknowledged
-	wg          sync.WaitGroup
-	closeOnce   sync.Once
+	life        lifecycle
+	meter       rateMeter
+}
+
+// lifecycle is what closing a connection waits for.
+type lifecycle struct {
+	wg   sync.WaitGroup // the connection's goroutines
+	once sync.Once
 }
 
 func newSendConn(p *Provider, dev, remote string, socks []*net.TCPConn) *sendConn {
@@ -36,7 +42,7 @@ func newSendConn(p *Provider, dev, remote string, socks []*net.TCPConn) *sendCon
 	for i, s := range socks {
 		c.writers = append(c.writers, &writer{c: c, i: i, conn: s, ready: make(chan struct{}, 1)})
 	}
-	c.wg.Add(len(socks) + 1)
+	c.life.wg.Add(len(socks) + 1)
 	for _, w := range c.writers {
 		go w.run()
 	}
@@ -148,7 +154,7 @@ func (c *sendConn) ack(count uint64) error {
 
 // readAcks reads socket 0's reverse direction: acks, heartbeats, aborts.
 func (c *sendConn) readAcks() {
-	defer c.wg.Done()
+	defer c.life.wg.Done()
 	br := bufio.NewReaderSize(&deadlineReader{c: c.socks[0], timeout: c.timeout}, 4096)
 	var b [hdrBytes]byte
 	for {
@@ -210,8 +216,8 @@ func (c *sendConn) Abort(err error) { c.fail(err, true) }
 
 func (c *sendConn) closeWith(err error) {
 	c.fail(err, true)
-	c.closeOnce.Do(func() {
-		c.wg.Wait()
+	c.life.once.Do(func() {
+		c.life.wg.Wait()
 		c.p.untrack(c)
 	})
 }
@@ -270,7 +276,7 @@ func (w *writer) take(into []part) []part {
 
 func (w *writer) run() {
 	c := w.c
-	defer c.wg.Done()
+	defer c.life.wg.Done()
 	beat := max(c.timeout/5, time.Millisecond)
 	tick := time.NewTicker(beat)
 	defer tick.Stop()

@@ -60,8 +60,9 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// TestSilentPeer cuts a connection without closing it (a proxy stops
-// forwarding): both sides fail with ErrPeerLost after Options.Timeout.
+// TestSilentPeer: heartbeats keep an idle connection up for several
+// timeouts; once the path is cut without closing (a proxy stops
+// forwarding), both sides fail with ErrPeerLost after Options.Timeout.
 func TestSilentPeer(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	pa := open(Options{Timeout: timeout})(t)
@@ -94,9 +95,15 @@ func TestSilentPeer(t *testing.T) {
 	q := nettest.Recv(t, r, [][]byte{got}, []uint64{1})
 	nettest.AwaitOK(t, nettest.Send(t, s, nettest.Pattern(1, 10), 1), "send")
 	nettest.AwaitOK(t, q, "recv")
+	// Idle for three timeouts with a receive posted: heartbeats alone keep
+	// the connection up.
+	qr := nettest.Recv(t, r, [][]byte{make([]byte, 8<<20)}, []uint64{3})
+	time.Sleep(3 * timeout)
+	if done, _, err := qr.Test(); done {
+		t.Fatalf("idle connection failed after %v: %v", 3*timeout, err)
+	}
 	start := time.Now()
 	px.freeze()
-	qr := nettest.Recv(t, r, [][]byte{make([]byte, 8<<20)}, []uint64{3})
 	qs := nettest.Send(t, s, nettest.Pattern(2, 8<<20), 3)
 	for _, c := range []struct {
 		what string

@@ -1,0 +1,149 @@
+package netlink_test
+
+// The balancer on two rails of unequal speed, on emulated hosts: the
+// per-NIC byte counters must follow the shares the balancer reports.
+// Root only (network namespaces); skipped through testenv elsewhere.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"flexlink/internal/testenv"
+)
+
+// The emulated cluster of this test (scripts/testcluster), on names and a
+// subnet of its own.
+const (
+	railsCluster = "nnet"
+	railsNet     = "10.82"
+)
+
+var (
+	sharesLineRE = regexp.MustCompile(`balancer shares: host=(h\d) rank=\d+ comm=w peer=\d+ peer_host=\S+ bytes=1048576 shares=net0:([0-9.]+)/net1:([0-9.]+)`)
+	railOrderRE  = regexp.MustCompile(`link up: host=(h\d) .*\[0 net: net tcp rail0 .*; 1 net: net tcp rail1 `)
+)
+
+// TestRailsInProportion: two hosts with two rails each, rail0 limited to
+// 400 Mbit/s and rail1 to 200 Mbit/s (tc tbf on every NIC's egress), one
+// rank per host, allreduce 16 MiB over both rails. On each host the share
+// of the bytes rail0 sent (/sys/class/net/rail0/statistics/tx_bytes in the
+// host's namespace) must lie within 10% of the share the balancer last
+// reported for the 1 MiB messages the ring sends, and both near the rates'
+// 2:1.
+func TestRailsInProportion(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
+	}
+	testenv.LookPath(t, "iproute2", "ip")
+	testenv.LookPath(t, "iproute2", "tc")
+	testenv.LookPath(t, "openssh-server", "sshd")
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := t.TempDir()
+	os.Chmod(prefix, 0o755)
+	bin := filepath.Join(prefix, "bin")
+	if out, err := exec.Command("go", "build", "-C", repo, "-o", bin+"/", "./cmd/flexrun", "./cmd/flexbench").CombinedOutput(); err != nil {
+		t.Fatalf("build flexrun, flexbench: %v\n%s", err, out)
+	}
+	script := filepath.Join(repo, "scripts", "testcluster")
+	t.Cleanup(func() { exec.Command(script, "down", "--name", railsCluster).Run() })
+	out, err := exec.Command(script, "up", "2", "--rails", "2", "--name", railsCluster, "--net", railsNet).Output()
+	if err != nil {
+		t.Fatalf("testcluster up: %v\n%s", err, out)
+	}
+	var hosts []string
+	var sshConfig string
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		switch v = strings.Trim(v, `"`); k {
+		case "TC_HOSTS":
+			hosts = strings.Fields(v)
+		case "TC_SSH_CONFIG":
+			sshConfig = v
+		}
+	}
+	if len(hosts) != 2 || sshConfig == "" {
+		t.Fatalf("testcluster up printed %q", out)
+	}
+	for h := 1; h <= 2; h++ {
+		for r, rate := range []string{"400mbit", "200mbit"} {
+			ns := fmt.Sprintf("%sh%d", railsCluster, h)
+			if out, err := exec.Command("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", fmt.Sprintf("rail%d", r),
+				"root", "tbf", "rate", rate, "burst", "256kb", "latency", "50ms").CombinedOutput(); err != nil {
+				t.Fatalf("rate-limit %s rail%d: %v %s", ns, r, err, out)
+			}
+		}
+	}
+	before := railBytes(t)
+	cmd := exec.Command(filepath.Join(bin, "flexrun"), "--ssh-args", "-F "+sshConfig, "--prefix", prefix,
+		"-H", hosts[0]+":1,"+hosts[1]+":1", "-x", "FLEXLINK_DEBUG=INFO", "-x", "FLEXLINK_NET=tcp",
+		"-x", "FLEXLINK_NET_IFNAME=rail", "-x", "FLEXLINK_NET_RAILS=0",
+		filepath.Join(bin, "flexbench"), "allreduce", "-b", "16M", "-e", "16M", "-n", "10", "-w", "2", "--no-inplace")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("flexrun still running after 60 s\nstderr:\n%s", stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("flexrun: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	after := railBytes(t)
+	logs := stderr.String()
+	if n := len(railOrderRE.FindAllString(logs, -1)); n != 2 {
+		t.Fatalf("%d hosts list rail0 as link 0 and rail1 as link 1, want 2:\n%s", n, logs)
+	}
+	last := map[string]float64{}
+	for _, m := range sharesLineRE.FindAllStringSubmatch(logs, -1) {
+		last[m[1]], _ = strconv.ParseFloat(m[2], 64)
+	}
+	for _, h := range []string{"h1", "h2"} {
+		share, ok := last[h]
+		if !ok {
+			t.Fatalf("%s reported no shares for 1 MiB messages:\n%s", h, logs)
+		}
+		r0, r1 := after[h+"/rail0"]-before[h+"/rail0"], after[h+"/rail1"]-before[h+"/rail1"]
+		got := float64(r0) / float64(r0+r1)
+		t.Logf("%s: rail0 sent %.3f of %.1f MB; the balancer's last share for rail0 %.3f; the rates say 0.667", h, got, float64(r0+r1)/1e6, share)
+		if d := got - share; d > 0.1*share || d < -0.1*share {
+			t.Errorf("%s: rail0 sent %.3f of the bytes, the balancer says %.3f: want within 10%%", h, got, share)
+		}
+		if got < 0.55 || got > 0.78 {
+			t.Errorf("%s: rail0 (400 Mbit/s) sent %.3f of the bytes beside rail1 (200 Mbit/s): want about 2/3", h, got)
+		}
+	}
+}
+
+// railBytes reads both rails' transmitted bytes on both hosts, by
+// "h<i>/rail<r>".
+func railBytes(t *testing.T) map[string]int64 {
+	t.Helper()
+	m := map[string]int64{}
+	for h := 1; h <= 2; h++ {
+		for r := 0; r < 2; r++ {
+			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", railsCluster, h),
+				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
+			if err != nil {
+				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
+			}
+			m[fmt.Sprintf("h%d/rail%d", h, r)], _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		}
+	}
+	return m
+}

@@ -45,13 +45,15 @@ func TestParseConfig(t *testing.T) {
 		wantErr Result
 	}{
 		{"full 2.28", rawConfig(80, ConfigMagic, 22809, all, ptrs), func(c *Config) {
-			*c = Config{0, 2, 3, 4, 0x1000, 1, 5, 0x2000, 1, 2, 1, 7, 8, 1}
+			*c = Config{Blocking: 0, NetName: 0x1000, SplitShare: 1, TrafficClass: 5, CommName: 0x2000, CollnetEnable: 1, ShrinkShare: 1,
+				Kernels: Kernels{CGAClusterSize: 2, MinCTAs: 3, MaxCTAs: 4, CTAPolicy: 2, NvlsCTAs: 7, NChannelsPerNetPeer: 8, NvlinkCentricSched: 1}}
 		}, Success},
 		{"caller's struct is shorter (2.18 size)", rawConfig(48, ConfigMagic, 22809, all, ptrs), func(c *Config) {
 			c.Blocking, c.CGAClusterSize, c.MinCTAs, c.MaxCTAs, c.NetName, c.SplitShare, c.TrafficClass = 0, 2, 3, 4, 0x1000, 1, 5
 		}, Success},
 		{"fields newer than the caller's version stay unset", rawConfig(80, ConfigMagic, 22700, all, ptrs), func(c *Config) {
-			*c = Config{0, 2, 3, 4, 0x1000, 1, 5, 0x2000, 1, 2, 1, 7, UndefInt, UndefInt}
+			*c = Config{Blocking: 0, NetName: 0x1000, SplitShare: 1, TrafficClass: 5, CommName: 0x2000, CollnetEnable: 1, ShrinkShare: 1,
+				Kernels: Kernels{CGAClusterSize: 2, MinCTAs: 3, MaxCTAs: 4, CTAPolicy: 2, NvlsCTAs: 7, NChannelsPerNetPeer: UndefInt, NvlinkCentricSched: UndefInt}}
 		}, Success},
 		{"initializer defaults", rawConfig(80, ConfigMagic, 22809, nil, nil), func(c *Config) {}, Success},
 		{"bad magic", rawConfig(80, 0x1234, 22809, nil, nil), nil, InvalidArgument},

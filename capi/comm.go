@@ -174,13 +174,14 @@ func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
 	defer cancel()
 	host, _ := os.Hostname()
-	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{Addr: info.Server(), Rank: c.rank, Size: c.nranks, Secret: info.Secret, JobID: info.JobID(), Host: host, Logger: l.log.Named("bootstrap")})
+	lg := l.commLogger(host, c.rank)
+	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{Addr: info.Server(), Rank: c.rank, Size: c.nranks, Secret: info.Secret, JobID: info.JobID(), Host: host, Logger: lg.Named("bootstrap")})
 	if err != nil {
 		l.unserve(srv)
 		c.srv = nil
 		return nil, nil, fmt.Errorf("rank %d of %d on %s: join the rendezvous at %s (served by the process that called ncclGetUniqueId, from its own ncclCommInitRank): %w", c.rank, c.nranks, host, info.Server(), err)
 	}
-	rc, err := rank.New(ctx, store, rank.Options{Env: l.env, Host: host, JobID: info.JobID(), Secret: info.Secret, Logger: l.log.Named("rank")})
+	rc, err := rank.New(ctx, store, rank.Options{Env: l.env, Host: host, JobID: info.JobID(), Secret: info.Secret, Logger: lg})
 	if err != nil {
 		_ = store.Close()
 		l.unserve(srv)
@@ -251,7 +252,8 @@ func (l *Library) InitAll(ndev int, devices []int) ([]uintptr, error) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
 			defer cancel()
-			rc, err := rank.New(ctx, stores[i], rank.Options{Env: l.env, JobID: info.JobID(), Secret: info.Secret, Logger: l.log.Named("rank")})
+			host, _ := os.Hostname()
+			rc, err := rank.New(ctx, stores[i], rank.Options{Env: l.env, JobID: info.JobID(), Secret: info.Secret, Logger: l.commLogger(host, i)})
 			if err != nil {
 				c.finish(nil, nil, fmt.Errorf("rank %d of %d: %w", i, ndev, err))
 				return

@@ -25,16 +25,23 @@ const (
 // (NCCL_CONFIG_UNDEF_INT) are UndefInt; pointer fields are the caller's
 // addresses (0: unset), for the C side to read.
 type Config struct {
-	Blocking            int32
+	Blocking      int32
+	NetName       uintptr
+	SplitShare    int32
+	TrafficClass  int32
+	CommName      uintptr
+	CollnetEnable int32
+	ShrinkShare   int32
+	Kernels
+}
+
+// Kernels is ncclConfig_t's fields about NCCL's kernels (CTAs, channels,
+// NVLS and scheduling): parsed and kept, though flexlink's data planes do
+// not use them.
+type Kernels struct {
 	CGAClusterSize      int32
 	MinCTAs, MaxCTAs    int32
-	NetName             uintptr
-	SplitShare          int32
-	TrafficClass        int32
-	CommName            uintptr
-	CollnetEnable       int32
 	CTAPolicy           int32
-	ShrinkShare         int32
 	NvlsCTAs            int32
 	NChannelsPerNetPeer int32
 	NvlinkCentricSched  int32
@@ -43,7 +50,8 @@ type Config struct {
 // DefaultConfig is every field unset (a NULL config).
 func DefaultConfig() Config {
 	u := int32(UndefInt)
-	return Config{u, u, u, u, 0, u, u, 0, u, u, u, u, u, u}
+	return Config{Blocking: u, SplitShare: u, TrafficClass: u, CollnetEnable: u, ShrinkShare: u,
+		Kernels: Kernels{CGAClusterSize: u, MinCTAs: u, MaxCTAs: u, CTAPolicy: u, NvlsCTAs: u, NChannelsPerNetPeer: u, NvlinkCentricSched: u}}
 }
 
 // IsBlocking reports whether calls on the communicator block until done

@@ -38,8 +38,10 @@ type Memory interface {
 
 // Options configure a Library. Zero values mean "from the environment".
 type Options struct {
-	Env    settings.Env // nil: the process environment
-	Logger hclog.Logger // nil: discard
+	Env settings.Env // nil: the process environment
+	// Logger, when set, gets every line; nil: internal/flog loggers made
+	// from FLEXLINK_DEBUG* or, where unset, NCCL_DEBUG* (ncclDebugEnv).
+	Logger hclog.Logger
 	// Memory tells device from host pointers; nil: no CUDA, every buffer
 	// is host memory.
 	Memory Memory
@@ -58,15 +60,25 @@ type Library struct {
 	env settings.Env
 	log hclog.Logger
 
-	mu      sync.Mutex
-	next    uintptr
-	comms   map[uintptr]*Comm
-	groups  map[int]*group               // by OS thread id
-	served  map[[nonceBytes]byte]*served // ids this process made
-	last    string                       // ncclGetLastError(NULL)
+	mu     sync.Mutex // guards the rest, the embedded groups included
+	next   uintptr
+	comms  map[uintptr]*Comm
+	groups map[int]*group               // by OS thread id
+	served map[[nonceBytes]byte]*served // ids this process made
+	last   string                       // ncclGetLastError(NULL)
+	driverState
+	memRegistry
+}
+
+// driverState is the CUDA driver, opened once on first need.
+type driverState struct {
 	drv     *gpu.Driver
 	drvErr  error
 	drvDone bool
+}
+
+// memRegistry is the device memory the library knows by address.
+type memRegistry struct {
 	allocs  map[uintptr]*gpu.Buffer // ncclMemAlloc'd buffers by address
 	wrapped map[uintptr]*gpu.Buffer // foreign allocations by base address
 	regs    map[uintptr]bool        // ncclCommRegister handles
@@ -85,22 +97,25 @@ type served struct {
 // New returns a Library.
 func New(opt Options) *Library {
 	l := &Library{
-		opt:     opt,
-		env:     opt.Env,
-		log:     opt.Logger,
-		next:    1,
-		comms:   map[uintptr]*Comm{},
-		groups:  map[int]*group{},
-		served:  map[[nonceBytes]byte]*served{},
-		allocs:  map[uintptr]*gpu.Buffer{},
-		wrapped: map[uintptr]*gpu.Buffer{},
-		regs:    map[uintptr]bool{},
+		opt:    opt,
+		env:    opt.Env,
+		log:    opt.Logger,
+		next:   1,
+		comms:  map[uintptr]*Comm{},
+		groups: map[int]*group{},
+		served: map[[nonceBytes]byte]*served{},
+		memRegistry: memRegistry{
+			allocs:  map[uintptr]*gpu.Buffer{},
+			wrapped: map[uintptr]*gpu.Buffer{},
+			regs:    map[uintptr]bool{},
+		},
 	}
 	if l.env == nil {
 		l.env = settings.OS()
 	}
+	l.env = ncclDebugEnv(l.env)
 	if l.log == nil {
-		l.log = hclog.NewNullLogger()
+		l.log = processLogger(l.env)
 	}
 	return l
 }

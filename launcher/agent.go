@@ -40,6 +40,9 @@ type agentHello struct {
 	Pid       int    `json:"pid"`
 	GPUs      int    `json:"gpus"`
 	CPUs      int    `json:"cpus"`
+	// NUMANodes and Sockets: CountDomains, for --map-by ppr:N:numa|socket.
+	NUMANodes int    `json:"numa_nodes,omitempty"`
+	Sockets   int    `json:"sockets,omitempty"`
 	Client    string `json:"client"` // flexrun's address as this host saw the ssh connection come in
 	Exe       string `json:"exe"`
 }
@@ -59,36 +62,65 @@ type agentSpec struct {
 	// the ranks are killed. Pings go out every fifth of it.
 	Timeout   time.Duration `json:"timeout"`
 	StdinRank int           `json:"stdin_rank"` // rank fed by "in" frames; -1: none
-	// BindTo is the ranks' CPU binding, decided by the agent from its
-	// host's CPUs; ReportBindings: send each rank's binding as a "bind"
-	// frame.
+	agentBinding
+}
+
+// agentBinding is the ranks' CPU binding, decided by the agent from its
+// host's CPUs; ReportBindings: send each rank's binding as a "bind" frame.
+// (Embedded: its fields sit at the top of agentSpec's JSON.)
+type agentBinding struct {
 	BindTo         BindTo `json:"bind_to,omitempty"`
 	ReportBindings bool   `json:"report_bindings,omitempty"`
 }
 
 // agent is one running `flexrun agent`.
 type agent struct {
-	cfg    AgentConfig
-	fw     *frameWriter
-	node   int
-	spec   *agentSpec
-	path   string // resolved program
-	dir    string
-	sp     *spawner
-	ranks  []*rankProc
-	binds  map[int]Binding // by rank (--bind-to); nil: none bound
-	stdin  chan []byte     // rank's stdin chunks; nil: none
-	stdinR *os.File        // read end of that rank's stdin, until it starts
+	cfg  AgentConfig
+	fw   *frameWriter
+	node int
+	agentProgram
+	sp    *spawner
+	ranks []*rankProc
+	binds map[int]Binding // by rank (--bind-to); nil: none bound
+	agentStdin
+	agentInput
+	agentRanks
+	agentEnding
+}
 
-	frames    chan frame
-	inErr     error // why frames closed
+// agentProgram is what flexrun asked the agent to run, resolved here.
+type agentProgram struct {
+	spec *agentSpec
+	path string // resolved program
+	dir  string
+}
+
+// agentStdin feeds flexrun's stdin to the rank that reads it.
+type agentStdin struct {
+	stdin  chan []byte // rank's stdin chunks; nil: none
+	stdinR *os.File    // read end of that rank's stdin, until it starts
+}
+
+// agentInput is the frames from flexrun and when it was last heard.
+type agentInput struct {
+	frames chan frame
+	inErr  error // why frames closed
+	heard  time.Time
+}
+
+// agentRanks counts the ranks still running and those whose output has
+// not ended yet.
+type agentRanks struct {
 	exits     chan rankExit
 	drained   chan int
 	alive     int // started, not yet exited
 	undrained int // started, output not yet ended
-	heard     time.Time
-	tearing   bool
-	killC     <-chan time.Time
+}
+
+// agentEnding is the agent's teardown once it began.
+type agentEnding struct {
+	tearing bool
+	killC   <-chan time.Time
 }
 
 // RunAgent speaks the agent protocol on cfg.In and cfg.Out until its
@@ -109,7 +141,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig) int {
 		m := LocalMachine(cfg.Environ)
 		cfg.Machine = &m
 	}
-	a := &agent{cfg: cfg, fw: newFrameWriter(cfg.Out), node: cfg.Node, frames: make(chan frame, 64), drained: make(chan int, 16)}
+	a := &agent{cfg: cfg, fw: newFrameWriter(cfg.Out), node: cfg.Node, agentInput: agentInput{frames: make(chan frame, 64)}, agentRanks: agentRanks{drained: make(chan int, 16)}}
 	if a.node < 0 {
 		v, _ := lookupEnv(cfg.Environ, "SLURM_PROCID")
 		n, err := strconv.Atoi(v)
@@ -138,6 +170,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig) int {
 
 func (a *agent) hello() []byte {
 	h := agentHello{Protocol: agentProtocol, Pid: os.Getpid(), GPUs: a.cfg.Machine.GPUs, CPUs: a.cfg.Machine.CPUs}
+	h.NUMANodes, h.Sockets = CountDomains(envLookup(a.cfg.Environ), "")
 	h.Host, _ = lookupEnv(a.cfg.Environ, "FLEXLINK_HOSTNAME")
 	if h.Host == "" {
 		h.Host = a.cfg.Machine.Hostname

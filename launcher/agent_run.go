@@ -124,7 +124,7 @@ func (a *agent) start() error {
 	for i, p := range a.spec.Ranks {
 		rs := rankSpec{
 			path: a.path, args: a.spec.Args, env: rankEnv(a.spec.Env, a.spec.Job, p), dir: a.dir, p: p,
-			relay: a.relay(p.Rank), maxLine: MaxLine, cpus: a.binds[p.Rank].CPUs,
+			rankOutput: rankOutput{relay: a.relay(p.Rank), maxLine: MaxLine}, cpus: a.binds[p.Rank].CPUs,
 		}
 		if p.Rank == a.spec.StdinRank {
 			rs.stdin = stdin

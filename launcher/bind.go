@@ -57,13 +57,21 @@ type CPUTopology struct {
 	NUMAIDs []int   // the node id of each NUMA entry
 	GPUNUMA []int   // NUMA node id of GPU i; -1: unknown
 	Source  string  // where NUMA and GPUNUMA came from, for messages
+	// Sockets and SocketIDs are the CPUs and package id of each socket,
+	// read only for --map-by ppr:N:socket (nil: not read).
+	Sockets   [][]int
+	SocketIDs []int
 }
 
 // Binding is where one rank was bound.
 type Binding struct {
-	CPUs []int // nil: not bound
-	NUMA int   // the node id under BindNUMA; -1 otherwise
+	CPUs   []int // nil: not bound
+	NUMA   int   // the node id when bound to a NUMA node; -1 otherwise
+	Socket int   // the package id when bound to a socket; -1 otherwise
 }
+
+// unbound is the Binding of a rank left on every CPU.
+func unbound() Binding { return Binding{NUMA: -1, Socket: -1} }
 
 // String is the CPU list in Linux cpulist form ("0-3,8"), or "unbound".
 func (b Binding) String() string {
@@ -73,6 +81,8 @@ func (b Binding) String() string {
 	s := FormatCPUList(b.CPUs)
 	if b.NUMA >= 0 {
 		s += " (numa node " + strconv.Itoa(b.NUMA) + ")"
+	} else if b.Socket >= 0 {
+		s += " (socket " + strconv.Itoa(b.Socket) + ")"
 	}
 	return s
 }
@@ -85,20 +95,30 @@ func (b Binding) String() string {
 // CPUs reused round-robin. BindNUMA picks the node of p's GPU when known,
 // else node LocalRank mod the number of nodes that have CPUs; the rank gets
 // that node's CPUs that flexrun may use (all of them if none is).
+//
+// A rank that --map-by ppr:N:numa|socket put in a NUMA node or socket
+// (p.In) is bound inside it instead, under auto, core and numa: see
+// bindInDomain.
 func Bind(mode BindTo, t CPUTopology, p Placement) (Binding, error) {
+	if p.In.Unit == PerNUMA || p.In.Unit == PerSocket {
+		switch mode {
+		case BindAuto, BindCore, BindNUMA:
+			return bindInDomain(mode, t, p)
+		}
+	}
 	switch mode {
 	case "", BindNone:
-		return Binding{NUMA: -1}, nil
+		return unbound(), nil
 	case BindCore:
 		n, size := len(t.CPUs), max(p.LocalSize, 1)
 		if n == 0 {
 			return Binding{}, fmt.Errorf("bind rank %d to cores on %s: no usable CPU", p.Rank, p.Host)
 		}
 		if size > n {
-			return Binding{CPUs: []int{t.CPUs[p.LocalRank%n]}, NUMA: -1}, nil
+			return Binding{CPUs: []int{t.CPUs[p.LocalRank%n]}, NUMA: -1, Socket: -1}, nil
 		}
 		lo, hi := p.LocalRank*n/size, (p.LocalRank+1)*n/size
-		return Binding{CPUs: slices.Clone(t.CPUs[lo:hi]), NUMA: -1}, nil
+		return Binding{CPUs: slices.Clone(t.CPUs[lo:hi]), NUMA: -1, Socket: -1}, nil
 	case BindNUMA:
 		return bindNUMA(t, p)
 	case BindGPU, BindAuto:
@@ -127,7 +147,7 @@ func bindNUMA(t CPUTopology, p Placement) (Binding, error) {
 	if len(cpus) == 0 {
 		cpus = slices.Clone(t.NUMA[pick])
 	}
-	return Binding{CPUs: cpus, NUMA: t.NUMAIDs[pick]}, nil
+	return Binding{CPUs: cpus, NUMA: t.NUMAIDs[pick], Socket: -1}, nil
 }
 
 // bindGPU is the CPUs of p's GPU's NUMA node (those flexrun may use, else
@@ -135,17 +155,17 @@ func bindNUMA(t CPUTopology, p Placement) (Binding, error) {
 // unknown.
 func bindGPU(t CPUTopology, p Placement) Binding {
 	if p.GPU < 0 || p.GPU >= len(t.GPUNUMA) || t.GPUNUMA[p.GPU] < 0 {
-		return Binding{NUMA: -1}
+		return unbound()
 	}
 	i := slices.Index(t.NUMAIDs, t.GPUNUMA[p.GPU])
 	if i < 0 || len(t.NUMA[i]) == 0 {
-		return Binding{NUMA: -1}
+		return unbound()
 	}
 	cpus := intersect(t.NUMA[i], t.CPUs)
 	if len(cpus) == 0 {
 		cpus = slices.Clone(t.NUMA[i])
 	}
-	return Binding{CPUs: cpus, NUMA: t.NUMAIDs[i]}
+	return Binding{CPUs: cpus, NUMA: t.NUMAIDs[i], Socket: -1}
 }
 
 func intersect(a, b []int) []int {
@@ -164,6 +184,12 @@ func intersect(a, b []int) []int {
 // from sysRoot/devices/system/node, GPUs through NVML when present).
 // sysRoot "" is /sys.
 func LoadCPUTopology(mode BindTo, env settings.Env, sysRoot string) (CPUTopology, error) {
+	return loadTopology(mode, "", env, sysRoot)
+}
+
+// loadTopology is LoadCPUTopology for ranks placed per unit (ppr:N:unit):
+// the NUMA nodes are read for PerNUMA, and the sockets for PerSocket.
+func loadTopology(mode BindTo, unit Domain, env settings.Env, sysRoot string) (CPUTopology, error) {
 	var t CPUTopology
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
@@ -174,7 +200,16 @@ func LoadCPUTopology(mode BindTo, env settings.Env, sysRoot string) (CPUTopology
 			t.CPUs = append(t.CPUs, c)
 		}
 	}
-	if mode != BindNUMA && mode != BindGPU && mode != BindAuto {
+	if unit == PerSocket {
+		root := sysRoot
+		if root == "" {
+			root = "/sys"
+		}
+		if t.Sockets, t.SocketIDs = socketCPUs(root); len(t.Sockets) == 0 {
+			return t, fmt.Errorf("topology for --map-by ppr:N:socket: no socket found under %s/devices/system/cpu", root)
+		}
+	}
+	if mode != BindNUMA && mode != BindGPU && mode != BindAuto && unit != PerNUMA {
 		return t, nil
 	}
 	var h *topo.Host
@@ -268,19 +303,23 @@ func cpuSet(cpus []int) unix.CPUSet {
 // bindRanks decides the binding of each of ranks (all on this host) and,
 // when report is set, writes one line per rank to it (--report-bindings).
 func bindRanks(mode BindTo, env []string, ranks []Placement, report func(line string)) (map[int]Binding, error) {
-	if mode == BindAuto && !slices.ContainsFunc(ranks, func(p Placement) bool { return p.GPU >= 0 }) {
+	unit := Domain("")
+	if len(ranks) > 0 {
+		unit = ranks[0].In.Unit // one mapping for the whole job
+	}
+	if mode == BindAuto && unit == "" && !slices.ContainsFunc(ranks, func(p Placement) bool { return p.GPU >= 0 }) {
 		mode = BindNone // no GPUs here: nothing to bind to
 	}
 	if mode == "" || mode == BindNone || len(ranks) == 0 {
 		if report != nil {
 			for _, p := range ranks {
-				report(BindingLine(p, Binding{NUMA: -1}))
+				report(BindingLine(p, unbound()))
 			}
 		}
 		return nil, nil
 	}
-	t, err := LoadCPUTopology(mode, envLookup(env), "")
-	if err != nil && mode == BindAuto {
+	t, err := loadTopology(mode, unit, envLookup(env), "")
+	if err != nil && mode == BindAuto && unit == "" {
 		t, err = CPUTopology{}, nil // the default never fails a job: ranks stay unbound
 	}
 	if err != nil {

@@ -60,9 +60,10 @@
 // lines: a line is written with one call, so two ranks never share a line.
 // A final line without a newline gets one; a line longer than MaxLine
 // (1 MiB) is cut into MaxLine pieces, each ended with a newline. With
-// --tag-output each stdout line starts with "[RANK] " and each stderr line
-// with "[RANK]<stderr> "; with --timestamp-output each line starts with the
-// time flexrun received it (StampLayout). With --output-dir DIR the
+// --tag-output each line starts with OpenMPI's tag, "[1,RANK]<stdout>:" or
+// "[1,RANK]<stderr>:"; with --timestamp-output each line starts with the
+// time flexrun received it in ctime form (StampLayout), followed by the tag
+// or, without --tag-output, by "<stdout>:" or "<stderr>:", as mpirun does. With --output-dir DIR the
 // rank's bytes, untouched and untagged, also go to DIR/rank.N/stdout and
 // DIR/rank.N/stderr. Rank 0 reads flexrun's stdin; the others read
 // /dev/null.

@@ -20,6 +20,11 @@ type Host struct {
 	// GPUs is the number of GPUs visible on the host (0: none). Parsers
 	// leave it 0; the launcher fills it in for hosts it can inspect.
 	GPUs int
+	// NUMANodes and Sockets count the host's NUMA nodes that have CPUs
+	// and its CPU packages, for --map-by ppr:N:numa|socket (0: unknown).
+	// The launcher fills them in for this machine and from each agent's
+	// hello.
+	NUMANodes, Sockets int
 	// Local is set by the launcher for this machine (under any of its
 	// names); other hosts are reached through an agent (ssh or srun).
 	Local bool

@@ -25,39 +25,19 @@ const (
 	DefaultKillGrace        = 2 * time.Second
 )
 
-// Job is one flexrun invocation.
+// Job is one flexrun invocation. Its settings come in groups (embedded,
+// so job.NP, job.Stdout ... read as before): where the ranks run
+// (Layout), what environment they get (RankEnv), where their output goes
+// (Output) and how long things may take (Deadlines).
 type Job struct {
 	Program string   // run on every rank; looked up on PATH unless it has a slash
 	Args    []string // passed to Program untouched
 
-	Hosts         []Host // from -H or --hostfile; empty: this host, Machine.DefaultSlots slots
-	NP            int    // ranks; 0: the total of the hosts' slots
-	MapBy         MapBy  // "" is MapBySlot
-	Oversubscribe bool   // allow more ranks than slots
-	PerNode       int    // ranks per host (-N, --map-by ppr:N:node); 0: by slots
-
-	BindTo         BindTo // CPU binding of each rank; "" is BindNone
-	ReportBindings bool   // write each rank's binding to Stderr before it starts
-
-	Exports []string // -x VAR or VAR=value
-	Environ []string // flexrun's environment, inherited by the ranks; nil: os.Environ()
-
-	TagOutput       bool   // prefix forwarded lines with "[rank] " ("[rank]<stderr> " on stderr)
-	TimestampOutput bool   // prefix forwarded lines with the time they arrived
-	OutputDir       string // also write DIR/rank.N/stdout and stderr
-	DryRun          bool   // print the placement to Stdout and return 0
-
-	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
-	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
-	KillGrace        time.Duration // SIGTERM to SIGKILL; 0: 2 s
-	// CauseGrace is how long the first failure waits for the other ranks'
-	// ends before flexrun names the cause (sooner when every rank has
-	// ended); 0: DefaultCauseGrace.
-	CauseGrace time.Duration
-
-	Stdin  io.Reader // rank 0's stdin; nil: /dev/null (other ranks always get /dev/null)
-	Stdout io.Writer // ranks' stdout lines; nil: discarded
-	Stderr io.Writer // ranks' stderr lines and flexrun's messages; nil: discarded
+	Layout
+	RankEnv
+	Output
+	Deadlines
+	DryRun bool // print the placement to Stdout and return 0
 
 	// Signals delivers the signals flexrun received (signal.Notify):
 	// SIGINT and SIGTERM tear the job down, SIGUSR1 and SIGUSR2 are
@@ -71,6 +51,50 @@ type Job struct {
 	Machine      *Machine     // nil: LocalMachine(Environ)
 	NewBootstrap NewBootstrap // serves the job's bootstrap store; required unless DryRun
 	Logger       hclog.Logger // nil: discard
+}
+
+// Layout is where a job's ranks run and on which CPUs (mpirun's -np,
+// -H, --map-by, -N, --bind-to).
+type Layout struct {
+	Hosts         []Host // from -H or --hostfile; empty: this host, Machine.DefaultSlots slots
+	NP            int    // ranks; 0: the total of the hosts' slots
+	MapBy         MapBy  // "" is MapBySlot
+	Oversubscribe bool   // allow more ranks than slots
+	PerNode       int    // ranks per host (-N, --map-by ppr:N:node); 0: by slots
+	// PerUnit is what PerNode counts the ranks of (--map-by ppr:N:UNIT):
+	// "" or PerHost a host, PerNUMA each NUMA node, PerSocket each socket.
+	PerUnit Domain
+
+	BindTo         BindTo // CPU binding of each rank; "" is BindNone
+	ReportBindings bool   // write each rank's binding to Stderr before it starts
+}
+
+// RankEnv is what the ranks' environment is made of.
+type RankEnv struct {
+	Exports []string // -x VAR or VAR=value
+	Environ []string // flexrun's environment, inherited by the ranks; nil: os.Environ()
+}
+
+// Output is where the ranks' input comes from and their output goes.
+type Output struct {
+	TagOutput       bool   // prefix forwarded lines with "[1,rank]<stdout>:" ("<stderr>" on stderr), as mpirun
+	TimestampOutput bool   // prefix forwarded lines with the time they arrived
+	OutputDir       string // also write DIR/rank.N/stdout and stderr
+
+	Stdin  io.Reader // rank 0's stdin; nil: /dev/null (other ranks always get /dev/null)
+	Stdout io.Writer // ranks' stdout lines; nil: discarded
+	Stderr io.Writer // ranks' stderr lines and flexrun's messages; nil: discarded
+}
+
+// Deadlines are how long a job and its steps may take.
+type Deadlines struct {
+	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
+	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
+	KillGrace        time.Duration // SIGTERM to SIGKILL; 0: 2 s
+	// CauseGrace is how long the first failure waits for the other ranks'
+	// ends before flexrun names the cause (sooner when every rank has
+	// ended); 0: DefaultCauseGrace.
+	CauseGrace time.Duration
 }
 
 // Bootstrap is the job's rendezvous server as the launcher uses it
@@ -100,10 +124,11 @@ type BootstrapConfig struct {
 // failure that ended a job's store, to help name the cause.
 type BootstrapReport struct {
 	Rank int
-	// Lost: the server found Rank gone (its connection ended before its
-	// goodbye, or it fell silent), and that was the job's first failure.
-	// Else Rank aborted the job because it had lost a peer: it failed
-	// because of another rank and is not the cause.
+	// Lost: the server itself found Rank gone (its connection ended
+	// before its goodbye, or it fell silent); reports of this kind come in
+	// the order the server found the ranks, and the first names the
+	// cause. Else Rank aborted the job because it had lost a peer: it
+	// failed because of another rank and is not the cause.
 	Lost bool
 }
 
@@ -145,7 +170,9 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if job.NewBootstrap == nil {
 		return 1, fmt.Errorf("launcher: Job.NewBootstrap is nil")
 	}
-	exits := make(chan rankExit, len(plan))
+	// Room for every exit: a plan per NUMA node or socket may grow once
+	// the agents report their hosts' counts (replanDomains).
+	exits := make(chan rankExit, 8*len(plan)+64)
 	var rj *remoteJob
 	if len(remote) > 0 {
 		// Every host says hello before anything else starts, so that
@@ -154,6 +181,12 @@ func Run(ctx context.Context, job Job) (int, error) {
 			return 1, err
 		}
 		defer rj.shutdown(job.KillGrace + 2*time.Second)
+		if plan, hosts, err = job.replanDomains(plan, hosts, rj); err != nil {
+			return 1, err
+		}
+		if len(plan) > cap(exits) {
+			return 1, fmt.Errorf("plan: %d ranks once the agents reported their hosts, more than flexrun planned for (%d)", len(plan), cap(exits))
+		}
 	}
 	je, err := job.secrets(len(plan))
 	if err != nil {
@@ -163,7 +196,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if len(remote) > 0 {
 		listen = "0.0.0.0:0"
 	}
-	reports := make(chan BootstrapReport, len(plan))
+	reports := make(chan BootstrapReport, 2*len(plan)+2) // a loss may come as "rank lost" and "job failed"
 	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Reports: reports})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
@@ -177,7 +210,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if !isLocalHost(hosts, plan[0].Host) {
 		je.MasterAddr = plan[0].Host // rank 0's host, as the user named it
 	}
-	sup := &supervisor{job: job, path: path, plan: plan, env: env, je: je.jobEnv, srv: srv, exits: exits, reportC: reports}
+	sup := &supervisor{job: job, launchSpec: launchSpec{path: path, plan: plan, env: env, je: je.jobEnv}, srv: srv, exits: exits, causeWindow: causeWindow{reportC: reports}}
 	if sup.binds, err = job.localBindings(plan, hosts, env); err != nil {
 		return 1, err
 	}
@@ -235,11 +268,12 @@ func (job Job) prepare() ([]Placement, []string, []Host, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	plan, err := Plan(PlanRequest{Hosts: hosts, NP: job.NP, MapBy: job.MapBy, PerNode: job.PerNode, Oversubscribe: job.Oversubscribe})
+	env, warnings, err := applyExports(job.Environ, job.Exports)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	env, warnings, err := applyExports(job.Environ, job.Exports)
+	hosts = job.domainCounts(hosts, env)
+	plan, err := job.plan(hosts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -316,13 +350,22 @@ func printPlan(w io.Writer, job Job, plan []Placement) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "flexrun: dry run: %d ranks: %s\n", len(plan), strings.Join(append([]string{job.Program}, job.Args...), " "))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tHOST\tNODE\tLOCAL_RANK\tLOCAL_SIZE\tGPU")
+	in := len(plan) > 0 && plan[0].In.Unit != ""
+	head := "RANK\tHOST\tNODE\tLOCAL_RANK\tLOCAL_SIZE\tGPU"
+	if in {
+		head += "\tIN" // the NUMA node or socket of --map-by ppr:N:numa|socket
+	}
+	fmt.Fprintln(tw, head)
 	for _, p := range plan {
 		gpu := "-"
 		if p.GPU >= 0 {
 			gpu = fmt.Sprint(p.GPU)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\n", p.Rank, p.Host, p.NodeRank, p.LocalRank, p.LocalSize, gpu)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s", p.Rank, p.Host, p.NodeRank, p.LocalRank, p.LocalSize, gpu)
+		if in {
+			fmt.Fprintf(tw, "\t%s #%d", p.In.Unit.name(), p.In.Index)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	_, err := io.WriteString(w, b.String())

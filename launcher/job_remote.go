@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -112,7 +113,7 @@ func (job Job) agentSpecs(rj *remoteJob, plan []Placement, je jobEnv) (map[*agen
 		spec := agentSpec{
 			Node: a.node, Program: job.Program, Args: job.Args, Dir: dir, Env: env, PathPrefix: prefix,
 			Job: sj, KillGrace: job.KillGrace, Timeout: rj.cfg.AgentTimeout, StdinRank: -1,
-			BindTo: job.BindTo, ReportBindings: job.ReportBindings,
+			agentBinding: agentBinding{BindTo: job.BindTo, ReportBindings: job.ReportBindings},
 		}
 		a.mu.Lock()
 		a.report = job.Stderr
@@ -176,4 +177,60 @@ func (job Job) remoteEnv() []string {
 		env = setEnv(env, k, v)
 	}
 	return env
+}
+
+// domainCounts fills in the NUMA node and socket counts that
+// --map-by ppr:N:numa|socket needs: this machine's from CountDomains over
+// the ranks' environment env (-x applied, as binding reads it), and for
+// other hosts this machine's too, as an estimate until their agents
+// report theirs (replanDomains).
+func (job Job) domainCounts(hosts []Host, env []string) []Host {
+	if job.PerNode == 0 || job.PerUnit == "" || job.PerUnit == PerHost {
+		return hosts
+	}
+	numa, sockets := CountDomains(envLookup(env), "")
+	out := slices.Clone(hosts)
+	for i := range out {
+		if out[i].NUMANodes == 0 {
+			out[i].NUMANodes = numa
+		}
+		if out[i].Sockets == 0 {
+			out[i].Sockets = sockets
+		}
+	}
+	return out
+}
+
+func (job Job) plan(hosts []Host) ([]Placement, error) {
+	return Plan(PlanRequest{Hosts: hosts, NP: job.NP, MapBy: job.MapBy, PerNode: job.PerNode, Unit: job.PerUnit, Oversubscribe: job.Oversubscribe})
+}
+
+// replanDomains plans again with the NUMA node and socket counts the
+// agents reported, when the mapping depends on them. A host that now gets
+// ranks but has no agent is an error.
+func (job Job) replanDomains(plan []Placement, hosts []Host, rj *remoteJob) ([]Placement, []Host, error) {
+	if rj == nil || job.PerNode == 0 || job.PerUnit == "" || job.PerUnit == PerHost {
+		return plan, hosts, nil
+	}
+	hosts = slices.Clone(hosts)
+	for _, a := range rj.conns {
+		a.mu.Lock()
+		info := a.info
+		a.mu.Unlock()
+		for i := range hosts {
+			if hosts[i].Name == a.host.Name {
+				hosts[i].NUMANodes, hosts[i].Sockets = info.NUMANodes, info.Sockets
+			}
+		}
+	}
+	next, err := job.plan(hosts)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range next {
+		if !isLocalHost(hosts, p.Host) && !used(plan, p.Host) {
+			return nil, nil, fmt.Errorf("plan: host %s gets ranks once the agents' %s counts are known, but was not started (give -np)", p.Host, job.PerUnit.name())
+		}
+	}
+	return next, hosts, nil
 }

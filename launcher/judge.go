@@ -59,7 +59,7 @@ type verdict struct {
 // evidence is what the bootstrap server said about the job's failure.
 type evidence struct {
 	reporters map[int]bool // ranks that aborted the job because they lost a peer
-	lostFirst *int         // the rank whose loss was the job's first failure
+	lostFirst *int         // the first rank the server itself found lost
 }
 
 func (e *evidence) add(r BootstrapReport) {
@@ -83,8 +83,14 @@ func (e *evidence) add(r BootstrapReport) {
 //     went with it, and a silent host stops everything else;
 //  2. a rank stopped by a signal (SIGSTOP): it cannot fail because of a
 //     peer, it just stops answering;
-//  3. the rank whose loss the bootstrap server found first, when that was
-//     the job's first failure (before any rank reported a lost peer);
+//  3. the first rank the bootstrap server itself found lost (its
+//     connection ended before its goodbye: the kernel closes a dying
+//     process's sockets at once, well before its peers notice the loss on
+//     their links, and a rank that notices waits up to a second for the
+//     server's finding before it gives up, see internal/comm), even when
+//     a rank's second-hand "peer lost" report reached the server first;
+//     unless that rank is itself known to be a consequence (it reported a
+//     lost peer, or exited with ExitPeerLost);
 //  4. the first rank to end among those not known to be consequences
 //     (ExitPeerLost, ranks that aborted the job because they lost a
 //     peer). On one host "first" is the kernel's exit
@@ -110,7 +116,7 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 			return 0
 		case o.kind == endStopped:
 			return 1
-		case ev.lostFirst != nil && *ev.lostFirst == o.rank && !reporters[o.rank]:
+		case ev.lostFirst != nil && *ev.lostFirst == o.rank && !reporters[o.rank] && o.kind != endPeerLost:
 			return 2
 		case o.kind == endPeerLost || reporters[o.rank]:
 			return 5

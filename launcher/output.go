@@ -42,24 +42,43 @@ func (l *LockedWriter) Write(p []byte) (int, error) {
 type forwarder struct {
 	dst    io.Writer // shared destination; each line is one Write
 	file   io.Writer // the rank's own copy (--output-dir), bytes as read; may be nil
-	prefix []byte    // --tag-output prefix, e.g. "[3] "
+	prefix []byte    // written before each line (after any stamp): see outputPrefix
 	max    int       // MaxLine (smaller in tests)
 	// stamp, when set, gives the time written before each line
 	// (--timestamp-output, in StampLayout).
 	stamp func() time.Time
 }
 
-// StampLayout is the time format of --timestamp-output: local time to the
-// microsecond with its UTC offset, then a space, before any tag.
-const StampLayout = "2006-01-02T15:04:05.000000Z07:00"
+// StampLayout is the time format of --timestamp-output: OpenMPI's, the
+// C library's ctime() without its newline ("Tue Nov 24 14:20:40 2026"),
+// local time, with nothing between it and the tag that follows.
+const StampLayout = time.ANSIC
 
-// tagPrefix is the --tag-output prefix of a rank's stream: "[3] " on
-// stdout, "[3]<stderr> " on stderr.
-func tagPrefix(rank, stream int) []byte {
+// outputJobID is the job number in OpenMPI's tags ("[1,R]") and in
+// --output-filename's DIR/1/: a flexrun runs one job.
+const outputJobID = "1"
+
+// streamName is the stream word of OpenMPI's tags: stream 0 "stdout",
+// 1 "stderr".
+func streamName(stream int) string {
 	if stream == 1 {
-		return []byte("[" + strconv.Itoa(rank) + "]<stderr> ")
+		return "stderr"
 	}
-	return []byte("[" + strconv.Itoa(rank) + "] ")
+	return "stdout"
+}
+
+// outputPrefix is what goes before each line of a rank's stream after
+// any timestamp, exactly as OpenMPI 4.1's mpirun writes it:
+// --tag-output "[1,R]<stdout>:" (or <stderr>), --timestamp-output alone
+// "<stdout>:", neither nothing. There is no space before the line.
+func outputPrefix(rank, stream int, tag, stamp bool) []byte {
+	switch {
+	case tag:
+		return []byte("[" + outputJobID + "," + strconv.Itoa(rank) + "]<" + streamName(stream) + ">:")
+	case stamp:
+		return []byte("<" + streamName(stream) + ">:")
+	}
+	return nil
 }
 
 // run reads r until end of file (or a read deadline set on it) and writes
@@ -73,7 +92,7 @@ func (f forwarder) run(r io.Reader) error {
 	emit := func(b []byte, addNewline bool) {
 		out = out[:0]
 		if f.stamp != nil {
-			out = append(f.stamp().AppendFormat(out, StampLayout), ' ')
+			out = f.stamp().AppendFormat(out, StampLayout)
 		}
 		out = append(append(out, f.prefix...), b...)
 		if addNewline {

@@ -20,31 +20,58 @@ const (
 
 // ParseMapBy accepts "slot" (or "") and "node".
 func ParseMapBy(s string) (MapBy, error) {
-	m, n, err := ParseMapping(s)
-	if err == nil && n > 0 {
+	m, err := ParseMapping(s)
+	if err == nil && m.PerUnit > 0 {
 		err = fmt.Errorf("--map-by %q: ppr sets ranks per node; use ParseMapping", s)
 	}
-	return m, err
+	return m.By, err
+}
+
+// Domain is the unit of --map-by ppr:N:UNIT: a whole host, one of its NUMA
+// nodes, or one of its sockets (CPU packages).
+type Domain string
+
+// The units of ppr:N:UNIT, spelled as OpenMPI spells them.
+const (
+	PerHost   Domain = "node"
+	PerNUMA   Domain = "numa"
+	PerSocket Domain = "socket"
+)
+
+// Mapping is a parsed --map-by.
+type Mapping struct {
+	By      MapBy
+	PerUnit int    // ppr's N: ranks on each Unit of each host; 0: no ppr
+	Unit    Domain // ppr's unit; "" when PerUnit is 0
 }
 
 // ParseMapping reads mpirun's --map-by: "slot" (or ""), "node", or
-// "ppr:N:node" (N ranks per node, filled host by host, like -N N); perNode
-// is N, 0 for the others.
-func ParseMapping(s string) (m MapBy, perNode int, err error) {
+// "ppr:N:UNIT" with UNIT node, numa (OpenMPI 5: numanode) or socket
+// (OpenMPI 5: package): N ranks on each host, on each NUMA node of each
+// host, or on each socket of each host, filled host by host.
+func ParseMapping(s string) (Mapping, error) {
 	switch l := strings.ToLower(s); {
 	case l == "" || l == "slot":
-		return MapBySlot, 0, nil
+		return Mapping{By: MapBySlot}, nil
 	case l == "node":
-		return MapByNode, 0, nil
+		return Mapping{By: MapByNode}, nil
 	case strings.HasPrefix(l, "ppr:"):
 		n, unit, ok := strings.Cut(strings.TrimPrefix(l, "ppr:"), ":")
 		k, cerr := strconv.Atoi(n)
-		if !ok || cerr != nil || k < 1 || unit != "node" {
-			return "", 0, fmt.Errorf("--map-by %q: want ppr:N:node with N of 1 or more (ranks per socket or numa node are not supported; see --bind-to numa)", s)
+		if !ok || cerr != nil || k < 1 {
+			return Mapping{}, fmt.Errorf("--map-by %q: want ppr:N:node, ppr:N:numa or ppr:N:socket with N of 1 or more", s)
 		}
-		return MapBySlot, k, nil
+		switch unit {
+		case "node":
+			return Mapping{By: MapBySlot, PerUnit: k, Unit: PerHost}, nil
+		case "numa", "numanode":
+			return Mapping{By: MapBySlot, PerUnit: k, Unit: PerNUMA}, nil
+		case "socket", "package":
+			return Mapping{By: MapBySlot, PerUnit: k, Unit: PerSocket}, nil
+		}
+		return Mapping{}, fmt.Errorf("--map-by %q: ranks per %q are not supported: want ppr:N:node, ppr:N:numa or ppr:N:socket (modifiers such as :pe=2 neither)", s, unit)
 	}
-	return "", 0, fmt.Errorf("--map-by %q: want slot, node or ppr:N:node", s)
+	return Mapping{}, fmt.Errorf("--map-by %q: want slot, node, ppr:N:node, ppr:N:numa or ppr:N:socket", s)
 }
 
 // Placement is where one rank runs.
@@ -55,6 +82,9 @@ type Placement struct {
 	LocalRank int // index of this rank among the ranks on Host, in rank order
 	LocalSize int // number of ranks on Host
 	GPU       int // LocalRank mod the host's GPUs; -1 when it has none
+	// In is the NUMA node or socket of Host that --map-by ppr:N:numa or
+	// ppr:N:socket put the rank in; zero (Unit "") otherwise.
+	In DomainSlot `json:"in,omitzero"`
 }
 
 // PlanRequest is the planner's input.
@@ -66,7 +96,11 @@ type PlanRequest struct {
 	// --map-by ppr:N:node): every host takes PerNode ranks, NP defaults to
 	// PerNode times the hosts, and a host with fewer slots needs
 	// Oversubscribe.
-	PerNode       int
+	PerNode int
+	// Unit is what PerNode counts ranks of: "" or PerHost (the host),
+	// PerNUMA or PerSocket (each NUMA node or socket of the host, whose
+	// number the Host says; the rank's Placement.In says which).
+	Unit          Domain
 	Oversubscribe bool // allow more ranks than slots (up to MaxSlots)
 }
 
@@ -121,26 +155,41 @@ func Plan(req PlanRequest) ([]Placement, error) {
 	if err != nil {
 		return nil, err
 	}
-	return placements(req.Hosts, order), nil
+	out := placements(req.Hosts, order)
+	if req.PerNode > 0 && req.Unit != "" && req.Unit != PerHost {
+		setDomains(out, req.Unit, req.PerNode)
+	}
+	return out, nil
 }
 
-// perNodeHosts gives every host PerNode slots (and no more), checking
-// that each has that many slots or oversubscription is allowed, and that
-// NP fits.
+// perNodeHosts gives every host PerNode ranks per unit (and no more),
+// checking that each has that many slots or oversubscription is allowed,
+// and that NP fits.
 func perNodeHosts(req PlanRequest) ([]Host, error) {
 	out := make([]Host, len(req.Hosts))
+	total := 0
 	for i, h := range req.Hosts {
-		if h.Slots < req.PerNode && !req.Oversubscribe {
-			return nil, fmt.Errorf("plan: %d ranks per node but host %s has %d slots; use --oversubscribe to run more ranks than slots", req.PerNode, h.Name, h.Slots)
+		units, err := h.units(req.Unit)
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
 		}
-		if h.MaxSlots != 0 && h.MaxSlots < req.PerNode {
-			return nil, fmt.Errorf("plan: %d ranks per node but host %s has max_slots=%d", req.PerNode, h.Name, h.MaxSlots)
+		n := req.PerNode * units
+		what := fmt.Sprintf("%d ranks per %s", req.PerNode, req.Unit.name())
+		if units != 1 {
+			what += fmt.Sprintf(" (%d %ss: %d ranks)", units, req.Unit.name(), n)
 		}
-		h.Slots, h.MaxSlots = req.PerNode, req.PerNode
+		if h.Slots < n && !req.Oversubscribe {
+			return nil, fmt.Errorf("plan: %s but host %s has %d slots; use --oversubscribe to run more ranks than slots", what, h.Name, h.Slots)
+		}
+		if h.MaxSlots != 0 && h.MaxSlots < n {
+			return nil, fmt.Errorf("plan: %s but host %s has max_slots=%d", what, h.Name, h.MaxSlots)
+		}
+		h.Slots, h.MaxSlots = n, n
 		out[i] = h
+		total += n
 	}
-	if total := req.PerNode * len(out); req.NP > total {
-		return nil, fmt.Errorf("plan: -np %d is more than %d ranks per node on %d hosts (%d)", req.NP, req.PerNode, len(out), total)
+	if req.NP > total {
+		return nil, fmt.Errorf("plan: -np %d is more than %d ranks per %s on %d hosts (%d)", req.NP, req.PerNode, req.Unit.name(), len(out), total)
 	}
 	return out, nil
 }

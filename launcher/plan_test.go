@@ -87,24 +87,28 @@ func TestParseMapBy(t *testing.T) {
 func TestParseMapping(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    MapBy
-		perNode int
+		want    Mapping
 		wantErr string
 	}{
-		{"", MapBySlot, 0, ""},
-		{"node", MapByNode, 0, ""},
-		{"ppr:4:node", MapBySlot, 4, ""},
-		{"PPR:1:NODE", MapBySlot, 1, ""},
-		{"ppr:0:node", "", 0, "want ppr:N:node"},
-		{"ppr:2:socket", "", 0, "want ppr:N:node"},
-		{"ppr:x:node", "", 0, "want ppr:N:node"},
-		{"socket", "", 0, "want slot, node or ppr:N:node"},
+		{"", Mapping{By: MapBySlot}, ""},
+		{"node", Mapping{By: MapByNode}, ""},
+		{"ppr:4:node", Mapping{MapBySlot, 4, PerHost}, ""},
+		{"PPR:1:NODE", Mapping{MapBySlot, 1, PerHost}, ""},
+		{"ppr:2:numa", Mapping{MapBySlot, 2, PerNUMA}, ""},
+		{"ppr:1:numanode", Mapping{MapBySlot, 1, PerNUMA}, ""},
+		{"ppr:3:socket", Mapping{MapBySlot, 3, PerSocket}, ""},
+		{"ppr:1:package", Mapping{MapBySlot, 1, PerSocket}, ""},
+		{"ppr:0:node", Mapping{}, "want ppr:N:node, ppr:N:numa or ppr:N:socket with N of 1 or more"},
+		{"ppr:2:core", Mapping{}, `ranks per "core" are not supported`},
+		{"ppr:2:socket:pe=2", Mapping{}, `ranks per "socket:pe=2" are not supported`},
+		{"ppr:x:node", Mapping{}, "with N of 1 or more"},
+		{"socket", Mapping{}, "want slot, node, ppr:N:node, ppr:N:numa or ppr:N:socket"},
 	}
 	for _, tc := range tests {
-		m, n, err := ParseMapping(tc.in)
+		m, err := ParseMapping(tc.in)
 		checkErr(t, err, tc.wantErr)
-		if m != tc.want || n != tc.perNode {
-			t.Errorf("ParseMapping(%q) = %q, %d", tc.in, m, n)
+		if m != tc.want {
+			t.Errorf("ParseMapping(%q) = %+v, want %+v", tc.in, m, tc.want)
 		}
 	}
 }

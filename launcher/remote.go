@@ -29,16 +29,26 @@ type agentLink struct {
 	log      hclog.Logger
 	timeout  time.Duration // silence that counts as loss
 	stderr   *tailBuffer
-
-	mu     sync.Mutex
-	agents map[int]*agentConn // by node (srun: label, which is the node)
-	heard  time.Time
-	silent bool // killed for silence
+	linkAgents
 
 	// bind, under srun, finds the host of an agent whose hello arrives
 	// with a label not yet known (srun numbers the tasks in its own order).
 	bind func(label int, hello []byte) *agentConn
 
+	linkEnd
+}
+
+// linkAgents is the agents a link carries and when it was last heard;
+// mu guards them.
+type linkAgents struct {
+	mu     sync.Mutex
+	agents map[int]*agentConn // by node (srun: label, which is the node)
+	heard  time.Time
+	silent bool // killed for silence
+}
+
+// linkEnd is how the link's process ended.
+type linkEnd struct {
 	done chan struct{} // closed once the process has exited and the reader is done
 	end  string        // how it ended, set before done closes
 }
@@ -74,7 +84,8 @@ func startLink(what string, argv []string, labelled bool, timeout time.Duration,
 		return nil, err
 	}
 	l := &agentLink{what: what, cmd: cmd, in: in, fw: newFrameWriter(in), labelled: labelled, log: log,
-		timeout: timeout, stderr: &tailBuffer{max: 2048}, agents: map[int]*agentConn{}, done: make(chan struct{}), heard: time.Now()}
+		timeout: timeout, stderr: &tailBuffer{max: 2048}, linkAgents: linkAgents{agents: map[int]*agentConn{}, heard: time.Now()},
+		linkEnd: linkEnd{done: make(chan struct{})}}
 	cmd.Stderr = l.stderr
 	// Own process group: a ^C at flexrun's terminal must not kill ssh
 	// before flexrun has told the agents to tear down.

@@ -54,8 +54,8 @@ func newTestJob(t *testing.T, np int, script string) *testJob {
 	m := Machine{Hostname: "testhost", CPUs: 1}
 	tj.Job = Job{
 		Program: "/bin/sh", Args: []string{"-c", script},
-		NP: np, Oversubscribe: true, Machine: &m,
-		Stdout: tj.stdout, Stderr: tj.stderr,
+		Layout: Layout{NP: np, Oversubscribe: true}, Machine: &m,
+		Output: Output{Stdout: tj.stdout, Stderr: tj.stderr},
 		NewBootstrap: func(BootstrapConfig) (Bootstrap, error) {
 			tj.started++
 			ln, err := net.Listen("tcp", "127.0.0.1:0")

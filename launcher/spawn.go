@@ -90,19 +90,24 @@ type rankProc struct {
 
 // rankSpec is what startRank needs besides the spawner.
 type rankSpec struct {
-	path      string // resolved program
-	args      []string
-	env       []string
-	dir       string // working directory; "": this process's
-	p         Placement
-	stdin     *os.File // nil: /dev/null
+	path  string // resolved program
+	args  []string
+	env   []string
+	dir   string // working directory; "": this process's
+	p     Placement
+	stdin *os.File // nil: /dev/null
+	cpus  []int    // CPU affinity (--bind-to); nil: inherited
+	rankOutput
+}
+
+// rankOutput is where a rank's output goes.
+type rankOutput struct {
 	stdout    *LockedWriter
 	stderr    *LockedWriter
 	tag       bool
 	stamp     bool   // --timestamp-output
 	outputDir string // "": no per-rank files
 	maxLine   int
-	cpus      []int // CPU affinity (--bind-to); nil: inherited
 	// relay, when set, receives the rank's raw output instead of the line
 	// forwarder (stream 0 is stdout, 1 stderr); an agent sends it on.
 	relay func(stream int, r io.Reader)
@@ -195,10 +200,7 @@ func (rp *rankProc) forward(rs rankSpec, files [2]*os.File) {
 		if rs.relay != nil {
 			rs.relay(stream, r)
 		} else {
-			f := forwarder{dst: dst, max: rs.maxLine}
-			if rs.tag {
-				f.prefix = tagPrefix(rs.p.Rank, stream)
-			}
+			f := forwarder{dst: dst, max: rs.maxLine, prefix: outputPrefix(rs.p.Rank, stream, rs.tag, rs.stamp)}
 			if rs.stamp {
 				f.stamp = time.Now
 			}

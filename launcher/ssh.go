@@ -113,6 +113,15 @@ func (r Remote) sshCommand(host string, node int) []string {
 }
 
 // srunCommand starts one agent on each of hosts in one job step.
+//
+// The step gets --cpu-bind=none, not a --cpu-bind derived from the
+// binding plan: srun binds the tasks it starts, and its one task per node
+// here is the agent, which forks all of that node's ranks. A
+// map_cpu/mask_cpu list would bind the agent, not the ranks (they would
+// all inherit one mask), and flexrun cannot know a remote node's CPUs
+// before that node's agent reports them. So the agent must see every CPU
+// the step may use, and binds each rank itself from the plan (the same
+// sched_setaffinity path as over ssh), inside Slurm's cgroup.
 func (r Remote) srunCommand(hosts []string, exe string) []string {
 	args := []string{r.Srun, "--ntasks-per-node=1", "--nodes=" + strconv.Itoa(len(hosts)),
 		"--ntasks=" + strconv.Itoa(len(hosts)), "--nodelist=" + strings.Join(hosts, ","),

@@ -77,10 +77,10 @@ func TestSrunCommand(t *testing.T) {
 }
 
 func TestRemoteEnv(t *testing.T) {
-	job := Job{
+	job := Job{RankEnv: RankEnv{
 		Environ: []string{"PATH=/head/bin", "FLEXLINK_DEBUG=INFO", "FLEXLINK_HOSTNAME=head", "FLEXLINK_RANK=9", "HOME=/root", "WANDB_KEY=k"},
 		Exports: []string{"WANDB_KEY", "LR=0.1,0.2", "ABSENT"},
-	}
+	}}
 	want := []string{"FLEXLINK_DEBUG=INFO", "WANDB_KEY=k", "LR=0.1,0.2"}
 	if got := job.remoteEnv(); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
@@ -132,7 +132,7 @@ func TestJobHosts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			job := Job{Environ: tc.environ, Hosts: tc.hosts, Machine: &m, Remote: Remote{Launcher: tc.launcher}}
+			job := Job{RankEnv: RankEnv{Environ: tc.environ}, Layout: Layout{Hosts: tc.hosts}, Machine: &m, Remote: Remote{Launcher: tc.launcher}}
 			got, err := job.hosts()
 			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("hosts = %+v, %v; want %+v", got, err, tc.want)

@@ -35,30 +35,49 @@ func (e *JobError) Unwrap() error { return e.Err }
 // timeout and signals, and tears the job down on the first failure.
 type supervisor struct {
 	job    Job
-	binds  map[int]Binding // local ranks' CPUs (--bind-to); nil: none bound
-	path   string
-	plan   []Placement
-	env    []string
-	je     jobEnv
 	srv    Bootstrap
 	remote *remoteJob // agents of the other hosts; nil: all ranks local
+	launchSpec
 
-	ranks   []*rankProc
-	exited  []bool
-	alive   int
-	exits   chan rankExit
+	ranks  []*rankProc
+	exited []bool
+	alive  int
+	exits  chan rankExit
+
+	ending
+	causeWindow
+}
+
+// launchSpec is what the supervisor starts: the resolved program, the
+// plan, the ranks' environment and job variables, and the local ranks'
+// CPUs.
+type launchSpec struct {
+	path  string
+	plan  []Placement
+	env   []string
+	je    jobEnv
+	binds map[int]Binding // local ranks' CPUs (--bind-to); nil: none bound
+}
+
+// ending is the job's end once it fails: the first failure and the exit
+// code, and the times of the teardown's steps.
+type ending struct {
 	cause   error // first failure; nil while all is well
 	code    int
 	killC   <-chan time.Time // SIGKILL time, once tearing down
 	giveUpC <-chan time.Time // stop waiting for ranks that ignore SIGKILL
+}
 
-	// One failure shows as several exits whose reports race: a rank dies,
-	// its peers' collectives fail on the lost peer and they exit too,
-	// and with ranks on other hosts the bootstrap, the agents and the
-	// local ranks all report at once. The first failure opens a window
-	// of Job.CauseGrace (closed early when every rank has ended) in which
-	// every end is collected; then judge names the cause and the ranks
-	// that failed because of it.
+// causeWindow collects a failure's evidence before the cause is named.
+//
+// One failure shows as several exits whose reports race: a rank dies,
+// its peers' collectives fail on the lost peer and they exit too, and
+// with ranks on other hosts the bootstrap, the agents and the local ranks
+// all report at once. The first failure opens a window of Job.CauseGrace
+// (closed early when every rank has ended) in which every end is
+// collected; then judge names the cause and the ranks that failed because
+// of it.
+type causeWindow struct {
 	failed   []outcome              // failed ranks seen in the window, in the order seen
 	seen     int                    // ends seen so far (outcome.order)
 	evidence evidence               // what the bootstrap server told
@@ -109,8 +128,8 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 	for _, p := range s.plan {
 		rs := rankSpec{
 			path: s.path, args: s.job.Args, env: rankEnv(s.env, s.je, p), p: p,
-			stdout: s.job.Stdout.(*LockedWriter), stderr: s.job.Stderr.(*LockedWriter),
-			tag: s.job.TagOutput, stamp: s.job.TimestampOutput, outputDir: s.job.OutputDir, maxLine: MaxLine,
+			rankOutput: rankOutput{stdout: s.job.Stdout.(*LockedWriter), stderr: s.job.Stderr.(*LockedWriter),
+				tag: s.job.TagOutput, stamp: s.job.TimestampOutput, outputDir: s.job.OutputDir, maxLine: MaxLine},
 			cpus: s.binds[p.Rank].CPUs,
 		}
 		if p.Rank == 0 {

@@ -60,6 +60,11 @@ func TestJudge(t *testing.T) {
 			[]string{"rank 1 (host h, pid 101) exited with status 1; terminating 1 other rank", "rank 0 stopped: peer rank 1 lost"}},
 		{"one host: a signal within sameTime of a status goes first", []outcome{status(1, 1, 3), soon(killed(0, 2)), status(2, 3, 3)}, evidence{}, 0, []int{1, 2}, nil},
 		{"the bootstrap's first loss over an earlier exit", []outcome{status(1, 1, 3), status(2, 2, 3), status(0, 3, 3)}, evidence{lostFirst: ptr(2)}, 2, []int{0, 1}, nil},
+		{"the server's own finding over a second-hand report that came first", []outcome{status(1, 1, 1), status(0, 2, 1), status(3, 3, 1), status(2, 4, 1)},
+			evidence{reporters: map[int]bool{1: true}, lostFirst: ptr(3)}, 3, []int{0, 1, 2}, nil},
+		{"the server's own finding over a signal seen first", []outcome{killed(0, 1), status(3, 2, 3)}, evidence{lostFirst: ptr(3)}, 3, []int{0}, nil},
+		{"a lost rank that exited ExitPeerLost is no cause", []outcome{status(0, 1, ExitPeerLost), killed(2, 2)}, evidence{lostFirst: ptr(0)}, 2, []int{0}, nil},
+		{"a lost rank that reported a lost peer is no cause", []outcome{status(0, 1, 1), status(2, 2, 3)}, evidence{reporters: map[int]bool{0: true}, lostFirst: ptr(0)}, 2, []int{0}, nil},
 		{"the first loss, but stopped goes first", []outcome{status(1, 1, 3), stopped}, evidence{lostFirst: ptr(1)}, 2, []int{1}, nil},
 		{"ExitPeerLost is a consequence even when first", []outcome{status(0, 1, ExitPeerLost), status(3, 2, 3)}, evidence{}, 3, []int{0}, nil},
 		{"a reporter is a consequence even when first", []outcome{status(0, 1, 1), status(3, 2, 1)}, evidence{reporters: map[int]bool{0: true}}, 3, []int{0}, nil},
@@ -121,7 +126,7 @@ func TestJudgeWindow(t *testing.T) {
 		// No such process group: the teardown's signals reach nobody.
 		ranks[i] = &rankProc{p: Placement{Rank: i, Host: "h"}, pid: noPID + i}
 	}
-	s := &supervisor{job: Job{Stderr: &stderr, KillGrace: time.Hour, CauseGrace: time.Hour, Logger: hclog.NewNullLogger()}, srv: bs,
+	s := &supervisor{job: Job{Output: Output{Stderr: &stderr}, Deadlines: Deadlines{KillGrace: time.Hour, CauseGrace: time.Hour}, Logger: hclog.NewNullLogger()}, srv: bs,
 		ranks: ranks, exited: make([]bool, 3), alive: 3, exits: make(chan rankExit, 3)}
 	// Rank 0 is reported first, though the kernel saw rank 2 end first
 	// (order is the arrival on the exits channel: the reaper's order).

@@ -13,16 +13,27 @@ import (
 
 // config is one flexbench run.
 type config struct {
-	spec         *opSpec
-	minB, maxB   int64
-	factor       float64
-	step         int64
-	dt           dtype.DType
-	op           dtype.Op
-	root         int
+	spec *opSpec
+	sweep
+	dt          dtype.DType
+	op          dtype.Op
+	root        int
+	check       bool
+	inPlaceAlso bool
+	timing
+}
+
+// sweep is the message sizes swept: minB to maxB, times factor (or plus
+// step) each row.
+type sweep struct {
+	minB, maxB int64
+	factor     float64
+	step       int64
+}
+
+// timing is how each size is measured and how long it may take.
+type timing struct {
 	iters, warm  int
-	check        bool
-	inPlaceAlso  bool
 	iterDeadline time.Duration
 	avg          int           // time across ranks (-a): avgRank0, avgMean, avgMin or avgMax
 	agg          int           // operations per timed iteration (-m); 0 is 1

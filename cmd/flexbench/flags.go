@@ -35,8 +35,8 @@ func configFromFlags(cc *cli.Context, name string) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	cfg := config{spec: spec, factor: cc.Float64("stepfactor"), root: cc.Int("root"),
-		iters: cc.Int("iters"), warm: cc.Int("warmup_iters"), check: cc.Int("check") != 0,
+	cfg := config{spec: spec, sweep: sweep{factor: cc.Float64("stepfactor")}, root: cc.Int("root"),
+		timing: timing{iters: cc.Int("iters"), warm: cc.Int("warmup_iters")}, check: cc.Int("check") != 0,
 		inPlaceAlso: !cc.Bool("no-inplace")}
 	if cfg.minB, err = parseSize(cc.String("minbytes")); err != nil {
 		return cfg, fmt.Errorf("-b: %w", err)

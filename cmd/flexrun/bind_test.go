@@ -25,7 +25,7 @@ func rankCPUs(t *testing.T, env []string, args ...string) (map[int][]int, string
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	re := regexp.MustCompile(`^\[(\d+)\] Cpus_allowed_list:\s*(\S+)$`)
+	re := regexp.MustCompile(`^\[1,(\d+)\]<stdout>:Cpus_allowed_list:\s*(\S+)$`)
 	got := map[int][]int{}
 	for line := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
 		m := re.FindStringSubmatch(line)
@@ -158,14 +158,18 @@ func TestOutputFilename(t *testing.T) {
 }
 
 func TestTimestampOutput(t *testing.T) {
-	before := time.Now().Add(-time.Second)
+	before := time.Now().Add(-time.Second).Truncate(time.Second)
 	r := flexrun(t, runOpts{}, "-np", "1", "--timestamp-output", "--tag-output", "sh", "-c", "echo hi; echo oops >&2")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, c := range []struct{ out, rest string }{{r.stdout, "[0] hi"}, {r.stderr, "[0]<stderr> oops"}} {
-		stamp, rest, _ := strings.Cut(strings.TrimSpace(c.out), " ")
-		at, err := time.Parse(launcher.StampLayout, stamp)
+	for _, c := range []struct{ out, rest string }{{r.stdout, "[1,0]<stdout>:hi"}, {r.stderr, "[1,0]<stderr>:oops"}} {
+		line := strings.TrimSpace(c.out)
+		if len(line) < len(launcher.StampLayout) {
+			t.Fatalf("line %q", line)
+		}
+		stamp, rest := line[:len(launcher.StampLayout)], line[len(launcher.StampLayout):]
+		at, err := time.ParseInLocation(launcher.StampLayout, stamp, time.Local)
 		if err != nil || rest != c.rest || at.Before(before) || at.After(time.Now()) {
 			t.Errorf("line %q: stamp %v (%v), rest %q; want %q", c.out, at, err, rest, c.rest)
 		}
@@ -183,5 +187,43 @@ func TestRemoteFlexrunMissing(t *testing.T) {
 	want := "host 203.0.113.7: ssh to 203.0.113.7 exited with status 127: bash: line 1: flexrun: command not found (flexrun is not on that host's PATH for non-interactive ssh: install it there, or use --prefix DIR"
 	if r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("exit %d, stderr %q; want %q", r.code, r.stderr, want)
+	}
+}
+
+// TestMapByPPRNUMA: --map-by ppr:1:numa on a topology file with two NUMA
+// nodes (cpu 0 and cpu 1) starts two ranks, one bound to each node, and
+// --report-bindings says the same as each rank's Cpus_allowed_list.
+func TestMapByPPRNUMA(t *testing.T) {
+	all := myCPUs(t)
+	if all[0] != 0 || all[1] != 1 {
+		testenv.MissingHardware(t, "cpus 0 and 1", "the topology file names them")
+	}
+	f := filepath.Join(t.TempDir(), "topo.json")
+	js := `{"hostname": "x", "numa": [{"id": 0, "cpus": "0"}, {"id": 1, "cpus": "1"}], "gpus": [], "nics": []}`
+	if err := os.WriteFile(f, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"FLEXLINK_TOPO_FILE=" + f, "CUDA_VISIBLE_DEVICES="}
+	got, stderr := rankCPUs(t, env, "--map-by", "ppr:1:numa", "--report-bindings")
+	want := map[int][]int{0: {0}, 1: {1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Cpus_allowed_list by rank %v, want %v", got, want)
+	}
+	rep := reported(t, stderr)
+	for r, cpus := range want {
+		if rep[r] != launcher.FormatCPUList(cpus) {
+			t.Errorf("rank %d: reported %q, want %v", r, rep[r], cpus)
+		}
+	}
+	if !strings.Contains(stderr, "rank 1 (local 1) bound to cpus 1 (numa node 1)") {
+		t.Errorf("stderr %q", stderr)
+	}
+	// -x FLEXLINK_TOPO_FILE counts too: the plan reads the ranks' environment.
+	if x := flexrun(t, runOpts{env: []string{"CUDA_VISIBLE_DEVICES="}}, "-x", "FLEXLINK_TOPO_FILE="+f, "--map-by", "ppr:1:numa", "--dry-run", "true"); !strings.Contains(x.stdout, "dry run: 2 ranks") {
+		t.Errorf("-x FLEXLINK_TOPO_FILE: exit %d\n%s%s", x.code, x.stdout, x.stderr)
+	}
+	r := flexrun(t, runOpts{env: env}, "--map-by", "ppr:2:numa", "--oversubscribe", "--dry-run", "true")
+	if !strings.Contains(r.stdout, "dry run: 4 ranks") || !regexp.MustCompile(`(?m)^3\s+\S+\s+0\s+3\s+4\s+-\s+numa node #1$`).MatchString(r.stdout) {
+		t.Errorf("dry run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

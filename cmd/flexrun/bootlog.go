@@ -14,10 +14,11 @@ import (
 // bootLog is the bootstrap server's logger as flexrun gives it: the
 // server's ERROR lines about a failing job ("rank lost", "job failed") say
 // what flexrun's own two lines say better (the cause first, then the ranks
-// that failed because of it), so they go out at DEBUG; and the job's first
-// failure is reported to the launcher: the rank the server found lost, or
-// the rank that aborted because it had lost a peer (which the launcher
-// then never names as the cause).
+// that failed because of it), so they go out at DEBUG; and they are
+// reported to the launcher: every rank the server itself found lost, in
+// the order it found them ("rank lost"), and the job's first failure
+// ("job failed": such a loss, or a rank that aborted because it had lost
+// a peer, which the launcher then never names as the cause).
 //
 // The server has no other way to tell (bootstrap.ServerConfig has no
 // hook); the messages read here are pinned by TestBootLog.
@@ -40,6 +41,7 @@ func (b *bootLog) Log(level hclog.Level, msg string, args ...any) {
 			b.jobFailed(args)
 			level = hclog.Debug
 		case "rank lost":
+			b.rankLost(args)
 			level = hclog.Debug
 		}
 	}
@@ -61,6 +63,21 @@ func (b *bootLog) jobFailed(args []any) {
 			case b.reports <- r:
 			default:
 			}
+		}
+	}
+}
+
+// rankLost reports a rank the server itself found gone ("rank lost",
+// rank=N): first-hand, in the order the server found them, which the
+// launcher prefers over ranks' second-hand "peer lost" reports.
+func (b *bootLog) rankLost(args []any) {
+	for i := 0; i+1 < len(args); i += 2 {
+		if r, ok := args[i+1].(int); ok && args[i] == "rank" && b.reports != nil {
+			select {
+			case b.reports <- launcher.BootstrapReport{Rank: r, Lost: true}:
+			default:
+			}
+			return
 		}
 	}
 }

@@ -118,3 +118,28 @@ func joinAll(t *testing.T, addr string, n int) []bootstrap.Store {
 	}
 	return st
 }
+
+// TestBootLogRankLost: every "rank lost" the server logs is reported as
+// first-hand, in order, after a second-hand abort too; nothing at ERROR.
+func TestBootLogRankLost(t *testing.T) {
+	var out bytes.Buffer
+	reports := make(chan launcher.BootstrapReport, 4)
+	lg := newBootLog(hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &out}), reports).Named("bootstrap")
+	lg.Error("job failed", "error", errors.Join(errors.New("bootstrap: job aborted by rank 1: rank 1: shm link to rank 3: closed"), errs.ErrPeerLost))
+	lg.Error("rank lost", "rank", 3, "host", "h2", "from", "10.0.0.2:5000", "error", errors.New("EOF"))
+	lg.Error("rank lost", "rank", 1, "host", "h1", "from", "10.0.0.1:5000", "error", errors.New("EOF"))
+	want := []launcher.BootstrapReport{{Rank: 1}, {Rank: 3, Lost: true}, {Rank: 1, Lost: true}}
+	for i, w := range want {
+		select {
+		case r := <-reports:
+			if r != w {
+				t.Errorf("report %d: %+v, want %+v", i, r, w)
+			}
+		default:
+			t.Fatalf("report %d missing", i)
+		}
+	}
+	if strings.Contains(out.String(), "[ERROR]") {
+		t.Errorf("log:\n%s", out.String())
+	}
+}

@@ -60,18 +60,18 @@ func duration(c *cli.Context, name string) time.Duration {
 // mappingFromFlags reads --map-by, -N, --bind-to and --output-filename
 // into job.
 func mappingFromFlags(c *cli.Context, job *launcher.Job) error {
-	var perNode int
-	var err error
-	if job.MapBy, perNode, err = launcher.ParseMapping(c.String("map-by")); err != nil {
+	m, err := launcher.ParseMapping(c.String("map-by"))
+	if err != nil {
 		return err
 	}
+	job.MapBy, job.PerUnit = m.By, m.Unit
 	switch {
 	case job.PerNode < 0:
 		return fmt.Errorf("-N %d: want 1 or more", job.PerNode)
-	case perNode > 0 && job.PerNode > 0 && perNode != job.PerNode:
+	case m.PerUnit > 0 && job.PerNode > 0 && (m.PerUnit != job.PerNode || m.Unit != launcher.PerHost):
 		return fmt.Errorf("-N %d and --map-by %s disagree: give one", job.PerNode, c.String("map-by"))
-	case perNode > 0:
-		job.PerNode = perNode
+	case m.PerUnit > 0:
+		job.PerNode = m.PerUnit
 	}
 	if job.BindTo, err = launcher.ParseBindTo(c.String("bind-to")); err != nil {
 		return err

@@ -20,8 +20,8 @@ func checkLines(t *testing.T, what, out string, ranks, n int, prefix func(int) s
 	next := make([]int, ranks)
 	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		s := line
-		if i := strings.IndexByte(s, ' '); strings.HasPrefix(s, "[") && i > 0 {
-			s = s[i+1:] // the tag holds no blank
+		if i := strings.Index(s, ">:"); strings.HasPrefix(s, "[") && i > 0 {
+			s = s[i+2:] // after mpirun's tag, "[1,R]<stdout>:"
 		}
 		var r int
 		if _, err := fmt.Sscanf(s, "rank %d", &r); err != nil || r < 0 || r >= ranks {
@@ -48,7 +48,7 @@ func TestWholeLines(t *testing.T) {
 		errPfx func(int) string // stderr's
 	}{
 		{"plain", nil, func(int) string { return "" }, func(int) string { return "" }},
-		{"tag-output", []string{"--tag-output"}, func(r int) string { return "[" + itoa(r) + "] " }, func(r int) string { return "[" + itoa(r) + "]<stderr> " }},
+		{"tag-output", []string{"--tag-output"}, func(r int) string { return "[1," + itoa(r) + "]<stdout>:" }, func(r int) string { return "[1," + itoa(r) + "]<stderr>:" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/hashicorp/go-hclog"
-
 	"flexlink/capi"
 	"flexlink/internal/settings"
 )
@@ -38,19 +36,13 @@ var (
 func lib() *capi.Library {
 	libOnce.Do(func() {
 		env := settings.OS()
-		// Quiet unless asked, like NCCL: NCCL_DEBUG (NCCL's own variable)
-		// or FLEXLINK_DEBUG.
-		level := hclog.Error
-		if env.IsSet("FLEXLINK_DEBUG") {
-			level = hclog.LevelFromString(env.String("FLEXLINK_DEBUG"))
-		}
+		// Logging goes through internal/flog like every rank's (capi maps
+		// NCCL_DEBUG* onto FLEXLINK_DEBUG*, docs/LOGGING.md); the INFO
+		// announcement follows either variable.
 		nd := strings.ToUpper(os.Getenv("NCCL_DEBUG"))
-		if nd == "WARN" || nd == "INFO" || nd == "TRACE" {
-			level = min(level, hclog.Warn)
-		}
-		info := nd == "INFO" || nd == "TRACE" || level <= hclog.Info
-		lg := hclog.New(&hclog.LoggerOptions{Name: "flexlink-nccl", Level: level, Output: os.Stderr})
-		opt := capi.Options{Env: env, Logger: lg}
+		fd := strings.ToUpper(env.String("FLEXLINK_DEBUG"))
+		info := nd == "INFO" || nd == "TRACE" || fd == "INFO" || fd == "DEBUG" || fd == "TRACE"
+		opt := capi.Options{Env: env}
 		if C.fl_cuda_open() != 0 {
 			opt.Memory = cudaMemory{}
 		}

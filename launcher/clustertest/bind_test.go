@@ -22,7 +22,7 @@ func TestSSHBindings(t *testing.T) {
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, p.err.String())
 	}
-	lineRE := regexp.MustCompile(`(?m)^\[(\d+)\] Cpus_allowed_list:\s*(\S+)$`)
+	lineRE := regexp.MustCompile(`(?m)^\[1,(\d+)\]<stdout>:Cpus_allowed_list:\s*(\S+)$`)
 	repRE := regexp.MustCompile(`(?m)^flexrun: \[([^\]]+)\] rank (\d+) \(local (\d+)\) bound to cpus (\S+)$`)
 	got := map[int]string{}
 	for _, m := range lineRE.FindAllStringSubmatch(p.out.String(), -1) {
@@ -68,7 +68,7 @@ func TestSallocFlexrunBindings(t *testing.T) {
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, p.out.String(), p.err.String())
 	}
-	lineRE := regexp.MustCompile(`(?m)^\[(\d+)\] Cpus_allowed_list:\s*(\S+)$`)
+	lineRE := regexp.MustCompile(`(?m)^\[1,(\d+)\]<stdout>:Cpus_allowed_list:\s*(\S+)$`)
 	repRE := regexp.MustCompile(`(?m)^flexrun: \[[^\]]+\] rank (\d+) \(local \d+\) bound to cpus (\S+)$`)
 	lines, reps := lineRE.FindAllStringSubmatch(p.out.String(), -1), repRE.FindAllStringSubmatch(p.err.String(), -1)
 	if len(lines) != 2 || len(reps) != 2 {

@@ -125,7 +125,7 @@ func TestSSHStdinAndOutput(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, p.err.String())
 	}
 	got := strings.Split(strings.TrimSuffix(p.out.String(), "\n"), "\n")
-	want := map[string]bool{"[0] one": true, "[0] two": true, "[0] last line of 0": true, "[1] last line of 1": true}
+	want := map[string]bool{"[1,0]<stdout>:one": true, "[1,0]<stdout>:two": true, "[1,0]<stdout>:last line of 0": true, "[1,1]<stdout>:last line of 1": true}
 	if len(got) != len(want) {
 		t.Fatalf("stdout %q, want the lines %v", got, want)
 	}

@@ -61,6 +61,9 @@ func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if o.Kind == plane.Group {
 		return p.group(ctx, o, s)
 	}
+	if o.Kind == plane.AllToAll || o.Kind == plane.AllToAllv { // through PXN when it applies (alltoall.go)
+		return p.alltoall(ctx, o, s)
+	}
 	sb, rb := bufLen(o.Send), bufLen(o.Recv)
 	sz := o.DT.Size()
 	if o.Kind == plane.Broadcast {

@@ -95,6 +95,15 @@ func deviceAllToAlls(c *Comm, dev *gpu.Device, level string) error {
 		}
 	}
 
+	// On 4 ranks (PXN off and 2), one in-place AllToAll whose blocks
+	// (8 MiB and a few elements) take the staged plane's pipelined rounds:
+	// 4 MiB, 4 MiB (the first slot again) and a partial one.
+	if n == 4 && level != "0" {
+		if err := bigAllToAll(ctx, dc, dev, s, me, n); err != nil {
+			return err
+		}
+	}
+
 	// AllToAllv with uneven counts.
 	sc, rc := make([]int, n), make([]int, n)
 	var send []int64
@@ -130,6 +139,41 @@ func deviceAllToAlls(c *Comm, dev *gpu.Device, level string) error {
 	// the other host's ranks on rail lo; at level 0 nobody relays.
 	if level == "2" && c.LocalRank() == 0 && st.Relayed == 0 || level == "0" && st.Relayed != 0 {
 		return fmt.Errorf("PXN level %s: local rank %d relayed %d messages (%s)", level, c.LocalRank(), st.Relayed, st)
+	}
+	return nil
+}
+
+func bigAllToAll(ctx context.Context, dc *DeviceComm, dev *gpu.Device, s *gpu.Stream, me, n int) error {
+	const blk = 1<<20 + 37 // int64 elements per block
+	buf := make([]int64, n*blk)
+	for d := range n {
+		for i := range blk {
+			buf[d*blk+i] = a2aValue(me, d, i)
+		}
+	}
+	b, err := dev.Alloc(8 * len(buf))
+	if err != nil {
+		return err
+	}
+	defer b.Free()
+	if err := s.CopyHtoD(b, i64Bytes(buf)); err != nil {
+		return err
+	}
+	if err := dc.AllToAll(ctx, b, b, blk, dtype.Int64, s); err != nil {
+		return fmt.Errorf("pipelined alltoall in place: %w", err)
+	}
+	if err := s.CopyDtoH(i64Bytes(buf), b); err != nil {
+		return err
+	}
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	for src := range n {
+		for i := range blk {
+			if want := a2aValue(src, me, i); buf[src*blk+i] != want {
+				return fmt.Errorf("pipelined alltoall in place: element %d from rank %d is %x, want %x", i, src, buf[src*blk+i], want)
+			}
+		}
 	}
 	return nil
 }

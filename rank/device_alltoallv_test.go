@@ -2,13 +2,19 @@ package rank
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
+	"flexlink/bootstrap"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
+	"flexlink/internal/settings"
 )
 
 // TestDeviceAllToAllPXN: GPU buffers (one fake GPU per rank) on 2 emulated
@@ -215,4 +221,101 @@ func i64Bytes(v []int64) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8*len(v))
+}
+
+// TestDeviceAllToAllPXNRankLost: 2 hosts × 2 ranks with fake GPUs and
+// FLEXLINK_PXN=2; after one GPU all-to-all through the proxies, rank 1 (the
+// relay of host0's rail eth) vanishes while the others are in the next
+// one: every survivor fails with ErrPeerLost naming rank 1 within 5 s.
+func TestDeviceAllToAllPXNRankLost(t *testing.T) {
+	const n, per, blk, lost = 4, 2, 1500, 1
+	drv, err := gpufake.Open(gpufake.Config{Devices: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	stores := bootstrap.NewInProc(n)
+	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_PXN": "2"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	job := fmt.Sprintf("gpulost%d", time.Now().UnixNano())
+	type rankState struct {
+		c    *Comm
+		dc   *DeviceComm
+		s    *gpu.Stream
+		b    *gpu.Buffer
+		err  error
+		took time.Duration
+	}
+	rs := make([]rankState, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := &rs[r]
+			st.err = func() error {
+				var err error
+				if st.c, err = New(ctx, stores[r], Options{Env: env, Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")}); err != nil {
+					return err
+				}
+				dev, err := drv.Device(r)
+				if err != nil {
+					return err
+				}
+				if st.dc, err = st.c.Device(ctx, dev); err != nil {
+					return err
+				}
+				if st.s, err = dev.NewStream(); err != nil {
+					return err
+				}
+				if st.b, err = dev.Alloc(8 * n * blk); err != nil {
+					return err
+				}
+				return st.dc.AllToAll(ctx, st.b, st.b, blk, dtype.Int64, st.s)
+			}()
+		}()
+	}
+	wg.Wait()
+	for r := range rs {
+		if rs[r].err != nil {
+			t.Fatalf("rank %d, first all-to-all: %v", r, rs[r].err)
+		}
+	}
+	if _, used := rs[0].c.PXNCounters(); !used {
+		t.Fatal("the first all-to-all did not use PXN")
+	}
+	for r := range n {
+		if r == lost {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := &rs[r]
+			start := time.Now()
+			st.err = st.dc.AllToAll(ctx, st.b, st.b, blk, dtype.Int64, st.s)
+			st.took = time.Since(start)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	rs[lost].c.c.AbortLinks(errors.New("simulated crash"))
+	if err := bootstrap.LoseInProc(stores[lost]); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for r := range rs {
+		if r == lost {
+			continue
+		}
+		if err := rs[r].err; !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "rank 1") {
+			t.Errorf("rank %d: got %v, want ErrPeerLost naming rank 1", r, err)
+		}
+		t.Logf("rank %d after %v: %v", r, rs[r].took, rs[r].err)
+		if rs[r].took > 5*time.Second {
+			t.Errorf("rank %d failed after %v, want < 5 s", r, rs[r].took)
+		}
+		_ = rs[r].dc.Close(ctx) // fails at once: the job is aborted
+		rs[r].c.Close()
+	}
 }

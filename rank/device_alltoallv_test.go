@@ -103,7 +103,7 @@ func deviceAllToAlls(c *Comm, dev *gpu.Device, level string) error {
 
 	// On 4 ranks (PXN off and 2), one in-place AllToAll whose blocks
 	// (8 MiB and a few elements) take the staged plane's pipelined rounds:
-	// 4 MiB, 4 MiB (the first slot again) and a partial one.
+	// 4 MiB, 4 MiB and a partial one (in the first slot again).
 	if n == 4 && level != "0" {
 		if err := bigAllToAll(ctx, dc, dev, s, me, n); err != nil {
 			return err

@@ -35,7 +35,7 @@ func (p *stagedPlane) RunsAllToAllv() bool { return true }
 // the relay's GPU staging, the relay's proxy sending from there with
 // GPUDirect RDMA) needs a network provider that reads device memory.
 func (p *stagedPlane) alltoall(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
-	if o.Kind == plane.AllToAll && o.Count*o.DT.Size() > roundBytes {
+	if o.Kind == plane.AllToAll && o.Count*o.DT.Size() >= 2*roundBytes {
 		return p.pipelined(ctx, o, s)
 	}
 	sl, rl := o.SendBytes, o.RecvBytes
@@ -124,7 +124,9 @@ func total(v []int) int {
 // AllToAll moves.
 const roundBytes = 4 << 20
 
-// pipelined runs an AllToAll whose blocks exceed roundBytes in rounds:
+// pipelined runs an AllToAll whose blocks hold at least two rounds (so its
+// staging, two slots of a round's send and receive blocks, is no larger
+// than the unpipelined call's) in rounds:
 // round k moves bytes [k*c, (k+1)*c) of every block (c is roundBytes in
 // whole elements), each round one host all-to-all (through the PXN proxy
 // when it applies). Two staging slots alternate, so the copies of round

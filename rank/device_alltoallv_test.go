@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,9 +13,11 @@ import (
 
 	"flexlink/bootstrap"
 	"flexlink/dtype"
+	"flexlink/fabric/transports"
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
 	"flexlink/internal/settings"
+	"flexlink/internal/testenv"
 )
 
 // TestDeviceAllToAllPXN: GPU buffers (one fake GPU per rank) on 2 emulated
@@ -37,7 +40,7 @@ func TestDeviceAllToAllPXN(t *testing.T) {
 			}
 			defer drv.Close()
 			host := func(r int) string { return fmt.Sprintf("host%d", r/tc.per) }
-			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_PXN": tc.level}
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + railNIC(t), "FLEXLINK_PXN": tc.level}
 			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank())
 				if err != nil {
@@ -47,6 +50,20 @@ func TestDeviceAllToAllPXN(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// railNIC is the first up interface with an IPv4 address besides
+// loopback: with lo, the second rail (local rank 0 owns lo, 1 the other).
+func railNIC(t *testing.T) string {
+	t.Helper()
+	ifs, _ := net.Interfaces()
+	for _, f := range ifs {
+		if f.Flags&net.FlagUp != 0 && f.Flags&net.FlagLoopback == 0 && transports.Subnet(f.Name) != "" {
+			return f.Name
+		}
+	}
+	testenv.Missing(t, "network interface", "the test needs one up interface with an IPv4 address besides loopback (two subnets: two rails)")
+	return ""
 }
 
 // a2aCount is the number of elements rank s sends rank d in the AllToAllv
@@ -235,7 +252,7 @@ func TestDeviceAllToAllPXNRankLost(t *testing.T) {
 	}
 	defer drv.Close()
 	stores := bootstrap.NewInProc(n)
-	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_PXN": "2"})
+	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + railNIC(t), "FLEXLINK_PXN": "2"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	job := fmt.Sprintf("gpulost%d", time.Now().UnixNano())
@@ -317,5 +334,37 @@ func TestDeviceAllToAllPXNRankLost(t *testing.T) {
 		}
 		_ = rs[r].dc.Close(ctx) // fails at once: the job is aborted
 		rs[r].c.Close()
+	}
+}
+
+// TestDeviceAllToAllPXNRealGPU is TestDeviceAllToAllPXN on the machine's
+// GPUs (skipped without one): 2 emulated hosts × 1 rank, or × 2 with two
+// GPUs or more, rank r on GPU r mod the GPUs, PXN off, 0 and 2; every
+// element checked. On a GPU machine:
+//
+//	FLEXLINK_REQUIRE_GPU=1 go test ./rank -run RealGPU -v
+func TestDeviceAllToAllPXNRealGPU(t *testing.T) {
+	drv, err := gpu.Open()
+	if errors.Is(err, ErrNotSupported) {
+		testenv.MissingHardware(t, "gpu", err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	per := min(2, drv.DeviceCount())
+	for _, level := range []string{"off", "0", "2"} {
+		t.Run(fmt.Sprintf("pxn=%s/2x%d", level, per), func(t *testing.T) {
+			n := 2 * per
+			host := func(r int) string { return fmt.Sprintf("host%d", r/per) }
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + railNIC(t), "FLEXLINK_PXN": level}
+			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+				dev, err := drv.Device(c.Rank() % drv.DeviceCount())
+				if err != nil {
+					return err
+				}
+				return deviceAllToAlls(c, dev, level)
+			}))
+		})
 	}
 }

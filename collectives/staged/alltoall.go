@@ -36,7 +36,7 @@ func (p *stagedPlane) RunsAllToAllv() bool { return true }
 // GPUDirect RDMA) needs a network provider that reads device memory.
 func (p *stagedPlane) alltoall(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if o.Kind == plane.AllToAll && o.Count*o.DT.Size() >= 2*roundBytes {
-		return p.pipelined(ctx, o, s)
+		return p.alltoallRounds(ctx, o, s)
 	}
 	sl, rl := o.SendBytes, o.RecvBytes
 	if o.Kind == plane.AllToAll {
@@ -124,7 +124,7 @@ func total(v []int) int {
 // AllToAll moves.
 const roundBytes = 4 << 20
 
-// pipelined runs an AllToAll whose blocks hold at least two rounds (so its
+// alltoallRounds runs an AllToAll whose blocks hold at least two rounds (so its
 // staging, two slots of a round's send and receive blocks, is no larger
 // than the unpipelined call's) in rounds:
 // round k moves bytes [k*c, (k+1)*c) of every block (c is roundBytes in
@@ -134,7 +134,7 @@ const roundBytes = 4 << 20
 // network, and round k's copies back to the GPU while round k+1 does.
 // Every rank computes the same rounds from the count. Send may equal Recv:
 // round k's copy back overwrites only bytes that round k already read.
-func (p *stagedPlane) pipelined(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+func (p *stagedPlane) alltoallRounds(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	n, sz := p.c.Size(), o.DT.Size()
 	blk := o.Count * sz
 	c := roundBytes / sz * sz
@@ -176,7 +176,7 @@ func (p *stagedPlane) pipelined(ctx context.Context, o *plane.Op, s *gpu.Stream)
 	}
 	for k := range rounds {
 		sl, w := &slots[k%2], width(k)
-		if err := waitEvent(ctx, sl.ev); err != nil {
+		if err := waitCopies(ctx, sl.ev); err != nil {
 			return p.fail(o, fmt.Sprintf("copy round %d to host", k), err)
 		}
 		ws := slices.Repeat([]int{w}, n)
@@ -201,9 +201,9 @@ func (p *stagedPlane) pipelined(ctx context.Context, o *plane.Op, s *gpu.Stream)
 	return nil
 }
 
-// waitEvent waits for e without blocking past ctx, polling as syncStream
+// waitCopies waits for e without blocking past ctx, polling as syncStream
 // does.
-func waitEvent(ctx context.Context, e *gpu.Event) error {
+func waitCopies(ctx context.Context, e *gpu.Event) error {
 	pause := time.Microsecond
 	for i := 0; ; i++ {
 		done, err := e.Done()

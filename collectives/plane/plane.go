@@ -27,13 +27,14 @@ const (
 	Reduce
 	AllToAll
 	Group
+	AllToAllv // counts per peer (alltoallv.go)
 )
 
 func (k Kind) String() string {
-	if k < AllReduce || k > Group {
+	if k < AllReduce || k > AllToAllv {
 		return "unknown"
 	}
-	return [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "group send/recv"}[k]
+	return [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "group send/recv", "alltoallv"}[k]
 }
 
 // Op is one call, its buffers already trimmed to the bytes it touches.
@@ -45,6 +46,9 @@ type Op struct {
 	Op         dtype.Op
 	Root       int
 	P2P        []P2P
+	// AllToAllv: bytes sent to and received from each peer, blocks one
+	// after another in rank order in Send and Recv.
+	SendBytes, RecvBytes []int
 }
 
 // P2P is one send or receive of a Group; Buf is the whole message.

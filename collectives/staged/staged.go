@@ -68,6 +68,9 @@ func (p *stagedPlane) staging(n int) ([]byte, error) {
 }
 
 func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	if o.Kind == plane.AllToAll || o.Kind == plane.AllToAllv { // through PXN when it applies (alltoall.go)
+		return p.alltoall(ctx, o, s)
+	}
 	if o.Kind == plane.Group {
 		return p.group(ctx, o, s)
 	}

@@ -1,0 +1,35 @@
+package rank
+
+import (
+	"context"
+
+	"flexlink/dtype"
+	"flexlink/gpu"
+	"flexlink/internal/comm"
+)
+
+// pxnCaller is the communicator as the GPU planes see it, with its PXN
+// all-to-all (collectives/staged.PXN): the staged plane sends a GPU
+// all-to-all that crosses hosts through the PXN proxy when FLEXLINK_PXN
+// applies.
+type pxnCaller struct{ *comm.Comm }
+
+func (c pxnCaller) PXNAllToAllv(ctx context.Context, send, recv [][]byte) (bool, error) {
+	return comm.PXNAllToAllv(ctx, c.Comm, send, recv)
+}
+
+// AllToAllv sends sendCounts[j] elements to rank j and receives
+// recvCounts[i] elements from rank i (MPI_Alltoallv without
+// displacements: the blocks lie one after another in rank order, in send
+// and in recv; send and recv must not overlap; a buffer may be nil when
+// its counts are all 0). sendCounts[j] on this rank must equal
+// recvCounts[this rank] on rank j. Every rank calls it.
+//
+// On the staged plane (ranks on several hosts) it runs as one call: the
+// blocks are staged through pinned host memory and, with FLEXLINK_PXN set,
+// blocks for other hosts follow the PXN routes, like AllToAll's
+// (docs/PXN.md). On the direct plane it runs as a Group of sends and
+// receives.
+func (d *DeviceComm) AllToAllv(ctx context.Context, send, recv *gpu.Buffer, sendCounts, recvCounts []int, dt dtype.DType, s *gpu.Stream) error {
+	return d.d.AllToAllv(ctx, send, recv, sendCounts, recvCounts, dt, s)
+}

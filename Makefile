@@ -37,11 +37,14 @@ clean:
 
 # flexlink's NCCL-compatible C library and header (docs/NCCL-API.md):
 # build/nccl/lib/libnccl.so.2 exporting only nccl*/pnccl*, build/nccl/include/nccl.h.
+# -tags nonvml: the library does not link go-nvml (fabric/topo's NVML
+# detection), whose unresolved nvml* symbols would break every program
+# linked against it; it finds its GPU through the CUDA driver instead.
 NCCL_DIR ?= build/nccl
 libnccl:
 	mkdir -p $(NCCL_DIR)/lib $(NCCL_DIR)/include
 	cp include/nccl.h $(NCCL_DIR)/include/
-	$(GO) build $(GOFLAGS) -buildmode=c-shared \
+	$(GO) build $(GOFLAGS) -tags nonvml -buildmode=c-shared \
 	  -ldflags "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script=$(CURDIR)/cmd/libnccl/exports.map'" \
 	  -o $(NCCL_DIR)/lib/libnccl.so.2 ./cmd/libnccl
 	rm -f $(NCCL_DIR)/lib/libnccl.so.h

@@ -56,7 +56,7 @@ func TestCLibrary(t *testing.T) {
 	}
 	libDir := filepath.Join(dir, "lib")
 	lib := filepath.Join(libDir, "libnccl.so.2")
-	run("go", "build", "-buildmode=c-shared",
+	run("go", "build", "-tags", "nonvml", "-buildmode=c-shared", // as make libnccl builds it
 		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(root, "cmd/libnccl/exports.map")+"'",
 		"-o", lib, "./cmd/libnccl")
 

@@ -47,6 +47,14 @@ func (c *call) allReduceRing(send, recv Buffer, count int, inPlace bool) error {
 			}
 			return chunk(recv, r+1-(s-rs), ch)
 		},
+		// The allgather's receive of segment r-t (step rs+t) lands where
+		// reduce-scatter step t sent it from (step 0 only in place).
+		recvAfter: func(s int) int {
+			if t := s - rs; t > 0 || t == 0 && inPlace {
+				return t
+			}
+			return -1
+		},
 		process: func(s, ch int, slot Buffer) error {
 			if s >= rs {
 				return nil // allgather: received in place

@@ -49,6 +49,15 @@ type ringPass struct {
 	// waitSend reports whether processing step s overwrites what the send
 	// of the same (s, c) reads.
 	waitSend func(s int) bool
+	// recvAfter, when set, names for a step s that receives in place the
+	// earlier step whose send of the same chunk reads that memory (-1:
+	// none). A posted receive's buffer belongs to the link until it
+	// completes (fabric.Link's contract), so the receive of (s, c) is
+	// posted only once that send has finished. The data could not arrive
+	// earlier anyway (it is computed from what that send carries), but
+	// only the link knows that, through the peers; the race detector, and
+	// a link that writes a posted buffer early, do not.
+	recvAfter func(s int) int
 }
 
 func (c *call) ring(p *ringPass) error {
@@ -80,8 +89,13 @@ func (c *call) ring(p *ringPass) error {
 		for sendsDone < nextSend && sends[sendsDone].done {
 			sendsDone++
 		}
+		gate := -1 // the send that the next receive waits for
 		for nextRecv < total && nextRecv-done < recvWindow {
 			s, ch := nextRecv/p.chunks, nextRecv%p.chunks
+			if g := p.sendFirst(s, ch); g >= 0 && (sends[g] == nil || !sends[g].done) {
+				gate = g
+				break
+			}
 			var b Buffer
 			if p.useSlot(s) {
 				b = slots[nextRecv%len(slots)].Slice(0, p.recvLen(s, ch))
@@ -99,7 +113,10 @@ func (c *call) ring(p *ringPass) error {
 		}
 		// Block until something this rank waits for moves.
 		var targets []*xfer
-		if done < total {
+		if gate >= 0 && sends[gate] != nil {
+			targets = append(targets, sends[gate])
+		}
+		if done < total && recvs[done] != nil {
 			s, ch := done/p.chunks, done%p.chunks
 			sendOK := p.waitSend == nil || !p.waitSend(s) || (done < nextSend && sends[done].done)
 			if recvs[done].done && sendOK {
@@ -125,4 +142,17 @@ func (c *call) ring(p *ringPass) error {
 		}
 	}
 	return c.waitAll()
+}
+
+// sendFirst is the message whose send must finish before the receive of
+// (s, c) is posted (see recvAfter), or -1.
+func (p *ringPass) sendFirst(s, c int) int {
+	if p.recvAfter == nil || p.useSlot(s) {
+		return -1
+	}
+	g := p.recvAfter(s)
+	if g < 0 {
+		return -1
+	}
+	return g*p.chunks + c
 }

@@ -115,4 +115,3 @@ func TestBufferOwnership(t *testing.T) {
 		}
 	}
 }
-

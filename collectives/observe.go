@@ -13,23 +13,31 @@ const OpSendRecv = "send/recv"
 // per call with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL. Its strings
 // are constants: building one does not allocate.
 type Call struct {
-	Comm  uint64      // communicator id (the same on every rank)
-	Seq   uint64      // call number on this communicator (opCount)
-	Op    string      // allreduce, allgather, ..., send/recv
-	Algo  string      // ring, rd, chain, tree, pairwise, local, ...
+	Comm  uint64 // communicator id (the same on every rank)
+	Seq   uint64 // call number on this communicator (opCount)
+	Op    string // allreduce, allgather, ..., send/recv
+	Algo  string // ring, rd, chain, tree, pairwise, local, ...
+	Ranks int    // communicator size
+	Rank  int    // this rank in the communicator
+	CallArgs
+	CallEnd
+}
+
+// CallArgs are a call's arguments.
+type CallArgs struct {
 	Count int64       // elements (bytes for send/recv)
 	DType dtype.DType // valid only when HasDType
 	RedOp dtype.Op    // valid only when HasRedOp
 	Root  int         // -1 when the collective has none
-	Ranks int         // communicator size
-	Rank  int         // this rank in the communicator
 	// Peers is the number of transfers in a send/recv group (0 otherwise).
 	Peers int
 
 	HasDType, HasRedOp bool
+}
 
-	// Set on the second event of a call (End): how long it took on this
-	// rank and how it ended.
+// CallEnd is set on the second event of a call (End): how long it took
+// on this rank and how it ended.
+type CallEnd struct {
 	End     bool
 	Elapsed time.Duration
 	Err     error
@@ -46,9 +54,9 @@ type Observer func(Call)
 func (e *Engine) SetObserver(o Observer) { e.obs = o }
 
 func (e *Engine) describe(h header) Call {
-	c := Call{Comm: e.comm, Seq: h.seq, Op: h.kind.String(), Algo: h.algo.String(), Count: h.count,
-		DType: h.dt, RedOp: h.op, Root: h.root, Ranks: e.sz, Rank: e.rank,
-		HasDType: h.dt != noField, HasRedOp: h.op != noField}
+	c := Call{Comm: e.comm, Seq: h.seq, Op: h.kind.String(), Algo: h.algo.String(), Ranks: e.sz, Rank: e.rank,
+		CallArgs: CallArgs{Count: h.count, DType: h.dt, RedOp: h.op, Root: h.root,
+			HasDType: h.dt != noField, HasRedOp: h.op != noField}}
 	if h.kind == kindP2P {
 		c.Seq = 0
 	}

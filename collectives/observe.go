@@ -49,12 +49,15 @@ type CallEnd struct {
 // Err's buffers. Calls rejected for bad arguments are not observed.
 type Observer func(Call)
 
-// SetObserver installs o (nil: none). Set it before the first call; with
-// none the engine does no work for it.
-func (e *Engine) SetObserver(o Observer) { e.obs = o }
+// observing reports one engine's calls to its Observer, if any.
+type observing struct {
+	obs        Observer // nil: calls are not observed
+	comm       uint64
+	rank, size int
+}
 
-func (e *Engine) describe(h header) Call {
-	c := Call{Comm: e.comm, Seq: h.seq, Op: h.kind.String(), Algo: h.algo.String(), Ranks: e.sz, Rank: e.rank,
+func (o *observing) describe(h header) Call {
+	c := Call{Comm: o.comm, Seq: h.seq, Op: h.kind.String(), Algo: h.algo.String(), Ranks: o.size, Rank: o.rank,
 		CallArgs: CallArgs{Count: h.count, DType: h.dt, RedOp: h.op, Root: h.root,
 			HasDType: h.dt != noField, HasRedOp: h.op != noField}}
 	if h.kind == kindP2P {
@@ -63,22 +66,22 @@ func (e *Engine) describe(h header) Call {
 	return c
 }
 
-// observeStart and observeEnd report h to the observer, if any.
-func (e *Engine) observeStart(h header, peers int) time.Time {
-	if e.obs == nil {
+// start and end report h to the observer, if any.
+func (o *observing) start(h header, peers int) time.Time {
+	if o.obs == nil {
 		return time.Time{}
 	}
-	c := e.describe(h)
+	c := o.describe(h)
 	c.Peers = peers
-	e.obs(c)
+	o.obs(c)
 	return time.Now()
 }
 
-func (e *Engine) observeEnd(h header, peers int, start time.Time, err error) {
-	if e.obs == nil {
+func (o *observing) end(h header, peers int, start time.Time, err error) {
+	if o.obs == nil {
 		return
 	}
-	c := e.describe(h)
+	c := o.describe(h)
 	c.Peers, c.End, c.Elapsed, c.Err = peers, true, time.Since(start), err
-	e.obs(c)
+	o.obs(c)
 }

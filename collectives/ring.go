@@ -32,13 +32,8 @@ type ringPass struct {
 	steps, chunks int
 	// tag step of message (s, c) is stepBase + s*stride + c.
 	stepBase, stride int
-	// slots is the number of scratch chunks of slotBytes to receive into;
-	// 0 receives in place (recvInto).
-	slots, slotBytes int
-	// useSlot reports whether step s receives into scratch (else recvInto).
-	useSlot func(s int) bool
-	// recvLen is the length of message (s, c) when received into scratch.
-	recvLen func(s, c int) int
+	// slots says which steps receive into scratch chunks, and how many.
+	slots ringSlots
 	// recvInto is where message (s, c) lands when not in scratch.
 	recvInto func(s, c int) Buffer
 	// sendBuf is what message (s, c) sends.
@@ -60,7 +55,19 @@ type ringPass struct {
 	recvAfter func(s int) int
 }
 
-func (c *call) ring(p *ringPass) error {
+// ringSlots are the scratch chunks a ring pass receives into (for
+// reduction) instead of in place.
+type ringSlots struct {
+	// n is the number of scratch chunks of bytes each; 0 receives every
+	// step in place (recvInto).
+	n, bytes int
+	// use reports whether step s receives into scratch (else recvInto).
+	use func(s int) bool
+	// recvLen is the length of message (s, c) when received into scratch.
+	recvLen func(s, c int) int
+}
+
+func runRing(c *call, p *ringPass) error {
 	right, left := mod(c.rank+1, c.size), mod(c.rank-1, c.size)
 	total := p.steps * p.chunks
 	if total == 0 {
@@ -68,9 +75,9 @@ func (c *call) ring(p *ringPass) error {
 	}
 	var slots []Buffer
 	recvWindow := window
-	if p.slots > 0 {
+	if p.slots.n > 0 {
 		var err error
-		if slots, err = c.allocN(min(p.slots, total), p.slotBytes); err != nil {
+		if slots, err = c.allocN(min(p.slots.n, total), p.slots.bytes); err != nil {
 			return err
 		}
 		recvWindow = len(slots)
@@ -97,8 +104,8 @@ func (c *call) ring(p *ringPass) error {
 				break
 			}
 			var b Buffer
-			if p.useSlot(s) {
-				b = slots[nextRecv%len(slots)].Slice(0, p.recvLen(s, ch))
+			if p.slots.use(s) {
+				b = slots[nextRecv%len(slots)].Slice(0, p.slots.recvLen(s, ch))
 				slotOf[nextRecv] = b
 			} else {
 				b = p.recvInto(s, ch)
@@ -147,7 +154,7 @@ func (c *call) ring(p *ringPass) error {
 // sendFirst is the message whose send must finish before the receive of
 // (s, c) is posted (see recvAfter), or -1.
 func (p *ringPass) sendFirst(s, c int) int {
-	if p.recvAfter == nil || p.useSlot(s) {
+	if p.recvAfter == nil || p.slots.use(s) {
 		return -1
 	}
 	g := p.recvAfter(s)

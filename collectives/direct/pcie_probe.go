@@ -207,7 +207,7 @@ func (x *pcieState) probeReceived(r *pcieRx) error {
 		return nil
 	}
 	r.probe.state = probePending
-	return r.stream.Record(r.probe.end)
+	return r.Stream.Record(r.probe.end)
 }
 
 // probeReport is the receiver's report for its next ready message: the

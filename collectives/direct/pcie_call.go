@@ -85,8 +85,8 @@ func (x *pcieState) readyWords(j int, w []byte) {
 	le := binary.LittleEndian
 	if t := x.txTo(j); t != nil && t.plan > 0 {
 		le.PutUint64(w[0:], 1)
-		if t.probe.state == probeArmed && t.probe.report {
-			le.PutUint64(w[8:], t.probe.seq)
+		if t.probe.s.Armed() && t.probe.s.Remote() {
+			le.PutUint64(w[8:], t.probe.s.Seq())
 		}
 	}
 	if r := x.rxFrom(j); r != nil {

@@ -22,7 +22,7 @@ import (
 // its recv buffer. On 2×H200 that moved a GiB 11% faster one way and 6%
 // faster both ways than NVLink alone (DESIGN.md).
 //
-// # Staging
+// # Staging (fabric/pcie)
 //
 // Every ordered pair (sender i, receiver j) has its own staging buffer
 // (FLEXLINK_PCIE_STAGING_BYTES, default 64 MiB): an anonymous memfd that i

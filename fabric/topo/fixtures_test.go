@@ -67,7 +67,7 @@ func checkDGX1(t *testing.T, h *Host) {
 		}
 	}
 	for k := range 4 {
-		n := nicByName(h, "mlx5_" + string(rune('0'+k)))
+		n := nicByName(h, "mlx5_"+string(rune('0'+k)))
 		if n < 0 {
 			t.Fatalf("no mlx5_%d", k)
 		}
@@ -124,7 +124,7 @@ func TestFixtureDGXH800(t *testing.T) {
 			}
 		}
 		for k := range 8 {
-			n := nicByName(h, "mlx5_" + string(rune('0'+k)))
+			n := nicByName(h, "mlx5_"+string(rune('0'+k)))
 			want := map[bool]Distance{true: NODE, false: SYS}[i/4 == k/4]
 			if i == k {
 				want = PIX

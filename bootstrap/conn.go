@@ -107,13 +107,23 @@ type peerConn struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer
 	timeout time.Duration // peer timeout (read idle)
+	out     outQueue
+	life    connLife
+}
 
+// outQueue is what waits for the writer: encoded frames, whether the
+// connection takes more, and why the writer failed.
+type outQueue struct {
 	mu       sync.Mutex
 	queue    []outFrame
 	stopping bool
-	werr     error // why the writer failed
-
+	werr     error         // why the writer failed
 	wake     chan struct{} // capacity 1: the queue is not empty
+}
+
+// connLife is the connection's shutdown handshake between its owner, the
+// writer and the read loop.
+type connLife struct {
 	stop     chan struct{} // closed: flush the queue and exit
 	dead     chan struct{} // closed when the writer has exited
 	readDone chan struct{} // closed when the read loop has exited
@@ -143,10 +153,8 @@ func startPeerConn(c net.Conn, ic *idleConn, br *bufio.Reader, bw *bufio.Writer,
 	ic.readIdle, ic.writeIdle = timeout, max(writeStall, timeout)
 	p := &peerConn{
 		conn: c, ic: ic, br: br, bw: bw, timeout: timeout,
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		dead:     make(chan struct{}),
-		readDone: make(chan struct{}),
+		out:  outQueue{wake: make(chan struct{}, 1)},
+		life: connLife{stop: make(chan struct{}), dead: make(chan struct{}), readDone: make(chan struct{})},
 	}
 	go p.writeLoop()
 	return p
@@ -155,15 +163,15 @@ func startPeerConn(c net.Conn, ic *idleConn, br *bufio.Reader, bw *bufio.Writer,
 // send queues an encoded frame; it never blocks. done, if not nil, is
 // closed when the frame has been written.
 func (p *peerConn) send(b []byte, done chan struct{}) error {
-	p.mu.Lock()
-	if p.stopping {
-		p.mu.Unlock()
+	p.out.mu.Lock()
+	if p.out.stopping {
+		p.out.mu.Unlock()
 		return errConnDown
 	}
-	p.queue = append(p.queue, outFrame{b, done})
-	p.mu.Unlock()
+	p.out.queue = append(p.out.queue, outFrame{b, done})
+	p.out.mu.Unlock()
 	select {
-	case p.wake <- struct{}{}:
+	case p.out.wake <- struct{}{}:
 	default:
 	}
 	return nil
@@ -180,7 +188,7 @@ func (p *peerConn) sendWait(b []byte, d time.Duration) error {
 	select {
 	case <-done:
 		return nil
-	case <-p.dead:
+	case <-p.life.dead:
 		select {
 		case <-done:
 			return nil
@@ -193,15 +201,15 @@ func (p *peerConn) sendWait(b []byte, d time.Duration) error {
 }
 
 func (p *peerConn) take() []outFrame {
-	p.mu.Lock()
-	q := p.queue
-	p.queue = nil
-	p.mu.Unlock()
+	p.out.mu.Lock()
+	q := p.out.queue
+	p.out.queue = nil
+	p.out.mu.Unlock()
 	return q
 }
 
 func (p *peerConn) writeLoop() {
-	defer close(p.dead)
+	defer close(p.life.dead)
 	hb := marshal(heartbeatMsg{})
 	tick := time.NewTicker(heartbeatFor(p.timeout))
 	defer tick.Stop()
@@ -225,16 +233,16 @@ func (p *peerConn) writeLoop() {
 	}
 	for {
 		select {
-		case <-p.wake:
+		case <-p.out.wake:
 		case <-tick.C:
 			if !write([]outFrame{{b: hb}}) {
 				p.fail()
 				return
 			}
-		case <-p.stop:
-			p.mu.Lock()
-			p.stopping = true
-			p.mu.Unlock()
+		case <-p.life.stop:
+			p.out.mu.Lock()
+			p.out.stopping = true
+			p.out.mu.Unlock()
 			write(p.take())
 			return
 		}
@@ -246,20 +254,20 @@ func (p *peerConn) writeLoop() {
 }
 
 func (p *peerConn) setWriteErr(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.werr == nil {
-		p.werr = err
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	if p.out.werr == nil {
+		p.out.werr = err
 	}
 }
 
 // readErr prefers the writer's error when the writer's failure is what
 // ended the read loop.
 func (p *peerConn) readErr(err error) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.werr != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("write: %w", p.werr)
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	if p.out.werr != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("write: %w", p.out.werr)
 	}
 	return err
 }
@@ -267,29 +275,29 @@ func (p *peerConn) readErr(err error) error {
 // fail marks the connection unusable after a write error; the reader gets
 // drainGrace to take in what has already arrived.
 func (p *peerConn) fail() {
-	p.mu.Lock()
-	p.stopping = true
-	p.mu.Unlock()
+	p.out.mu.Lock()
+	p.out.stopping = true
+	p.out.mu.Unlock()
 	p.ic.stopReadingBy(time.Now().Add(drainGrace))
 }
 
 // readerExited tells shutdown that the read loop is over.
-func (p *peerConn) readerExited() { p.readOnce.Do(func() { close(p.readDone) }) }
+func (p *peerConn) readerExited() { p.life.readOnce.Do(func() { close(p.life.readDone) }) }
 
 // shutdown flushes what is queued, half-closes, waits for the read loop
 // to end (the peer closing its side), and closes; all within about d.
 // Safe to call more than once and concurrently.
 func (p *peerConn) shutdown(d time.Duration) {
-	p.stopOnce.Do(func() { close(p.stop) })
+	p.life.stopOnce.Do(func() { close(p.life.stop) })
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-p.dead:
+	case <-p.life.dead:
 		if cw, ok := p.conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
 		select {
-		case <-p.readDone:
+		case <-p.life.readDone:
 		case <-t.C:
 		}
 	case <-t.C:

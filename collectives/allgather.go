@@ -8,16 +8,16 @@ package collectives
 // bandwidth optimum. No scratch: nothing is reduced.
 //
 // The caller has already put this rank's block in place.
-func (c *call) allGatherRing(recv Buffer, sendCount int) error {
+func allGatherRing(c *call, recv Buffer, sendCount int) error {
 	n, r := c.size, c.rank
 	ce := c.chunkElems(sendCount)
 	k := chunks(sendCount, ce)
 	block := func(b, ch int) Buffer {
 		return c.bytes(recv, chunkOf(span{mod(b, n) * sendCount, sendCount}, ch, ce))
 	}
-	return c.ring(&ringPass{
+	return runRing(c, &ringPass{
 		steps: n - 1, chunks: k, stride: k,
-		useSlot:  func(int) bool { return false },
+		slots:    ringSlots{use: func(int) bool { return false }},
 		recvInto: func(s, ch int) Buffer { return block(r-s-1, ch) },
 		sendBuf:  func(s, ch int) Buffer { return block(r-s, ch) },
 		process:  func(int, int, Buffer) error { return nil },

@@ -17,7 +17,7 @@ import "math/bits"
 // Data is processed in pieces of Config.ChunkBytes (bounding scratch to
 // one piece); pieces run one after the other, since this path is meant for
 // messages that fit in one.
-func (c *call) allReduceRD(send, recv Buffer, count int, inPlace bool) error {
+func allReduceRD(c *call, send, recv Buffer, count int, inPlace bool) error {
 	n, r := c.size, c.rank
 	p := 1 << (bits.Len(uint(n)) - 1)
 	rounds := bits.Len(uint(p)) - 1

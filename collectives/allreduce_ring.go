@@ -19,7 +19,7 @@ package collectives
 // Out of place, recv is written only where a chunk is reduced (recv = send
 // op incoming, one copy and one reduction) or received, so send is read
 // once and never copied wholesale.
-func (c *call) allReduceRing(send, recv Buffer, count int, inPlace bool) error {
+func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
 	n, r := c.size, c.rank
 	segs := split(count, n)
 	ce := c.chunkElems(segs[0].n) // segment 0 is the longest
@@ -30,11 +30,11 @@ func (c *call) allReduceRing(send, recv Buffer, count int, inPlace bool) error {
 		src = recv
 	}
 	rs := n - 1 // reduce-scatter steps
-	return c.ring(&ringPass{
+	return runRing(c, &ringPass{
 		steps: 2 * rs, chunks: k, stride: k,
-		slots: depth, slotBytes: ce * c.es,
-		useSlot: func(s int) bool { return s < rs },
-		recvLen: func(s, ch int) int { return chunkOf(segs[mod(r-s-1, n)], ch, ce).n * c.es },
+		slots: ringSlots{n: depth, bytes: ce * c.es,
+			use:     func(s int) bool { return s < rs },
+			recvLen: func(s, ch int) int { return chunkOf(segs[mod(r-s-1, n)], ch, ce).n * c.es }},
 		recvInto: func(s, ch int) Buffer {
 			return chunk(recv, r-(s-rs), ch)
 		},
@@ -46,6 +46,14 @@ func (c *call) allReduceRing(send, recv Buffer, count int, inPlace bool) error {
 				return chunk(recv, r-s, ch)
 			}
 			return chunk(recv, r+1-(s-rs), ch)
+		},
+		// The allgather's receive of segment r-t (step rs+t) lands where
+		// reduce-scatter step t sent it from (step 0 only in place).
+		recvAfter: func(s int) int {
+			if t := s - rs; t > 0 || t == 0 && inPlace {
+				return t
+			}
+			return -1
 		},
 		process: func(s, ch int, slot Buffer) error {
 			if s >= rs {

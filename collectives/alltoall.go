@@ -11,7 +11,7 @@ package collectives
 // In place, the block for p and the block from p are the same memory: each
 // outgoing chunk is first copied to scratch (one of `window` chunks, reused
 // once its exchange finished) and the incoming chunk lands in its place.
-func (c *call) allToAllPairwise(send, recv Buffer, count int, inPlace bool) error {
+func allToAllPairwise(c *call, send, recv Buffer, count int, inPlace bool) error {
 	n, r := c.size, c.rank
 	ce := c.chunkElems(count)
 	k := chunks(count, ce)

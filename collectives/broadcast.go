@@ -16,7 +16,7 @@ import "math/bits"
 // data reaches everyone in ceil(log2 n) rounds instead of n-1.
 
 // broadcastChain runs the chain; recv already holds the data on the root.
-func (c *call) broadcastChain(recv Buffer, count int) error {
+func broadcastChain(c *call, recv Buffer, count int) error {
 	n, r, root := c.size, c.rank, c.h.root
 	v := mod(r-root, n)
 	next, prev := mod(r+1, n), mod(r-1, n)
@@ -83,7 +83,7 @@ func treeLinks(v, n int) (parent int, children []int) {
 
 // broadcastTree runs the binomial tree piece by piece; recv already holds
 // the data on the root.
-func (c *call) broadcastTree(recv Buffer, count int) error {
+func broadcastTree(c *call, recv Buffer, count int) error {
 	n, r, root := c.size, c.rank, c.h.root
 	parent, children := treeLinks(mod(r-root, n), n)
 	ce := c.chunkElems(count)

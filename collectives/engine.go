@@ -41,11 +41,17 @@ type Engine struct {
 	cfgErr error
 
 	seq      atomic.Uint64
-	p2pSent  []uint64 // per peer: messages sent by Group/Send
-	p2pRecvd []uint64 // per peer: messages received by Group/Recv
+	p2p      p2pCount
 	failed   error
 	rank, sz int
-	obs      Observer // nil: calls are not observed (see observe.go)
+	obs      observing
+}
+
+// p2pCount numbers point-to-point messages per pair: calls are numbered
+// per peer, not per communicator (Group, Send, Recv).
+type p2pCount struct {
+	sent  []uint64 // per peer: messages sent by Group/Send
+	recvd []uint64 // per peer: messages received by Group/Recv
 }
 
 // NewEngine returns the engine of communicator commID (the same value on
@@ -55,7 +61,8 @@ type Engine struct {
 // fail.
 func NewEngine(commID uint64, p Peers, m Memory, cfg Config) *Engine {
 	e := &Engine{comm: commID, p: p, m: m, cfg: cfg, rank: p.Rank(), sz: p.Size(),
-		p2pSent: make([]uint64, p.Size()), p2pRecvd: make([]uint64, p.Size())}
+		p2p: p2pCount{sent: make([]uint64, p.Size()), recvd: make([]uint64, p.Size())},
+		obs: observing{comm: commID, rank: p.Rank(), size: p.Size()}}
 	if e.cfg.Algo == "" {
 		e.cfg.Algo = AlgoAuto
 	}
@@ -70,6 +77,10 @@ func NewEngine(commID uint64, p Peers, m Memory, cfg Config) *Engine {
 // are numbered per pair and do not count).
 func (e *Engine) Seq() uint64 { return e.seq.Load() }
 
+// SetObserver installs o (nil: none). Set it before the first call; with
+// none the engine does no work for it.
+func (e *Engine) SetObserver(o Observer) { e.obs.obs = o }
+
 // Rank and Size describe the communicator.
 func (e *Engine) Rank() int { return e.rank }
 func (e *Engine) Size() int { return e.sz }
@@ -82,7 +93,7 @@ func (e *Engine) run(ctx context.Context, h header, body func(c *call) error) er
 		return fmt.Errorf("rank %d: %s: engine failed earlier: %w", e.rank, h, e.failed)
 	}
 	h.seq = e.seq.Add(1)
-	start := e.observeStart(h, 0)
+	start := e.obs.start(h, 0)
 	c := &call{e: e, ctx: ctx, h: h, rank: e.rank, size: e.sz, es: 1}
 	if h.dt != noField {
 		c.es = h.dt.Size()
@@ -104,7 +115,7 @@ func (e *Engine) run(ctx context.Context, h header, body func(c *call) error) er
 		err = fmt.Errorf("rank %d: %s: %w", e.rank, c.h, err)
 		e.failed = err
 	}
-	e.observeEnd(h, 0, start, err)
+	e.obs.end(h, 0, start, err)
 	return err
 }
 

@@ -13,23 +13,31 @@ const OpSendRecv = "send/recv"
 // per call with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL. Its strings
 // are constants: building one does not allocate.
 type Call struct {
-	Comm  uint64      // communicator id (the same on every rank)
-	Seq   uint64      // call number on this communicator (opCount)
-	Op    string      // allreduce, allgather, ..., send/recv
-	Algo  string      // ring, rd, chain, tree, pairwise, local, ...
+	Comm  uint64 // communicator id (the same on every rank)
+	Seq   uint64 // call number on this communicator (opCount)
+	Op    string // allreduce, allgather, ..., send/recv
+	Algo  string // ring, rd, chain, tree, pairwise, local, ...
+	Ranks int    // communicator size
+	Rank  int    // this rank in the communicator
+	CallArgs
+	CallEnd
+}
+
+// CallArgs are a call's arguments.
+type CallArgs struct {
 	Count int64       // elements (bytes for send/recv)
 	DType dtype.DType // valid only when HasDType
 	RedOp dtype.Op    // valid only when HasRedOp
 	Root  int         // -1 when the collective has none
-	Ranks int         // communicator size
-	Rank  int         // this rank in the communicator
 	// Peers is the number of transfers in a send/recv group (0 otherwise).
 	Peers int
 
 	HasDType, HasRedOp bool
+}
 
-	// Set on the second event of a call (End): how long it took on this
-	// rank and how it ended.
+// CallEnd is set on the second event of a call (End): how long it took
+// on this rank and how it ended.
+type CallEnd struct {
 	End     bool
 	Elapsed time.Duration
 	Err     error
@@ -41,36 +49,39 @@ type Call struct {
 // Err's buffers. Calls rejected for bad arguments are not observed.
 type Observer func(Call)
 
-// SetObserver installs o (nil: none). Set it before the first call; with
-// none the engine does no work for it.
-func (e *Engine) SetObserver(o Observer) { e.obs = o }
+// observing reports one engine's calls to its Observer, if any.
+type observing struct {
+	obs        Observer // nil: calls are not observed
+	comm       uint64
+	rank, size int
+}
 
-func (e *Engine) describe(h header) Call {
-	c := Call{Comm: e.comm, Seq: h.seq, Op: h.kind.String(), Algo: h.algo.String(), Count: h.count,
-		DType: h.dt, RedOp: h.op, Root: h.root, Ranks: e.sz, Rank: e.rank,
-		HasDType: h.dt != noField, HasRedOp: h.op != noField}
+func (o *observing) describe(h header) Call {
+	c := Call{Comm: o.comm, Seq: h.seq, Op: h.kind.String(), Algo: h.algo.String(), Ranks: o.size, Rank: o.rank,
+		CallArgs: CallArgs{Count: h.count, DType: h.dt, RedOp: h.op, Root: h.root,
+			HasDType: h.dt != noField, HasRedOp: h.op != noField}}
 	if h.kind == kindP2P {
 		c.Seq = 0
 	}
 	return c
 }
 
-// observeStart and observeEnd report h to the observer, if any.
-func (e *Engine) observeStart(h header, peers int) time.Time {
-	if e.obs == nil {
+// start and end report h to the observer, if any.
+func (o *observing) start(h header, peers int) time.Time {
+	if o.obs == nil {
 		return time.Time{}
 	}
-	c := e.describe(h)
+	c := o.describe(h)
 	c.Peers = peers
-	e.obs(c)
+	o.obs(c)
 	return time.Now()
 }
 
-func (e *Engine) observeEnd(h header, peers int, start time.Time, err error) {
-	if e.obs == nil {
+func (o *observing) end(h header, peers int, start time.Time, err error) {
+	if o.obs == nil {
 		return
 	}
-	c := e.describe(h)
+	c := o.describe(h)
 	c.Peers, c.End, c.Elapsed, c.Err = peers, true, time.Since(start), err
-	e.obs(c)
+	o.obs(c)
 }

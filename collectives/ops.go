@@ -48,13 +48,13 @@ func (e *Engine) AllReduce(ctx context.Context, send, recv Buffer, count int, dt
 	return e.run(ctx, h, func(c *call) error {
 		switch h.algo {
 		case algoLocal:
-			return c.local(send, recv, inPlace, true)
+			return localCopy(c, send, recv, inPlace, true)
 		case algoHeader:
 			return c.headerRing()
 		case algoRD:
-			return c.allReduceRD(send, recv, count, inPlace)
+			return allReduceRD(c, send, recv, count, inPlace)
 		}
-		return c.allReduceRing(send, recv, count, inPlace)
+		return allReduceRing(c, send, recv, count, inPlace)
 	})
 }
 
@@ -99,7 +99,7 @@ func (e *Engine) AllGather(ctx context.Context, send, recv Buffer, sendCount int
 		case algoHeader:
 			return c.headerRing()
 		}
-		return c.allGatherRing(recv, sendCount)
+		return allGatherRing(c, recv, sendCount)
 	})
 }
 
@@ -138,11 +138,11 @@ func (e *Engine) ReduceScatter(ctx context.Context, send, recv Buffer, recvCount
 	return e.run(ctx, h, func(c *call) error {
 		switch h.algo {
 		case algoLocal:
-			return c.local(mine, recv, inPlace, true)
+			return localCopy(c, mine, recv, inPlace, true)
 		case algoHeader:
 			return c.headerRing()
 		}
-		return c.reduceScatterRing(send, recv, recvCount, inPlace)
+		return reduceScatterRing(c, send, recv, recvCount, inPlace)
 	})
 }
 
@@ -187,9 +187,9 @@ func (e *Engine) Broadcast(ctx context.Context, send, recv Buffer, count int, dt
 		}
 		c.guard() // the root only sends
 		if h.algo == algoTree {
-			return c.broadcastTree(recv, count)
+			return broadcastTree(c, recv, count)
 		}
-		return c.broadcastChain(recv, count)
+		return broadcastChain(c, recv, count)
 	})
 }
 
@@ -223,15 +223,15 @@ func (e *Engine) Reduce(ctx context.Context, send, recv Buffer, count int, dt dt
 	return e.run(ctx, h, func(c *call) error {
 		switch h.algo {
 		case algoLocal:
-			return c.local(send, recv, inPlace, true)
+			return localCopy(c, send, recv, inPlace, true)
 		case algoHeader:
 			return c.headerRing()
 		}
 		c.guard() // the leaves only send
 		if h.algo == algoTree {
-			return c.reduceTree(send, recv, count, inPlace)
+			return reduceTree(c, send, recv, count, inPlace)
 		}
-		return c.reduceChain(send, recv, count, inPlace)
+		return reduceChain(c, send, recv, count, inPlace)
 	})
 }
 
@@ -261,11 +261,11 @@ func (e *Engine) AllToAll(ctx context.Context, send, recv Buffer, count int, dt 
 	return e.run(ctx, h, func(c *call) error {
 		switch h.algo {
 		case algoLocal:
-			return c.local(send, recv, inPlace, false)
+			return localCopy(c, send, recv, inPlace, false)
 		case algoHeader:
 			return c.headerRing()
 		}
-		return c.allToAllPairwise(send, recv, count, inPlace)
+		return allToAllPairwise(c, send, recv, count, inPlace)
 	})
 }
 
@@ -306,7 +306,7 @@ func (e *Engine) treeOrChain(n int) algo {
 }
 
 // local is a collective on one rank: copy (and finish) send into recv.
-func (c *call) local(send, recv Buffer, inPlace, finish bool) error {
+func localCopy(c *call, send, recv Buffer, inPlace, finish bool) error {
 	if !inPlace {
 		if err := c.copyBuf(recv, send); err != nil {
 			return err

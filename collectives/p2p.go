@@ -39,7 +39,7 @@ func (e *Engine) Group(ctx context.Context, ops []P2P) error {
 			return fmt.Errorf("rank %d: group of %d send/recv: transfer %d: peer %d outside [0,%d)", e.rank, len(ops), i, op.Peer, e.sz)
 		}
 	}
-	start := e.observeStart(h, len(ops))
+	start := e.obs.start(h, len(ops))
 	c := &call{e: e, ctx: ctx, h: h, rank: e.rank, size: e.sz, es: 1}
 	var err error
 	if ctx.Err() != nil {
@@ -63,17 +63,17 @@ func (e *Engine) Group(ctx context.Context, ops []P2P) error {
 		ph := h
 		ph.count = int64(op.Buf.Len())
 		if op.Send {
-			e.p2pSent[op.Peer]++
-			ph.seq = e.p2pSent[op.Peer]
+			e.p2p.sent[op.Peer]++
+			ph.seq = e.p2p.sent[op.Peer]
 			c.post(&xfer{req: e.p.Send(op.Peer, ph.tag(e.comm, 0), op.Buf), peer: op.Peer, send: true})
 		} else {
-			e.p2pRecvd[op.Peer]++
-			ph.seq = e.p2pRecvd[op.Peer]
+			e.p2p.recvd[op.Peer]++
+			ph.seq = e.p2p.recvd[op.Peer]
 			c.post(&xfer{req: e.p.Recv(op.Peer, ph.tag(e.comm, 0), op.Buf), peer: op.Peer})
 		}
 	}
 	if err == nil {
-		err = c.selfCopies(selfSends, selfRecvs)
+		err = selfCopies(c, selfSends, selfRecvs)
 	}
 	if err == nil {
 		err = c.waitAll()
@@ -83,11 +83,11 @@ func (e *Engine) Group(ctx context.Context, ops []P2P) error {
 		err = fmt.Errorf("rank %d: group of %d send/recv: %w", e.rank, len(ops), err)
 		e.failed = err
 	}
-	e.observeEnd(h, len(ops), start, err)
+	e.obs.end(h, len(ops), start, err)
 	return err
 }
 
-func (c *call) selfCopies(sends, recvs []Buffer) error {
+func selfCopies(c *call, sends, recvs []Buffer) error {
 	if len(sends) != len(recvs) {
 		return fmt.Errorf("%d sends to itself but %d receives from itself: %w", len(sends), len(recvs), errs.ErrMismatch)
 	}

@@ -15,7 +15,7 @@ package collectives
 // sends the sum to its parent: ceil(log2 n) rounds.
 
 // reduceChain runs the chain.
-func (c *call) reduceChain(send, recv Buffer, count int, inPlace bool) error {
+func reduceChain(c *call, send, recv Buffer, count int, inPlace bool) error {
 	n, r := c.size, c.rank
 	v := mod(r-c.h.root, n)
 	toward, from := mod(r-1, n), mod(r+1, n) // positions v-1 and v+1
@@ -97,7 +97,7 @@ func (c *call) reduceChain(send, recv Buffer, count int, inPlace bool) error {
 }
 
 // reduceTree runs the binomial tree piece by piece.
-func (c *call) reduceTree(send, recv Buffer, count int, inPlace bool) error {
+func reduceTree(c *call, send, recv Buffer, count int, inPlace bool) error {
 	n, r, root := c.size, c.rank, c.h.root
 	parent, children := treeLinks(mod(r-root, n), n)
 	ce := c.chunkElems(count)

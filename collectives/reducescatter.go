@@ -19,7 +19,7 @@ const inPlaceColumn = 8
 // is this rank's own block of send, still needed by the last step, so the
 // partial lives in scratch, inPlaceColumn chunks of each block at a time
 // (one ring pass per column), which bounds scratch to a few chunks.
-func (c *call) reduceScatterRing(send, recv Buffer, rc int, inPlace bool) error {
+func reduceScatterRing(c *call, send, recv Buffer, rc int, inPlace bool) error {
 	n, r := c.size, c.rank
 	ce := c.chunkElems(rc)
 	k := chunks(rc, ce)
@@ -46,11 +46,11 @@ func (c *call) reduceScatterRing(send, recv Buffer, rc int, inPlace bool) error 
 			}
 			return tmp.Slice((ch-c0)*ce*c.es, sub(ch).n*c.es)
 		}
-		err := c.ring(&ringPass{
+		err := runRing(c, &ringPass{
 			steps: n - 1, chunks: min(cols, k-c0), stepBase: c0, stride: k,
-			slots: depth, slotBytes: ce * c.es,
-			useSlot: func(int) bool { return true },
-			recvLen: func(_, ch int) int { return sub(c0+ch).n * c.es },
+			slots: ringSlots{n: depth, bytes: ce * c.es,
+				use:     func(int) bool { return true },
+				recvLen: func(_, ch int) int { return sub(c0+ch).n * c.es }},
 			sendBuf: func(s, ch int) Buffer {
 				if s == 0 {
 					return block(r-1, c0+ch)

@@ -32,13 +32,8 @@ type ringPass struct {
 	steps, chunks int
 	// tag step of message (s, c) is stepBase + s*stride + c.
 	stepBase, stride int
-	// slots is the number of scratch chunks of slotBytes to receive into;
-	// 0 receives in place (recvInto).
-	slots, slotBytes int
-	// useSlot reports whether step s receives into scratch (else recvInto).
-	useSlot func(s int) bool
-	// recvLen is the length of message (s, c) when received into scratch.
-	recvLen func(s, c int) int
+	// slots says which steps receive into scratch chunks, and how many.
+	slots ringSlots
 	// recvInto is where message (s, c) lands when not in scratch.
 	recvInto func(s, c int) Buffer
 	// sendBuf is what message (s, c) sends.
@@ -49,9 +44,30 @@ type ringPass struct {
 	// waitSend reports whether processing step s overwrites what the send
 	// of the same (s, c) reads.
 	waitSend func(s int) bool
+	// recvAfter, when set, names for a step s that receives in place the
+	// earlier step whose send of the same chunk reads that memory (-1:
+	// none). A posted receive's buffer belongs to the link until it
+	// completes (fabric.Link's contract), so the receive of (s, c) is
+	// posted only once that send has finished. The data could not arrive
+	// earlier anyway (it is computed from what that send carries), but
+	// only the link knows that, through the peers; the race detector, and
+	// a link that writes a posted buffer early, do not.
+	recvAfter func(s int) int
 }
 
-func (c *call) ring(p *ringPass) error {
+// ringSlots are the scratch chunks a ring pass receives into (for
+// reduction) instead of in place.
+type ringSlots struct {
+	// n is the number of scratch chunks of bytes each; 0 receives every
+	// step in place (recvInto).
+	n, bytes int
+	// use reports whether step s receives into scratch (else recvInto).
+	use func(s int) bool
+	// recvLen is the length of message (s, c) when received into scratch.
+	recvLen func(s, c int) int
+}
+
+func runRing(c *call, p *ringPass) error {
 	right, left := mod(c.rank+1, c.size), mod(c.rank-1, c.size)
 	total := p.steps * p.chunks
 	if total == 0 {
@@ -59,9 +75,9 @@ func (c *call) ring(p *ringPass) error {
 	}
 	var slots []Buffer
 	recvWindow := window
-	if p.slots > 0 {
+	if p.slots.n > 0 {
 		var err error
-		if slots, err = c.allocN(min(p.slots, total), p.slotBytes); err != nil {
+		if slots, err = c.allocN(min(p.slots.n, total), p.slots.bytes); err != nil {
 			return err
 		}
 		recvWindow = len(slots)
@@ -80,11 +96,16 @@ func (c *call) ring(p *ringPass) error {
 		for sendsDone < nextSend && sends[sendsDone].done {
 			sendsDone++
 		}
+		gate := -1 // the send that the next receive waits for
 		for nextRecv < total && nextRecv-done < recvWindow {
 			s, ch := nextRecv/p.chunks, nextRecv%p.chunks
+			if g := p.sendFirst(s, ch); g >= 0 && (sends[g] == nil || !sends[g].done) {
+				gate = g
+				break
+			}
 			var b Buffer
-			if p.useSlot(s) {
-				b = slots[nextRecv%len(slots)].Slice(0, p.recvLen(s, ch))
+			if p.slots.use(s) {
+				b = slots[nextRecv%len(slots)].Slice(0, p.slots.recvLen(s, ch))
 				slotOf[nextRecv] = b
 			} else {
 				b = p.recvInto(s, ch)
@@ -99,7 +120,10 @@ func (c *call) ring(p *ringPass) error {
 		}
 		// Block until something this rank waits for moves.
 		var targets []*xfer
-		if done < total {
+		if gate >= 0 && sends[gate] != nil {
+			targets = append(targets, sends[gate])
+		}
+		if done < total && recvs[done] != nil {
 			s, ch := done/p.chunks, done%p.chunks
 			sendOK := p.waitSend == nil || !p.waitSend(s) || (done < nextSend && sends[done].done)
 			if recvs[done].done && sendOK {
@@ -125,4 +149,17 @@ func (c *call) ring(p *ringPass) error {
 		}
 	}
 	return c.waitAll()
+}
+
+// sendFirst is the message whose send must finish before the receive of
+// (s, c) is posted (see recvAfter), or -1.
+func (p *ringPass) sendFirst(s, c int) int {
+	if p.recvAfter == nil || p.slots.use(s) {
+		return -1
+	}
+	g := p.recvAfter(s)
+	if g < 0 {
+		return -1
+	}
+	return g*p.chunks + c
 }

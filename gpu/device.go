@@ -10,21 +10,32 @@ import (
 
 // Device is one GPU and its primary context. Get it from Driver.Device.
 type Device struct {
-	drv   *Driver
-	ord   int
-	h     cu.Device
-	ctx   cu.Context
-	name  string
-	bus   string
-	major int
-	minor int
-	sms   int
+	drv     *Driver
+	ord     int
+	h       cu.Device
+	ctx     cu.Context
+	info    deviceInfo
+	access  peerAccess
+	kernels kernelCache
+}
 
+// deviceInfo is what the driver says about the GPU, read once.
+type deviceInfo struct {
+	name, bus         string
+	major, minor, sms int
+}
+
+// peerAccess is the set of ordinals whose memory this device's context
+// may access.
+type peerAccess struct {
 	mu    sync.Mutex
-	peers map[int]bool // ordinals whose memory this device's context may access
+	peers map[int]bool
+}
 
-	kmu  sync.Mutex // held while loading kernels (a JIT compile: seconds)
-	kern *kernelSet // reduction kernels, loaded on first use
+// kernelCache holds the reduction kernels, loaded on first use.
+type kernelCache struct {
+	mu  sync.Mutex // held while loading kernels (a JIT compile: seconds)
+	set *kernelSet
 }
 
 func openDevice(d *Driver, i int) (*Device, error) {
@@ -33,17 +44,17 @@ func openDevice(d *Driver, i int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, err)
 	}
-	dv := &Device{drv: d, ord: i, h: h, peers: map[int]bool{}}
-	if dv.name, err = api.DeviceName(h); err != nil {
+	dv := &Device{drv: d, ord: i, h: h, access: peerAccess{peers: map[int]bool{}}}
+	if dv.info.name, err = api.DeviceName(h); err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, err)
 	}
-	if dv.bus, err = api.DevicePCIBusID(h); err != nil {
+	if dv.info.bus, err = api.DevicePCIBusID(h); err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, err)
 	}
 	for _, a := range []struct {
 		attr cu.Attr
 		v    *int
-	}{{cu.AttrComputeMajor, &dv.major}, {cu.AttrComputeMinor, &dv.minor}, {cu.AttrMultiprocessors, &dv.sms}} {
+	}{{cu.AttrComputeMajor, &dv.info.major}, {cu.AttrComputeMinor, &dv.info.minor}, {cu.AttrMultiprocessors, &dv.info.sms}} {
 		if *a.v, err = api.DeviceAttribute(a.attr, h); err != nil {
 			return nil, fmt.Errorf("gpu %d: %w", i, err)
 		}
@@ -56,10 +67,10 @@ func openDevice(d *Driver, i int) (*Device, error) {
 
 // release unloads what the device loaded and drops the primary context.
 func (dv *Device) release() error {
-	dv.kmu.Lock()
-	k := dv.kern
-	dv.kern = nil
-	dv.kmu.Unlock()
+	dv.kernels.mu.Lock()
+	k := dv.kernels.set
+	dv.kernels.set = nil
+	dv.kernels.mu.Unlock()
 	var first error
 	if k != nil && k.mod != nil {
 		first = k.mod.Close()
@@ -86,20 +97,20 @@ func (dv *Device) do(f func(api cu.API) error) error {
 func (dv *Device) Ordinal() int { return dv.ord }
 
 // Name is the product name, e.g. "NVIDIA H200".
-func (dv *Device) Name() string { return dv.name }
+func (dv *Device) Name() string { return dv.info.name }
 
 // PCIBusID is the device's PCI address, "0000:19:00.0".
-func (dv *Device) PCIBusID() string { return dv.bus }
+func (dv *Device) PCIBusID() string { return dv.info.bus }
 
 // ComputeCapability returns the major and minor compute capability (9, 0 for
 // Hopper).
-func (dv *Device) ComputeCapability() (major, minor int) { return dv.major, dv.minor }
+func (dv *Device) ComputeCapability() (major, minor int) { return dv.info.major, dv.info.minor }
 
 // Multiprocessors is the number of SMs.
-func (dv *Device) Multiprocessors() int { return dv.sms }
+func (dv *Device) Multiprocessors() int { return dv.info.sms }
 
 func (dv *Device) String() string {
-	return fmt.Sprintf("gpu %d (%s, %s)", dv.ord, dv.name, dv.bus)
+	return fmt.Sprintf("gpu %d (%s, %s)", dv.ord, dv.info.name, dv.info.bus)
 }
 
 // MemInfo returns the device's free and total memory in bytes.
@@ -128,16 +139,16 @@ func (dv *Device) EnablePeerAccess(peer *Device) error {
 	if peer.drv != dv.drv || peer == dv {
 		return fmt.Errorf("%s: enable peer access to %s: not another device of the same driver", dv, peer)
 	}
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	if dv.peers[peer.ord] {
+	dv.access.mu.Lock()
+	defer dv.access.mu.Unlock()
+	if dv.access.peers[peer.ord] {
 		return nil
 	}
 	err := dv.do(func(api cu.API) error { return api.CtxEnablePeerAccess(peer.ctx) })
 	if err != nil && !cu.Is(err, cu.ErrorPeerAlreadyEnabled) {
 		return fmt.Errorf("%s: enable peer access to %s: %w", dv, peer, err)
 	}
-	dv.peers[peer.ord] = true
+	dv.access.peers[peer.ord] = true
 	return nil
 }
 
@@ -146,12 +157,42 @@ func (dv *Device) reaches(owner *Device) bool {
 	if owner == dv {
 		return true
 	}
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	return dv.peers[owner.ord]
+	dv.access.mu.Lock()
+	defer dv.access.mu.Unlock()
+	return dv.access.peers[owner.ord]
 }
 
 // errPeer is the error for an operand on a device this one cannot reach.
 func (dv *Device) errPeer(what string, owner *Device) error {
 	return fmt.Errorf("%s: %s lives on %s: call EnablePeerAccess first", dv, what, owner)
+}
+
+// Driver is the driver the device belongs to.
+func (dv *Device) Driver() *Driver { return dv.drv }
+
+// CanAccessPeer reports whether device ordinal a can map device ordinal b's
+// memory. Unlike Device.CanAccessPeer it creates no context (retaining a
+// primary context costs hundreds of MiB on that GPU), so a process can ask
+// about GPUs it will never use itself.
+func (d *Driver) CanAccessPeer(a, b int) (bool, error) {
+	ha, err := d.api.DeviceGet(a)
+	if err != nil {
+		return false, fmt.Errorf("gpu %d: %w", a, err)
+	}
+	hb, err := d.api.DeviceGet(b)
+	if err != nil {
+		return false, fmt.Errorf("gpu %d: %w", b, err)
+	}
+	ok, err := d.api.DeviceCanAccessPeer(ha, hb)
+	if err != nil {
+		return false, fmt.Errorf("gpu %d: can access gpu %d: %w", a, b, err)
+	}
+	return ok, nil
+}
+
+// Run runs f on one locked OS thread with the device's primary context
+// current, for C libraries that work on the current context (NCCL: its
+// Runner has this shape).
+func (dv *Device) Run(f func() error) error {
+	return dv.do(func(cu.API) error { return f() })
 }

@@ -8,6 +8,6 @@ var ByteSize = byteSize
 // LoadReduceKernels loads and JIT-compiles dv's reduction kernels (timed by
 // the GPU tests).
 func (d *Device) LoadReduceKernels() error {
-	_, err := d.reduceKernels()
+	_, err := reduceKernels(d)
 	return err
 }

@@ -223,7 +223,7 @@ func (s *Stream) FlagReduce(out, in *Buffer, count int, dt dtype.DType, op dtype
 // launchFold launches a flag allreduce or reduce-scatter kernel (extra:
 // the allreduce's PCIe arguments).
 func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, chunk, grid, ranks int, extra ...uint64) error {
-	k, err := s.dev.reduceKernels()
+	k, err := reduceKernels(s.dev)
 	if err != nil {
 		return err
 	}
@@ -409,7 +409,7 @@ const (
 // launchGather launches the gather kernel (flexlink_flag_gather) once the
 // caller has checked its operands.
 func (s *Stream) launchGather(out, in *Buffer, count int, region *Buffer, chunk, grid, mode int, sig, root uint64) error {
-	k, err := s.dev.reduceKernels()
+	k, err := reduceKernels(s.dev)
 	if err != nil {
 		return err
 	}

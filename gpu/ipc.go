@@ -38,11 +38,8 @@ func toHandle(what string, h []byte) (cu.IPCHandle, error) {
 	return ch, nil
 }
 
-// OpenIPCBuffer maps another process's allocation, exported with
-// Buffer.IPCHandle, into this device's context; n is the allocation's length
-// (the handle does not carry it). Peer access to the owning GPU is enabled
-// as needed. Free unmaps it; the owner frees the memory.
-func (dv *Device) OpenIPCBuffer(handle []byte, n int) (*Buffer, error) {
+// openIPCBuffer is Device.OpenIPCBuffer.
+func openIPCBuffer(dv *Device, handle []byte, n int) (*Buffer, error) {
 	h, err := toHandle("IPC buffer", handle)
 	if err != nil {
 		return nil, err
@@ -58,10 +55,9 @@ func (dv *Device) OpenIPCBuffer(handle []byte, n int) (*Buffer, error) {
 	return &Buffer{dev: dv, ptr: p, n: n, own: &allocation{base: p, n: n, ipc: true}}, nil
 }
 
-// NewIPCEvent creates an event that other processes can wait for (through
-// IPCHandle and OpenIPCEvent). Such events cannot time.
-func (dv *Device) NewIPCEvent() (*Event, error) {
-	return dv.newEvent(cu.EventInterprocess|cu.EventDisableTiming, false)
+// newIPCEvent is Device.NewIPCEvent.
+func newIPCEvent(dv *Device) (*Event, error) {
+	return newEvent(dv, cu.EventInterprocess|cu.EventDisableTiming, false)
 }
 
 // IPCHandle exports an event made by NewIPCEvent.
@@ -74,9 +70,8 @@ func (e *Event) IPCHandle() ([]byte, error) {
 	return append([]byte(nil), h.Reserved[:]...), nil
 }
 
-// OpenIPCEvent opens another process's event. The result can be waited for
-// (Synchronize, Done, Stream.Wait) and recorded on this device's streams.
-func (dv *Device) OpenIPCEvent(handle []byte) (*Event, error) {
+// openIPCEvent is Device.OpenIPCEvent.
+func openIPCEvent(dv *Device, handle []byte) (*Event, error) {
 	h, err := toHandle("IPC event", handle)
 	if err != nil {
 		return nil, err

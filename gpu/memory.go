@@ -33,9 +33,8 @@ type allocation struct {
 
 var _ mem.Buffer = (*Buffer)(nil)
 
-// Alloc returns n bytes (n > 0) of device memory, 256-byte aligned,
-// uninitialised.
-func (dv *Device) Alloc(n int) (*Buffer, error) {
+// allocBuffer is Device.Alloc.
+func allocBuffer(dv *Device, n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%s: alloc %d bytes: size must be positive", dv, n)
 	}
@@ -112,8 +111,8 @@ type HostMem struct {
 	freed bool
 }
 
-// AllocHost returns n bytes (n > 0) of pinned host memory (cuMemHostAlloc).
-func (dv *Device) AllocHost(n int) (*HostMem, error) {
+// allocHost is Device.AllocHost.
+func allocHost(dv *Device, n int) (*HostMem, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%s: alloc host %d bytes: size must be positive", dv, n)
 	}
@@ -128,11 +127,8 @@ func (dv *Device) AllocHost(n int) (*HostMem, error) {
 	return &HostMem{dev: dv, p: p, b: unsafe.Slice((*byte)(p), n)}, nil
 }
 
-// RegisterHost page-locks the existing memory b (cuMemHostRegister) so the
-// devices copy it at full speed; b is typically a shared mapping (mmap of a
-// memfd or /dev/shm file) that another process registers too. b may also be
-// Go memory, which then stays referenced until Free. Bytes returns b.
-func (dv *Device) RegisterHost(b []byte) (*HostMem, error) {
+// registerHost is Device.RegisterHost.
+func registerHost(dv *Device, b []byte) (*HostMem, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%s: register host memory: empty range", dv)
 	}

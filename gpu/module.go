@@ -3,7 +3,6 @@ package gpu
 import (
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"flexlink/gpu/internal/cu"
 	"flexlink/internal/errs"
@@ -26,8 +25,8 @@ type Function struct {
 	name string
 }
 
-// LoadModule loads a PTX or cubin image into the device's context.
-func (dv *Device) LoadModule(image []byte) (*Module, error) {
+// loadModule is Device.LoadModule.
+func loadModule(dv *Device, image []byte) (*Module, error) {
 	if len(image) == 0 {
 		return nil, fmt.Errorf("%s: load module: empty image", dv)
 	}
@@ -66,22 +65,3 @@ func (m *Module) Close() error {
 
 // Name is the kernel's name.
 func (f *Function) Name() string { return f.name }
-
-// Launch enqueues kernel f on s with grid × block threads and no dynamic
-// shared memory. Every kernel parameter is 8 bytes: pass device pointers
-// (Buffer.Ptr), 64-bit integers, or math.Float64bits of a double. f must be
-// loaded on s's device.
-func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) error {
-	if f.mod.dev != s.dev {
-		return fmt.Errorf("%s: launch %s: kernel is loaded on %s", s.dev, f.name, f.mod.dev)
-	}
-	vals := make([]uint64, len(args))
-	copy(vals, args)
-	params := make([]unsafe.Pointer, len(vals))
-	for i := range vals {
-		params[i] = unsafe.Pointer(&vals[i])
-	}
-	return s.enqueue("launch "+f.name, func(api cu.API) error {
-		return api.LaunchKernel(f.h, grid, block, 0, s.h, params)
-	})
-}

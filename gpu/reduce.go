@@ -100,11 +100,11 @@ type kernelSet struct {
 // reduceKernels loads the device's reduction kernels on first use: the embedded
 // PTX for its compute capability, or the file the driver was told to use
 // instead (FLEXLINK_GPU_PTX).
-func (dv *Device) reduceKernels() (*kernelSet, error) {
-	dv.kmu.Lock()
-	defer dv.kmu.Unlock()
-	if dv.kern != nil {
-		return dv.kern, nil
+func reduceKernels(dv *Device) (*kernelSet, error) {
+	dv.kernels.mu.Lock()
+	defer dv.kernels.mu.Unlock()
+	if dv.kernels.set != nil {
+		return dv.kernels.set, nil
 	}
 	var ptx []byte
 	if p := dv.drv.ptxFile; p != "" {
@@ -114,14 +114,14 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 		}
 		ptx = b
 	} else {
-		b, ok := kernels.ReducePTX(dv.major, dv.minor)
+		b, ok := kernels.ReducePTX(dv.info.major, dv.info.minor)
 		if !ok && !kernels.Embedded() {
 			return nil, fmt.Errorf("%s: this binary carries no kernels (built with the tag flexlink_noptx): set FLEXLINK_GPU_PTX to a PTX file of gpu/kernels: %w",
 				dv, errs.ErrNotSupported)
 		}
 		if !ok {
 			return nil, fmt.Errorf("%s: reduction kernels need compute capability 8.0 or later, have %d.%d: %w",
-				dv, dv.major, dv.minor, errs.ErrNotSupported)
+				dv, dv.info.major, dv.info.minor, errs.ErrNotSupported)
 		}
 		ptx = b
 	}
@@ -129,7 +129,7 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reduction kernels: %w", err)
 	}
-	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.sms) * blocksPerSM)}
+	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.info.sms) * blocksPerSM)}
 	for _, dt := range dtype.All() {
 		for i, op := range ReduceOps() {
 			if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
@@ -160,7 +160,7 @@ func (dv *Device) reduceKernels() (*kernelSet, error) {
 		mod.Close()
 		return nil, fmt.Errorf("reduction kernels: %w", err)
 	}
-	dv.kern = k
+	dv.kernels.set = k
 	return k, nil
 }
 
@@ -186,7 +186,7 @@ func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.O
 	if err := s.operands(what, count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
 		return err
 	}
-	k, err := s.dev.reduceKernels()
+	k, err := reduceKernels(s.dev)
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func (s *Stream) Scale(dst, src *Buffer, count int, dt dtype.DType, n int) error
 	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil || count == 0 {
 		return err
 	}
-	k, err := s.dev.reduceKernels()
+	k, err := reduceKernels(s.dev)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func (s *Stream) Copy(dst, src *Buffer) error {
 	if dst.n == 0 {
 		return nil
 	}
-	k, err := s.dev.reduceKernels()
+	k, err := reduceKernels(s.dev)
 	if err != nil {
 		return err
 	}
@@ -256,7 +256,7 @@ func (s *Stream) Copy2(d1, d2, src *Buffer) error {
 	if src.n == 0 {
 		return nil
 	}
-	k, err := s.dev.reduceKernels()
+	k, err := reduceKernels(s.dev)
 	if err != nil {
 		return err
 	}

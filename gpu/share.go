@@ -2,8 +2,6 @@ package gpu
 
 import (
 	"fmt"
-
-	"flexlink/gpu/internal/cu"
 )
 
 // Helpers for callers that share device memory across processes and need to
@@ -22,29 +20,6 @@ func (b *Buffer) Allocation() (whole *Buffer, off int) {
 // object, so this never confuses the two while either Buffer is referenced).
 func (b *Buffer) SameAllocation(o *Buffer) bool { return b.own == o.own }
 
-// Driver is the driver the device belongs to.
-func (dv *Device) Driver() *Driver { return dv.drv }
-
-// CanAccessPeer reports whether device ordinal a can map device ordinal b's
-// memory. Unlike Device.CanAccessPeer it creates no context (retaining a
-// primary context costs hundreds of MiB on that GPU), so a process can ask
-// about GPUs it will never use itself.
-func (d *Driver) CanAccessPeer(a, b int) (bool, error) {
-	ha, err := d.api.DeviceGet(a)
-	if err != nil {
-		return false, fmt.Errorf("gpu %d: %w", a, err)
-	}
-	hb, err := d.api.DeviceGet(b)
-	if err != nil {
-		return false, fmt.Errorf("gpu %d: %w", b, err)
-	}
-	ok, err := d.api.DeviceCanAccessPeer(ha, hb)
-	if err != nil {
-		return false, fmt.Errorf("gpu %d: can access gpu %d: %w", a, b, err)
-	}
-	return ok, nil
-}
-
 // PCIBusID is device ordinal i's PCI address, without creating a context.
 func (d *Driver) PCIBusID(i int) (string, error) {
 	h, err := d.api.DeviceGet(i)
@@ -57,14 +32,3 @@ func (d *Driver) PCIBusID(i int) (string, error) {
 	}
 	return id, nil
 }
-
-// Run runs f on one locked OS thread with the device's primary context
-// current, for C libraries that work on the current context (NCCL: its
-// Runner has this shape).
-func (dv *Device) Run(f func() error) error {
-	return dv.do(func(cu.API) error { return f() })
-}
-
-// Handle is the raw CUstream, for C libraries that take one (NCCL). It is
-// valid until Close.
-func (s *Stream) Handle() uintptr { return uintptr(s.h) }

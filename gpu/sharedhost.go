@@ -41,10 +41,8 @@ type SharedHost struct {
 	ref SharedHostRef
 }
 
-// NewSharedHost creates n bytes (n > 0, rounded up to whole pages) of
-// zeroed shared memory, maps and registers it. Pages are not touched here;
-// the driver pins them when it registers the range.
-func (dv *Device) NewSharedHost(n int) (h *SharedHost, err error) {
+// newSharedHost is Device.NewSharedHost.
+func newSharedHost(dv *Device, n int) (h *SharedHost, err error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%s: shared host memory of %d bytes: size must be positive", dv, n)
 	}
@@ -69,7 +67,7 @@ func (dv *Device) NewSharedHost(n int) (h *SharedHost, err error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("%s: shared host memory: stat memfd: %w", dv, err)
 	}
-	h, err = dv.mapShared(fd, n)
+	h, err = mapShared(dv, fd, n)
 	if err != nil {
 		return nil, err
 	}
@@ -78,11 +76,8 @@ func (dv *Device) NewSharedHost(n int) (h *SharedHost, err error) {
 	return h, nil
 }
 
-// OpenSharedHost maps and registers the memory another process (or this
-// one) made with NewSharedHost, while that process still holds its
-// descriptor. It fails when the descriptor is gone, names another file, or
-// has another length.
-func (dv *Device) OpenSharedHost(ref SharedHostRef) (*SharedHost, error) {
+// openSharedHost is Device.OpenSharedHost.
+func openSharedHost(dv *Device, ref SharedHostRef) (*SharedHost, error) {
 	if ref.Len <= 0 || ref.PID <= 0 || ref.FD < 0 {
 		return nil, fmt.Errorf("%s: open shared host memory: bad reference %+v", dv, ref)
 	}
@@ -100,7 +95,7 @@ func (dv *Device) OpenSharedHost(ref SharedHostRef) (*SharedHost, error) {
 		return nil, fmt.Errorf("%s: open shared host memory %s: inode %d of %d bytes, want inode %d of %d bytes",
 			dv, path, st.Ino, st.Size, ref.Ino, ref.Len)
 	}
-	h, err := dv.mapShared(fd, ref.Len)
+	h, err := mapShared(dv, fd, ref.Len)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +104,7 @@ func (dv *Device) OpenSharedHost(ref SharedHostRef) (*SharedHost, error) {
 }
 
 // mapShared maps n bytes of fd shared and registers them.
-func (dv *Device) mapShared(fd, n int) (*SharedHost, error) {
+func mapShared(dv *Device, fd, n int) (*SharedHost, error) {
 	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("%s: map %s of shared host memory: %w", dv, byteSize(n), err)

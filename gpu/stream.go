@@ -23,8 +23,8 @@ type Stream struct {
 	closed bool
 }
 
-// NewStream creates a stream on the device.
-func (dv *Device) NewStream() (*Stream, error) {
+// newStream is Device.NewStream.
+func newStream(dv *Device) (*Stream, error) {
 	var h cu.Stream
 	err := dv.do(func(api cu.API) (e error) { h, e = api.StreamCreate(cu.StreamNonBlocking); return })
 	if err != nil {
@@ -158,17 +158,16 @@ type Event struct {
 	closed bool
 }
 
-// NewEvent creates an event. timing events can measure elapsed time (Since)
-// and cost a little more to record.
-func (dv *Device) NewEvent(timing bool) (*Event, error) {
+// newTimingEvent is Device.NewEvent.
+func newTimingEvent(dv *Device, timing bool) (*Event, error) {
 	var flags uint32 = cu.EventDisableTiming
 	if timing {
 		flags = 0
 	}
-	return dv.newEvent(flags, timing)
+	return newEvent(dv, flags, timing)
 }
 
-func (dv *Device) newEvent(flags uint32, timing bool) (*Event, error) {
+func newEvent(dv *Device, flags uint32, timing bool) (*Event, error) {
 	var h cu.Event
 	err := dv.do(func(api cu.API) (e error) { h, e = api.EventCreate(flags); return })
 	if err != nil {
@@ -236,4 +235,27 @@ func (e *Event) Close() error {
 	}
 	e.closed = true
 	return nil
+}
+
+// Handle is the raw CUstream, for C libraries that take one (NCCL). It is
+// valid until Close.
+func (s *Stream) Handle() uintptr { return uintptr(s.h) }
+
+// Launch enqueues kernel f on s with grid × block threads and no dynamic
+// shared memory. Every kernel parameter is 8 bytes: pass device pointers
+// (Buffer.Ptr), 64-bit integers, or math.Float64bits of a double. f must be
+// loaded on s's device.
+func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) error {
+	if f.mod.dev != s.dev {
+		return fmt.Errorf("%s: launch %s: kernel is loaded on %s", s.dev, f.name, f.mod.dev)
+	}
+	vals := make([]uint64, len(args))
+	copy(vals, args)
+	params := make([]unsafe.Pointer, len(vals))
+	for i := range vals {
+		params[i] = unsafe.Pointer(&vals[i])
+	}
+	return s.enqueue("launch "+f.name, func(api cu.API) error {
+		return api.LaunchKernel(f.h, grid, block, 0, s.h, params)
+	})
 }

@@ -17,9 +17,11 @@
 //	laneSet      lanes.go        the copy lanes toward each peer (over
 //	                             fabric/nvlink.Lanes) and how a push uses them
 //	pcieState    pcie.go pcie_call.go pcie_probe.go
-//	                             the PCIe share: staging buffers and their
-//	                             setup, one call's split (send and receive
-//	                             side), timing and the balancer feedback
+//	                             the PCIe share: setting up the pairs'
+//	                             staging (over fabric/pcie.Tx and Rx), one
+//	                             call's split (send and receive side), the
+//	                             timing events and the balancer feedback
+//	                             (over fabric/balance.Sample)
 //	flagPlane    flag.go flag_call.go flag_setup.go
 //	                             the flag kernels: limits, regions, abort
 //	                             watcher, one call, setup
@@ -28,7 +30,9 @@
 //	callSeq, moveModes, pushScratch   call numbers, move modes, the push
 //	                             allreduce's scratch
 //
-// fabric/nvlink holds the link's machinery without plane logic (the IPC
-// window cache and the copy streams). New (setup.go) builds the plane and
+// fabric/nvlink and fabric/pcie hold the links' machinery without plane
+// logic (the IPC window cache and the copy streams; the pinned staging
+// buffers, their slot events and the sizing of a call's part), and
+// fabric/balance the planner and the timing samples that feed it. New (setup.go) builds the plane and
 // runs its one setup exchange; ReadConfig (config.go) reads its settings.
 package direct

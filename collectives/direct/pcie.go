@@ -2,7 +2,7 @@ package direct
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +10,7 @@ import (
 	"flexlink/dtype"
 	"flexlink/fabric"
 	"flexlink/fabric/balance"
+	"flexlink/fabric/pcie"
 	"flexlink/gpu"
 )
 
@@ -21,7 +22,7 @@ import (
 // its recv buffer. On 2×H200 that moved a GiB 11% faster one way and 6%
 // faster both ways than NVLink alone (DESIGN.md).
 //
-// # Staging
+// # Staging (fabric/pcie)
 //
 // Every ordered pair (sender i, receiver j) has its own staging buffer
 // (FLEXLINK_PCIE_STAGING_BYTES, default 64 MiB): an anonymous memfd that i
@@ -105,14 +106,11 @@ type pcieSettings struct {
 
 // pcieTx is this rank's sending side toward one peer.
 type pcieTx struct {
+	*pcie.Tx // staging buffer, D2H stream, join event, slot events
 	peer     int
 	key      string // profile cache key
 	planner  *balance.Planner
-	mem      *gpu.SharedHost
-	stream   *gpu.Stream  // D2H copies into mem
-	end      *gpu.Event   // joins stream back into the caller's stream
-	slots    []*gpu.Event // IPC, one per slot
-	observed int          // Observe calls (the profile is saved when > 0)
+	observed int // Observe calls (the profile is saved when > 0)
 	logged   map[int]float64
 	probe    txProbe
 	txCall   // this call's part (begin resets it)
@@ -132,27 +130,23 @@ type txCall struct {
 	segs      []pcieSeg
 }
 
-// pcieSeg is one staged piece: n bytes for offset off of the receiver's
-// recv buffer. Pieces lie back to back in the staging buffer.
-type pcieSeg struct{ off, n int }
+// pcieSeg is one staged piece (fabric/pcie).
+type pcieSeg = pcie.Seg
 
 // pcieRx is this rank's receiving side from one peer.
 type pcieRx struct {
-	mem    *gpu.SharedHost // the peer's staging buffer, mapped here
-	stream *gpu.Stream     // H2D copies out of mem
-	end    *gpu.Event
-	slots  []*gpu.Event // the peer's slot events, opened here
-	expect bool         // this call's done message carries a staging table
-	probe  rxProbe
+	*pcie.Rx      // the peer's staging buffer mapped here, H2D stream, join and slot events
+	expect   bool // this call's done message carries a staging table
+	probe    rxProbe
 }
 
+// The staging machinery's constants (fabric/pcie).
 const (
-	pcieSlots    = 16      // slot events per ordered pair: stages of the D2H/H2D pipeline
-	pcieMaxSegs  = 128     // entries of a done message's staging table
-	pcieAlign    = 4096    // PCIe parts and slots are whole pages
-	pcieMinSlot  = 2 << 20 // bytes: smaller copies lose PCIe bandwidth to per-copy cost
-	pcieMaxShare = 0.5     // a PCIe part never exceeds half a push, whatever was measured
-	pcieRefBytes = 4 * 8   // pid, fd, length, inode
+	pcieSlots    = pcie.Slots    // slot events per ordered pair: stages of the D2H/H2D pipeline
+	pcieMaxSegs  = pcie.MaxSegs  // entries of a done message's staging table
+	pcieAlign    = pcie.Align    // PCIe parts and slots are whole pages
+	pcieMinSlot  = pcie.MinSlot  // bytes: smaller copies lose PCIe bandwidth to per-copy cost
+	pcieMaxShare = pcie.MaxShare // a PCIe part never exceeds half a push, whatever was measured
 )
 
 // Stage-1 priors of the planner, from DESIGN.md's 2×H200 measurements:
@@ -197,37 +191,24 @@ func (x *pcieState) close() error {
 }
 
 func (t *pcieTx) close() error {
-	evs := append([]*gpu.Event{t.end, t.probe.t0}, t.slots...)
-	return closeCopier(t.stream, append(evs, t.probe.lanes...), t.mem)
+	return closeEvents(append([]*gpu.Event{t.probe.t0}, t.probe.lanes...), t.Tx.Close())
 }
 
 func (r *pcieRx) close() error {
-	evs := append([]*gpu.Event{r.end, r.probe.t0, r.probe.end}, r.slots...)
-	return closeCopier(r.stream, evs, r.mem)
+	return closeEvents([]*gpu.Event{r.probe.t0, r.probe.end}, r.Rx.Close())
 }
 
-// closeCopier synchronizes s, then closes it, the events and the staging
-// mapping (nil entries are skipped).
-func closeCopier(s *gpu.Stream, evs []*gpu.Event, mem *gpu.SharedHost) error {
-	var first error
-	keep := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	if s != nil {
-		keep(s.Synchronize())
-		keep(s.Close())
-	}
+// closeEvents closes the probe events evs (nil entries are skipped) after
+// the staging ends closed with err; it returns the first error.
+func closeEvents(evs []*gpu.Event, err error) error {
 	for _, e := range evs {
 		if e != nil {
-			keep(e.Close())
+			if cerr := e.Close(); err == nil {
+				err = cerr
+			}
 		}
 	}
-	if mem != nil {
-		keep(mem.Close())
-	}
-	return first
+	return err
 }
 
 // Setting up the PCIe share, inside New (setup.go): settings,
@@ -250,7 +231,7 @@ func (x *pcieState) settings(cfg PCIeConfig) error {
 			cfg.Links)
 	}
 	if kinds[fabric.KindPCIe] {
-		x.staging = (st + pcieAlign - 1) / pcieAlign * pcieAlign
+		x.staging = pcie.RoundStaging(st)
 	}
 	x.minSlot = pcieMinSlot
 	x.cacheDir = cfg.CacheDir
@@ -283,7 +264,7 @@ func namedKinds(links string) (map[fabric.Kind]bool, error) {
 
 // pcieBlobBytes is one rank's PCIe part of the setup exchange: per rank,
 // the reference of the staging buffer toward it and its slot events.
-func pcieBlobBytes(n int) int { return n * (pcieRefBytes + pcieSlots*gpu.IPCHandleSize) }
+func pcieBlobBytes(n int) int { return n * pcie.RefBytes }
 
 // offer creates a staging buffer, a copy stream and slot events toward
 // every peer and writes their references into b. A staging buffer that
@@ -294,40 +275,21 @@ func (x *pcieState) offer(b []byte) error {
 		return nil
 	}
 	x.tx, x.rx = make([]*pcieTx, x.n), make([]*pcieRx, x.n)
-	stride := pcieRefBytes + pcieSlots*gpu.IPCHandleSize
 	for j := 0; j < x.n; j++ {
 		if j == x.me {
 			continue
 		}
-		mem, err := x.dev.NewSharedHost(x.staging)
-		if err != nil {
+		tx, err := pcie.NewTx(x.dev, x.staging)
+		if errors.Is(err, pcie.ErrNoStaging) {
 			x.c.Log().Warn("gpu pcie: no staging buffer, this pair stays on nvlink", "peer", j, "error", err)
 			continue
 		}
-		t := &pcieTx{peer: j, mem: mem, logged: map[int]float64{}, txCall: txCall{slot: -1}}
-		x.tx[j] = t
-		if t.stream, err = x.dev.NewStream(); err != nil {
+		if err != nil {
 			return err
 		}
-		if t.end, err = x.dev.NewEvent(false); err != nil {
+		x.tx[j] = &pcieTx{Tx: tx, peer: j, logged: map[int]float64{}, txCall: txCall{slot: -1}}
+		if err := tx.PutRef(b[j*pcie.RefBytes:]); err != nil {
 			return err
-		}
-		w := b[j*stride:]
-		ref := mem.Ref()
-		for i, v := range []uint64{uint64(ref.PID), uint64(ref.FD), uint64(ref.Len), ref.Ino} {
-			binary.LittleEndian.PutUint64(w[8*i:], v)
-		}
-		for k := 0; k < pcieSlots; k++ {
-			e, err := x.dev.NewIPCEvent()
-			if err != nil {
-				return err
-			}
-			t.slots = append(t.slots, e)
-			h, err := e.IPCHandle()
-			if err != nil {
-				return err
-			}
-			copy(w[pcieRefBytes+k*gpu.IPCHandleSize:], h)
 		}
 	}
 	return nil
@@ -338,11 +300,10 @@ func (x *pcieState) offer(b []byte) error {
 // in one more exchange, on which pairs use PCIe. It is collective whenever
 // some rank offered a staging buffer, which every rank sees alike.
 func (x *pcieState) open(ctx context.Context, blobs [][]byte, bus []string) error {
-	stride := pcieRefBytes + pcieSlots*gpu.IPCHandleSize
 	offered := false
 	for r, b := range blobs {
 		for j := 0; j < x.n; j++ {
-			if j != r && binary.LittleEndian.Uint64(b[j*stride+16:]) != 0 {
+			if j != r && pcie.Offered(b[j*pcie.RefBytes:]) {
 				offered = true
 			}
 		}
@@ -355,18 +316,16 @@ func (x *pcieState) open(ctx context.Context, blobs [][]byte, bus []string) erro
 		if j == x.me {
 			continue
 		}
-		w := blobs[j][x.me*stride:]
-		le := binary.LittleEndian
-		ref := gpu.SharedHostRef{PID: int(le.Uint64(w)), FD: int(le.Uint64(w[8:])), Len: int(le.Uint64(w[16:])), Ino: le.Uint64(w[24:])}
-		if ref.Len == 0 {
+		w := blobs[j][x.me*pcie.RefBytes:]
+		if !pcie.Offered(w) {
 			continue
 		}
-		rx, err := x.openRx(ref, w[pcieRefBytes:])
+		rx, err := pcie.OpenRx(x.dev, w)
 		if err != nil {
 			x.c.Log().Warn("gpu pcie: cannot map a peer's staging buffer, that pair stays on nvlink", "peer", j, "error", err)
 			continue
 		}
-		x.rx[j], mask[j] = rx, 1
+		x.rx[j], mask[j] = &pcieRx{Rx: rx}, 1
 	}
 	all := make([]byte, x.n*x.n)
 	if err := x.c.Engine().AllGather(ctx, collectives.HostBuffer(mask), collectives.HostBuffer(all), x.n, dtype.Uint8); err != nil {
@@ -383,7 +342,7 @@ func (x *pcieState) open(ctx context.Context, blobs [][]byte, bus []string) erro
 			}
 			continue
 		}
-		if err := t.mem.CloseFD(); err != nil {
+		if err := t.Mem.CloseFD(); err != nil {
 			return err
 		}
 		if err := x.plannerFor(t, bus); err != nil {
@@ -391,37 +350,6 @@ func (x *pcieState) open(ctx context.Context, blobs [][]byte, bus []string) erro
 		}
 	}
 	return nil
-}
-
-// openRx maps one peer's staging buffer and opens its slot events
-// (handles: pcieSlots IPC handles).
-func (x *pcieState) openRx(ref gpu.SharedHostRef, handles []byte) (rx *pcieRx, err error) {
-	if ref.Len > 1<<34 {
-		return nil, fmt.Errorf("staging buffer of %d bytes", ref.Len)
-	}
-	rx = &pcieRx{}
-	defer func() {
-		if err != nil {
-			rx.close()
-		}
-	}()
-	if rx.mem, err = x.dev.OpenSharedHost(ref); err != nil {
-		return nil, err
-	}
-	if rx.stream, err = x.dev.NewStream(); err != nil {
-		return nil, err
-	}
-	if rx.end, err = x.dev.NewEvent(false); err != nil {
-		return nil, err
-	}
-	for k := 0; k < pcieSlots; k++ {
-		e, err := x.dev.OpenIPCEvent(handles[k*gpu.IPCHandleSize : (k+1)*gpu.IPCHandleSize])
-		if err != nil {
-			return nil, err
-		}
-		rx.slots = append(rx.slots, e)
-	}
-	return rx, nil
 }
 
 // plannerFor gives t its planner: the cached profile of this GPU pair

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"flexlink/fabric/pcie"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
@@ -73,15 +74,8 @@ func (x *pcieState) begin(peers []int, call uint64, b int) error {
 // the staging buffer, in at most pcieSlots slots of at least minSlot
 // (smaller copies waste PCIe bandwidth) unless the part is smaller still.
 func (t *txCall) setPlan(b int, f float64, staging, minSlot int) {
-	want := min(int(f*float64(b))/pcieAlign*pcieAlign, staging)
-	if want <= 0 {
-		return
-	}
-	sb := ((want+pcieSlots-1)/pcieSlots + pcieAlign - 1) / pcieAlign * pcieAlign
-	sb = max(sb, min(minSlot, want)) // both whole pages
-	t.slotBytes = sb
-	t.capBytes = min(staging, pcieSlots*sb)
-	t.plan = min(want, t.capBytes)
+	p := pcie.Size(b, f, staging, minSlot)
+	t.plan, t.capBytes, t.slotBytes = p.Bytes, p.Cap, p.SlotBytes
 }
 
 // readyWords writes the PCIe words of this rank's ready message to
@@ -91,8 +85,8 @@ func (x *pcieState) readyWords(j int, w []byte) {
 	le := binary.LittleEndian
 	if t := x.txTo(j); t != nil && t.plan > 0 {
 		le.PutUint64(w[0:], 1)
-		if t.probe.state == probeArmed && t.probe.report {
-			le.PutUint64(w[8:], t.probe.seq)
+		if t.probe.s.Armed() && t.probe.s.Remote() {
+			le.PutUint64(w[8:], t.probe.s.Seq())
 		}
 	}
 	if r := x.rxFrom(j); r != nil {
@@ -158,8 +152,7 @@ func (x *pcieState) take(j, n int) int {
 	if t.plan == 0 || len(t.segs) == pcieMaxSegs {
 		return 0
 	}
-	want := (int64(min(t.pushed, t.bytes))*int64(t.plan)/int64(t.bytes) + pcieAlign - 1) / pcieAlign * pcieAlign
-	return max(0, min(int(min(want, int64(t.plan)))-t.staged, n, t.capBytes-t.staged))
+	return pcie.Plan{Bytes: t.plan, Cap: t.capBytes, SlotBytes: t.slotBytes}.Due(t.pushed, t.bytes, t.staged, n)
 }
 
 // stage copies src D2H into the staging buffer toward j, slot by slot,
@@ -176,11 +169,11 @@ func (x *pcieState) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 		}
 	}
 	if after != nil {
-		if err := t.stream.Wait(after); err != nil {
+		if err := t.Stream.Wait(after); err != nil {
 			return err
 		}
 	}
-	mem := t.mem.Bytes()
+	mem := t.Mem.Bytes()
 	for pos := 0; pos < src.Len(); {
 		k := t.staged / t.slotBytes
 		if k != t.slot {
@@ -190,16 +183,16 @@ func (x *pcieState) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 			t.slot = k
 		}
 		m := min(src.Len()-pos, (k+1)*t.slotBytes-t.staged)
-		if err := t.stream.CopyDtoH(mem[t.staged:t.staged+m], src.Sub(pos, m)); err != nil {
+		if err := t.Stream.CopyDtoH(mem[t.staged:t.staged+m], src.Sub(pos, m)); err != nil {
 			return fmt.Errorf("pcie part toward rank %d: %w", j, err)
 		}
 		pos += m
 		t.staged += m
 	}
-	if k := len(t.segs) - 1; k >= 0 && t.segs[k].off+t.segs[k].n == off {
-		t.segs[k].n += src.Len()
+	if k := len(t.segs) - 1; k >= 0 && t.segs[k].Off+t.segs[k].N == off {
+		t.segs[k].N += src.Len()
 	} else {
-		t.segs = append(t.segs, pcieSeg{off: off, n: src.Len()})
+		t.segs = append(t.segs, pcieSeg{Off: off, N: src.Len()})
 	}
 	t.used = true
 	x.stats.add(linkPCIe, src.Len())
@@ -212,7 +205,7 @@ func (x *pcieState) recordSlot(t *pcieTx) error {
 		return nil
 	}
 	x.note(traceRec{actor: x.me, owner: x.me, to: t.peer, chunk: -2 - t.slot, call: x.call})
-	return t.stream.Record(t.slots[t.slot])
+	return t.Stream.Record(t.Slots[t.slot])
 }
 
 // finish, after the work, records the last slot of every peer's PCIe
@@ -231,10 +224,10 @@ func (x *pcieState) finish(s *gpu.Stream) error {
 			return err
 		}
 		t.slot, t.used = -1, false
-		if err := t.stream.Record(t.end); err != nil {
+		if err := t.Stream.Record(t.End); err != nil {
 			return err
 		}
-		if err := s.Wait(t.end); err != nil {
+		if err := s.Wait(t.End); err != nil {
 			return err
 		}
 		if f := x.onSplit; f != nil {
@@ -246,7 +239,7 @@ func (x *pcieState) finish(s *gpu.Stream) error {
 	return nil
 }
 
-const pcieTableHeader = 3 * 8 // call, slot bytes, entries
+const pcieTableHeader = pcie.TableHeader // call, slot bytes, entries
 
 // doneMessage appends this rank's done message to peer j to b: the call
 // number and, when this rank announced a PCIe part to j, the staging
@@ -263,8 +256,8 @@ func (x *pcieState) doneMessage(j int, call uint64, b []byte) []byte {
 	b = le.AppendUint64(b, uint64(t.slotBytes))
 	b = le.AppendUint64(b, uint64(len(t.segs)))
 	for _, sg := range t.segs {
-		b = le.AppendUint64(b, uint64(sg.off))
-		b = le.AppendUint64(b, uint64(sg.n))
+		b = le.AppendUint64(b, uint64(sg.Off))
+		b = le.AppendUint64(b, uint64(sg.N))
 	}
 	return append(b, make([]byte, pcieTableHeader+pcieMaxSegs*16-len(b))...)
 }
@@ -307,10 +300,10 @@ func (x *pcieState) receive(s *gpu.Stream, recv *gpu.Buffer, in [][]byte, peers 
 		if err := x.probeReceived(r); err != nil {
 			return err
 		}
-		if err := r.stream.Record(r.end); err != nil {
+		if err := r.Stream.Record(r.End); err != nil {
 			return err
 		}
-		if err := s.Wait(r.end); err != nil {
+		if err := s.Wait(r.End); err != nil {
 			return err
 		}
 	}
@@ -319,13 +312,13 @@ func (x *pcieState) receive(s *gpu.Stream, recv *gpu.Buffer, in [][]byte, peers 
 
 // unstage enqueues the H2D copies of one peer's staging table.
 func (x *pcieState) unstage(j int, r *pcieRx, recv *gpu.Buffer, sb int, segs []pcieSeg, call uint64) error {
-	mem := r.mem.Bytes()
+	mem := r.Mem.Bytes()
 	slot, soff := -1, 0
 	for _, sg := range segs {
-		for pos := 0; pos < sg.n; {
+		for pos := 0; pos < sg.N; {
 			k := soff / sb
 			if k != slot {
-				if err := r.stream.Wait(r.slots[k]); err != nil {
+				if err := r.Stream.Wait(r.Slots[k]); err != nil {
 					return err
 				}
 				x.note(traceRec{actor: x.me, owner: j, to: x.me, chunk: -2 - k, call: call, wait: true})
@@ -336,8 +329,8 @@ func (x *pcieState) unstage(j int, r *pcieRx, recv *gpu.Buffer, sb int, segs []p
 					return fmt.Errorf("pcie part from rank %d: %w", j, err)
 				}
 			}
-			m := min(sg.n-pos, (k+1)*sb-soff)
-			if err := r.stream.CopyHtoD(recv.Sub(sg.off+pos, m), mem[soff:soff+m]); err != nil {
+			m := min(sg.N-pos, (k+1)*sb-soff)
+			if err := r.Stream.CopyHtoD(recv.Sub(sg.Off+pos, m), mem[soff:soff+m]); err != nil {
 				return fmt.Errorf("pcie part from rank %d: %w", j, err)
 			}
 			pos += m
@@ -359,22 +352,22 @@ func (x *pcieState) parseTable(j int, m []byte, r *pcieRx, recv *gpu.Buffer) (in
 	if n > pcieMaxSegs {
 		return 0, nil, bad("has %d entries (at most %d)", n, pcieMaxSegs)
 	}
-	if n > 0 && (sb <= 0 || sb > r.mem.Len()) {
+	if n > 0 && (sb <= 0 || sb > r.Mem.Len()) {
 		return 0, nil, bad("has slots of %d bytes", sb)
 	}
 	segs := make([]pcieSeg, n)
 	total := 0
 	for i := range segs {
 		e := m[pcieTableHeader+16*i:]
-		sg := pcieSeg{off: int(le.Uint64(e)), n: int(le.Uint64(e[8:]))}
-		if sg.off < 0 || sg.n <= 0 || sg.off > recv.Len()-sg.n {
-			return 0, nil, bad("puts %d bytes at offset %d of a %d-byte buffer", sg.n, sg.off, recv.Len())
+		sg := pcieSeg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
+		if sg.Off < 0 || sg.N <= 0 || sg.Off > recv.Len()-sg.N {
+			return 0, nil, bad("puts %d bytes at offset %d of a %d-byte buffer", sg.N, sg.Off, recv.Len())
 		}
-		total += sg.n
+		total += sg.N
 		segs[i] = sg
 	}
-	if total > r.mem.Len() || n > 0 && (total+sb-1)/sb > pcieSlots {
-		return 0, nil, bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, r.mem.Len(), pcieSlots)
+	if total > r.Mem.Len() || n > 0 && (total+sb-1)/sb > pcieSlots {
+		return 0, nil, bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, r.Mem.Len(), pcieSlots)
 	}
 	return sb, segs, nil
 }

@@ -37,7 +37,9 @@ import (
 // runs far ahead of its GPU therefore times fewer calls, never more. The
 // receiver reports (sequence number, nanoseconds); 0 nanoseconds means it
 // could not time the part and the sender drops the probe; a sender that
-// hears nothing for probeMaxAge calls drops it too.
+// hears nothing for balance.SampleMaxAge calls drops it too. That state
+// machine and the observations it yields are fabric/balance's Sample;
+// this file adds the GPU events that time it.
 //
 // Error: the two t0s differ by however far apart the two hosts enqueued
 // them when a GPU was idle (microseconds), against parts of milliseconds.
@@ -49,26 +51,20 @@ import (
 
 type probeState uint8
 
+// The receiver's probe states.
 const (
 	probeIdle    probeState = iota
 	probeArmed              // timing this call
-	probePending            // this call is over; waiting for events or the report
-
-	probeMaxAge = 64 // calls a sender waits for a report before dropping the probe
+	probePending            // this call is over; waiting for events
 )
 
-// txProbe is the sender's timing of one push toward a peer.
+// txProbe is the sender's timing of one push toward a peer: the sample
+// (NVLink part local, PCIe part reported by the receiver) and its events.
 type txProbe struct {
-	state  probeState
-	seq    uint64 // numbers the probes toward this peer; 0: none
-	report bool   // the PCIe part is timed by the receiver
-	age    int
-	t0     *gpu.Event
-	lanes  []*gpu.Event // timing events, one per copy lane toward the peer
-	used   []bool
-	bytes  int // the whole push (B)
-	nvl    int
-	pcie   int
+	s     balance.Sample
+	t0    *gpu.Event
+	lanes []*gpu.Event // timing events, one per copy lane toward the peer
+	used  []bool
 }
 
 // rxProbe is the receiver's timing of one PCIe part from a peer.
@@ -83,36 +79,22 @@ type rxProbe struct {
 // report does not come.
 func (x *pcieState) probeSettle(t *pcieTx) {
 	pr := &t.probe
-	switch pr.state {
-	case probeArmed: // the call that armed it failed before its end
-		pr.state = probeIdle
+	if !pr.s.Settle() {
 		return
-	case probeIdle:
-		return
-	}
-	pr.age++
-	if pr.age > probeMaxAge {
-		pr.state = probeIdle
-		return
-	}
-	if pr.report {
-		return // probeReported settles it
 	}
 	d, ok, done := x.laneTime(t)
 	if !done {
 		return
 	}
-	if ok {
-		x.observe(t, []balance.Observation{{Link: linkNVLink, Bytes: int64(pr.nvl), Duration: d}})
-	}
-	pr.state = probeIdle
+	x.observe(t, pr.s.Observations(linkNVLink, linkPCIe, d, ok, 0))
+	pr.s.Done()
 }
 
 // probeArm starts timing this call's push to t's peer when it is worth it
 // (at or above the planner's threshold, or split) and no probe is out.
 func (x *pcieState) probeArm(t *pcieTx) {
 	pr := &t.probe
-	if pr.state != probeIdle || t.bytes == 0 || t.plan == 0 && t.bytes < t.planner.Threshold() {
+	if !pr.s.Idle() || t.bytes == 0 || t.plan == 0 && t.bytes < t.planner.Threshold() {
 		return
 	}
 	if pr.t0 == nil {
@@ -131,8 +113,7 @@ func (x *pcieState) probeArm(t *pcieTx) {
 		}
 		pr.used = make([]bool, len(pr.lanes))
 	}
-	pr.seq++
-	pr.state, pr.report, pr.age, pr.bytes = probeArmed, t.plan > 0, 0, t.bytes
+	pr.s.Arm(t.bytes, t.plan > 0)
 	clear(pr.used)
 }
 
@@ -140,7 +121,7 @@ func (x *pcieState) probeArm(t *pcieTx) {
 // sender or as receiver.
 func (x *pcieState) probeStart(s *gpu.Stream, peers []int) error {
 	for _, j := range peers {
-		if t := x.txTo(j); t != nil && t.probe.state == probeArmed {
+		if t := x.txTo(j); t != nil && t.probe.s.Armed() {
 			if err := s.Record(t.probe.t0); err != nil {
 				return err
 			}
@@ -174,7 +155,7 @@ func (x *pcieState) probeStart(s *gpu.Stream, peers []int) error {
 // on every lane used toward a peer whose push is timed.
 func (x *pcieState) probeLaneEnds() error {
 	for _, t := range x.tx {
-		if t == nil || t.probe.state != probeArmed {
+		if t == nil || !t.probe.s.Armed() {
 			continue
 		}
 		l := x.lanes.peers[t.peer]
@@ -194,8 +175,8 @@ func (x *pcieState) probeLaneEnds() error {
 // probeDone closes this call's armed sender probes: the bytes are known.
 func (x *pcieState) probeDone() {
 	for _, t := range x.tx {
-		if t != nil && t.probe.state == probeArmed {
-			t.probe.state, t.probe.nvl, t.probe.pcie = probePending, t.pushed-t.staged, t.staged
+		if t != nil {
+			t.probe.s.Close(t.pushed-t.staged, t.staged)
 		}
 	}
 }
@@ -207,7 +188,7 @@ func (x *pcieState) probeReceived(r *pcieRx) error {
 		return nil
 	}
 	r.probe.state = probePending
-	return r.stream.Record(r.probe.end)
+	return r.Stream.Record(r.probe.end)
 }
 
 // probeReport is the receiver's report for its next ready message: the
@@ -237,22 +218,14 @@ func (x *pcieState) probeReport(r *pcieRx) (seq, ns uint64) {
 // sender's own NVLink timing it is one observation for the planner.
 func (x *pcieState) probeReported(t *pcieTx, seq, ns uint64) {
 	pr := &t.probe
-	if seq == 0 || pr.state != probePending || !pr.report || seq != pr.seq {
+	if !pr.s.Reported(seq) {
 		return
 	}
-	pr.state = probeIdle
 	d, ok, done := x.laneTime(t)
 	if ns == 0 || !done {
 		return // untimed, or (rarely) the lanes are still busy: drop it whole
 	}
-	var obs []balance.Observation
-	if ok {
-		obs = append(obs, balance.Observation{Link: linkNVLink, Bytes: int64(pr.nvl), Duration: d})
-	}
-	if pr.pcie > 0 {
-		obs = append(obs, balance.Observation{Link: linkPCIe, Bytes: int64(pr.pcie), Duration: time.Duration(ns)})
-	}
-	x.observe(t, obs)
+	x.observe(t, pr.s.Observations(linkNVLink, linkPCIe, d, ok, time.Duration(ns)))
 }
 
 // laneTime is the NVLink part's duration: from t0 to the last timed lane.
@@ -260,6 +233,7 @@ func (x *pcieState) probeReported(t *pcieTx, seq, ns uint64) {
 // was timed.
 func (x *pcieState) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
 	pr := &t.probe
+	var ends []time.Duration
 	for k, used := range pr.used {
 		if !used {
 			continue
@@ -271,22 +245,23 @@ func (x *pcieState) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
 		if !fin {
 			return 0, false, false
 		}
-		x, err := pr.lanes[k].Since(pr.t0)
+		e, err := pr.lanes[k].Since(pr.t0)
 		if err != nil {
 			return 0, false, true
 		}
-		d, ok = max(d, x), true
+		ends = append(ends, e)
 	}
-	return d, ok && d > 0, true
+	d, ok = balance.LatestEnd(ends)
+	return d, ok, true
 }
 
 func (x *pcieState) observe(t *pcieTx, obs []balance.Observation) {
 	if len(obs) == 0 {
 		return
 	}
-	t.planner.Observe(t.probe.bytes, obs)
+	t.planner.Observe(t.probe.s.Bytes(), obs)
 	t.observed++
-	x.c.Log().Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.bytes, "parts", obs)
+	x.c.Log().Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.s.Bytes(), "parts", obs)
 }
 
 // logShare logs the split in force toward t's peer at INFO, once per size

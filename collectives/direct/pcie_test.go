@@ -80,7 +80,7 @@ func (l *splitLog) check(t *testing.T, share float64, staging int) int {
 		}
 		staged := 0
 		for _, sg := range s.segs {
-			staged += sg.n
+			staged += sg.N
 		}
 		want := min(int(share*float64(s.bytes))/pcieAlign*pcieAlign, staging)
 		if staged != want {

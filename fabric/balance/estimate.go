@@ -29,7 +29,7 @@ type watch struct {
 	before int // n before the last jump to a slower cost
 }
 
-// update folds one measurement of link i into class c's estimate and
+// update folds one measurement of link i into c's estimate and
 // reports whether it jumped (a change of regime rather than noise).
 //
 // The detector is asymmetric because the costs of being wrong are: a link
@@ -39,11 +39,11 @@ type watch struct {
 // page fault or a descheduled proxy thread; meanwhile hedge keeps the split
 // safe under both); a link that became faster only leaves some bandwidth
 // unused, so that waits for a second measurement.
-func (p *Planner) update(c *class, i int, bytes, dur float64) bool {
+func (c *class) update(cfg *Config, i int, bytes, dur float64) bool {
 	est, w := c.est[i], &c.watch[i]
 	defer func() { w.last = c.est[i].cost }()
 	obs := math.Max(dur-est.lat, 0) / bytes
-	band := 1 + p.cfg.JumpRatio
+	band := 1 + cfg.JumpRatio
 	near := func(ref float64) bool { return obs <= ref*band && obs >= ref/band }
 	// The bytes' share of the predicted time says how much this sample
 	// tells about bandwidth: a part so small that latency dominates barely
@@ -66,7 +66,7 @@ func (p *Planner) update(c *class, i int, bytes, dur float64) bool {
 	case weight < 0.5 || near(est.cost):
 		obs = math.Min(math.Max(obs, est.cost/band), est.cost*band)
 		w.n++
-		alpha := math.Max(p.cfg.Alpha, 1/float64(w.n))
+		alpha := math.Max(cfg.Alpha, 1/float64(w.n))
 		c.est[i].cost += alpha * weight * (obs - est.cost)
 		return false
 	case obs > est.cost:
@@ -91,22 +91,22 @@ func (p *Planner) update(c *class, i int, bytes, dur float64) bool {
 // targets that minimises the worse of the two regrets — finish time over
 // the best finish time under that hypothesis. The regrets are convex in
 // the mixing weight, so a ternary search finds it.
-func (p *Planner) hedge(c *class, bytes float64) (plan, bool) {
+func (c *class) hedge(ls *linkSet, cfg *Config, bytes float64) (plan, bool) {
 	old := slices.Clone(c.est)
 	any := false
 	for i, w := range c.watch {
-		if w.prev != 0 && !p.excluded[i] {
+		if w.prev != 0 && !ls.excluded[i] {
 			old[i].cost, any = w.prev, true
 		}
 	}
 	if !any {
 		return plan{}, false
 	}
-	tNew, tOld := p.target(c.est, bytes), p.target(old, bytes)
+	overhead := cfg.SplitOverhead.Seconds()
+	tNew, tOld := ls.target(c.est, bytes, overhead), ls.target(old, bytes, overhead)
 	if tNew.shares == nil || tOld.shares == nil {
 		return plan{}, false
 	}
-	overhead := p.cfg.SplitOverhead.Seconds()
 	mix := func(l float64) []float64 {
 		x := make([]float64, len(tNew.shares))
 		for i := range x {
@@ -129,6 +129,69 @@ func (p *Planner) hedge(c *class, bytes float64) (plan, bool) {
 	}
 	l := (lo + hi) / 2
 	return plan{shares: mix(l), time: finishTime(c.est, mix(l), bytes, overhead)}, true
+}
+
+// step moves c's shares the fraction frac of the way toward the best
+// split for bytes.
+func (c *class) step(ls *linkSet, cfg *Config, bytes, frac float64) {
+	overhead := cfg.SplitOverhead.Seconds()
+	tgt := ls.target(c.est, bytes, overhead)
+	if tgt.shares == nil {
+		return
+	}
+	hedged := false
+	if h, ok := c.hedge(ls, cfg, bytes); ok {
+		tgt, frac, hedged = h, 1, true
+	}
+	now := finishTime(c.est, ls.live(c.shares), bytes, overhead)
+	if !hedged && now <= tgt.time*(1+cfg.Deadband) {
+		return // hysteresis: not worth moving
+	}
+	// pess is, for each link whose share is capped below, the pessimistic
+	// cost its capped share is sized with (0: not capped).
+	next, pess := make([]float64, len(c.shares)), make([]float64, len(c.shares))
+	sum := 0.0
+	for i, s := range ls.live(c.shares) {
+		// A link the target drops leaves at once; the others move.
+		if tgt.shares[i] > 0 {
+			next[i] = s + frac*(tgt.shares[i]-s)
+			if s == 0 {
+				// Coming back (its estimate decayed toward the profile):
+				// sized by the cost it was last measured at.
+				pess[i] = c.watch[i].last
+			}
+		}
+		sum += next[i]
+	}
+	for i := range next {
+		next[i] /= sum
+	}
+	// A capped link gets at most what it could carry by the time the others
+	// finish even at its pessimistic cost (JumpRatio is the noise
+	// allowance): if the link is slow the probe costs only the split
+	// overhead; if it is not, the measurement shows it.
+	others := slices.Clone(next)
+	for i := range others {
+		if pess[i] != 0 {
+			others[i] = 0
+		}
+	}
+	T := finishTime(c.est, others, bytes, 0)
+	var capped, rest float64
+	for i, s := range next {
+		if pess[i] != 0 {
+			next[i] = math.Min(s, math.Max(0, T-c.est[i].lat)/(pess[i]*(1+cfg.JumpRatio))/bytes)
+			capped += next[i]
+		} else {
+			rest += s
+		}
+	}
+	for i := range next {
+		if pess[i] == 0 && rest > 0 {
+			next[i] *= (1 - capped) / rest
+		}
+	}
+	c.shares = next
 }
 
 func watches(m []model) []watch {

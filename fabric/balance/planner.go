@@ -12,12 +12,10 @@ import (
 // the same shares. Its methods are safe for concurrent use (a mutex, no
 // goroutines), so one planner may serve a channel's concurrent sends.
 type Planner struct {
-	mu       sync.Mutex
-	cfg      Config
-	specs    []LinkSpec
-	profile  []model // stage 1 result per link: the prior of stage 2
-	excluded []bool
-	classes  []class
+	mu      sync.Mutex
+	cfg     Config
+	links   linkSet
+	classes []class
 	// threshold: below this many bytes one link is used (from the profile).
 	threshold int
 }
@@ -41,8 +39,8 @@ func NewPlanner(links []LinkSpec, probes []Probe, cfg Config) (*Planner, error) 
 	if err := validateSpecs(links); err != nil {
 		return nil, err
 	}
-	p := &Planner{cfg: cfg, specs: slices.Clone(links), excluded: make([]bool, len(links))}
-	p.profile = make([]model, len(links))
+	p := &Planner{cfg: cfg, links: linkSet{specs: slices.Clone(links), excluded: make([]bool, len(links))}}
+	p.links.profile = make([]model, len(links))
 	probed := make([]int, len(links))
 	for i, s := range links {
 		var mine []Probe
@@ -51,18 +49,18 @@ func NewPlanner(links []LinkSpec, probes []Probe, cfg Config) (*Planner, error) 
 				mine = append(mine, pr)
 			}
 		}
-		p.profile[i], probed[i] = fitModel(priorModel(s), mine), len(mine)
+		p.links.profile[i], probed[i] = fitModel(priorModel(s), mine), len(mine)
 	}
 	p.classes = make([]class, cfg.numClasses())
 	for k := range p.classes {
 		c := &p.classes[k]
-		c.est, c.watch = slices.Clone(p.profile), watches(p.profile)
+		c.est, c.watch = slices.Clone(p.links.profile), watches(p.links.profile)
 		for i := range c.watch {
 			c.watch[i].n = probed[i] // a nominal prior counts for nothing
 		}
-		c.shares = p.target(c.est, cfg.classBytes(k)).shares
+		c.shares = p.links.target(c.est, cfg.classBytes(k), cfg.SplitOverhead.Seconds()).shares
 	}
-	p.threshold = p.findThreshold()
+	p.threshold = p.links.findThreshold(p.cfg.SplitOverhead.Seconds())
 	return p, nil
 }
 
@@ -85,7 +83,7 @@ func validateSpecs(links []LinkSpec) error {
 }
 
 // Links returns the link specs the planner was built with.
-func (p *Planner) Links() []LinkSpec { return slices.Clone(p.specs) }
+func (p *Planner) Links() []LinkSpec { return slices.Clone(p.links.specs) }
 
 // Threshold is the message size in bytes from which a split over more than
 // one link is predicted to finish sooner than the best single link (from
@@ -111,19 +109,19 @@ func (p *Planner) sharesLocked(bytes int) []Share {
 	if bytes < p.threshold {
 		best, bt := -1, math.Inf(1)
 		for i, m := range c.est {
-			if t := m.time(float64(bytes)); !p.excluded[i] && t < bt {
+			if t := m.time(float64(bytes)); !p.links.excluded[i] && t < bt {
 				best, bt = i, t
 			}
 		}
 		if best < 0 {
 			return nil
 		}
-		return []Share{{Link: p.specs[best].ID, Fraction: 1}}
+		return []Share{{Link: p.links.specs[best].ID, Fraction: 1}}
 	}
 	var out []Share
 	for i, s := range c.shares {
-		if s > 0 && !p.excluded[i] {
-			out = append(out, Share{Link: p.specs[i].ID, Fraction: s})
+		if s > 0 && !p.links.excluded[i] {
+			out = append(out, Share{Link: p.links.specs[i].ID, Fraction: s})
 		}
 	}
 	return out
@@ -138,21 +136,21 @@ func (p *Planner) Observe(bytes int, obs []Observation) {
 	defer p.mu.Unlock()
 	k := p.cfg.classOf(bytes)
 	c := &p.classes[k]
-	measured := make([]bool, len(p.specs))
+	measured := make([]bool, len(p.links.specs))
 	jumped := false
 	for _, o := range obs {
-		i := p.index(o.Link)
-		if i < 0 || p.excluded[i] || o.Bytes <= 0 || o.Duration <= 0 {
+		i := p.links.index(o.Link)
+		if i < 0 || p.links.excluded[i] || o.Bytes <= 0 || o.Duration <= 0 {
 			continue
 		}
 		measured[i] = true
-		jumped = p.update(c, i, float64(o.Bytes), o.Duration.Seconds()) || jumped
+		jumped = c.update(&p.cfg, i, float64(o.Bytes), o.Duration.Seconds()) || jumped
 	}
-	for i := range p.specs {
+	for i := range p.links.specs {
 		if !measured[i] {
 			// Geometric decay: a link measured 50× slower than its profile
 			// comes back within tens of calls, not hundreds.
-			c.est[i].cost *= math.Pow(p.profile[i].cost/c.est[i].cost, p.cfg.Decay)
+			c.est[i].cost *= math.Pow(p.links.profile[i].cost/c.est[i].cost, p.cfg.Decay)
 			c.watch[i].n = 0 // a guess now, not a measurement
 		}
 	}
@@ -162,92 +160,68 @@ func (p *Planner) Observe(bytes int, obs []Observation) {
 		// transfers wait on the slowed link for more calls.
 		step = 1
 	}
-	p.step(c, float64(max(bytes, 1)), step)
+	c.step(&p.links, &p.cfg, float64(max(bytes, 1)), step)
 }
 
-// step moves class c's shares the fraction frac of the way toward the best
-// split for bytes.
-func (p *Planner) step(c *class, bytes, frac float64) {
-	tgt := p.target(c.est, bytes)
-	if tgt.shares == nil {
+// Exclude takes a failed link out of every split at once: each class is
+// re-planned over the remaining links without damping (a dead link cannot
+// wait for a moving average). Unknown ids are ignored.
+func (p *Planner) Exclude(id int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := p.links.index(id)
+	if i < 0 || p.links.excluded[i] {
 		return
 	}
-	hedged := false
-	if h, ok := p.hedge(c, bytes); ok {
-		tgt, frac, hedged = h, 1, true
+	p.links.excluded[i] = true
+	p.replan()
+}
+
+// Admit brings an excluded link back. Its estimates restart from the
+// profile (what it did before failing says little about the repaired
+// link) and every class is re-planned with it.
+func (p *Planner) Admit(id int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := p.links.index(id)
+	if i < 0 || !p.links.excluded[i] {
+		return
 	}
-	overhead := p.cfg.SplitOverhead.Seconds()
-	now := finishTime(c.est, p.live(c.shares), bytes, overhead)
-	if !hedged && now <= tgt.time*(1+p.cfg.Deadband) {
-		return // hysteresis: not worth moving
+	p.links.excluded[i] = false
+	for k := range p.classes {
+		c := &p.classes[k]
+		c.est[i], c.watch[i] = p.links.profile[i], watch{last: p.links.profile[i].cost}
 	}
-	// pess is, for each link whose share is capped below, the pessimistic
-	// cost its capped share is sized with (0: not capped).
-	next, pess := make([]float64, len(c.shares)), make([]float64, len(c.shares))
-	sum := 0.0
-	for i, s := range p.live(c.shares) {
-		// A link the target drops leaves at once; the others move.
-		if tgt.shares[i] > 0 {
-			next[i] = s + frac*(tgt.shares[i]-s)
-			if s == 0 {
-				// Coming back (its estimate decayed toward the profile):
-				// sized by the cost it was last measured at.
-				pess[i] = c.watch[i].last
-			}
-		}
-		sum += next[i]
-	}
-	for i := range next {
-		next[i] /= sum
-	}
-	// A capped link gets at most what it could carry by the time the others
-	// finish even at its pessimistic cost (JumpRatio is the noise
-	// allowance): if the link is slow the probe costs only the split
-	// overhead; if it is not, the measurement shows it.
-	others := slices.Clone(next)
-	for i := range others {
-		if pess[i] != 0 {
-			others[i] = 0
-		}
-	}
-	T := finishTime(c.est, others, bytes, 0)
-	var capped, rest float64
-	for i, s := range next {
-		if pess[i] != 0 {
-			next[i] = math.Min(s, math.Max(0, T-c.est[i].lat)/(pess[i]*(1+p.cfg.JumpRatio))/bytes)
-			capped += next[i]
+	p.replan()
+}
+
+// Excluded reports whether link id is excluded.
+func (p *Planner) Excluded(id int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := p.links.index(id)
+	return i >= 0 && p.links.excluded[i]
+}
+
+func (p *Planner) replan() {
+	for k := range p.classes {
+		c := &p.classes[k]
+		if t := p.links.target(c.est, p.cfg.classBytes(k), p.cfg.SplitOverhead.Seconds()); t.shares != nil {
+			c.shares = t.shares
 		} else {
-			rest += s
+			clear(c.shares)
 		}
 	}
-	for i := range next {
-		if pess[i] == 0 && rest > 0 {
-			next[i] *= (1 - capped) / rest
-		}
-	}
-	c.shares = next
+	p.threshold = p.links.findThreshold(p.cfg.SplitOverhead.Seconds())
 }
 
-// target is the best split for bytes under estimates m over live links.
-func (p *Planner) target(m []model, bytes float64) plan {
-	usable := make([]bool, len(m))
-	for i := range usable {
-		usable[i] = !p.excluded[i]
-	}
-	return bestPlan(m, usable, bytes, p.cfg.SplitOverhead.Seconds())
-}
-
-// live returns shares with excluded links zeroed.
-func (p *Planner) live(shares []float64) []float64 {
-	out := slices.Clone(shares)
-	for i := range out {
-		if p.excluded[i] {
-			out[i] = 0
-		}
-	}
-	return out
-}
-
-func (p *Planner) index(id int) int {
-	return slices.IndexFunc(p.specs, func(s LinkSpec) bool { return s.ID == id })
+// Split divides a message of bytes into parts by the current Shares. The
+// parts cover [0, bytes) exactly, in link order, without overlap; every
+// boundary between parts is a multiple of align (4096 keeps pages whole
+// for copy engines, an element size keeps elements whole), so only the
+// last part's length may be unaligned. A link whose share rounds to
+// nothing gets no part. A message of zero bytes gets one empty part on the
+// link Shares picks. It returns nil when every link is excluded.
+func (p *Planner) Split(bytes, align int) []Part {
+	return divide(p.Shares(bytes), bytes, align)
 }

@@ -8,17 +8,6 @@ type Part struct {
 	Off, Len int
 }
 
-// Split divides a message of bytes into parts by the current Shares. The
-// parts cover [0, bytes) exactly, in link order, without overlap; every
-// boundary between parts is a multiple of align (4096 keeps pages whole
-// for copy engines, an element size keeps elements whole), so only the
-// last part's length may be unaligned. A link whose share rounds to
-// nothing gets no part. A message of zero bytes gets one empty part on the
-// link Shares picks. It returns nil when every link is excluded.
-func (p *Planner) Split(bytes, align int) []Part {
-	return divide(p.Shares(bytes), bytes, align)
-}
-
 // divide rounds cumulative shares, not each share, to the alignment: the
 // rounding errors then do not add up, and no part can go negative.
 func divide(shares []Share, bytes, align int) []Part {

@@ -45,7 +45,7 @@ type ClassState struct {
 }
 
 // EstimateState is one link's estimate in one class and what the change
-// detector remembers (see Planner.update).
+// detector remembers (see class.update in estimate.go).
 type EstimateState struct {
 	SecondsPerByte float64 `json:"s_per_byte"`
 	Last           float64 `json:"last,omitempty"`
@@ -60,8 +60,8 @@ func (p *Planner) State() State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := State{Version: StateVersion, Config: p.cfg}
-	for i, spec := range p.specs {
-		s.Links = append(s.Links, LinkState{Spec: spec, LatencySec: p.profile[i].lat, SecondsPerByte: p.profile[i].cost})
+	for i, spec := range p.links.specs {
+		s.Links = append(s.Links, LinkState{Spec: spec, LatencySec: p.links.profile[i].lat, SecondsPerByte: p.links.profile[i].cost})
 	}
 	for k, c := range p.classes {
 		cs := ClassState{UpTo: p.cfg.MinClassBytes << k, Shares: slices.Clone(c.shares)}
@@ -101,13 +101,13 @@ func Restore(s State, links []LinkSpec) (*Planner, error) {
 	if len(s.Classes) != cfg.numClasses() {
 		return nil, fmt.Errorf("balance: state has %d size classes, config implies %d: %w", len(s.Classes), cfg.numClasses(), errs.ErrMismatch)
 	}
-	p := &Planner{cfg: cfg, specs: slices.Clone(links), excluded: make([]bool, len(links))}
+	p := &Planner{cfg: cfg, links: linkSet{specs: slices.Clone(links), excluded: make([]bool, len(links))}}
 	finite := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 	for _, l := range s.Links {
 		if !finite(l.SecondsPerByte) || l.LatencySec < 0 {
 			return nil, fmt.Errorf("balance: state link %d: %g s/byte, latency %gs", l.Spec.ID, l.SecondsPerByte, l.LatencySec)
 		}
-		p.profile = append(p.profile, model{lat: l.LatencySec, cost: l.SecondsPerByte})
+		p.links.profile = append(p.links.profile, model{lat: l.LatencySec, cost: l.SecondsPerByte})
 	}
 	for k, cs := range s.Classes {
 		if len(cs.Shares) != len(links) || len(cs.Links) != len(links) {
@@ -119,7 +119,7 @@ func Restore(s State, links []LinkSpec) (*Planner, error) {
 			if !finite(e.SecondsPerByte) || cs.Shares[i] < 0 {
 				return nil, fmt.Errorf("balance: state class %d link %d: %g s/byte, share %g", k, i, e.SecondsPerByte, cs.Shares[i])
 			}
-			c.est = append(c.est, model{lat: p.profile[i].lat, cost: e.SecondsPerByte})
+			c.est = append(c.est, model{lat: p.links.profile[i].lat, cost: e.SecondsPerByte})
 			last := e.Last
 			if !finite(last) {
 				last = e.SecondsPerByte
@@ -132,6 +132,6 @@ func Restore(s State, links []LinkSpec) (*Planner, error) {
 		}
 		p.classes = append(p.classes, c)
 	}
-	p.threshold = p.findThreshold()
+	p.threshold = p.links.findThreshold(p.cfg.SplitOverhead.Seconds())
 	return p, nil
 }

@@ -114,7 +114,7 @@ func (l *link) pull(dst []byte, addr uint64) error {
 			return err
 		}
 		k := min(len(dst)-off, cmaPiece)
-		n, err := l.cma.read(l.peerPid, dst[off:off+k], addr+uint64(off))
+		n, err := l.cma.read(l.who.pid, dst[off:off+k], addr+uint64(off))
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
@@ -125,13 +125,13 @@ func (l *link) pull(dst []byte, addr uint64) error {
 			fallthrough
 		case err != nil:
 			l.Abort(fmt.Errorf("shm link to rank %d (host %s): single-copy read of %d bytes at %#x from pid %d: %w: %w",
-				l.peer, l.host, k, addr+uint64(off), l.peerPid, err, errs.ErrPeerLost))
+				l.who.rank, l.who.host, k, addr+uint64(off), l.who.pid, err, errs.ErrPeerLost))
 			return l.check(false)
 		}
 		off += n
-		l.cmaPulled.Add(uint64(n))
-		if l.pullHook != nil {
-			l.pullHook(off)
+		l.in.pulled.Add(uint64(n))
+		if l.in.pullHook != nil {
+			l.in.pullHook(off)
 		}
 	}
 	// The sender gives its buffer back when it aborts or closes: bytes
@@ -142,7 +142,7 @@ func (l *link) pull(dst []byte, addr uint64) error {
 // ack tells the sender that the oldest single-copy message it is waiting
 // for is done with (read, or dropped on a mismatch).
 func (l *link) ack() {
-	r := l.rx.r
+	r := l.in.ring.r
 	r.acked.Store(r.acked.Load() + 1) // the consumer is its only writer
 	wake(r.ackWait)
 }
@@ -150,16 +150,16 @@ func (l *link) ack() {
 // ackLoop completes single-copy sends as the peer acknowledges them.
 func (l *link) ackLoop() {
 	defer l.wg.Done()
-	r := l.tx.r
+	r := l.out.ring.r
 	for {
-		n, err := l.acks.next()
+		n, err := l.out.acks.next()
 		if err != nil {
 			return
 		}
 		if err := l.await(func() bool { return r.acked.Load() >= n }, r.ackWait, false); err != nil {
-			l.acks.fail(err, r.acked.Load())
+			l.out.acks.fail(err, r.acked.Load())
 			return
 		}
-		l.acks.complete(r.acked.Load())
+		l.out.acks.complete(r.acked.Load())
 	}
 }

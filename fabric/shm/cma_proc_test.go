@@ -56,7 +56,7 @@ func TestTwoProcessesSingleCopyKilled(t *testing.T) {
 		p, l := connectHelper(t, newJob(), "65536")
 		killed := make(chan struct{})
 		var once sync.Once
-		l.(*link).pullHook = func(int) {
+		l.(*link).in.pullHook = func(int) {
 			once.Do(func() {
 				killAndWait(t, p)
 				close(killed)

@@ -25,10 +25,10 @@ import (
 func forced() map[string]string { return map[string]string{"FLEXLINK_SHM_CMA_BYTES": "65536"} }
 
 // pulled returns how many bytes l received by single copy.
-func pulled(l fabric.Link) uint64 { return l.(*link).cmaPulled.Load() }
+func pulled(l fabric.Link) uint64 { return l.(*link).in.pulled.Load() }
 
 // ringBytesSent returns how many bytes l has written to its ring.
-func ringBytesSent(l fabric.Link) uint64 { return l.(*link).tx.r.head.Load() }
+func ringBytesSent(l fabric.Link) uint64 { return l.(*link).out.ring.r.head.Load() }
 
 // exchange sends an n-byte message from one link to the other and checks
 // that it arrived intact.
@@ -87,7 +87,7 @@ func TestSingleCopyRefused(t *testing.T) {
 	a, b := newPairWith(t, forced(), func(rank int, e *endpoint) {
 		e.log = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
 		if rank == 0 {
-			e.readv = deny
+			e.cma.readv = deny
 		}
 	})
 	exchange(t, a, b, 0, 1<<20)
@@ -182,7 +182,7 @@ func TestSingleCopyReceiverAborts(t *testing.T) {
 	a, b := newPair(t, forced())
 	abortErr := errors.New("test abort")
 	bl := b.(*link)
-	bl.pullHook = func(n int) {
+	bl.in.pullHook = func(n int) {
 		if n == cmaPiece {
 			b.Abort(abortErr)
 		}
@@ -283,8 +283,8 @@ func TestSingleCopyAuto(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int32
 			a, b := newPairWith(t, map[string]string{"FLEXLINK_SHM_CMA_BYTES": "auto"}, func(_ int, e *endpoint) {
-				e.oversub = tc.oversub
-				e.measure = func(readvFunc) (time.Duration, time.Duration, error) {
+				e.cma.oversub = tc.oversub
+				e.cma.measure = func(readvFunc) (time.Duration, time.Duration, error) {
 					calls.Add(1)
 					return tc.cma, tc.cpy, nil
 				}

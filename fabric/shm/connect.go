@@ -50,7 +50,7 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 	}
 	h := hello{from: e.cfg.Rank, to: peer, ringBytes: e.ringBytes, nonce: newNonce(), job: e.cfg.JobID, comm: e.cfg.Comm}
 	var probe *probeWord // read by the listener before M4
-	if e.cmaBytes > 0 {
+	if e.cma.bytes > 0 {
 		probe = newProbeWord(h.nonce)
 		h.probe = probe.addr()
 	}
@@ -67,7 +67,7 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 	if len(m2) != m2Body+macBytes || !hmac.Equal(m2[m2Body:], proof(e.cfg.Secret, "listener", m1, m2[:m2Body])) {
 		return nil, fmt.Errorf("process %d at shm socket @%s did not prove job membership: %w", pid, name, errs.ErrAuth)
 	}
-	okL := e.canPull(peer, pid, binary.LittleEndian.Uint64(m2[nonceBytes:m2Body]), m2[:nonceBytes])
+	okL := e.cma.canPull(e.log, peer, pid, binary.LittleEndian.Uint64(m2[nonceBytes:m2Body]), m2[:nonceBytes])
 	fd, seg, err := createSegment("flexlink-"+sanitize(e.cfg.JobID, 40), e.ringBytes)
 	if err != nil {
 		return nil, err
@@ -88,8 +88,8 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 		return nil, fmt.Errorf("rank %d (pid %d) refused the link: %q", peer, pid, m4)
 	}
 	conn.SetDeadline(time.Time{})
-	return newLink(linkConfig{peer: peer, peerPid: pid, host: e.cfg.Host, side: 0, seg: seg, ctl: conn, log: e.log,
-		cma: e.cmaConfig(m4[1] == 1, okL), spin: e.spin}), nil
+	return newLink(linkConfig{who: peerID{rank: peer, pid: pid, host: e.cfg.Host}, side: 0, seg: seg, ctl: conn, log: e.log,
+		cma: e.cma.config(m4[1] == 1, okL), spin: e.spin}), nil
 }
 
 // acceptLoop starts answering dialers and filing the proven ones for
@@ -147,7 +147,7 @@ func (e *endpoint) answer(conn *net.UnixConn) (int, *accepted, error) {
 	nonce := newNonce()
 	var probe *probeWord // read by the dialer before M3
 	m2 := append(nonce[:], 0, 0, 0, 0, 0, 0, 0, 0)
-	if e.cmaBytes > 0 {
+	if e.cma.bytes > 0 {
 		probe = newProbeWord(nonce)
 		binary.LittleEndian.PutUint64(m2[nonceBytes:], probe.addr())
 	}
@@ -174,56 +174,9 @@ func (e *endpoint) answer(conn *net.UnixConn) (int, *accepted, error) {
 		seg.unmap()
 		return 0, nil, fmt.Errorf("rank %d (pid %d) passed a segment without the flexlink stamp", h.from, pid)
 	}
-	okD := e.canPull(h.from, pid, h.probe, h.nonce[:])
+	okD := e.cma.canPull(e.log, h.from, pid, h.probe, h.nonce[:])
 	conn.SetDeadline(time.Time{})
-	return h.from, &accepted{conn: conn, seg: seg, pid: pid, cma: e.cmaConfig(m3[0] == 1, okD)}, nil
-}
-
-// canPull probes, once per link, whether this rank may read the memory of
-// process pid (rank peer) with process_vm_readv: addr is the peer's probe
-// word, want the nonce it must hold. When not (single copy off on either
-// side, the kernel forbids it, or with auto it does not pay on this host),
-// messages from the peer stay on the copy path, which is logged at DEBUG
-// only: it is a slower path, not a fault.
-func (e *endpoint) canPull(peer, pid int, addr uint64, want []byte) bool {
-	if e.cmaBytes == 0 || addr == 0 {
-		return false
-	}
-	if err := probePeer(e.readv, pid, addr, want); err != nil {
-		e.log.Debug("single-copy (CMA) reads not permitted; large messages from this peer are copied through the ring",
-			"peer", peer, "pid", pid, "error", err)
-		return false
-	}
-	return e.pullPays()
-}
-
-// pullPays reports whether pulling is worth it on this host: always with a
-// threshold set by hand, after one measurement with auto.
-func (e *endpoint) pullPays() bool {
-	if e.measure == nil {
-		return true
-	}
-	e.autoOnce.Do(func() {
-		cma, cpy, err := e.measure(e.readv)
-		e.autoPull = err == nil && cmaPays(cma, cpy, e.oversub)
-		e.log.Debug("single-copy (CMA) calibrated", "pull_ns", cma.Nanoseconds(), "memmove_ns", cpy.Nanoseconds(),
-			"bytes", calibrationBytes, "oversubscribed", e.oversub, "pull", e.autoPull, "error", err)
-	})
-	return e.autoPull
-}
-
-// cmaConfig is a link's single-copy setting: peerPulls says the peer's
-// probe of us worked (so we may send it single-copy frames), wePull that
-// ours of it did.
-func (e *endpoint) cmaConfig(peerPulls, wePull bool) cmaConfig {
-	var c cmaConfig
-	if peerPulls && e.cmaBytes > 0 {
-		c.sendMin = e.cmaBytes
-	}
-	if wePull {
-		c.recv, c.read = true, e.readv
-	}
-	return c
+	return h.from, &accepted{conn: conn, seg: seg, pid: pid, cma: e.cma.config(m3[0] == 1, okD)}, nil
 }
 
 // lostIfGone marks a handshake error caused by the peer going away (its end

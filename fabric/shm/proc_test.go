@@ -143,9 +143,9 @@ func TestPeerProcessExitNoticed(t *testing.T) {
 	}
 	c0, c1 := socketPair(t)
 	defer c1.Close()
-	l0 := newLink(linkConfig{peer: 1, peerPid: p.Cmd.Process.Pid, host: "testhost", side: 0, seg: seg0, ctl: c0, log: config("x", 0, nil).Log()})
+	l0 := newLink(linkConfig{who: peerID{rank: 1, pid: p.Cmd.Process.Pid, host: "testhost"}, side: 0, seg: seg0, ctl: c0, log: config("x", 0, nil).Log()})
 	defer l0.Close()
-	l1 := newLink(linkConfig{peer: 0, peerPid: os.Getpid(), host: "testhost", side: 1, seg: seg1, ctl: c1, log: config("x", 0, nil).Log()})
+	l1 := newLink(linkConfig{who: peerID{rank: 0, pid: os.Getpid(), host: "testhost"}, side: 1, seg: seg1, ctl: c1, log: config("x", 0, nil).Log()})
 	defer l1.Close()
 	// The link works while the process runs.
 	got := make([]byte, 3)

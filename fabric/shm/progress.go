@@ -26,7 +26,7 @@ func (l *link) waitData(ready func() bool, w *atomic.Uint32) error {
 // the peer is gone and drain is set, data it wrote before still counts.
 func (l *link) await(ready func() bool, w *atomic.Uint32, drain bool) error {
 	fail := func(err error) error {
-		if drain && !l.stopped.Load() && ready() {
+		if drain && !l.st.stopped.Load() && ready() {
 			return nil
 		}
 		return err
@@ -67,12 +67,12 @@ func padded(n uint64) uint64 { return (n + align - 1) &^ (align - 1) }
 func (l *link) sendLoop() {
 	defer l.wg.Done()
 	for {
-		o, err := l.txq.PopOwn()
+		o, err := l.out.q.PopOwn()
 		if err != nil {
 			return
 		}
 		l.post(o, l.singleCopy(len(o.Buf)))
-		l.txq.Release()
+		l.out.q.Release()
 	}
 }
 
@@ -84,7 +84,7 @@ func (l *link) post(o op, cma bool) {
 		o.Req.Complete(l.writeFrame(o, false))
 		return
 	}
-	if !l.acks.add(o) {
+	if !l.out.acks.add(o) {
 		return
 	}
 	if err := l.writeFrame(o, true); err != nil {
@@ -101,41 +101,41 @@ func (l *link) writeFrame(o op, cma bool) error {
 	}
 	n := uint64(len(o.Buf))
 	binary.LittleEndian.PutUint64(h[32:], n)
-	binary.LittleEndian.PutUint64(h[40:], l.txSeq)
-	l.txSeq++
+	binary.LittleEndian.PutUint64(h[40:], l.out.seq)
+	l.out.seq++
 	if cma {
 		binary.LittleEndian.PutUint64(h[offKind:], kindCMA)
 		binary.LittleEndian.PutUint64(h[offAddr:], uint64(uintptr(unsafe.Pointer(&o.Buf[0]))))
 	}
-	if err := l.tx.write(h[:], frameBytes); err != nil {
+	if err := l.out.ring.write(h[:], frameBytes); err != nil {
 		return err
 	}
 	if cma {
-		l.tx.publish()
+		l.out.ring.publish()
 		return nil
 	}
-	if err := l.tx.write(o.Buf, n); err != nil {
+	if err := l.out.ring.write(o.Buf, n); err != nil {
 		return err
 	}
-	if err := l.tx.write(nil, padded(n)-n); err != nil {
+	if err := l.out.ring.write(nil, padded(n)-n); err != nil {
 		return err
 	}
-	l.tx.publish()
+	l.out.ring.publish()
 	return nil
 }
 
 func (l *link) recvLoop() {
 	defer l.wg.Done()
 	for {
-		o, err := l.rxq.PopOwn()
+		o, err := l.in.q.PopOwn()
 		if err != nil {
 			return
 		}
 		err = l.readFrame(o)
 		o.Req.Complete(err)
-		l.rxq.Release()
+		l.in.q.Release()
 		if err != nil && !errors.Is(err, errs.ErrMismatch) {
-			l.rxq.Fail(err)
+			l.in.q.Fail(err)
 		}
 	}
 }
@@ -146,7 +146,7 @@ func (l *link) recvLoop() {
 // single-copy one acknowledged unread), and o fails with errs.ErrMismatch.
 func (l *link) readFrame(o op) error {
 	var h [frameBytes]byte
-	if err := l.rx.read(h[:], frameBytes); err != nil {
+	if err := l.in.ring.read(h[:], frameBytes); err != nil {
 		return err
 	}
 	var tag fabric.Tag
@@ -156,23 +156,23 @@ func (l *link) readFrame(o op) error {
 	n := binary.LittleEndian.Uint64(h[32:])
 	kind := binary.LittleEndian.Uint64(h[offKind:])
 	seq := binary.LittleEndian.Uint64(h[40:])
-	if seq != l.rxSeq || n > maxMessage || kind != kindCopy && (kind != kindCMA || !l.cma.recv || n == 0) {
-		err := fmt.Errorf("corrupt frame (sequence %d, want %d; length %d; kind %d)", seq, l.rxSeq, n, kind)
-		l.Abort(fmt.Errorf("shm link to rank %d (host %s): %w: %w", l.peer, l.host, err, errs.ErrPeerLost))
+	if seq != l.in.seq || n > maxMessage || kind != kindCopy && (kind != kindCMA || !l.cma.recv || n == 0) {
+		err := fmt.Errorf("corrupt frame (sequence %d, want %d; length %d; kind %d)", seq, l.in.seq, n, kind)
+		l.Abort(fmt.Errorf("shm link to rank %d (host %s): %w: %w", l.who.rank, l.who.host, err, errs.ErrPeerLost))
 		return l.check(false)
 	}
-	l.rxSeq++
+	l.in.seq++
 	dst := o.Buf
 	var mismatch error
 	switch {
 	case tag != o.Tag:
-		dst, mismatch = nil, fmt.Errorf("recv over shm: %w", &fabric.TagMismatchError{Peer: l.peer, Want: o.Tag, Got: tag})
+		dst, mismatch = nil, fmt.Errorf("recv over shm: %w", &fabric.TagMismatchError{Peer: l.who.rank, Want: o.Tag, Got: tag})
 	case n != uint64(len(o.Buf)):
 		dst, mismatch = nil, fmt.Errorf("recv from rank %d over shm (host %s): message has %d bytes, receive posted for %d: %w",
-			l.peer, l.host, n, len(o.Buf), errs.ErrMismatch)
+			l.who.rank, l.who.host, n, len(o.Buf), errs.ErrMismatch)
 	}
 	if kind == kindCMA {
-		l.rx.release()
+		l.in.ring.release()
 		if dst != nil {
 			if err := l.pull(dst, binary.LittleEndian.Uint64(h[offAddr:])); err != nil {
 				return err
@@ -181,13 +181,13 @@ func (l *link) readFrame(o op) error {
 		l.ack()
 		return mismatch
 	}
-	if err := l.rx.read(dst, n); err != nil {
+	if err := l.in.ring.read(dst, n); err != nil {
 		return err
 	}
-	if err := l.rx.read(nil, padded(n)-n); err != nil {
+	if err := l.in.ring.read(nil, padded(n)-n); err != nil {
 		return err
 	}
-	l.rx.release()
+	l.in.ring.release()
 	return mismatch
 }
 
@@ -198,12 +198,12 @@ func (l *link) watch() {
 	defer l.wg.Done()
 	var b [16]byte
 	for {
-		n, err := l.ctl.Read(b[:])
+		n, err := l.live.ctl.Read(b[:])
 		if err != nil || n == 0 {
 			break
 		}
 	}
-	if !l.stopped.Load() {
+	if !l.st.stopped.Load() {
 		l.peerGone("control socket closed")
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -63,20 +62,12 @@ type endpoint struct {
 	cfg       fabric.EndpointConfig
 	log       hclog.Logger
 	ringBytes uint64
-	cmaBytes  int           // smallest single-copy message; 0: off
-	readv     readvFunc     // process_vm_readv, or a test's stand-in
 	spin      time.Duration // how long a waiting side polls before it sleeps
-	oversub   bool          // at least as many ranks on the host as cores
-
-	// With FLEXLINK_SHM_CMA_BYTES=auto, measure (nil otherwise) decides
-	// once whether this rank pulls single-copy messages (calibrate.go).
-	measure  measureFunc
-	autoOnce sync.Once
-	autoPull bool
-	hostKey  string // boot id and network namespace: equal only on one host
-	name     string // abstract socket name, without the leading '@'
-	ln       *net.UnixListener
-	lb       *lobby.Lobby[*net.UnixConn, *accepted]
+	cma       cmaPolicy
+	hostKey   string // boot id and network namespace: equal only on one host
+	name      string // abstract socket name, without the leading '@'
+	ln        *net.UnixListener
+	lb        *lobby.Lobby[*net.UnixConn, *accepted]
 }
 
 // NewEndpoint starts listening for this rank's shared-memory links.
@@ -107,8 +98,8 @@ func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
 	rand.Read(rnd[:])
 	e := &endpoint{
 		cfg: cfg, log: cfg.Log().Named("shm"), ringBytes: uint64(ring), hostKey: hostKey(),
-		cmaBytes: cma, readv: processRead, measure: measure,
-		oversub: oversubscribed(local, runtime.NumCPU()), spin: spinBudget(local, runtime.NumCPU()),
+		cma:  cmaPolicy{bytes: cma, readv: processRead, measure: measure, oversub: oversubscribed(local, runtime.NumCPU())},
+		spin: spinBudget(local, runtime.NumCPU()),
 		name: fmt.Sprintf("flexlink-%s-%x", sanitize(cfg.JobID, 40), rnd),
 		lb:   lobby.New[*net.UnixConn, *accepted](),
 	}
@@ -182,7 +173,7 @@ func (e *endpoint) confirm(ctx context.Context, peer int, a *accepted) (fabric.L
 		return nil, fmt.Errorf("confirm to rank %d (pid %d): %w: %w", peer, a.pid, err, errs.ErrPeerLost)
 	}
 	a.conn.SetDeadline(time.Time{})
-	return newLink(linkConfig{peer: peer, peerPid: a.pid, host: e.cfg.Host, side: 1, seg: a.seg, ctl: a.conn, log: e.log,
+	return newLink(linkConfig{who: peerID{rank: peer, pid: a.pid, host: e.cfg.Host}, side: 1, seg: a.seg, ctl: a.conn, log: e.log,
 		cma: a.cma, spin: e.spin}), nil
 }
 

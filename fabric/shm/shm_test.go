@@ -64,7 +64,7 @@ func TestConformance(t *testing.T) {
 			{"cma=65536", "65536", nil},
 			{"cma=1", "1", nil},
 			{"cma=off", "0", nil},
-			{"cma=EPERM", "65536", func(_ int, e *endpoint) { e.readv = deny }},
+			{"cma=EPERM", "65536", func(_ int, e *endpoint) { e.cma.readv = deny }},
 		} {
 			t.Run("ring="+ring+"/"+tc.name, func(t *testing.T) {
 				linktest.Run(t, func(t *testing.T) (fabric.Link, fabric.Link) {

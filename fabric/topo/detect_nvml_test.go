@@ -281,12 +281,12 @@ func checkA100(t *testing.T, a *a100, srv *dgxa100.Server, h *Host, d degrade) {
 		}
 	}
 	for p := range 4 {
-		n := h.nicByName(fmt.Sprintf("mlx5_%d", p))
+		n := nicByName(h, fmt.Sprintf("mlx5_%d", p))
 		if n < 0 || h.NICs[n].Rail != p || h.NICs[n].BusID != a.nicBus[p] || h.NICDistance(2*p, n) != PXB {
 			t.Errorf("mlx5_%d: %+v (want rail %d, PXB to GPU%d)", p, h.NICs, p, 2*p)
 		}
 	}
-	if n := h.nicByName("eth0"); n < 0 || h.NICs[n].Speed != 25e9 || h.NICDistance(0, n) != PHB || h.NICDistance(7, n) != SYS {
+	if n := nicByName(h, "eth0"); n < 0 || h.NICs[n].Speed != 25e9 || h.NICDistance(0, n) != PHB || h.NICDistance(7, n) != SYS {
 		t.Errorf("eth0: %+v", h.NICs)
 	}
 }
@@ -318,7 +318,7 @@ func TestDetectSimulatedFailures(t *testing.T) {
 			if len(h.GPUs) != 0 || h.NoGPU != tc.want {
 				t.Errorf("GPUs %d NoGPU %q, want none and %q", len(h.GPUs), h.NoGPU, tc.want)
 			}
-			if len(h.NICs) != 5 || h.NICs[h.nicByName("mlx5_2")].Rail != 2 {
+			if len(h.NICs) != 5 || h.NICs[nicByName(h, "mlx5_2")].Rail != 2 {
 				t.Errorf("NICs must still be detected, with rails by bus order: %+v", h.NICs)
 			}
 		})

@@ -77,7 +77,7 @@ func TestAssignRails(t *testing.T) {
 			continue
 		}
 		for name, rail := range tc.want {
-			if got := h.NICs[h.nicByName(name)].Rail; got != rail {
+			if got := h.NICs[nicByName(h, name)].Rail; got != rail {
 				t.Errorf("%s: %s rail %d, want %d", tc.name, name, got, rail)
 			}
 		}

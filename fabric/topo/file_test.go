@@ -91,7 +91,7 @@ func TestLocalFromSettings(t *testing.T) {
 	}
 	want := map[string]int{"mlx5_3": 0, "mlx5_2": 1, "mlx5_0": -1, "mlx5_1": -1}
 	for name, rail := range want {
-		if got := h.NICs[h.nicByName(name)].Rail; got != rail {
+		if got := h.NICs[nicByName(h, name)].Rail; got != rail {
 			t.Errorf("%s rail %d, want %d", name, got, rail)
 		}
 	}

@@ -67,7 +67,7 @@ func checkDGX1(t *testing.T, h *Host) {
 		}
 	}
 	for k := range 4 {
-		n := h.nicByName("mlx5_" + string(rune('0'+k)))
+		n := nicByName(h, "mlx5_"+string(rune('0'+k)))
 		if n < 0 {
 			t.Fatalf("no mlx5_%d", k)
 		}
@@ -97,7 +97,7 @@ func checkDGX1(t *testing.T, h *Host) {
 func TestFixtureDGX1(t *testing.T) {
 	h := fixture(t, "dgx1.json")
 	checkDGX1(t, h)
-	if n := h.nicByName("enp1s0f0"); n < 0 || h.NICs[n].Rail != -1 || h.NICDistance(0, n) != PHB || h.NICDistance(4, n) != SYS {
+	if n := nicByName(h, "enp1s0f0"); n < 0 || h.NICs[n].Rail != -1 || h.NICDistance(0, n) != PHB || h.NICDistance(4, n) != SYS {
 		t.Errorf("enp1s0f0 should be a railless NIC on socket 0: %+v", h.NICs)
 	}
 }
@@ -124,7 +124,7 @@ func TestFixtureDGXH800(t *testing.T) {
 			}
 		}
 		for k := range 8 {
-			n := h.nicByName("mlx5_" + string(rune('0'+k)))
+			n := nicByName(h, "mlx5_"+string(rune('0'+k)))
 			want := map[bool]Distance{true: NODE, false: SYS}[i/4 == k/4]
 			if i == k {
 				want = PIX
@@ -140,7 +140,7 @@ func TestFixtureDGXH800(t *testing.T) {
 			t.Errorf("GPU%d nearest NICs %v", i, got)
 		}
 	}
-	if n := h.nicByName("eno1"); h.NICs[n].Rail != -1 || h.NICs[n].RDMA {
+	if n := nicByName(h, "eno1"); h.NICs[n].Rail != -1 || h.NICs[n].RDMA {
 		t.Errorf("eno1: %+v, want no rail, no RDMA", h.NICs[n])
 	}
 }
@@ -190,7 +190,7 @@ func TestNCCLXMLImport(t *testing.T) {
 			t.Errorf("GPU%d: name %q uuid %q unknown %q: want them unknown, and said so", i, x.Name, x.UUID, x.Unknown)
 		}
 	}
-	e := h.NICs[h.nicByName("enp1s0f0")]
+	e := h.NICs[nicByName(h, "enp1s0f0")]
 	if e.RDMA || e.NUMANode != -1 || e.PCI.Root != "" || len(e.Unknown) == 0 || e.Speed != 10e9 {
 		t.Errorf("socket NIC listed under both CPUs: %+v, want NUMA and position unknown", e)
 	}

@@ -53,7 +53,7 @@ func AssignRails(h *Host, override []string) error {
 	}
 	if len(order) > 0 {
 		for r, name := range order {
-			i := h.nicByName(name)
+			i := nicByName(h, name)
 			if i < 0 {
 				return fmt.Errorf("host %s: rail %d names NIC %q, which the host does not have", h.Hostname, r, name)
 			}
@@ -65,7 +65,7 @@ func AssignRails(h *Host, override []string) error {
 	var cs []cand
 	for n := range h.NICs {
 		if h.NICs[n].RDMA {
-			cs = append(cs, cand{n, h.nearestGPU(n)})
+			cs = append(cs, cand{n, nearestGPU(h, n)})
 		}
 	}
 	sort.SliceStable(cs, func(a, b int) bool {
@@ -80,7 +80,7 @@ func AssignRails(h *Host, override []string) error {
 	return nil
 }
 
-func (h *Host) nicByName(name string) int {
+func nicByName(h *Host, name string) int {
 	for i := range h.NICs {
 		if h.NICs[i].Name == name {
 			return i
@@ -91,7 +91,7 @@ func (h *Host) nicByName(name string) int {
 
 // nearestGPU returns the lowest GPU index among the GPUs at NIC n's best
 // known PCI distance, or a number past every index when none is known.
-func (h *Host) nearestGPU(n int) int {
+func nearestGPU(h *Host, n int) int {
 	best, idx := DistUnknown, 1<<30
 	for i := range h.GPUs {
 		d := h.NICDistance(i, n)

@@ -91,6 +91,14 @@ type GPU struct {
 	PCIe        PCIeLink `json:"pcie"`
 	PCI         PCIPos   `json:"pci"`
 	NVLinks     []NVLink `json:"nvlinks,omitempty"`
+	GPUPeers
+	Unknown []string `json:"unknown,omitempty"`
+}
+
+// GPUPeers is how a GPU reaches its peers: the speed of its NVLinks and
+// the driver's verdict on P2P with each peer. Its fields are GPU's (in
+// JSON too).
+type GPUPeers struct {
 	// LinkBW is one NVLink's bandwidth in bytes/s in one direction (0:
 	// unknown). LinkBWNominal is true when it comes from the table of
 	// nominal rates by NVLink version rather than from the driver.
@@ -98,8 +106,7 @@ type GPU struct {
 	LinkBWNominal bool    `json:"link_bw_nominal,omitempty"`
 	// P2P maps a peer GPU's index to the driver's P2P read status with it:
 	// "ok" or the reason it is not possible. A missing peer is unknown.
-	P2P     map[int]string `json:"p2p,omitempty"`
-	Unknown []string       `json:"unknown,omitempty"`
+	P2P map[int]string `json:"p2p,omitempty"`
 }
 
 // NIC is one network interface (a PCI function, and port for RDMA).

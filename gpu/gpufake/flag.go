@@ -42,74 +42,92 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 		if err != nil {
 			return err
 		}
-		k := &fakeFlag{f: f, c: gpu.ParseFlagCtl(raw), dt: dt, op: op, region: v[3],
-			out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0]), call: v[8], mode: mode, root: -1}
+		k := &fakeFlag{f: f, c: gpu.ParseFlagCtl(raw), dt: dt, op: op,
+			a:    flagArgs{region: v[3], out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0])},
+			m:    flagMode{mode: mode, root: -1},
+			part: flagPart{call: v[8]}}
 		if root != gpu.FlagNoRoot {
 			if root >= uint64(k.c.Ranks) {
 				return fmt.Errorf("flag kernel: root %d of %d ranks", root, k.c.Ranks)
 			}
-			k.root = int(root)
+			k.m.root = int(root)
 		}
 		if mode == gpu.FlagModeGather {
-			k.a2a, k.xchg, k.div = v[5] == gpu.GatherModeA2A, v[5] == gpu.GatherModeExchange, 0
+			k.m.a2a, k.m.xchg, k.a.div = v[5] == gpu.GatherModeA2A, v[5] == gpu.GatherModeExchange, 0
 		}
 		k.deadline = time.Now().Add(time.Duration(k.c.TimeoutNs))
-		if abort, err := k.word(k.region + gpu.FlagAbortOffset); err != nil || atomic.LoadUint64(abort) != 0 {
+		if abort, err := k.word(k.a.region + gpu.FlagAbortOffset); err != nil || atomic.LoadUint64(abort) != 0 {
 			return err // an earlier call failed
 		}
 		if ok, err := k.plan(v[7]); !ok {
 			return err
 		}
-		if k.call != 0 && k.c.Times != 0 {
+		if k.part.call != 0 && k.c.Times != 0 {
 			w, err := k.word(k.c.Times + 8*gpu.FlagMaxBlocks)
 			if err != nil {
 				return err
 			}
-			k.store(w, k.pc)
+			k.store(w, k.part.pc)
 		}
-		for b := uint64(0); b < k.grid; b++ {
+		for b := uint64(0); b < k.a.grid; b++ {
 			t0 := time.Now()
 			ok, err := k.block(b)
 			if err != nil || !ok {
 				return err
 			}
-			if k.call != 0 && k.c.Times != 0 {
+			if k.part.call != 0 && k.c.Times != 0 {
 				w, err := k.word(k.c.Times + 8*b)
 				if err != nil {
 					return err
 				}
-				k.store(w, k.call<<40|uint64(time.Since(t0).Nanoseconds())&(1<<40-1))
+				k.store(w, k.part.call<<40|uint64(time.Since(t0).Nanoseconds())&(1<<40-1))
 			}
 		}
 		return nil
 	}
 }
 
+// fakeFlag is one launch of a flag kernel on the fake driver.
 type fakeFlag struct {
-	f                                        *cufake.Fake
-	c                                        gpu.FlagCtl
-	dt                                       dtype.DType
-	op                                       dtype.Op
+	f        *cufake.Fake
+	c        gpu.FlagCtl
+	dt       dtype.DType
+	op       dtype.Op
+	deadline time.Time
+	a        flagArgs
+	m        flagMode
+	part     flagPart
+}
+
+// flagArgs are a launch's buffers and sizes, as flag.cu takes them.
+type flagArgs struct {
 	region, out, in, count, chunk, grid, sig uint64
 	div                                      int
-	deadline                                 time.Time
-	call, pc, pg                             uint64 // the PCIe part: call number (0: none), its elements and blocks
-	mode                                     int    // gpu.FlagModeAR, gpu.FlagModeRS, gpu.FlagModeGather (flag.cu's MODE)
-	a2a, xchg                                bool   // gpu.FlagModeGather: alltoall; a two-rank exchange
-	root                                     int    // -1, or a reduce's (gpu.FlagModeAR) or a broadcast's (gpu.FlagModeGather) root
+}
+
+// flagMode is which collective a launch runs.
+type flagMode struct {
+	mode      int  // gpu.FlagModeAR, gpu.FlagModeRS, gpu.FlagModeGather (flag.cu's MODE)
+	a2a, xchg bool // gpu.FlagModeGather: alltoall; a two-rank exchange
+	root      int  // -1, or a reduce's (gpu.FlagModeAR) or a broadcast's (gpu.FlagModeGather) root
+}
+
+// flagPart is a launch's PCIe part.
+type flagPart struct {
+	call, pc, pg uint64 // call number (0: none), its elements and blocks
 }
 
 // payload is flag.cu's: whether this rank's pushes to t carry data (every
 // pair both ways but in a reduce or a broadcast, where the other pushes
 // carry the header alone).
 func (k *fakeFlag) payload(t int) bool {
-	if k.root < 0 {
+	if k.m.root < 0 {
 		return true
 	}
-	if k.mode == gpu.FlagModeGather {
-		return k.c.Me == k.root
+	if k.m.mode == gpu.FlagModeGather {
+		return k.c.Me == k.m.root
 	}
-	return t == k.root
+	return t == k.m.root
 }
 
 // plan agrees on the PCIe part as flag.cu does: rank 0 publishes its
@@ -117,13 +135,13 @@ func (k *fakeFlag) payload(t int) bool {
 // meanwhile, watches block 0's NVLink slot for a chunk of another call
 // (rank 0 runs a call without a plan: a mismatch, not a wait).
 func (k *fakeFlag) plan(pcount uint64) (bool, error) {
-	if k.call == 0 {
+	if k.part.call == 0 {
 		return true, nil
 	}
-	k.pg = uint64(k.c.HostBlocks)
-	at := gpu.FlagPlanOffset + 32*(k.call%4)
+	k.part.pg = uint64(k.c.HostBlocks)
+	at := gpu.FlagPlanOffset + 32*(k.part.call%4)
 	if k.c.Me == 0 {
-		k.pc = pcount
+		k.part.pc = pcount
 		var w [3]*uint64
 		for i := range w {
 			var err error
@@ -132,9 +150,9 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 			}
 		}
 		atomic.StoreUint64(w[0], pcount)
-		atomic.StoreUint64(w[1], k.sig)
-		k.store(w[2], k.call)
-		if pcount > k.count {
+		atomic.StoreUint64(w[1], k.a.sig)
+		k.store(w[2], k.part.call)
+		if pcount > k.a.count {
 			return false, k.fail(3, 0, 1)
 		}
 		return true, nil
@@ -142,16 +160,16 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	var plan [3]*uint64
 	for i := range plan {
 		var err error
-		if plan[i], err = k.word(k.region + at + 8*uint64(i)); err != nil {
+		if plan[i], err = k.word(k.a.region + at + 8*uint64(i)); err != nil {
 			return false, err
 		}
 	}
-	base, err := k.word(k.region + gpu.FlagBaseOffset)
+	base, err := k.word(k.a.region + gpu.FlagBaseOffset)
 	if err != nil {
 		return false, err
 	}
 	b0 := atomic.LoadUint64(base)
-	ready, err := k.word(k.region + gpu.FlagReadyOffset)
+	ready, err := k.word(k.a.region + gpu.FlagReadyOffset)
 	if err != nil {
 		return false, err
 	}
@@ -159,7 +177,7 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	abort, err := k.word(k.region + gpu.FlagAbortOffset)
+	abort, err := k.word(k.a.region + gpu.FlagAbortOffset)
 	if err != nil {
 		return false, err
 	}
@@ -169,13 +187,13 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	for {
 		changed := k.f.Changed()
 		switch {
-		case atomic.LoadUint64(plan[2]) >= k.call:
-			k.pc = atomic.LoadUint64(plan[0])
-			if atomic.LoadUint64(plan[1]) != k.sig || k.pc > k.count {
+		case atomic.LoadUint64(plan[2]) >= k.part.call:
+			k.part.pc = atomic.LoadUint64(plan[0])
+			if atomic.LoadUint64(plan[1]) != k.a.sig || k.part.pc > k.a.count {
 				return false, k.fail(3, 0, 0) // rank 0 called another allreduce
 			}
 			return true, nil
-		case atomic.LoadUint64(ready) >= b0+1 && (le.Uint64(hdr) != k.sig || le.Uint64(hdr[8:]) != b0):
+		case atomic.LoadUint64(ready) >= b0+1 && (le.Uint64(hdr) != k.a.sig || le.Uint64(hdr[8:]) != b0):
 			return false, k.fail(3, 0, 0)
 		case atomic.LoadUint64(abort) != 0:
 			return false, nil
@@ -212,7 +230,7 @@ func (k *fakeFlag) slot(owner, sender int, host bool, b, seq uint64) uint64 {
 
 // fail sets the region's abort word and writes the error word.
 func (k *fakeFlag) fail(what, b uint64, peer int) error {
-	a, err := k.word(k.region + gpu.FlagAbortOffset)
+	a, err := k.word(k.a.region + gpu.FlagAbortOffset)
 	if err != nil {
 		return err
 	}
@@ -235,7 +253,7 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	if err != nil || want <= 0 {
 		return err == nil, err
 	}
-	abort, err := k.word(k.region + gpu.FlagAbortOffset)
+	abort, err := k.word(k.a.region + gpu.FlagAbortOffset)
 	if err != nil {
 		return false, err
 	}
@@ -265,18 +283,18 @@ func (k *fakeFlag) store(w *uint64, v uint64) {
 
 func (k *fakeFlag) block(cb uint64) (bool, error) {
 	n, me, sz := k.c.Ranks, k.c.Me, uint64(k.dt.Size())
-	base, err := k.word(k.region + gpu.FlagBaseOffset + 8*cb)
+	base, err := k.word(k.a.region + gpu.FlagBaseOffset + 8*cb)
 	if err != nil {
 		return false, err
 	}
 	b0 := atomic.LoadUint64(base)
 	// Roles as in flag.cu: the last pg blocks take the tail of pc elements
 	// through the inboxes, the others the head over NVLink.
-	nvg := k.grid - k.pg
+	nvg := k.a.grid - k.part.pg
 	host := cb >= nvg
-	b, grid, from, length, chunk := cb, nvg, uint64(0), k.count-k.pc, k.chunk
+	b, grid, from, length, chunk := cb, nvg, uint64(0), k.a.count-k.part.pc, k.a.chunk
 	if host {
-		b, grid, from, length, chunk = cb-nvg, k.pg, k.count-k.pc, k.pc, uint64(k.c.HostSlot-gpu.FlagSlotHeader)/sz
+		b, grid, from, length, chunk = cb-nvg, k.part.pg, k.a.count-k.part.pc, k.part.pc, uint64(k.c.HostSlot-gpu.FlagSlotHeader)/sz
 	}
 	G := (length + chunk - 1) / chunk
 	var nb uint64
@@ -299,21 +317,21 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 				m = 0 // the header alone
 			}
 			at := lo
-			if k.mode == gpu.FlagModeRS || k.mode == gpu.FlagModeGather && k.a2a {
-				at += uint64(t) * k.count // block t goes to rank t
+			if k.m.mode == gpu.FlagModeRS || k.m.mode == gpu.FlagModeGather && k.m.a2a {
+				at += uint64(t) * k.a.count // block t goes to rank t
 			}
-			src, err := k.f.Mem(cu.DevPtr(k.in+at*sz), m*sz)
+			src, err := k.f.Mem(cu.DevPtr(k.a.in+at*sz), m*sz)
 			if err != nil {
 				return false, err
 			}
-			if ok, err := k.wait(k.region+gpu.FlagConsOffset+8*(uint64(t)*gpu.FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
+			if ok, err := k.wait(k.a.region+gpu.FlagConsOffset+8*(uint64(t)*gpu.FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
 				return false, err
 			}
 			dst, err := k.f.Mem(cu.DevPtr(k.slot(t, me, host, b, seq)), gpu.FlagSlotHeader+m*sz)
 			if err != nil {
 				return false, err
 			}
-			binary.LittleEndian.PutUint64(dst, k.sig)
+			binary.LittleEndian.PutUint64(dst, k.a.sig)
 			binary.LittleEndian.PutUint64(dst[8:], seq)
 			copy(dst[gpu.FlagSlotHeader:], src)
 			w, err := k.word(k.c.Region[t] + gpu.FlagReadyOffset + 8*(uint64(me)*gpu.FlagMaxBlocks+cb))
@@ -327,7 +345,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 	recv := func(i uint64) (bool, error) {
 		seq := b0 + i
 		lo, cnt := rng(i)
-		if k.root >= 0 {
+		if k.m.root >= 0 {
 			// A reduce or broadcast checks every peer's header, data or
 			// not, as flag.cu does.
 			for r := 0; r < n; r++ {
@@ -340,16 +358,16 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 			}
 		}
 		switch {
-		case k.root >= 0 && k.mode == gpu.FlagModeGather:
+		case k.m.root >= 0 && k.m.mode == gpu.FlagModeGather:
 			return k.broadcastChunk(seq, lo, cnt, b, cb)
-		case k.root >= 0 && me != k.root:
+		case k.m.root >= 0 && me != k.m.root:
 			return k.consumed(seq, cb) // a reduce's non-root folds nothing
-		case k.mode == gpu.FlagModeGather:
+		case k.m.mode == gpu.FlagModeGather:
 			return k.gatherChunk(seq, lo, cnt, host, b, cb)
 		}
 		mine := lo // this rank's part of the fold
-		if k.mode == gpu.FlagModeRS {
-			mine += uint64(me) * k.count
+		if k.m.mode == gpu.FlagModeRS {
+			mine += uint64(me) * k.a.count
 		}
 		// Like the kernel, float16 and bfloat16 fold in float32 and round
 		// once at the end (after avg's division).
@@ -362,7 +380,7 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		for r := 0; r < n; r++ {
 			var part []byte
 			if r == me {
-				part, err = k.f.Mem(cu.DevPtr(k.in+mine*sz), cnt*sz)
+				part, err = k.f.Mem(cu.DevPtr(k.a.in+mine*sz), cnt*sz)
 			} else {
 				var ok bool
 				if part, ok, err = k.arrived(r, host, b, cb, seq, cnt*sz); !ok {
@@ -381,12 +399,12 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 				return false, err
 			}
 		}
-		if k.div > 0 {
-			if err := reduce.Finish(acc, at, dtype.Avg, k.div); err != nil {
+		if k.a.div > 0 {
+			if err := reduce.Finish(acc, at, dtype.Avg, k.a.div); err != nil {
 				return false, err
 			}
 		}
-		dst, err := k.f.Mem(cu.DevPtr(k.out+lo*sz), cnt*sz)
+		dst, err := k.f.Mem(cu.DevPtr(k.a.out+lo*sz), cnt*sz)
 		if err != nil {
 			return false, err
 		}

@@ -46,23 +46,23 @@ func narrow(dst, src []byte, dt dtype.DType) {
 func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bool, error) {
 	n, me := k.c.Ranks, k.c.Me
 	for r := 0; r < n; r++ {
-		if r == me && k.xchg {
+		if r == me && k.m.xchg {
 			continue // an exchange's out holds the peer's bytes only
 		}
-		at := uint64(r) * k.count
-		if k.xchg {
+		at := uint64(r) * k.a.count
+		if k.m.xchg {
 			at = 0
 		}
-		dst, err := k.f.Mem(cu.DevPtr(k.out+at+lo), cnt)
+		dst, err := k.f.Mem(cu.DevPtr(k.a.out+at+lo), cnt)
 		if err != nil {
 			return false, err
 		}
 		if r == me {
 			at := lo
-			if k.a2a {
-				at += uint64(me) * k.count
+			if k.m.a2a {
+				at += uint64(me) * k.a.count
 			}
-			src, err := k.f.Mem(cu.DevPtr(k.in+at), cnt)
+			src, err := k.f.Mem(cu.DevPtr(k.a.in+at), cnt)
 			if err != nil {
 				return false, err
 			}
@@ -82,14 +82,14 @@ func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bo
 // blocks) and returns its n bytes of data after checking the slot header
 // (signature and step; a mismatch is recorded as flag.cu records it).
 func (k *fakeFlag) arrived(r int, host bool, b, cb, seq, n uint64) ([]byte, bool, error) {
-	if ok, err := k.wait(k.region+gpu.FlagReadyOffset+8*(uint64(r)*gpu.FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
+	if ok, err := k.wait(k.a.region+gpu.FlagReadyOffset+8*(uint64(r)*gpu.FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
 		return nil, false, err
 	}
 	part, err := k.f.Mem(cu.DevPtr(k.slot(k.c.Me, r, host, b, seq)), gpu.FlagSlotHeader+n)
 	if err != nil {
 		return nil, false, err
 	}
-	if binary.LittleEndian.Uint64(part) != k.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
+	if binary.LittleEndian.Uint64(part) != k.a.sig || binary.LittleEndian.Uint64(part[8:]) != seq {
 		return nil, false, k.fail(3, cb, r)
 	}
 	return part[gpu.FlagSlotHeader:], true, nil
@@ -98,13 +98,13 @@ func (k *fakeFlag) arrived(r int, host bool, b, cb, seq, n uint64) ([]byte, bool
 // broadcastChunk is a flag broadcast's step for one chunk (bytes lo..lo+cnt):
 // root's in into out on root, root's chunk out of its slot elsewhere.
 func (k *fakeFlag) broadcastChunk(seq, lo, cnt, b, cb uint64) (bool, error) {
-	dst, err := k.f.Mem(cu.DevPtr(k.out+lo), cnt)
+	dst, err := k.f.Mem(cu.DevPtr(k.a.out+lo), cnt)
 	if err != nil {
 		return false, err
 	}
-	r := k.root
+	r := k.m.root
 	if k.c.Me == r {
-		src, err := k.f.Mem(cu.DevPtr(k.in+lo), cnt)
+		src, err := k.f.Mem(cu.DevPtr(k.a.in+lo), cnt)
 		if err != nil {
 			return false, err
 		}

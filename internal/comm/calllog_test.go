@@ -213,7 +213,7 @@ func TestCallObserverOff(t *testing.T) {
 	}
 	lg := flog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: new(strings.Builder)}, flog.Coll)
 	obs := (&Comm{world: &world{log: lg}, name: "w"}).callObserver()
-	call := collectives.Call{Op: collectives.OpSendRecv, Peers: 2, Root: -1}
+	call := collectives.Call{Op: collectives.OpSendRecv, CallArgs: collectives.CallArgs{Peers: 2, Root: -1}}
 	if a := testing.AllocsPerRun(100, func() { obs(call) }); a != 0 {
 		t.Errorf("a send/recv call with P2P off allocates %v times", a)
 	}

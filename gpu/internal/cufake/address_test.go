@@ -66,7 +66,7 @@ func TestAddressesNeverOverlap(t *testing.T) {
 		}
 		seen[m.p] = true
 		n := 0
-		for base, a := range f.allocs {
+		for base, a := range f.mem.allocs {
 			if m.p >= base && uint64(m.p-base) < uint64(len(a.data)) {
 				n++
 				if a.dev != m.dev {
@@ -93,7 +93,7 @@ func TestAddressSpaceUsedUp(t *testing.T) {
 	if err := f.CtxSetCurrent(c); err != nil {
 		t.Fatal(err)
 	}
-	f.cursor[0] = devSpan - allocStep // one step left
+	f.mem.cursor[0] = devSpan - allocStep // one step left
 	if _, err := f.MemAlloc(allocStep); err != nil {
 		t.Fatalf("last step: %v", err)
 	}

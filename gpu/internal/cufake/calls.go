@@ -26,12 +26,12 @@ const (
 
 // place reserves n bytes of device dev's address space.
 func (f *Fake) place(fn string, dev int, n uint64) (cu.DevPtr, error) {
-	at := f.cursor[dev]
+	at := f.mem.cursor[dev]
 	step := (max(n, 1) + allocStep - 1) / allocStep * allocStep
 	if at+step > devSpan {
 		return 0, fail(fn, cu.ErrorOutOfMemory, "fake address space of device %d used up", dev)
 	}
-	f.cursor[dev] = at + step
+	f.mem.cursor[dev] = at + step
 	return cu.DevPtr(devBase + uint64(dev)*devSpan + at), nil
 }
 
@@ -97,7 +97,7 @@ func (f *Fake) PrimaryCtxRetain(d cu.Device) (cu.Context, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.retains[d]++
+	f.ctx.retains[d]++
 	return cu.Context(d + 1), nil
 }
 
@@ -107,20 +107,20 @@ func (f *Fake) PrimaryCtxRelease(d cu.Device) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.retains[d] == 0 {
+	if f.ctx.retains[d] == 0 {
 		return fail("cuDevicePrimaryCtxRelease", cu.ErrorInvalidContext, "device %d not retained", d)
 	}
-	f.retains[d]--
+	f.ctx.retains[d]--
 	return nil
 }
 
 func (f *Fake) CtxSetCurrent(c cu.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c != 0 && f.retains[int(c)-1] == 0 {
+	if c != 0 && f.ctx.retains[int(c)-1] == 0 {
 		return fail("cuCtxSetCurrent", cu.ErrorInvalidContext, "context %d is not retained", c)
 	}
-	f.current[syscall.Gettid()] = c
+	f.ctx.current[syscall.Gettid()] = c
 	return nil
 }
 
@@ -135,10 +135,10 @@ func (f *Fake) CtxEnablePeerAccess(peer cu.Context) error {
 	if f.cfg.NoPeer || p == dev || p < 0 || p >= f.cfg.Devices {
 		return fail("cuCtxEnablePeerAccess", cu.ErrorInvalidDevice, "device %d cannot reach device %d", dev, p)
 	}
-	if f.peers[[2]int{dev, p}] {
+	if f.ctx.peers[[2]int{dev, p}] {
 		return fail("cuCtxEnablePeerAccess", cu.ErrorPeerAlreadyEnabled, "device %d to %d", dev, p)
 	}
-	f.peers[[2]int{dev, p}] = true
+	f.ctx.peers[[2]int{dev, p}] = true
 	return nil
 }
 
@@ -149,7 +149,7 @@ func (f *Fake) MemGetInfo() (free, total uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return f.cfg.MemPerDevice - f.used[dev], f.cfg.MemPerDevice, nil
+	return f.cfg.MemPerDevice - f.mem.used[dev], f.cfg.MemPerDevice, nil
 }
 
 func (f *Fake) MemAlloc(n uint64) (cu.DevPtr, error) {
@@ -162,15 +162,15 @@ func (f *Fake) MemAlloc(n uint64) (cu.DevPtr, error) {
 	if n == 0 {
 		return 0, fail("cuMemAlloc", cu.ErrorInvalidValue, "zero bytes")
 	}
-	if f.used[dev]+n > f.cfg.MemPerDevice {
-		return 0, fail("cuMemAlloc", cu.ErrorOutOfMemory, "%d bytes asked, %d free on device %d", n, f.cfg.MemPerDevice-f.used[dev], dev)
+	if f.mem.used[dev]+n > f.cfg.MemPerDevice {
+		return 0, fail("cuMemAlloc", cu.ErrorOutOfMemory, "%d bytes asked, %d free on device %d", n, f.cfg.MemPerDevice-f.mem.used[dev], dev)
 	}
 	p, err := f.place("cuMemAlloc", dev, n)
 	if err != nil {
 		return 0, err
 	}
-	f.used[dev] += n
-	f.allocs[p] = &alloc{dev: dev, data: make([]byte, n)}
+	f.mem.used[dev] += n
+	f.mem.allocs[p] = &alloc{dev: dev, data: make([]byte, n)}
 	return p, nil
 }
 
@@ -180,12 +180,12 @@ func (f *Fake) MemFree(p cu.DevPtr) error {
 	if _, err := f.ctxDev("cuMemFree"); err != nil {
 		return err
 	}
-	a, ok := f.allocs[p]
-	if !ok || f.opened[p] {
+	a, ok := f.mem.allocs[p]
+	if !ok || f.mem.opened[p] {
 		return fail("cuMemFree", cu.ErrorInvalidValue, "%#x is not an allocation base", uint64(p))
 	}
-	f.used[a.dev] -= uint64(len(a.data))
-	delete(f.allocs, p)
+	f.mem.used[a.dev] -= uint64(len(a.data))
+	delete(f.mem.allocs, p)
 	return nil
 }
 
@@ -200,7 +200,7 @@ func (f *Fake) MemHostAlloc(n uint64, flags uint32) (unsafe.Pointer, error) {
 	}
 	b := make([]byte, n)
 	p := unsafe.Pointer(&b[0])
-	f.host[uintptr(p)] = &hostRange{data: b, n: n}
+	f.mem.host[uintptr(p)] = &hostRange{data: b, n: n}
 	return p, nil
 }
 
@@ -210,10 +210,10 @@ func (f *Fake) MemFreeHost(p unsafe.Pointer) error {
 	if _, err := f.ctxDev("cuMemFreeHost"); err != nil {
 		return err
 	}
-	if r, ok := f.host[uintptr(p)]; !ok || r.registered {
+	if r, ok := f.mem.host[uintptr(p)]; !ok || r.registered {
 		return fail("cuMemFreeHost", cu.ErrorInvalidValue, "%p is not from cuMemHostAlloc", p)
 	}
-	delete(f.host, uintptr(p))
+	delete(f.mem.host, uintptr(p))
 	return nil
 }
 
@@ -226,14 +226,14 @@ func (f *Fake) MemHostRegister(p unsafe.Pointer, n uint64, flags uint32) error {
 	if n == 0 {
 		return fail("cuMemHostRegister", cu.ErrorInvalidValue, "zero bytes")
 	}
-	for start, r := range f.host {
+	for start, r := range f.mem.host {
 		if uintptr(p) < start+uintptr(r.n) && start < uintptr(p)+uintptr(n) {
 			return fail("cuMemHostRegister", cu.ErrorHostAlreadyRegistered, "%p+%d overlaps %#x+%d", p, n, start, r.n)
 		}
 	}
 	// The device address of registered memory is its host address (UVA),
 	// so kernels reach it through resolve.
-	f.host[uintptr(p)] = &hostRange{data: unsafe.Slice((*byte)(p), n), n: n, registered: true}
+	f.mem.host[uintptr(p)] = &hostRange{data: unsafe.Slice((*byte)(p), n), n: n, registered: true}
 	return nil
 }
 
@@ -243,10 +243,10 @@ func (f *Fake) MemHostUnregister(p unsafe.Pointer) error {
 	if _, err := f.ctxDev("cuMemHostUnregister"); err != nil {
 		return err
 	}
-	if r, ok := f.host[uintptr(p)]; !ok || !r.registered {
+	if r, ok := f.mem.host[uintptr(p)]; !ok || !r.registered {
 		return fail("cuMemHostUnregister", cu.ErrorInvalidValue, "%p is not registered", p)
 	}
-	delete(f.host, uintptr(p))
+	delete(f.mem.host, uintptr(p))
 	return nil
 }
 
@@ -256,7 +256,7 @@ func (f *Fake) MemHostUnregister(p unsafe.Pointer) error {
 func (f *Fake) MemHostGetDevicePointer(p unsafe.Pointer) (cu.DevPtr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if r, ok := f.host[uintptr(p)]; !ok || r.data == nil {
+	if r, ok := f.mem.host[uintptr(p)]; !ok || r.data == nil {
 		return 0, fail("cuMemHostGetDevicePointer", cu.ErrorInvalidValue, "%p is not the start of memory from cuMemHostAlloc or cuMemHostRegister", p)
 	}
 	return cu.DevPtr(uintptr(p)), nil
@@ -376,11 +376,11 @@ func (f *Fake) IpcGetMemHandle(p cu.DevPtr) (cu.IPCHandle, error) {
 	if _, err := f.ctxDev("cuIpcGetMemHandle"); err != nil {
 		return cu.IPCHandle{}, err
 	}
-	if _, ok := f.allocs[p]; !ok || f.opened[p] {
+	if _, ok := f.mem.allocs[p]; !ok || f.mem.opened[p] {
 		return cu.IPCHandle{}, fail("cuIpcGetMemHandle", cu.ErrorInvalidValue, "%#x is not an allocation base", uint64(p))
 	}
 	h := ipcHandle('m', uint64(p))
-	f.ipc[h] = p
+	f.mem.ipc[h] = p
 	return h, nil
 }
 
@@ -391,8 +391,8 @@ func (f *Fake) IpcOpenMemHandle(h cu.IPCHandle, flags uint32) (cu.DevPtr, error)
 	if err != nil {
 		return 0, err
 	}
-	p, ok := f.ipc[h]
-	a := f.allocs[p]
+	p, ok := f.mem.ipc[h]
+	a := f.mem.allocs[p]
 	if !ok || a == nil {
 		return 0, fail("cuIpcOpenMemHandle", cu.ErrorInvalidHandle, "unknown or freed handle")
 	}
@@ -400,8 +400,8 @@ func (f *Fake) IpcOpenMemHandle(h cu.IPCHandle, flags uint32) (cu.DevPtr, error)
 	if err != nil {
 		return 0, err
 	}
-	f.allocs[q] = &alloc{dev: dev, data: a.data} // the mapping is reachable from the opener (lazy peer access)
-	f.opened[q] = true
+	f.mem.allocs[q] = &alloc{dev: dev, data: a.data} // the mapping is reachable from the opener (lazy peer access)
+	f.mem.opened[q] = true
 	return q, nil
 }
 
@@ -411,10 +411,10 @@ func (f *Fake) IpcCloseMemHandle(p cu.DevPtr) error {
 	if _, err := f.ctxDev("cuIpcCloseMemHandle"); err != nil {
 		return err
 	}
-	if !f.opened[p] {
+	if !f.mem.opened[p] {
 		return fail("cuIpcCloseMemHandle", cu.ErrorInvalidValue, "%#x was not opened from a handle", uint64(p))
 	}
-	delete(f.opened, p)
-	delete(f.allocs, p)
+	delete(f.mem.opened, p)
+	delete(f.mem.allocs, p)
 	return nil
 }

@@ -43,33 +43,61 @@ type Config struct {
 // cuLaunchKernel: params[i] points at the i-th argument's value.
 type KernelFunc func(f *Fake, grid, block [3]uint32, params []unsafe.Pointer) error
 
-// Fake is the fake driver. It is safe for concurrent use.
+// Fake is the fake driver. It is safe for concurrent use: mu guards
+// everything but poke, which has its own lock.
 type Fake struct {
 	cfg Config
 
-	mu      sync.Mutex
-	chMu    sync.Mutex                 // guards changed
-	changed chan struct{}              // closed by the next Poke (memory written)
-	next    uint64                     // handle counter
-	cursor  []uint64                   // per device: where its next allocation or mapping goes (offset from its base)
-	current map[int]cu.Context         // OS thread id -> current context
-	used    []uint64                   // bytes allocated per device
-	allocs  map[cu.DevPtr]*alloc       // by base address
-	host    map[uintptr]*hostRange     // pinned or registered host ranges, by start
-	peers   map[[2]int]bool            // [from, to] access enabled
-	streams map[cu.Stream]int          // device
-	events  map[cu.Event]*event        // recorded events
-	modules map[cu.Module]*module      //
-	funcs   map[cu.Function]string     // kernel name
-	kernels map[string]KernelFunc      // host implementations
-	clock   float32                    // fake milliseconds; each stream operation takes 1
-	retains []int                      // primary context references per device
-	ipc     map[cu.IPCHandle]cu.DevPtr // exported allocations
-	ipcEv   map[cu.IPCHandle]cu.Event  // exported events
-	opened  map[cu.DevPtr]bool         // mappings made by IpcOpenMemHandle
-	launchN map[string]int             // launches per kernel name, for tests
-	lastDim map[string][2][3]uint32    // last grid and block per kernel
-	entryRE *regexp.Regexp             // finds .entry names in PTX
+	mu    sync.Mutex
+	next  uint64 // handle counter
+	mem   memState
+	ctx   ctxState
+	code  codeState
+	sched schedState
+	poke  pokeState
+}
+
+// memState is device memory, pinned host memory and their IPC exports.
+type memState struct {
+	cursor []uint64                   // per device: where its next allocation or mapping goes (offset from its base)
+	used   []uint64                   // bytes allocated per device
+	allocs map[cu.DevPtr]*alloc       // by base address
+	host   map[uintptr]*hostRange     // pinned or registered host ranges, by start
+	ipc    map[cu.IPCHandle]cu.DevPtr // exported allocations
+	opened map[cu.DevPtr]bool         // mappings made by IpcOpenMemHandle
+}
+
+// ctxState is which context each OS thread has current, the primary
+// contexts' references, and peer access.
+type ctxState struct {
+	current map[int]cu.Context // OS thread id -> current context
+	retains []int              // primary context references per device
+	peers   map[[2]int]bool    // [from, to] access enabled
+}
+
+// codeState is the loaded modules, their functions, the kernels' host
+// implementations and what tests read back about launches.
+type codeState struct {
+	modules map[cu.Module]*module
+	funcs   map[cu.Function]string  // kernel name
+	kernels map[string]KernelFunc   // host implementations
+	launchN map[string]int          // launches per kernel name, for tests
+	lastDim map[string][2][3]uint32 // last grid and block per kernel
+	entryRE *regexp.Regexp          // finds .entry names in PTX
+}
+
+// schedState is streams, events and the fake clock they are timed by.
+type schedState struct {
+	streams map[cu.Stream]int         // device
+	events  map[cu.Event]*event       // recorded events
+	ipcEv   map[cu.IPCHandle]cu.Event // exported events
+	clock   float32                   // fake milliseconds; each stream operation takes 1
+}
+
+// pokeState wakes waiters on memory written (Poke).
+type pokeState struct {
+	chMu    sync.Mutex    // guards changed
+	changed chan struct{} // closed by the next Poke (memory written)
 }
 
 type alloc struct {
@@ -114,13 +142,18 @@ func New(cfg Config) *Fake {
 	}
 	return &Fake{
 		cfg: cfg, next: 1,
-		current: map[int]cu.Context{}, used: make([]uint64, cfg.Devices), cursor: make([]uint64, cfg.Devices),
-		allocs: map[cu.DevPtr]*alloc{}, host: map[uintptr]*hostRange{},
-		peers: map[[2]int]bool{}, streams: map[cu.Stream]int{}, events: map[cu.Event]*event{},
-		modules: map[cu.Module]*module{}, funcs: map[cu.Function]string{}, kernels: map[string]KernelFunc{},
-		retains: make([]int, cfg.Devices), ipc: map[cu.IPCHandle]cu.DevPtr{}, ipcEv: map[cu.IPCHandle]cu.Event{},
-		opened: map[cu.DevPtr]bool{}, launchN: map[string]int{}, lastDim: map[string][2][3]uint32{},
-		entryRE: regexp.MustCompile(`\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)`),
+		mem: memState{
+			used: make([]uint64, cfg.Devices), cursor: make([]uint64, cfg.Devices),
+			allocs: map[cu.DevPtr]*alloc{}, host: map[uintptr]*hostRange{},
+			ipc: map[cu.IPCHandle]cu.DevPtr{}, opened: map[cu.DevPtr]bool{},
+		},
+		ctx: ctxState{current: map[int]cu.Context{}, retains: make([]int, cfg.Devices), peers: map[[2]int]bool{}},
+		code: codeState{
+			modules: map[cu.Module]*module{}, funcs: map[cu.Function]string{}, kernels: map[string]KernelFunc{},
+			launchN: map[string]int{}, lastDim: map[string][2][3]uint32{},
+			entryRE: regexp.MustCompile(`\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)`),
+		},
+		sched: schedState{streams: map[cu.Stream]int{}, events: map[cu.Event]*event{}, ipcEv: map[cu.IPCHandle]cu.Event{}},
 	}
 }
 
@@ -128,7 +161,7 @@ func New(cfg Config) *Fake {
 func (f *Fake) RegisterKernel(name string, fn KernelFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.kernels[name] = fn
+	f.code.kernels[name] = fn
 }
 
 // Launches reports how many times kernel name was launched, and the grid and
@@ -136,8 +169,8 @@ func (f *Fake) RegisterKernel(name string, fn KernelFunc) {
 func (f *Fake) Launches(name string) (n int, grid, block [3]uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d := f.lastDim[name]
-	return f.launchN[name], d[0], d[1]
+	d := f.code.lastDim[name]
+	return f.code.launchN[name], d[0], d[1]
 }
 
 // Live counts what is allocated and not freed: device allocations (IPC
@@ -146,10 +179,10 @@ func (f *Fake) Launches(name string) (n int, grid, block [3]uint32) {
 func (f *Fake) Live() (allocs, host, streams, events, modules, contexts int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, r := range f.retains {
+	for _, r := range f.ctx.retains {
 		contexts += r
 	}
-	return len(f.allocs), len(f.host), len(f.streams), len(f.events), len(f.modules), contexts
+	return len(f.mem.allocs), len(f.mem.host), len(f.sched.streams), len(f.sched.events), len(f.code.modules), contexts
 }
 
 // Changed returns a channel that is closed the next time device memory is
@@ -158,22 +191,22 @@ func (f *Fake) Live() (allocs, host, streams, events, modules, contexts int) {
 // writes takes it, checks the word, and waits on it, as a GPU kernel would
 // spin.
 func (f *Fake) Changed() <-chan struct{} {
-	f.chMu.Lock()
-	defer f.chMu.Unlock()
-	if f.changed == nil {
-		f.changed = make(chan struct{})
+	f.poke.chMu.Lock()
+	defer f.poke.chMu.Unlock()
+	if f.poke.changed == nil {
+		f.poke.changed = make(chan struct{})
 	}
-	return f.changed
+	return f.poke.changed
 }
 
 // Poke wakes everything waiting on Changed: a kernel implementation has
 // stored to memory that another may be waiting on.
 func (f *Fake) Poke() {
-	f.chMu.Lock()
-	defer f.chMu.Unlock()
-	if f.changed != nil {
-		close(f.changed)
-		f.changed = nil
+	f.poke.chMu.Lock()
+	defer f.poke.chMu.Unlock()
+	if f.poke.changed != nil {
+		close(f.poke.changed)
+		f.poke.changed = nil
 	}
 }
 
@@ -226,7 +259,7 @@ func fail(fn string, code cu.Result, detail string, args ...any) error {
 
 // ctxDev returns the device of the calling thread's current context.
 func (f *Fake) ctxDev(fn string) (int, error) {
-	c, ok := f.current[syscall.Gettid()]
+	c, ok := f.ctx.current[syscall.Gettid()]
 	if !ok || c == 0 {
 		return 0, fail(fn, cu.ErrorInvalidContext, "no current context on this OS thread")
 	}
@@ -235,14 +268,14 @@ func (f *Fake) ctxDev(fn string) (int, error) {
 
 // resolve finds [p, p+n) inside one allocation.
 func (f *Fake) resolve(fn string, p cu.DevPtr, n uint64) ([]byte, int, error) {
-	for base, a := range f.allocs {
+	for base, a := range f.mem.allocs {
 		if p >= base && uint64(p-base)+n <= uint64(len(a.data)) {
 			off := uint64(p - base)
 			return a.data[off : off+n : off+n], a.dev, nil
 		}
 	}
 	// Mapped host memory (MemHostGetDevicePointer): device address = host address.
-	for start, r := range f.host {
+	for start, r := range f.mem.host {
 		if r.data != nil && uintptr(p) >= start && uint64(uintptr(p)-start)+n <= r.n {
 			off := uint64(uintptr(p) - start)
 			return r.data[off : off+n : off+n], -1, nil
@@ -253,7 +286,7 @@ func (f *Fake) resolve(fn string, p cu.DevPtr, n uint64) ([]byte, int, error) {
 
 // reach checks that device dev may access memory of device owner.
 func (f *Fake) reach(fn string, dev, owner int) error {
-	if dev != owner && !f.peers[[2]int{dev, owner}] {
+	if dev != owner && !f.ctx.peers[[2]int{dev, owner}] {
 		return fail(fn, cu.ErrorInvalidValue, "device %d has no peer access to device %d", dev, owner)
 	}
 	return nil
@@ -268,13 +301,13 @@ func (f *Fake) streamDev(fn string, s cu.Stream) (int, error) {
 	if s == 0 {
 		return dev, nil
 	}
-	sd, ok := f.streams[s]
+	sd, ok := f.sched.streams[s]
 	if !ok {
 		return 0, fail(fn, cu.ErrorInvalidHandle, "unknown stream %#x", uint64(s))
 	}
 	if sd != dev {
 		return 0, fail(fn, cu.ErrorInvalidHandle, "stream of device %d used with device %d current", sd, dev)
 	}
-	f.clock++
+	f.sched.clock++
 	return dev, nil
 }

@@ -19,12 +19,12 @@ func (f *Fake) StreamCreate(flags uint32) (cu.Stream, error) {
 		return 0, err
 	}
 	s := cu.Stream(f.handle())
-	f.streams[s] = dev
+	f.sched.streams[s] = dev
 	return s, nil
 }
 
 func (f *Fake) knownStream(fn string, s cu.Stream) error {
-	if _, ok := f.streams[s]; !ok && s != 0 {
+	if _, ok := f.sched.streams[s]; !ok && s != 0 {
 		return fail(fn, cu.ErrorInvalidHandle, "unknown stream %#x", uint64(s))
 	}
 	return nil
@@ -36,7 +36,7 @@ func (f *Fake) StreamDestroy(s cu.Stream) error {
 	if err := f.knownStream("cuStreamDestroy", s); err != nil {
 		return err
 	}
-	delete(f.streams, s)
+	delete(f.sched.streams, s)
 	return nil
 }
 
@@ -63,7 +63,7 @@ func (f *Fake) StreamWaitEvent(s cu.Stream, e cu.Event) error {
 }
 
 func (f *Fake) event(fn string, e cu.Event) (*event, error) {
-	ev, ok := f.events[e]
+	ev, ok := f.sched.events[e]
 	if !ok {
 		return nil, fail(fn, cu.ErrorInvalidHandle, "unknown event %#x", uint64(e))
 	}
@@ -81,7 +81,7 @@ func (f *Fake) EventCreate(flags uint32) (cu.Event, error) {
 		return 0, fail("cuEventCreate", cu.ErrorInvalidValue, "interprocess events must disable timing")
 	}
 	e := cu.Event(f.handle())
-	f.events[e] = &event{dev: dev, flags: flags}
+	f.sched.events[e] = &event{dev: dev, flags: flags}
 	return e, nil
 }
 
@@ -91,7 +91,7 @@ func (f *Fake) EventDestroy(e cu.Event) error {
 	if _, err := f.event("cuEventDestroy", e); err != nil {
 		return err
 	}
-	delete(f.events, e)
+	delete(f.sched.events, e)
 	return nil
 }
 
@@ -109,7 +109,7 @@ func (f *Fake) EventRecord(e cu.Event, s cu.Stream) error {
 	if ev.dev != dev {
 		return fail("cuEventRecord", cu.ErrorInvalidHandle, "event of device %d recorded on a stream of device %d", ev.dev, dev)
 	}
-	ev.recorded, ev.at = true, f.clock
+	ev.recorded, ev.at = true, f.sched.clock
 	return nil
 }
 
@@ -158,7 +158,7 @@ func (f *Fake) IpcGetEventHandle(e cu.Event) (cu.IPCHandle, error) {
 		return cu.IPCHandle{}, fail("cuIpcGetEventHandle", cu.ErrorInvalidValue, "event was not created interprocess")
 	}
 	h := ipcHandle('e', uint64(e))
-	f.ipcEv[h] = e
+	f.sched.ipcEv[h] = e
 	return h, nil
 }
 
@@ -169,12 +169,12 @@ func (f *Fake) IpcOpenEventHandle(h cu.IPCHandle) (cu.Event, error) {
 	if err != nil {
 		return 0, err
 	}
-	src, ok := f.ipcEv[h]
-	if _, live := f.events[src]; !ok || !live {
+	src, ok := f.sched.ipcEv[h]
+	if _, live := f.sched.events[src]; !ok || !live {
 		return 0, fail("cuIpcOpenEventHandle", cu.ErrorInvalidHandle, "unknown or destroyed event handle")
 	}
 	e := cu.Event(f.handle())
-	f.events[e] = &event{dev: dev, flags: f.events[src].flags}
+	f.sched.events[e] = &event{dev: dev, flags: f.sched.events[src].flags}
 	return e, nil
 }
 
@@ -186,31 +186,31 @@ func (f *Fake) ModuleLoadData(image []byte) (cu.Module, error) {
 		return 0, err
 	}
 	m := &module{dev: dev, entries: map[string]bool{}}
-	for _, sub := range f.entryRE.FindAllSubmatch(image, -1) {
+	for _, sub := range f.code.entryRE.FindAllSubmatch(image, -1) {
 		m.entries[string(sub[1])] = true
 	}
 	if len(m.entries) == 0 {
 		return 0, fail("cuModuleLoadData", cu.ErrorInvalidImage, "no .entry in %d bytes of PTX", len(image))
 	}
 	h := cu.Module(f.handle())
-	f.modules[h] = m
+	f.code.modules[h] = m
 	return h, nil
 }
 
 func (f *Fake) ModuleUnload(m cu.Module) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.modules[m]; !ok {
+	if _, ok := f.code.modules[m]; !ok {
 		return fail("cuModuleUnload", cu.ErrorInvalidHandle, "unknown module")
 	}
-	delete(f.modules, m)
+	delete(f.code.modules, m)
 	return nil
 }
 
 func (f *Fake) ModuleGetFunction(m cu.Module, name string) (cu.Function, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	mod, ok := f.modules[m]
+	mod, ok := f.code.modules[m]
 	if !ok {
 		return 0, fail("cuModuleGetFunction", cu.ErrorInvalidHandle, "unknown module")
 	}
@@ -218,7 +218,7 @@ func (f *Fake) ModuleGetFunction(m cu.Module, name string) (cu.Function, error) 
 		return 0, fail("cuModuleGetFunction", cu.ErrorNotFound, "no kernel %q in the module", name)
 	}
 	fn := cu.Function(f.handle())
-	f.funcs[fn] = name
+	f.code.funcs[fn] = name
 	return fn, nil
 }
 
@@ -226,9 +226,9 @@ func (f *Fake) ModuleGetFunction(m cu.Module, name string) (cu.Function, error) 
 // (outside the fake's lock, so it may call Mem).
 func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uint32, s cu.Stream, params []unsafe.Pointer) error {
 	f.mu.Lock()
-	name, ok := f.funcs[fn]
+	name, ok := f.code.funcs[fn]
 	dev, err := f.streamDev("cuLaunchKernel", s)
-	impl := f.kernels[name]
+	impl := f.code.kernels[name]
 	if err == nil && !ok {
 		err = fail("cuLaunchKernel", cu.ErrorInvalidHandle, "unknown function")
 	}
@@ -249,8 +249,8 @@ func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uin
 		}
 	}
 	if err == nil {
-		f.launchN[name]++
-		f.lastDim[name] = [2][3]uint32{grid, block}
+		f.code.launchN[name]++
+		f.code.lastDim[name] = [2][3]uint32{grid, block}
 	}
 	f.mu.Unlock()
 	if err != nil {

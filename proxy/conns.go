@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"sync"
@@ -18,7 +17,8 @@ type Directory interface {
 }
 
 // helloTag marks the first message of a proxy connection: the sender's
-// rank, so the receiver knows whose connection it accepted.
+// rank and its proof of the job secret (hello.go), so the receiver knows
+// whose connection it accepted and that it belongs to the job.
 const helloTag = 0x70786e68656c6c6f // "pxnhello"
 
 // conns holds one proxy's network connections: a listener on its own NIC
@@ -33,6 +33,8 @@ type conns struct {
 	dir  Directory
 	eng  *Engine
 	l    net.Listener
+	auth Auth
+	size int // ranks in the communicator
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when recv gains a connection or err is set
@@ -41,7 +43,7 @@ type conns struct {
 	err     error
 }
 
-func openConns(ctx context.Context, p net.Provider, dev, rank int, key func(int) string, dir Directory, eng *Engine) (*conns, error) {
+func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Auth, key func(int) string, dir Directory, eng *Engine) (*conns, error) {
 	l, err := p.Listen(ctx, dev)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d proxy: listen on %s: %w", rank, p.Devices()[dev].Name, err)
@@ -50,7 +52,7 @@ func openConns(ctx context.Context, p net.Provider, dev, rank int, key func(int)
 		l.Close()
 		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
 	}
-	c := &conns{p: p, dev: dev, rank: rank, key: key, dir: dir, eng: eng, l: l,
+	c := &conns{p: p, dev: dev, rank: rank, key: key, dir: dir, eng: eng, l: l, auth: auth, size: size,
 		changed: make(chan struct{}), send: map[int]net.SendConn{}, recv: map[int]net.RecvConn{}}
 	go c.accept()
 	return c, nil
@@ -65,13 +67,20 @@ func (c *conns) accept() {
 			return
 		}
 		go func() {
-			b := make([]byte, 8)
-			op := c.eng.Post(ctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{helloTag}, nil) })
-			if _, err := op.Wait(ctx); err != nil {
+			hctx, cancel := context.WithTimeout(ctx, helloTimeout)
+			defer cancel()
+			b := make([]byte, helloLen)
+			op := c.eng.Post(hctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{helloTag}, nil) })
+			n, err := op.Wait(hctx)
+			if err != nil {
 				rc.Abort(err)
 				return
 			}
-			peer := int(binary.LittleEndian.Uint64(b))
+			peer, err := c.auth.check(b[:n[0]], c.l.Handle(), c.size)
+			if err != nil { // not a member of the job: dropped, the proxy goes on
+				rc.Abort(err)
+				return
+			}
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if old := c.recv[peer]; old != nil || c.err != nil {
@@ -112,7 +121,7 @@ func (c *conns) to(ctx context.Context, peer int) (net.SendConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rank %d proxy: connect to rank %d from %s: %w", c.rank, peer, c.p.Devices()[c.dev].Name, err)
 	}
-	b := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
+	b := c.auth.hello(c.rank, h)
 	op := c.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(b, helloTag, nil) })
 	if _, err := op.Wait(ctx); err != nil {
 		sc.Abort(err)

@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"flexlink/fabric/net"
+	"flexlink/fabric/net/tcp"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+func TestHelloCheck(t *testing.T) {
+	a := Auth{Secret: testSecret, JobID: "job", Key: "pxn/w/"}
+	handle := []byte("listener of rank 0")
+	good := a.hello(3, handle)
+	flip := func(i int) []byte { b := append([]byte(nil), good...); b[i] ^= 1; return b }
+	tests := []struct {
+		name   string
+		hello  []byte
+		check  Auth
+		handle []byte
+		want   string // "" for accepted as rank 3
+	}{
+		{"good", good, a, handle, ""},
+		{"other secret", Auth{Secret: []byte("another secret of the same size!"), JobID: "job", Key: "pxn/w/"}.hello(3, handle), a, handle, "proof"},
+		{"other job", Auth{Secret: testSecret, JobID: "job2", Key: "pxn/w/"}.hello(3, handle), a, handle, "proof"},
+		{"other communicator", Auth{Secret: testSecret, JobID: "job", Key: "pxn/c1/"}.hello(3, handle), a, handle, "proof"},
+		{"other listener", good, a, []byte("listener of rank 1"), "proof"},
+		{"rank changed", flip(0), a, handle, "proof"},
+		{"proof changed", flip(20), a, handle, "proof"},
+		{"rank out of range", a.hello(8, handle), a, handle, "rank 8 of 8"},
+		{"short", good[:10], a, handle, "10 bytes"},
+		{"empty", nil, a, handle, "0 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			from, err := tc.check.check(tc.hello, tc.handle, 8)
+			switch {
+			case tc.want == "" && (err != nil || from != 3):
+				t.Fatalf("check = %d, %v; want rank 3", from, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("check = %d, %v; want an error with %q", from, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestForeignHelloDropped: a connection to a proxy's listener whose hello
+// claims rank 1 without the job secret is dropped, and the real rank 1's
+// all-to-all still gets through.
+func TestForeignHelloDropped(t *testing.T) {
+	j := newJob(t, 2, 1, directVia, 0)
+	p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := j.px[0].conns.l.Handle()
+	sc, err := p.Connect(ctx, 0, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue := Auth{Secret: []byte("not the job secret, same length!"), JobID: "job", Key: "pxn/test/"}
+	if err := send(ctx, sc, rogue.hello(1, h), helloTag); err != nil {
+		t.Fatalf("rogue hello: %v", err)
+	}
+	// The proxy aborts the connection: the rogue's next sends fail.
+	for {
+		if err := send(ctx, sc, []byte("data"), 1); err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("the rogue connection was never dropped: %v", err)
+			}
+			break
+		}
+	}
+	j.run(t, even(2, 4096))
+}
+
+func send(ctx context.Context, sc net.SendConn, b []byte, tag uint64) error {
+	req, err := sc.ISend(b, tag, nil)
+	if err != nil {
+		return err
+	}
+	_, err = req.Wait(ctx)
+	return err
+}

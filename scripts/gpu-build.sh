@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has no Go toolchain) into .devbin/:
 # the programs (flexbench, flexrun, flexinfo), the GPU test binaries
-# (collectives/direct, gpu, cmd/flexbench/internal/nccl: `go test -c`), the NCCL anchor script and
+# (collectives/direct, gpu, cmd/flexbench/internal/nccl, rank: `go test -c`), the NCCL anchor script and
 # scripts/gpu-device.sh. Carry .devbin with the device tool and run
 #   NCCL_NVLS_ENABLE=0 bash .devbin/gpu-device.sh perf
 # there. amd64 Linux; stripped, so the folder stays well under the tool's
@@ -47,7 +47,7 @@ fi
 rm -f "$out/flexrun-build.err"
 # gpu.test runs only its real-GPU tests there (TestGPU*, on FLEXLINK_GPU_PTX);
 # its fake-driver tests need the embedded PTX and run here.
-for pkg in collectives/direct gpu cmd/flexbench/internal/nccl; do
+for pkg in collectives/direct gpu cmd/flexbench/internal/nccl rank; do
 	go test -c "${flags[@]}" -o "$out/$(basename "$pkg").test" "./$pkg"
 done
 anchor=../shared/anchors/nccl_baseline.py

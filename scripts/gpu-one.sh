@@ -43,6 +43,9 @@ tests)
 		timeout "$(budget 200)" $B/direct.test -test.run '^TestGPU(Procs|OneProcess)' -test.v -test.timeout 195s 2>&1 |
 			grep -E '^(--- |    --- |ok|FAIL|PASS|panic)|missing hardware' | head -60
 		stamp "direct.test exit ${PIPESTATUS[0]}"
+		stamp "rank.test (GPU all-to-all through the PXN proxy, 2 emulated hosts on the one GPU)"
+		timeout "$(budget 120)" $B/rank.test -test.run '^TestDeviceAllToAllPXNRealGPU' -test.v -test.timeout 115s 2>&1 |
+			grep -E '^(--- |    --- |ok|FAIL|PASS|panic)|missing hardware' | head -30
 	} >"$OUT/tests.log" 2>&1
 	for np in 1 2 4; do
 		log=$OUT/bench-np$np.log

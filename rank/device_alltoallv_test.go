@@ -160,7 +160,7 @@ func deviceAllToAlls(c *Comm, dev *gpu.Device, level string) error {
 	}
 	// At level 2 local rank 0 (rail lo) relays its siblings' blocks for
 	// the other host's ranks on rail lo; at level 0 nobody relays.
-	if level == "2" && c.LocalRank() == 0 && st.Relayed == 0 || level == "0" && st.Relayed != 0 {
+	if level == "2" && c.LocalRank() == 0 && c.LocalSize() > 1 && st.Relayed == 0 || level == "0" && st.Relayed != 0 {
 		return fmt.Errorf("PXN level %s: local rank %d relayed %d messages (%s)", level, c.LocalRank(), st.Relayed, st)
 	}
 	return nil
@@ -352,7 +352,9 @@ func TestDeviceAllToAllPXNRealGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	per := min(2, drv.DeviceCount())
+	// Two ranks per emulated host, sharing the GPUs there are (the staged
+	// plane does not care), so that local rank 0 has a sibling to relay for.
+	per := 2
 	for _, level := range []string{"off", "0", "2"} {
 		t.Run(fmt.Sprintf("pxn=%s/2x%d", level, per), func(t *testing.T) {
 			n := 2 * per

@@ -59,7 +59,7 @@ type work struct {
 // is done; one on device buffers once it is enqueued on call.Stream.
 func (l *Library) Coll(tid int, h uintptr, call Call) error {
 	fn := call.Kind.String()
-	c, err := l.comm(h, fn)
+	c, err := l.handles.comm(h, fn)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (l *Library) Coll(tid int, h uintptr, call Call) error {
 	if w.sendN == 0 && w.recvN == 0 {
 		return nil // count 0: nothing to do, as NCCL
 	}
-	if l.queue(tid, w) {
+	if l.groups.queue(tid, w) {
 		return nil
 	}
 	if err := c.runAll([]*work{w}); err != nil {
@@ -225,7 +225,7 @@ func (c *Comm) redOp(code int32) (RedOp, error) {
 // CreatePreMulSum is ncclRedOpCreatePreMulSum with a host scalar (already
 // converted to float64 by the caller) for dtype code dt.
 func (l *Library) CreatePreMulSum(h uintptr, scalar float64, dt int32) (int32, error) {
-	c, err := l.comm(h, "ncclRedOpCreatePreMulSum")
+	c, err := l.handles.comm(h, "ncclRedOpCreatePreMulSum")
 	if err != nil {
 		return 0, err
 	}
@@ -258,7 +258,7 @@ func (l *Library) CreatePreMulSum(h uintptr, scalar float64, dt int32) (int32, e
 
 // DestroyRedOp is ncclRedOpDestroy.
 func (l *Library) DestroyRedOp(h uintptr, code int32) error {
-	c, err := l.comm(h, "ncclRedOpDestroy")
+	c, err := l.handles.comm(h, "ncclRedOpDestroy")
 	if err != nil {
 		return err
 	}

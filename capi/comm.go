@@ -59,7 +59,7 @@ func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Comm{lib: l, nranks: nranks, rank: r, dev: dev, cfg: cfg, ctx: ctx, cancel: cancel,
 		ready: make(chan struct{}), state: state{ops: map[int32]RedOp{}, nextOp: ncclNumOps}}
-	l.add(c)
+	l.handles.add(c)
 	return c
 }
 
@@ -146,8 +146,8 @@ func (l *Library) InitRank(tid, nranks int, id UniqueID, r int, cfg Config) (uin
 	}
 	c := l.newComm(nranks, r, dev, cfg)
 	run := func() { c.finish(c.join(info)) }
-	if l.inGroup(tid) {
-		l.deferInit(tid, c, run)
+	if l.groups.in(tid) {
+		l.groups.deferInit(tid, c, run)
 		return c.handle, nil
 	}
 	if !cfg.IsBlocking() {
@@ -156,7 +156,7 @@ func (l *Library) InitRank(tid, nranks int, id UniqueID, r int, cfg Config) (uin
 	}
 	run()
 	if c.initErr != nil {
-		l.remove(c.handle)
+		l.handles.remove(c.handle)
 		return 0, fail(ResultOf(c.initErr), "ncclCommInitRank rank %d of %d: %w", r, nranks, c.initErr)
 	}
 	return c.handle, nil
@@ -166,7 +166,7 @@ func (l *Library) InitRank(tid, nranks int, id UniqueID, r int, cfg Config) (uin
 // the id) and builds the communicator over it.
 func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
 	l := c.lib
-	srv, err := l.serve(info, c.nranks)
+	srv, err := l.ids.serve(info, c.nranks, l.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -174,24 +174,24 @@ func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
 	defer cancel()
 	host, _ := os.Hostname()
-	lg := l.commLogger(host, c.rank)
+	lg := commLogger(l.opt.Logger, l.env, host, c.rank)
 	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{Addr: info.Server(), Rank: c.rank, Size: c.nranks, Secret: info.Secret, JobID: info.JobID(), Host: host, Logger: lg.Named("bootstrap")})
 	if err != nil {
-		l.unserve(srv)
+		l.ids.unserve(srv)
 		c.srv = nil
 		return nil, nil, fmt.Errorf("rank %d of %d on %s: join the rendezvous at %s (served by the process that called ncclGetUniqueId, from its own ncclCommInitRank): %w", c.rank, c.nranks, host, info.Server(), err)
 	}
 	rc, err := rank.New(ctx, store, rank.Options{Env: l.env, Host: host, JobID: info.JobID(), Secret: info.Secret, Logger: lg})
 	if err != nil {
 		_ = store.Close()
-		l.unserve(srv)
+		l.ids.unserve(srv)
 		c.srv = nil
 		return nil, nil, fmt.Errorf("rank %d of %d: %w", c.rank, c.nranks, err)
 	}
 	dc, err := c.attachGPU(ctx, rc)
 	if err != nil {
 		_ = rc.Close()
-		l.unserve(srv)
+		l.ids.unserve(srv)
 		c.srv = nil
 		return nil, nil, err
 	}
@@ -203,7 +203,7 @@ func (c *Comm) attachGPU(ctx context.Context, rc *rank.Comm) (*rank.DeviceComm, 
 	if c.dev < 0 {
 		return nil, nil
 	}
-	drv, err := c.lib.driver()
+	drv, err := c.lib.drv.open(c.lib.opt)
 	if err != nil || drv == nil {
 		// No usable driver: the communicator serves host buffers only.
 		c.dev = -1
@@ -253,7 +253,7 @@ func (l *Library) InitAll(ndev int, devices []int) ([]uintptr, error) {
 			ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
 			defer cancel()
 			host, _ := os.Hostname()
-			rc, err := rank.New(ctx, stores[i], rank.Options{Env: l.env, JobID: info.JobID(), Secret: info.Secret, Logger: l.commLogger(host, i)})
+			rc, err := rank.New(ctx, stores[i], rank.Options{Env: l.env, JobID: info.JobID(), Secret: info.Secret, Logger: commLogger(l.opt.Logger, l.env, host, i)})
 			if err != nil {
 				c.finish(nil, nil, fmt.Errorf("rank %d of %d: %w", i, ndev, err))
 				return
@@ -287,7 +287,7 @@ func (l *Library) InitAll(ndev int, devices []int) ([]uintptr, error) {
 // Split is ncclCommSplit: collective over the parent's ranks. A rank that
 // passes NCCL_SPLIT_NOCOLOR (any negative color) gets handle 0.
 func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr, error) {
-	p, err := l.comm(h, "ncclCommSplit")
+	p, err := l.handles.comm(h, "ncclCommSplit")
 	if err != nil {
 		return 0, err
 	}
@@ -305,7 +305,7 @@ func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr
 // accepted and changes nothing: a failed rank has already ended the whole
 // job in flexlink, so there are no operations of the parent left to abort.
 func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config) (uintptr, error) {
-	p, err := l.comm(h, "ncclCommShrink")
+	p, err := l.handles.comm(h, "ncclCommShrink")
 	if err != nil {
 		return 0, err
 	}
@@ -350,7 +350,7 @@ func (l *Library) child(p *Comm, fn string, cfg Config, member bool, newComm fun
 	}
 	run()
 	if c.initErr != nil || c.rc == nil {
-		l.remove(c.handle)
+		l.handles.remove(c.handle)
 		if c.initErr != nil {
 			p.note(c.initErr)
 			return 0, fail(ResultOf(c.initErr), "%s rank %d of %d: %w", fn, p.rank, p.nranks, c.initErr)
@@ -364,7 +364,7 @@ func (l *Library) child(p *Comm, fn string, cfg Config, member bool, newComm fun
 // releases the communicator. The device plane's close is collective and
 // bounded by a deadline, so a rank whose peers are gone does not hang.
 func (l *Library) Destroy(h uintptr) error {
-	c, err := l.comm(h, "ncclCommDestroy")
+	c, err := l.handles.comm(h, "ncclCommDestroy")
 	if err != nil {
 		return err
 	}
@@ -374,7 +374,7 @@ func (l *Library) Destroy(h uintptr) error {
 }
 
 func (l *Library) destroyQuiet(c *Comm) {
-	l.remove(c.handle)
+	l.handles.remove(c.handle)
 	c.mu.Lock()
 	aborted := c.aborted
 	c.mu.Unlock()
@@ -398,7 +398,7 @@ func (l *Library) destroyQuiet(c *Comm) {
 		}
 	}
 	c.cancel()
-	l.unserve(c.srv)
+	l.ids.unserve(c.srv)
 }
 
 // Abort is ncclCommAbort: it ends the communicator's job at once, so every
@@ -406,7 +406,7 @@ func (l *Library) destroyQuiet(c *Comm) {
 // the same ncclCommInitRank) fail instead of waiting, and frees it. It may
 // be called from any thread while a call is in flight.
 func (l *Library) Abort(h uintptr) error {
-	c, err := l.comm(h, "ncclCommAbort")
+	c, err := l.handles.comm(h, "ncclCommAbort")
 	if err != nil {
 		return err
 	}
@@ -426,7 +426,7 @@ func (l *Library) Abort(h uintptr) error {
 // initialises or runs a non-blocking group, the first failure of its work
 // otherwise (Success when none). Safe from any thread at any time.
 func (l *Library) AsyncError(h uintptr) (Result, error) {
-	c, err := l.comm(h, "ncclCommGetAsyncError")
+	c, err := l.handles.comm(h, "ncclCommGetAsyncError")
 	if err != nil {
 		return 0, err
 	}
@@ -459,7 +459,7 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 // Info answers ncclCommCount, ncclCommUserRank and ncclCommCuDevice
 // (dev is -1 on a communicator without a GPU).
 func (l *Library) Info(h uintptr, fn string) (nranks, r, dev int, err error) {
-	c, err := l.comm(h, fn)
+	c, err := l.handles.comm(h, fn)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -13,38 +13,46 @@ type group struct {
 	works []*work
 }
 
-// GroupStart is ncclGroupStart for thread tid.
-func (l *Library) GroupStart(tid int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	g := l.groups[tid]
+// threadGroups are the open groups, by OS thread id.
+type threadGroups struct {
+	mu       sync.Mutex
+	byThread map[int]*group
+}
+
+// start is ncclGroupStart for thread tid.
+func (t *threadGroups) start(tid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.byThread[tid]
 	if g == nil {
 		g = &group{}
-		l.groups[tid] = g
+		t.byThread[tid] = g
 	}
 	g.depth++
 }
 
-func (l *Library) inGroup(tid int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	g := l.groups[tid]
+// in reports whether thread tid is inside a group.
+func (t *threadGroups) in(tid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.byThread[tid]
 	return g != nil && g.depth > 0
 }
 
-func (l *Library) deferInit(tid int, c *Comm, run func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	g := l.groups[tid]
+// deferInit adds the initialisation of c to tid's group (which is open).
+func (t *threadGroups) deferInit(tid int, c *Comm, run func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.byThread[tid]
 	g.inits = append(g.inits, run)
 	g.comms = append(g.comms, c)
 }
 
 // queue adds w to tid's group and reports whether there was one.
-func (l *Library) queue(tid int, w *work) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	g := l.groups[tid]
+func (t *threadGroups) queue(tid int, w *work) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.byThread[tid]
 	if g == nil || g.depth == 0 {
 		return false
 	}
@@ -52,29 +60,25 @@ func (l *Library) queue(tid int, w *work) bool {
 	return true
 }
 
-// GroupEnd is ncclGroupEnd for thread tid. The outermost one runs what the
-// group deferred: first the communicator initialisations, all at once (so
-// one thread can create every rank of a communicator, as nccl-tests -g N
-// does), then each communicator's calls in order, the communicators
-// concurrently. It returns when the calls on host buffers are done and
-// those on device buffers are enqueued; with any non-blocking communicator
-// in the group it returns InProgress at once, and ncclCommGetAsyncError on
-// each reports when its part is done.
-func (l *Library) GroupEnd(tid int) error {
-	l.mu.Lock()
-	g := l.groups[tid]
+// end is ncclGroupEnd's bookkeeping for thread tid: it returns the group
+// when this ends the outermost one, nil when an inner one.
+func (t *threadGroups) end(tid int) (*group, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.byThread[tid]
 	if g == nil || g.depth == 0 {
-		l.mu.Unlock()
-		return fail(InvalidUsage, "ncclGroupEnd: not inside a group (no matching ncclGroupStart on this thread)")
+		return nil, fail(InvalidUsage, "ncclGroupEnd: not inside a group (no matching ncclGroupStart on this thread)")
 	}
 	g.depth--
 	if g.depth > 0 {
-		l.mu.Unlock()
-		return nil
+		return nil, nil
 	}
-	delete(l.groups, tid)
-	l.mu.Unlock()
+	delete(t.byThread, tid)
+	return g, nil
+}
 
+// run runs what an ended group deferred (see Library.GroupEnd).
+func (g *group) run() error {
 	var order []*Comm
 	byComm := map[*Comm][]*work{}
 	blocking := true

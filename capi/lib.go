@@ -1,13 +1,10 @@
 package capi
 
 import (
-	"fmt"
 	"net/netip"
-	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/bootstrap"
 	"flexlink/gpu"
 	"flexlink/internal/settings"
 )
@@ -53,62 +50,32 @@ type Options struct {
 }
 
 // Library is the state of the C library: communicator handles, groups per
-// thread, the rendezvous this process serves, the last error. One per
-// process (cmd/libnccl holds it); safe for concurrent use.
+// thread, the rendezvous this process serves, the last error, the CUDA
+// driver and the device memory it knows. One per process (cmd/libnccl
+// holds it); safe for concurrent use: each part has its own lock.
 type Library struct {
 	opt Options
 	env settings.Env
 	log hclog.Logger
 
-	mu     sync.Mutex // guards the rest, the embedded groups included
-	next   uintptr
-	comms  map[uintptr]*Comm
-	groups map[int]*group               // by OS thread id
-	served map[[nonceBytes]byte]*served // ids this process made
-	last   string                       // ncclGetLastError(NULL)
-	driverState
-	memRegistry
-}
-
-// driverState is the CUDA driver, opened once on first need.
-type driverState struct {
-	drv     *gpu.Driver
-	drvErr  error
-	drvDone bool
-}
-
-// memRegistry is the device memory the library knows by address.
-type memRegistry struct {
-	allocs  map[uintptr]*gpu.Buffer // ncclMemAlloc'd buffers by address
-	wrapped map[uintptr]*gpu.Buffer // foreign allocations by base address
-	regs    map[uintptr]bool        // ncclCommRegister handles
-}
-
-// served is the rendezvous of an id this process made: its server starts
-// at the first ncclCommInitRank with the id (the number of ranks is known
-// then) and stops when the last communicator made from it here is gone.
-type served struct {
-	info idInfo
-	srv  *bootstrap.Server
-	size int
-	refs int
+	handles handles      // communicators and registrations (handles.go)
+	groups  threadGroups // ncclGroupStart/End per thread (group.go)
+	ids     rendezvous   // the ids this process made (uniqueid.go)
+	last    lastError    // ncclGetLastError(NULL) (result.go)
+	drv     driverState  // the CUDA driver (mem.go)
+	mem     memRegistry  // device memory by address (mem.go)
 }
 
 // New returns a Library.
 func New(opt Options) *Library {
 	l := &Library{
-		opt:    opt,
-		env:    opt.Env,
-		log:    opt.Logger,
-		next:   1,
-		comms:  map[uintptr]*Comm{},
-		groups: map[int]*group{},
-		served: map[[nonceBytes]byte]*served{},
-		memRegistry: memRegistry{
-			allocs:  map[uintptr]*gpu.Buffer{},
-			wrapped: map[uintptr]*gpu.Buffer{},
-			regs:    map[uintptr]bool{},
-		},
+		opt:     opt,
+		env:     opt.Env,
+		log:     opt.Logger,
+		handles: handles{next: 1, comms: map[uintptr]*Comm{}, regs: map[uintptr]bool{}},
+		groups:  threadGroups{byThread: map[int]*group{}},
+		ids:     rendezvous{served: map[[nonceBytes]byte]*served{}},
+		mem:     memRegistry{allocs: map[uintptr]*gpu.Buffer{}, wrapped: map[uintptr]*gpu.Buffer{}},
 	}
 	if l.env == nil {
 		l.env = settings.OS()
@@ -130,9 +97,7 @@ func (l *Library) Report(err error) Result {
 	if r == InProgress {
 		return r
 	}
-	l.mu.Lock()
-	l.last = err.Error()
-	l.mu.Unlock()
+	l.last.set(err.Error())
 	l.log.Warn("nccl call failed", "result", r.String(), "error", err)
 	return r
 }
@@ -141,10 +106,8 @@ func (l *Library) Report(err error) Result {
 // failure when h names one that failed, else the process's last failure
 // ("" when none).
 func (l *Library) LastError(h uintptr) string {
-	l.mu.Lock()
-	c := l.comms[h]
-	last := l.last
-	l.mu.Unlock()
+	c := l.handles.get(h)
+	last := l.last.get()
 	if c != nil {
 		if e := c.lastErr(); e != "" {
 			return e
@@ -165,100 +128,92 @@ func (l *Library) GetUniqueID() (UniqueID, error) {
 	if err != nil {
 		return UniqueID{}, fail(SystemError, "ncclGetUniqueId: %w", err)
 	}
-	l.mu.Lock()
-	l.served[info.Nonce] = &served{info: info}
-	l.mu.Unlock()
+	l.ids.add(info)
 	return info.encode(), nil
 }
 
-// serve starts (once) the rendezvous of an id this process made and takes a
-// reference on it; it returns nil, nil for ids made elsewhere.
-func (l *Library) serve(info idInfo, size int) (*served, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.served[info.Nonce]
-	if s == nil {
-		return nil, nil
-	}
-	if s.srv == nil {
-		listen := fmt.Sprintf(":%d", info.Addr.Port())
-		srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: listen, Size: size, Secret: info.Secret, JobID: info.JobID(), Logger: l.log.Named("rendezvous")})
-		if err != nil {
-			return nil, fail(SystemError, "start the rendezvous of this ncclUniqueId on port %d: %w", info.Addr.Port(), err)
-		}
-		s.srv, s.size = srv, size
-	} else if s.size != size {
-		return nil, fail(InvalidArgument, "ncclCommInitRank: nranks %d, but this process already started the id's rendezvous for %d ranks", size, s.size)
-	}
-	s.refs++
-	return s, nil
+// HasGPU reports whether the process has a usable CUDA driver (device
+// buffers, ncclMemAlloc on the GPU).
+func (l *Library) HasGPU() bool {
+	drv, err := l.drv.open(l.opt)
+	return err == nil && drv != nil
 }
 
-// unserve drops a reference on s and stops its server with the last one.
-func (l *Library) unserve(s *served) {
-	if s == nil {
-		return
+// MemAlloc is ncclMemAlloc: n bytes of device memory on the calling
+// thread's current device. Without a GPU it fails with ncclInvalidUsage;
+// cmd/libnccl then hands out host memory (the host-buffer extension).
+func (l *Library) MemAlloc(n int) (uintptr, error) {
+	if n <= 0 {
+		return 0, fail(InvalidArgument, "ncclMemAlloc: size %d must be positive", n)
 	}
-	l.mu.Lock()
-	s.refs--
-	stop := s.refs == 0
-	if stop {
-		delete(l.served, s.info.Nonce)
+	drv, err := l.drv.open(l.opt)
+	if err != nil || drv == nil {
+		return 0, fail(InvalidUsage, "ncclMemAlloc: no CUDA driver in this process (%v)", err)
 	}
-	l.mu.Unlock()
-	if stop && s.srv != nil {
-		_ = s.srv.Close()
+	dv, err := drv.Device(l.opt.Memory.CurrentDevice())
+	if err != nil {
+		return 0, fail(UnhandledCudaError, "ncclMemAlloc: %w", err)
 	}
+	b, err := dv.Alloc(n)
+	if err != nil {
+		return 0, fail(UnhandledCudaError, "ncclMemAlloc: %w", err)
+	}
+	l.mem.add(b)
+	return b.Ptr(), nil
 }
 
-// driver opens the CUDA driver once; nil when the library has no Memory
-// (no CUDA in the process) or the driver cannot be opened.
-func (l *Library) driver() (*gpu.Driver, error) {
-	if l.opt.Memory == nil {
-		return nil, nil
+// MemFree is ncclMemFree for memory from MemAlloc; ours is false for an
+// address MemAlloc did not return (cmd/libnccl's host allocations).
+func (l *Library) MemFree(p uintptr) (ours bool, err error) {
+	b := l.mem.take(p)
+	if b == nil {
+		return false, nil
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.drvDone {
-		open := l.opt.Driver
-		if open == nil {
-			open = gpu.Open
-		}
-		l.drv, l.drvErr = open()
-		l.drvDone = true
+	if err := b.Free(); err != nil {
+		return true, fail(UnhandledCudaError, "ncclMemFree: %w", err)
 	}
-	return l.drv, l.drvErr
+	return true, nil
 }
 
-// add registers c under a new handle.
-func (l *Library) add(c *Comm) uintptr {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := l.next
-	l.next++
-	c.handle = h
-	l.comms[h] = c
-	return h
+// Register is ncclCommRegister: flexlink maps buffers when a call first
+// uses them, so registration only checks its arguments and returns a
+// handle for Deregister.
+func (l *Library) Register(h uintptr, p uintptr, n int) (uintptr, error) {
+	if _, err := l.handles.comm(h, "ncclCommRegister"); err != nil {
+		return 0, err
+	}
+	if p == 0 || n <= 0 {
+		return 0, fail(InvalidArgument, "ncclCommRegister: buffer %#x of %d bytes: want a non-null buffer and a positive size", p, n)
+	}
+	return l.handles.register(), nil
 }
 
-// remove forgets handle h.
-func (l *Library) remove(h uintptr) {
-	l.mu.Lock()
-	delete(l.comms, h)
-	l.mu.Unlock()
+// Deregister is ncclCommDeregister.
+func (l *Library) Deregister(h, reg uintptr) error {
+	if _, err := l.handles.comm(h, "ncclCommDeregister"); err != nil {
+		return err
+	}
+	if !l.handles.deregister(reg) {
+		return fail(InvalidArgument, "ncclCommDeregister: handle %#x is not a live registration", reg)
+	}
+	return nil
 }
 
-// comm looks up a handle. NULL and handles never issued or already
-// destroyed fail with ncclInvalidArgument.
-func (l *Library) comm(h uintptr, fn string) (*Comm, error) {
-	if h == 0 {
-		return nil, fail(InvalidArgument, "%s: comm is NULL", fn)
+// GroupStart is ncclGroupStart for thread tid.
+func (l *Library) GroupStart(tid int) { l.groups.start(tid) }
+
+// GroupEnd is ncclGroupEnd for thread tid. The outermost one runs what the
+// group deferred: first the communicator initialisations, all at once (so
+// one thread can create every rank of a communicator, as nccl-tests -g N
+// does), then each communicator's calls in order, the communicators
+// concurrently. It returns when the calls on host buffers are done and
+// those on device buffers are enqueued; with any non-blocking communicator
+// in the group it returns InProgress at once, and ncclCommGetAsyncError on
+// each reports when its part is done.
+func (l *Library) GroupEnd(tid int) error {
+	g, err := l.groups.end(tid)
+	if g == nil {
+		return err
 	}
-	l.mu.Lock()
-	c := l.comms[h]
-	l.mu.Unlock()
-	if c == nil {
-		return nil, fail(InvalidArgument, "%s: comm %#x is not a live communicator (never created, or already destroyed)", fn, h)
-	}
-	return c, nil
+	return g.run()
 }

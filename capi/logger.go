@@ -99,12 +99,12 @@ func processLogger(env settings.Env) hclog.Logger {
 }
 
 // commLogger is the logger of the communicator of rank: the caller's
-// Options.Logger with the rank, else the same per-rank logger every
-// flexlink rank has (join.NewLogger: FLEXLINK_DEBUG*, or NCCL_DEBUG*
-// mapped by ncclDebugEnv).
-func (l *Library) commLogger(host string, rank int) hclog.Logger {
-	if l.opt.Logger != nil {
-		return l.opt.Logger.With("rank", rank)
+// Options.Logger (given) with the rank, else the same per-rank logger
+// every flexlink rank has (join.NewLogger: FLEXLINK_DEBUG*, or NCCL_DEBUG*
+// mapped by ncclDebugEnv, in env).
+func commLogger(given hclog.Logger, env settings.Env, host string, rank int) hclog.Logger {
+	if given != nil {
+		return given.With("rank", rank)
 	}
-	return join.NewLogger(l.env, host, rank)
+	return join.NewLogger(env, host, rank)
 }

@@ -1,81 +1,85 @@
 package capi
 
-// HasGPU reports whether the process has a usable CUDA driver (device
-// buffers, ncclMemAlloc on the GPU).
-func (l *Library) HasGPU() bool {
-	drv, err := l.driver()
-	return err == nil && drv != nil
+import (
+	"sync"
+	"unsafe"
+
+	"flexlink/gpu"
+)
+
+// driverState is the CUDA driver, opened once on first need.
+type driverState struct {
+	mu   sync.Mutex
+	drv  *gpu.Driver
+	err  error
+	done bool
 }
 
-// MemAlloc is ncclMemAlloc: n bytes of device memory on the calling
-// thread's current device. Without a GPU it fails with ncclInvalidUsage;
-// cmd/libnccl then hands out host memory (the host-buffer extension).
-func (l *Library) MemAlloc(n int) (uintptr, error) {
-	if n <= 0 {
-		return 0, fail(InvalidArgument, "ncclMemAlloc: size %d must be positive", n)
+// open opens the CUDA driver once; nil when the library has no Memory
+// (no CUDA in the process) or the driver cannot be opened.
+func (d *driverState) open(opt Options) (*gpu.Driver, error) {
+	if opt.Memory == nil {
+		return nil, nil
 	}
-	drv, err := l.driver()
-	if err != nil || drv == nil {
-		return 0, fail(InvalidUsage, "ncclMemAlloc: no CUDA driver in this process (%v)", err)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.done {
+		open := opt.Driver
+		if open == nil {
+			open = gpu.Open
+		}
+		d.drv, d.err = open()
+		d.done = true
 	}
-	dv, err := drv.Device(l.opt.Memory.CurrentDevice())
-	if err != nil {
-		return 0, fail(UnhandledCudaError, "ncclMemAlloc: %w", err)
-	}
-	b, err := dv.Alloc(n)
-	if err != nil {
-		return 0, fail(UnhandledCudaError, "ncclMemAlloc: %w", err)
-	}
-	l.mu.Lock()
-	l.allocs[b.Ptr()] = b
-	l.mu.Unlock()
-	return b.Ptr(), nil
+	return d.drv, d.err
 }
 
-// MemFree is ncclMemFree for memory from MemAlloc; ours is false for an
-// address MemAlloc did not return (cmd/libnccl's host allocations).
-func (l *Library) MemFree(p uintptr) (ours bool, err error) {
-	l.mu.Lock()
-	b := l.allocs[p]
-	delete(l.allocs, p)
-	l.mu.Unlock()
-	if b == nil {
-		return false, nil
-	}
-	if err := b.Free(); err != nil {
-		return true, fail(UnhandledCudaError, "ncclMemFree: %w", err)
-	}
-	return true, nil
+// memRegistry is the device memory the library knows by address.
+type memRegistry struct {
+	mu      sync.Mutex
+	allocs  map[uintptr]*gpu.Buffer // ncclMemAlloc'd buffers by address
+	wrapped map[uintptr]*gpu.Buffer // foreign allocations by base address
 }
 
-// Register is ncclCommRegister: flexlink maps buffers when a call first
-// uses them, so registration only checks its arguments and returns a
-// handle for Deregister.
-func (l *Library) Register(h uintptr, p uintptr, n int) (uintptr, error) {
-	if _, err := l.comm(h, "ncclCommRegister"); err != nil {
-		return 0, err
-	}
-	if p == 0 || n <= 0 {
-		return 0, fail(InvalidArgument, "ncclCommRegister: buffer %#x of %d bytes: want a non-null buffer and a positive size", p, n)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	reg := l.next
-	l.next++
-	l.regs[reg] = true
-	return reg, nil
+// add records b, from ncclMemAlloc.
+func (m *memRegistry) add(b *gpu.Buffer) {
+	m.mu.Lock()
+	m.allocs[b.Ptr()] = b
+	m.mu.Unlock()
 }
 
-// Deregister is ncclCommDeregister.
-func (l *Library) Deregister(h, reg uintptr) error {
-	if _, err := l.comm(h, "ncclCommDeregister"); err != nil {
-		return err
+// take forgets and returns the ncclMemAlloc'd buffer at p, nil when none.
+func (m *memRegistry) take(p uintptr) *gpu.Buffer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.allocs[p]
+	delete(m.allocs, p)
+	return b
+}
+
+// buffer turns a caller's device pointer p, located in reg, into a
+// gpu.Buffer: a range of an ncclMemAlloc'd buffer, or of the foreign
+// allocation that holds it (one Buffer per allocation base, so the direct
+// plane's mapping cache sees the same allocation each time). The region is
+// the one located for that argument: a non-root's broadcast passes the
+// same pointer as send and recv, and only recv was located.
+func (m *memRegistry) buffer(dv *gpu.Device, reg Region, p unsafe.Pointer, n int) (*gpu.Buffer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	whole := m.allocs[reg.Base]
+	if whole == nil {
+		whole = m.wrapped[reg.Base]
+		if whole != nil && whole.Len() != reg.Size {
+			whole = nil // freed and allocated again with another size
+		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.regs[reg] {
-		return fail(InvalidArgument, "ncclCommDeregister: handle %#x is not a live registration", reg)
+	if whole == nil {
+		b, err := dv.WrapAllocation(reg.Base, reg.Size)
+		if err != nil {
+			return nil, fail(InvalidArgument, "%w", err)
+		}
+		m.wrapped[reg.Base] = b
+		whole = b
 	}
-	delete(l.regs, reg)
-	return nil
+	return whole.Sub(int(uintptr(p)-reg.Base), n), nil
 }

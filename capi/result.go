@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"flexlink/internal/errs"
 )
@@ -93,4 +94,23 @@ func ResultOf(err error) Result {
 		return InvalidUsage
 	}
 	return SystemError
+}
+
+// lastError is the text of the process's last failure
+// (ncclGetLastError(NULL)).
+type lastError struct {
+	mu   sync.Mutex
+	text string
+}
+
+func (e *lastError) set(text string) {
+	e.mu.Lock()
+	e.text = text
+	e.mu.Unlock()
+}
+
+func (e *lastError) get() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.text
 }

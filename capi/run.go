@@ -130,7 +130,7 @@ func (c *Comm) runP2P(ps []p2p) error {
 			continue
 		}
 		if dev {
-			b, err := c.lib.devBuffer(c.gpuDev, p.w.region(p.send), p.ptr, p.bytes)
+			b, err := c.lib.mem.buffer(c.gpuDev, p.w.region(p.send), p.ptr, p.bytes)
 			if err != nil {
 				return err
 			}
@@ -153,11 +153,11 @@ func (c *Comm) runP2P(ps []p2p) error {
 			return fail(InvalidUsage, "rank %d: a send of %d bytes to itself meets a receive of %d bytes", c.rank, s.bytes, r.bytes)
 		}
 		if dev {
-			src, err := c.lib.devBuffer(c.gpuDev, s.w.sendReg, s.ptr, s.bytes)
+			src, err := c.lib.mem.buffer(c.gpuDev, s.w.sendReg, s.ptr, s.bytes)
 			if err != nil {
 				return err
 			}
-			dst, err := c.lib.devBuffer(c.gpuDev, r.w.recvReg, r.ptr, r.bytes)
+			dst, err := c.lib.mem.buffer(c.gpuDev, r.w.recvReg, r.ptr, r.bytes)
 			if err != nil {
 				return err
 			}
@@ -234,12 +234,12 @@ func (c *Comm) runDevice(w *work) (err error) {
 	s := dv.WrapStream(call.Stream)
 	var send, recv *gpu.Buffer
 	if w.sendN > 0 {
-		if send, err = c.lib.devBuffer(dv, w.sendReg, call.Send, w.sendN); err != nil {
+		if send, err = c.lib.mem.buffer(dv, w.sendReg, call.Send, w.sendN); err != nil {
 			return err
 		}
 	}
 	if w.recvN > 0 {
-		if recv, err = c.lib.devBuffer(dv, w.recvReg, call.Recv, w.recvN); err != nil {
+		if recv, err = c.lib.mem.buffer(dv, w.recvReg, call.Recv, w.recvN); err != nil {
 			return err
 		}
 	}
@@ -272,33 +272,6 @@ func (c *Comm) runDevice(w *work) (err error) {
 		return c.dc.Reduce(ctx, send, recv, count, dt, op, call.Root, s)
 	}
 	return fail(InternalError, "%s is not a collective", call.Kind)
-}
-
-// devBuffer turns a caller's device pointer p, located in reg, into a
-// gpu.Buffer: a range of an ncclMemAlloc'd buffer, or of the foreign
-// allocation that holds it (one Buffer per allocation base, so the direct
-// plane's mapping cache sees the same allocation each time). The region is
-// the one located for that argument: a non-root's broadcast passes the
-// same pointer as send and recv, and only recv was located.
-func (l *Library) devBuffer(dv *gpu.Device, reg Region, p unsafe.Pointer, n int) (*gpu.Buffer, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	whole := l.allocs[reg.Base]
-	if whole == nil {
-		whole = l.wrapped[reg.Base]
-		if whole != nil && whole.Len() != reg.Size {
-			whole = nil // freed and allocated again with another size
-		}
-	}
-	if whole == nil {
-		b, err := dv.WrapAllocation(reg.Base, reg.Size)
-		if err != nil {
-			return nil, fail(InvalidArgument, "%w", err)
-		}
-		l.wrapped[reg.Base] = b
-		whole = b
-	}
-	return whole.Sub(int(uintptr(p)-reg.Base), n), nil
 }
 
 // preMul returns a copy of b (elements of dt) times scalar.

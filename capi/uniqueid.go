@@ -10,6 +10,11 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"flexlink/bootstrap"
 )
 
 // UniqueIDBytes is NCCL_UNIQUE_ID_BYTES.
@@ -170,3 +175,67 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 // netipZero is a placeholder rendezvous address for ids that never travel
 // (ncclCommInitAll joins through an in-process store).
 func netipZero() netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0) }
+
+// rendezvous are the ids this process made (ncclGetUniqueId), by nonce,
+// and the servers of those in use.
+type rendezvous struct {
+	mu     sync.Mutex
+	served map[[nonceBytes]byte]*served
+}
+
+// served is the rendezvous of an id this process made: its server starts
+// at the first ncclCommInitRank with the id (the number of ranks is known
+// then) and stops when the last communicator made from it here is gone.
+type served struct {
+	info idInfo
+	srv  *bootstrap.Server
+	size int
+	refs int
+}
+
+// add records an id this process made.
+func (r *rendezvous) add(info idInfo) {
+	r.mu.Lock()
+	r.served[info.Nonce] = &served{info: info}
+	r.mu.Unlock()
+}
+
+// serve starts (once) the rendezvous of an id this process made and takes a
+// reference on it; it returns nil, nil for ids made elsewhere.
+func (r *rendezvous) serve(info idInfo, size int, log hclog.Logger) (*served, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.served[info.Nonce]
+	if s == nil {
+		return nil, nil
+	}
+	if s.srv == nil {
+		listen := fmt.Sprintf(":%d", info.Addr.Port())
+		srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: listen, Size: size, Secret: info.Secret, JobID: info.JobID(), Logger: log.Named("rendezvous")})
+		if err != nil {
+			return nil, fail(SystemError, "start the rendezvous of this ncclUniqueId on port %d: %w", info.Addr.Port(), err)
+		}
+		s.srv, s.size = srv, size
+	} else if s.size != size {
+		return nil, fail(InvalidArgument, "ncclCommInitRank: nranks %d, but this process already started the id's rendezvous for %d ranks", size, s.size)
+	}
+	s.refs++
+	return s, nil
+}
+
+// unserve drops a reference on s and stops its server with the last one.
+func (r *rendezvous) unserve(s *served) {
+	if s == nil {
+		return
+	}
+	r.mu.Lock()
+	s.refs--
+	stop := s.refs == 0
+	if stop {
+		delete(r.served, s.info.Nonce)
+	}
+	r.mu.Unlock()
+	if stop && s.srv != nil {
+		_ = s.srv.Close()
+	}
+}

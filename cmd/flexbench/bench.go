@@ -40,21 +40,38 @@ type timing struct {
 	timeout      time.Duration // the whole run (-T); 0: none
 }
 
-// result is one row: a size, measured out of place and in place.
+// result is one row: a size, measured out of place and in place. Its JSON
+// form is flat (the embedded structs' fields are promoted), one object per
+// row with the keys in the order below: TestResultJSON pins it.
 type result struct {
-	Bytes   int64   `json:"size"`
-	Count   int     `json:"count"`
-	Type    string  `json:"type"`
-	Op      string  `json:"redop"`
-	Root    int     `json:"root"`
+	shape
+	outOfPlace
+	inPlace
+}
+
+// shape says what a row measured.
+type shape struct {
+	Bytes int64  `json:"size"`
+	Count int    `json:"count"`
+	Type  string `json:"type"`
+	Op    string `json:"redop"`
+	Root  int    `json:"root"`
+}
+
+// outOfPlace is a row's out-of-place measurement.
+type outOfPlace struct {
 	OutTime float64 `json:"out_time_us"`
 	OutAlg  float64 `json:"out_algbw_gbs"`
 	OutBus  float64 `json:"out_busbw_gbs"`
 	OutErr  int64   `json:"out_wrong"`
-	InTime  float64 `json:"in_time_us"`
-	InAlg   float64 `json:"in_algbw_gbs"`
-	InBus   float64 `json:"in_busbw_gbs"`
-	InErr   int64   `json:"in_wrong"`
+}
+
+// inPlace is a row's in-place measurement.
+type inPlace struct {
+	InTime float64 `json:"in_time_us"`
+	InAlg  float64 `json:"in_algbw_gbs"`
+	InBus  float64 `json:"in_busbw_gbs"`
+	InErr  int64   `json:"in_wrong"`
 }
 
 func sizes(c config) []int64 {
@@ -87,7 +104,7 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 	case "allgather", "reducescatter", "alltoall":
 		count = elems / n
 	}
-	row := result{Bytes: int64(elems * tsz), Count: count, Type: cfg.dt.String(), Op: "none", Root: -1}
+	row := result{shape: shape{Bytes: int64(elems * tsz), Count: count, Type: cfg.dt.String(), Op: "none", Root: -1}}
 	if cfg.spec.reduces {
 		row.Op = cfg.op.String()
 	}

@@ -79,7 +79,7 @@ func measureGPU(ctx context.Context, g *gpuRig, coll gpuColl, cfg config, size i
 	elems := cfg.spec.round(int(size)/tsz, n)
 	sc, rc := cfg.spec.counts(elems, n)
 	count := countFor(cfg.spec.name, sc, rc, n)
-	row := result{Bytes: int64(elems * tsz), Count: elems, Type: cfg.dt.String(), Op: "none", Root: -1}
+	row := result{shape: shape{Bytes: int64(elems * tsz), Count: elems, Type: cfg.dt.String(), Op: "none", Root: -1}}
 	if cfg.spec.reduces {
 		row.Op = cfg.op.String()
 	}

@@ -22,16 +22,16 @@ func TestLateDuplicateAfterDone(t *testing.T) {
 	buf := make([]byte, 64)
 	req := c.Recv(fabric.Tag{}, buf)
 	h := header{kind: kindPart, seq: 0, total: len(buf), off: 0, len: len(buf)}
-	dst, first, ok := c.place(h)
+	dst, first, ok := (&reader{c: c}).place(h)
 	if !ok || first.kind != direct {
 		t.Fatalf("first copy placed %v (ok %v), want direct", first.kind, ok)
 	}
-	dup, second, ok := c.place(h)
+	dup, second, ok := (&reader{c: c}).place(h)
 	if !ok || second.kind != stage {
 		t.Fatalf("second copy placed %v (ok %v), want staged", second.kind, ok)
 	}
 	copy(dst, bytes.Repeat([]byte{7}, len(buf)))
-	c.arrived(0, first, h, dst)
+	(&reader{c: c, j: 0}).arrived(first, h, dst)
 	select {
 	case <-req.Done():
 	default:
@@ -39,7 +39,7 @@ func TestLateDuplicateAfterDone(t *testing.T) {
 	}
 	clear(buf) // the caller owns buf again
 	copy(dup, bytes.Repeat([]byte{9}, len(dup)))
-	c.arrived(0, second, h, dup)
+	(&reader{c: c, j: 0}).arrived(second, h, dup)
 	if !bytes.Equal(buf, make([]byte, len(buf))) {
 		t.Fatal("a late duplicate wrote into the buffer of a completed receive")
 	}
@@ -62,7 +62,7 @@ func TestAckForPartNeverSent(t *testing.T) {
 	c.Send(fabric.Tag{}, buf)
 	c.ackArrived(0, header{kind: kindAck, seq: 0, total: len(buf), off: 1, len: 3})
 	c.mu.Lock()
-	dead := c.dead[0]
+	dead := c.st.dead[0]
 	c.mu.Unlock()
 	if !dead {
 		t.Fatal("an ack for bytes never sent was accepted")

@@ -2,6 +2,7 @@ package multilink
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -68,27 +69,31 @@ func Specs(links []fabric.Link) []balance.LinkSpec {
 	return out
 }
 
-// channel is the multilink fabric.Link.
+// channel is the multilink fabric.Link. One lock, mu, guards the state of
+// both directions: an ack received moves the sending side, a part
+// received may wait for a Send of this side (see place).
 type channel struct {
-	peer    int
-	links   []fabric.Link
-	planner *balance.Planner
-	opt     Options
+	peer  int
+	links []fabric.Link
+	opt   Options
 
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when a receive is posted or the channel fails
-	err  error      // set once: Abort, Close, or every link lost
-	dead []bool     // per link: failed (and excluded from the planner)
-	// Sender state.
-	sendSeq  uint64
-	sending  map[uint64]*outMsg // by seq: not yet completed
-	linkFree []time.Time        // per link: when its last part completed
-	// Receiver state.
-	recvSeq uint64            // number of the next Recv
-	inbox   map[uint64]*inMsg // posted but not done, or not yet posted
-	// reported holds, per size class, the shares last given to OnShares.
-	reported map[int][]balance.Share
+	st   health     // the channel's and each link's failure
+	out  outbox     // sender state
+	in   inbox      // receiver state
+	bal  balancer   // the planner and what it was told and said
 }
+
+// health is whether the channel, and each of its links, still works
+// (c.mu held).
+type health struct {
+	err  error  // set once: Abort, Close, or every link lost
+	dead []bool // per link: failed (and excluded from the planner)
+}
+
+// live returns a link that has not failed, or -1 when none is left.
+func (h *health) live() int { return slices.Index(h.dead, false) }
 
 // New joins links, all to rank peer, into one Link. Part sizes follow
 // planner, whose link IDs must be indexes into links (see Specs); nil
@@ -123,15 +128,15 @@ func New(peer int, links []fabric.Link, planner *balance.Planner, opts Options) 
 		opts.FrameBytes = 4096
 	}
 	c := &channel{
-		peer: peer, links: links, planner: planner, opt: opts,
-		dead:     make([]bool, len(links)),
-		sending:  map[uint64]*outMsg{},
-		linkFree: make([]time.Time, len(links)),
-		inbox:    map[uint64]*inMsg{},
+		peer: peer, links: links, opt: opts,
+		st:  health{dead: make([]bool, len(links))},
+		out: outbox{msgs: map[uint64]*outMsg{}, linkFree: make([]time.Time, len(links))},
+		in:  inbox{msgs: map[uint64]*inMsg{}},
+		bal: balancer{planner: planner, links: links, onShares: opts.OnShares},
 	}
 	c.cond = sync.NewCond(&c.mu)
 	for j := range links {
-		go c.read(j)
+		go (&reader{c: c, j: j}).run()
 	}
 	return c
 }
@@ -142,7 +147,7 @@ func (c *channel) Peer() int { return c.peer }
 // lowest of theirs (small messages take the fastest link).
 func (c *channel) Props() fabric.Props {
 	c.mu.Lock()
-	dead := append([]bool(nil), c.dead...)
+	dead := append([]bool(nil), c.st.dead...)
 	c.mu.Unlock()
 	p := fabric.Props{Kind: Kind}
 	var parts []string
@@ -194,20 +199,20 @@ func (c *channel) Close() error {
 // failLocked fails the channel with err (the first failure wins): every
 // pending send and receive completes with it, and so will every later one.
 func (c *channel) failLocked(err error) {
-	if c.err != nil {
+	if c.st.err != nil {
 		return
 	}
-	c.err = err
+	c.st.err = err
 	// A request completes only once no link uses its buffer: sends whose
 	// link sends are still out, and receives with parts still being written,
 	// complete when those end (the links are aborted, so they do).
-	for seq, m := range c.sending {
+	for seq, m := range c.out.msgs {
 		if m.pending == 0 {
 			m.req.Complete(err)
-			delete(c.sending, seq)
+			delete(c.out.msgs, seq)
 		}
 	}
-	for _, m := range c.inbox {
+	for _, m := range c.in.msgs {
 		if m.posted && !m.done {
 			m.failed = true
 			c.settleLocked(m)
@@ -223,23 +228,21 @@ func (c *channel) failLocked(err error) {
 // the others. When it was the last link alive the channel fails with
 // errs.ErrPeerLost.
 func (c *channel) linkDownLocked(j int, err error) {
-	c.planner.Exclude(j) // again if someone re-admitted a dead link
-	if c.dead[j] || c.err != nil {
+	c.bal.planner.Exclude(j) // again if someone re-admitted a dead link
+	if c.st.dead[j] || c.st.err != nil {
 		return
 	}
-	c.dead[j] = true
+	c.st.dead[j] = true
 	kind := c.links[j].Props().Kind
 	if f := c.opt.OnLinkFailure; f != nil {
 		go f(j, kind, err)
 	}
 	// Not under c.mu: Abort is the transport's code.
 	go c.links[j].Abort(fmt.Errorf("multilink to rank %d: link %d (%s) failed: %w", c.peer, j, kind, err))
-	for _, d := range c.dead {
-		if !d {
-			c.cond.Broadcast()
-			c.resendLinkLocked(j)
-			return
-		}
+	if c.st.live() >= 0 {
+		c.cond.Broadcast()
+		c.resendLinkLocked(j)
+		return
 	}
 	c.failLocked(fmt.Errorf("multilink to rank %d: all %d links failed, the last (%d, %s): %v: %w",
 		c.peer, len(c.links), j, kind, err, errs.ErrPeerLost))

@@ -30,28 +30,28 @@ func TestDuplicateWaitsForRange(t *testing.T) {
 			h := header{total: len(want), off: 1000, len: 9000, tag: linktest.TagOf(1)}
 			rest := header{total: len(want), len: 1000, tag: linktest.TagOf(1)}
 
-			first, pl1, _ := c.place(h) // over link 1
-			dup, pl2, _ := c.place(h)   // the same part again, over link 0
+			first, pl1, _ := (&reader{c: c}).place(h) // over link 1
+			dup, pl2, _ := (&reader{c: c}).place(h)   // the same part again, over link 0
 			if pl1.kind != direct || pl2.kind != stage {
 				t.Fatalf("placements %d and %d, want direct (%d) then staged (%d)", pl1.kind, pl2.kind, direct, stage)
 			}
 			copy(dup, want[h.off:])
-			c.arrived(0, pl2, h, dup)
-			dst, pl, _ := c.place(rest)
+			(&reader{c: c, j: 0}).arrived(pl2, h, dup)
+			dst, pl, _ := (&reader{c: c}).place(rest)
 			copy(dst, want)
-			c.arrived(0, pl, rest, dst)
+			(&reader{c: c, j: 0}).arrived(pl, rest, dst)
 			c.mu.Lock()
-			held := len(c.inbox[0].held)
+			held := len(c.in.msgs[0].held)
 			c.mu.Unlock()
 			if held != 1 || recv.Err() != nil || linktest.IsDone(recv) || !bytes.Equal(buf[h.off:], make([]byte, h.len)) {
 				t.Fatalf("duplicate: %d held, receive done %v, or copied into a range link 1 still owns", held, linktest.IsDone(recv))
 			}
 
 			if tc.firstFail {
-				c.readFailed(1, pl1, h, errors.New("link 1 broke"))
+				(&reader{c: c, j: 1}).failed(pl1, h, errors.New("link 1 broke"))
 			} else {
 				copy(first, want[h.off:])
-				c.arrived(1, pl1, h, first)
+				(&reader{c: c, j: 1}).arrived(pl1, h, first)
 			}
 			linktest.AwaitOK(t, recv, "recv")
 			if !bytes.Equal(buf, want) {

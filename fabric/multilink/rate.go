@@ -14,7 +14,7 @@ type Rater interface {
 	Rate() (bytesPerSec float64, ok bool)
 }
 
-// ratedLocked rewrites a message's observations from the links' measured
+// rated rewrites a message's observations from the links' measured
 // rates, when every observed link has one: each part's duration becomes
 // the link's latency plus its bytes at that rate. A part's completion time
 // over such links includes the wait for the receiver to post its buffer
@@ -24,10 +24,10 @@ type Rater interface {
 // counts only the time the path was busy and not held back by the
 // receiver. When no link is a Rater the timings stand; when one is but
 // has no rate yet, nothing is observed (the timings would mislead).
-func (c *channel) ratedLocked(obs []balance.Observation) []balance.Observation {
+func (b *balancer) rated(obs []balance.Observation) []balance.Observation {
 	out := make([]balance.Observation, len(obs))
 	for i, o := range obs {
-		r, ok := c.links[o.Link].(Rater)
+		r, ok := b.links[o.Link].(Rater)
 		if !ok {
 			return obs
 		}
@@ -35,7 +35,7 @@ func (c *channel) ratedLocked(obs []balance.Observation) []balance.Observation {
 		if !ok || !(rate > 0) {
 			return nil
 		}
-		lat := c.links[o.Link].Props().Latency
+		lat := b.links[o.Link].Props().Latency
 		out[i] = balance.Observation{Link: o.Link, Bytes: o.Bytes,
 			Duration: lat + time.Duration(float64(o.Bytes)/rate*float64(time.Second))}
 	}

@@ -18,11 +18,18 @@ type placement struct {
 	kind int
 }
 
-// read is link j's reader: it keeps a frame receive posted, places each
-// part it announces, receives the payload, and accounts for it (which
-// acknowledges it); ack frames it hands to the sending side. It stops when
-// the link fails or the channel does.
-func (c *channel) read(j int) {
+// reader is link j's reading goroutine: it keeps a frame receive posted,
+// places each part it announces, receives the payload, and accounts for
+// it (which acknowledges it, see ack.go); ack frames it hands to the
+// sending side.
+type reader struct {
+	c *channel
+	j int
+}
+
+// run reads until the link fails or the channel does.
+func (r *reader) run() {
+	c, j := r.c, r.j
 	link := c.links[j]
 	inline := c.opt.FrameBytes - headerLen
 	// Two frame buffers: the next frame is posted before the current
@@ -33,14 +40,14 @@ func (c *channel) read(j int) {
 	for {
 		<-next.Done()
 		if err := next.Err(); err != nil {
-			c.readFailed(j, placement{}, header{}, err)
+			r.failed(placement{}, header{}, err)
 			return
 		}
 		h, err := parseHeader(frames[k])
 		if err != nil {
 			err = fmt.Errorf("multilink from rank %d: link %d: %w", c.peer, j, err)
 			link.Abort(err) // out of step: the peer must stop using it too
-			c.readFailed(j, placement{}, header{}, err)
+			r.failed(placement{}, header{}, err)
 			return
 		}
 		if h.kind == kindAck {
@@ -48,7 +55,7 @@ func (c *channel) read(j int) {
 			next = link.Recv(frameTag(), frames[k]) // the ack is parsed: reuse its buffer
 			continue
 		}
-		dst, pl, ok := c.place(h)
+		dst, pl, ok := r.place(h)
 		if !ok {
 			return // the channel failed
 		}
@@ -63,11 +70,11 @@ func (c *channel) read(j int) {
 		if payload != nil {
 			<-payload.Done()
 			if err := payload.Err(); err != nil {
-				c.readFailed(j, pl, h, fmt.Errorf("receive part [%d,+%d) of message %d: %w", h.off, h.len, h.seq, err))
+				r.failed(pl, h, fmt.Errorf("receive part [%d,+%d) of message %d: %w", h.off, h.len, h.seq, err))
 				return
 			}
 		}
-		c.arrived(j, pl, h, dst)
+		r.arrived(pl, h, dst)
 	}
 }
 
@@ -78,15 +85,16 @@ func (c *channel) read(j int) {
 // may be queued behind the part on this link, and the caller may be
 // waiting for that Send before it posts the Recv. It returns false when
 // the channel failed.
-func (c *channel) place(h header) ([]byte, placement, bool) {
+func (r *reader) place(h header) ([]byte, placement, bool) {
+	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
-		if c.err != nil {
+		if c.st.err != nil {
 			return nil, placement{}, false
 		}
-		m := c.inbox[h.seq]
-		if m == nil && h.seq < c.recvSeq {
+		m := c.in.msgs[h.seq]
+		if m == nil && h.seq < c.in.next {
 			return make([]byte, h.len), placement{kind: discard}, true
 		}
 		if m != nil && m.posted {
@@ -106,11 +114,11 @@ func (c *channel) place(h header) ([]byte, placement, bool) {
 			m.writing = append(m.writing, [2]int{h.off, h.off + h.len})
 			return m.buf[h.off : h.off+h.len], placement{m: m, kind: direct}, true
 		}
-		if h.seq == c.recvSeq && c.earlierDoneLocked(h.seq) && (c.opt.NoAcks || len(c.sending) == 0) {
+		if h.seq == c.in.next && c.in.earlierDone(h.seq) && (c.opt.NoAcks || len(c.out.msgs) == 0) {
 			c.cond.Wait()
 			continue
 		}
-		m = c.msgLocked(h.seq)
+		m = c.in.get(h.seq)
 		if !m.seen {
 			m.seen, m.total, m.sent = true, h.total, h.tag
 		}
@@ -118,24 +126,15 @@ func (c *channel) place(h header) ([]byte, placement, bool) {
 	}
 }
 
-// earlierDoneLocked reports whether every receive before seq has completed
-// for the caller.
-func (c *channel) earlierDoneLocked(seq uint64) bool {
-	for s, m := range c.inbox {
-		if s < seq && !m.done {
-			return false
-		}
-	}
-	return true
-}
-
 // arrived accounts for a part whose bytes are in place, having come over
-// link j, and acknowledges it: it is held here, or not needed (a duplicate
-// or a message that failed), and the sender may stop keeping it.
-func (c *channel) arrived(j int, pl placement, h header, data []byte) {
+// the reader's link, and acknowledges it: it is held here, or not needed
+// (a duplicate or a message that failed), and the sender may stop keeping
+// it.
+func (r *reader) arrived(pl placement, h header, data []byte) {
+	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sendAckLocked(j, h)
+	r.sendAckLocked(r.j, h)
 	m := pl.m
 	if m == nil {
 		return
@@ -163,17 +162,18 @@ func (c *channel) arrived(j int, pl placement, h header, data []byte) {
 	c.settleLocked(m)
 }
 
-// readFailed handles the failure of link j's reader: part h, when it was
+// failed handles the failure of the reader's link: part h, when it was
 // being received straight into a buffer, is given up (the sender sends it
 // again), and the link is marked dead.
-func (c *channel) readFailed(j int, pl placement, h header, err error) {
+func (r *reader) failed(pl placement, h header, err error) {
+	c, j := r.c, r.j
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if pl.kind == direct && pl.m != nil {
 		pl.m.written(h.off, h.len)
 		c.settleLocked(pl.m)
 	}
-	if c.err == nil {
+	if c.st.err == nil {
 		c.linkDownLocked(j, err)
 	}
 }

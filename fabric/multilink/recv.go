@@ -11,17 +11,33 @@ import (
 // inMsg is one incoming message: posted by Recv, or announced by a frame
 // that arrived first, or both.
 type inMsg struct {
-	seq    uint64
+	seq uint64
+	posting
+	announced
+	landing
+}
+
+// posting is what Recv posted for a message, and how the receive ended.
+type posting struct {
 	posted bool
 	tag    fabric.Tag
 	buf    []byte
 	req    *fabric.Req
 	done   bool // req completed (with success or an error)
 	failed bool // tag or size mismatch: parts are drained, not stored
-	seen   bool // a frame arrived: total and sent are known
-	total  int
-	sent   fabric.Tag // the sender's tag
-	got    ranges
+}
+
+// announced is what the first frame of a message said of it.
+type announced struct {
+	seen  bool // a frame arrived: total and sent are known
+	total int
+	sent  fabric.Tag // the sender's tag
+}
+
+// landing is where a message's parts are: the bytes in buf, the parts
+// being written into it, and those waiting to be copied in.
+type landing struct {
+	got ranges // bytes in buf
 	// writing holds the range of every part being received straight into
 	// buf. The receive completes only when none is (a duplicate part must
 	// not land in a buffer the caller already has back), and no other bytes
@@ -34,6 +50,33 @@ type inMsg struct {
 	held    []stagedPart // arrived after, over a range in writing
 }
 
+// inbox is the receiver's state (c.mu held).
+type inbox struct {
+	next uint64            // number of the next Recv
+	msgs map[uint64]*inMsg // posted but not done, or not yet posted
+}
+
+// get returns message seq, made when no frame or Recv named it yet.
+func (b *inbox) get(seq uint64) *inMsg {
+	m := b.msgs[seq]
+	if m == nil {
+		m = &inMsg{seq: seq}
+		b.msgs[seq] = m
+	}
+	return m
+}
+
+// earlierDone reports whether every receive before seq has completed for
+// the caller.
+func (b *inbox) earlierDone(seq uint64) bool {
+	for s, m := range b.msgs {
+		if s < seq && !m.done {
+			return false
+		}
+	}
+	return true
+}
+
 type stagedPart struct {
 	h    header
 	data []byte
@@ -43,11 +86,11 @@ type stagedPart struct {
 func (c *channel) Recv(tag fabric.Tag, buf []byte) fabric.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
-		return fabric.DoneReq(c.err)
+	if c.st.err != nil {
+		return fabric.DoneReq(c.st.err)
 	}
-	m := c.msgLocked(c.recvSeq)
-	c.recvSeq++
+	m := c.in.get(c.in.next)
+	c.in.next++
 	m.posted, m.tag, m.buf, m.req = true, tag, buf, fabric.NewReq()
 	staged := m.staged
 	m.staged = nil
@@ -70,7 +113,7 @@ func (c *channel) Recv(tag fabric.Tag, buf []byte) fabric.Request {
 
 // busy reports whether a part being received straight into buf overlaps
 // [off, off+n).
-func (m *inMsg) busy(off, n int) bool {
+func (m *landing) busy(off, n int) bool {
 	for _, w := range m.writing {
 		if off < w[1] && w[0] < off+n {
 			return true
@@ -81,19 +124,10 @@ func (m *inMsg) busy(off, n int) bool {
 
 // written removes the range of a part received straight into buf (or
 // given up) from writing.
-func (m *inMsg) written(off, n int) {
+func (m *landing) written(off, n int) {
 	if i := slices.Index(m.writing, [2]int{off, off + n}); i >= 0 {
 		m.writing = slices.Delete(m.writing, i, i+1)
 	}
-}
-
-func (c *channel) msgLocked(seq uint64) *inMsg {
-	m := c.inbox[seq]
-	if m == nil {
-		m = &inMsg{seq: seq}
-		c.inbox[seq] = m
-	}
-	return m
 }
 
 // checkLocked compares the first frame of a posted message with the
@@ -117,12 +151,12 @@ func (c *channel) checkLocked(m *inMsg) {
 // message whose bytes have all arrived, and forgets it once nothing more
 // can arrive for it.
 func (c *channel) settleLocked(m *inMsg) {
-	if c.err != nil && m.posted && !m.done {
+	if c.st.err != nil && m.posted && !m.done {
 		// The channel failed: complete the receive once no link writes
 		// into buf any more.
 		if len(m.writing) == 0 {
 			m.done = true
-			m.req.Complete(c.err)
+			m.req.Complete(c.st.err)
 		}
 		return
 	}
@@ -146,5 +180,5 @@ func (c *channel) settleLocked(m *inMsg) {
 		m.done = true
 		m.req.Complete(nil)
 	}
-	delete(c.inbox, m.seq)
+	delete(c.in.msgs, m.seq)
 }

@@ -2,6 +2,8 @@ package multilink
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"flexlink/fabric"
@@ -33,6 +35,33 @@ type part struct {
 	moved    bool // its link failed; what it lacked of acks went to other links
 }
 
+// outbox is the sender's state (c.mu held).
+type outbox struct {
+	seq      uint64             // number of the next Send
+	msgs     map[uint64]*outMsg // by seq: not yet completed
+	linkFree []time.Time        // per link: when its last part completed
+}
+
+// add numbers a new Send and keeps it until it completes.
+func (o *outbox) add(tag fabric.Tag, buf []byte) *outMsg {
+	m := &outMsg{seq: o.seq, tag: tag, buf: buf, req: fabric.NewReq()}
+	o.seq++
+	o.msgs[m.seq] = m
+	return m
+}
+
+// service returns how long link j took over a part issued at issued and
+// completed at done: from issued or, when an earlier part still occupied
+// the link, from when that one completed.
+func (o *outbox) service(j int, issued, done time.Time) time.Duration {
+	start := issued
+	if o.linkFree[j].After(start) {
+		start = o.linkFree[j]
+	}
+	o.linkFree[j] = done
+	return done.Sub(start)
+}
+
 // ack records that the receiver holds [off, off+n) of m.
 func (m *outMsg) ack(off, n int) {
 	m.acked = m.acked.add(off, n)
@@ -45,12 +74,10 @@ func (m *outMsg) ack(off, n int) {
 func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
-		return fabric.DoneReq(c.err)
+	if c.st.err != nil {
+		return fabric.DoneReq(c.st.err)
 	}
-	m := &outMsg{seq: c.sendSeq, tag: tag, buf: buf, req: fabric.NewReq()}
-	c.sendSeq++
-	c.sending[m.seq] = m
+	m := c.out.add(tag, buf)
 	c.sendRangeLocked(m, 0, len(buf))
 	if !c.opt.NoAcks {
 		// A reader holding back a part until its receive is posted must
@@ -63,7 +90,7 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 
 // sendRangeLocked sends bytes [off, off+n) of m, split over the live links.
 func (c *channel) sendRangeLocked(m *outMsg, off, n int) {
-	parts := c.planner.Split(n, c.opt.Align)
+	parts := c.bal.planner.Split(n, c.opt.Align)
 	if len(parts) == 0 { // the planner has no live link left
 		c.failLocked(fmt.Errorf("multilink to rank %d: no link left to send on: %w", c.peer, errs.ErrPeerLost))
 		return
@@ -102,9 +129,9 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m.pending--
-	if c.err != nil {
+	if c.st.err != nil {
 		if m.pending == 0 { // no link reads buf any more
-			c.finishSendLocked(m, c.err)
+			c.finishSendLocked(m, c.st.err)
 		}
 		return
 	}
@@ -114,9 +141,9 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 		// already failed is resent here.
 		m.resent = true
 		c.linkDownLocked(p.link, fmt.Errorf("send part [%d,+%d) of message %d: %w", p.off, p.len, m.seq, err))
-		if c.err != nil {
+		if c.st.err != nil {
 			if m.pending == 0 {
-				c.finishSendLocked(m, c.err)
+				c.finishSendLocked(m, c.st.err)
 			}
 			return
 		}
@@ -125,23 +152,13 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 		return
 	}
 	j := p.link
-	// The part's service time starts when it was issued or, when an earlier
-	// part still occupied the link, when that one completed.
-	start := issued
-	if c.linkFree[j].After(start) {
-		start = c.linkFree[j]
-	}
-	c.linkFree[j] = done
-	m.obs = append(m.obs, balance.Observation{Link: j, Bytes: int64(p.len), Duration: done.Sub(start)})
+	m.obs = append(m.obs, balance.Observation{Link: j, Bytes: int64(p.len), Duration: c.out.service(j, issued, done)})
 	if c.opt.NoAcks {
 		m.ack(p.off, p.len) // the link's Send completes on delivery
 	}
 	if m.pending == 0 && !m.resent && !m.observed {
-		if obs := c.ratedLocked(m.obs); obs != nil { // nil: a link's rate is not known yet
-			c.planner.Observe(len(m.buf), obs)
-		}
 		m.observed = true
-		c.noteSharesLocked(len(m.buf))
+		c.bal.observe(len(m.buf), m.obs)
 	}
 	c.settleSendLocked(m)
 }
@@ -155,9 +172,71 @@ func (c *channel) settleSendLocked(m *outMsg) {
 }
 
 func (c *channel) finishSendLocked(m *outMsg, err error) {
-	if c.sending[m.seq] != m {
+	if c.out.msgs[m.seq] != m {
 		return
 	}
-	delete(c.sending, m.seq)
+	delete(c.out.msgs, m.seq)
 	m.req.Complete(err)
+}
+
+// ackArrived accounts for an ack frame: the peer holds part h of one of
+// our messages. An ack for a message already completed (a part sent twice
+// is acknowledged twice) or that does not match one is ignored.
+func (c *channel) ackArrived(j int, h header) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.out.msgs[h.seq]
+	if m == nil || h.total != len(m.buf) {
+		return
+	}
+	if !slices.ContainsFunc(m.parts, func(p *part) bool { return p.off == h.off && p.len == h.len }) {
+		// Parts are acknowledged whole: this ack is for bytes never sent.
+		c.linkDownLocked(j, fmt.Errorf("ack for part [%d,+%d) of message %d, which was never sent: corrupt stream: %w",
+			h.off, h.len, h.seq, errs.ErrPeerLost))
+		return
+	}
+	m.ack(h.off, h.len)
+	c.settleSendLocked(m)
+}
+
+// resendLinkLocked sends again, over the links still alive, whatever the
+// parts sent on failed link j lack of acknowledgements, oldest message
+// first.
+func (c *channel) resendLinkLocked(j int) {
+	for _, seq := range slices.Sorted(maps.Keys(c.out.msgs)) {
+		if c.st.err != nil { // no link left to resend on
+			return
+		}
+		m := c.out.msgs[seq]
+		for _, p := range m.parts { // the parts issued so far; resends append
+			if p.link == j {
+				c.resendPartLocked(m, p)
+			}
+		}
+	}
+}
+
+// resendPartLocked sends the unacknowledged bytes of part p of m again,
+// over the links still alive, and marks p moved (it is resent once: the
+// parts that replace it are resent if their own link fails).
+func (c *channel) resendPartLocked(m *outMsg, p *part) {
+	if p.moved || c.st.err != nil {
+		return
+	}
+	p.moved = true
+	if m.whole {
+		return
+	}
+	if len(m.buf) == 0 { // its only part, empty, was not acknowledged
+		m.resent = true
+		c.sendRangeLocked(m, 0, 0)
+		return
+	}
+	for _, r := range m.acked.missing(p.off, p.len) {
+		m.resent = true
+		c.sendRangeLocked(m, r[0], r[1]-r[0])
+		if c.st.err != nil {
+			return
+		}
+	}
 }

@@ -13,24 +13,43 @@ import (
 // less, so the log gets a line when they settle and when they move.
 const shareStep = 0.02
 
-// noteSharesLocked hands the planner's shares for messages of bytes to
+// balancer is a channel's planner, with what it is told and what it said
+// (c.mu held).
+type balancer struct {
+	planner  *balance.Planner
+	links    []fabric.Link // the channel's: their rates and latencies
+	onShares func(bytes int, shares []balance.Share)
+	// reported holds, per size class, the shares last given to onShares.
+	reported map[int][]balance.Share
+}
+
+// observe hands the planner the timings of a message of bytes, sent
+// cleanly (no part resent), and reports its shares.
+func (b *balancer) observe(bytes int, obs []balance.Observation) {
+	if obs := b.rated(obs); obs != nil { // nil: a link's rate is not known yet
+		b.planner.Observe(bytes, obs)
+	}
+	b.noteShares(bytes)
+}
+
+// noteShares hands the planner's shares for messages of bytes to
 // Options.OnShares: once per size class (powers of two) and again
 // whenever a link's share moves by shareStep or more since the last
 // report of that class.
-func (c *channel) noteSharesLocked(bytes int) {
-	if c.opt.OnShares == nil {
+func (b *balancer) noteShares(bytes int) {
+	if b.onShares == nil {
 		return
 	}
 	class := bits.Len(uint(bytes))
-	now := c.planner.Shares(bytes)
-	if last, ok := c.reported[class]; ok && !moved(last, now) {
+	now := b.planner.Shares(bytes)
+	if last, ok := b.reported[class]; ok && !moved(last, now) {
 		return
 	}
-	if c.reported == nil {
-		c.reported = map[int][]balance.Share{}
+	if b.reported == nil {
+		b.reported = map[int][]balance.Share{}
 	}
-	c.reported[class] = now
-	c.opt.OnShares(bytes, now)
+	b.reported[class] = now
+	b.onShares(bytes, now)
 }
 
 // moved reports whether some link's fraction differs by shareStep or
@@ -62,7 +81,7 @@ func moved(a, b []balance.Share) bool {
 // measurement is a change of regime only beyond twice the estimate, the
 // estimates average over more samples, the shares move in smaller steps,
 // (Parts over links that measure their own rate are observed at that
-// rate, see ratedLocked.)
+// rate, see balancer.rated.)
 func PlannerConfig(links []fabric.Link) balance.Config {
 	cfg := balance.DefaultConfig()
 	for _, l := range links {

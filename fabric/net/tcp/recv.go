@@ -23,27 +23,65 @@ import (
 // into that buffer. A message that does not fit is drained (read and
 // dropped, never stored) and acknowledged, then the connection fails.
 type recvConn struct {
-	p           *Provider
-	dev, remote string
-	socks       []*net.TCPConn
-	timeout     time.Duration
-	st          state
+	endpoint
+	st   state
+	life lifecycle
 
-	mu      sync.Mutex
-	cond    *sync.Cond        // an IRecv was posted, or the connection failed
-	next    uint64            // first message no IRecv covers yet
-	ops     []*recvOp         // posted, unfinished, in order
-	msgs    map[uint64]*inMsg // messages partly received
-	arrived map[uint64]bool   // complete messages at or past acked
-	acked   uint64            // messages below it are all complete
-	poison  error             // a mismatch: no further IRecv
-	then    error             // fail with it once the drained message is acknowledged
-	thenSeq uint64            // the drained message
-	kick    chan struct{}     // capacity 1: acked or then changed
-	wmu     sync.Mutex        // held while writing socket 0's reverse direction
+	mu     sync.Mutex
+	cond   *sync.Cond // an IRecv was posted, or the connection failed
+	posted postings   // the IRecvs and the messages they cover
+	done   completions
+	poison poison
+	wmu    sync.Mutex // held while writing socket 0's reverse direction
+}
 
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+// postings are the posted receives and the messages being read into them
+// (c.mu held).
+type postings struct {
+	next uint64            // first message no IRecv covers yet
+	ops  []*recvOp         // posted, unfinished, in order
+	msgs map[uint64]*inMsg // messages partly received
+}
+
+// remove forgets op: it completed or failed.
+func (p *postings) remove(op *recvOp) {
+	p.ops = slices.DeleteFunc(p.ops, func(o *recvOp) bool { return o == op })
+}
+
+// completions counts the complete messages, which the ack writer reports
+// to the sender (c.mu held, but kick).
+type completions struct {
+	arrived map[uint64]bool // complete messages at or past acked
+	acked   uint64          // messages below it are all complete
+	kick    chan struct{}   // capacity 1: acked or the poison changed
+}
+
+// seen reports whether message seq is complete already.
+func (d *completions) seen(seq uint64) bool { return d.arrived[seq] || seq < d.acked }
+
+// complete records that message seq is complete.
+func (d *completions) complete(seq uint64) {
+	d.arrived[seq] = true
+	for d.arrived[d.acked] {
+		delete(d.arrived, d.acked)
+		d.acked++
+	}
+	d.signal()
+}
+
+// signal wakes the ack writer.
+func (d *completions) signal() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// poison is a mismatch (c.mu held): no further IRecv, and the connection
+// fails with err once message seq, which is drained, is acknowledged.
+type poison struct {
+	err error
+	seq uint64
 }
 
 type recvOp struct {
@@ -66,10 +104,11 @@ type inMsg struct {
 }
 
 func newRecvConn(p *Provider, dev, remote string, socks []*net.TCPConn) *recvConn {
-	c := &recvConn{p: p, dev: dev, remote: remote, socks: socks, timeout: p.opt.Timeout, st: newState(),
-		msgs: map[uint64]*inMsg{}, arrived: map[uint64]bool{}, kick: make(chan struct{}, 1)}
+	c := &recvConn{endpoint: newEndpoint(p, dev, remote, socks), st: newState(),
+		posted: postings{msgs: map[uint64]*inMsg{}},
+		done:   completions{arrived: map[uint64]bool{}, kick: make(chan struct{}, 1)}}
 	c.cond = sync.NewCond(&c.mu)
-	c.wg.Add(len(socks) + 1)
+	c.life.wg.Add(len(socks) + 1)
 	for i := range socks {
 		go c.read(i)
 	}
@@ -96,20 +135,20 @@ func (c *recvConn) IRecv(bufs [][]byte, tags []uint64, mrs []fnet.MemRegion) (fn
 	if err := c.st.failure(); err != nil {
 		return failedRequest(err), nil
 	}
-	if c.poison != nil {
-		return failedRequest(c.poison), nil
+	if c.poison.err != nil {
+		return failedRequest(c.poison.err), nil
 	}
-	op := &recvOp{base: c.next, bufs: slices.Clone(bufs), tags: slices.Clone(tags), sizes: make([]int, n),
+	op := &recvOp{base: c.posted.next, bufs: slices.Clone(bufs), tags: slices.Clone(tags), sizes: make([]int, n),
 		claimed: make([]bool, n), left: n, req: newRequest()}
-	c.next += uint64(n)
-	c.ops = append(c.ops, op)
+	c.posted.next += uint64(n)
+	c.posted.ops = append(c.posted.ops, op)
 	c.cond.Broadcast()
 	return op.req, nil
 }
 
 // read is socket i's loop.
 func (c *recvConn) read(i int) {
-	defer c.wg.Done()
+	defer c.life.wg.Done()
 	br := bufio.NewReaderSize(&deadlineReader{c: c.socks[i], timeout: c.timeout}, 16<<10)
 	var b [hdrBytes]byte
 	for {
@@ -156,7 +195,7 @@ func (c *recvConn) read(i int) {
 func (c *recvConn) claim(h header) (m *inMsg, dst []byte, counted bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for h.seq >= c.next {
+	for h.seq >= c.posted.next {
 		if err := c.st.failure(); err != nil {
 			return nil, nil, false, err
 		}
@@ -165,19 +204,18 @@ func (c *recvConn) claim(h header) (m *inMsg, dst []byte, counted bool, err erro
 	if err := c.st.failure(); err != nil {
 		return nil, nil, false, err
 	}
-	m = c.msgs[h.seq]
+	m = c.posted.msgs[h.seq]
 	if m == nil {
-		if c.arrived[h.seq] || h.seq < c.acked {
+		if c.done.seen(h.seq) {
 			return nil, nil, false, fmt.Errorf("message %d arrives twice: %w", h.seq, errs.ErrPeerLost)
 		}
 		m = &inMsg{tag: h.tag, total: h.total}
-		c.msgs[h.seq] = m
+		c.posted.msgs[h.seq] = m
 		if err := c.match(h, m); err != nil {
-			c.poison = connErr(c.dev, c.remote, "recv", err)
 			// Drain the message, acknowledge it, then end the connection.
-			c.then, c.thenSeq = c.poison, h.seq
+			c.poison = poison{err: connErr(c.dev, c.remote, "recv", err), seq: h.seq}
 			if m.op != nil {
-				c.failOp(m.op, c.poison)
+				c.failOp(m.op, c.poison.err)
 			}
 			m.op = nil
 		}
@@ -194,7 +232,7 @@ func (c *recvConn) claim(h header) (m *inMsg, dst []byte, counted bool, err erro
 // match finds message h's receive and buffer (c.mu held).
 func (c *recvConn) match(h header, m *inMsg) error {
 	var op *recvOp
-	for _, o := range c.ops {
+	for _, o := range c.posted.ops {
 		if h.seq >= o.base && h.seq < o.base+uint64(len(o.bufs)) {
 			op = o
 		}
@@ -238,19 +276,14 @@ func (c *recvConn) landed(h header, m *inMsg, counted bool, ioErr error) error {
 	case m.got < m.total:
 		return nil
 	}
-	delete(c.msgs, h.seq)
-	c.arrived[h.seq] = true
-	for c.arrived[c.acked] {
-		delete(c.arrived, c.acked)
-		c.acked++
-	}
-	c.signal()
+	delete(c.posted.msgs, h.seq)
+	c.done.complete(h.seq)
 	if op == nil || op.err != nil {
 		return nil
 	}
 	op.sizes[m.idx] = int(m.total)
 	if op.left--; op.left == 0 {
-		c.ops = slices.DeleteFunc(c.ops, func(o *recvOp) bool { return o == op })
+		c.posted.remove(op)
 		op.req.complete(op.sizes, nil)
 	}
 	return nil
@@ -261,23 +294,16 @@ func (c *recvConn) failOp(op *recvOp, err error) {
 	if op.err == nil {
 		op.err = err
 	}
-	c.ops = slices.DeleteFunc(c.ops, func(o *recvOp) bool { return o == op })
+	c.posted.remove(op)
 	if op.active == 0 {
 		op.req.complete(nil, op.err)
-	}
-}
-
-func (c *recvConn) signal() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
 	}
 }
 
 // writeAcks sends the count of complete messages back on socket 0 when it
 // grows, and a heartbeat when idle.
 func (c *recvConn) writeAcks() {
-	defer c.wg.Done()
+	defer c.life.wg.Done()
 	beat := max(c.timeout/5, time.Millisecond)
 	tick := time.NewTicker(beat)
 	defer tick.Stop()
@@ -286,13 +312,13 @@ func (c *recvConn) writeAcks() {
 	var b [hdrBytes]byte
 	for {
 		select {
-		case <-c.kick:
+		case <-c.done.kick:
 		case <-tick.C:
 		case <-c.st.dead:
 			return
 		}
 		c.mu.Lock()
-		acked, then, thenSeq := c.acked, c.then, c.thenSeq
+		acked, then, thenSeq := c.done.acked, c.poison.err, c.poison.seq
 		c.mu.Unlock()
 		if then != nil && thenAt.IsZero() {
 			thenAt = time.Now()
@@ -329,11 +355,11 @@ func (c *recvConn) fail(err error, tell bool) {
 		return
 	}
 	c.mu.Lock()
-	for _, op := range slices.Clone(c.ops) {
+	for _, op := range slices.Clone(c.posted.ops) {
 		c.failOp(op, err)
 	}
 	c.cond.Broadcast()
-	acked := c.acked
+	acked := c.done.acked
 	c.mu.Unlock()
 	if tell && c.wmu.TryLock() {
 		// Acknowledge what has landed before the abort, so a sender whose
@@ -357,8 +383,8 @@ func (c *recvConn) Abort(err error) { c.fail(err, true) }
 
 func (c *recvConn) closeWith(err error) {
 	c.fail(err, true)
-	c.closeOnce.Do(func() {
-		c.wg.Wait()
+	c.life.once.Do(func() {
+		c.life.wg.Wait()
 		c.p.untrack(c)
 	})
 }

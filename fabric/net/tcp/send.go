@@ -16,18 +16,28 @@ import (
 // reader on socket 0 that completes sends as the receiver acknowledges
 // them.
 type sendConn struct {
+	endpoint
+	stripeMin uint64
+	st        state
+	writers   []*writer
+	mu        sync.Mutex // orders ISend; guards seq, inflight
+	seq       uint64
+	inflight  []*sendOp // in seq order, not yet acknowledged
+	life      lifecycle
+	meter     rateMeter
+}
+
+// endpoint is what both sides of a connection hold: the provider that
+// tracks it, its names for errors, its sockets and their I/O timeout.
+type endpoint struct {
 	p           *Provider
 	dev, remote string
 	socks       []*net.TCPConn
 	timeout     time.Duration
-	stripeMin   uint64
-	st          state
-	writers     []*writer
-	mu          sync.Mutex // orders ISend; guards seq, inflight
-	seq         uint64
-	inflight    []*sendOp // in seq order, not yet acknowledged
-	life        lifecycle
-	meter       rateMeter
+}
+
+func newEndpoint(p *Provider, dev, remote string, socks []*net.TCPConn) endpoint {
+	return endpoint{p: p, dev: dev, remote: remote, socks: socks, timeout: p.opt.Timeout}
 }
 
 // lifecycle is what closing a connection waits for.
@@ -37,7 +47,7 @@ type lifecycle struct {
 }
 
 func newSendConn(p *Provider, dev, remote string, socks []*net.TCPConn) *sendConn {
-	c := &sendConn{p: p, dev: dev, remote: remote, socks: socks, timeout: p.opt.Timeout,
+	c := &sendConn{endpoint: newEndpoint(p, dev, remote, socks),
 		stripeMin: uint64(p.opt.StripeMin), st: newState()}
 	for i, s := range socks {
 		c.writers = append(c.writers, &writer{c: c, i: i, conn: s, ready: make(chan struct{}, 1)})

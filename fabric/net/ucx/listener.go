@@ -110,9 +110,9 @@ func (l *listener) handshake(c net.Conn) (*recvConn, error) {
 	rc := &recvConn{
 		p: l.p, dev: l.p.label(l.dev),
 		remote: fmt.Sprintf("%s (%s)", name, c.RemoteAddr()),
-		ctrl:   c, id: l.p.nextID.Add(1),
+		ctl:    control{conn: c}, id: l.p.nextID.Add(1),
 		pending: map[*recvReq]struct{}{},
-		out:     map[uint64]bool{},
+		seqs:    recvSeqs{out: map[uint64]bool{}},
 	}
 	err = l.p.e.call(func() error {
 		l.p.recvs[rc] = struct{}{}

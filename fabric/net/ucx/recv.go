@@ -3,8 +3,6 @@ package ucx
 import (
 	"bufio"
 	"fmt"
-	"net"
-	"sync"
 	"time"
 
 	fnet "flexlink/fabric/net"
@@ -18,19 +16,45 @@ type recvConn struct {
 	p      *Provider
 	dev    string
 	remote string
-	ctrl   net.Conn
+	ctl    control
 	id     uint32
-	once   sync.Once
 
 	// Owned by the engine loop.
-	seq     uint64          // sequence number of the next message to assign
-	oldest  uint64          // no message before it is outstanding
-	out     map[uint64]bool // outstanding message sequence numbers
+	seqs    recvSeqs
 	pending map[*recvReq]struct{}
 	err     error
 	closing error       // the sender closed: no message beyond those matched comes
 	wired   ucp.Request // the handshake message's receive, until it lands
 }
+
+// recvSeqs numbers the received messages of a connection (on the loop):
+// each IRecv takes the next numbers, and at most seqWindow may be
+// outstanding, since the wire tag carries the number modulo seqWindow.
+type recvSeqs struct {
+	next   uint64          // sequence number of the next message to assign
+	oldest uint64          // no message before it is outstanding
+	out    map[uint64]bool // outstanding message sequence numbers
+}
+
+// take assigns n numbers and returns the first, or false when that would
+// leave more than seqWindow outstanding.
+func (s *recvSeqs) take(n uint64) (uint64, bool) {
+	for s.oldest < s.next && !s.out[s.oldest] {
+		s.oldest++
+	}
+	if s.next+n-s.oldest > seqWindow {
+		return 0, false
+	}
+	first := s.next
+	s.next += n
+	for k := uint64(0); k < n; k++ {
+		s.out[first+k] = true
+	}
+	return first, true
+}
+
+// landed records that message seq is no longer outstanding.
+func (s *recvSeqs) landed(seq uint64) { delete(s.out, seq) }
 
 // recvReq is one IRecv of n buffers: messages first..first+n-1.
 type recvReq struct {
@@ -85,18 +109,12 @@ func (c *recvConn) post(rr *recvReq) {
 		return
 	}
 	n := uint64(len(rr.bufs))
-	for c.oldest < c.seq && !c.out[c.oldest] {
-		c.oldest++
-	}
-	if c.seq+n-c.oldest > seqWindow {
+	first, ok := c.seqs.take(n)
+	if !ok {
 		rr.req.finish(nil, c.errorf(errs.ErrNotSupported, "more than %d received messages outstanding on one connection", seqWindow))
 		return
 	}
-	rr.first = c.seq
-	c.seq += n
-	for k := uint64(0); k < n; k++ {
-		c.out[rr.first+k] = true
-	}
+	rr.first = first
 	c.pending[rr] = struct{}{}
 	e := c.p.e
 	if n > 1 {
@@ -124,7 +142,7 @@ func (c *recvConn) post(rr *recvReq) {
 // landed records message k of the request in buffer j (on the loop).
 func (rr *recvReq) landed(k, j int, st ucp.Status, info ucp.RecvInfo) {
 	c := rr.c
-	delete(c.out, rr.first+uint64(k))
+	c.seqs.landed(rr.first + uint64(k))
 	if _, ok := c.pending[rr]; !ok {
 		return // already failed
 	}
@@ -298,22 +316,15 @@ func (c *recvConn) peerClosed(err error) {
 func (c *recvConn) Abort(err error) {
 	werr := &fnet.ConnError{Provider: "ucx", Device: c.dev, Remote: c.remote, Op: "recv", Err: err}
 	_ = c.p.e.call(func() error { c.fail(werr); return nil })
-	c.shut(frameAbort, err.Error())
+	c.ctl.shut(frameAbort, err.Error())
 }
 
 // Close fails pending receives with errs.ErrClosed and closes the
 // connection; the sender's pending sends fail with errs.ErrPeerLost.
 func (c *recvConn) Close() error {
 	_ = c.p.e.call(func() error { c.fail(c.errorf(errs.ErrClosed, "connection closed")); return nil })
-	c.shut(frameClose, "")
+	c.ctl.shut(frameClose, "")
 	return nil
-}
-
-func (c *recvConn) shut(typ byte, text string) {
-	c.once.Do(func() {
-		_ = writeFrame(c.ctrl, typ, text)
-		c.ctrl.Close()
-	})
 }
 
 var _ fnet.RecvConn = (*recvConn)(nil)

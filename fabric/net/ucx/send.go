@@ -77,9 +77,8 @@ type sendConn struct {
 	p      *Provider
 	dev    string
 	remote string
-	ctrl   net.Conn
+	ctl    control
 	id     uint32
-	once   sync.Once
 
 	// Owned by the engine loop.
 	ep      ucp.Ep
@@ -130,7 +129,7 @@ func (p *Provider) Connect(ctx context.Context, dev int, h []byte) (fnet.SendCon
 	}
 	_ = c.SetDeadline(time.Time{})
 	sc := &sendConn{
-		p: p, dev: p.label(d), remote: fmt.Sprintf("%s (%s)", name, remote), ctrl: c, id: id,
+		p: p, dev: p.label(d), remote: fmt.Sprintf("%s (%s)", name, remote), ctl: control{conn: c}, id: id,
 		pending: map[*request]struct{}{},
 	}
 	// Create the endpoint and send a zero-byte synchronous "wired" message
@@ -251,7 +250,7 @@ func (c *sendConn) watch(r *bufio.Reader) {
 func (c *sendConn) Abort(err error) {
 	werr := &fnet.ConnError{Provider: "ucx", Device: c.dev, Remote: c.remote, Op: "send", Err: err}
 	_ = c.p.e.call(func() error { c.fail(werr); return nil })
-	c.shut(frameAbort, err.Error())
+	c.ctl.shut(frameAbort, err.Error())
 }
 
 // Close fails sends still pending with errs.ErrClosed and closes the
@@ -285,7 +284,7 @@ func (c *sendConn) Close() error {
 		case <-time.After(closeGrace):
 		}
 	}
-	c.shut(frameClose, "")
+	c.ctl.shut(frameClose, "")
 	return nil
 }
 
@@ -293,10 +292,18 @@ func (c *sendConn) Close() error {
 // receiver whose sender closed waits for messages already matched.
 const closeGrace = 10 * time.Second
 
-func (c *sendConn) shut(typ byte, text string) {
+// control is a connection's side channel (see handshake.go): the peer
+// hears of an abort or a close on it, once.
+type control struct {
+	conn net.Conn
+	once sync.Once
+}
+
+// shut tells the peer, once, and closes the side channel.
+func (c *control) shut(typ byte, text string) {
 	c.once.Do(func() {
-		_ = writeFrame(c.ctrl, typ, text)
-		c.ctrl.Close()
+		_ = writeFrame(c.conn, typ, text)
+		c.conn.Close()
 	})
 }
 

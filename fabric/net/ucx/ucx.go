@@ -213,11 +213,11 @@ func (p *Provider) Close() error {
 	p.e.shutdown(func() {
 		for c := range p.sends {
 			c.fail(c.errorf(errs.ErrClosed, "provider closed"))
-			ctrls = append(ctrls, c.ctrl)
+			ctrls = append(ctrls, c.ctl.conn)
 		}
 		for c := range p.recvs {
 			c.fail(c.errorf(errs.ErrClosed, "provider closed"))
-			ctrls = append(ctrls, c.ctrl)
+			ctrls = append(ctrls, c.ctl.conn)
 		}
 	})
 	for _, c := range ctrls {

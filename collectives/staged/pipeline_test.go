@@ -19,14 +19,61 @@ import (
 	"flexlink/internal/settings"
 )
 
+// pipeChunk is the tests' pipeline chunk: calls of a few hundred KiB span
+// several chunks.
+const pipeChunk = 64 << 10
+
 // TestPipelinedAcrossHosts: two ranks on the fake driver, declared on two
 // hosts, so their host collectives run over the network transport (tcp
-// provider on loopback); the staged plane pipelines allreduces and
-// broadcasts in 64 KiB chunks (a count that does not divide into chunks,
-// in place and out of place). Results are checked element by element
-// against a float64 reference.
+// provider on loopback); the staged plane pipelines in 64 KiB chunks.
+// Every collective it pipelines runs with counts that do not divide into
+// chunks, that divide exactly, and that are too small to pipeline, in
+// place and out of place; results are checked element by element against
+// a float64 reference, and the plane's counters show which calls ran
+// pipelined.
 func TestPipelinedAcrossHosts(t *testing.T) {
-	const n, chunk = 2, 64 << 10
+	const n = 2
+	planes := make([]plane.Plane, n)
+	acrossHosts(t, n, func(ctx context.Context, c *comm.Comm, dev *gpu.Device, r int) error {
+		planes[r] = staged.NewChunked(c, dev, pipeChunk)
+		dc, err := plane.Choose(ctx, c, dev, "staged", plane.Candidate{}, func() plane.Plane { return planes[r] })
+		if err != nil {
+			return err
+		}
+		defer dc.Close(ctx)
+		s, err := dev.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		x := &caseRun{ctx: ctx, dc: dc, dev: dev, s: s, rank: r, size: n}
+		if err := x.collectives(); err != nil {
+			return err
+		}
+		return x.groups()
+	})
+	// Two pipelined counts (one not a multiple of the chunk), in place and
+	// out of place; the small count runs unpipelined.
+	want := map[plane.Kind]int{
+		plane.AllReduce: 4, plane.Broadcast: 4, plane.Reduce: 4,
+		plane.AllGather: 4, plane.ReduceScatter: 4, plane.Group: len(groupCases) - 1,
+	}
+	for r, p := range planes {
+		if p == nil {
+			continue
+		}
+		for k, w := range want {
+			if got := staged.Piped(p, k); got != w {
+				t.Errorf("rank %d: %d %s calls pipelined, want %d", r, got, k, w)
+			}
+		}
+	}
+}
+
+// acrossHosts runs body on n ranks, each on its own fake GPU and declared
+// on its own host, over the tcp provider on loopback.
+func acrossHosts(t *testing.T, n int, body func(ctx context.Context, c *comm.Comm, dev *gpu.Device, r int) error) {
+	t.Helper()
 	drv, err := gpufake.Open(gpufake.Config{Devices: n})
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +82,7 @@ func TestPipelinedAcrossHosts(t *testing.T) {
 	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("staged%d-%d", os.Getpid(), time.Now().UnixNano())
 	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo", "FLEXLINK_GPU_PATH": "staged"})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -53,12 +100,7 @@ func TestPipelinedAcrossHosts(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				dc, err := plane.Choose(ctx, c, dev, "staged", plane.Candidate{}, func() plane.Plane { return staged.NewChunked(c, dev, chunk) })
-				if err != nil {
-					return err
-				}
-				defer dc.Close(ctx)
-				return pipelineCases(ctx, dc, dev, r)
+				return body(ctx, c, dev, r)
 			}()
 		}()
 	}
@@ -70,68 +112,163 @@ func TestPipelinedAcrossHosts(t *testing.T) {
 	}
 }
 
-func pipelineCases(ctx context.Context, dc *plane.DeviceComm, dev *gpu.Device, rank int) error {
-	s, err := dev.NewStream()
+// caseRun is one rank's side of the pipeline cases.
+type caseRun struct {
+	ctx        context.Context
+	dc         *plane.DeviceComm
+	dev        *gpu.Device
+	s          *gpu.Stream
+	rank, size int
+}
+
+// val is element i of rank r's input: small integers, exact in float32.
+func val(r, i int) float64 { return float64((r+1)*(i%1013)) - 300 }
+
+// fill allocates a device buffer of count float32 elements, element i
+// being f(i).
+func (x *caseRun) fill(count int, f func(i int) float64) (*gpu.Buffer, error) {
+	b, err := x.dev.Alloc(count * 4)
 	if err != nil {
+		return nil, err
+	}
+	in := make([]byte, count*4)
+	for i := range count {
+		dtype.Put(in, i, dtype.Float32, f(i))
+	}
+	if err := x.s.CopyHtoD(b, in); err != nil {
+		return nil, err
+	}
+	return b, x.s.Synchronize()
+}
+
+// check compares b's count float32 elements with the float64 reference want.
+func (x *caseRun) check(what string, b *gpu.Buffer, count int, want func(i int) float64) error {
+	out := make([]byte, count*4)
+	if err := x.s.CopyDtoH(out, b.Sub(0, count*4)); err != nil {
 		return err
 	}
-	defer s.Close()
-	val := func(r, i int) float64 { return float64((r+1)*(i%1013)) - 300 }
-	for _, count := range []int{100_003, 16_384 * 3} { // 6.1 chunks; exactly 3 chunks (still pipelined)
+	if err := x.s.Synchronize(); err != nil {
+		return err
+	}
+	for i := range count {
+		if got := dtype.Get(out, i, dtype.Float32); math.Abs(got-want(i)) > 1e-3 {
+			return fmt.Errorf("%s: element %d is %v, want %v", what, i, got, want(i))
+		}
+	}
+	return nil
+}
+
+// sum is the float64 reference of a sum over ranks of val.
+func (x *caseRun) sum(i int) float64 {
+	t := 0.0
+	for r := range x.size {
+		t += val(r, i)
+	}
+	return t
+}
+
+// collectives runs allreduce, broadcast, reduce, allgather and
+// reduce-scatter for every count, in place and out of place.
+func (x *caseRun) collectives() error {
+	// 6.1 chunks; exactly 3 chunks (still pipelined); too small to pipeline.
+	for _, count := range []int{100_003, 16_384 * 3, 1000} {
 		for _, inPlace := range []bool{false, true} {
-			bytes := count * 4
-			in := make([]byte, bytes)
-			for i := range count {
-				dtype.Put(in, i, dtype.Float32, val(rank, i))
-			}
-			send, err := dev.Alloc(bytes)
-			if err != nil {
-				return err
-			}
-			recv := send
-			if !inPlace {
-				if recv, err = dev.Alloc(bytes); err != nil {
-					return err
+			for _, c := range []func(int, bool) error{x.allReduce, x.broadcast, x.reduce, x.allGather, x.reduceScatter} {
+				if err := c(count, inPlace); err != nil {
+					return fmt.Errorf("count %d in place %v: %w", count, inPlace, err)
 				}
-			}
-			check := func(what string, want func(i int) float64) error {
-				out := make([]byte, bytes)
-				if err := s.CopyDtoH(out, recv); err != nil {
-					return err
-				}
-				if err := s.Synchronize(); err != nil {
-					return err
-				}
-				for i := range count {
-					if got := dtype.Get(out, i, dtype.Float32); math.Abs(got-want(i)) > 1e-3 {
-						return fmt.Errorf("%s count %d in place %v: element %d is %v, want %v", what, count, inPlace, i, got, want(i))
-					}
-				}
-				return nil
-			}
-			if err := s.CopyHtoD(send, in); err != nil {
-				return err
-			}
-			if err := dc.AllReduce(ctx, send, recv, count, dtype.Float32, dtype.Sum, s); err != nil {
-				return err
-			}
-			if err := check("allreduce", func(i int) float64 { return val(0, i) + val(1, i) }); err != nil {
-				return err
-			}
-			if err := s.CopyHtoD(send, in); err != nil {
-				return err
-			}
-			if err := dc.Broadcast(ctx, send, recv, count, dtype.Float32, 1, s); err != nil {
-				return err
-			}
-			if err := check("broadcast from rank 1", func(i int) float64 { return val(1, i) }); err != nil {
-				return err
-			}
-			send.Free()
-			if !inPlace {
-				recv.Free()
 			}
 		}
 	}
 	return nil
+}
+
+// pair allocates send (sc elements of rank's input) and recv (rc
+// elements; at recv offset off of send's memory when in place, where
+// inRecv says send lies inside recv rather than recv inside send).
+func (x *caseRun) pair(sc, rc int, inPlace, inRecv bool, off int) (send, recv *gpu.Buffer, free func(), err error) {
+	if !inPlace {
+		if send, err = x.fill(sc, func(i int) float64 { return val(x.rank, i) }); err != nil {
+			return nil, nil, nil, err
+		}
+		if recv, err = x.dev.Alloc(rc * 4); err != nil {
+			return nil, nil, nil, err
+		}
+		return send, recv, func() { send.Free(); recv.Free() }, nil
+	}
+	if inRecv { // send is recv's elements [off, off+sc)
+		if recv, err = x.fill(rc, func(i int) float64 { return val(x.rank, i-off) }); err != nil {
+			return nil, nil, nil, err
+		}
+		return recv.Sub(off*4, sc*4), recv, func() { recv.Free() }, nil
+	}
+	if send, err = x.fill(sc, func(i int) float64 { return val(x.rank, i) }); err != nil {
+		return nil, nil, nil, err
+	}
+	return send, send.Sub(off*4, rc*4), func() { send.Free() }, nil
+}
+
+func (x *caseRun) allReduce(count int, inPlace bool) error {
+	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
+	if err != nil {
+		return err
+	}
+	defer free()
+	if err := x.dc.AllReduce(x.ctx, send, recv, count, dtype.Float32, dtype.Sum, x.s); err != nil {
+		return err
+	}
+	return x.check("allreduce", recv, count, x.sum)
+}
+
+func (x *caseRun) broadcast(count int, inPlace bool) error {
+	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
+	if err != nil {
+		return err
+	}
+	defer free()
+	const root = 1
+	if err := x.dc.Broadcast(x.ctx, send, recv, count, dtype.Float32, root, x.s); err != nil {
+		return err
+	}
+	return x.check("broadcast from rank 1", recv, count, func(i int) float64 { return val(root, i) })
+}
+
+func (x *caseRun) reduce(count int, inPlace bool) error {
+	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
+	if err != nil {
+		return err
+	}
+	defer free()
+	const root = 0
+	if err := x.dc.Reduce(x.ctx, send, recv, count, dtype.Float32, dtype.Sum, root, x.s); err != nil {
+		return err
+	}
+	if x.rank != root { // send is left as it was
+		return x.check("reduce to rank 0 (non-root send)", send, count, func(i int) float64 { return val(x.rank, i) })
+	}
+	return x.check("reduce to rank 0", recv, count, x.sum)
+}
+
+func (x *caseRun) allGather(count int, inPlace bool) error {
+	send, recv, free, err := x.pair(count, x.size*count, inPlace, true, x.rank*count)
+	if err != nil {
+		return err
+	}
+	defer free()
+	if err := x.dc.AllGather(x.ctx, send, recv, count, dtype.Float32, x.s); err != nil {
+		return err
+	}
+	return x.check("allgather", recv, x.size*count, func(i int) float64 { return val(i/count, i%count) })
+}
+
+func (x *caseRun) reduceScatter(count int, inPlace bool) error {
+	send, recv, free, err := x.pair(x.size*count, count, inPlace, false, x.rank*count)
+	if err != nil {
+		return err
+	}
+	defer free()
+	if err := x.dc.ReduceScatter(x.ctx, send, recv, count, dtype.Float32, dtype.Sum, x.s); err != nil {
+		return err
+	}
+	return x.check("reducescatter", recv, count, func(i int) float64 { return x.sum(x.rank*count + i) })
 }

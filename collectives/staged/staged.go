@@ -16,18 +16,22 @@ import (
 // CUDA_VISIBLE_DEVICES): copy the device buffers into pinned host memory,
 // run the host algorithm (the Comm's collectives.Engine over shm or tcp),
 // and copy the result back. It is correct for every collective and every
-// topology. Allreduces and broadcasts larger than two chunks are
-// pipelined (pipeline.go): the copy to the host, the host collective (the
-// wire, across hosts) and the copy back overlap chunk by chunk. Other
-// collectives synchronize the caller's stream twice, so nothing overlaps
-// and the host links set the speed. A network provider that reads device
+// topology. Calls larger than two chunks are pipelined (pipeline.go,
+// chunks.go): the copy to the host, the host collective (the wire, across
+// hosts) and the copy back overlap chunk by chunk. Allreduces, reduces and
+// broadcasts are cut into slices of the buffer, allgathers and
+// reduce-scatters per rank's block, groups of sends and receives per
+// message; all-to-alls run in rounds (alltoall.go). Smaller calls
+// synchronize the caller's stream twice, so nothing overlaps and the host
+// links set the speed. A network provider that reads device
 // memory (GPUDirect RDMA) is what replaces the staging across hosts (see
 // docs/NET.md, "GPU buffers across hosts").
 type stagedPlane struct {
 	c     plane.Host
 	dev   *gpu.Device
-	host  *gpu.HostMem // staging, grown on demand, reused across calls
-	chunk int          // pipeline chunk in bytes (0: no pipelining)
+	host  *gpu.HostMem             // staging, grown on demand, reused across calls
+	chunk int                      // pipeline chunk in bytes (0: no pipelining)
+	piped [plane.AllToAllv + 1]int // calls pipelined, by kind (tests)
 }
 
 // New makes the staged plane for h's ranks on dev, pipelining in chunks of
@@ -71,11 +75,11 @@ func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if o.Kind == plane.AllToAll || o.Kind == plane.AllToAllv { // through PXN when it applies (alltoall.go)
 		return p.alltoall(ctx, o, s)
 	}
-	if o.Kind == plane.Group {
-		return p.group(ctx, o, s)
-	}
 	if p.pipelined(o) {
 		return p.pipeline(ctx, o, s)
+	}
+	if o.Kind == plane.Group {
+		return p.group(ctx, o, s)
 	}
 	sb, rb := bufLen(o.Send), bufLen(o.Recv)
 	sz := o.DT.Size()

@@ -27,8 +27,8 @@ var groupCases = []struct {
 	{name: "small (whole)", msgs: []message{{1, 100_000}, {1, 100}}},
 }
 
-// pattern is byte j of message i from rank r.
-func pattern(r, i, j int) byte { return byte((j*7 + i*13 + r*101) % 251) }
+// pattern is byte j of message i from rank r in the current call.
+func (x *caseRun) pattern(r, i, j int) byte { return byte((j*7 + i*13 + r*101 + x.call*37) % 251) }
 
 // groups runs every group case and checks every received byte.
 func (x *caseRun) groups() error {
@@ -41,6 +41,7 @@ func (x *caseRun) groups() error {
 }
 
 func (x *caseRun) group(msgs []message, swap bool) error {
+	x.call++
 	var ops []plane.P2P
 	sends, recvs := make([]*gpu.Buffer, len(msgs)), make([]*gpu.Buffer, len(msgs))
 	var allocs []*gpu.Buffer
@@ -64,7 +65,7 @@ func (x *caseRun) group(msgs []message, swap bool) error {
 		}
 		in := make([]byte, m.len)
 		for j := range in {
-			in[j] = pattern(x.rank, i, j)
+			in[j] = x.pattern(x.rank, i, j)
 		}
 		if err := x.s.CopyHtoD(sends[i], in); err != nil {
 			return err
@@ -92,7 +93,7 @@ func (x *caseRun) group(msgs []message, swap bool) error {
 		}
 		from := (x.rank - m.hop + x.size) % x.size
 		for j, got := range out {
-			if want := pattern(from, i, j); got != want {
+			if want := x.pattern(from, i, j); got != want {
 				return fmt.Errorf("message %d (%d bytes from rank %d): byte %d is %d, want %d", i, m.len, from, j, got, want)
 			}
 		}

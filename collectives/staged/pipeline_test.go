@@ -119,10 +119,12 @@ type caseRun struct {
 	dev        *gpu.Device
 	s          *gpu.Stream
 	rank, size int
+	call       int // numbers the calls, so that no result can be left over in the staging
 }
 
-// val is element i of rank r's input: small integers, exact in float32.
-func val(r, i int) float64 { return float64((r+1)*(i%1013)) - 300 }
+// val is element i of rank r's input in the current call: small integers,
+// exact in float32, different in every call.
+func (x *caseRun) val(r, i int) float64 { return float64((r+1)*(i%1013) - 300 + 100*x.call) }
 
 // fill allocates a device buffer of count float32 elements, element i
 // being f(i).
@@ -162,7 +164,7 @@ func (x *caseRun) check(what string, b *gpu.Buffer, count int, want func(i int) 
 func (x *caseRun) sum(i int) float64 {
 	t := 0.0
 	for r := range x.size {
-		t += val(r, i)
+		t += x.val(r, i)
 	}
 	return t
 }
@@ -188,7 +190,7 @@ func (x *caseRun) collectives() error {
 // inRecv says send lies inside recv rather than recv inside send).
 func (x *caseRun) pair(sc, rc int, inPlace, inRecv bool, off int) (send, recv *gpu.Buffer, free func(), err error) {
 	if !inPlace {
-		if send, err = x.fill(sc, func(i int) float64 { return val(x.rank, i) }); err != nil {
+		if send, err = x.fill(sc, func(i int) float64 { return x.val(x.rank, i) }); err != nil {
 			return nil, nil, nil, err
 		}
 		if recv, err = x.dev.Alloc(rc * 4); err != nil {
@@ -197,18 +199,19 @@ func (x *caseRun) pair(sc, rc int, inPlace, inRecv bool, off int) (send, recv *g
 		return send, recv, func() { send.Free(); recv.Free() }, nil
 	}
 	if inRecv { // send is recv's elements [off, off+sc)
-		if recv, err = x.fill(rc, func(i int) float64 { return val(x.rank, i-off) }); err != nil {
+		if recv, err = x.fill(rc, func(i int) float64 { return x.val(x.rank, i-off) }); err != nil {
 			return nil, nil, nil, err
 		}
 		return recv.Sub(off*4, sc*4), recv, func() { recv.Free() }, nil
 	}
-	if send, err = x.fill(sc, func(i int) float64 { return val(x.rank, i) }); err != nil {
+	if send, err = x.fill(sc, func(i int) float64 { return x.val(x.rank, i) }); err != nil {
 		return nil, nil, nil, err
 	}
 	return send, send.Sub(off*4, rc*4), func() { send.Free() }, nil
 }
 
 func (x *caseRun) allReduce(count int, inPlace bool) error {
+	x.call++
 	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
 	if err != nil {
 		return err
@@ -221,6 +224,7 @@ func (x *caseRun) allReduce(count int, inPlace bool) error {
 }
 
 func (x *caseRun) broadcast(count int, inPlace bool) error {
+	x.call++
 	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
 	if err != nil {
 		return err
@@ -230,10 +234,11 @@ func (x *caseRun) broadcast(count int, inPlace bool) error {
 	if err := x.dc.Broadcast(x.ctx, send, recv, count, dtype.Float32, root, x.s); err != nil {
 		return err
 	}
-	return x.check("broadcast from rank 1", recv, count, func(i int) float64 { return val(root, i) })
+	return x.check("broadcast from rank 1", recv, count, func(i int) float64 { return x.val(root, i) })
 }
 
 func (x *caseRun) reduce(count int, inPlace bool) error {
+	x.call++
 	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
 	if err != nil {
 		return err
@@ -244,12 +249,13 @@ func (x *caseRun) reduce(count int, inPlace bool) error {
 		return err
 	}
 	if x.rank != root { // send is left as it was
-		return x.check("reduce to rank 0 (non-root send)", send, count, func(i int) float64 { return val(x.rank, i) })
+		return x.check("reduce to rank 0 (non-root send)", send, count, func(i int) float64 { return x.val(x.rank, i) })
 	}
 	return x.check("reduce to rank 0", recv, count, x.sum)
 }
 
 func (x *caseRun) allGather(count int, inPlace bool) error {
+	x.call++
 	send, recv, free, err := x.pair(count, x.size*count, inPlace, true, x.rank*count)
 	if err != nil {
 		return err
@@ -258,10 +264,11 @@ func (x *caseRun) allGather(count int, inPlace bool) error {
 	if err := x.dc.AllGather(x.ctx, send, recv, count, dtype.Float32, x.s); err != nil {
 		return err
 	}
-	return x.check("allgather", recv, x.size*count, func(i int) float64 { return val(i/count, i%count) })
+	return x.check("allgather", recv, x.size*count, func(i int) float64 { return x.val(i/count, i%count) })
 }
 
 func (x *caseRun) reduceScatter(count int, inPlace bool) error {
+	x.call++
 	send, recv, free, err := x.pair(x.size*count, count, inPlace, false, x.rank*count)
 	if err != nil {
 		return err

@@ -23,16 +23,23 @@ import (
 // several chunks.
 const pipeChunk = 64 << 10
 
-// TestPipelinedAcrossHosts: two ranks on the fake driver, declared on two
-// hosts, so their host collectives run over the network transport (tcp
-// provider on loopback); the staged plane pipelines in 64 KiB chunks.
-// Every collective it pipelines runs with counts that do not divide into
-// chunks, that divide exactly, and that are too small to pipeline, in
-// place and out of place; results are checked element by element against
-// a float64 reference, and the plane's counters show which calls ran
-// pipelined.
+// TestPipelinedAcrossHosts: ranks on the fake driver, each declared on a
+// host of its own, so their host collectives run over the network
+// transport (tcp provider on loopback); the staged plane pipelines in
+// 64 KiB chunks. Every collective it pipelines runs with counts that do
+// not divide into chunks, that divide exactly, and that are too small to
+// pipeline, in place and out of place; results are checked element by
+// element against a float64 reference, and the plane's counters show
+// which calls ran pipelined. Three ranks make the per-block cuts of
+// allgather and reduce-scatter meet more than two blocks, and the groups
+// a ring.
 func TestPipelinedAcrossHosts(t *testing.T) {
-	const n = 2
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d-hosts", n), func(t *testing.T) { pipelinedAcrossHosts(t, n) })
+	}
+}
+
+func pipelinedAcrossHosts(t *testing.T, n int) {
 	planes := make([]plane.Plane, n)
 	acrossHosts(t, n, func(ctx context.Context, c *comm.Comm, dev *gpu.Device, r int) error {
 		planes[r] = staged.NewChunked(c, dev, pipeChunk)

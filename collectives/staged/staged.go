@@ -81,14 +81,7 @@ func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if o.Kind == plane.Group {
 		return p.group(ctx, o, s)
 	}
-	sb, rb := bufLen(o.Send), bufLen(o.Recv)
-	sz := o.DT.Size()
-	if o.Kind == plane.Broadcast {
-		sb = 0 // the host broadcast runs in place in recv's staging
-	}
-	if o.Kind == plane.Reduce && o.Recv == nil {
-		rb = o.Count * sz // non-roots need scratch of the same size
-	}
+	sb, rb := wholeStaging(o)
 	mem, err := p.staging(sb + rb)
 	if err != nil {
 		return err
@@ -173,6 +166,19 @@ func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) err
 		}
 	}
 	return syncStream(ctx, s)
+}
+
+// wholeStaging is the staging an unpipelined collective takes: sb bytes
+// for the copy of send, rb for recv's.
+func wholeStaging(o *plane.Op) (sb, rb int) {
+	sb, rb = bufLen(o.Send), bufLen(o.Recv)
+	if o.Kind == plane.Broadcast {
+		sb = 0 // the host broadcast runs in place in recv's staging
+	}
+	if o.Kind == plane.Reduce && o.Recv == nil {
+		rb = o.Count * o.DT.Size() // non-roots need scratch of the same size
+	}
+	return sb, rb
 }
 
 func bufLen(b *gpu.Buffer) int {

@@ -26,23 +26,32 @@ const pipeChunk = 64 << 10
 // TestPipelinedAcrossHosts: ranks on the fake driver, each declared on a
 // host of its own, so their host collectives run over the network
 // transport (tcp provider on loopback); the staged plane pipelines in
-// 64 KiB chunks. Every collective it pipelines runs with counts that do
-// not divide into chunks, that divide exactly, and that are too small to
-// pipeline, in place and out of place; results are checked element by
-// element against a float64 reference, and the plane's counters show
-// which calls ran pipelined. Three ranks make the per-block cuts of
-// allgather and reduce-scatter meet more than two blocks, and the groups
-// a ring.
+// 64 KiB chunks (and, on float64, in chunks of an odd size). Every
+// collective it pipelines runs with counts that do not divide into chunks,
+// that divide exactly, and that are too small to pipeline, in place and
+// out of place; results are checked element by element against a float64
+// reference, and the plane's counters show which calls ran pipelined.
+// Three ranks make the per-block cuts of allgather and reduce-scatter meet
+// more than two blocks, and the groups a ring.
 func TestPipelinedAcrossHosts(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("%d-hosts", n), func(t *testing.T) { pipelinedAcrossHosts(t, n) })
+	for _, tc := range []struct {
+		ranks, chunk int
+		dt           dtype.DType
+	}{
+		{2, pipeChunk, dtype.Float32},
+		{3, pipeChunk, dtype.Float32},
+		{2, 50_001, dtype.Float64}, // not a whole number of elements: chunks of 50,000 bytes
+	} {
+		t.Run(fmt.Sprintf("%d-hosts/chunk-%d/%s", tc.ranks, tc.chunk, tc.dt), func(t *testing.T) {
+			pipelinedAcrossHosts(t, tc.ranks, tc.chunk, tc.dt)
+		})
 	}
 }
 
-func pipelinedAcrossHosts(t *testing.T, n int) {
+func pipelinedAcrossHosts(t *testing.T, n, chunk int, dt dtype.DType) {
 	planes := make([]plane.Plane, n)
 	acrossHosts(t, n, func(ctx context.Context, c *comm.Comm, dev *gpu.Device, r int) error {
-		planes[r] = staged.NewChunked(c, dev, pipeChunk)
+		planes[r] = staged.NewChunked(c, dev, chunk)
 		dc, err := plane.Choose(ctx, c, dev, "staged", plane.Candidate{}, func() plane.Plane { return planes[r] })
 		if err != nil {
 			return err
@@ -53,7 +62,7 @@ func pipelinedAcrossHosts(t *testing.T, n int) {
 			return err
 		}
 		defer s.Close()
-		x := &caseRun{ctx: ctx, dc: dc, dev: dev, s: s, rank: r, size: n}
+		x := &caseRun{ctx: ctx, dc: dc, dev: dev, s: s, rank: r, size: n, dt: dt}
 		if err := x.collectives(); err != nil {
 			return err
 		}
@@ -126,7 +135,8 @@ type caseRun struct {
 	dev        *gpu.Device
 	s          *gpu.Stream
 	rank, size int
-	call       int // numbers the calls, so that no result can be left over in the staging
+	dt         dtype.DType // float32 or float64
+	call       int         // numbers the calls, so that no result can be left over in the staging
 }
 
 // val is element i of rank r's input in the current call: small integers,
@@ -136,13 +146,13 @@ func (x *caseRun) val(r, i int) float64 { return float64((r+1)*(i%1013) - 300 + 
 // fill allocates a device buffer of count float32 elements, element i
 // being f(i).
 func (x *caseRun) fill(count int, f func(i int) float64) (*gpu.Buffer, error) {
-	b, err := x.dev.Alloc(count * 4)
+	b, err := x.dev.Alloc(count * x.dt.Size())
 	if err != nil {
 		return nil, err
 	}
-	in := make([]byte, count*4)
+	in := make([]byte, count*x.dt.Size())
 	for i := range count {
-		dtype.Put(in, i, dtype.Float32, f(i))
+		dtype.Put(in, i, x.dt, f(i))
 	}
 	if err := x.s.CopyHtoD(b, in); err != nil {
 		return nil, err
@@ -152,15 +162,15 @@ func (x *caseRun) fill(count int, f func(i int) float64) (*gpu.Buffer, error) {
 
 // check compares b's count float32 elements with the float64 reference want.
 func (x *caseRun) check(what string, b *gpu.Buffer, count int, want func(i int) float64) error {
-	out := make([]byte, count*4)
-	if err := x.s.CopyDtoH(out, b.Sub(0, count*4)); err != nil {
+	out := make([]byte, count*x.dt.Size())
+	if err := x.s.CopyDtoH(out, b.Sub(0, count*x.dt.Size())); err != nil {
 		return err
 	}
 	if err := x.s.Synchronize(); err != nil {
 		return err
 	}
 	for i := range count {
-		if got := dtype.Get(out, i, dtype.Float32); math.Abs(got-want(i)) > 1e-3 {
+		if got := dtype.Get(out, i, x.dt); math.Abs(got-want(i)) > 1e-3 {
 			return fmt.Errorf("%s: element %d is %v, want %v", what, i, got, want(i))
 		}
 	}
@@ -200,7 +210,7 @@ func (x *caseRun) pair(sc, rc int, inPlace, inRecv bool, off int) (send, recv *g
 		if send, err = x.fill(sc, func(i int) float64 { return x.val(x.rank, i) }); err != nil {
 			return nil, nil, nil, err
 		}
-		if recv, err = x.dev.Alloc(rc * 4); err != nil {
+		if recv, err = x.dev.Alloc(rc * x.dt.Size()); err != nil {
 			return nil, nil, nil, err
 		}
 		return send, recv, func() { send.Free(); recv.Free() }, nil
@@ -209,12 +219,12 @@ func (x *caseRun) pair(sc, rc int, inPlace, inRecv bool, off int) (send, recv *g
 		if recv, err = x.fill(rc, func(i int) float64 { return x.val(x.rank, i-off) }); err != nil {
 			return nil, nil, nil, err
 		}
-		return recv.Sub(off*4, sc*4), recv, func() { recv.Free() }, nil
+		return recv.Sub(off*x.dt.Size(), sc*x.dt.Size()), recv, func() { recv.Free() }, nil
 	}
 	if send, err = x.fill(sc, func(i int) float64 { return x.val(x.rank, i) }); err != nil {
 		return nil, nil, nil, err
 	}
-	return send, send.Sub(off*4, rc*4), func() { send.Free() }, nil
+	return send, send.Sub(off*x.dt.Size(), rc*x.dt.Size()), func() { send.Free() }, nil
 }
 
 func (x *caseRun) allReduce(count int, inPlace bool) error {
@@ -224,7 +234,7 @@ func (x *caseRun) allReduce(count int, inPlace bool) error {
 		return err
 	}
 	defer free()
-	if err := x.dc.AllReduce(x.ctx, send, recv, count, dtype.Float32, dtype.Sum, x.s); err != nil {
+	if err := x.dc.AllReduce(x.ctx, send, recv, count, x.dt, dtype.Sum, x.s); err != nil {
 		return err
 	}
 	return x.check("allreduce", recv, count, x.sum)
@@ -238,7 +248,7 @@ func (x *caseRun) broadcast(count int, inPlace bool) error {
 	}
 	defer free()
 	const root = 1
-	if err := x.dc.Broadcast(x.ctx, send, recv, count, dtype.Float32, root, x.s); err != nil {
+	if err := x.dc.Broadcast(x.ctx, send, recv, count, x.dt, root, x.s); err != nil {
 		return err
 	}
 	return x.check("broadcast from rank 1", recv, count, func(i int) float64 { return x.val(root, i) })
@@ -252,7 +262,7 @@ func (x *caseRun) reduce(count int, inPlace bool) error {
 	}
 	defer free()
 	const root = 0
-	if err := x.dc.Reduce(x.ctx, send, recv, count, dtype.Float32, dtype.Sum, root, x.s); err != nil {
+	if err := x.dc.Reduce(x.ctx, send, recv, count, x.dt, dtype.Sum, root, x.s); err != nil {
 		return err
 	}
 	if x.rank != root { // send is left as it was
@@ -268,7 +278,7 @@ func (x *caseRun) allGather(count int, inPlace bool) error {
 		return err
 	}
 	defer free()
-	if err := x.dc.AllGather(x.ctx, send, recv, count, dtype.Float32, x.s); err != nil {
+	if err := x.dc.AllGather(x.ctx, send, recv, count, x.dt, x.s); err != nil {
 		return err
 	}
 	return x.check("allgather", recv, x.size*count, func(i int) float64 { return x.val(i/count, i%count) })
@@ -281,7 +291,7 @@ func (x *caseRun) reduceScatter(count int, inPlace bool) error {
 		return err
 	}
 	defer free()
-	if err := x.dc.ReduceScatter(x.ctx, send, recv, count, dtype.Float32, dtype.Sum, x.s); err != nil {
+	if err := x.dc.ReduceScatter(x.ctx, send, recv, count, x.dt, dtype.Sum, x.s); err != nil {
 		return err
 	}
 	return x.check("reducescatter", recv, count, func(i int) float64 { return x.sum(x.rank*count + i) })

@@ -50,7 +50,7 @@ func (k cut) staging() int {
 	case plane.Group:
 		t := 0
 		for _, e := range k.o.P2P {
-			t += e.Buf.Len()
+			t += bufLen(e.Buf)
 		}
 		return t
 	}
@@ -192,13 +192,13 @@ func (k cut) group(mem []byte) stages {
 	rounds, at, sends := 0, 0, false
 	for i, e := range ents {
 		offs[i] = at
-		at += e.Buf.Len()
-		rounds = max(rounds, pieces(e.Buf.Len(), k.chunk))
+		at += bufLen(e.Buf)
+		rounds = max(rounds, pieces(bufLen(e.Buf), k.chunk))
 		sends = sends || e.Send
 	}
 	// piece is message i's piece j: offset and length, ok false if it has none.
 	piece := func(i, j int) (off, ln int, ok bool) {
-		l := ents[i].Buf.Len()
+		l := bufLen(ents[i].Buf)
 		switch n := pieces(l, k.chunk); {
 		case j >= n:
 			return 0, 0, false
@@ -212,7 +212,7 @@ func (k cut) group(mem []byte) stages {
 	copies := func(j int, send bool) error {
 		for i, e := range ents {
 			off, ln, ok := piece(i, j)
-			if !ok || e.Send != send {
+			if !ok || ln == 0 || e.Send != send {
 				continue
 			}
 			var err error

@@ -9,7 +9,8 @@ import (
 
 // message is one send of a group case: rank r sends len bytes to rank
 // (r+hop)%size and receives as many from (r-hop)%size (a device group
-// takes no transfers to the rank itself).
+// takes no transfers to the rank itself). len -1: nil buffers, an empty
+// message.
 type message struct{ hop, len int }
 
 // groupCases are the send/recv groups the pipeline test runs, with chunks
@@ -22,9 +23,9 @@ var groupCases = []struct {
 	swap bool // each send's buffer is also its receive's (staged: sends read first)
 }{
 	{name: "one message each way, 4.6 chunks", msgs: []message{{1, 300_001}}},
-	{name: "mixed", msgs: []message{{1, 200_000}, {1, 1000}, {1, 0}, {1, 3 * pipeChunk}, {1, 150_001}, {1, 7}}},
+	{name: "mixed", msgs: []message{{1, 200_000}, {1, 1000}, {1, 0}, {1, -1}, {1, 3 * pipeChunk}, {1, 150_001}, {1, 7}}},
 	{name: "swap in place", msgs: []message{{1, 250_000}, {1, 5}}, swap: true},
-	{name: "small (whole)", msgs: []message{{1, 100_000}, {1, 100}}},
+	{name: "small (whole)", msgs: []message{{1, 100_000}, {1, 100}, {1, -1}}},
 }
 
 // pattern is byte j of message i from rank r in the current call.
@@ -51,6 +52,9 @@ func (x *caseRun) group(msgs []message, swap bool) error {
 		}
 	}()
 	alloc := func(n int) (*gpu.Buffer, error) {
+		if n < 0 { // a nil buffer: an empty message
+			return nil, nil
+		}
 		b, err := x.dev.Alloc(max(n, 1))
 		if err != nil {
 			return nil, err
@@ -63,12 +67,14 @@ func (x *caseRun) group(msgs []message, swap bool) error {
 		if sends[i], err = alloc(m.len); err != nil {
 			return err
 		}
-		in := make([]byte, m.len)
+		in := make([]byte, max(m.len, 0))
 		for j := range in {
 			in[j] = x.pattern(x.rank, i, j)
 		}
-		if err := x.s.CopyHtoD(sends[i], in); err != nil {
-			return err
+		if sends[i] != nil {
+			if err := x.s.CopyHtoD(sends[i], in); err != nil {
+				return err
+			}
 		}
 		if swap {
 			recvs[i] = sends[i]
@@ -84,6 +90,9 @@ func (x *caseRun) group(msgs []message, swap bool) error {
 		return err
 	}
 	for i, m := range msgs {
+		if recvs[i] == nil {
+			continue
+		}
 		out := make([]byte, m.len)
 		if err := x.s.CopyDtoH(out, recvs[i]); err != nil {
 			return err

@@ -44,7 +44,7 @@ func (p *stagedPlane) pipelined(o *plane.Op) bool {
 		return o.Count*o.DT.Size() > 2*p.chunk
 	case plane.Group: // any one message
 		for _, e := range o.P2P {
-			if pieces(e.Buf.Len(), p.chunk) > 1 {
+			if pieces(bufLen(e.Buf), p.chunk) > 1 {
 				return true
 			}
 		}

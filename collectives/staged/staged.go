@@ -134,7 +134,7 @@ func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	total := 0
 	for _, e := range o.P2P {
-		total += e.Buf.Len()
+		total += bufLen(e.Buf)
 	}
 	mem, err := p.staging(total)
 	if err != nil {
@@ -143,10 +143,10 @@ func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) err
 	ps := make([]collectives.P2P, len(o.P2P))
 	off := 0
 	for i, e := range o.P2P {
-		hb := mem[off : off+e.Buf.Len()]
-		off += e.Buf.Len()
+		hb := mem[off : off+bufLen(e.Buf)]
+		off += len(hb)
 		ps[i] = collectives.P2P{Send: e.Send, Peer: e.Peer, Buf: collectives.HostBuffer(hb)}
-		if e.Send {
+		if e.Send && len(hb) > 0 { // a nil buffer is an empty message
 			if err := s.CopyDtoH(hb, e.Buf); err != nil {
 				return err
 			}
@@ -159,7 +159,7 @@ func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) err
 		return err
 	}
 	for i, e := range o.P2P {
-		if !e.Send {
+		if !e.Send && bufLen(e.Buf) > 0 {
 			if err := s.CopyHtoD(e.Buf, ps[i].Buf.(collectives.HostBuffer)); err != nil {
 				return err
 			}

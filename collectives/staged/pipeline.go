@@ -38,9 +38,9 @@ func (p *stagedPlane) pipelined(o *plane.Op) bool {
 		return false
 	}
 	switch o.Kind {
-	case plane.AllReduce, plane.Broadcast, plane.Reduce: // the whole buffer
-		return o.Count*o.DT.Size() > 2*p.chunk
-	case plane.AllGather, plane.ReduceScatter: // each rank's block
+	case plane.AllReduce, plane.Broadcast, plane.Reduce, plane.AllGather, plane.ReduceScatter:
+		// Count*size is the buffer, or (allgather, reduce-scatter) each
+		// rank's block: the same on every rank.
 		return o.Count*o.DT.Size() > 2*p.chunk
 	case plane.Group: // any one message
 		for _, e := range o.P2P {

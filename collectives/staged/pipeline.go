@@ -6,106 +6,110 @@ import (
 	"fmt"
 	"time"
 
-	"flexlink/collectives"
 	"flexlink/collectives/plane"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
 )
 
-// DefaultChunk is the staged pipeline's chunk: allreduces and broadcasts
-// of more than two chunks are staged chunk by chunk, so the copy of chunk
-// c+1 to the host, the host collective on chunk c (the wire, across
-// hosts) and the copy of chunk c-1 back to the device overlap.
+// DefaultChunk is the staged pipeline's chunk: a call that spans more than
+// two chunks (of its buffer, of each rank's block, of a send/recv message)
+// is staged chunk by chunk, so the copy of chunk c+1 to the host, the host
+// collective on chunk c (the wire, across hosts) and the copy of chunk c-1
+// back to the device overlap.
 const DefaultChunk = 4 << 20
 
-// pipelined reports whether o is staged chunk by chunk: collectives whose
-// chunks are independent collectives of the same kind (element-wise
-// reductions, broadcasts) and that span more than two chunks.
+// stages is one call cut into chunks that are independent calls of the
+// host engine. in enqueues chunk c's copies to the host (nil: this rank
+// copies nothing in), host runs chunk c's host collective, out enqueues
+// its copies back to the device. All ranks cut a call the same way (from
+// counts, types and message lengths, and the chunk, which every rank
+// shares), so their per-chunk host collectives pair up.
+type stages struct {
+	chunks int
+	in     func(c int) error
+	host   func(ctx context.Context, c int) error
+	out    func(c int) error
+}
+
+// pipelined reports whether o is staged chunk by chunk (pipeline.go and
+// chunks.go cut it). AllToAll runs in rounds of its own (alltoall.go).
 func (p *stagedPlane) pipelined(o *plane.Op) bool {
+	if p.chunk <= 0 {
+		return false
+	}
 	switch o.Kind {
-	case plane.AllReduce, plane.Broadcast:
-		return p.chunk > 0 && o.Count*o.DT.Size() > 2*p.chunk
+	case plane.AllReduce, plane.Broadcast, plane.Reduce, plane.AllGather, plane.ReduceScatter:
+		// Count*size is the buffer, or (allgather, reduce-scatter) each
+		// rank's block: the same on every rank.
+		return o.Count*o.DT.Size() > 2*p.chunk
+	case plane.Group: // any one message
+		for _, e := range o.P2P {
+			if pieces(bufLen(e.Buf), p.chunk) > 1 {
+				return true
+			}
+		}
 	}
 	return false
 }
 
-// pipeline runs o in chunks. Every copy to the host is enqueued at once,
-// each followed by an event; the host collective of chunk c starts when
-// its event has fired, and the copy of its result back to the device is
-// enqueued behind it while the next chunk's collective runs. All ranks cut
-// o the same way (the chunk depends on the count and type only), so their
-// host collectives pair up chunk by chunk.
-func (p *stagedPlane) pipeline(ctx context.Context, o *plane.Op, s *gpu.Stream) (err error) {
-	sz := o.DT.Size()
-	n := o.Count * sz
-	per := max(1, p.chunk/sz) * sz // bytes per chunk, whole elements
-	chunks := (n + per - 1) / per
-	sb := n
-	if o.Kind == plane.Broadcast {
-		sb = 0 // in place in recv's staging
-	}
-	mem, err := p.staging(sb + n)
+// pipeline cuts o into chunks and runs them. The staging it takes is no
+// larger than the unpipelined call's: each chunk has its own part of it,
+// so no chunk waits for another's copies.
+func (p *stagedPlane) pipeline(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	k := cut{o: o, s: s, e: p.c.Engine(), rank: p.c.Rank(), size: p.c.Size(), chunk: p.chunk}
+	mem, err := p.staging(k.staging())
 	if err != nil {
-		return err
+		return p.fail(o, "pinned staging", err)
 	}
-	hs, hr := mem[:sb], mem[sb:]
-	span := func(c int) (int, int) { return c * per, min(per, n-c*per) }
-	from := o.Send // the buffer copied to the host (nil: this rank copies nothing)
-	if o.Kind == plane.Broadcast && o.Root != p.c.Rank() {
-		from = nil
-	}
-	evs := make([]*gpu.Event, 0, chunks)
+	p.piped[o.Kind]++
+	return p.runStages(ctx, o, s, k.stages(mem))
+}
+
+// runStages enqueues every chunk's copies to the host at once, each
+// followed by an event; the host collective of chunk c starts when its
+// event has fired, and the copies of its result back to the device are
+// enqueued behind it while the next chunk's collective runs. Every copy
+// to the host is enqueued before any copy back, so in-place calls never
+// overwrite bytes still to be read.
+func (p *stagedPlane) runStages(ctx context.Context, o *plane.Op, s *gpu.Stream, st stages) (err error) {
+	var evs []*gpu.Event
 	defer func() {
 		// Every copy must be done before the staging memory is reused or
 		// the events go: wait for the stream even after a failure.
-		err = errors.Join(err, syncStream(context.WithoutCancel(ctx), s))
+		if serr := syncStream(context.WithoutCancel(ctx), s); serr != nil {
+			err = errors.Join(err, p.fail(o, "copy back to the device", serr))
+		}
 		for _, e := range evs {
-			e.Close()
+			_ = e.Close()
 		}
 	}()
-	if from != nil {
-		into := hs
-		if o.Kind == plane.Broadcast {
-			into = hr
-		}
-		for c := range chunks {
-			off, ln := span(c)
-			if err := s.CopyDtoH(into[off:off+ln], from.Sub(off, ln)); err != nil {
-				return err
+	if st.in != nil {
+		evs = make([]*gpu.Event, 0, st.chunks)
+		for c := range st.chunks {
+			if err := st.in(c); err != nil {
+				return p.fail(o, fmt.Sprintf("copy chunk %d of %d to the host", c+1, st.chunks), err)
 			}
 			ev, err := p.dev.NewEvent(false)
 			if err != nil {
-				return err
+				return p.fail(o, "staging event", err)
 			}
 			evs = append(evs, ev)
 			if err := s.Record(ev); err != nil {
-				return err
+				return p.fail(o, "staging event", err)
 			}
 		}
 	}
-	e := p.c.Engine()
-	for c := range chunks {
-		off, ln := span(c)
-		if from != nil {
+	for c := range st.chunks {
+		if st.in != nil {
 			if err := waitEvent(ctx, evs[c]); err != nil {
-				return err
+				return p.fail(o, fmt.Sprintf("copy chunk %d of %d to the host", c+1, st.chunks), err)
 			}
 		}
-		cnt := ln / sz
-		switch o.Kind {
-		case plane.AllReduce:
-			err = e.AllReduce(ctx, collectives.HostBuffer(hs[off:off+ln]), collectives.HostBuffer(hr[off:off+ln]), cnt, o.DT, o.Op)
-		case plane.Broadcast:
-			b := collectives.HostBuffer(hr[off : off+ln])
-			err = e.Broadcast(ctx, b, b, cnt, o.DT, o.Root)
+		if err := st.host(ctx, c); err != nil {
+			return fmt.Errorf("staged chunk %d of %d: %w", c+1, st.chunks, err)
 		}
-		if err != nil {
-			return fmt.Errorf("staged chunk %d of %d: %w", c+1, chunks, err)
-		}
-		if o.Recv != nil {
-			if err := s.CopyHtoD(o.Recv.Sub(off, ln), hr[off:off+ln]); err != nil {
-				return err
-			}
+		if err := st.out(c); err != nil {
+			return p.fail(o, fmt.Sprintf("copy chunk %d of %d to the device", c+1, st.chunks), err)
 		}
 	}
 	return nil

@@ -16,18 +16,22 @@ import (
 // CUDA_VISIBLE_DEVICES): copy the device buffers into pinned host memory,
 // run the host algorithm (the Comm's collectives.Engine over shm or tcp),
 // and copy the result back. It is correct for every collective and every
-// topology. Allreduces and broadcasts larger than two chunks are
-// pipelined (pipeline.go): the copy to the host, the host collective (the
-// wire, across hosts) and the copy back overlap chunk by chunk. Other
-// collectives synchronize the caller's stream twice, so nothing overlaps
-// and the host links set the speed. A network provider that reads device
+// topology. Calls larger than two chunks are pipelined (pipeline.go,
+// chunks.go): the copy to the host, the host collective (the wire, across
+// hosts) and the copy back overlap chunk by chunk. Allreduces, reduces and
+// broadcasts are cut into slices of the buffer, allgathers and
+// reduce-scatters per rank's block, groups of sends and receives per
+// message; all-to-alls run in rounds (alltoall.go). Smaller calls
+// synchronize the caller's stream twice, so nothing overlaps and the host
+// links set the speed. A network provider that reads device
 // memory (GPUDirect RDMA) is what replaces the staging across hosts (see
 // docs/NET.md, "GPU buffers across hosts").
 type stagedPlane struct {
 	c     plane.Host
 	dev   *gpu.Device
-	host  *gpu.HostMem // staging, grown on demand, reused across calls
-	chunk int          // pipeline chunk in bytes (0: no pipelining)
+	host  *gpu.HostMem             // staging, grown on demand, reused across calls
+	chunk int                      // pipeline chunk in bytes (0: no pipelining)
+	piped [plane.AllToAllv + 1]int // calls pipelined, by kind (tests)
 }
 
 // New makes the staged plane for h's ranks on dev, pipelining in chunks of
@@ -71,20 +75,13 @@ func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if o.Kind == plane.AllToAll || o.Kind == plane.AllToAllv { // through PXN when it applies (alltoall.go)
 		return p.alltoall(ctx, o, s)
 	}
-	if o.Kind == plane.Group {
-		return p.group(ctx, o, s)
-	}
 	if p.pipelined(o) {
 		return p.pipeline(ctx, o, s)
 	}
-	sb, rb := bufLen(o.Send), bufLen(o.Recv)
-	sz := o.DT.Size()
-	if o.Kind == plane.Broadcast {
-		sb = 0 // the host broadcast runs in place in recv's staging
+	if o.Kind == plane.Group {
+		return p.group(ctx, o, s)
 	}
-	if o.Kind == plane.Reduce && o.Recv == nil {
-		rb = o.Count * sz // non-roots need scratch of the same size
-	}
+	sb, rb := wholeStaging(o)
 	mem, err := p.staging(sb + rb)
 	if err != nil {
 		return err
@@ -137,7 +134,7 @@ func (p *stagedPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	total := 0
 	for _, e := range o.P2P {
-		total += e.Buf.Len()
+		total += bufLen(e.Buf)
 	}
 	mem, err := p.staging(total)
 	if err != nil {
@@ -146,10 +143,10 @@ func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) err
 	ps := make([]collectives.P2P, len(o.P2P))
 	off := 0
 	for i, e := range o.P2P {
-		hb := mem[off : off+e.Buf.Len()]
-		off += e.Buf.Len()
+		hb := mem[off : off+bufLen(e.Buf)]
+		off += len(hb)
 		ps[i] = collectives.P2P{Send: e.Send, Peer: e.Peer, Buf: collectives.HostBuffer(hb)}
-		if e.Send {
+		if e.Send && len(hb) > 0 { // a nil buffer is an empty message
 			if err := s.CopyDtoH(hb, e.Buf); err != nil {
 				return err
 			}
@@ -162,13 +159,26 @@ func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) err
 		return err
 	}
 	for i, e := range o.P2P {
-		if !e.Send {
+		if !e.Send && bufLen(e.Buf) > 0 {
 			if err := s.CopyHtoD(e.Buf, ps[i].Buf.(collectives.HostBuffer)); err != nil {
 				return err
 			}
 		}
 	}
 	return syncStream(ctx, s)
+}
+
+// wholeStaging is the staging an unpipelined collective takes: sb bytes
+// for the copy of send, rb for recv's.
+func wholeStaging(o *plane.Op) (sb, rb int) {
+	sb, rb = bufLen(o.Send), bufLen(o.Recv)
+	if o.Kind == plane.Broadcast {
+		sb = 0 // the host broadcast runs in place in recv's staging
+	}
+	if o.Kind == plane.Reduce && o.Recv == nil {
+		rb = o.Count * o.DT.Size() // non-roots need scratch of the same size
+	}
+	return sb, rb
 }
 
 func bufLen(b *gpu.Buffer) int {

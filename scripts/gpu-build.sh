@@ -55,4 +55,9 @@ if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh scripts/gpu-common.sh scripts/gpu-multi.sh scripts/gpu-one.sh "$out/"
 rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/" # the device tool also copies the tree: gpu-device.sh prefers its gpu/kernels (and the committed PTX there)
 cp scripts/pcie_sm_probe.cu scripts/ce_pipeline_probe.cu scripts/cuda_check.h "$out/"
+# Compressed: the binaries come to ~50 MB, the tree to ~23 MB, and the
+# device tool carries 64 MiB in all; gpu-one.sh decompresses them there.
+(cd "$out" && for f in flexbench flexinfo flexrun *.test; do
+	if [ -f "$f" ]; then xz -T2 -6 -f "$f"; fi
+done)
 du -sh "$out"

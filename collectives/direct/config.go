@@ -21,7 +21,7 @@ type Config struct {
 	AllReduce   string // FLEXLINK_GPU_ALLREDUCE: auto, push or read
 	AllGather   string // FLEXLINK_GPU_ALLGATHER: auto, push, store or pull
 	AllToAll    string // FLEXLINK_GPU_ALLTOALL: auto, push, store or pull
-	StagedChunk int    // FLEXLINK_GPU_STAGED_CHUNK_BYTES: the staged plane's pipeline chunk (0: off)
+	StagedChunk int    // FLEXLINK_GPU_STAGED_CHUNK_BYTES: the staged plane's pipeline chunk (0: off, -1: auto)
 
 	Flag FlagConfig
 	PCIe PCIeConfig
@@ -72,7 +72,6 @@ func ReadConfig(env settings.Env) (Config, error) {
 		{"FLEXLINK_GPU_FLAG_REGION_BYTES", &c.Flag.RegionBytes, -1 << 62, 1 << 62, "a byte count"},
 		{"FLEXLINK_GPU_FLAG_PCIE_BLOCKS", &c.Flag.PCIeBlocks, 0, 32, "0 (off) to 32"},
 		{"FLEXLINK_PCIE_STAGING_BYTES", &c.PCIe.StagingBytes, 0, 1 << 34, "0 (no PCIe share) or 32768 to 16 GiB"},
-		{"FLEXLINK_GPU_STAGED_CHUNK_BYTES", &c.StagedChunk, 0, 1 << 40, "0 (no pipelining) or a byte count"},
 	}
 	for _, i := range ints {
 		v, err := env.Int(i.name)
@@ -83,6 +82,17 @@ func ReadConfig(env settings.Env) (Config, error) {
 			return c, fmt.Errorf("%s=%d: want %s", i.name, v, i.want)
 		}
 		*i.to = v
+	}
+	c.StagedChunk = -1
+	if v := env.String("FLEXLINK_GPU_STAGED_CHUNK_BYTES"); v != "auto" {
+		n, err := env.Int("FLEXLINK_GPU_STAGED_CHUNK_BYTES")
+		if err != nil {
+			return c, err
+		}
+		if n < 0 || n > 1<<40 {
+			return c, fmt.Errorf("FLEXLINK_GPU_STAGED_CHUNK_BYTES=%d: want auto, 0 (no pipelining) or a byte count", n)
+		}
+		c.StagedChunk = n
 	}
 	if c.Path, err = words("FLEXLINK_GPU_PATH", "auto", "direct", "staged"); err != nil {
 		return c, err

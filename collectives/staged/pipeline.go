@@ -38,7 +38,9 @@ func (p *stagedPlane) pipelined(o *plane.Op) bool {
 		return false
 	}
 	switch o.Kind {
-	case plane.AllReduce, plane.Broadcast, plane.Reduce, plane.AllGather, plane.ReduceScatter:
+	case plane.AllReduce, plane.Reduce, plane.ReduceScatter:
+		return !p.wholeReductions && o.Count*o.DT.Size() > 2*p.chunk
+	case plane.Broadcast, plane.AllGather:
 		// Count*size is the buffer, or (allgather, reduce-scatter) each
 		// rank's block: the same on every rank.
 		return o.Count*o.DT.Size() > 2*p.chunk

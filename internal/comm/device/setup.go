@@ -22,5 +22,10 @@ func New(ctx context.Context, c plane.Caller, dev *gpu.Device, cfg direct.Config
 			return direct.New(ctx, c, dev, cfg, bus)
 		},
 	}
-	return plane.Choose(ctx, c, dev, cfg.Path, fast, func() plane.Plane { return staged.NewChunked(c, dev, cfg.StagedChunk) })
+	return plane.Choose(ctx, c, dev, cfg.Path, fast, func() plane.Plane {
+		if cfg.StagedChunk < 0 {
+			return staged.New(c, dev)
+		}
+		return staged.NewChunked(c, dev, cfg.StagedChunk)
+	})
 }

@@ -85,7 +85,7 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	if err := w.store.Err(); err != nil {
 		c.links.abort(err)
 	}
-	c.logSummary()
+	logSummary(c)
 	return c, nil
 }
 

@@ -24,7 +24,7 @@ import (
 // The balancer's shares are not known yet at creation: with a balanced
 // kind, "balancer shares" lines (NET) give them as they settle and "link
 // shares" at close.
-func (c *Comm) logSummary() {
+func logSummary(c *Comm) {
 	lg := c.world.log
 	if !flog.Enabled(lg, flog.Init, hclog.Info) {
 		return

@@ -26,13 +26,11 @@ const helloTag = 0x70786e68656c6c6f // "pxnhello"
 // first use from its own NIC, and the receiving connections its accept
 // loop takes (keyed by the sender's rank, known from the hello).
 type conns struct {
-	p    net.Provider
-	dev  int
+	nic
 	rank int
 	key  func(rank int) string
 	dir  Directory
 	eng  *Engine
-	l    net.Listener
 	auth Auth
 	size int // ranks in the communicator
 
@@ -41,6 +39,13 @@ type conns struct {
 	send    map[int]net.SendConn
 	recv    map[int]net.RecvConn
 	err     error
+}
+
+// nic is the proxy's own NIC: its provider, device index and listener.
+type nic struct {
+	p   net.Provider
+	dev int
+	l   net.Listener
 }
 
 func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Auth, key func(int) string, dir Directory, eng *Engine) (*conns, error) {
@@ -52,7 +57,7 @@ func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Au
 		l.Close()
 		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
 	}
-	c := &conns{p: p, dev: dev, rank: rank, key: key, dir: dir, eng: eng, l: l, auth: auth, size: size,
+	c := &conns{nic: nic{p: p, dev: dev, l: l}, rank: rank, key: key, dir: dir, eng: eng, auth: auth, size: size,
 		changed: make(chan struct{}), send: map[int]net.SendConn{}, recv: map[int]net.RecvConn{}}
 	go c.accept()
 	return c, nil

@@ -34,9 +34,7 @@ type Config struct {
 	Chunk    int       // bytes per relayed network message (default 1 MiB)
 	Credits  int       // staging slots per (sender, destination host) on a relay (default 4)
 	MaxRecvs int       // buffers per multi-receive (default: the device's, at most 8)
-	// Secret and JobID authenticate the proxies' connections (Auth).
-	Secret []byte
-	JobID  string
+	Auth     Auth      // proves the job secret on connections (Auth.Key is set from Key)
 }
 
 // Proxy follows PXN routes for one communicator: it sends this rank's
@@ -63,7 +61,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.Credits <= 0 {
 		cfg.Credits = 4
 	}
-	if len(cfg.Secret) == 0 {
+	if len(cfg.Auth.Secret) == 0 {
 		return nil, fmt.Errorf("rank %d proxy: no job secret (its connections must prove it)", cfg.Rank)
 	}
 	devs := cfg.Provider.Devices()
@@ -76,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, eng: NewEngine(cfg.Rank, 1), credits: NewCredits(cfg.Credits)}
 	p.stage.New = func() any { b := make([]byte, cfg.Chunk); return &b }
 	var err error
-	if p.conns, err = openConns(ctx, cfg.Provider, cfg.Dev, cfg.Rank, len(cfg.Hosts), Auth{Secret: cfg.Secret, JobID: cfg.JobID, Key: cfg.Key}, rankKey(cfg.Key), cfg.Dir, p.eng); err != nil {
+	if p.conns, err = openConns(ctx, cfg.Provider, cfg.Dev, cfg.Rank, len(cfg.Hosts), Auth{Secret: cfg.Auth.Secret, JobID: cfg.Auth.JobID, Key: cfg.Key}, rankKey(cfg.Key), cfg.Dir, p.eng); err != nil {
 		p.eng.Close()
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func newJob(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int) *j
 		t.Cleanup(func() { p.Close() })
 		j.px[r], err = New(ctx, Config{Rank: r, Hosts: j.hosts, Via: via, Local: fakeLocal{j.nw, r},
 			Provider: p, Dev: 0, Dir: stores[r], Key: "pxn/test/", Chunk: chunk, Credits: 2,
-			Secret: testSecret, JobID: "job"})
+			Auth: Auth{Secret: testSecret, JobID: "job"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"flexlink/collectives"
 	"flexlink/collectives/plane"
 	"flexlink/gpu"
-	"flexlink/internal/errs"
 )
 
 // PXN is what the staged plane needs from its communicator to send an
@@ -176,7 +174,7 @@ func (p *stagedPlane) alltoallRounds(ctx context.Context, o *plane.Op, s *gpu.St
 	}
 	for k := range rounds {
 		sl, w := &slots[k%2], width(k)
-		if err := waitCopies(ctx, sl.ev); err != nil {
+		if err := waitEvent(ctx, sl.ev); err != nil {
 			return p.fail(o, fmt.Sprintf("copy round %d to host", k), err)
 		}
 		ws := slices.Repeat([]int{w}, n)
@@ -199,24 +197,4 @@ func (p *stagedPlane) alltoallRounds(ctx context.Context, o *plane.Op, s *gpu.St
 		return p.fail(o, "copy recv to gpu", err)
 	}
 	return nil
-}
-
-// waitCopies waits for e without blocking past ctx, polling as syncStream
-// does.
-func waitCopies(ctx context.Context, e *gpu.Event) error {
-	pause := time.Microsecond
-	for i := 0; ; i++ {
-		done, err := e.Done()
-		if err != nil || done {
-			return err
-		}
-		if i >= 64 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("staging copy still busy: %w (%w)", ctx.Err(), errs.ErrTimeout)
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, time.Millisecond)
-		}
-	}
 }

@@ -113,17 +113,24 @@ func (k cut) slices(mem []byte) stages {
 	return st
 }
 
+// blocks cuts each rank's block of blk bytes in chunks of per: part(c)
+// is chunk c's part of the staging (size slots of ln bytes, for the bytes
+// [off, off+ln) of every block), its offset and its length.
+func (k cut) blocks(mem []byte) (blk, per int, part func(c int) ([]byte, int, int)) {
+	blk, per = k.o.Count*k.o.DT.Size(), k.per()
+	return blk, per, func(c int) ([]byte, int, int) {
+		off, ln := span(c, blk, per)
+		return mem[k.size*off : k.size*(off+ln)], off, ln
+	}
+}
+
 // gather cuts an allgather per block: chunk c is bytes [c*per, c*per+ln)
 // of every rank's block, one host allgather of ln bytes a rank, in place
 // in its part of the staging (size slots of ln bytes; this rank's send is
 // copied into its own slot).
 func (k cut) gather(mem []byte) stages {
 	o, sz := k.o, k.o.DT.Size()
-	blk, per := o.Count*sz, k.per()
-	part := func(c int) ([]byte, int, int) {
-		off, ln := span(c, blk, per)
-		return mem[k.size*off : k.size*(off+ln)], off, ln
-	}
+	blk, per, part := k.blocks(mem)
 	return stages{
 		chunks: (blk + per - 1) / per,
 		in: func(c int) error {
@@ -152,11 +159,7 @@ func (k cut) gather(mem []byte) stages {
 // copies that slot back.
 func (k cut) scatter(mem []byte) stages {
 	o, sz := k.o, k.o.DT.Size()
-	blk, per := o.Count*sz, k.per()
-	part := func(c int) ([]byte, int, int) {
-		off, ln := span(c, blk, per)
-		return mem[k.size*off : k.size*(off+ln)], off, ln
-	}
+	blk, per, part := k.blocks(mem)
 	return stages{
 		chunks: (blk + per - 1) / per,
 		in: func(c int) error {

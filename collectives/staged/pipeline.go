@@ -129,7 +129,7 @@ func waitEvent(ctx context.Context, e *gpu.Event) error {
 		if i >= 64 {
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("staged copy to the host still running: %w (%w)", ctx.Err(), errs.ErrTimeout)
+				return fmt.Errorf("staged copy still running: %w (%w)", ctx.Err(), errs.ErrTimeout)
 			case <-time.After(pause):
 			}
 			pause = min(2*pause, time.Millisecond)

@@ -197,12 +197,13 @@ func TestRankKilled(t *testing.T) {
 			j := newJob(t, hosts, per, railVia(per), 1<<10)
 			lens := even(n, 1<<20)
 			errs := make([]error, n)
-			var wg sync.WaitGroup
+			var wg, started sync.WaitGroup // started: every survivor is about to call
 			start := time.Now()
 			for r := range n {
 				if r == victim {
 					continue
 				}
+				started.Add(1)
 				send, recv := make([][]byte, n), make([][]byte, n)
 				for d := range n {
 					send[d], recv[d] = make([]byte, lens[r][d]), make([]byte, lens[d][r])
@@ -212,10 +213,11 @@ func TestRankKilled(t *testing.T) {
 					defer wg.Done()
 					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 					defer cancel()
+					started.Done()
 					_, errs[r] = j.px[r].AllToAllv(ctx, send, recv)
 				}()
 			}
-			time.Sleep(50 * time.Millisecond)
+			started.Wait()
 			j.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
 			j.nw.Kill(victim)
 			// The others learn it from their links; the job's bootstrap

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"flexlink/bootstrap"
 	"flexlink/dtype"
-	"flexlink/fabric/transports"
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
 	"flexlink/internal/settings"
@@ -40,7 +38,7 @@ func TestDeviceAllToAllPXN(t *testing.T) {
 			}
 			defer drv.Close()
 			host := func(r int) string { return fmt.Sprintf("host%d", r/tc.per) }
-			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + railNIC(t), "FLEXLINK_PXN": tc.level}
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": tc.level}
 			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank())
 				if err != nil {
@@ -50,20 +48,6 @@ func TestDeviceAllToAllPXN(t *testing.T) {
 			}))
 		})
 	}
-}
-
-// railNIC is the first up interface with an IPv4 address besides
-// loopback: with lo, the second rail (local rank 0 owns lo, 1 the other).
-func railNIC(t *testing.T) string {
-	t.Helper()
-	ifs, _ := net.Interfaces()
-	for _, f := range ifs {
-		if f.Flags&net.FlagUp != 0 && f.Flags&net.FlagLoopback == 0 && transports.Subnet(f.Name) != "" {
-			return f.Name
-		}
-	}
-	testenv.Missing(t, "network interface", "the test needs one up interface with an IPv4 address besides loopback (two subnets: two rails)")
-	return ""
 }
 
 // a2aCount is the number of elements rank s sends rank d in the AllToAllv
@@ -252,7 +236,7 @@ func TestDeviceAllToAllPXNRankLost(t *testing.T) {
 	}
 	defer drv.Close()
 	stores := bootstrap.NewInProc(n)
-	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + railNIC(t), "FLEXLINK_PXN": "2"})
+	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	job := fmt.Sprintf("gpulost%d", time.Now().UnixNano())
@@ -302,20 +286,23 @@ func TestDeviceAllToAllPXNRankLost(t *testing.T) {
 	if _, used := rs[0].c.PXNCounters(); !used {
 		t.Fatal("the first all-to-all did not use PXN")
 	}
+	var started sync.WaitGroup // every survivor is about to call
 	for r := range n {
 		if r == lost {
 			continue
 		}
 		wg.Add(1)
+		started.Add(1)
 		go func() {
 			defer wg.Done()
 			st := &rs[r]
 			start := time.Now()
+			started.Done()
 			st.err = st.dc.AllToAll(ctx, st.b, st.b, blk, dtype.Int64, st.s)
 			st.took = time.Since(start)
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	started.Wait()
 	rs[lost].c.c.AbortLinks(errors.New("simulated crash"))
 	if err := bootstrap.LoseInProc(stores[lost]); err != nil {
 		t.Fatal(err)
@@ -359,7 +346,7 @@ func TestDeviceAllToAllPXNRealGPU(t *testing.T) {
 		t.Run(fmt.Sprintf("pxn=%s/2x%d", level, per), func(t *testing.T) {
 			n := 2 * per
 			host := func(r int) string { return fmt.Sprintf("host%d", r/per) }
-			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + railNIC(t), "FLEXLINK_PXN": level}
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": level}
 			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank() % drv.DeviceCount())
 				if err != nil {

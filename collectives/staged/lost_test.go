@@ -43,6 +43,7 @@ func TestPipelinedPeerLost(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			started := make(chan struct{}) // rank 1 is about to call: rank 0 crashes then
 			acrossHosts(t, 2, func(ctx context.Context, c *comm.Comm, dev *gpu.Device, r int) error {
 				var p plane.Plane
 				dc, err := plane.Choose(ctx, c, dev, "staged", plane.Candidate{}, func() plane.Plane {
@@ -53,7 +54,11 @@ func TestPipelinedPeerLost(t *testing.T) {
 					return err
 				}
 				if r == 0 {
-					time.Sleep(50 * time.Millisecond)
+					select {
+					case <-started:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
 					c.AbortLinks(errors.New("simulated crash"))
 					return nil
 				}
@@ -69,6 +74,7 @@ func TestPipelinedPeerLost(t *testing.T) {
 				}
 				defer b.Free()
 				start := time.Now()
+				close(started)
 				err = tc.call(ctx, dc, b, s)
 				took := time.Since(start)
 				t.Logf("rank 1 after %v: %v", took, err)

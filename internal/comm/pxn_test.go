@@ -11,6 +11,7 @@ import (
 
 	"flexlink/bootstrap"
 	"flexlink/internal/settings"
+	"flexlink/internal/testenv"
 	"flexlink/proxy"
 )
 
@@ -20,7 +21,7 @@ import (
 // levels 0 (every rank sends from its own NIC) and 2 (relayed to the
 // destination's rail), every byte checked against the sender's formula.
 func TestPXNAllToAll(t *testing.T) {
-	eth0 := secondNIC(t)
+	eth0 := testenv.SecondNIC(t)
 	const hosts, per = 2, 4
 	n := hosts * per
 	for _, c := range []struct {
@@ -155,7 +156,7 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 // line with its counters.
 func TestPXNInfoLine(t *testing.T) {
 	vars := map[string]string{"FLEXLINK_DEBUG": "INFO", "FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp",
-		"FLEXLINK_NET_IFNAME": "=lo," + secondNIC(t), "FLEXLINK_PXN": "2"}
+		"FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2"}
 	const n = 4
 	logs := runLoggedHosts(t, n, vars, func(r int) string { return fmt.Sprint("host", r/2) }, func(c *Comm) error {
 		for range 2 {

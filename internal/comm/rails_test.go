@@ -3,14 +3,12 @@ package comm
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"flexlink/bootstrap"
-	"flexlink/fabric/transports"
 	"flexlink/internal/settings"
 	"flexlink/internal/testenv"
 )
@@ -21,7 +19,7 @@ import (
 // the own one under FLEXLINK_PXN (local rank 0: the first), and their
 // first NICs across subnets when pinned to different ones.
 func TestRailSelection(t *testing.T) {
-	eth0 := secondNIC(t)
+	eth0 := testenv.SecondNIC(t)
 	base := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + eth0, "FLEXLINK_NET_RAILS": "0"}
 	for _, c := range []struct {
 		name string
@@ -94,18 +92,4 @@ func runRanksEnv(t *testing.T, base map[string]string, per [2]map[string]string)
 		}
 	}
 	return out
-}
-
-// secondNIC returns an up interface with an IPv4 address other than
-// loopback (eth0 in the usual container): with loopback, two rails.
-func secondNIC(t *testing.T) string {
-	t.Helper()
-	ifs, _ := net.Interfaces()
-	for _, f := range ifs {
-		if f.Flags&net.FlagUp != 0 && f.Flags&net.FlagLoopback == 0 && transports.Subnet(f.Name) != "" {
-			return f.Name
-		}
-	}
-	testenv.Missing(t, "network interface", "the test needs one up interface with an IPv4 address besides loopback (two subnets: two rails)")
-	return ""
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -64,6 +65,30 @@ func (s *Stream) enqueue(what string, f func(api cu.API) error) error {
 // enqueued so far has completed; it returns the first asynchronous error.
 func (s *Stream) Synchronize() error {
 	return s.enqueue("synchronize", func(api cu.API) error { return api.StreamSynchronize(s.h) })
+}
+
+// SynchronizeCtx waits, like Synchronize, for all work enqueued so far,
+// but never past ctx: it polls (a blocking cuStreamSynchronize could not be
+// interrupted if work waiting on another process never runs), spinning
+// briefly and then backing off to a millisecond. Past ctx it returns an
+// error wrapping ctx's error and errs.ErrTimeout.
+func (s *Stream) SynchronizeCtx(ctx context.Context) error {
+	pause := time.Microsecond
+	for i := 0; ; i++ {
+		done, err := s.Done()
+		if err != nil || done {
+			return err
+		}
+		if i < 64 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: stream still busy: %w (%w)", s.dev, ctx.Err(), errs.ErrTimeout)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Millisecond)
+	}
 }
 
 // Done reports whether all work enqueued so far has completed, without

@@ -263,9 +263,7 @@ func devCases(n int, big int) []devCase {
 				devCase{kind: plane.Broadcast, count: count, dt: dtype.Int8, root: n - 1, inPlace: inPlace},
 				devCase{kind: plane.Reduce, count: count, dt: dtype.BFloat16, op: dtype.Sum, root: n / 2, inPlace: inPlace},
 			)
-			if !inPlace {
-				cs = append(cs, devCase{kind: plane.AllToAll, count: count, dt: dtype.Int32})
-			}
+			cs = append(cs, devCase{kind: plane.AllToAll, count: count, dt: dtype.Int32, inPlace: inPlace})
 		}
 	}
 	// Rooted calls with other roots, dtypes and ops, between symmetric ones

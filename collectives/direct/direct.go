@@ -88,9 +88,10 @@ type directPlane struct {
 	flag     *flagPlane     // the flag kernels (flag*.go); nil when off
 	stats    *linkStats     // bytes per link, for LinkShares
 	seq      callSeq
-	modes    moveModes   // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
-	scratch  pushScratch // where peers push for the push allreduce (ops.go)
-	chunkMax int         // FLEXLINK_GPU_CHUNK_BYTES
+	modes    moveModes    // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
+	scratch  scratchSet   // the push allreduce's scratch, the in-place all-to-all staging (ops.go)
+	chunkMax int          // FLEXLINK_GPU_CHUNK_BYTES
+	shared   *sharedState // every rank on one GPU: the leader path (shared.go); nil otherwise
 }
 
 // peers is what every part of the plane shares: the host side of the
@@ -169,6 +170,15 @@ func (p *directPlane) close() error {
 func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if err := p.flag.err(); err != nil {
 		return err
+	}
+	if p.takesShared(o) {
+		return p.doShared(ctx, o, s)
+	}
+	if o.Kind == plane.AllToAll && overlaps(o.Send, o.Recv) {
+		var err error
+		if o, err = p.stageInPlace(o, s); err != nil {
+			return err
+		}
 	}
 	if p.flag.takes(o) || p.flag.p2p(o) {
 		return p.flag.call(o, s)
@@ -289,6 +299,10 @@ func (p *directPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	return p.do(ctx, o, s)
 }
 
+// RunsAllToAllv reports whether AllToAllv runs as one call (plane.VPlane):
+// on the leader path it does.
+func (p *directPlane) RunsAllToAllv() bool { return p.shared != nil }
+
 // Quiesce waits for this rank's flag kernels, which the peers' kernels write
 // into, to end (plane.Plane).
 func (p *directPlane) Quiesce() error { return p.flag.quiesce() }
@@ -358,7 +372,7 @@ func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64) (out 
 		if o.Kind == plane.AllReduce {
 			var scr *gpu.Buffer
 			if p.pushPlan(o).ok {
-				scr = p.scratch.buf
+				scr = p.scratch.push.buf
 			}
 			mine = append(mine, scr)
 		}

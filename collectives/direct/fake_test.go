@@ -39,6 +39,13 @@ func fakeRanks(t *testing.T, n int, cfg gpufake.Config, env map[string]string, b
 // each[r] (when each has an entry for r): ranks that disagree.
 func fakeRanksEach(t *testing.T, n int, cfg gpufake.Config, env map[string]string, each map[int]map[string]string, bufBytes int) []*devRank {
 	t.Helper()
+	return fakeRanksOn(t, n, n, cfg, env, each, bufBytes)
+}
+
+// fakeRanksOn is fakeRanksEach on gpus fake GPUs: rank r on GPU r%gpus
+// (gpus < n: ranks sharing a GPU).
+func fakeRanksOn(t *testing.T, n, gpus int, cfg gpufake.Config, env map[string]string, each map[int]map[string]string, bufBytes int) []*devRank {
+	t.Helper()
 	// The PCIe planners' profiles go to a directory of the test's own, so
 	// a run neither reads nor leaves anything in the user's cache.
 	env = maps.Clone(env)
@@ -61,7 +68,7 @@ func fakeRanksEach(t *testing.T, n int, cfg gpufake.Config, env map[string]strin
 			env[k] = v
 		}
 	}
-	cfg.Devices = n
+	cfg.Devices = gpus
 	drv, err := gpufake.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +91,7 @@ func fakeRanksEach(t *testing.T, n int, cfg gpufake.Config, env map[string]strin
 				if err != nil {
 					return err
 				}
-				dev, err := drv.Device(r)
+				dev, err := drv.Device(r % gpus)
 				if err != nil {
 					return err
 				}

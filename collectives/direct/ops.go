@@ -3,6 +3,7 @@ package direct
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"flexlink/collectives/plane"
@@ -301,7 +302,7 @@ func slotOf(from, to int) int {
 // previous allreduce has finished reading its scratch (see above).
 func (p *directPlane) prepPush(o *plane.Op) error {
 	g := p.pushPlan(o)
-	if err := p.scratch.grow(p.dev, (p.n-1)*g.per*o.DT.Size()); err != nil {
+	if err := p.scratch.push.grow(p.dev, (p.n-1)*g.per*o.DT.Size()); err != nil {
 		return err
 	}
 	for j, l := range p.lanes.peers {
@@ -318,9 +319,15 @@ func (p *directPlane) prepPush(o *plane.Op) error {
 	return nil
 }
 
-// pushScratch is the push allreduce's scratch: grown on demand, never
-// shrunk; outgrown scratch stays allocated until close (peers may still
-// have it mapped).
+// scratchSet is the plane's device scratch: the push allreduce's, and the
+// staging of an in-place all-to-all's send (stageInPlace, shared_work.go).
+type scratchSet struct{ push, stage pushScratch }
+
+func (ss *scratchSet) close() error { return errors.Join(ss.push.close(), ss.stage.close()) }
+
+// pushScratch is a scratch buffer (the push allreduce's, or the in-place
+// all-to-all staging): grown on demand, never shrunk; outgrown scratch
+// stays allocated until close (peers may still have it mapped).
 type pushScratch struct {
 	buf     *gpu.Buffer   // nil until the first push allreduce
 	retired []*gpu.Buffer // outgrown scratch
@@ -417,7 +424,7 @@ func (p *directPlane) allReducePush(ctx context.Context, o *plane.Op, s *gpu.Str
 		dst, src := sub(o.Recv, a, b, sz), sub(o.Send, a, b, sz)
 		for _, j := range peers {
 			base := slotOf(j, p.me) * g.per
-			if err := s.Reduce(dst, src, sub(p.scratch.buf, base+a-lo, base+b-lo, sz), b-a, o.DT, o.Op); err != nil {
+			if err := s.Reduce(dst, src, sub(p.scratch.push.buf, base+a-lo, base+b-lo, sz), b-a, o.DT, o.Op); err != nil {
 				return err
 			}
 			src = dst

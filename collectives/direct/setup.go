@@ -32,6 +32,10 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Shared == "leader" && allOnOneGPU(bus) {
+		dp.shared = &sharedState{leader: 0}
+		h.Log().Info("gpu collectives on a shared gpu: rank 0 runs each call for every rank (FLEXLINK_GPU_SHARED=leader)", "gpu", bus[0])
+	}
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
 	pcBytes := pcieBlobBytes(n)

@@ -1,6 +1,17 @@
 package direct
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/dtype"
+	"flexlink/gpu/gpufake"
+	"flexlink/internal/errs"
+)
 
 func TestSharedGPU(t *testing.T) {
 	for _, c := range []struct {
@@ -16,6 +27,161 @@ func TestSharedGPU(t *testing.T) {
 		r1, r2, ok := SharedGPU(c.bus)
 		if ok != c.ok || ok && (r1 != c.r1 || r2 != c.r2) {
 			t.Errorf("SharedGPU(%v) = %d, %d, %v; want %d, %d, %v", c.bus, r1, r2, ok, c.r1, c.r2, c.ok)
+		}
+	}
+}
+
+// sharedRanks starts n ranks on one fake GPU with env.
+func sharedRanks(t *testing.T, n int, cfg gpufake.Config, env map[string]string, bufBytes int) []*devRank {
+	t.Helper()
+	return fakeRanksOn(t, n, 1, cfg, env, nil, bufBytes)
+}
+
+// tracePlanes records every IPC event record and wait of the ranks' planes.
+func tracePlanes(rs []*devRank) func() int {
+	var mu sync.Mutex
+	recs := 0
+	for _, r := range rs {
+		r.dc.Plane().(*directPlane).trace = func(traceRec) {
+			mu.Lock()
+			recs++
+			mu.Unlock()
+		}
+	}
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return recs
+	}
+}
+
+// TestGPUFakeSharedLeader: ranks that all share one GPU take the leader
+// path: every collective (in place too, all-to-all included) matches the
+// float64 reference, and no IPC event is recorded or waited on (the path
+// takes no GPU dependency across processes). With
+// FLEXLINK_GPU_SHARED=events the same sweep takes the event protocol.
+func TestGPUFakeSharedLeader(t *testing.T) {
+	const big = 20_000
+	for _, tc := range []struct {
+		n      int
+		shared string
+	}{{2, ""}, {3, ""}, {4, ""}, {2, "events"}} {
+		t.Run(fmt.Sprintf("%dranks-%s", tc.n, tc.shared), func(t *testing.T) {
+			env := map[string]string{}
+			if tc.shared != "" {
+				env["FLEXLINK_GPU_SHARED"] = tc.shared
+			}
+			rs := sharedRanks(t, tc.n, gpufake.Config{}, env, tc.n*big*8)
+			leader := tc.shared == ""
+			for _, r := range rs {
+				p := r.dc.Plane().(*directPlane)
+				if (p.shared != nil) != leader || p.flag != nil {
+					t.Fatalf("rank %d: leader path %v, flag kernels %v; want leader %v, no flag kernels", r.c.Rank(), p.shared != nil, p.flag != nil, leader)
+				}
+			}
+			recs := tracePlanes(rs)
+			sweep(t, rs, devCases(tc.n, big))
+			if got := recs(); leader && got != 0 {
+				t.Errorf("leader path: %d IPC event records and waits, want none", got)
+			} else if !leader && got == 0 {
+				t.Errorf("events: no IPC event records or waits")
+			}
+		})
+	}
+}
+
+// TestGPUFakeSharedGroupAndV: on the leader path, AllToAllv with uneven
+// counts (one call on the leader) and Group calls (the event protocol)
+// interleave on one plane.
+func TestGPUFakeSharedGroupAndV(t *testing.T) {
+	const n, elems = 3, 5000
+	rs := sharedRanks(t, n, gpufake.Config{}, nil, 4*elems*4)
+	ctx := testCtx(t, 30*time.Second)
+	for round := 0; round < 3; round++ {
+		errs := onRanks(rs, func(r *devRank) error {
+			if err := allToAllvRound(ctx, r, round, false); err != nil {
+				return err
+			}
+			if err := groupRound(ctx, r, elems); err != nil {
+				return err
+			}
+			return allToAllvRound(ctx, r, round, true)
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: rank %d: %v", round, r, err)
+			}
+		}
+	}
+}
+
+// vCount is how many int32 elements rank s sends rank d in round k.
+func vCount(s, d, k int) int { return (s*7+d*3+k*5)%11*37 + (s+d)%2 }
+
+// allToAllvRound runs one AllToAllv of int32 with vCount's uneven counts
+// (in place: one buffer, when the send and recv totals allow) and checks
+// every element of recv.
+func allToAllvRound(ctx context.Context, r *devRank, k int, inPlace bool) error {
+	n, me := r.c.Size(), r.c.Rank()
+	sc, rc := make([]int, n), make([]int, n)
+	ts, tr := 0, 0
+	for j := 0; j < n; j++ {
+		sc[j], rc[j] = vCount(me, j, k), vCount(j, me, k)
+		ts, tr = ts+sc[j], tr+rc[j]
+	}
+	host := make([]byte, 4*ts)
+	at := 0
+	for j := 0; j < n; j++ {
+		for i := 0; i < sc[j]; i++ {
+			dtype.Put(host, at, dtype.Int32, float64(me*100000+j*1000+i))
+			at++
+		}
+	}
+	send, recv := r.a.Sub(0, 4*ts), r.b.Sub(0, 4*tr)
+	if inPlace {
+		recv = r.a.Sub(0, 4*tr)
+	}
+	if err := r.s.Memset(r.b, 0xEE); err != nil {
+		return err
+	}
+	if err := r.s.CopyHtoD(send, host); err != nil {
+		return err
+	}
+	if err := r.dc.AllToAllv(ctx, send, recv, sc, rc, dtype.Int32, r.s); err != nil {
+		return fmt.Errorf("alltoallv round %d (in place %v): %w", k, inPlace, err)
+	}
+	out := make([]byte, 4*tr)
+	if err := r.s.CopyDtoH(out, recv); err != nil {
+		return err
+	}
+	if err := r.s.Synchronize(); err != nil {
+		return err
+	}
+	at = 0
+	for j := 0; j < n; j++ {
+		for i := 0; i < rc[j]; i++ {
+			if got, want := dtype.Get(out, at, dtype.Int32), float64(j*100000+me*1000+i); got != want {
+				return fmt.Errorf("alltoallv round %d (in place %v): element %d from rank %d = %v, want %v", k, inPlace, i, j, got, want)
+			}
+			at++
+		}
+	}
+	return nil
+}
+
+// TestGPUFakeSharedMismatch: ranks that disagree on the leader path end
+// with ErrMismatch on every rank, within the deadline: different counts, and
+// AllToAllv counts that do not pair up (the leader finds it and tells every
+// rank).
+func TestGPUFakeSharedMismatch(t *testing.T) {
+	rs := sharedRanks(t, 3, gpufake.Config{}, nil, 1<<16)
+	ctx := testCtx(t, 20*time.Second)
+	errs2 := onRanks(rs, func(r *devRank) error {
+		return r.dc.AllReduce(ctx, r.a, r.b, 100+r.c.Rank(), dtype.Float32, dtype.Sum, r.s)
+	})
+	for r, err := range errs2 {
+		if !errors.Is(err, errs.ErrMismatch) {
+			t.Errorf("allreduce counts differ: rank %d: %v, want ErrMismatch", r, err)
 		}
 	}
 }

@@ -3,12 +3,10 @@ package staged
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"flexlink/collectives"
 	"flexlink/collectives/plane"
 	"flexlink/gpu"
-	"flexlink/internal/errs"
 )
 
 // The staged plane is the generic path for GPUs that cannot reach each
@@ -196,26 +194,8 @@ func bufLen(b *gpu.Buffer) int {
 	return b.Len()
 }
 
-// syncStream waits for s without blocking past ctx: it polls (a blocking
-// cuStreamSynchronize could not be interrupted if a peer's GPU work never
-// arrives), spinning briefly and then backing off to a millisecond.
-func syncStream(ctx context.Context, s *gpu.Stream) error {
-	pause := time.Microsecond
-	for i := 0; ; i++ {
-		done, err := s.Done()
-		if err != nil || done {
-			return err
-		}
-		if i >= 64 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s: stream still busy: %w (%w)", s.Device(), ctx.Err(), errs.ErrTimeout)
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, time.Millisecond)
-		}
-	}
-}
+// syncStream waits for s without blocking past ctx (gpu.Stream.SynchronizeCtx).
+func syncStream(ctx context.Context, s *gpu.Stream) error { return s.SynchronizeCtx(ctx) }
 
 // Do runs one call (plane.Plane).
 func (p *stagedPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {

@@ -44,6 +44,9 @@ func (d Desc) Put(b []byte) {
 	copy(b[32:DescBytes], d.handle)
 }
 
+// Empty reports whether d describes no buffer (Describe of nil).
+func (d Desc) Empty() bool { return d.id == 0 }
+
 // GetDesc decodes the descriptor at the start of b (at least DescBytes
 // long). The result's handle aliases b.
 func GetDesc(b []byte) Desc {

@@ -49,6 +49,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_TOPO_DUMP_FILE":         {[]string{"out.json"}, nil},
 	"FLEXLINK_RAILS":                  {[]string{"mlx5_0,mlx5_1"}, nil},
 	"FLEXLINK_GPU_PATH":               {[]string{"auto", "direct", "staged"}, []string{"fast"}},
+	"FLEXLINK_GPU_SHARED":             {[]string{"leader", "events"}, []string{"auto", "one"}},
 	"FLEXLINK_GPU_CHUNK_BYTES":        {[]string{"65536", "16M"}, []string{"65535", "1K", "x"}},
 	"FLEXLINK_GPU_COPY_STREAMS":       {[]string{"1", "16"}, []string{"0", "17"}},
 	"FLEXLINK_GPU_ALLREDUCE":          {[]string{"read", "push", "auto"}, []string{"pull", "store"}},

@@ -1,0 +1,259 @@
+package direct
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"flexlink/collectives"
+	"flexlink/collectives/plane"
+	"flexlink/fabric"
+	"flexlink/fabric/nvlink"
+	"flexlink/gpu"
+	"flexlink/internal/errs"
+)
+
+// Ranks sharing one GPU: the leader path.
+//
+// Two processes on one GPU have two CUDA contexts, which the GPU
+// time-slices. The handshake protocol (direct.go) makes a stream of one
+// wait on an IPC event the other records, and a flag kernel (flag.go) spins
+// on a counter the other's kernel sets: either waits for a context switch,
+// measured at about 300 µs and 2.3 ms a call on one H100 (docs/PERF.md).
+// When every rank of the plane is on one GPU (FLEXLINK_GPU_SHARED=leader,
+// the default), each collective runs in one context instead: the lowest
+// rank, the leader, maps every rank's buffers (CUDA IPC within one device)
+// and runs the whole collective on its own stream as single-GPU kernels
+// (shared_work.go); the other ranks enqueue no GPU work for it.
+//
+// One call:
+//
+//  1. every other rank waits (on the host, bounded by ctx) until its stream
+//     has drained, so its send buffer is written and its recv buffer free,
+//     then sends the leader a "ready" message: the call's signature, a
+//     status word, descriptors of its send and recv buffers and, for
+//     AllToAllv, its byte counts;
+//  2. the leader receives every ready message, enqueues the collective on
+//     its stream (ordered after its own earlier work), waits for the stream
+//     (host, bounded) and sends every rank a "done" message: a status word
+//     and, if the call failed on the leader or on any rank, the error;
+//  3. the other ranks return when "done" arrives: their recv buffers hold
+//     the result.
+//
+// So a call is synchronous on every rank (its stream is idle when it
+// returns): the price of taking no GPU dependency across contexts. No IPC
+// event is recorded here, so the leader path and the event protocol (Group
+// calls still take it) alternate freely on one plane. A rank that fails
+// before its ready message (its stream reports an error) still sends one,
+// marked failed, so the leader and every rank end the call with that
+// rank's error rather than waiting out the deadline.
+type sharedState struct {
+	leader int // the rank that runs every call
+}
+
+const (
+	phaseSharedReady = 4
+	phaseSharedDone  = 5
+	sharedHeader     = 4 * 8 // call, signature, count, status
+	sharedDoneBytes  = 256   // status word, then the error text
+	statusOK         = 0
+	statusFailed     = 1
+)
+
+// allOnOneGPU reports whether every rank's GPU has the same PCI bus id.
+func allOnOneGPU(bus []string) bool {
+	for _, b := range bus {
+		if !strings.EqualFold(b, bus[0]) {
+			return false
+		}
+	}
+	return len(bus) > 1
+}
+
+// takesShared reports whether o runs on the leader path: every collective
+// that all ranks call (a Group, which involves only some, keeps the event
+// protocol).
+func (p *directPlane) takesShared(o *plane.Op) bool {
+	return p.shared != nil && o.Kind != plane.Group
+}
+
+// sharedSig is the call's signature in the messages' tags: ranks that
+// disagree about the collective fail with ErrMismatch. AllToAllv's element
+// count differs per rank, so it is left out there.
+func sharedSig(o *plane.Op) uint64 {
+	sig := uint64(o.Kind) | uint64(o.DT)<<8 | uint64(o.Op)<<16 | uint64(o.Root)<<24
+	if o.Kind != plane.AllToAllv {
+		sig |= uint64(o.Count) << 32
+	}
+	return sig
+}
+
+// sharedReadyBytes is the length of a ready message for o.
+func (p *directPlane) sharedReadyBytes(o *plane.Op) int {
+	n := sharedHeader + 2*nvlink.DescBytes
+	if o.Kind == plane.AllToAllv {
+		n += 2 * p.n * 8
+	}
+	return n
+}
+
+// doShared runs one call on the leader path (see sharedState).
+func (p *directPlane) doShared(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	p.seq.calls++
+	sig := sharedSig(o)
+	if p.me != p.shared.leader {
+		return p.sharedFollow(ctx, o, s, sig)
+	}
+	return p.sharedLead(ctx, o, s, sig)
+}
+
+// sharedTag is the tag of a leader-path message with peer j.
+func (p *directPlane) sharedTag(phase uint64, j int, sig uint64) fabric.Tag {
+	return fabric.Tag{gpuTagMagic | phase, p.c.ID(), p.seq.pairSeq[j], sig}
+}
+
+// sharedFollow is one call on a rank other than the leader.
+func (p *directPlane) sharedFollow(ctx context.Context, o *plane.Op, s *gpu.Stream, sig uint64) error {
+	l := p.shared.leader
+	le := binary.LittleEndian
+	m := make([]byte, p.sharedReadyBytes(o))
+	le.PutUint64(m[0:], p.seq.calls)
+	le.PutUint64(m[8:], sig)
+	le.PutUint64(m[16:], uint64(o.Count))
+	mine := s.SynchronizeCtx(ctx)
+	for k, b := range []*gpu.Buffer{o.Send, o.Recv} {
+		if mine != nil {
+			break
+		}
+		var d nvlink.Desc
+		if d, mine = p.ipc.Describe(b); mine == nil {
+			d.Put(m[sharedHeader+k*nvlink.DescBytes:])
+		}
+	}
+	if mine != nil {
+		le.PutUint64(m[24:], statusFailed)
+	}
+	if o.Kind == plane.AllToAllv {
+		at := sharedHeader + 2*nvlink.DescBytes
+		for j := 0; j < p.n; j++ {
+			le.PutUint64(m[at+8*j:], uint64(o.SendBytes[j]))
+			le.PutUint64(m[at+8*(p.n+j):], uint64(o.RecvBytes[j]))
+		}
+	}
+	done := make([]byte, sharedDoneBytes)
+	lp := p.c.Peers()
+	send := lp.Send(l, p.sharedTag(phaseSharedReady, l, sig), collectives.HostBuffer(m))
+	recv := lp.Recv(l, p.sharedTag(phaseSharedDone, l, sig), collectives.HostBuffer(done))
+	err := fabric.WaitAll(ctx, send, recv)
+	p.seq.pairSeq[l]++
+	switch {
+	case err != nil:
+		return fmt.Errorf("gpu %s on a shared gpu: with leader rank %d: %w", o.Kind, l, errors.Join(mine, err))
+	case mine != nil:
+		return fmt.Errorf("gpu %s on a shared gpu: %w", o.Kind, mine)
+	case le.Uint64(done) != statusOK:
+		return fmt.Errorf("gpu %s on a shared gpu: %s: %w", o.Kind, doneText(done), errs.ErrAborted)
+	}
+	return nil
+}
+
+// sharedLead is one call on the leader: gather the ready messages, run the
+// collective for every rank, wait for it, and tell every rank how it went.
+func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream, sig uint64) error {
+	lp := p.c.Peers()
+	in := make([][]byte, p.n)
+	reqs := make([]fabric.Request, 0, p.n)
+	for j := 0; j < p.n; j++ {
+		if j != p.me {
+			in[j] = make([]byte, p.sharedReadyBytes(o))
+			reqs = append(reqs, lp.Recv(j, p.sharedTag(phaseSharedReady, j, sig), collectives.HostBuffer(in[j])))
+		}
+	}
+	if err := fabric.WaitAll(ctx, reqs...); err != nil {
+		return fmt.Errorf("gpu %s on a shared gpu: ready messages: %w", o.Kind, err)
+	}
+	err := p.sharedRun(ctx, o, s, in)
+	done := make([]byte, sharedDoneBytes)
+	if err != nil {
+		binary.LittleEndian.PutUint64(done, statusFailed)
+		copy(done[8:], fmt.Sprintf("leader rank %d on %s: %v", p.me, p.c.Host(), err))
+	}
+	reqs = reqs[:0]
+	for j := 0; j < p.n; j++ {
+		if j != p.me {
+			reqs = append(reqs, lp.Send(j, p.sharedTag(phaseSharedDone, j, sig), collectives.HostBuffer(done)))
+		}
+	}
+	werr := fabric.WaitAll(ctx, reqs...)
+	for j := 0; j < p.n; j++ {
+		if j != p.me {
+			p.seq.pairSeq[j]++
+		}
+	}
+	if err == nil && werr != nil {
+		err = fmt.Errorf("gpu %s on a shared gpu: done messages: %w", o.Kind, werr)
+	}
+	return err
+}
+
+// sharedRun maps every rank's buffers from its ready message, runs the
+// collective on s and waits for it.
+func (p *directPlane) sharedRun(ctx context.Context, o *plane.Op, s *gpu.Stream, in [][]byte) error {
+	le := binary.LittleEndian
+	var failed []int
+	for j, m := range in {
+		if m != nil && le.Uint64(m[24:]) != statusOK {
+			failed = append(failed, j)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("ranks %v could not start the call (their stream failed: see their errors)", failed)
+	}
+	sc := &sharedCall{o: o, n: p.n, send: make([]*gpu.Buffer, p.n), recv: make([]*gpu.Buffer, p.n)}
+	if o.Kind == plane.AllToAllv {
+		sc.sb, sc.rb = make([][]int, p.n), make([][]int, p.n)
+	}
+	for j := 0; j < p.n; j++ {
+		if j == p.me {
+			sc.send[j], sc.recv[j] = o.Send, o.Recv
+			if sc.sb != nil {
+				sc.sb[j], sc.rb[j] = o.SendBytes, o.RecvBytes
+			}
+			continue
+		}
+		for k, to := range []*[]*gpu.Buffer{&sc.send, &sc.recv} {
+			d := nvlink.GetDesc(in[j][sharedHeader+k*nvlink.DescBytes:])
+			if d.Empty() {
+				continue // a rooted op's missing buffer
+			}
+			b, err := p.ipc.Open(j, d)
+			if err != nil {
+				return err
+			}
+			(*to)[j] = b
+		}
+		if sc.sb != nil {
+			at := sharedHeader + 2*nvlink.DescBytes
+			sc.sb[j], sc.rb[j] = make([]int, p.n), make([]int, p.n)
+			for k := 0; k < p.n; k++ {
+				sc.sb[j][k] = int(le.Uint64(in[j][at+8*k:]))
+				sc.rb[j][k] = int(le.Uint64(in[j][at+8*(p.n+k):]))
+			}
+		}
+	}
+	if err := p.sharedWork(sc, s); err != nil {
+		return err
+	}
+	return s.SynchronizeCtx(ctx)
+}
+
+// doneText is the error text of a failed done message.
+func doneText(done []byte) string {
+	t := done[8:]
+	if i := strings.IndexByte(string(t), 0); i >= 0 {
+		t = t[:i]
+	}
+	return string(t)
+}

@@ -39,6 +39,7 @@ func gbps(n int, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e
 
 func gpuBandwidth(t *testing.T, r *rig) {
 	t.Run("pinned", func(t *testing.T) { bwPinned(t, r) })
+	t.Run("local", func(t *testing.T) { bwLocal(t, r) })
 	t.Run("reduce", func(t *testing.T) { bwReduce(t, r) })
 	t.Run("peer", func(t *testing.T) { bwPeer(t, r) })
 	t.Run("latency", func(t *testing.T) { bwLatency(t, r) })
@@ -64,6 +65,40 @@ func bwPinned(t *testing.T, r *rig) {
 	}
 	t.Logf("pinned host -> %s, 256 MiB: %v = %.1f GB/s", dv, up, gbps(n, up))
 	t.Logf("%s -> pinned host, 256 MiB: %v = %.1f GB/s", dv, down, gbps(n, down))
+}
+
+// bwLocal times a 256 MiB copy within one GPU, on the copy engines
+// (cuMemcpyAsync) and as the copy kernel: the device-to-device copy
+// bandwidth that ranks sharing the GPU are measured against (docs/PERF.md).
+// GB/s counts the bytes copied once (as cudaMemcpy benchmarks do).
+func bwLocal(t *testing.T, r *rig) {
+	const n = 256 << 20
+	dv, s := r.devs[0], r.streams[0]
+	src, dst := r.alloc(t, dv, n), r.alloc(t, dv, n)
+	want := pattern(n, 5)
+	if err := s.CopyHtoD(src, want); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		op   func() error
+	}{{"copy engines", func() error { return s.CopyDtoD(dst, src) }}, {"copy kernel", func() error { return s.Copy(dst, src) }}} {
+		if err := s.Memset(dst, 0); err != nil {
+			t.Fatal(err)
+		}
+		d := bestOf(t, c.op, s.Synchronize)
+		got := make([]byte, n)
+		if err := s.CopyDtoH(got, dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: the copy differs", c.name)
+		}
+		t.Logf("%s -> %s, 256 MiB, %s: %v = %.1f GB/s", dv, dv, c.name, d, gbps(n, d))
+	}
 }
 
 // bwReduce times a float32 sum of 256 MiB operands (3 × 256 MiB moved),

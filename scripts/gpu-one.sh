@@ -11,6 +11,16 @@
 #                              GPU, and 2 ranks posing as two hosts (the
 #                              network transport across "hosts") (~5 min;
 #                              NET_ONLY=1: only the cross-"host" parts)
+#   .devbin/gpu-one.sh shared  ranks sharing the one GPU (issue 20): the
+#                              device-to-device copy ceiling (gpu.test
+#                              TestGPU/bandwidth/local), TestGPUProcsShared,
+#                              flexbench allreduce/allgather/alltoall 1 KiB to
+#                              256 MiB with 2 and 4 ranks on the leader path
+#                              (the default) and 2 ranks on the event
+#                              protocol (FLEXLINK_GPU_SHARED=events), then
+#                              nccl-tests through libnccl.so.2 with 2 MPI
+#                              ranks on the GPU when build/nccl is carried
+#                              (~6 min)
 #   .devbin/gpu-one.sh nccl    nccl-tests against flexlink's libnccl.so.2 and
 #                              the system NCCL, 1 process and 2 MPI ranks on
 #                              GPU 0 (scripts/nccl-device.sh) (~8 min)
@@ -28,7 +38,7 @@ NP=1
 PTXOUT=${PTXOUT:-/tmp/flexlink-ptx} # the PTX stays on the machine: $OUT holds at most 8 files
 . "$(dirname "$0")/gpu-common.sh"
 # gpu-build.sh compresses the binaries (the device tool carries 64 MiB).
-for f in "$B"/*.xz; do
+for f in "$B"/*.xz build/nccl/lib/*.xz; do
 	[ -e "$f" ] || continue
 	xz -d -f "$f" && chmod +x "${f%.xz}"
 done
@@ -83,6 +93,31 @@ tests)
 	wrong "$log" >>"$log"
 	summary 80 "$OUT"/tests.log "$OUT"/bench-*.log
 	grep -h '#wrong total' "$OUT"/bench-*.log
+	;;
+shared)
+	{
+		stamp "gpu.test bandwidth/local (the device-to-device copy ceiling)"
+		timeout "$(budget 90)" $B/gpu.test -test.run '^TestGPU$/^bandwidth$/^local$' -test.v -test.timeout 85s 2>&1 |
+			grep -E 'GB/s|^(--- |    --- |ok|FAIL|PASS|panic)|SKIP'
+		stamp "direct.test TestGPUProcsShared (2 and 4 processes on GPU 0)"
+		timeout "$(budget 200)" $B/direct.test -test.run '^TestGPUProcsShared$' -test.v -test.timeout 195s 2>&1 |
+			grep -E '^(--- |    --- |ok|FAIL|PASS|panic)|wrong|missing hardware' | head -40
+	} >"$OUT/shared-tests.log" 2>&1
+	for spec in 2:leader 4:leader 2:events; do
+		np=${spec%%:*} how=${spec#*:}
+		log=$OUT/bench-shared-np$np-$how.log
+		for op in allreduce allgather alltoall; do
+			stamp "flexbench $op, $np ranks on GPU 0, FLEXLINK_GPU_SHARED=$how"
+			limit=$(budget 60) || break
+			timeout "$limit" $B/flexrun -np $np --oversubscribe -x FLEXLINK_GPU_SHARED=$how $B/flexbench $op --device gpu -b 1K -e 256M -f 4 -n 10 -w 3 -c 1 2>&1 | grep -v 'link up'
+		done >"$log" 2>&1
+		wrong "$log" >>"$log"
+	done
+	if [ -d build/nccl ] && [ -d "$B/nccl-tests" ]; then
+		OUT=$OUT/nccl NCCL_STEPS="${NCCL_STEPS:-np2}" timeout "$(budget 240)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -30
+	fi
+	summary 80 "$OUT"/shared-tests.log "$OUT"/bench-shared-*.log
+	grep -h '#wrong total' "$OUT"/bench-shared-*.log
 	;;
 nccl)
 	OUT=$OUT/nccl NCCL_STEPS="${NCCL_STEPS:-g1 np2}" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40

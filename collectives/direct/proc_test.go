@@ -96,49 +96,70 @@ func TestGPUProcs(t *testing.T) {
 		{"direct-store-pcie", "direct", "read", "1", []string{"FLEXLINK_GPU_ALLGATHER=store", "FLEXLINK_GPU_ALLTOALL=store", "FLEXLINK_PCIE_SHARE=0.25", "FLEXLINK_PCIE_STAGING_BYTES=6291456", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"}},
 		{"staged", "staged", "auto", "1", nil},
 	} {
-		path := tc.path
 		t.Run(tc.name, func(t *testing.T) {
-			secret := []byte("flexlink-gpu-test-" + strconv.Itoa(os.Getpid()))
-			job := fmt.Sprintf("gputest%d%s", os.Getpid(), tc.name)
-			srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: "127.0.0.1:0", Size: n, Secret: secret, JobID: job})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			cache := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			var wg sync.WaitGroup
-			outs := make([]string, n)
-			errs := make([]error, n)
-			for r := 0; r < n; r++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "--", gpuChildArg, path)
-					cmd.Env = append(os.Environ(),
-						"FLEXLINK_RANK="+strconv.Itoa(r), "FLEXLINK_WORLD_SIZE="+strconv.Itoa(n),
-						"FLEXLINK_LOCAL_RANK="+strconv.Itoa(r), "FLEXLINK_LOCAL_SIZE="+strconv.Itoa(n),
-						"FLEXLINK_BOOTSTRAP="+srv.Addr(), "FLEXLINK_JOB_ID="+job,
-						"FLEXLINK_JOB_SECRET="+hex.EncodeToString(secret), "FLEXLINK_GPU="+strconv.Itoa(r),
-						"FLEXLINK_GPU_PATH="+path, "FLEXLINK_GPU_ALLREDUCE="+tc.allreduce,
-						"FLEXLINK_GPU_COPY_STREAMS="+tc.lanes, "FLEXLINK_TIMEOUT=120s")
-					cmd.Env = append(cmd.Env, tc.env...)
-					if !settings.OS().IsSet("FLEXLINK_CACHE_DIR") {
-						cmd.Env = append(cmd.Env, "FLEXLINK_CACHE_DIR="+cache) // not the user's
-					}
-					out, err := cmd.CombinedOutput()
-					outs[r], errs[r] = string(out), err
-				}()
-			}
-			wg.Wait()
-			for r := 0; r < n; r++ {
-				t.Logf("rank %d:\n%s", r, strings.TrimSpace(outs[r]))
-				if errs[r] != nil {
-					t.Errorf("rank %d: %v", r, errs[r])
-				}
-			}
+			env := append([]string{"FLEXLINK_GPU_ALLREDUCE=" + tc.allreduce, "FLEXLINK_GPU_COPY_STREAMS=" + tc.lanes}, tc.env...)
+			runGPUProcs(t, n, func(r int) int { return r }, tc.path, env)
 		})
+	}
+}
+
+// TestGPUProcsShared: 2 and 4 processes on GPU 0 (ranks sharing one GPU),
+// on the leader path (the default) and on the event protocol: the sweep
+// against the float64 reference in real processes.
+func TestGPUProcsShared(t *testing.T) {
+	openGPUs(t, 1)
+	for _, tc := range []struct {
+		n      int
+		shared string
+	}{{2, "leader"}, {4, "leader"}, {2, "events"}} {
+		t.Run(fmt.Sprintf("%dranks-%s", tc.n, tc.shared), func(t *testing.T) {
+			runGPUProcs(t, tc.n, func(int) int { return 0 }, "direct", []string{"FLEXLINK_GPU_SHARED=" + tc.shared})
+		})
+	}
+}
+
+// runGPUProcs runs gpuChild in n processes, rank r on GPU gpuOf(r), over
+// the plane path with env added, and fails on any rank's failure.
+func runGPUProcs(t *testing.T, n int, gpuOf func(int) int, path string, env []string) {
+	t.Helper()
+	secret := []byte("flexlink-gpu-test-" + strconv.Itoa(os.Getpid()))
+	job := fmt.Sprintf("gputest%d%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: "127.0.0.1:0", Size: n, Secret: secret, JobID: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cache := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	outs := make([]string, n)
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "--", gpuChildArg, path)
+			cmd.Env = append(os.Environ(),
+				"FLEXLINK_RANK="+strconv.Itoa(r), "FLEXLINK_WORLD_SIZE="+strconv.Itoa(n),
+				"FLEXLINK_LOCAL_RANK="+strconv.Itoa(r), "FLEXLINK_LOCAL_SIZE="+strconv.Itoa(n),
+				"FLEXLINK_BOOTSTRAP="+srv.Addr(), "FLEXLINK_JOB_ID="+job,
+				"FLEXLINK_JOB_SECRET="+hex.EncodeToString(secret), "FLEXLINK_GPU="+strconv.Itoa(gpuOf(r)),
+				"FLEXLINK_GPU_PATH="+path, "FLEXLINK_TIMEOUT=120s")
+			cmd.Env = append(cmd.Env, env...)
+			if !settings.OS().IsSet("FLEXLINK_CACHE_DIR") {
+				cmd.Env = append(cmd.Env, "FLEXLINK_CACHE_DIR="+cache) // not the user's
+			}
+			out, err := cmd.CombinedOutput()
+			outs[r], errs[r] = string(out), err
+		}()
+	}
+	wg.Wait()
+	for r := 0; r < n; r++ {
+		t.Logf("rank %d:\n%s", r, strings.TrimSpace(outs[r]))
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v", r, errs[r])
+		}
 	}
 }
 

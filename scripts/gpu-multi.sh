@@ -21,6 +21,12 @@
 # small runs the flag kernels' GPU tests and the four collectives 64 KiB to
 # 64 MiB beside NCCL (~2.5 min with NO_NVCC=1; a fresh machine spends
 # 50-100 s of it JIT-compiling the PTX in the first test processes).
+# net (issues 17 and 18 on 2+ GPUs): the GPU all-to-all through the PXN
+# proxy with 2 emulated hosts x 2 ranks spread over the GPUs
+# (rank.test TestDeviceAllToAllPXNRealGPU), TestGPUProcs' flag, push and
+# pull cases (in-place all-to-all included), and flexbench with 2 ranks
+# posing as hosts h0 on GPU 0 and h1 on GPU 1 over the network transport
+# (~3 min).
 # tune runs the GPU tests, then every path of each collective at NP ranks
 # (flag kernels one- and two-shot, pull, push, store), the defaults beside
 # NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
@@ -48,7 +54,7 @@ PTXOUT=/tmp/flexlink-ptx # 8 files come back: the PTX only matters after a kerne
 
 mode=${1:-measure}
 case $mode in
-measure | tune | small) ;;
+measure | tune | small | net) ;;
 *)
 	echo "gpu-multi.sh: unknown mode $mode (measure, tune, small)" >&2
 	exit 2
@@ -84,6 +90,27 @@ if [ "$mode" = small ]; then
 		} >"$OUT/bench-${op/reducescatter/rs}.log" 2>&1
 	done
 	stamp done >>"$OUT/tests.log"
+	summary 200
+	exit 0
+fi
+
+if [ "$mode" = net ]; then
+	{
+		stamp "rank.test: GPU all-to-all through the PXN proxy, 2 emulated hosts x 2 ranks over $NP GPUs"
+		if limit=$(budget 150); then
+			timeout "$limit" $B/rank.test -test.run '^TestDeviceAllToAllPXNRealGPU' -test.v -test.timeout $((limit - 3))s 2>&1 |
+				grep -E -v '^\S+ \[(INFO|DEBUG)\]' | tail -30
+		fi
+		stamp "direct.test TestGPUProcs at $NP ranks (in-place all-to-all on the flag, push and pull paths)"
+		ranktests 150 'TestGPUProcs/(direct-flag$|direct-push|direct-pull)' 20
+	} >"$OUT/tests.log" 2>&1
+	for op in allreduce allgather alltoall sendrecv; do
+		stamp "flexbench $op, 2 ranks as hosts h0 (GPU 0) and h1 (GPU 1) over the network transport"
+		limit=$(budget 60) || break
+		timeout "$limit" $B/flexrun -np 2 -x FLEXLINK_NET=tcp sh -c \
+			'CUDA_VISIBLE_DEVICES=$FLEXLINK_RANK FLEXLINK_HOSTNAME=h$FLEXLINK_RANK exec '$B'/flexbench '$op' --device gpu -b 1K -e 64M -f 16 -n 5 -w 2 -c 1' 2>&1 |
+			grep -v 'link up' | head -40
+	done >"$OUT/bench-twohosts-2gpu.log" 2>&1
 	summary 200
 	exit 0
 fi

@@ -10,6 +10,12 @@ T0=$(date +%s)
 PTXOUT=${PTXOUT:-$OUT}
 mkdir -p "$PTXOUT"
 stamp() { echo "== $(($(date +%s) - T0))s $*"; }
+# gpu-build.sh compresses the binaries and the library (the device tool
+# carries 64 MiB): decompress what came compressed.
+for f in "$B"/*.xz build/nccl/lib/*.xz; do
+	[ -e "$f" ] || continue
+	xz -d -f "$f" && chmod +x "${f%.xz}"
+done
 
 # Kernels: where nvcc exists, compile gpu/kernels (carried as
 # .devbin/kernels) to PTX, keep the files in $PTXOUT (they are what

@@ -37,11 +37,6 @@ mode=${1:-tests}
 NP=1
 PTXOUT=${PTXOUT:-/tmp/flexlink-ptx} # the PTX stays on the machine: $OUT holds at most 8 files
 . "$(dirname "$0")/gpu-common.sh"
-# gpu-build.sh compresses the binaries (the device tool carries 64 MiB).
-for f in "$B"/*.xz build/nccl/lib/*.xz; do
-	[ -e "$f" ] || continue
-	xz -d -f "$f" && chmod +x "${f%.xz}"
-done
 export FLEXLINK_CACHE_DIR=/tmp/flexlink-cache
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 

@@ -108,7 +108,7 @@ if [ "$mode" = net ]; then
 		stamp "flexbench $op, 2 ranks as hosts h0 (GPU 0) and h1 (GPU 1) over the network transport"
 		limit=$(budget 60) || break
 		timeout "$limit" $B/flexrun -np 2 -x FLEXLINK_NET=tcp sh -c \
-			'CUDA_VISIBLE_DEVICES=$FLEXLINK_RANK FLEXLINK_HOSTNAME=h$FLEXLINK_RANK exec '$B'/flexbench '$op' --device gpu -b 1K -e 64M -f 16 -n 5 -w 2 -c 1' 2>&1 |
+			'FLEXLINK_HOSTNAME=h$FLEXLINK_RANK exec '$B'/flexbench '$op' --device gpu -b 1K -e 64M -f 16 -n 5 -w 2 -c 1' 2>&1 |
 			grep -v 'link up' | head -40
 	done >"$OUT/bench-twohosts-2gpu.log" 2>&1
 	summary 200

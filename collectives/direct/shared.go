@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"flexlink/collectives"
 	"flexlink/collectives/plane"
@@ -171,10 +172,15 @@ func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream
 			reqs = append(reqs, lp.Recv(j, p.sharedTag(phaseSharedReady, j, sig), collectives.HostBuffer(in[j])))
 		}
 	}
+	t0 := time.Now()
 	if err := fabric.WaitAll(ctx, reqs...); err != nil {
 		return fmt.Errorf("gpu %s on a shared gpu: ready messages: %w", o.Kind, err)
 	}
+	t1 := time.Now()
 	err := p.sharedRun(ctx, o, s, in)
+	if lg := p.c.Log(); lg.IsTrace() {
+		lg.Trace("shared-gpu call", "op", o.Kind.String(), "count", o.Count, "ready_wait", t1.Sub(t0), "work_and_sync", time.Since(t1))
+	}
 	done := make([]byte, sharedDoneBytes)
 	if err != nil {
 		binary.LittleEndian.PutUint64(done, statusFailed)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"flexlink/collectives/plane"
 	"flexlink/gpu"
-	"flexlink/internal/errs"
 )
 
 // DefaultChunk is the staged pipeline's chunk: a call that spans more than
@@ -117,22 +115,5 @@ func (p *stagedPlane) runStages(ctx context.Context, o *plane.Op, s *gpu.Stream,
 	return nil
 }
 
-// waitEvent waits for e without blocking past ctx, as syncStream does for
-// a stream.
-func waitEvent(ctx context.Context, e *gpu.Event) error {
-	pause := time.Microsecond
-	for i := 0; ; i++ {
-		done, err := e.Done()
-		if err != nil || done {
-			return err
-		}
-		if i >= 64 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("staged copy still running: %w (%w)", ctx.Err(), errs.ErrTimeout)
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, time.Millisecond)
-		}
-	}
-}
+// waitEvent waits for e without blocking past ctx (gpu.Event.SynchronizeCtx).
+func waitEvent(ctx context.Context, e *gpu.Event) error { return e.SynchronizeCtx(ctx) }

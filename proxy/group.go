@@ -1,0 +1,206 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+
+	"flexlink/fabric"
+	"flexlink/fabric/net"
+	"flexlink/internal/errs"
+)
+
+// Msg is one send or receive of a Group: the bytes for Peer, or the
+// buffer for Peer's next message (of exactly its length).
+type Msg struct {
+	Peer int
+	Buf  []byte
+}
+
+// Relayed reports whether a message from s to d goes through the group
+// service: d on another host and Via(s, d) another rank of s's host.
+// Everything else (same host, or s on d's rail) is the caller's to carry
+// over the communicator's links.
+func (p *Proxy) Relayed(s, d int) bool {
+	h := p.cfg.Hosts
+	return h[s] != h[d] && p.cfg.Via(s, d) != s
+}
+
+// Serving reports whether the group service runs (Serve was called).
+func (p *Proxy) Serving() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.svc != nil
+}
+
+// Group sends and receives messages whose route goes through a relay
+// (Relayed true for each: this rank to a send's peer, a receive's peer to
+// this rank), following the PXN routes: a send is handed in chunks over
+// the hand-off link to the relay, which sends it from its NIC on the
+// connection it keeps for (this rank, peer); a receive takes the peer's
+// next message from the connection its relay keeps for (peer, this rank).
+// Messages between a pair are matched in order, within and across Groups;
+// a receive whose length differs from the message's fails with
+// errs.ErrMismatch naming both ranks. It returns when every send has left
+// the relay's NIC and every receive has landed, or fails (ctx, the job's
+// end, a relay or peer lost) with the ranks named; a failure aborts the
+// proxy. Unlike AllToAllv, only the ranks with messages take part.
+func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
+	var st Stats
+	me := p.cfg.Rank
+	p.mu.Lock()
+	sv, err := p.svc, p.err
+	p.mu.Unlock()
+	switch {
+	case err != nil:
+		return st, fmt.Errorf("rank %d proxy: aborted earlier: %w", me, err)
+	case sv == nil:
+		return st, fmt.Errorf("rank %d proxy: group send/recv without the group service", me)
+	}
+	bySend, byRecv := map[int][][]byte{}, map[int][][]byte{}
+	for _, m := range sends {
+		if m.Peer < 0 || m.Peer >= len(p.cfg.Hosts) || !p.Relayed(me, m.Peer) {
+			return st, fmt.Errorf("rank %d proxy: group send to rank %d does not go through a relay", me, m.Peer)
+		}
+		bySend[m.Peer] = append(bySend[m.Peer], m.Buf)
+	}
+	for _, m := range recvs {
+		if m.Peer < 0 || m.Peer >= len(p.cfg.Hosts) || !p.Relayed(m.Peer, me) {
+			return st, fmt.Errorf("rank %d proxy: group receive from rank %d does not go through a relay", me, m.Peer)
+		}
+		byRecv[m.Peer] = append(byRecv[m.Peer], m.Buf)
+	}
+	c := &a2a{p: p, st: &st}
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	defer c.cancel(nil)
+	g := groupCall{c: c, sv: sv}
+	for d, bufs := range bySend {
+		c.goWait(func() error { return g.sendTo(d, bufs) })
+	}
+	for s, bufs := range byRecv {
+		c.goWait(func() error { return g.recvFrom(s, bufs) })
+	}
+	err = c.wait()
+	p.total.add(&st)
+	if err != nil {
+		p.Abort(err)
+		return st, err
+	}
+	return st, nil
+}
+
+// groupCall is one Group call on the service sv.
+type groupCall struct {
+	c  *a2a
+	sv *service
+}
+
+// cause is why the call or the service ended.
+func (g groupCall) cause() error {
+	if g.sv.ctx.Err() != nil {
+		return g.sv.err()
+	}
+	return g.c.cause()
+}
+
+// sendTo hands this rank's messages for d (in order) to d's relay, chunk
+// by chunk under the flow's credits, then waits until every credit came
+// back: the relay's network sends completed.
+func (g groupCall) sendTo(d int, bufs [][]byte) error {
+	p, sv, ctx := g.c.p, g.sv, g.c.ctx
+	me := p.cfg.Rank
+	v := p.cfg.Via(me, d)
+	f := sv.flow(d)
+	take := func() error {
+		select {
+		case <-f:
+			return nil
+		case <-ctx.Done():
+		case <-sv.ctx.Done():
+		}
+		return fmt.Errorf("rank %d: send to rank %d via relay rank %d: %w", me, d, v, g.cause())
+	}
+	for _, b := range bufs {
+		for k := range max(1, p.chunks(len(b))) {
+			if err := take(); err != nil {
+				return err
+			}
+			ch := b[:0]
+			if len(b) > 0 {
+				ch = p.chunk(b, k)
+			}
+			kind := hdrData
+			if k == 0 {
+				kind = hdrFirst
+			}
+			r1, r2 := sv.send(v, header(kind, d, len(ch), len(b)), ch)
+			for _, r := range []fabric.Request{r1, r2} {
+				if r == nil {
+					continue
+				}
+				if err := r.Wait(ctx); err != nil {
+					return fmt.Errorf("rank %d: hand rank %d's message to relay rank %d: %w", me, d, v, err)
+				}
+			}
+		}
+	}
+	for range p.cfg.Credits { // every chunk sent by the relay
+		if err := take(); err != nil {
+			return err
+		}
+	}
+	for range p.cfg.Credits {
+		f <- struct{}{}
+	}
+	return nil
+}
+
+// recvFrom takes s's messages (in order) from the connection s's relay
+// keeps for (s, this rank): the length, checked, then the chunks.
+func (g groupCall) recvFrom(s int, bufs [][]byte) error {
+	p, c := g.c.p, g.c
+	me := p.cfg.Rank
+	v := p.cfg.Via(s, me)
+	rc, err := p.conns.from(c.ctx, peerKey{From: v, For: s})
+	if err != nil {
+		return fmt.Errorf("rank %d: receive from rank %d via relay rank %d on %s: %w", me, s, v, p.cfg.Hosts[v], err)
+	}
+	post := func(b []byte) *Op {
+		atomic.AddInt64(&c.st.Receives, 1)
+		atomic.AddInt64(&c.st.Buffers, 1)
+		return p.eng.Post(c.ctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{uint64(s)}, nil) })
+	}
+	wait := func(op *Op, what string, want int) error {
+		sizes, err := op.Wait(c.ctx)
+		if err != nil {
+			return fmt.Errorf("rank %d: receive %s from rank %d via relay rank %d on %s: %w", me, what, s, v, p.cfg.Hosts[v], err)
+		}
+		atomic.AddInt64(&c.st.Received, 1)
+		if sizes[0] != want {
+			return fmt.Errorf("rank %d: %s from rank %d via relay rank %d has %d bytes, want %d: %w", me, what, s, v, sizes[0], want, errs.ErrMismatch)
+		}
+		return nil
+	}
+	lb := make([]byte, 8)
+	for i, b := range bufs {
+		// The length first: the chunks' receives are posted only once it
+		// matches, so a wrong size fails here and takes nothing else.
+		if err := wait(post(lb), "a length", 8); err != nil {
+			return err
+		}
+		if n := int(binary.LittleEndian.Uint64(lb)); n != len(b) {
+			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) has %d bytes, the receive %d: %w", me, i, s, v, n, len(b), errs.ErrMismatch)
+		}
+		ops := make([]*Op, p.chunks(len(b)))
+		for k := range ops {
+			ops[k] = post(p.chunk(b, k))
+		}
+		for k, op := range ops {
+			if err := wait(op, fmt.Sprintf("chunk %d of message %d", k, i), len(p.chunk(b, k))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

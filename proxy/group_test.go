@@ -19,20 +19,22 @@ import (
 // service reported outside a call.
 type groupJob struct {
 	*job
-	hand   *fake.Network
-	mu     sync.Mutex
-	failed map[int]error
+	hand     *fake.Network
+	mu       sync.Mutex
+	failed   map[int]error
+	reported chan int // the rank, each time a service reports
 }
 
 func newGroupJob(t *testing.T, nhosts, per, chunk int) *groupJob {
 	t.Helper()
-	g := &groupJob{job: newJob(t, nhosts, per, railVia(per), chunk), failed: map[int]error{}}
+	g := &groupJob{job: newJob(t, nhosts, per, railVia(per), chunk), failed: map[int]error{}, reported: make(chan int, nhosts*per)}
 	g.hand = fake.NewNetwork(nhosts*per, fake.Options{})
 	for r, px := range g.px {
 		px.Serve(fakeLocal{g.hand, r}, func(err error) {
 			g.mu.Lock()
 			g.failed[r] = err
 			g.mu.Unlock()
+			g.reported <- r
 		})
 	}
 	return g
@@ -203,8 +205,9 @@ func TestGroupMismatch(t *testing.T) {
 }
 
 // TestGroupRelayKilled: the relay of a pair dies between two groups; the
+// sender's service reports it outside any call (so the job ends), and the
 // next group of that pair fails on both ends within the deadline naming
-// the relay, and the sender's service reports it (so the job ends).
+// the relay.
 func TestGroupRelayKilled(t *testing.T) {
 	g := newGroupJob(t, 2, 4, 1<<10)
 	noErrs(t, g.run(t, pairs{{0, 5}: {5000}, {2, 7}: {3000}}, 1))
@@ -212,6 +215,20 @@ func TestGroupRelayKilled(t *testing.T) {
 	g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
 	g.hand.Kill(victim)
 	g.nw.Kill(victim)
+	deadline := time.After(5 * time.Second)
+	for r := -1; r != 0; { // until rank 0 reported
+		select {
+		case r = <-g.reported:
+		case <-deadline:
+			t.Fatal("rank 0's service did not report the relay's death")
+		}
+	}
+	g.mu.Lock()
+	err := g.failed[0]
+	g.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "local rank 1") {
+		t.Errorf("rank 0's service reported %v, want the hand-off link to rank 1", err)
+	}
 	start := time.Now()
 	got := g.run(t, pairs{{0, 5}: {5000}}, 2)
 	if d := time.Since(start); d > 10*time.Second {
@@ -221,10 +238,5 @@ func TestGroupRelayKilled(t *testing.T) {
 		if err := got[r]; err == nil || !strings.Contains(err.Error(), fmt.Sprint("rank ", victim)) {
 			t.Errorf("rank %d: %v, want an error naming rank %d", r, err, victim)
 		}
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := g.failed[0]; err == nil || !strings.Contains(err.Error(), "local rank 1") {
-		t.Errorf("rank 0's service reported %v, want the hand-off link to rank 1", err)
 	}
 }

@@ -2,7 +2,8 @@
 // counts) on the world communicator, checks every element against the
 // sender's formula, and prints each rank's PXN counters. With -bench it
 // times AllToAll per size instead and rank 0 prints a busbw table.
-// -kill R:N makes rank R kill itself (SIGKILL) 20 ms into call N.
+// -kill R:N makes rank R kill itself (SIGKILL) 20 ms into call N. With
+// -groups it runs groups of sends and receives instead (group.go).
 package main
 
 import (
@@ -24,6 +25,8 @@ func main() {
 	iters := flag.Int("iters", 2, "calls of each kind")
 	kill := flag.String("kill", "", "R:N: rank R kills itself during call N")
 	bench := flag.String("bench", "", "comma list of bytes per rank to time (busbw table)")
+	groups := flag.Int("groups", 0, "run this many groups of sends/receives between every pair (uneven), then one between a few pairs, instead of all-to-alls (group.go)")
+	killAfter := flag.String("kill-after", "", "R:K: rank R kills itself after group K")
 	flag.Parse()
 	ctx := context.Background()
 	c, err := rank.Init(ctx)
@@ -31,9 +34,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "a2a:", err)
 		os.Exit(1)
 	}
-	if *bench != "" {
+	switch {
+	case *groups > 0:
+		err = runGroups(ctx, c, *size, *groups, *killAfter)
+	case *bench != "":
 		err = runBench(ctx, c, *bench, *iters)
-	} else {
+	default:
 		err = run(ctx, c, *size, *iters, *kill)
 	}
 	if err != nil {

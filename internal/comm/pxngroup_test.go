@@ -1,0 +1,143 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/collectives"
+	"flexlink/internal/settings"
+	"flexlink/internal/testenv"
+)
+
+// groupMsgs is one group: lens[s][d] bytes from s to d (0: no message).
+type groupMsgs [][]int
+
+// TestPXNGroup: 2 hosts × 4 ranks in one process, NICs lo and eth0 (two
+// rails), FLEXLINK_PXN=2: a group where every rank sends every other rank
+// a message of random length (some empty) and one where only a few pairs
+// talk, every byte checked against the sender's formula. With
+// FLEXLINK_PXN_GROUP=1 the cross-rail messages go through the relays (the
+// counters show them relayed and received); with 0 no proxy is made and
+// the same groups take the communicator's links.
+func TestPXNGroup(t *testing.T) {
+	eth0 := testenv.SecondNIC(t)
+	const hosts, per = 2, 4
+	n := hosts * per
+	rng := rand.New(rand.NewPCG(4, 2))
+	all := make(groupMsgs, n)
+	for s := range all {
+		all[s] = make([]int, n)
+		for d := range all[s] {
+			if s != d && rng.IntN(6) > 0 {
+				all[s][d] = rng.IntN(300 << 10)
+			}
+		}
+		all[s][(s+1)%n] = 0 // an empty message
+	}
+	some := make(groupMsgs, n)
+	for s := range some {
+		some[s] = make([]int, n)
+	}
+	some[0][5], some[6][3], some[2][1] = 5000, 70000, 10 // cross-rail, cross-rail, same host
+	for _, on := range []string{"1", "0"} {
+		t.Run("group"+on, func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + eth0,
+				"FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": on}
+			relayed, received := runGroups(t, hosts, per, env, []groupMsgs{all, some})
+			t.Logf("through the proxies: %d network messages relayed, %d received", relayed, received)
+			// Cross-host pairs on different rails: rank s relays through the
+			// local rank on d's rail (lo: local ranks 0, 2; eth0: 1, 3).
+			want := 0
+			for s := range n {
+				for d := range n {
+					if s/per != d/per && s%2 != d%2 {
+						want++
+					}
+				}
+			}
+			switch {
+			case on == "1" && (relayed == 0 || received < int64(want)):
+				t.Errorf("relayed %d network messages, received %d; want > 0 and >= %d (one length each)", relayed, received, want)
+			case on == "0" && relayed+received != 0:
+				t.Errorf("PXN_GROUP=0: relayed %d, received %d through the proxy", relayed, received)
+			}
+		})
+	}
+}
+
+func groupByte(s, d, i int) byte { return byte(s*29 + d*13 + i + i>>10) }
+
+// runGroups runs each group on hosts × per ranks (every rank calls Group
+// with its own entries, possibly none) and checks every byte; it returns
+// the proxies' relayed and received messages summed over the ranks.
+func runGroups(t *testing.T, hosts, per int, env map[string]string, groups []groupMsgs) (relayed, received int64) {
+	t.Helper()
+	n := hosts * per
+	stores := bootstrap.NewInProc(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	job := fmt.Sprintf("pxg%d", time.Now().UnixNano())
+	var mu sync.Mutex
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				for k, g := range groups {
+					var ops []collectives.P2P
+					recv := make([][]byte, n)
+					empty := func(s, d int) bool { return k == 0 && d == (s+1)%n } // the empty messages of group 0
+					for p := range n {
+						if l := g[r][p]; l > 0 || empty(r, p) {
+							b := make([]byte, l)
+							for i := range b {
+								b[i] = groupByte(r, p, i)
+							}
+							ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: collectives.HostBuffer(b)})
+						}
+						if l := g[p][r]; l > 0 || empty(p, r) {
+							recv[p] = make([]byte, l)
+							ops = append(ops, collectives.P2P{Peer: p, Buf: collectives.HostBuffer(recv[p])})
+						}
+					}
+					if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) }); err != nil {
+						return fmt.Errorf("group %d: %w", k, err)
+					}
+					for s, b := range recv {
+						for i, x := range b {
+							if want := groupByte(s, r, i); x != want {
+								return fmt.Errorf("group %d: byte %d from rank %d is %d, want %d", k, i, s, x, want)
+							}
+						}
+					}
+				}
+				if st, ok := PXNStats(c); ok {
+					mu.Lock()
+					relayed += st.Relayed
+					received += st.Received
+					mu.Unlock()
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return relayed, received
+}

@@ -72,65 +72,28 @@ func TestPXNGroup(t *testing.T) {
 
 func groupByte(s, d, i int) byte { return byte(s*29 + d*13 + i + i>>10) }
 
-// runGroups runs each group on hosts × per ranks (every rank calls Group
-// with its own entries, possibly none) and checks every byte; it returns
-// the proxies' relayed and received messages summed over the ranks.
-func runGroups(t *testing.T, hosts, per int, env map[string]string, groups []groupMsgs) (relayed, received int64) {
+// runRanks runs body on hosts × per ranks, each in its world
+// communicator made with env, and fails the test with the first error.
+func runRanks(t *testing.T, hosts, per int, env map[string]string, body func(c *Comm) error) {
 	t.Helper()
 	n := hosts * per
 	stores := bootstrap.NewInProc(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	job := fmt.Sprintf("pxg%d", time.Now().UnixNano())
-	var mu sync.Mutex
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = func() error {
-				c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				for k, g := range groups {
-					var ops []collectives.P2P
-					recv := make([][]byte, n)
-					empty := func(s, d int) bool { return k == 0 && d == (s+1)%n } // the empty messages of group 0
-					for p := range n {
-						if l := g[r][p]; l > 0 || empty(r, p) {
-							b := make([]byte, l)
-							for i := range b {
-								b[i] = groupByte(r, p, i)
-							}
-							ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: collectives.HostBuffer(b)})
-						}
-						if l := g[p][r]; l > 0 || empty(p, r) {
-							recv[p] = make([]byte, l)
-							ops = append(ops, collectives.P2P{Peer: p, Buf: collectives.HostBuffer(recv[p])})
-						}
-					}
-					if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) }); err != nil {
-						return fmt.Errorf("group %d: %w", k, err)
-					}
-					for s, b := range recv {
-						for i, x := range b {
-							if want := groupByte(s, r, i); x != want {
-								return fmt.Errorf("group %d: byte %d from rank %d is %d, want %d", k, i, s, x, want)
-							}
-						}
-					}
-				}
-				if st, ok := PXNStats(c); ok {
-					mu.Lock()
-					relayed += st.Relayed
-					received += st.Received
-					mu.Unlock()
-				}
-				return nil
-			}()
+			c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = body(c)
+			c.Close()
 		}()
 	}
 	wg.Wait()
@@ -139,5 +102,116 @@ func runGroups(t *testing.T, hosts, per int, env map[string]string, groups []gro
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// runGroups runs each group on hosts × per ranks (every rank calls Group
+// with its own entries, possibly none) and checks every byte; it returns
+// the proxies' relayed and received messages summed over the ranks.
+func runGroups(t *testing.T, hosts, per int, env map[string]string, groups []groupMsgs) (relayed, received int64) {
+	t.Helper()
+	n := hosts * per
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	runRanks(t, hosts, per, env, func(c *Comm) error {
+		r := c.Rank()
+		for k, g := range groups {
+			var ops []collectives.P2P
+			recv := make([][]byte, n)
+			empty := func(s, d int) bool { return k == 0 && d == (s+1)%n } // the empty messages of group 0
+			for p := range n {
+				if l := g[r][p]; l > 0 || empty(r, p) {
+					b := make([]byte, l)
+					for i := range b {
+						b[i] = groupByte(r, p, i)
+					}
+					ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: collectives.HostBuffer(b)})
+				}
+				if l := g[p][r]; l > 0 || empty(p, r) {
+					recv[p] = make([]byte, l)
+					ops = append(ops, collectives.P2P{Peer: p, Buf: collectives.HostBuffer(recv[p])})
+				}
+			}
+			if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) }); err != nil {
+				return fmt.Errorf("group %d: %w", k, err)
+			}
+			for s, b := range recv {
+				for i, x := range b {
+					if want := groupByte(s, r, i); x != want {
+						return fmt.Errorf("group %d: byte %d from rank %d is %d, want %d", k, i, s, x, want)
+					}
+				}
+			}
+		}
+		// Every rank is done (so is every relay) before the counters.
+		if err := c.Run(ctx, "barrier", c.Engine().Barrier); err != nil {
+			return err
+		}
+		if st, ok := PXNStats(c); ok {
+			mu.Lock()
+			relayed += st.Relayed
+			received += st.Received
+			mu.Unlock()
+		}
+		return nil
+	})
 	return relayed, received
+}
+
+// TestPXNGroupRelayBusy: the relay of a pair is inside a group of its own
+// on the same communicator, which it leaves only after the pair's group
+// completed: the service carries the pair's message all the same (the
+// relay's calls play no part in it).
+func TestPXNGroupRelayBusy(t *testing.T) {
+	eth0 := testenv.SecondNIC(t)
+	env := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + eth0,
+		"FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": "1"}
+	const s, d = 0, 5 // lo rail -> eth0 rail
+	pairDone := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msg := make([]byte, 3<<20+17) // several chunks
+	for i := range msg {
+		msg[i] = groupByte(s, d, i)
+	}
+	group := func(c *Comm, ops ...collectives.P2P) error {
+		return c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) })
+	}
+	runRanks(t, 2, 4, env, func(c *Comm) error {
+		c.pxn.mu.Lock()
+		route, _ := c.pxn.plan.Route(s, d)
+		c.pxn.mu.Unlock()
+		relay, other := route.Via, 2 // other: a sibling of the relay that feeds it last
+		if relay == s || relay/4 != s/4 {
+			return fmt.Errorf("rank %d relays %d -> %d: want another rank of its host", relay, s, d)
+		}
+		if other == relay {
+			other = 3
+		}
+		switch c.Rank() {
+		case s:
+			return group(c, collectives.P2P{Send: true, Peer: d, Buf: collectives.HostBuffer(msg)})
+		case d:
+			got := make([]byte, len(msg))
+			if err := group(c, collectives.P2P{Peer: s, Buf: collectives.HostBuffer(got)}); err != nil {
+				return err
+			}
+			for i, x := range got {
+				if x != msg[i] {
+					return fmt.Errorf("byte %d from rank %d is %d, want %d", i, s, x, msg[i])
+				}
+			}
+			close(pairDone)
+		case relay: // busy until the pair is done
+			return group(c, collectives.P2P{Peer: other, Buf: collectives.HostBuffer(make([]byte, 10))})
+		case other:
+			select {
+			case <-pairDone:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return group(c, collectives.P2P{Send: true, Peer: relay, Buf: collectives.HostBuffer(make([]byte, 10))})
+		}
+		return nil
+	})
 }

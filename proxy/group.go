@@ -121,6 +121,10 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 		}
 		return fmt.Errorf("rank %d: send to rank %d via relay rank %d: %w", me, d, v, g.cause())
 	}
+	// The hand-offs are posted as credits allow, without waiting for the
+	// previous one: the relay has a slot for each (a broken link fails
+	// the service, which ends take's wait).
+	var reqs []fabric.Request
 	for _, b := range bufs {
 		for k := range max(1, p.chunks(len(b))) {
 			if err := take(); err != nil {
@@ -135,15 +139,14 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 				kind = hdrFirst
 			}
 			r1, r2 := sv.send(v, header(kind, d, len(ch), len(b)), ch)
-			for _, r := range []fabric.Request{r1, r2} {
-				if r == nil {
-					continue
-				}
-				if err := r.Wait(ctx); err != nil {
-					return fmt.Errorf("rank %d: hand rank %d's message to relay rank %d: %w", me, d, v, err)
-				}
+			reqs = append(reqs, r1)
+			if r2 != nil {
+				reqs = append(reqs, r2)
 			}
 		}
+	}
+	if err := fabric.WaitAll(ctx, reqs...); err != nil {
+		return fmt.Errorf("rank %d: hand rank %d's message to relay rank %d: %w", me, d, v, err)
 	}
 	for range p.cfg.Credits { // every chunk sent by the relay
 		if err := take(); err != nil {

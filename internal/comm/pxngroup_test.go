@@ -215,3 +215,29 @@ func TestPXNGroupRelayBusy(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPXNGroupInfoLine: with FLEXLINK_DEBUG=INFO a group that goes
+// through relays logs one "pxn group" line with its split.
+func TestPXNGroupInfoLine(t *testing.T) {
+	vars := map[string]string{"FLEXLINK_DEBUG": "INFO", "FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp",
+		"FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": "1"}
+	const n = 4 // 2 hosts x 2: local rank 0 on lo, 1 on eth0
+	logs := runLoggedHosts(t, n, vars, func(r int) string { return fmt.Sprint("host", r/2) }, func(c *Comm) error {
+		me := c.Rank()
+		var ops []collectives.P2P
+		for p := range n {
+			if p != me {
+				ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: collectives.HostBuffer(make([]byte, 100))},
+					collectives.P2P{Peer: p, Buf: collectives.HostBuffer(make([]byte, 100))})
+			}
+		}
+		return c.Run(context.Background(), "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) })
+	})
+	for r, log := range logs {
+		// One peer per rank is on the other host and the other rail.
+		f := fields(log, "pxn group", 0)
+		if f == nil || f["sends"] != "1" || f["receives"] != "1" || f["local_or_on_rail"] != "4" || f["received"] != "2" {
+			t.Errorf("rank %d: line %v", r, f)
+		}
+	}
+}

@@ -63,14 +63,14 @@ func startPXNGroup(ctx context.Context, c *Comm) error {
 	c.pxn.mu.Lock()
 	c.pxn.handoff = hc
 	c.pxn.mu.Unlock()
-	px.Serve(handoffLinks{s: hc.links, idx: idx}, func(err error) { c.pxnServiceFailed(err) })
+	px.Serve(handoffLinks{s: hc.links, idx: idx}, func(err error) { pxnServiceFailed(c, err) })
 	return nil
 }
 
 // pxnServiceFailed ends the job when the group service fails outside a
 // call (a relay's connection broke): after the bootstrap's own report if a
 // peer was lost (it names the root cause), else with err.
-func (c *Comm) pxnServiceFailed(err error) {
+func pxnServiceFailed(c *Comm, err error) {
 	w := c.world
 	if w.store.Err() != nil {
 		return

@@ -58,6 +58,7 @@ type service struct {
 	queues map[[2]int]chan staged // relay side: (s, d) -> its writer
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	quiet  atomic.Bool // closing: a hand-off link that ends is no failure (Quiesce)
 }
 
 // Hand-off header kinds and wire layout: four little-endian u64.
@@ -111,6 +112,18 @@ func (p *Proxy) Serve(h Local, onFail func(error)) {
 	p.mu.Lock()
 	p.svc = sv
 	p.mu.Unlock()
+}
+
+// Quiesce tells the group service that the communicator is closing: a
+// local rank's hand-off link that ends from now on is that rank closing,
+// not a failure (the relay's network failures still are). Call it before
+// the closing barrier, after which the ranks close their links.
+func (p *Proxy) Quiesce() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.svc != nil {
+		p.svc.quiet.Store(true)
+	}
 }
 
 // close stops the service (the proxy is closing): its goroutines end, and
@@ -184,7 +197,9 @@ func (sv *service) read(q int) {
 	hdr := make([]byte, hdrLen)
 	for {
 		if err := sv.h.Recv(q, tagHdr, hdr).Wait(sv.ctx); err != nil {
-			sv.fail(fmt.Errorf("rank %d pxn service: hand-off link from local rank %d: %w", me, q, err))
+			if !sv.quiet.Load() { // else q closed its end: the communicator is closing
+				sv.fail(fmt.Errorf("rank %d pxn service: hand-off link from local rank %d: %w", me, q, err))
+			}
 			return
 		}
 		kind, d, n, total := parseHeader(hdr)

@@ -161,6 +161,16 @@ func Group(ctx context.Context, c *Comm, ops []collectives.P2P) error {
 	return nil
 }
 
+// quiescePXN tells c's group service, before the closing barrier, that
+// the local ranks' hand-off links will end (proxy.Proxy.Quiesce).
+func quiescePXN(c *Comm) {
+	c.pxn.mu.Lock()
+	defer c.pxn.mu.Unlock()
+	if c.pxn.px != nil {
+		c.pxn.px.Quiesce()
+	}
+}
+
 // closePXNGroup stops nothing itself (the proxy stops its service); it
 // releases the hand-off links after the proxy closed, without the
 // closing barrier (the service's readers hold receives on them).

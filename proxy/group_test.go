@@ -212,7 +212,7 @@ func TestGroupMismatch(t *testing.T) {
 func TestGroupRelayKilled(t *testing.T) {
 	g := newGroupJob(t, 2, 4, 1<<10)
 	noErrs(t, g.run(t, pairs{{0, 5}: {5000}, {2, 7}: {3000}}, 1))
-	const victim = 1 // relay of 0 -> 5
+	const victim = 1  // relay of 0 -> 5
 	g.px[2].Quiesce() // ranks 2, 3 are closing: rank 1's link ending is no failure to them
 	g.px[3].Quiesce()
 	g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))

@@ -241,3 +241,54 @@ func TestPXNGroupInfoLine(t *testing.T) {
 		}
 	}
 }
+
+// TestPXNGroupSplit: a sub-communicator that spans hosts starts its own
+// group service at Split: world ranks {0,1,4,5} and {2,3,6,7} (each with
+// a rank on either rail of either host) run a group of every pair, the
+// cross-rail ones relayed.
+func TestPXNGroupSplit(t *testing.T) {
+	env := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t),
+		"FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": "1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runRanks(t, 2, 4, env, func(w *Comm) error {
+		c, err := w.Split(ctx, w.Rank()%4/2, w.Rank())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		n, me := c.Size(), c.Rank()
+		var ops []collectives.P2P
+		recv := make([][]byte, n)
+		for p := range n {
+			if p == me {
+				continue
+			}
+			b := make([]byte, 5000+100*me+p)
+			for i := range b {
+				b[i] = groupByte(me, p, i)
+			}
+			recv[p] = make([]byte, 5000+100*p+me)
+			ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: collectives.HostBuffer(b)}, collectives.P2P{Peer: p, Buf: collectives.HostBuffer(recv[p])})
+		}
+		if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) }); err != nil {
+			return err
+		}
+		for s, b := range recv {
+			for i, x := range b {
+				if want := groupByte(s, me, i); x != want {
+					return fmt.Errorf("byte %d from rank %d is %d, want %d", i, s, x, want)
+				}
+			}
+		}
+		if err := c.Run(ctx, "barrier", c.Engine().Barrier); err != nil {
+			return err
+		}
+		// Sub-ranks 0, 1 on one host, 2, 3 on the other; 0, 2 on lo and
+		// 1, 3 on the other rail: each rank relays one sibling's message.
+		if st, ok := PXNStats(c); !ok || st.Relayed != 1 {
+			return fmt.Errorf("sub-communicator %s: counters %+v (%v), want 1 message relayed", c.Name(), st, ok)
+		}
+		return nil
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"flexlink/collectives"
@@ -11,6 +12,7 @@ import (
 	"flexlink/internal/errs"
 	"flexlink/internal/flog"
 	"flexlink/proxy"
+	"flexlink/proxy/pxn"
 )
 
 // Grouped send/recv through the PXN proxy (FLEXLINK_PXN_GROUP=1 with
@@ -41,7 +43,12 @@ func (l handoffLinks) Recv(p int, tag fabric.Tag, b []byte) fabric.Request {
 // communicator's links (logged); only a failure to publish is an error.
 func startPXNGroup(ctx context.Context, c *Comm) error {
 	w := c.world
-	if !w.env.Bool("FLEXLINK_PXN_GROUP") || w.net.cfg.PXN < 0 {
+	if !w.env.Bool("FLEXLINK_PXN_GROUP") || w.net.cfg.PXN < 0 || !w.needsNet(c.members) || w.mode != "auto" {
+		return nil
+	}
+	// No route with a relay (level 0, one rail): groups need no service.
+	// (A plan that fails is logged by pxnProxy on the first all-to-all.)
+	if plan, err := pxnPlan(c); err != nil || !slices.ContainsFunc(plan.Routes, func(r pxn.Route) bool { return r.Via != r.Src }) {
 		return nil
 	}
 	px, err := pxnProxy(ctx, c)

@@ -22,8 +22,9 @@ type groupMsgs [][]int
 // a message of random length (some empty) and one where only a few pairs
 // talk, every byte checked against the sender's formula. With
 // FLEXLINK_PXN_GROUP=1 the cross-rail messages go through the relays (the
-// counters show them relayed and received); with 0 no proxy is made and
-// the same groups take the communicator's links.
+// counters show them relayed and received); with 0, or at level 0 (no
+// relays), no proxy is made and the same groups take the communicator's
+// links.
 func TestPXNGroup(t *testing.T) {
 	eth0 := testenv.SecondNIC(t)
 	const hosts, per = 2, 4
@@ -44,10 +45,14 @@ func TestPXNGroup(t *testing.T) {
 		some[s] = make([]int, n)
 	}
 	some[0][5], some[6][3], some[2][1] = 5000, 70000, 10 // cross-rail, cross-rail, same host
-	for _, on := range []string{"1", "0"} {
-		t.Run("group"+on, func(t *testing.T) {
+	for _, tc := range []struct{ level, group string }{{"2", "1"}, {"2", "0"}, {"0", "1"}} {
+		on := tc.group
+		if tc.level == "0" {
+			on = "0" // no route has a relay: no service, the communicator's links
+		}
+		t.Run("level"+tc.level+"/group"+tc.group, func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + eth0,
-				"FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": on}
+				"FLEXLINK_PXN": tc.level, "FLEXLINK_PXN_GROUP": tc.group}
 			relayed, received := runGroups(t, hosts, per, env, []groupMsgs{all, some})
 			t.Logf("through the proxies: %d network messages relayed, %d received", relayed, received)
 			// Cross-host pairs on different rails: rank s relays through the

@@ -89,3 +89,18 @@ func runGroups(ctx context.Context, c *rank.Comm, size, n int, killAfter string)
 	fmt.Printf("group payload: rank=%d cross_host_bytes=%d\n", me, cross)
 	return nil
 }
+
+// groupAllToAll is an all-to-all as one Group of a send and a receive per
+// peer (PyTorch's all_to_all_single over NCCL's send/recv).
+func groupAllToAll(ctx context.Context, c *rank.Comm, send, recv []int32) error {
+	n, me := c.Size(), c.Rank()
+	blk := len(send) / n
+	var ops []rank.P2P
+	for p := range n {
+		if p != me {
+			ops = append(ops, rank.SendTo(p, rank.Of(send[p*blk:(p+1)*blk])), rank.RecvFrom(p, rank.Of(recv[p*blk:(p+1)*blk])))
+		}
+	}
+	copy(recv[me*blk:(me+1)*blk], send[me*blk:(me+1)*blk])
+	return c.Group(ctx, ops...)
+}

@@ -185,21 +185,31 @@ func (g groupCall) recvFrom(s int, bufs [][]byte) error {
 		}
 		return nil
 	}
-	lb := make([]byte, 8)
+	// Every receive is posted at once, in order: per message its length,
+	// then its chunks as this rank's buffer cuts them. A length that
+	// differs fails the group (and the proxy, which ends the receives
+	// posted after it).
+	type msg struct {
+		lb     []byte
+		len    *Op
+		chunks []*Op
+	}
+	ms := make([]msg, len(bufs))
 	for i, b := range bufs {
-		// The length first: the chunks' receives are posted only once it
-		// matches, so a wrong size fails here and takes nothing else.
-		if err := wait(post(lb), "a length", 8); err != nil {
+		ms[i].lb = make([]byte, 8)
+		ms[i].len = post(ms[i].lb)
+		for k := range p.chunks(len(b)) {
+			ms[i].chunks = append(ms[i].chunks, post(p.chunk(b, k)))
+		}
+	}
+	for i, b := range bufs {
+		if err := wait(ms[i].len, "a length", 8); err != nil {
 			return err
 		}
-		if n := int(binary.LittleEndian.Uint64(lb)); n != len(b) {
+		if n := int(binary.LittleEndian.Uint64(ms[i].lb)); n != len(b) {
 			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) has %d bytes, the receive %d: %w", me, i, s, v, n, len(b), errs.ErrMismatch)
 		}
-		ops := make([]*Op, p.chunks(len(b)))
-		for k := range ops {
-			ops[k] = post(p.chunk(b, k))
-		}
-		for k, op := range ops {
+		for k, op := range ms[i].chunks {
 			if err := wait(op, fmt.Sprintf("chunk %d of message %d", k, i), len(p.chunk(b, k))); err != nil {
 				return err
 			}

@@ -244,3 +244,44 @@ func TestGroupRelayKilled(t *testing.T) {
 	}
 	noErrs(t, g.run(t, pairs{{2, 7}: {4000}}, 3)) // through rank 3: their services go on
 }
+
+// TestGroupDestinationKilled: the destination dies while a sender's
+// message for it is on its way through the relay; the relay's service
+// reports it outside any call naming the destination, and the job's end
+// (here: every proxy aborted with that report, as the bootstrap does)
+// fails the sender's pending group with the ranks named.
+func TestGroupDestinationKilled(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	const victim = 5 // 0 -> 5 through rank 1
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	started, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := g.px[0].Group(ctx, []Msg{{victim, make([]byte, 64<<10)}}, nil) // more than the credits cover
+		done <- err
+	}()
+	<-started
+	g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
+	g.hand.Kill(victim)
+	g.nw.Kill(victim)
+	for r := -1; r != 1; { // the victim's siblings report its hand-off links too
+		select {
+		case r = <-g.reported:
+		case <-ctx.Done():
+			t.Fatal("the relay did not report the destination's death")
+		}
+	}
+	g.mu.Lock()
+	report := g.failed[1]
+	g.mu.Unlock()
+	if !strings.Contains(report.Error(), fmt.Sprint("to rank ", victim)) {
+		t.Fatalf("relay rank 1 reported %v, want an error naming rank %d", report, victim)
+	}
+	for _, px := range g.px {
+		px.Abort(fmt.Errorf("job aborted: %w", report))
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "relay rank 1") || !strings.Contains(err.Error(), fmt.Sprint("rank ", victim)) {
+		t.Errorf("sender: %v, want an error naming relay rank 1 and rank %d", err, victim)
+	}
+}

@@ -67,13 +67,18 @@ func TestGroupSpine(t *testing.T) {
 }
 
 // TestGroupRelayKilled: rank 1, the relay of rail 1 on the first host,
-// dies between two groups; the next group (0 -> 5 and 2 -> 5 through
-// rank 1, which is in no pair) fails, and the job ends with rank 1 named,
+// dies between two groups (the next one has 0 -> 5 and 2 -> 5 through
+// rank 1, which is in no pair), and then 20 ms into a group of every pair
+// (4 MiB per rank); each time the job ends with rank 1 named within 5 s,
 // nothing left running and no shared memory left behind.
 func TestGroupRelayKilled(t *testing.T) {
 	need(t)
-	start := time.Now()
-	shmBefore := shmEntries(t)
-	code, out, errs := jobEnv(t, []string{"FLEXLINK_PXN=2", "FLEXLINK_PXN_GROUP=1"}, 30*time.Second, "-groups", "1", "-size", "262144", "-kill-after", "1:0")
-	checkKilled(t, "1", start, shmBefore, code, out, errs)
+	for _, c := range []struct{ name, flag, size string }{{"between", "-kill-after", "262144"}, {"during", "-kill", "4194304"}} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			shmBefore := shmEntries(t)
+			code, out, errs := jobEnv(t, []string{"FLEXLINK_PXN=2", "FLEXLINK_PXN_GROUP=1"}, 30*time.Second, "-groups", "1", "-size", c.size, c.flag, "1:0")
+			checkKilled(t, "1", start, shmBefore, code, out, errs)
+		})
+	}
 }

@@ -22,14 +22,24 @@ var fewPairs = [][2]int{{0, 5}, {2, 5}, {6, 3}, {4, 2}}
 // message of a seeded random length (the same lengths on every rank; some
 // pairs send nothing), then the fewPairs group, checks every element
 // against the sender's formula, and prints how many bytes this rank sent
-// to other hosts. -kill-after R:K makes rank R die right after group K.
-func runGroups(ctx context.Context, c *rank.Comm, size, n int, killAfter string) error {
+// to other hosts. -kill-after R:K makes rank R die right after group K,
+// -kill R:K 20 ms into it.
+func runGroups(ctx context.Context, c *rank.Comm, size, n int, kill, killAfter string) error {
 	np, me := c.Size(), c.Rank()
-	killRank, killGroup := -1, -1
-	if killAfter != "" {
-		a, b, _ := strings.Cut(killAfter, ":")
-		killRank, _ = strconv.Atoi(a)
-		killGroup, _ = strconv.Atoi(b)
+	parse := func(v string) (int, int) {
+		if v == "" {
+			return -1, -1
+		}
+		a, b, _ := strings.Cut(v, ":")
+		r, _ := strconv.Atoi(a)
+		k, _ := strconv.Atoi(b)
+		return r, k
+	}
+	killRank, killGroup := parse(killAfter)
+	midRank, midGroup := parse(kill)
+	die := func() {
+		fmt.Fprintf(os.Stderr, "a2a: rank %d kills itself at %d\n", me, time.Now().UnixMilli())
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 	cross := 0
 	for k := range n + 1 {
@@ -64,6 +74,9 @@ func runGroups(ctx context.Context, c *rank.Comm, size, n int, killAfter string)
 				ops = append(ops, rank.RecvFrom(p, rank.Of(recv[p])))
 			}
 		}
+		if me == midRank && k == midGroup {
+			time.AfterFunc(20*time.Millisecond, die)
+		}
 		if len(ops) > 0 {
 			if err := c.Group(ctx, ops...); err != nil {
 				return fmt.Errorf("group %d: %w", k, err)
@@ -77,8 +90,7 @@ func runGroups(ctx context.Context, c *rank.Comm, size, n int, killAfter string)
 			}
 		}
 		if me == killRank && k == killGroup {
-			fmt.Fprintf(os.Stderr, "a2a: rank %d kills itself at %d\n", me, time.Now().UnixMilli())
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			die()
 		}
 	}
 	// The relays' counters are complete once every rank is done (a relay

@@ -37,7 +37,7 @@ func main() {
 	}
 	switch {
 	case *groups > 0:
-		err = runGroups(ctx, c, *size, *groups, *killAfter)
+		err = runGroups(ctx, c, *size, *groups, *kill, *killAfter)
 	case *bench != "":
 		err = runBench(ctx, c, *bench, *iters, *groupBench)
 	default:

@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -135,8 +135,8 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 				ch = p.chunk(b, k)
 			}
 			kind := hdrData
-			if k == 0 {
-				kind = hdrFirst
+			if k == max(1, p.chunks(len(b)))-1 {
+				kind = hdrLast
 			}
 			r1, r2 := sv.send(v, header(kind, d, len(ch), len(b)), ch)
 			reqs = append(reqs, r1)
@@ -159,8 +159,28 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	return nil
 }
 
+// chunkTagBits is how many bits of a message's length a chunk's tag
+// carries (the ucx provider leaves 20 bits of a tag to its users).
+const chunkTagBits = 19
+
+// chunkTag is the network tag of a group message's chunk: the low bits of
+// the message's length and whether the chunk is its last. Two ends that
+// cut messages of different lengths differ in some chunk's tag no later
+// than the last chunk of the shorter cut (or, with as many chunks, in the
+// last chunk's size), so a wrong length fails the receive that meets it
+// and nothing of the next message is taken.
+func chunkTag(total int, last bool) uint64 {
+	t := uint64(total) & (1<<chunkTagBits - 1) << 1
+	if last {
+		t |= 1
+	}
+	return t
+}
+
 // recvFrom takes s's messages (in order) from the connection s's relay
-// keeps for (s, this rank): the length, checked, then the chunks.
+// keeps for (s, this rank): every chunk as this rank's buffer cuts it (an
+// empty message: one empty chunk), tagged by chunkTag from the buffer's
+// length: a message of another length fails with errs.ErrMismatch.
 func (g groupCall) recvFrom(s int, bufs [][]byte) error {
 	p, c := g.c.p, g.c
 	me := p.cfg.Rank
@@ -169,50 +189,41 @@ func (g groupCall) recvFrom(s int, bufs [][]byte) error {
 	if err != nil {
 		return fmt.Errorf("rank %d: receive from rank %d via relay rank %d on %s: %w", me, s, v, p.cfg.Hosts[v], err)
 	}
-	post := func(b []byte) *Op {
-		atomic.AddInt64(&c.st.Receives, 1)
-		atomic.AddInt64(&c.st.Buffers, 1)
-		return p.eng.Post(c.ctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{uint64(s)}, nil) })
+	// Every receive is posted at once, in order, then waited for.
+	type piece struct {
+		op  *Op
+		msg int
+		k   int
+		n   int
 	}
-	wait := func(op *Op, what string, want int) error {
-		sizes, err := op.Wait(c.ctx)
+	var ps []piece
+	for i, b := range bufs {
+		nk := max(1, p.chunks(len(b)))
+		for k := range nk {
+			ch := b[:0]
+			if len(b) > 0 {
+				ch = p.chunk(b, k)
+			}
+			tag := chunkTag(len(b), k == nk-1)
+			op := p.eng.Post(c.ctx, func() (net.Request, error) { return rc.IRecv([][]byte{ch}, []uint64{tag}, nil) })
+			ps = append(ps, piece{op: op, msg: i, k: k, n: len(ch)})
+		}
+	}
+	atomic.AddInt64(&c.st.Receives, int64(len(ps)))
+	atomic.AddInt64(&c.st.Buffers, int64(len(ps)))
+	for _, pc := range ps {
+		sizes, err := pc.op.Wait(c.ctx)
+		if errors.Is(err, errs.ErrMismatch) { // the tag: the sender's length
+			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) is not %d bytes long, as the receive is (chunk tags differ): %w",
+				me, pc.msg, s, v, len(bufs[pc.msg]), err)
+		}
 		if err != nil {
-			return fmt.Errorf("rank %d: receive %s from rank %d via relay rank %d on %s: %w", me, what, s, v, p.cfg.Hosts[v], err)
+			return fmt.Errorf("rank %d: receive of %d bytes (message %d, chunk %d) from rank %d via relay rank %d on %s: %w",
+				me, len(bufs[pc.msg]), pc.msg, pc.k, s, v, p.cfg.Hosts[v], err)
 		}
 		atomic.AddInt64(&c.st.Received, 1)
-		if sizes[0] != want {
-			return fmt.Errorf("rank %d: %s from rank %d via relay rank %d has %d bytes, want %d: %w", me, what, s, v, sizes[0], want, errs.ErrMismatch)
-		}
-		return nil
-	}
-	// Every receive is posted at once, in order: per message its length,
-	// then its chunks as this rank's buffer cuts them. A length that
-	// differs fails the group (and the proxy, which ends the receives
-	// posted after it).
-	type msg struct {
-		lb     []byte
-		len    *Op
-		chunks []*Op
-	}
-	ms := make([]msg, len(bufs))
-	for i, b := range bufs {
-		ms[i].lb = make([]byte, 8)
-		ms[i].len = post(ms[i].lb)
-		for k := range p.chunks(len(b)) {
-			ms[i].chunks = append(ms[i].chunks, post(p.chunk(b, k)))
-		}
-	}
-	for i, b := range bufs {
-		if err := wait(ms[i].len, "a length", 8); err != nil {
-			return err
-		}
-		if n := int(binary.LittleEndian.Uint64(ms[i].lb)); n != len(b) {
-			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) has %d bytes, the receive %d: %w", me, i, s, v, n, len(b), errs.ErrMismatch)
-		}
-		for k, op := range ms[i].chunks {
-			if err := wait(op, fmt.Sprintf("chunk %d of message %d", k, i), len(p.chunk(b, k))); err != nil {
-				return err
-			}
+		if sizes[0] != pc.n {
+			return fmt.Errorf("rank %d: chunk %d of message %d from rank %d via relay rank %d has %d bytes, want %d: %w", me, pc.k, pc.msg, s, v, sizes[0], pc.n, errs.ErrMismatch)
 		}
 	}
 	return nil

@@ -189,19 +189,61 @@ func TestGroupCredits(t *testing.T) {
 }
 
 // TestGroupMismatch: a receive of another length than the message fails
-// with ErrMismatch naming both ranks.
+// with ErrMismatch naming both ranks: lengths whose low bits differ (the
+// first chunk's tag), and lengths 2^19 apart (same low bits: the last
+// chunk's mark), each way round.
 func TestGroupMismatch(t *testing.T) {
-	g := newGroupJob(t, 2, 4, 1<<10)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := g.px[0].Group(ctx, []Msg{{5, make([]byte, 3000)}}, nil); done <- err }()
-	_, err := g.px[5].Group(ctx, nil, []Msg{{0, make([]byte, 2000)}})
-	if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), "from rank 0") {
-		t.Fatalf("receive: %v, want ErrMismatch naming ranks 5 and 0", err)
+	for _, c := range []struct{ send, recv int }{{3000, 2000}, {1<<chunkTagBits + 100, 100}, {100, 1<<chunkTagBits + 100}} {
+		t.Run(fmt.Sprint(c.send, "-", c.recv), func(t *testing.T) {
+			g := newGroupJob(t, 2, 4, 1<<10)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.px[0].Group(ctx, []Msg{{5, make([]byte, c.send)}, {5, make([]byte, 10)}}, nil)
+				done <- err
+			}()
+			_, err := g.px[5].Group(ctx, nil, []Msg{{0, make([]byte, c.recv)}, {0, make([]byte, 10)}})
+			if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), "from rank 0") {
+				t.Fatalf("receive: %v, want ErrMismatch naming ranks 5 and 0", err)
+			}
+			t.Log(err)
+			g.px[0].Abort(fmt.Errorf("job aborted by rank 5: %w", err)) // the job's end, as the bootstrap would
+			<-done
+		})
 	}
-	g.px[0].Abort(fmt.Errorf("job aborted by rank 5: %w", err)) // the job's end, as the bootstrap would
-	<-done
+}
+
+// TestChunkTag: for lengths that differ, the two ends' chunk cuts differ
+// in a tag no later than the shorter cut's last chunk, or (as many chunks)
+// in the last chunk's size: a receive never takes a chunk of the next
+// message unnoticed.
+func TestChunkTag(t *testing.T) {
+	const chunk = 1 << 10
+	cut := func(l int) (tags []uint64, last int) {
+		n := max(1, (l+chunk-1)/chunk)
+		for k := range n {
+			tags = append(tags, chunkTag(l, k == n-1))
+		}
+		return tags, l - (n-1)*chunk
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		a := rng.IntN(3 << chunkTagBits)
+		b := a + 1 + rng.IntN(chunk*4)
+		if rng.IntN(2) == 0 {
+			b = a + (1+rng.IntN(3))<<chunkTagBits // the same low bits
+		}
+		ta, la := cut(a)
+		tb, lb := cut(b)
+		differ := len(ta) == len(tb) && la != lb
+		for k := range min(len(ta), len(tb)) {
+			differ = differ || ta[k] != tb[k]
+		}
+		if !differ {
+			t.Fatalf("lengths %d and %d: tags %x.. and %x.., last chunks %d and %d", a, b, ta[:min(3, len(ta))], tb[:min(3, len(tb))], la, lb)
+		}
+	}
 }
 
 // TestGroupRelayKilled: the relay of a pair dies between two groups; the

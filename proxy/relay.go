@@ -47,14 +47,14 @@ func (s Stats) String() string {
 
 func appendLen(b []byte, n int) []byte { return binary.LittleEndian.AppendUint64(b, uint64(n)) }
 
-// staged is one chunk a local sender handed this relay (for a group
-// message, first marks its first chunk, which carries the total length).
+// staged is one chunk a local sender handed this relay (total, last: for
+// a group message, its length and whether this is its last chunk).
 type staged struct {
 	buf   *[]byte
 	n     int
 	flow  CreditKey
-	first bool
 	total int
+	last  bool
 }
 
 // relay serves the local senders whose messages this rank carries: one

@@ -24,9 +24,10 @@ import (
 // whose FIFO messages belong to whatever call is running). On it a rank
 // writes fixed-size headers, each followed for data by one payload:
 //
-//	data:   (hdrData or hdrFirst, d, n, total) then n bytes: one chunk of
-//	        the sender's message for d; hdrFirst on its first chunk, with
-//	        the message's total length
+//	data:   (hdrData or hdrLast, d, n, total) then n bytes: one chunk of
+//	        the sender's message for d, whose length is total; hdrLast on
+//	        its last chunk (an empty message is one last chunk of 0 bytes,
+//	        with no payload)
 //	credit: (hdrCredit, d, 0, 0): the relay sent one of the reader's
 //	        chunks for d on the network; the staging slot is free again
 //
@@ -39,7 +40,11 @@ import (
 // flow. The relay sends each (s, d) flow on a connection of its own from
 // its NIC, opened on first use with a hello naming s (conns: peerKey{v, s}),
 // so d takes s's messages from that connection in s's send order, whatever
-// the other senders do: a length (8 bytes), then the chunks.
+// the other senders do. Each chunk's tag says whether it is its message's
+// last and the length's low bits (chunkTag); d posts its receives tagged
+// as its buffer cuts them, so a message of another length fails a receive
+// (errs.ErrMismatch) before it takes anything of the next message, and
+// the check costs no extra message.
 //
 // A sender's send completes when every credit of the flow came back, that
 // is when the relay's network sends completed; so a relay or destination
@@ -64,7 +69,7 @@ type service struct {
 // Hand-off header kinds and wire layout: four little-endian u64.
 const (
 	hdrData = iota + 1
-	hdrFirst
+	hdrLast
 	hdrCredit
 	hdrLen = 32
 )
@@ -215,8 +220,8 @@ func (sv *service) read(q int) {
 				sv.fail(fmt.Errorf("rank %d pxn service: relay rank %d returned a credit for rank %d that was not out", me, q, d))
 				return
 			}
-		case hdrData, hdrFirst:
-			st := staged{n: n, first: kind == hdrFirst, total: total}
+		case hdrData, hdrLast:
+			st := staged{n: n, total: total, last: kind == hdrLast}
 			if n > 0 {
 				st.buf = p.stage.Get().(*[]byte)
 				if err := sv.h.Recv(q, tagPayload, (*st.buf)[:n]).Wait(sv.ctx); err != nil {
@@ -258,27 +263,21 @@ func (sv *service) write(s, d int, q chan staged) {
 		case <-sv.ctx.Done():
 			return
 		}
-		var ops []*Op
-		if st.first {
-			lb := appendLen(nil, st.total)
-			ops = append(ops, p.eng.Post(sv.ctx, func() (net.Request, error) { return sc.ISend(lb, uint64(s), nil) }))
-			atomic.AddInt64(&p.total.Messages, 1)
+		var b []byte
+		if st.buf != nil {
+			b = (*st.buf)[:st.n]
 		}
-		if st.n > 0 {
-			b := (*st.buf)[:st.n]
-			ops = append(ops, p.eng.Post(sv.ctx, func() (net.Request, error) { return sc.ISend(b, uint64(s), nil) }))
-			atomic.AddInt64(&p.total.Messages, 1)
-			atomic.AddInt64(&p.total.Relayed, 1)
-			atomic.AddInt64(&p.total.Bytes, int64(st.n))
-		}
+		tag := chunkTag(st.total, st.last)
+		op := p.eng.Post(sv.ctx, func() (net.Request, error) { return sc.ISend(b, tag, nil) })
+		atomic.AddInt64(&p.total.Messages, 1)
+		atomic.AddInt64(&p.total.Relayed, 1)
+		atomic.AddInt64(&p.total.Bytes, int64(st.n))
 		sv.wg.Add(1)
 		go func() {
 			defer sv.wg.Done()
-			for _, op := range ops {
-				if _, err := op.Wait(sv.ctx); err != nil {
-					sv.fail(fmt.Errorf("rank %d relay for rank %d to rank %d on %s from %s: %w", me, s, d, host, p.NIC(), err))
-					return
-				}
+			if _, err := op.Wait(sv.ctx); err != nil {
+				sv.fail(fmt.Errorf("rank %d relay for rank %d to rank %d on %s from %s: %w", me, s, d, host, p.NIC(), err))
+				return
 			}
 			if st.buf != nil {
 				p.stage.Put(st.buf)

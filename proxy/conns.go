@@ -24,7 +24,8 @@ const helloTag = 0x70786e68656c6c6f // "pxnhello"
 // conns holds one proxy's network connections: a listener on its own NIC
 // whose handle is published as key(rank), sending connections opened on
 // first use from its own NIC, and the receiving connections its accept
-// loop takes (keyed by the sender's rank, known from the hello).
+// loop takes, keyed by what the hello names: the connecting proxy's rank
+// and, for a group connection, the original sender it carries.
 type conns struct {
 	nic
 	rank int
@@ -35,9 +36,9 @@ type conns struct {
 	size int // ranks in the communicator
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced when recv gains a connection or err is set
-	send    map[int]net.SendConn
-	recv    map[int]net.RecvConn
+	changed chan struct{}            // closed and replaced when recv gains a connection or err is set
+	send    map[peerKey]net.SendConn // keyed by (destination, original sender or -1)
+	recv    map[peerKey]net.RecvConn
 	err     error
 }
 
@@ -58,7 +59,7 @@ func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Au
 		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
 	}
 	c := &conns{nic: nic{p: p, dev: dev, l: l}, rank: rank, key: key, dir: dir, eng: eng, auth: auth, size: size,
-		changed: make(chan struct{}), send: map[int]net.SendConn{}, recv: map[int]net.RecvConn{}}
+		changed: make(chan struct{}), send: map[peerKey]net.SendConn{}, recv: map[peerKey]net.RecvConn{}}
 	go c.accept()
 	return c, nil
 }
@@ -110,10 +111,12 @@ func (c *conns) fail(err error) {
 }
 
 // to returns the sending connection to peer's proxy, connecting (and
-// saying hello) on first use.
-func (c *conns) to(ctx context.Context, peer int) (net.SendConn, error) {
+// saying hello) on first use: the proxy's own connection for forRank -1,
+// else the group connection that carries forRank's messages.
+func (c *conns) to(ctx context.Context, peer, forRank int) (net.SendConn, error) {
+	key := peerKey{From: peer, For: forRank}
 	c.mu.Lock()
-	sc, err := c.send[peer], c.err
+	sc, err := c.send[key], c.err
 	c.mu.Unlock()
 	if sc != nil || err != nil {
 		return sc, err
@@ -126,7 +129,7 @@ func (c *conns) to(ctx context.Context, peer int) (net.SendConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rank %d proxy: connect to rank %d from %s: %w", c.rank, peer, c.p.Devices()[c.dev].Name, err)
 	}
-	b := c.auth.hello(c.rank, h)
+	b := c.auth.hello(peerKey{From: c.rank, For: forRank}, h)
 	op := c.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(b, helloTag, nil) })
 	if _, err := op.Wait(ctx); err != nil {
 		sc.Abort(err)
@@ -138,19 +141,19 @@ func (c *conns) to(ctx context.Context, peer int) (net.SendConn, error) {
 		sc.Abort(c.err)
 		return nil, c.err
 	}
-	if old := c.send[peer]; old != nil {
+	if old := c.send[key]; old != nil {
 		sc.Close()
 		return old, nil
 	}
-	c.send[peer] = sc
+	c.send[key] = sc
 	return sc, nil
 }
 
-// from waits for the receiving connection from peer's proxy.
-func (c *conns) from(ctx context.Context, peer int) (net.RecvConn, error) {
+// from waits for the receiving connection k.
+func (c *conns) from(ctx context.Context, k peerKey) (net.RecvConn, error) {
 	for {
 		c.mu.Lock()
-		rc, err, ch := c.recv[peer], c.err, c.changed
+		rc, err, ch := c.recv[k], c.err, c.changed
 		c.mu.Unlock()
 		if rc != nil || err != nil {
 			return rc, err
@@ -158,7 +161,11 @@ func (c *conns) from(ctx context.Context, peer int) (net.RecvConn, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("rank %d proxy: waiting for the connection from rank %d: %w", c.rank, peer, context.Cause(ctx))
+			what := fmt.Sprintf("rank %d", k.From)
+			if k.For >= 0 {
+				what = fmt.Sprintf("relay rank %d for rank %d", k.From, k.For)
+			}
+			return nil, fmt.Errorf("rank %d proxy: waiting for the connection from %s: %w", c.rank, what, context.Cause(ctx))
 		}
 	}
 }

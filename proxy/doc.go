@@ -10,6 +10,10 @@
 // receiving proxy takes the messages that several senders route through
 // one relay in one multi-receive.
 //
+// Proxy.AllToAllv runs inside every rank's all-to-all call; the group
+// service (service.go, group.go) runs for the communicator's lifetime and
+// carries grouped sends and receives through relays that are in no call.
+//
 // Sub-package pxn is the pure route planner the proxy follows: topology in,
 // routes and the multi-receive plan out, no I/O.
 package proxy

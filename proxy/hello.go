@@ -9,9 +9,19 @@ import (
 	"time"
 )
 
-// helloLen is a proxy hello's size: the sender's rank (u64) and an
-// HMAC-SHA256 proof of the job secret.
-const helloLen = 8 + sha256.Size
+// helloLen is a proxy hello's size: the connecting proxy's rank (u64),
+// the original sender a group connection carries plus one (u64, 0 for the
+// proxy's own connection) and an HMAC-SHA256 proof of the job secret.
+const helloLen = 16 + sha256.Size
+
+// peerKey names a proxy connection: the rank of the proxy that connected
+// (From), and for a group connection (grouped send/recv through a relay,
+// service.go) the original sender whose messages it carries (For; -1 for
+// the proxy's own all-to-all connection).
+type peerKey struct{ From, For int }
+
+// own is the all-to-all connection of proxy r.
+func own(r int) peerKey { return peerKey{From: r, For: -1} }
 
 // helloTimeout bounds how long an accepted connection may stay silent
 // before its hello; a silent or wrong one is dropped.
@@ -27,35 +37,42 @@ type Auth struct {
 	Key    string // the communicator's handle prefix (Config.Key)
 }
 
-// proof is the HMAC a sender of rank from computes for the listener whose
-// handle is handle.
-func (a Auth) proof(from int, handle []byte) []byte {
+// proof is the HMAC a proxy computes for connection k to the listener
+// whose handle is handle.
+func (a Auth) proof(k peerKey, handle []byte) []byte {
 	m := hmac.New(sha256.New, a.Secret)
-	for _, part := range [][]byte{[]byte("flexlink proxy hello"), []byte(a.JobID), []byte(a.Key), handle, binary.LittleEndian.AppendUint64(nil, uint64(from))} {
+	for _, part := range [][]byte{[]byte("flexlink proxy hello"), []byte(a.JobID), []byte(a.Key), handle,
+		binary.LittleEndian.AppendUint64(nil, uint64(k.From)), binary.LittleEndian.AppendUint64(nil, uint64(k.For+1))} {
 		m.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(part))))
 		m.Write(part)
 	}
 	return m.Sum(nil)
 }
 
-// hello is the first message a proxy sends on a connection to the
+// hello is the first message a proxy sends on connection k to the
 // listener whose handle is handle.
-func (a Auth) hello(from int, handle []byte) []byte {
-	return append(binary.LittleEndian.AppendUint64(nil, uint64(from)), a.proof(from, handle)...)
+func (a Auth) hello(k peerKey, handle []byte) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(k.From))
+	b = binary.LittleEndian.AppendUint64(b, uint64(k.For+1))
+	return append(b, a.proof(k, handle)...)
 }
 
-// check returns the sender's rank of hello b that reached the listener
+// check returns the connection named by hello b that reached the listener
 // whose handle is handle, among size ranks.
-func (a Auth) check(b, handle []byte, size int) (int, error) {
+func (a Auth) check(b, handle []byte, size int) (peerKey, error) {
 	if len(b) != helloLen {
-		return 0, fmt.Errorf("proxy hello of %d bytes, want %d", len(b), helloLen)
+		return peerKey{}, fmt.Errorf("proxy hello of %d bytes, want %d", len(b), helloLen)
 	}
-	from := binary.LittleEndian.Uint64(b)
+	from, forp1 := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
 	if from >= uint64(size) {
-		return 0, fmt.Errorf("proxy hello from rank %d of %d", from, size)
+		return peerKey{}, fmt.Errorf("proxy hello from rank %d of %d", from, size)
 	}
-	if !hmac.Equal(b[8:], a.proof(int(from), handle)) {
-		return 0, errors.New("proxy hello without a valid proof of the job secret")
+	if forp1 > uint64(size) {
+		return peerKey{}, fmt.Errorf("proxy hello from rank %d for rank %d of %d", from, forp1-1, size)
 	}
-	return int(from), nil
+	k := peerKey{From: int(from), For: int(forp1) - 1}
+	if !hmac.Equal(b[16:], a.proof(k, handle)) {
+		return peerKey{}, errors.New("proxy hello without a valid proof of the job secret")
+	}
+	return k, nil
 }

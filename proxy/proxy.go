@@ -48,6 +48,7 @@ type Proxy struct {
 	seq     atomic.Uint64
 	total   Stats
 	stage   sync.Pool
+	svc     *service // the group service (Serve), or nil
 	mu      sync.Mutex
 	err     error
 }
@@ -91,14 +92,25 @@ func (p *Proxy) Abort(err error) {
 	if p.err == nil {
 		p.err = err
 	}
+	sv := p.svc
 	p.mu.Unlock()
+	if sv != nil { // its senders waiting for credits, readers, writers
+		sv.cancel(err)
+	}
 	p.credits.Abort(err)
 	p.conns.abort(err)
 	p.eng.Abort(err)
 }
 
-// Close releases the engine and the connections.
+// Close stops the group service and releases the engine and the
+// connections.
 func (p *Proxy) Close() {
+	p.mu.Lock()
+	sv := p.svc
+	p.mu.Unlock()
+	if sv != nil {
+		sv.close()
+	}
 	p.eng.Close()
 	p.conns.close()
 }

@@ -47,11 +47,14 @@ func (s Stats) String() string {
 
 func appendLen(b []byte, n int) []byte { return binary.LittleEndian.AppendUint64(b, uint64(n)) }
 
-// staged is one chunk a local sender handed this relay.
+// staged is one chunk a local sender handed this relay (total, last: for
+// a group message, its length and whether this is its last chunk).
 type staged struct {
-	buf  *[]byte
-	n    int
-	flow CreditKey
+	buf   *[]byte
+	n     int
+	flow  CreditKey
+	total int
+	last  bool
 }
 
 // relay serves the local senders whose messages this rank carries: one
@@ -158,7 +161,7 @@ func (c *a2a) write(d int, senders []int, lens map[int]map[int]int, ready map[in
 	if rounds == 0 {
 		return nil
 	}
-	sc, err := c.p.conns.to(c.ctx, d)
+	sc, err := c.p.conns.to(c.ctx, d, -1)
 	if err != nil {
 		return fmt.Errorf("rank %d relay to rank %d on %s: %w", me, d, cfg.Hosts[d], err)
 	}
@@ -217,7 +220,7 @@ func (c *a2a) receive() {
 	}
 	for v, senders := range byVia {
 		c.goWait(func() error {
-			rc, err := c.p.conns.from(c.ctx, v)
+			rc, err := c.p.conns.from(c.ctx, own(v))
 			if err != nil {
 				return fmt.Errorf("rank %d: receive from relay rank %d on %s: %w", me, v, cfg.Hosts[v], err)
 			}

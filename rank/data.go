@@ -7,6 +7,7 @@ import (
 
 	"flexlink/collectives"
 	"flexlink/dtype"
+	"flexlink/internal/comm"
 )
 
 // Data is a buffer with its element type and count, like NCCL's
@@ -205,7 +206,10 @@ func RecvFrom(peer int, d Data) P2P { return P2P{Send: false, Peer: peer, Data: 
 
 // Group issues sends and receives together (like ncclGroupStart/End around
 // ncclSend/ncclRecv), so a ring exchange cannot deadlock. Messages between a
-// pair are matched in order; sizes must agree.
+// pair are matched in order; sizes must agree. With FLEXLINK_PXN set and
+// FLEXLINK_PXN_GROUP=1, messages for ranks on other hosts follow the PXN
+// routes: one this rank's NIC is not on the destination's rail for is
+// handed over shm to the local rank whose NIC is (docs/PXN.md).
 func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	ps := make([]collectives.P2P, len(ops))
 	for i, o := range ops {
@@ -216,7 +220,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	}
 	unaliasSends(ps)
 	return c.c.Run(ctx, "group send/recv", func(ctx context.Context) error {
-		return c.c.Engine().Group(ctx, ps)
+		return comm.Group(ctx, c.c, ps)
 	})
 }
 

@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 
+	"flexlink/collectives"
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/comm"
@@ -16,6 +17,13 @@ type pxnCaller struct{ *comm.Comm }
 
 func (c pxnCaller) PXNAllToAllv(ctx context.Context, send, recv [][]byte) (bool, error) {
 	return comm.PXNAllToAllv(ctx, c.Comm, send, recv)
+}
+
+// PXNGroup is a group of staged sends and receives (collectives/staged's
+// PXNGroup): through the PXN group service for the messages whose route
+// goes through a relay when FLEXLINK_PXN_GROUP runs it, else the engine.
+func (c pxnCaller) PXNGroup(ctx context.Context, ops []collectives.P2P) error {
+	return comm.Group(ctx, c.Comm, ops)
 }
 
 // AllToAllv sends sendCounts[j] elements to rank j and receives

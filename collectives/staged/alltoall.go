@@ -21,6 +21,24 @@ type PXN interface {
 	PXNAllToAllv(ctx context.Context, send, recv [][]byte) (ok bool, err error)
 }
 
+// PXNGroup is what the staged plane needs from its communicator to send a
+// group's staged messages through the PXN proxy's group service
+// (comm.Group): a Group with collectives.Engine.Group's semantics that
+// sends the messages whose route goes through a relay there, the others
+// over the engine. A plane.Host without it runs the engine's Group.
+type PXNGroup interface {
+	PXNGroup(ctx context.Context, ops []collectives.P2P) error
+}
+
+// hostGroup runs a Group of staged (host) messages: through PXNGroup when
+// the communicator offers it, else the engine.
+func (p *stagedPlane) hostGroup(ctx context.Context, ps []collectives.P2P) error {
+	if x, ok := p.c.(PXNGroup); ok {
+		return x.PXNGroup(ctx, ps)
+	}
+	return p.c.Engine().Group(ctx, ps)
+}
+
 // RunsAllToAllv says the staged plane takes plane.AllToAllv as one call
 // (plane.VPlane), so that it can go through the PXN proxy.
 func (p *stagedPlane) RunsAllToAllv() bool { return true }

@@ -16,6 +16,7 @@ type cut struct {
 	o          *plane.Op
 	s          *gpu.Stream
 	e          *collectives.Engine
+	hostGroup  func(ctx context.Context, ps []collectives.P2P) error // the host Group (stagedPlane.hostGroup)
 	rank, size int
 	chunk      int // the plane's chunk in bytes
 }
@@ -239,7 +240,7 @@ func (k cut) group(mem []byte) stages {
 					ps = append(ps, collectives.P2P{Send: e.Send, Peer: e.Peer, Buf: collectives.HostBuffer(hostPiece(i, off, ln))})
 				}
 			}
-			return k.e.Group(ctx, ps)
+			return k.hostGroup(ctx, ps)
 		},
 		out: func(j int) error { return copies(j, false) },
 	}

@@ -56,7 +56,7 @@ func (p *stagedPlane) pipelined(o *plane.Op) bool {
 // larger than the unpipelined call's: each chunk has its own part of it,
 // so no chunk waits for another's copies.
 func (p *stagedPlane) pipeline(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
-	k := cut{o: o, s: s, e: p.c.Engine(), rank: p.c.Rank(), size: p.c.Size(), chunk: p.chunk}
+	k := cut{o: o, s: s, e: p.c.Engine(), hostGroup: p.hostGroup, rank: p.c.Rank(), size: p.c.Size(), chunk: p.chunk}
 	mem, err := p.staging(k.staging())
 	if err != nil {
 		return p.fail(o, "pinned staging", err)

@@ -161,7 +161,7 @@ func (p *stagedPlane) group(ctx context.Context, o *plane.Op, s *gpu.Stream) err
 	if err := syncStream(ctx, s); err != nil {
 		return err
 	}
-	if err := p.c.Engine().Group(ctx, ps); err != nil {
+	if err := p.hostGroup(ctx, ps); err != nil {
 		return err
 	}
 	for i, e := range o.P2P {

@@ -213,6 +213,7 @@ func (c *Comm) Close() error {
 	}
 	c.closed = true
 	c.opMu.Unlock()
+	quiescePXN(c)
 	if c.broken == nil {
 		// Wait (bounded) until every rank is leaving, so no rank tears down
 		// a link whose last message its peer has not read yet (links whose

@@ -133,6 +133,10 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	}
 	c.ownsWorld = true
 	go w.watch()
+	if err := startPXNGroup(ctx, c); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -22,6 +22,9 @@ type pxnState struct {
 	plan  *pxn.Plan
 	err   error // why PXN is not used (logged once), or nil
 	tried bool
+	// handoff is the hidden communicator of this host's members whose
+	// links carry the group service's hand-offs (pxngroup.go), or nil.
+	handoff *Comm
 }
 
 // localLinks adapts the link set to proxy.Local.
@@ -168,4 +171,5 @@ func closePXN(c *Comm) {
 	if c.pxn.px != nil {
 		c.pxn.px.Close()
 	}
+	closePXNGroup(c.pxn.handoff)
 }

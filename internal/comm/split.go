@@ -56,7 +56,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	for i, m := range ms {
 		members[i] = c.members[m.parent]
 	}
-	return c.sub(ctx, c.name+".s"+strconv.Itoa(seq)+"c"+strconv.Itoa(color), members)
+	return withPXNGroup(ctx)(c.sub(ctx, c.name+".s"+strconv.Itoa(seq)+"c"+strconv.Itoa(color), members))
 }
 
 // Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
@@ -91,7 +91,22 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	for _, m := range members {
 		h.Write([]byte(strconv.Itoa(m) + ","))
 	}
-	return c.sub(ctx, fmt.Sprintf("%s.k%d.%x", c.name, seq, h.Sum64()), members)
+	return withPXNGroup(ctx)(c.sub(ctx, fmt.Sprintf("%s.k%d.%x", c.name, seq, h.Sum64()), members))
+}
+
+// withPXNGroup starts the PXN group service of a new communicator
+// (pxngroup.go) once it is made.
+func withPXNGroup(ctx context.Context) func(*Comm, error) (*Comm, error) {
+	return func(c *Comm, err error) (*Comm, error) {
+		if err != nil {
+			return nil, err
+		}
+		if err := startPXNGroup(ctx, c); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }
 
 // sub opens the endpoints of the communicator name of the world ranks

@@ -17,13 +17,22 @@ import (
 	"flexlink/internal/testenv"
 )
 
-// The cluster's name and network are this package's own (COMMON.md).
+// The cluster's name and network are this package's own (COMMON.md);
+// PXNTEST_NAME and PXNTEST_NET (a.b) give another, so that two checkouts
+// can run the tests side by side.
 const (
-	name  = "pxn"
-	net   = "10.81"
 	rails = 4
 	per   = 4 // ranks per host
 )
+
+var name, net = envOr("PXNTEST_NAME", "pxn"), envOr("PXNTEST_NET", "10.81")
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
 
 // cluster is what TestMain set up: "" dir when the tests cannot run.
 var cluster struct {
@@ -130,12 +139,20 @@ func spineBytes(t *testing.T) int64 {
 // its exit code, stdout and stderr, killing it after limit.
 func job(t *testing.T, level string, limit time.Duration, args ...string) (int, string, string) {
 	t.Helper()
+	return jobEnv(t, []string{"FLEXLINK_PXN=" + level}, limit, args...)
+}
+
+// jobEnv is job with the settings env (NAME=value) passed to every rank.
+func jobEnv(t *testing.T, env []string, limit time.Duration, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	argv := append([]string{"--ssh-args", "-F " + cluster.sshCf, "--prefix", cluster.prefix,
-		"-H", fmt.Sprintf("%s:%d,%s:%d", cluster.hosts[0], per, cluster.hosts[1], per),
-		"-x", "FLEXLINK_PXN=" + level, "-x", "FLEXLINK_NET=tcp", "-x", "FLEXLINK_NET_IFNAME=rail",
-		filepath.Join(cluster.prefix, "bin", "a2a")}, args...)
+	argv := []string{"--ssh-args", "-F " + cluster.sshCf, "--prefix", cluster.prefix,
+		"-H", fmt.Sprintf("%s:%d,%s:%d", cluster.hosts[0], per, cluster.hosts[1], per)}
+	for _, e := range append(env, "FLEXLINK_NET=tcp", "FLEXLINK_NET_IFNAME=rail") {
+		argv = append(argv, "-x", e)
+	}
+	argv = append(append(argv, filepath.Join(cluster.prefix, "bin", "a2a")), args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(cluster.prefix, "bin", "flexrun"), argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -229,37 +246,45 @@ func TestKilled(t *testing.T) {
 			start := time.Now()
 			shmBefore := shmEntries(t)
 			code, out, errs := job(t, "2", 30*time.Second, "-size", "1048576", "-iters", "2", "-kill", c.kill)
-			took := time.Since(start)
-			end := time.Now()
-			if code == 0 {
-				t.Fatalf("the job succeeded with rank %s killed\nstdout:\n%s\nstderr:\n%s", c.rank, out, errs)
-			}
-			if !regexp.MustCompile(`rank ` + c.rank + `\b`).MatchString(errs) {
-				t.Errorf("stderr does not name rank %s:\n%s", c.rank, errs)
-			}
-			t.Logf("exit %d after %v; stderr tail:\n%s", code, took.Round(time.Millisecond), tail(errs, 6))
-			// Every rank has gone within 5 s of the kill (flexrun exits after the last).
-			if m := killedRE.FindStringSubmatch(errs); m == nil {
-				t.Errorf("rank %s did not say when it killed itself", c.rank)
-			} else if ms, _ := strconv.ParseInt(m[1], 10, 64); end.Sub(time.UnixMilli(ms)) > 5*time.Second {
-				t.Errorf("flexrun exited %v after the kill, want within 5 s", end.Sub(time.UnixMilli(ms)))
-			}
-			if after := shmEntries(t); len(after) > len(shmBefore) {
-				t.Errorf("/dev/shm had %d entries before the job, %d after: %v", len(shmBefore), len(after), after)
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			var left string
-			for time.Now().Before(deadline) {
-				o, _ := exec.Command(script(), "pids", "--name", name).CombinedOutput()
-				if left = strings.TrimSpace(string(o)); left == "" {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if left != "" {
-				t.Errorf("processes left in the namespaces:\n%s", left)
-			}
+			checkKilled(t, c.rank, start, shmBefore, code, out, errs)
 		})
+	}
+}
+
+// checkKilled checks a job in which rank victim killed itself: flexrun
+// exited non-zero naming the rank, within 5 s of the kill, with nothing
+// left in /dev/shm (shmBefore: what was there before) or the namespaces.
+func checkKilled(t *testing.T, victim string, start time.Time, shmBefore []string, code int, out, errs string) {
+	t.Helper()
+	took := time.Since(start)
+	end := time.Now()
+	if code == 0 {
+		t.Fatalf("the job succeeded with rank %s killed\nstdout:\n%s\nstderr:\n%s", victim, out, errs)
+	}
+	if !regexp.MustCompile(`rank ` + victim + `\b`).MatchString(errs) {
+		t.Errorf("stderr does not name rank %s:\n%s", victim, errs)
+	}
+	t.Logf("exit %d after %v; stderr tail:\n%s", code, took.Round(time.Millisecond), tail(errs, 6))
+	// Every rank has gone within 5 s of the kill (flexrun exits after the last).
+	if m := killedRE.FindStringSubmatch(errs); m == nil {
+		t.Errorf("rank %s did not say when it killed itself", victim)
+	} else if ms, _ := strconv.ParseInt(m[1], 10, 64); end.Sub(time.UnixMilli(ms)) > 5*time.Second {
+		t.Errorf("flexrun exited %v after the kill, want within 5 s", end.Sub(time.UnixMilli(ms)))
+	}
+	if after := shmEntries(t); len(after) > len(shmBefore) {
+		t.Errorf("/dev/shm had %d entries before the job, %d after: %v", len(shmBefore), len(after), after)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var left string
+	for time.Now().Before(deadline) {
+		o, _ := exec.Command(script(), "pids", "--name", name).CombinedOutput()
+		if left = strings.TrimSpace(string(o)); left == "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left != "" {
+		t.Errorf("processes left in the namespaces:\n%s", left)
 	}
 }
 

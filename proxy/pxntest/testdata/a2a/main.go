@@ -2,7 +2,8 @@
 // counts) on the world communicator, checks every element against the
 // sender's formula, and prints each rank's PXN counters. With -bench it
 // times AllToAll per size instead and rank 0 prints a busbw table.
-// -kill R:N makes rank R kill itself (SIGKILL) 20 ms into call N.
+// -kill R:N makes rank R kill itself (SIGKILL) 20 ms into call N. With
+// -groups it runs groups of sends and receives instead (group.go).
 package main
 
 import (
@@ -24,6 +25,9 @@ func main() {
 	iters := flag.Int("iters", 2, "calls of each kind")
 	kill := flag.String("kill", "", "R:N: rank R kills itself during call N")
 	bench := flag.String("bench", "", "comma list of bytes per rank to time (busbw table)")
+	groups := flag.Int("groups", 0, "run this many groups of sends/receives between every pair (uneven), then one between a few pairs, instead of all-to-alls (group.go)")
+	killAfter := flag.String("kill-after", "", "R:K: rank R kills itself after group K")
+	groupBench := flag.Bool("group-bench", false, "with -bench: time all-to-alls made of a Group of sends and receives (all_to_all_single's shape) instead of AllToAll")
 	flag.Parse()
 	ctx := context.Background()
 	c, err := rank.Init(ctx)
@@ -31,9 +35,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "a2a:", err)
 		os.Exit(1)
 	}
-	if *bench != "" {
-		err = runBench(ctx, c, *bench, *iters)
-	} else {
+	switch {
+	case *groups > 0:
+		err = runGroups(ctx, c, *size, *groups, *kill, *killAfter)
+	case *bench != "":
+		err = runBench(ctx, c, *bench, *iters, *groupBench)
+	default:
 		err = run(ctx, c, *size, *iters, *kill)
 	}
 	if err != nil {
@@ -134,7 +141,7 @@ func unevenCounts(n, max int, seed uint64) [][]int {
 // runBench times AllToAll of each size (bytes per rank: the whole send
 // buffer) and prints, on rank 0, size, time and busbw = algbw × (n-1)/n
 // (nccl-tests), algbw = size / time.
-func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int) error {
+func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int, group bool) error {
 	n := c.Size()
 	if c.Rank() == 0 {
 		fmt.Printf("%12s %12s %10s %10s\n", "bytes", "time_us", "algbw_GBs", "busbw_GBs")
@@ -146,7 +153,11 @@ func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int) error 
 		}
 		cnt := b / 4 / n * n
 		send, recv := make([]int32, cnt), make([]int32, cnt)
-		if err := c.AllToAll(ctx, rank.Of(send), rank.Of(recv)); err != nil { // warm-up
+		a2a := func() error { return c.AllToAll(ctx, rank.Of(send), rank.Of(recv)) }
+		if group {
+			a2a = func() error { return groupAllToAll(ctx, c, send, recv) }
+		}
+		if err := a2a(); err != nil { // warm-up
 			return err
 		}
 		if err := c.Barrier(ctx); err != nil {
@@ -154,7 +165,7 @@ func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int) error 
 		}
 		t0 := time.Now()
 		for range iters {
-			if err := c.AllToAll(ctx, rank.Of(send), rank.Of(recv)); err != nil {
+			if err := a2a(); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,329 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"flexlink/fabric/fake"
+	"flexlink/internal/errs"
+)
+
+// groupJob is a job whose proxies run the group service over hand-off
+// links of their own (a second fake network); failed collects what each
+// service reported outside a call.
+type groupJob struct {
+	*job
+	hand     *fake.Network
+	mu       sync.Mutex
+	failed   map[int]error
+	reported chan int // the rank, each time a service reports
+}
+
+func newGroupJob(t *testing.T, nhosts, per, chunk int) *groupJob {
+	t.Helper()
+	g := &groupJob{job: newJob(t, nhosts, per, railVia(per), chunk), failed: map[int]error{}, reported: make(chan int, nhosts*per)}
+	g.hand = fake.NewNetwork(nhosts*per, fake.Options{})
+	for r, px := range g.px {
+		px.Serve(fakeLocal{g.hand, r}, func(err error) {
+			g.mu.Lock()
+			g.failed[r] = err
+			g.mu.Unlock()
+			g.reported <- r
+		})
+	}
+	return g
+}
+
+// pairs is one group: lens[[2]int{s, d}] lists the lengths of s's
+// messages for d, in order.
+type pairs map[[2]int][]int
+
+// run runs one Group on every rank that has a message (the others do
+// nothing), checks every byte, and returns the errors by rank.
+func (g *groupJob) run(t *testing.T, ms pairs, seed int) map[int]error {
+	t.Helper()
+	sends, recvs := map[int][]Msg{}, map[int][]Msg{}
+	for k, ls := range ms {
+		s, d := k[0], k[1]
+		for i, l := range ls {
+			b := make([]byte, l)
+			for j := range b {
+				b[j] = payload(s, d, j+i*7+seed)
+			}
+			sends[s] = append(sends[s], Msg{Peer: d, Buf: b})
+			recvs[d] = append(recvs[d], Msg{Peer: s, Buf: make([]byte, l)})
+		}
+	}
+	out := map[int]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r := range g.px {
+		if len(sends[r])+len(recvs[r]) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			_, err := g.px[r].Group(ctx, sends[r], recvs[r])
+			mu.Lock()
+			out[r] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	// Messages from one sender arrive in its order: the i-th receive from
+	// s holds s's i-th message for r.
+	for r, rs := range recvs {
+		if out[r] != nil {
+			continue
+		}
+		nth := map[int]int{}
+		for _, m := range rs {
+			i := nth[m.Peer]
+			nth[m.Peer]++
+			for j, b := range m.Buf {
+				if want := payload(m.Peer, r, j+i*7+seed); b != want {
+					t.Fatalf("rank %d: byte %d of message %d from rank %d is %d, want %d", r, j, i, m.Peer, b, want)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// relayedPairs is every (s, d) that goes through a relay, with random
+// lengths: 1–3 messages each, some empty.
+func (g *groupJob) relayedPairs(maxLen int, seed uint64) pairs {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	out := pairs{}
+	for s := range g.px {
+		for d := range g.px {
+			if g.px[s].Relayed(s, d) {
+				for range 1 + rng.IntN(3) {
+					out[[2]int{s, d}] = append(out[[2]int{s, d}], rng.IntN(maxLen+1)*min(rng.IntN(6), 1))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func noErrs(t *testing.T, errs map[int]error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestGroup: 2 hosts × 4 ranks, routes to the destination's rail; groups
+// of every relayed pair with uneven lengths (several chunks, empty
+// messages, several messages per pair), then a group where only a few
+// pairs talk and their relays are in no group; every byte checked, and
+// the relays' counters show what they carried.
+func TestGroup(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	for seed := range 2 {
+		noErrs(t, g.run(t, g.relayedPairs(5000, uint64(seed)), seed))
+	}
+	// 0 -> 5 via 1, 6 -> 3 via 7, 2 -> 4 via 0: relays 1 and 7 idle.
+	noErrs(t, g.run(t, pairs{{0, 5}: {3000, 10}, {6, 3}: {1 << 12}, {2, 4}: {0}}, 5))
+	var relayed int64
+	for r, px := range g.px {
+		st := px.Totals()
+		relayed += st.Relayed
+		if st.Relayed == 0 { // every rank is the relay to its rail
+			t.Errorf("rank %d relayed nothing: %s", r, st)
+		}
+	}
+	if relayed == 0 {
+		t.Error("nothing relayed")
+	}
+	if len(g.failed) != 0 {
+		t.Errorf("services failed: %v", g.failed)
+	}
+}
+
+// TestGroupCredits: a destination that takes its messages late holds
+// back only its own flow: rank 0 sends rank 5 (via rank 1) more than the
+// credits allow and, in the same group, rank 6 (via rank 2); rank 6
+// receives at once, rank 5 only after rank 6 is done.
+func TestGroupCredits(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	big, small := make([]byte, 16<<10), make([]byte, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make([]error, 3)
+	got6 := make(chan struct{})
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		_, errc[0] = g.px[0].Group(ctx, []Msg{{5, big}, {6, small}}, nil)
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(got6)
+		_, errc[1] = g.px[6].Group(ctx, nil, []Msg{{0, make([]byte, len(small))}})
+	}()
+	go func() {
+		defer wg.Done()
+		<-got6
+		_, errc[2] = g.px[5].Group(ctx, nil, []Msg{{0, make([]byte, len(big))}})
+	}()
+	wg.Wait()
+	for i, err := range errc {
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+	}
+}
+
+// TestGroupMismatch: a receive of another length than the message fails
+// with ErrMismatch naming both ranks: lengths whose low bits differ (the
+// first chunk's tag), and lengths 2^19 apart (same low bits: the last
+// chunk's mark), each way round.
+func TestGroupMismatch(t *testing.T) {
+	for _, c := range []struct{ send, recv int }{{3000, 2000}, {1<<chunkTagBits + 100, 100}, {100, 1<<chunkTagBits + 100}} {
+		t.Run(fmt.Sprint(c.send, "-", c.recv), func(t *testing.T) {
+			g := newGroupJob(t, 2, 4, 1<<10)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.px[0].Group(ctx, []Msg{{5, make([]byte, c.send)}, {5, make([]byte, 10)}}, nil)
+				done <- err
+			}()
+			_, err := g.px[5].Group(ctx, nil, []Msg{{0, make([]byte, c.recv)}, {0, make([]byte, 10)}})
+			if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), "from rank 0") {
+				t.Fatalf("receive: %v, want ErrMismatch naming ranks 5 and 0", err)
+			}
+			t.Log(err)
+			g.px[0].Abort(fmt.Errorf("job aborted by rank 5: %w", err)) // the job's end, as the bootstrap would
+			<-done
+		})
+	}
+}
+
+// TestChunkTag: for lengths that differ, the two ends' chunk cuts differ
+// in a tag no later than the shorter cut's last chunk, or (as many chunks)
+// in the last chunk's size: a receive never takes a chunk of the next
+// message unnoticed.
+func TestChunkTag(t *testing.T) {
+	const chunk = 1 << 10
+	cut := func(l int) (tags []uint64, last int) {
+		n := max(1, (l+chunk-1)/chunk)
+		for k := range n {
+			tags = append(tags, chunkTag(l, k == n-1))
+		}
+		return tags, l - (n-1)*chunk
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		a := rng.IntN(3 << chunkTagBits)
+		b := a + 1 + rng.IntN(chunk*4)
+		if rng.IntN(2) == 0 {
+			b = a + (1+rng.IntN(3))<<chunkTagBits // the same low bits
+		}
+		ta, la := cut(a)
+		tb, lb := cut(b)
+		differ := len(ta) == len(tb) && la != lb
+		for k := range min(len(ta), len(tb)) {
+			differ = differ || ta[k] != tb[k]
+		}
+		if !differ {
+			t.Fatalf("lengths %d and %d: tags %x.. and %x.., last chunks %d and %d", a, b, ta[:min(3, len(ta))], tb[:min(3, len(tb))], la, lb)
+		}
+	}
+}
+
+// TestGroupRelayKilled: the relay of a pair dies between two groups; the
+// sender's service reports it outside any call (so the job ends), and the
+// next group of that pair fails on both ends within the deadline naming
+// the relay. A rank that is closing (Quiesce) takes the link's end
+// quietly and goes on.
+func TestGroupRelayKilled(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	noErrs(t, g.run(t, pairs{{0, 5}: {5000}, {2, 7}: {3000}}, 1))
+	const victim = 1  // relay of 0 -> 5
+	g.px[2].Quiesce() // ranks 2, 3 are closing: rank 1's link ending is no failure to them
+	g.px[3].Quiesce()
+	g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
+	g.hand.Kill(victim)
+	g.nw.Kill(victim)
+	deadline := time.After(5 * time.Second)
+	for r := -1; r != 0; { // until rank 0 reported
+		select {
+		case r = <-g.reported:
+		case <-deadline:
+			t.Fatal("rank 0's service did not report the relay's death")
+		}
+	}
+	g.mu.Lock()
+	err := g.failed[0]
+	g.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "local rank 1") {
+		t.Errorf("rank 0's service reported %v, want the hand-off link to rank 1", err)
+	}
+	start := time.Now()
+	got := g.run(t, pairs{{0, 5}: {5000}}, 2)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+	for _, r := range []int{0, 5} {
+		if err := got[r]; err == nil || !strings.Contains(err.Error(), fmt.Sprint("rank ", victim)) {
+			t.Errorf("rank %d: %v, want an error naming rank %d", r, err, victim)
+		}
+	}
+	noErrs(t, g.run(t, pairs{{2, 7}: {4000}}, 3)) // through rank 3: their services go on
+}
+
+// TestGroupDestinationKilled: the destination dies while a sender's
+// message for it is on its way through the relay; the relay's service
+// reports it outside any call naming the destination, and the job's end
+// (here: every proxy aborted with that report, as the bootstrap does)
+// fails the sender's pending group with the ranks named.
+func TestGroupDestinationKilled(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	const victim = 5 // 0 -> 5 through rank 1
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	started, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := g.px[0].Group(ctx, []Msg{{victim, make([]byte, 64<<10)}}, nil) // more than the credits cover
+		done <- err
+	}()
+	<-started
+	g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
+	g.hand.Kill(victim)
+	g.nw.Kill(victim)
+	for r := -1; r != 1; { // the victim's siblings report its hand-off links too
+		select {
+		case r = <-g.reported:
+		case <-ctx.Done():
+			t.Fatal("the relay did not report the destination's death")
+		}
+	}
+	g.mu.Lock()
+	report := g.failed[1]
+	g.mu.Unlock()
+	if !strings.Contains(report.Error(), fmt.Sprint("to rank ", victim)) {
+		t.Fatalf("relay rank 1 reported %v, want an error naming rank %d", report, victim)
+	}
+	for _, px := range g.px {
+		px.Abort(fmt.Errorf("job aborted: %w", report))
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "relay rank 1") || !strings.Contains(err.Error(), fmt.Sprint("rank ", victim)) {
+		t.Errorf("sender: %v, want an error naming relay rank 1 and rank %d", err, victim)
+	}
+}

@@ -1,0 +1,84 @@
+package pxntest
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var groupRE = regexp.MustCompile(`group payload: rank=\d+ cross_host_bytes=(\d+)`)
+
+// crossBytes sums what the ranks sent to other hosts in their groups.
+func crossBytes(t *testing.T, out string) int64 {
+	t.Helper()
+	ms := groupRE.FindAllStringSubmatch(out, -1)
+	if len(ms) != 2*per {
+		t.Fatalf("%d ranks printed their group payload, want %d:\n%s", len(ms), 2*per, out)
+	}
+	var sum int64
+	for _, m := range ms {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		sum += n
+	}
+	return sum
+}
+
+// TestGroupSpine: grouped sends and receives, every rank to every other
+// with seeded uneven lengths (2 groups), then a group of a few pairs
+// whose relays are in no pair, every element checked by the program.
+// With FLEXLINK_PXN=2 and FLEXLINK_PXN_GROUP=1 the cross-rail messages go
+// through the relays: the spine forwards under 1% of the cross-host
+// payload and the relays' counters carry it; with FLEXLINK_PXN_GROUP=0
+// the same groups are correct and the spine carries the cross-rail part.
+func TestGroupSpine(t *testing.T) {
+	need(t)
+	spine := map[string]int64{}
+	var payload int64
+	for _, group := range []string{"1", "0"} {
+		before := spineBytes(t)
+		code, out, errs := jobEnv(t, []string{"FLEXLINK_PXN=2", "FLEXLINK_PXN_GROUP=" + group}, 40*time.Second, "-groups", "2", "-size", "524288")
+		if code != 0 {
+			t.Fatalf("PXN_GROUP=%s: flexrun exit %d\nstdout:\n%s\nstderr:\n%s", group, code, out, errs)
+		}
+		spine[group] = spineBytes(t) - before
+		payload = crossBytes(t, out)
+		t.Logf("FLEXLINK_PXN_GROUP=%s: spine %d bytes of %d cross-host", group, spine[group], payload)
+		if group == "1" {
+			tot := parseCounters(t, out)
+			t.Logf("counters %+v", tot)
+			// About 3/4 of the cross-host payload is cross-rail: relayed.
+			if tot.relayed == 0 || tot.bytes < payload/2 {
+				t.Errorf("the relays carried %d bytes in %d messages of %d cross-host: want about 3/4", tot.bytes, tot.relayed, payload)
+			}
+			// Each relayed message is a length then its chunks, each taken
+			// by one receive.
+			if tot.received != tot.messages || tot.receives != tot.received {
+				t.Errorf("relays sent %d network messages, destinations received %d in %d receives", tot.messages, tot.received, tot.receives)
+			}
+		}
+	}
+	if spine["1"]*100 >= payload {
+		t.Errorf("PXN groups: the spine forwarded %d bytes of %d (>= 1%%)", spine["1"], payload)
+	}
+	if spine["0"] < payload*6/10 {
+		t.Errorf("groups without PXN: the spine forwarded %d bytes of %d, want the cross-rail part (about 3/4)", spine["0"], payload)
+	}
+}
+
+// TestGroupRelayKilled: rank 1, the relay of rail 1 on the first host,
+// dies between two groups (the next one has 0 -> 5 and 2 -> 5 through
+// rank 1, which is in no pair), and then 20 ms into a group of every pair
+// (4 MiB per rank); each time the job ends with rank 1 named within 5 s,
+// nothing left running and no shared memory left behind.
+func TestGroupRelayKilled(t *testing.T) {
+	need(t)
+	for _, c := range []struct{ name, flag, size string }{{"between", "-kill-after", "262144"}, {"during", "-kill", "4194304"}} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			shmBefore := shmEntries(t)
+			code, out, errs := jobEnv(t, []string{"FLEXLINK_PXN=2", "FLEXLINK_PXN_GROUP=1"}, 30*time.Second, "-groups", "1", "-size", c.size, c.flag, "1:0")
+			checkKilled(t, "1", start, shmBefore, code, out, errs)
+		})
+	}
+}

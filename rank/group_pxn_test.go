@@ -1,0 +1,176 @@
+package rank
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"flexlink/gpu"
+	"flexlink/gpu/gpufake"
+	"flexlink/internal/testenv"
+)
+
+// groupLen is how many int64 rank s sends rank d in the PXN group tests:
+// uneven, 0 for some pairs (no entry on either side), and 0 -> 5 more
+// than two staged chunks (9 MiB), so the GPU group is pipelined.
+func groupLen(s, d int) int {
+	if s == 0 && d == 5 {
+		return 9<<20/8 + 3
+	}
+	return (s*7 + d*5) % 6 * 1733
+}
+
+func groupVal(s, d, i int) int64 { return int64(s)<<44 | int64(d)<<36 | int64(i) }
+
+// TestGroupPXN: Comm.Group on host buffers and DeviceComm.Group on GPU
+// buffers (one fake GPU per rank, the staged plane) on 2 emulated hosts ×
+// 4 ranks, NICs lo and the first other NIC as two rails, FLEXLINK_PXN=2:
+// every rank sends every other rank an uneven message (some none) in one
+// group; with FLEXLINK_PXN_GROUP=1 the cross-rail ones go through the
+// relays (the counters show it), with 0 over the communicator's links;
+// every element checked.
+func TestGroupPXN(t *testing.T) {
+	const n, per = 8, 4
+	for _, on := range []string{"1", "0"} {
+		t.Run("group"+on, func(t *testing.T) {
+			drv, err := gpufake.Open(gpufake.Config{Devices: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer drv.Close()
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": on}
+			relayed, gpuRelayed := make([]int64, n), make([]int64, n) // all, and by the GPU group
+			noErrors(t, runWorldHosts(t, n, vars, func(r int) string { return fmt.Sprint("host", r/per) }, func(c *Comm) error {
+				if err := hostGroupPXN(c); err != nil {
+					return fmt.Errorf("host buffers: %w", err)
+				}
+				dev, err := drv.Device(c.Rank())
+				if err != nil {
+					return err
+				}
+				// The counters once every relay is done (after a barrier).
+				counted := func() int64 {
+					st, _ := c.PXNCounters()
+					return st.Relayed
+				}
+				if err := c.Barrier(context.Background()); err != nil {
+					return err
+				}
+				before := counted()
+				if err := deviceGroupPXN(c, dev); err != nil {
+					return fmt.Errorf("gpu buffers: %w", err)
+				}
+				if err := c.Barrier(context.Background()); err != nil {
+					return err
+				}
+				relayed[c.Rank()], gpuRelayed[c.Rank()] = counted(), counted()-before
+				return nil
+			}))
+			var sum, gpu int64
+			for r := range relayed {
+				sum, gpu = sum+relayed[r], gpu+gpuRelayed[r]
+			}
+			t.Logf("relayed: %d network messages, %d of them for the GPU group", sum, gpu)
+			if (on == "1") != (sum > 0) || (on == "1") != (gpu > 0) {
+				t.Errorf("FLEXLINK_PXN_GROUP=%s: %d messages relayed, %d for the GPU group", on, sum, gpu)
+			}
+		})
+	}
+}
+
+func hostGroupPXN(c *Comm) error {
+	n, me := c.Size(), c.Rank()
+	var ops []P2P
+	recv := make([][]int64, n)
+	for p := range n {
+		if p == me {
+			continue
+		}
+		if l := groupLen(me, p); l > 0 {
+			b := make([]int64, l)
+			for i := range b {
+				b[i] = groupVal(me, p, i)
+			}
+			ops = append(ops, SendTo(p, Of(b)))
+		}
+		if l := groupLen(p, me); l > 0 {
+			recv[p] = make([]int64, l)
+			ops = append(ops, RecvFrom(p, Of(recv[p])))
+		}
+	}
+	if err := c.Group(context.Background(), ops...); err != nil {
+		return err
+	}
+	return checkGroup(me, recv, 0)
+}
+
+func checkGroup(me int, recv [][]int64, k int) error {
+	for s, b := range recv {
+		for i, x := range b {
+			if want := groupVal(s, me, i+k); x != want {
+				return fmt.Errorf("element %d from rank %d is %x, want %x", i, s, x, want)
+			}
+		}
+	}
+	return nil
+}
+
+func deviceGroupPXN(c *Comm, dev *gpu.Device) error {
+	ctx := context.Background()
+	n, me := c.Size(), c.Rank()
+	dc, err := c.Device(ctx, dev)
+	if err != nil {
+		return err
+	}
+	defer dc.Close(ctx)
+	s, err := dev.NewStream()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var ops []DeviceP2P
+	rbufs := make([]*gpu.Buffer, n)
+	for p := range n {
+		if p == me {
+			continue
+		}
+		if l := groupLen(me, p); l > 0 {
+			b := make([]int64, l)
+			for i := range b {
+				b[i] = groupVal(me, p, i+1)
+			}
+			sb, err := dev.Alloc(8 * l)
+			if err != nil {
+				return err
+			}
+			defer sb.Free()
+			if err := s.CopyHtoD(sb, i64Bytes(b)); err != nil {
+				return err
+			}
+			ops = append(ops, DeviceSendTo(p, sb))
+		}
+		if l := groupLen(p, me); l > 0 {
+			if rbufs[p], err = dev.Alloc(8 * l); err != nil {
+				return err
+			}
+			defer rbufs[p].Free()
+			ops = append(ops, DeviceRecvFrom(p, rbufs[p]))
+		}
+	}
+	if err := dc.Group(ctx, s, ops...); err != nil {
+		return err
+	}
+	recv := make([][]int64, n)
+	for p, rb := range rbufs {
+		if rb != nil {
+			recv[p] = make([]int64, rb.Len()/8)
+			if err := s.CopyDtoH(i64Bytes(recv[p]), rb); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	return checkGroup(me, recv, 1)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -49,22 +50,26 @@ func (l *splitLog) attachNet(rs []*devRank, minSlot int) {
 
 // TestGPUFakeNetSplit: the sweep of every collective is exact with net
 // shares of 0.08 to 0.5 beside PCIe shares of 0 to 0.25, with staging
-// smaller than the parts, on 2 and 3 ranks; sender and receiver agree on
-// every net table, each part is its share of the push, and LinkShares
-// after an allgather adds up to 1 with the net share where it was put.
+// smaller than the parts, on 2 and 3 ranks, with copy-engine pushes and
+// with store kernels; sender and receiver agree on every net table, each
+// part is its share of the push, and after an allgather LinkShares adds
+// up to 1, with the net share where it was put and equal to the bytes the
+// net tables staged.
 func TestGPUFakeNetSplit(t *testing.T) {
 	for _, tc := range []struct {
 		n                   int
 		pcieShare, netShare string
 		staging             int
-		lanes               string
+		lanes, mode         string
 	}{
-		{2, "0.08", "0.25", 64 << 20, "1"}, {3, "0.25", "0.5", 64 << 10, "2"}, {2, "0", "0.08", 32 << 10, "1"},
+		{2, "0.08", "0.25", 64 << 20, "1", "push"}, {3, "0.25", "0.5", 64 << 10, "2", "push"},
+		{2, "0", "0.08", 32 << 10, "1", "push"}, {2, "0.08", "0.25", 64 << 20, "1", "store"},
 	} {
-		t.Run(fmt.Sprintf("%dranks-pcie%s-net%s-staging%d", tc.n, tc.pcieShare, tc.netShare, tc.staging), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%dranks-pcie%s-net%s-staging%d-%s", tc.n, tc.pcieShare, tc.netShare, tc.staging, tc.mode), func(t *testing.T) {
 			env := netEnv(map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
 				"FLEXLINK_PCIE_SHARE": tc.pcieShare, "FLEXLINK_GPU_NET_SHARE": tc.netShare,
-				"FLEXLINK_PCIE_STAGING_BYTES": fmt.Sprint(tc.staging)})
+				"FLEXLINK_PCIE_STAGING_BYTES": fmt.Sprint(tc.staging),
+				"FLEXLINK_GPU_ALLGATHER": tc.mode, "FLEXLINK_GPU_ALLTOALL": tc.mode})
 			rs := fakeRanks(t, tc.n, gpufake.Config{}, env, tc.n*fakeBig*8)
 			var pcieLog, netLog splitLog
 			pcieLog.attach(rs, 4096)
@@ -78,6 +83,7 @@ func TestGPUFakeNetSplit(t *testing.T) {
 				t.Fatalf("net share %g: nothing staged", ns)
 			}
 			ctx := testCtx(t, 20*time.Second)
+			netLog.recs = nil
 			errs := onRanks(rs, func(r *devRank) error {
 				return r.dc.AllGather(ctx, r.a.Sub(0, fakeBig*4), r.b.Sub(0, tc.n*fakeBig*4), fakeBig, dtype.Float32, r.s)
 			})
@@ -93,6 +99,17 @@ func TestGPUFakeNetSplit(t *testing.T) {
 				if sum < 0.999 || sum > 1.001 || ls["net"] < wantNet-0.02 || ls["net"] > wantNet+0.01 {
 					t.Errorf("rank %d: LinkShares %v after an allgather with net share %g (want net near %.3f, sum 1)",
 						r.c.Rank(), ls, ns, wantNet)
+				}
+				staged := 0
+				for _, x := range netLog.recs {
+					for _, sg := range x.segs {
+						if x.from == r.c.Rank() && !x.receiver {
+							staged += sg.N
+						}
+					}
+				}
+				if moved := float64((tc.n - 1) * fakeBig * 4); math.Abs(ls["net"]*moved-float64(staged)) > 1 {
+					t.Errorf("rank %d: net share %v of %g bytes pushed, but the net tables staged %d", r.c.Rank(), ls["net"], moved, staged)
 				}
 			}
 		})

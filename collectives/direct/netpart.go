@@ -197,7 +197,7 @@ func (x *netState) offer(ctx context.Context, b []byte) error {
 	}
 	var err error
 	if x.prov, x.nicIdx, err = x.openNIC(x.c.Log()); err != nil {
-		return fmt.Errorf("gpu net part: %w", err)
+		return fmt.Errorf("gpu net part (FLEXLINK_LINKS names net; its NIC: FLEXLINK_NET, FLEXLINK_NET_IFNAME, FLEXLINK_NET_DEVICES): %w", err)
 	}
 	x.lis = make([]net.Listener, x.n)
 	for j := 0; j < x.n; j++ {

@@ -51,7 +51,7 @@ func (l *splitLog) attachNet(rs []*devRank, minSlot int) {
 // TestGPUFakeNetSplit: the sweep of every collective is exact with net
 // shares of 0.08 to 0.5 beside PCIe shares of 0 to 0.25, with staging
 // smaller than the parts, on 2 and 3 ranks, with copy-engine pushes and
-// with store kernels; sender and receiver agree on every net table, each
+// with store kernels, over loopback and over the host's first NIC; sender and receiver agree on every net table, each
 // part is its share of the push, and after an allgather LinkShares adds
 // up to 1, with the net share where it was put and equal to the bytes the
 // net tables staged.
@@ -61,15 +61,16 @@ func TestGPUFakeNetSplit(t *testing.T) {
 		pcieShare, netShare string
 		staging             int
 		lanes, mode         string
+		ifname              string // "": the host's first NIC (loopback where it has no other)
 	}{
-		{2, "0.08", "0.25", 64 << 20, "1", "push"}, {3, "0.25", "0.5", 64 << 10, "2", "push"},
-		{2, "0", "0.08", 32 << 10, "1", "push"}, {2, "0.08", "0.25", 64 << 20, "1", "store"},
+		{2, "0.08", "0.25", 64 << 20, "1", "push", "lo"}, {3, "0.25", "0.5", 64 << 10, "2", "push", "lo"},
+		{2, "0", "0.08", 32 << 10, "1", "push", "lo"}, {2, "0.08", "0.25", 64 << 20, "1", "store", ""},
 	} {
 		t.Run(fmt.Sprintf("%dranks-pcie%s-net%s-staging%d-%s", tc.n, tc.pcieShare, tc.netShare, tc.staging, tc.mode), func(t *testing.T) {
 			env := netEnv(map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
 				"FLEXLINK_PCIE_SHARE": tc.pcieShare, "FLEXLINK_GPU_NET_SHARE": tc.netShare,
 				"FLEXLINK_PCIE_STAGING_BYTES": fmt.Sprint(tc.staging),
-				"FLEXLINK_GPU_ALLGATHER": tc.mode, "FLEXLINK_GPU_ALLTOALL": tc.mode})
+				"FLEXLINK_GPU_ALLGATHER": tc.mode, "FLEXLINK_GPU_ALLTOALL": tc.mode, "FLEXLINK_NET_IFNAME": tc.ifname})
 			rs := fakeRanks(t, tc.n, gpufake.Config{}, env, tc.n*fakeBig*8)
 			var pcieLog, netLog splitLog
 			pcieLog.attach(rs, 4096)
@@ -118,7 +119,8 @@ func TestGPUFakeNetSplit(t *testing.T) {
 
 // TestGPUFakeNetSettings: FLEXLINK_LINKS without net keeps the net part
 // off (no provider, no "net" in LinkShares), net without pcie is refused
-// on every rank naming the variable, and so is a kind that does not exist.
+// on every rank naming the variable, and so is a kind that does not exist;
+// a NIC that is not there fails the setup on every rank.
 func TestGPUFakeNetSettings(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		for _, links := range []string{"", "nvlink,pcie"} {
@@ -132,12 +134,13 @@ func TestGPUFakeNetSettings(t *testing.T) {
 			}
 		}
 	})
-	for name, c := range map[string]struct{ links, want string }{
-		"net-without-pcie": {"nvlink,net", `FLEXLINK_LINKS="nvlink,net" names net without nvlink and pcie`},
-		"bogus":            {"nvlink,pcie,nic", `FLEXLINK_LINKS="nvlink,pcie,nic"`},
+	for name, c := range map[string]struct{ links, ifname, want string }{
+		"net-without-pcie": {"nvlink,net", "lo", `FLEXLINK_LINKS="nvlink,net" names net without nvlink and pcie`},
+		"bogus":            {"nvlink,pcie,nic", "lo", `FLEXLINK_LINKS="nvlink,pcie,nic"`},
+		"no-nic":           {"nvlink,pcie,net", "=nosuchnic", `FLEXLINK_NET_IFNAME`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			errs := fakeSetupErrors(t, netEnv(map[string]string{"FLEXLINK_LINKS": c.links}))
+			errs := fakeSetupErrors(t, netEnv(map[string]string{"FLEXLINK_LINKS": c.links, "FLEXLINK_NET_IFNAME": c.ifname}))
 			for r, err := range errs {
 				if err == nil || !strings.Contains(err.Error(), c.want) {
 					t.Errorf("rank %d: %v, want an error containing %s", r, err, c.want)

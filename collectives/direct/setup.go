@@ -51,7 +51,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
 	}
 	if err == nil && dp.flag != nil {
-		err = dp.flag.setup(blob[1+evBytes+pcBytes:], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
+		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {
 		dp.close()

@@ -69,8 +69,8 @@ func TestGPUFakeNetSplit(t *testing.T) {
 		t.Run(fmt.Sprintf("%dranks-pcie%s-net%s-staging%d-%s", tc.n, tc.pcieShare, tc.netShare, tc.staging, tc.mode), func(t *testing.T) {
 			env := netEnv(map[string]string{"FLEXLINK_GPU_CHUNK_BYTES": "65536", "FLEXLINK_GPU_COPY_STREAMS": tc.lanes,
 				"FLEXLINK_PCIE_SHARE": tc.pcieShare, "FLEXLINK_GPU_NET_SHARE": tc.netShare,
-				"FLEXLINK_PCIE_STAGING_BYTES": fmt.Sprint(tc.staging),
-				"FLEXLINK_GPU_ALLGATHER":      tc.mode, "FLEXLINK_GPU_ALLTOALL": tc.mode, "FLEXLINK_NET_IFNAME": tc.ifname})
+				"FLEXLINK_GPU_ALLGATHER": tc.mode, "FLEXLINK_GPU_ALLTOALL": tc.mode, "FLEXLINK_NET_IFNAME": tc.ifname,
+				"FLEXLINK_PCIE_STAGING_BYTES": fmt.Sprint(tc.staging)})
 			rs := fakeRanks(t, tc.n, gpufake.Config{}, env, tc.n*fakeBig*8)
 			var pcieLog, netLog splitLog
 			pcieLog.attach(rs, 4096)

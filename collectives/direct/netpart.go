@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -258,6 +259,73 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		}
 	}
 	x.c.Log().Info("gpu net link", "nic", x.nic(), "staging", x.staging, "shares", x.by())
+	return x.profile(ctx, px)
+}
+
+// netProbeBytes and netProbes: stage 1 of the net link's planner, a few
+// messages of this size over each pair's connection at setup.
+const (
+	netProbeBytes = 1 << 20
+	netProbes     = 3
+)
+
+// profile measures every pair's connection at setup (stage 1 of the
+// balancer): each sender sends netProbes messages of netProbeBytes from its
+// staging, one at a time, and times each from ISend to its completion (the
+// receiver has the bytes); the fastest becomes the net link's profile in
+// the pair's planner (unless that came from the profile cache), in place
+// of the NIC's nominal speed. That is the wire alone, host memory to host
+// memory; the D2H and H2D copies and the host's wait for them are what
+// stage 2 (the timed pushes) adds. Every rank posts its receives before it
+// sends, so no rank waits on another's order.
+func (x *netState) profile(ctx context.Context, px *pcieState) error {
+	var recvs []net.Request
+	for j, r := range px.rx {
+		if r == nil {
+			continue
+		}
+		m := r.net.Mem.Bytes()[:min(netProbeBytes, x.staging)]
+		for i := range netProbes {
+			q, err := r.net.conn.IRecv([][]byte{m}, []uint64{netTagProbe | uint64(i)}, nil)
+			if err != nil {
+				return fmt.Errorf("gpu net part: probe from rank %d over net (%s): %w", j, x.nic(), err)
+			}
+			recvs = append(recvs, q)
+		}
+	}
+	for j, t := range px.tx {
+		if t == nil {
+			continue
+		}
+		m := t.net.Mem.Bytes()[:min(netProbeBytes, x.staging)]
+		best := time.Duration(math.MaxInt64)
+		for i := range netProbes {
+			start := time.Now()
+			q, err := t.net.conn.ISend(m, netTagProbe|uint64(i), nil)
+			if err == nil {
+				_, err = q.Wait(ctx)
+			}
+			if err != nil {
+				return fmt.Errorf("gpu net part: probe toward rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
+			}
+			best = min(best, time.Since(start))
+		}
+		x.c.Log().Info("gpu net probe", "peer", j, "bytes", len(m), "gbps", round3(float64(len(m))/best.Seconds()/1e9),
+			"us", best.Microseconds(), "used", !t.cached)
+		if t.cached {
+			continue
+		}
+		pl, err := balance.NewPlanner(t.planner.Links(), []balance.Probe{{Link: linkNet, Bytes: int64(len(m)), Duration: best}}, balance.Config{})
+		if err != nil {
+			return err
+		}
+		t.planner = pl
+	}
+	for _, q := range recvs {
+		if _, err := q.Wait(ctx); err != nil {
+			return fmt.Errorf("gpu net part: probe over net (%s): %w", x.nic(), err)
+		}
+	}
 	return nil
 }
 

@@ -296,3 +296,71 @@ func TestGPUFakeNetPeerDies(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUFakeNetProfile: stage 1 measures every pair's connection at
+// setup and puts the net link's profile in the pair's planner in place of
+// the nominal speed; timed pushes then feed the net part's timings back
+// (stage 2); the profile is saved at Close under a key of its own (three
+// links) and the next DeviceComm between the same GPUs starts from it.
+func TestGPUFakeNetProfile(t *testing.T) {
+	dir := t.TempDir()
+	env := netEnv(map[string]string{"FLEXLINK_GPU_NET_SHARE": "0.2", "FLEXLINK_CACHE_DIR": dir})
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
+	for _, r := range rs {
+		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
+		st := tx.planner.State()
+		if len(st.Links) != 3 || st.Links[2].Spec.Kind != fabric.KindNet || tx.cached {
+			t.Fatalf("rank %d: planner links %+v (cached %v), want nvlink, pcie, net from priors", r.c.Rank(), st.Links, tx.cached)
+		}
+		if got, prior := st.Links[2].SecondsPerByte, 1/netPriorBW; got == prior || got <= 0 {
+			t.Errorf("rank %d: net profile %g s/B: the setup probe did not replace the prior (%g)", r.c.Rank(), got, prior)
+		}
+	}
+	sweep(t, rs, slicesRepeat(devCase{kind: plane.AllGather, count: fakeBig, dt: dtype.Float32}, 8))
+	keys := make([]string, 2)
+	states := make([]balance.State, 2)
+	for _, r := range rs {
+		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
+		measured := false
+		for _, c := range tx.planner.State().Classes {
+			measured = measured || c.Links[linkNet].N > 0
+		}
+		if tx.observed < 2 || !measured {
+			t.Errorf("rank %d: %d observations, net measured %v", r.c.Rank(), tx.observed, measured)
+		}
+		keys[r.c.Rank()] = tx.key
+	}
+	ctx := testCtx(t, 20*time.Second)
+	errs := onRanks(rs, func(r *devRank) error {
+		err := r.dc.Close(ctx)
+		r.dc = nil
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("close rank %d: %v", r, err)
+		}
+	}
+	for r, key := range keys {
+		st, err := balance.LoadProfile(dir, key)
+		if err != nil || !strings.HasSuffix(key, " +net") || len(st.Links) != 3 {
+			t.Fatalf("rank %d's profile %q: %v, %d links", r, key, err, len(st.Links))
+		}
+		states[r] = st
+	}
+	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
+	for _, r := range rs2 {
+		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
+		if !tx.cached || fmt.Sprint(tx.planner.State()) != fmt.Sprint(states[r.c.Rank()]) {
+			t.Errorf("rank %d did not start from its cached profile (the setup probe must not replace it)", r.c.Rank())
+		}
+	}
+}
+
+func slicesRepeat(c devCase, n int) []devCase {
+	out := make([]devCase, n)
+	for i := range out {
+		out[i] = c
+	}
+	return out
+}

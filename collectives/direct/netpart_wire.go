@@ -24,10 +24,12 @@ import (
 // entries, then offset and length in the receiver's recv per entry), then
 // one message per slot, in order.
 
-// Message tags of the net part ("net" and "tb", "sl" | slot).
+// Message tags of the net part ("net" and "tb", "sl" | slot; "pr" | probe
+// at setup).
 const (
 	netTagTable = uint64(0x6e6574_7462_0000)
 	netTagSlot  = uint64(0x6e6574_736c_0000)
+	netTagProbe = uint64(0x6e6574_7072_0000)
 )
 
 // netSend is one call's net part toward a peer on the wire.

@@ -114,7 +114,8 @@ type pcieTx struct {
 	peer     int
 	key      string // profile cache key
 	planner  *balance.Planner
-	observed int // Observe calls (the profile is saved when > 0)
+	cached   bool // the planner came from the profile cache
+	observed int  // Observe calls (the profile is saved when > 0)
 	logged   map[int]float64
 	probe    txProbe
 	net      *netTx // the pair's net part (netpart.go); nil: none
@@ -375,7 +376,7 @@ func (x *pcieState) plannerFor(t *pcieTx, bus []string) error {
 	if x.cacheDir != "" {
 		if st, err := balance.LoadProfile(x.cacheDir, t.key); err == nil {
 			if pl, err := balance.Restore(st, specs); err == nil {
-				t.planner, from = pl, "profile cache"
+				t.planner, t.cached, from = pl, true, "profile cache"
 			} else {
 				x.c.Log().Debug("gpu pcie: cached profile does not fit", "peer", t.peer, "error", err)
 			}

@@ -86,8 +86,9 @@ type netState struct {
 	lis     []net.Listener // by peer, during setup only
 	start   *gpu.Event     // recorded on the caller's stream after the ready waits
 
-	// Test hooks: fault is asked at "d2h", "send" and "h2d" (peer: the
-	// other end); onSplit sees each side's view of a pair's table.
+	// Test hooks: fault is asked at "d2h", "send" (before the table),
+	// "slot" (before each slot) and "h2d" (peer: the other end); onSplit
+	// sees each side's view of a pair's table.
 	fault   func(where string, peer int) error
 	onSplit func(pcieSplitRec)
 }

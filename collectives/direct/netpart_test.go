@@ -239,22 +239,37 @@ func TestGPUFakeNetBalancer(t *testing.T) {
 }
 
 // TestGPUFakeNetPeerDies: rank 1 dies (its sockets close, it sends
-// nothing more) as its net parts are about to go out; ranks 0 and 2, in
-// the same call, fail within seconds with errors naming rank 1 and the
-// net link instead of waiting for the deadline.
+// nothing more) as its net parts are about to go out, or after the first
+// slot of one went; ranks 0 and 2, in the same call, fail within seconds
+// with errors naming rank 1 and the net link instead of waiting for the
+// deadline.
 func TestGPUFakeNetPeerDies(t *testing.T) {
-	for _, op := range []plane.Kind{plane.AllGather, plane.AllToAll, plane.AllReduce} {
-		t.Run(op.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		op    plane.Kind
+		where string
+	}{
+		{plane.AllGather, "send"}, {plane.AllToAll, "send"}, {plane.AllReduce, "send"},
+		{plane.AllGather, "slot"}, {plane.AllReduce, "slot"},
+	} {
+		op := tc.op
+		t.Run(op.String()+"-"+tc.where, func(t *testing.T) {
 			env := netEnv(map[string]string{"FLEXLINK_GPU_NET_SHARE": "0.25", "FLEXLINK_GPU_CHUNK_BYTES": "65536"})
 			rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*fakeBig*8)
+			for _, r := range rs {
+				r.dc.Plane().(*directPlane).px.minSlot = 4096 // parts of several slots
+			}
 			dead := make(chan struct{})
 			var once sync.Once
 			released := make(chan struct{})
 			t.Cleanup(func() { once.Do(func() { close(released) }) })
 			nx := rs[1].dc.Plane().(*directPlane).px.nx
+			seen := 0
 			nx.fault = func(at string, peer int) error {
-				if at != "send" {
+				if at != tc.where {
 					return nil
+				}
+				if seen++; at == "slot" && seen < 2 {
+					return nil // the first slot goes out
 				}
 				nx.prov.Close() // what the kernel does to a dead process's sockets
 				close(dead)

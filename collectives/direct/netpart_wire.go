@@ -226,6 +226,11 @@ func (x *netState) stepSend(sd *netSend) (progress bool, err error) {
 		if !fin {
 			break
 		}
+		if f := x.fault; f != nil {
+			if err := f("slot", sd.j); err != nil {
+				return false, err
+			}
+		}
 		lo := sd.next * nt.slotBytes
 		req, err := nt.conn.ISend(nt.Mem.Bytes()[lo:min(lo+nt.slotBytes, nt.staged)], netTagSlot|uint64(sd.next), nil)
 		if err != nil {

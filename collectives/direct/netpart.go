@@ -36,10 +36,11 @@ import (
 //     Plan.Due: whole pages, at most the staging, at most pcie.Slots
 //     slots);
 //   - the pair's planner (pcie.go plannerFor), which gets the net link as
-//     its third link, and the pair's timing probe (pcie_probe.go): the
-//     receiver times the net part from the same t0 as the PCIe part and
-//     reports both in its next ready message, so one Observe carries
-//     NVLink, PCIe and net together;
+//     its third link, its profile measured over the pair's connection at
+//     setup (profile, stage 1), and the pair's timing probe
+//     (pcie_probe.go, stage 2): the receiver times the net part from the
+//     same t0 as the PCIe part and reports both in its next ready message,
+//     so one Observe carries NVLink, PCIe and net together;
 //   - the ready message (direct.go): two more words, the announcement of
 //     a net part and the net report.
 //

@@ -64,9 +64,9 @@ func (d *DeviceComm) GPU() *gpu.Device { return d.d.GPU() }
 
 // LinkShares reports how the last call's pushes from this rank to its
 // peers were divided among link kinds: "nvlink" (SM kernels or copy
-// engines) and "pcie"
-// (staged through host memory) as fractions of the bytes pushed, summing
-// to 1. It is empty after a call that pushed nothing (reductions that only
+// engines), "pcie" (staged through host memory) and, when FLEXLINK_LINKS
+// names net, "net" (staged through the NIC's loopback) as fractions of the
+// bytes pushed, summing to 1. It is empty after a call that pushed nothing (reductions that only
 // read; broadcast and send/recv on the handshake paths, where receivers
 // pull; on the flag kernels a broadcast's non-roots, a receive and a
 // reduce's root, which send headers only; a zero count) and on the staged

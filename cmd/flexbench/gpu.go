@@ -143,7 +143,8 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 
 // printShares writes, after a flexlink row, how its last call's pushes
 // were divided among the links (DeviceComm.LinkShares, this rank's view):
-// "#   67108864  shares nvlink=0.920 pcie=0.080".
+// "#   67108864  shares nvlink=0.920 pcie=0.080" (and " net=0.000" when
+// FLEXLINK_LINKS names net).
 func printShares(w io.Writer, co gpuColl, bytes int64) {
 	f, ok := co.(flexColl)
 	if !ok {
@@ -153,7 +154,11 @@ func printShares(w io.Writer, co gpuColl, bytes int64) {
 	if len(ls) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "#%11d  shares nvlink=%.3f pcie=%.3f\n", bytes, ls["nvlink"], ls["pcie"])
+	net := ""
+	if f, ok := ls["net"]; ok { // FLEXLINK_LINKS=nvlink,pcie,net
+		net = fmt.Sprintf(" net=%.3f", f)
+	}
+	fmt.Fprintf(w, "#%11d  shares nvlink=%.3f pcie=%.3f%s\n", bytes, ls["nvlink"], ls["pcie"], net)
 }
 
 // openRig opens this rank's GPU, a stream and buffers for the largest size.

@@ -6,7 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"flexlink/fabric/balance"
+	"flexlink/fabric/net"
 	"flexlink/internal/settings"
 )
 
@@ -26,6 +29,7 @@ type Config struct {
 
 	Flag FlagConfig
 	PCIe PCIeConfig
+	Net  NetConfig
 }
 
 // FlagConfig holds the flag kernels' settings (-1: automatic, 0: off).
@@ -42,6 +46,16 @@ type PCIeConfig struct {
 	StagingBytes int     // FLEXLINK_PCIE_STAGING_BYTES (0: no PCIe share)
 	Share        float64 // FLEXLINK_PCIE_SHARE; -1: the balancer decides
 	CacheDir     string  // where link profiles are cached ("" : none)
+}
+
+// NetConfig holds the net part's settings (netpart.go): the NIC loopback
+// path as a third link of large pushes, on when FLEXLINK_LINKS names net.
+type NetConfig struct {
+	Share float64 // FLEXLINK_GPU_NET_SHARE; -1: the balancer decides
+	// Open opens the network provider the net part sends through and
+	// picks its device (FLEXLINK_NET, FLEXLINK_NET_IFNAME, ...); nil: the
+	// plane has no net part whatever FLEXLINK_LINKS says.
+	Open func(log hclog.Logger) (net.Provider, int, error)
 }
 
 // ReadConfig reads and checks the GPU plane's settings from env. Every
@@ -125,6 +139,15 @@ func ReadConfig(env settings.Env) (Config, error) {
 	if st := c.PCIe.StagingBytes; st != 0 && st < 8*pcieAlign {
 		return c, fmt.Errorf("FLEXLINK_PCIE_STAGING_BYTES=%d: want 0 (no PCIe share) or 32768 to 16 GiB", st)
 	}
+	c.Net.Share = -1
+	if v := strings.TrimSpace(env.String("FLEXLINK_GPU_NET_SHARE")); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > netMaxShare {
+			return c, fmt.Errorf("FLEXLINK_GPU_NET_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, netMaxShare)
+		}
+		c.Net.Share = f
+	}
+	c.Net.Open = func(log hclog.Logger) (net.Provider, int, error) { return openNet(env, log) }
 	if dir, err := balance.CacheDir(env); err == nil {
 		c.PCIe.CacheDir = dir
 	}

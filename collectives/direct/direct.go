@@ -133,6 +133,9 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 	if err = p.px.settings(cfg.PCIe); err != nil {
 		return nil, err
 	}
+	if p.px.nx, err = newNetState(pr, cfg.Net, cfg.PCIe, stats); err != nil {
+		return nil, err
+	}
 	if p.ev, err = newEventSet(pr); err != nil {
 		return nil, err
 	}
@@ -228,6 +231,9 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	}
 	if err == nil {
 		err = p.px.finish(s)
+	}
+	if err == nil {
+		err = p.px.nx.run(ctx, s, o.Recv, p.px, peers) // the net part's wire (netpart_wire.go)
 	}
 	if err != nil {
 		return err
@@ -331,7 +337,9 @@ func (p *directPlane) LinkShares() map[string]float64 { return p.stats.shares() 
 // then four words of the PCIe share (pcie_call.go): whether this rank's
 // done message to the peer carries a staging table, the sequence number of
 // this call's timed push to the peer (0: not timed), and this rank's report
-// on the peer's last timed push to it (sequence number, nanoseconds).
+// on the peer's last timed push to it (sequence number, nanoseconds); then
+// two of the net part (netpart_call.go): whether a net part follows, and
+// the report's nanoseconds for the net part.
 
 // Message phases, in the first tag word.
 const (
@@ -339,8 +347,9 @@ const (
 	phaseReady  = 1
 	phaseDone   = 2
 	phasePushed = 3
-	readyHeader = 8 * 8 // see above
-	pcieWords   = 4 * 8 // header bytes 32..63: the PCIe words
+	readyHeader = pcieAt + pcieWords + netWords // see above
+	pcieAt      = 4 * 8                         // header bytes 32..63: the PCIe words, 64..79: the net words
+	pcieWords   = 4 * 8
 )
 
 // readyMessages builds the "ready" message for each peer and the length of
@@ -383,7 +392,7 @@ func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64) (out 
 	for _, j := range peers {
 		m := make([]byte, readyHeader+len(bufs[j])*nvlink.DescBytes)
 		copy(m, hdr)
-		p.px.readyWords(j, m[readyHeader-pcieWords:readyHeader])
+		p.px.readyWords(j, m[pcieAt:readyHeader])
 		for k, b := range bufs[j] {
 			d, err := p.ipc.Describe(b)
 			if err != nil {

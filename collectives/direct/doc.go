@@ -1,7 +1,8 @@
 // Package direct is the direct GPU data plane: the ranks of one host whose
 // GPUs reach each other read and write each other's buffers over NVLink
 // (CUDA IPC mappings, copy engines, kernels), with a share of large pushes
-// staged over PCIe and small collectives run as flag kernels without a
+// staged over PCIe (and, when FLEXLINK_LINKS names net, one sent through
+// the NIC's loopback) and small collectives run as flag kernels without a
 // host handshake.
 //
 // The plane is split by responsibility; each type owns its state and its
@@ -22,6 +23,11 @@
 //	                             call's split (send and receive side), the
 //	                             timing events and the balancer feedback
 //	                             (over fabric/balance.Sample)
+//	netState     netpart.go netpart_call.go netpart_wire.go
+//	             the net part (FLEXLINK_LINKS=nvlink,pcie,net): the NIC's
+//	             loopback as a third share of large pushes, staged like
+//	             the PCIe part but carried over a fabric/net connection;
+//	             it rides with the PCIe pairs (their planner and probe)
 //	flagPlane    flag.go flag_call.go flag_setup.go
 //	                             the flag kernels: limits, regions, abort
 //	                             watcher, one call, setup

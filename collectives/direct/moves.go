@@ -181,19 +181,27 @@ func (p *directPlane) pushSplit(j, g, off int, dst, src *gpu.Buffer, after *gpu.
 }
 
 // pushSplitWith is pushSplit with the NVLink head enqueued by nvlink; it
-// returns the head's length.
+// returns the head's length. With the net part on (netpart.go) the bytes
+// just before the PCIe tail are the net part: head | net | pcie.
 func (p *directPlane) pushSplitWith(j, off int, dst, src *gpu.Buffer, after *gpu.Event, nvlink func(dst, src *gpu.Buffer) error) (int, error) {
 	n := dst.Len()
 	q := p.px.take(j, n)
-	if n-q > 0 {
-		if err := nvlink(dst.Sub(0, n-q), src.Sub(0, n-q)); err != nil {
+	r := p.px.nx.take(p.px.txTo(j), n, n-q)
+	h := n - q - r
+	if h > 0 {
+		if err := nvlink(dst.Sub(0, h), src.Sub(0, h)); err != nil {
+			return 0, err
+		}
+	}
+	if r > 0 {
+		if err := p.px.nx.stage(p.px.txTo(j), off+h, src.Sub(h, r), after); err != nil {
 			return 0, err
 		}
 	}
 	if q == 0 {
-		return n, nil
+		return h, nil
 	}
-	return n - q, p.px.stage(j, off+n-q, src.Sub(n-q, q), after)
+	return h, p.px.stage(j, off+n-q, src.Sub(n-q, q), after)
 }
 
 // joinCopies makes s wait for every lane used since the last join (first

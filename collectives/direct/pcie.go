@@ -87,12 +87,16 @@ type pcieState struct {
 
 	tx []*pcieTx // by peer: this rank sending to it (nil: no PCIe toward it)
 	rx []*pcieRx // by peer: this rank receiving from it
+	nx *netState // the net part (netpart*.go), which rides with these pairs; nil: off
 
 	// Test hooks: fault fails the PCIe part of a copy toward or from peer
 	// at where ("d2h", "h2d"); onSplit sees each sender's and receiver's
 	// view of a pair's staging table.
 	fault   func(where string, peer int) error
 	onSplit func(pcieSplitRec)
+	// emulate, when set (tests), rewrites the timings fed to the planners
+	// (emulated link rates).
+	emulate func(peer int, obs []balance.Observation)
 }
 
 // pcieSettings are the PCIe share's settings as resolved for this plane;
@@ -110,10 +114,12 @@ type pcieTx struct {
 	peer     int
 	key      string // profile cache key
 	planner  *balance.Planner
-	observed int // Observe calls (the profile is saved when > 0)
+	cached   bool // the planner came from the profile cache
+	observed int  // Observe calls (the profile is saved when > 0)
 	logged   map[int]float64
 	probe    txProbe
-	txCall   // this call's part (begin resets it)
+	net      *netTx // the pair's net part (netpart.go); nil: none
+	txCall          // this call's part (begin resets it)
 }
 
 // txCall is one call's PCIe part toward a peer.
@@ -138,6 +144,7 @@ type pcieRx struct {
 	*pcie.Rx      // the peer's staging buffer mapped here, H2D stream, join and slot events
 	expect   bool // this call's done message carries a staging table
 	probe    rxProbe
+	net      *netRx // the pair's net part (netpart.go); nil: none
 }
 
 // The staging machinery's constants (fabric/pcie).
@@ -170,6 +177,7 @@ func (x *pcieState) close() error {
 			first = err
 		}
 	}
+	keep(x.nx.close(x.tx, x.rx))
 	for _, t := range x.tx {
 		if t == nil {
 			continue
@@ -360,11 +368,15 @@ func (x *pcieState) plannerFor(t *pcieTx, bus []string) error {
 		{ID: linkPCIe, Kind: fabric.KindPCIe, Bandwidth: pciePriorBW, Latency: pciePriorLat},
 	}
 	t.key = fmt.Sprintf("gpu-direct %s %s>%s", x.c.Host(), bus[x.me], bus[t.peer])
+	if x.nx != nil { // the net part's third link has profiles of its own
+		specs = append(specs, x.nx.spec())
+		t.key += " +net"
+	}
 	from := "priors"
 	if x.cacheDir != "" {
 		if st, err := balance.LoadProfile(x.cacheDir, t.key); err == nil {
 			if pl, err := balance.Restore(st, specs); err == nil {
-				t.planner, from = pl, "profile cache"
+				t.planner, t.cached, from = pl, true, "profile cache"
 			} else {
 				x.c.Log().Debug("gpu pcie: cached profile does not fit", "peer", t.peer, "error", err)
 			}

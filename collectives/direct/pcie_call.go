@@ -48,6 +48,7 @@ func (x *pcieState) begin(peers []int, call uint64, b int) error {
 			continue
 		}
 		t.txCall = txCall{bytes: b, slot: -1, segs: t.segs[:0]}
+		x.nx.reset(t, b)
 		x.probeSettle(t)
 		if b == 0 {
 			continue
@@ -62,6 +63,7 @@ func (x *pcieState) begin(peers []int, call uint64, b int) error {
 			}
 		}
 		t.setPlan(b, math.Min(f, pcieMaxShare), x.staging, x.minSlot)
+		x.nx.plan(t, x.minSlot)
 		x.probeArm(t)
 		if t.plan > 0 || b >= t.planner.Threshold() {
 			x.logShare(t, by)
@@ -80,20 +82,25 @@ func (t *txCall) setPlan(b int, f float64, staging, minSlot int) {
 
 // readyWords writes the PCIe words of this rank's ready message to
 // peer j (see direct.go): announce, timed-push sequence number,
-// and the report on j's last timed push to this rank.
+// and the report on j's last timed push to this rank; then the net words
+// that follow them (netpart_call.go).
 func (x *pcieState) readyWords(j int, w []byte) {
 	le := binary.LittleEndian
-	if t := x.txTo(j); t != nil && t.plan > 0 {
+	t := x.txTo(j)
+	if t != nil && t.plan > 0 {
 		le.PutUint64(w[0:], 1)
-		if t.probe.s.Armed() && t.probe.s.Remote() {
-			le.PutUint64(w[8:], t.probe.s.Seq())
-		}
 	}
+	if t != nil && t.probe.s.Armed() && t.probe.s.Remote() {
+		le.PutUint64(w[8:], t.probe.s.Seq())
+	}
+	var netNs uint64
 	if r := x.rxFrom(j); r != nil {
-		seq, ns := x.probeReport(r)
+		seq, ns, nns := x.probeReport(r)
 		le.PutUint64(w[16:], seq)
 		le.PutUint64(w[24:], ns)
+		netNs = nns
 	}
+	x.nx.readyWords(t, w[pcieWords:], netNs)
 }
 
 func (x *pcieState) txTo(j int) *pcieTx {
@@ -116,8 +123,11 @@ func (x *pcieState) rxFrom(j int) *pcieRx {
 func (x *pcieState) ready(s *gpu.Stream, in [][]byte, peers []int) error {
 	le := binary.LittleEndian
 	for _, j := range peers {
-		w := in[j][readyHeader-pcieWords : readyHeader]
+		w := in[j][pcieAt:readyHeader]
 		r := x.rxFrom(j)
+		if err := x.nx.ready(j, x.txTo(j), r, w[pcieWords:]); err != nil {
+			return err
+		}
 		if r == nil {
 			if le.Uint64(w) != 0 {
 				return fmt.Errorf("rank %d on %s announces a pcie part, but this rank has no mapping of its staging buffer: %w",
@@ -125,13 +135,16 @@ func (x *pcieState) ready(s *gpu.Stream, in [][]byte, peers []int) error {
 			}
 		} else {
 			r.expect = le.Uint64(w) == 1
-			if seq := le.Uint64(w[8:]); seq != 0 && r.expect {
+			if seq := le.Uint64(w[8:]); seq != 0 && (r.expect || x.nx.expects(r)) {
 				r.probe.seq, r.probe.state = seq, probeArmed
 			}
 		}
 		if t := x.txTo(j); t != nil {
-			x.probeReported(t, le.Uint64(w[16:]), le.Uint64(w[24:]))
+			x.probeReported(t, le.Uint64(w[16:]), le.Uint64(w[24:]), x.nx.report(t))
 		}
+	}
+	if err := x.nx.startOn(s, x.rx, peers); err != nil {
+		return err
 	}
 	return x.probeStart(s, peers)
 }
@@ -282,6 +295,9 @@ func (x *pcieState) doneLen(j int) int {
 func (x *pcieState) receive(s *gpu.Stream, recv *gpu.Buffer, in [][]byte, peers []int) error {
 	for _, j := range peers {
 		r := x.rxFrom(j)
+		if r != nil && r.probe.state == probeArmed && !r.expect {
+			r.probe.state = probePending // a net part alone was timed (netpart_wire.go)
+		}
 		if r == nil || !r.expect {
 			continue
 		}

@@ -1,6 +1,7 @@
 package direct
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
 	"time"
@@ -61,10 +62,11 @@ const (
 // txProbe is the sender's timing of one push toward a peer: the sample
 // (NVLink part local, PCIe part reported by the receiver) and its events.
 type txProbe struct {
-	s     balance.Sample
-	t0    *gpu.Event
-	lanes []*gpu.Event // timing events, one per copy lane toward the peer
-	used  []bool
+	s        balance.Sample
+	t0       *gpu.Event
+	lanes    []*gpu.Event // timing events, one per copy lane toward the peer
+	used     []bool
+	far, net int // bytes of the timed call's PCIe and net parts
 }
 
 // rxProbe is the receiver's timing of one PCIe part from a peer.
@@ -72,6 +74,7 @@ type rxProbe struct {
 	state   probeState
 	seq     uint64
 	t0, end *gpu.Event
+	pcie    bool // end follows a PCIe part (a net part alone may be timed)
 }
 
 // probeSettle, at the start of a call with t's peer, feeds back a pending
@@ -94,7 +97,8 @@ func (x *pcieState) probeSettle(t *pcieTx) {
 // (at or above the planner's threshold, or split) and no probe is out.
 func (x *pcieState) probeArm(t *pcieTx) {
 	pr := &t.probe
-	if !pr.s.Idle() || t.bytes == 0 || t.plan == 0 && t.bytes < t.planner.Threshold() {
+	split := t.plan > 0 || x.nx.planned(t)
+	if !pr.s.Idle() || t.bytes == 0 || !split && t.bytes < t.planner.Threshold() {
 		return
 	}
 	if pr.t0 == nil {
@@ -113,7 +117,7 @@ func (x *pcieState) probeArm(t *pcieTx) {
 		}
 		pr.used = make([]bool, len(pr.lanes))
 	}
-	pr.s.Arm(t.bytes, t.plan > 0)
+	pr.s.Arm(t.bytes, split)
 	clear(pr.used)
 }
 
@@ -175,8 +179,10 @@ func (x *pcieState) probeLaneEnds() error {
 // probeDone closes this call's armed sender probes: the bytes are known.
 func (x *pcieState) probeDone() {
 	for _, t := range x.tx {
-		if t != nil {
-			t.probe.s.Close(t.pushed-t.staged, t.staged)
+		if t != nil && t.probe.s.Armed() {
+			nb := x.nx.stagedBytes(t)
+			t.probe.far, t.probe.net = t.staged, nb
+			t.probe.s.Close(t.pushed-t.staged-nb, t.staged)
 		}
 	}
 }
@@ -187,45 +193,71 @@ func (x *pcieState) probeReceived(r *pcieRx) error {
 	if r.probe.state != probeArmed {
 		return nil
 	}
-	r.probe.state = probePending
+	r.probe.state, r.probe.pcie = probePending, true
 	return r.Stream.Record(r.probe.end)
 }
 
 // probeReport is the receiver's report for its next ready message: the
-// pending probe's sequence number and duration once its events have
-// completed, (seq, 0) when it cannot be timed, (0, 0) when nothing is due.
-func (x *pcieState) probeReport(r *pcieRx) (seq, ns uint64) {
+// pending probe's sequence number and the durations of its PCIe and net
+// parts once their events have completed, (seq, 0, 0) when it cannot be
+// timed, (0, 0, 0) when nothing is due. A part the call did not have
+// reports 0.
+func (x *pcieState) probeReport(r *pcieRx) (seq, ns, netNs uint64) {
 	pr := &r.probe
 	if pr.state != probePending {
-		return 0, 0
+		return 0, 0, 0
 	}
-	done, err := pr.end.Done()
-	if err == nil && !done {
-		return 0, 0
+	var ends [2]*gpu.Event // PCIe, net
+	if pr.pcie {
+		ends[0] = pr.end
 	}
-	pr.state = probeIdle
-	if err != nil {
-		return pr.seq, 0
+	ends[1] = r.net.timedEnd()
+	var failed error
+	for _, e := range ends {
+		if e == nil {
+			continue
+		}
+		done, err := e.Done()
+		if err == nil && !done {
+			return 0, 0, 0
+		}
+		failed = cmp.Or(failed, err)
 	}
-	d, err := pr.end.Since(pr.t0)
-	if err != nil || d <= 0 {
-		return pr.seq, 0
+	pr.state, pr.pcie = probeIdle, false
+	r.net.untime()
+	if failed != nil {
+		return pr.seq, 0, 0
 	}
-	return pr.seq, uint64(d.Nanoseconds())
+	since := func(e *gpu.Event) uint64 {
+		if e == nil {
+			return 0
+		}
+		d, err := e.Since(pr.t0)
+		if err != nil || d <= 0 {
+			return 0
+		}
+		return uint64(d.Nanoseconds())
+	}
+	return pr.seq, since(ends[0]), since(ends[1])
 }
 
 // probeReported takes the receiver's report on t's pending probe: with the
-// sender's own NVLink timing it is one observation for the planner.
-func (x *pcieState) probeReported(t *pcieTx, seq, ns uint64) {
+// sender's own NVLink timing it is one observation for the planner, of
+// the NVLink, PCIe and net parts together.
+func (x *pcieState) probeReported(t *pcieTx, seq, ns, netNs uint64) {
 	pr := &t.probe
 	if !pr.s.Reported(seq) {
 		return
 	}
 	d, ok, done := x.laneTime(t)
-	if ns == 0 || !done {
+	if !done || ns == 0 && (pr.net == 0 || pr.far > 0) || pr.net > 0 && netNs == 0 {
 		return // untimed, or (rarely) the lanes are still busy: drop it whole
 	}
-	x.observe(t, pr.s.Observations(linkNVLink, linkPCIe, d, ok, time.Duration(ns)))
+	obs := pr.s.Observations(linkNVLink, linkPCIe, d, ok, time.Duration(ns))
+	if pr.net > 0 {
+		obs = append(obs, balance.Observation{Link: linkNet, Bytes: int64(pr.net), Duration: time.Duration(netNs)})
+	}
+	x.observe(t, obs)
 }
 
 // laneTime is the NVLink part's duration: from t0 to the last timed lane.
@@ -258,6 +290,9 @@ func (x *pcieState) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
 func (x *pcieState) observe(t *pcieTx, obs []balance.Observation) {
 	if len(obs) == 0 {
 		return
+	}
+	if x.emulate != nil {
+		x.emulate(t.peer, obs)
 	}
 	t.planner.Observe(t.probe.s.Bytes(), obs)
 	t.observed++

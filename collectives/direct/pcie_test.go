@@ -136,11 +136,12 @@ func TestGPUFakePCIeSplit(t *testing.T) {
 
 // TestGPUFakePCIeOff: FLEXLINK_LINKS without pcie, or no staging, leaves
 // the direct plane as it was (no staging, no PCIe bytes), and
-// FLEXLINK_LINKS=pcie alone is refused on every rank.
+// FLEXLINK_LINKS=pcie alone is refused on every rank (nvlink,net too:
+// netpart_test.go).
 func TestGPUFakePCIeOff(t *testing.T) {
 	for _, env := range []map[string]string{
 		{"FLEXLINK_LINKS": "nvlink"},
-		{"FLEXLINK_LINKS": "nvlink,net"},
+		{"FLEXLINK_LINKS": "nvlink,shm"},
 		{"FLEXLINK_PCIE_STAGING_BYTES": "0"},
 	} {
 		t.Run(fmt.Sprint(env), func(t *testing.T) {

@@ -39,19 +39,23 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
 	pcBytes := pcieBlobBytes(n)
+	nxBytes := dp.px.nx.blobBytes() // the net part's listen handles (netpart.go); 0 when off
 	// The first byte marks a rank that reached this point (openPeers
 	// reads each rank's record after it).
-	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes)
+	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes+nxBytes)
 	blob[0] = 1
 	err = dp.ev.putHandles(blob[1:])
 	if err == nil {
 		err = dp.px.offer(blob[1+evBytes:])
 	}
 	if err == nil {
+		err = dp.px.nx.offer(ctx, blob[len(blob)-nxBytes:])
+	}
+	if err == nil {
 		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
 	}
 	if err == nil && dp.flag != nil {
-		err = dp.flag.setup(blob[1+evBytes+pcBytes:], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
+		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {
 		dp.close()
@@ -62,14 +66,17 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		dp.close()
 		return nil, fmt.Errorf("exchange gpu event handles: %w", err)
 	}
-	pcie, flag := make([][]byte, n), make([][]byte, n)
+	pcie, flag, nets := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	for r := range pcie {
-		at := r*len(blob) + 1 + evBytes
-		pcie[r], flag[r] = all[at:at+pcBytes], all[at+pcBytes:(r+1)*len(blob)]
+		at, end := r*len(blob)+1+evBytes, (r+1)*len(blob)
+		pcie[r], flag[r], nets[r] = all[at:at+pcBytes], all[at+pcBytes:end-nxBytes], all[end-nxBytes:end]
 	}
 	err = dp.ev.openPeers(all, len(blob))
 	if err == nil {
 		err = dp.px.open(ctx, pcie, bus)
+	}
+	if err == nil {
+		err = dp.px.nx.open(ctx, nets, dp.px)
 	}
 	if err == nil && dp.flag != nil {
 		var off bool

@@ -26,7 +26,8 @@
 # (rank.test TestDeviceAllToAllPXNRealGPU), TestGPUProcs' flag, push and
 # pull cases (in-place all-to-all included), and flexbench with 2 ranks
 # posing as hosts h0 on GPU 0 and h1 on GPU 1 over the network transport
-# (~3 min).
+# and the four collectives' shares with FLEXLINK_LINKS=nvlink,pcie,net
+# beside the defaults and NCCL (~5 min).
 # tune runs the GPU tests, then every path of each collective at NP ranks
 # (flag kernels one- and two-shot, pull, push, store), the defaults beside
 # NCCL, and the defaults on two of the GPUs: what the N-rank defaults were
@@ -111,6 +112,18 @@ if [ "$mode" = net ]; then
 			'FLEXLINK_HOSTNAME=h$FLEXLINK_RANK exec '$B'/flexbench '$op' --device gpu -b 1K -e 64M -f 16 -n 5 -w 2 -c 1' 2>&1 |
 			grep -v 'link up' | head -40
 	done >"$OUT/bench-twohosts-2gpu.log" 2>&1
+	# The NIC as a third link within the host (FLEXLINK_LINKS=nvlink,pcie,net):
+	# the balancer's shares per row beside the defaults and NCCL, 2 GPUs.
+	for links in default nvlink,pcie,net; do
+		for op in allgather allreduce; do
+			stamp "$op, 2 GPUs, FLEXLINK_LINKS=$links, beside NCCL"
+			if [ "$links" = default ]; then
+				CUDA_VISIBLE_DEVICES=0,1 NP=2 bench 50 $op --backend both -b 64M -e 1G -f 4 -n 20 -w 5
+			else
+				CUDA_VISIBLE_DEVICES=0,1 NP=2 FLEXLINK_LINKS=$links bench 50 $op --backend both -b 64M -e 1G -f 4 -n 20 -w 5
+			fi
+		done
+	done >"$OUT/bench-net-link.log" 2>&1
 	summary 200
 	exit 0
 fi

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"flexlink/gpu/internal/cu"
 	"flexlink/internal/errs"
+	"flexlink/internal/pause"
 )
 
 // Stream is an ordered queue of device work (a non-blocking CUstream: it
@@ -92,10 +92,9 @@ func (e *Event) SynchronizeCtx(ctx context.Context) error {
 // on another process that never delivers. It yields between polls for the
 // first 200 µs, then sleeps a sixteenth of the time waited so far (10 µs
 // to 1 ms), so it oversleeps the work by about 6 % at most. The sleeps are
-// nanosleep system calls: a Go timer under a millisecond sleeps a whole
-// millisecond when the process is otherwise idle (the runtime's poller
-// waits in milliseconds), which cost a 256 MiB call on one GPU 1.1 ms of
-// its 1.4 (docs/PERF.md).
+// internal/pause's: a Go timer under a millisecond sleeps a whole
+// millisecond when the process is otherwise idle, which cost a 256 MiB call
+// on one GPU 1.1 ms of its 1.4 (docs/PERF.md).
 func pollDone(ctx context.Context, done func() (bool, error)) error {
 	start := time.Now()
 	for {
@@ -111,8 +110,7 @@ func pollDone(ctx context.Context, done func() (bool, error)) error {
 			runtime.Gosched()
 			continue
 		}
-		ts := syscall.NsecToTimespec(int64(min(max(waited/16, 10*time.Microsecond), time.Millisecond)))
-		_ = syscall.Nanosleep(&ts, nil) // EINTR: poll again sooner
+		pause.Sleep(min(max(waited/16, 10*time.Microsecond), time.Millisecond))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"flexlink/fabric/net"
 	"flexlink/internal/errs"
+	"flexlink/internal/pause"
 )
 
 // Engine is a rank's network progress engine: goroutines locked to OS
@@ -195,7 +196,7 @@ func (e *Engine) loop() {
 		case idle < 64:
 			runtime.Gosched()
 		default:
-			time.Sleep(time.Duration(min(idle, 1000)) * time.Microsecond / 10)
+			pause.Sleep(time.Duration(min(idle, 1000)) * time.Microsecond / 10)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"flexlink/fabric/pcie"
 	"flexlink/gpu"
 	"flexlink/internal/errs"
+	"flexlink/internal/pause"
 )
 
 // The wire of a call's net parts (netpart.go): after the work, every rank
@@ -138,7 +139,7 @@ func (x *netState) wire(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, ca
 		case idle < 1024:
 			runtime.Gosched()
 		default:
-			time.Sleep(20 * time.Microsecond)
+			pause.Sleep(20 * time.Microsecond)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ package net
 import (
 	"context"
 	"errors"
+	"flexlink/internal/pause"
 	"fmt"
 	"runtime"
 	"time"
@@ -176,6 +177,6 @@ func WaitPoll(ctx context.Context, test func() (bool, []int, error)) ([]int, err
 			runtime.Gosched()
 			continue
 		}
-		time.Sleep(20 * time.Microsecond)
+		pause.Sleep(20 * time.Microsecond)
 	}
 }

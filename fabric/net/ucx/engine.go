@@ -8,6 +8,7 @@ import (
 
 	"flexlink/fabric/net/ucx/internal/ucp"
 	"flexlink/internal/errs"
+	"flexlink/internal/pause"
 )
 
 // engine owns the UCX context and worker. One goroutine, locked to its OS
@@ -162,7 +163,7 @@ func (e *engine) loop() {
 			if empty < 16*spinPolls {
 				runtime.Gosched()
 			} else {
-				time.Sleep(20 * time.Microsecond)
+				pause.Sleep(20 * time.Microsecond)
 			}
 		default:
 			timer.Reset(idleMax)

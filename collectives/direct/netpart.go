@@ -81,6 +81,7 @@ type netState struct {
 	prov    net.Provider
 	nicIdx  int     // the provider's device the part sends from
 	fixed   float64 // FLEXLINK_GPU_NET_SHARE; < 0: the planner decides
+	minPart int     // smallest part the planner's share may give (netMinPart; tests lower it)
 	staging int     // bytes of each staging buffer (as the PCIe staging)
 	stats   *linkStats
 	openNIC func(hclog.Logger) (net.Provider, int, error)
@@ -119,6 +120,13 @@ type netRx struct {
 const (
 	netPriorBW  = 1.25e9
 	netPriorLat = 100 * time.Microsecond
+	// netMinPart is the smallest net part the planner's share may give: a
+	// part waits on the host for its D2H copies, crosses the NIC and is
+	// copied H2D, a fixed cost the planner's model underrates. On 2xH100
+	// the planner gave a 1 GiB allgather 1% (10.7 MB) over loopback tcp
+	// and the call took 2141 us against 1481 without it (docs/PERF.md).
+	// A fixed FLEXLINK_GPU_NET_SHARE is not cut.
+	netMinPart  = 32 << 20
 	netMaxShare = pcieMaxShare // a net part never exceeds half a push
 )
 
@@ -167,7 +175,7 @@ func newNetState(pr *peers, cfg NetConfig, pc PCIeConfig, stats *linkStats) (*ne
 		return nil, nil // no PCIe staging: no pair has a planner for the net part
 	}
 	stats.net = true
-	return &netState{peers: pr, fixed: cfg.Share, staging: pcie.RoundStaging(pc.StagingBytes), stats: stats, openNIC: cfg.Open}, nil
+	return &netState{peers: pr, fixed: cfg.Share, minPart: netMinPart, staging: pcie.RoundStaging(pc.StagingBytes), stats: stats, openNIC: cfg.Open}, nil
 }
 
 // spec is the net link's prior for the pairs' planners.

@@ -53,6 +53,9 @@ func (x *netState) plan(t *pcieTx, minSlot int) {
 			}
 		}
 	}
+	if x.fixed < 0 && f*float64(nt.bytes) < float64(x.minPart) {
+		f = 0 // too small to pay for its fixed host work (netMinPart)
+	}
 	nt.setPlan(nt.bytes, math.Min(f, netMaxShare), x.staging, minSlot)
 	if nt.plan == 0 && nt.bytes < t.planner.Threshold() {
 		return

@@ -173,6 +173,7 @@ func forceNetProbe(t *testing.T, rs []*devRank) {
 		{ID: linkNet, Kind: fabric.KindNet, Bandwidth: pciePriorBW, Latency: time.Microsecond},
 	}
 	for _, r := range rs {
+		r.dc.Plane().(*directPlane).px.nx.minPart = 0 // the test's pushes are 4 MiB
 		for _, tx := range r.dc.Plane().(*directPlane).px.tx {
 			if tx == nil {
 				continue
@@ -235,6 +236,26 @@ func TestGPUFakeNetBalancer(t *testing.T) {
 			}
 			t.Logf("net at %g B/s: first call %v, last %v", tc.netRate, first, last)
 		})
+	}
+}
+
+// TestGPUFakeNetMinPart: with the planner giving net a share of 4 MiB
+// pushes (probe forced, as above) but the default smallest part
+// (netMinPart, 32 MiB), no call sends a net part: parts that small cost
+// more in fixed host work than they move. A fixed FLEXLINK_GPU_NET_SHARE
+// is not cut (TestGPUFakeNetSplit).
+func TestGPUFakeNetMinPart(t *testing.T) {
+	const big = 1 << 20
+	rs := fakeRanks(t, 2, gpufake.Config{}, netEnv(nil), 2*big*4)
+	forceNetProbe(t, rs)
+	for _, r := range rs {
+		r.dc.Plane().(*directPlane).px.nx.minPart = netMinPart
+	}
+	for i := range 3 {
+		sweep(t, rs, []devCase{{kind: plane.AllGather, count: big, dt: dtype.Float32}})
+		if ls := rs[0].dc.LinkShares(); ls["net"] != 0 {
+			t.Fatalf("call %d: LinkShares %v, want no net part under %d bytes", i, ls, netMinPart)
+		}
 	}
 }
 

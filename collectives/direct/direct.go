@@ -163,6 +163,7 @@ func (p *directPlane) close() error {
 	}
 	keep(p.ipc.Close())
 	keep(p.scratch.close())
+	keep(p.shared.close())
 	if p.ev != nil {
 		keep(p.ev.close())
 	}

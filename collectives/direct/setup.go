@@ -34,6 +34,12 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	}
 	if cfg.Shared == "leader" && allOnOneGPU(bus) {
 		dp.shared = &sharedState{leader: 0}
+		if h.Rank() == 0 {
+			if dp.shared.done, err = dev.NewIPCEvent(); err != nil {
+				dp.close()
+				return nil, fmt.Errorf("shared-gpu done event: %w", err)
+			}
+		}
 		h.Log().Info("gpu collectives on a shared gpu: rank 0 runs each call for every rank (FLEXLINK_GPU_SHARED=leader)", "gpu", bus[0])
 	}
 	n := h.Size()

@@ -37,28 +37,44 @@ import (
 //     status word, descriptors of its send and recv buffers and, for
 //     AllToAllv, its byte counts;
 //  2. the leader receives every ready message, enqueues the collective on
-//     its stream (ordered after its own earlier work), waits for the stream
-//     (host, bounded) and sends every rank a "done" message: a status word
-//     and, if the call failed on the leader or on any rank, the error;
-//  3. the other ranks return when "done" arrives: their recv buffers hold
-//     the result.
+//     its stream (ordered after its own earlier work), records its "done"
+//     IPC event after it, sends every rank a "done" message (a status word,
+//     the event's handle and, if the call failed on the leader or on any
+//     rank, the error) and returns: its call is asynchronous, like every
+//     call on the other paths;
+//  3. the other ranks, once "done" arrives, poll the leader's event on the
+//     host (bounded by ctx; never a stream wait, which would be a GPU wait
+//     across contexts) and return when the collective has run: their recv
+//     buffers hold the result and their stream is idle.
 //
-// So a call is synchronous on every rank (its stream is idle when it
-// returns): the price of taking no GPU dependency across contexts. No IPC
-// event is recorded here, so the leader path and the event protocol (Group
-// calls still take it) alternate freely on one plane. A rank that fails
-// before its ready message (its stream reports an error) still sends one,
-// marked failed, so the leader and every rank end the call with that
-// rank's error rather than waiting out the deadline.
+// The event is recorded again only in the leader's next call, after every
+// other rank's next ready message, which each sends only once it has seen
+// the event complete: so no rank polls a later record than its own call's.
+// No event of the handshake protocol is touched, so the leader path and the
+// event protocol (Group calls still take it) alternate freely on one
+// plane. A rank that fails before its ready message (its stream reports an
+// error) still sends one, marked failed, so the leader and every rank end
+// the call with that rank's error rather than waiting out the deadline.
 type sharedState struct {
-	leader int // the rank that runs every call
+	leader int        // the rank that runs every call
+	done   *gpu.Event // the leader's done event: made by the leader, opened by the others on first use
+}
+
+// close frees the done event (made or opened).
+func (st *sharedState) close() error {
+	if st == nil || st.done == nil {
+		return nil
+	}
+	err := st.done.Close()
+	st.done = nil
+	return err
 }
 
 const (
 	phaseSharedReady = 4
 	phaseSharedDone  = 5
-	sharedHeader     = 4 * 8 // call, signature, count, status
-	sharedDoneBytes  = 256   // status word, then the error text
+	sharedHeader     = 4 * 8                       // call, signature, count, status
+	sharedDoneBytes  = 8 + gpu.IPCHandleSize + 512 // status word, the done event's handle, the error text
 	statusOK         = 0
 	statusFailed     = 1
 )
@@ -157,6 +173,16 @@ func (p *directPlane) sharedFollow(ctx context.Context, o *plane.Op, s *gpu.Stre
 	case le.Uint64(done) != statusOK:
 		return fmt.Errorf("gpu %s on a shared gpu: %s: %w", o.Kind, doneText(done), errs.ErrAborted)
 	}
+	if p.shared.done == nil {
+		ev, err := p.dev.OpenIPCEvent(done[8 : 8+gpu.IPCHandleSize])
+		if err != nil {
+			return fmt.Errorf("gpu %s on a shared gpu: open leader rank %d's done event: %w", o.Kind, l, err)
+		}
+		p.shared.done = ev
+	}
+	if err := p.shared.done.SynchronizeCtx(ctx); err != nil {
+		return fmt.Errorf("gpu %s on a shared gpu: waiting for leader rank %d's work: %w", o.Kind, l, err)
+	}
 	return nil
 }
 
@@ -177,14 +203,23 @@ func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream
 		return fmt.Errorf("gpu %s on a shared gpu: ready messages: %w", o.Kind, err)
 	}
 	t1 := time.Now()
-	err := p.sharedRun(ctx, o, s, in)
+	err := p.sharedRun(o, s, in)
+	if err == nil {
+		err = s.Record(p.shared.done)
+	}
 	if lg := p.c.Log(); lg.IsTrace() {
-		lg.Trace("shared-gpu call", "op", o.Kind.String(), "count", o.Count, "ready_wait", t1.Sub(t0), "work_and_sync", time.Since(t1))
+		lg.Trace("shared-gpu call", "op", o.Kind.String(), "count", o.Count, "ready_wait", t1.Sub(t0), "enqueue", time.Since(t1))
 	}
 	done := make([]byte, sharedDoneBytes)
+	if err == nil {
+		var h []byte
+		if h, err = p.shared.done.IPCHandle(); err == nil {
+			copy(done[8:], h)
+		}
+	}
 	if err != nil {
 		binary.LittleEndian.PutUint64(done, statusFailed)
-		copy(done[8:], fmt.Sprintf("leader rank %d on %s: %v", p.me, p.c.Host(), err))
+		copy(done[8+gpu.IPCHandleSize:], fmt.Sprintf("leader rank %d on %s: %v", p.me, p.c.Host(), err))
 	}
 	reqs = reqs[:0]
 	for j := 0; j < p.n; j++ {
@@ -204,9 +239,9 @@ func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream
 	return err
 }
 
-// sharedRun maps every rank's buffers from its ready message, runs the
-// collective on s and waits for it.
-func (p *directPlane) sharedRun(ctx context.Context, o *plane.Op, s *gpu.Stream, in [][]byte) error {
+// sharedRun maps every rank's buffers from its ready message and enqueues
+// the collective on s.
+func (p *directPlane) sharedRun(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	le := binary.LittleEndian
 	var failed []int
 	for j, m := range in {
@@ -249,15 +284,12 @@ func (p *directPlane) sharedRun(ctx context.Context, o *plane.Op, s *gpu.Stream,
 			}
 		}
 	}
-	if err := p.sharedWork(sc, s); err != nil {
-		return err
-	}
-	return s.SynchronizeCtx(ctx)
+	return p.sharedWork(sc, s)
 }
 
 // doneText is the error text of a failed done message.
 func doneText(done []byte) string {
-	t := done[8:]
+	t := done[8+gpu.IPCHandleSize:]
 	if i := strings.IndexByte(string(t), 0); i >= 0 {
 		t = t[:i]
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"flexlink/dtype"
+	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
 	"flexlink/internal/errs"
 )
@@ -182,6 +185,41 @@ func TestGPUFakeSharedMismatch(t *testing.T) {
 	for r, err := range errs2 {
 		if !errors.Is(err, errs.ErrMismatch) {
 			t.Errorf("allreduce counts differ: rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+}
+
+// TestGPUFakeSharedLeaderFault: a kernel launch that fails on the leader
+// ends the call on every rank within the deadline, each error naming the
+// driver's error and (off the leader) the leader; the communicator is then
+// broken on every rank (a later call fails at once, as after any failed
+// GPU call).
+func TestGPUFakeSharedLeaderFault(t *testing.T) {
+	var failed atomic.Bool
+	cfg := gpufake.Config{LaunchFault: func(dev int, name string) error {
+		if name == gpu.ReduceKernelName(dtype.Float32, dtype.Sum) && failed.CompareAndSwap(false, true) {
+			return errors.New("injected")
+		}
+		return nil
+	}}
+	rs := sharedRanks(t, 3, cfg, nil, 1<<16)
+	ctx := testCtx(t, 20*time.Second)
+	call := func(r *devRank) error {
+		return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
+	}
+	for r, err := range onRanks(rs, call) {
+		switch {
+		case err == nil:
+			t.Errorf("rank %d: the failed call succeeded", r)
+		case !strings.Contains(err.Error(), "launch flexlink_reduce_sum_f32"):
+			t.Errorf("rank %d: %v, want the driver's error", r, err)
+		case r != 0 && !strings.Contains(err.Error(), "leader rank 0"):
+			t.Errorf("rank %d: %v, want the leader named", r, err)
+		}
+	}
+	for r, err := range onRanks(rs, call) {
+		if err == nil || !strings.Contains(err.Error(), "broken communicator") {
+			t.Errorf("rank %d: the next call: %v, want the broken communicator", r, err)
 		}
 	}
 }

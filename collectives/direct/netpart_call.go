@@ -134,11 +134,7 @@ func (x *netState) stage(t *pcieTx, off int, src *gpu.Buffer, after *gpu.Event) 
 		pos += m
 		nt.staged += m
 	}
-	if k := len(nt.segs) - 1; k >= 0 && nt.segs[k].Off+nt.segs[k].N == off {
-		nt.segs[k].N += src.Len()
-	} else {
-		nt.segs = append(nt.segs, pcieSeg{Off: off, N: src.Len()})
-	}
+	nt.segs = appendSeg(nt.segs, off, src.Len())
 	nt.used = true
 	x.stats.add(linkNet, src.Len())
 	return nil

@@ -202,11 +202,7 @@ func (x *pcieState) stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 		pos += m
 		t.staged += m
 	}
-	if k := len(t.segs) - 1; k >= 0 && t.segs[k].Off+t.segs[k].N == off {
-		t.segs[k].N += src.Len()
-	} else {
-		t.segs = append(t.segs, pcieSeg{Off: off, N: src.Len()})
-	}
+	t.segs = appendSeg(t.segs, off, src.Len())
 	t.used = true
 	x.stats.add(linkPCIe, src.Len())
 	return nil
@@ -386,4 +382,14 @@ func (x *pcieState) parseTable(j int, m []byte, r *pcieRx, recv *gpu.Buffer) (in
 		return 0, nil, bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, r.Mem.Len(), pcieSlots)
 	}
 	return sb, segs, nil
+}
+
+// appendSeg adds the staged range [off, off+n) of a push to segs, merging
+// it into the last segment when it continues it.
+func appendSeg(segs []pcieSeg, off, n int) []pcieSeg {
+	if k := len(segs) - 1; k >= 0 && segs[k].Off+segs[k].N == off {
+		segs[k].N += n
+		return segs
+	}
+	return append(segs, pcieSeg{Off: off, N: n})
 }

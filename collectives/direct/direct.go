@@ -175,8 +175,8 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if err := p.flag.err(); err != nil {
 		return err
 	}
-	if p.takesShared(o) {
-		return p.doShared(ctx, o, s)
+	if p.shared != nil && o.Kind != plane.Group { // Group keeps the event protocol
+		return p.shared.do(ctx, o, s)
 	}
 	if o.Kind == plane.AllToAll && overlaps(o.Send, o.Recv) {
 		var err error

@@ -32,6 +32,10 @@
 //	                             the flag kernels: limits, regions, abort
 //	                             watcher, one call, setup
 //	flagPCIe     flag_pcie.go    the flag allreduce's PCIe part
+//	sharedState  shared.go shared_work.go
+//	                             ranks that all share one GPU: the leader
+//	                             runs each call in its context (the others'
+//	                             ready and done messages, the done event)
 //	linkStats    stats.go        bytes per link for LinkShares
 //	callSeq, moveModes, pushScratch   call numbers, move modes, the push
 //	                             allreduce's scratch

@@ -430,3 +430,20 @@ func (p *directPlane) allToAllPull(o *plane.Op, s *gpu.Stream, in [][]byte) erro
 	blk := o.Count * o.DT.Size()
 	return p.pullBlocks(o, s, in, blk, func(_ int, send *gpu.Buffer) *gpu.Buffer { return send.Sub(p.me*blk, blk) })
 }
+
+// stageInPlace returns o with its send copied (on s) into the plane's
+// staging scratch: an in-place all-to-all (send and recv overlap) on the
+// event protocol or the flag kernels, where peers write blocks into recv
+// that this rank has not sent yet.
+func (p *directPlane) stageInPlace(o *plane.Op, s *gpu.Stream) (*plane.Op, error) {
+	if err := p.scratch.stage.grow(p.dev, o.Send.Len()); err != nil {
+		return nil, fmt.Errorf("in-place all-to-all staging of %d bytes: %w", o.Send.Len(), err)
+	}
+	st := p.scratch.stage.buf.Sub(0, o.Send.Len())
+	if err := s.Copy(st, o.Send); err != nil {
+		return nil, err
+	}
+	staged := *o
+	staged.Send = st
+	return &staged, nil
+}

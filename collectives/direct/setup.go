@@ -33,12 +33,9 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		return nil, err
 	}
 	if cfg.Shared == "leader" && allOnOneGPU(bus) {
-		dp.shared = &sharedState{leader: 0}
-		if h.Rank() == 0 {
-			if dp.shared.done, err = dev.NewIPCEvent(); err != nil {
-				dp.close()
-				return nil, fmt.Errorf("shared-gpu done event: %w", err)
-			}
+		if dp.shared, err = newSharedState(dp.peers, dp.ipc); err != nil {
+			dp.close()
+			return nil, err
 		}
 		h.Log().Info("gpu collectives on a shared gpu: rank 0 runs each call for every rank (FLEXLINK_GPU_SHARED=leader)", "gpu", bus[0])
 	}

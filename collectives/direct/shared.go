@@ -56,18 +56,40 @@ import (
 // error) still sends one, marked failed, so the leader and every rank end
 // the call with that rank's error rather than waiting out the deadline.
 type sharedState struct {
-	leader int        // the rank that runs every call
-	done   *gpu.Event // the leader's done event: made by the leader, opened by the others on first use
+	*peers
+	ipc     *nvlink.Window // the plane's: every rank's buffers, described and mapped
+	leader  int            // the rank that runs every call
+	done    *gpu.Event     // the leader's done event: made by the leader, opened by the others on first use
+	stage   pushScratch    // the leader's staging of in-place all-to-all sends
+	calls   uint64         // calls so far (in the ready message, for traces)
+	pairSeq []uint64       // calls so far with each rank (in the tags)
 }
 
-// close frees the done event (made or opened).
+// newSharedState is the leader path of a plane whose ranks all share one
+// GPU: the lowest rank leads and makes the done event.
+func newSharedState(pr *peers, ipc *nvlink.Window) (*sharedState, error) {
+	st := &sharedState{peers: pr, ipc: ipc, pairSeq: make([]uint64, pr.n)}
+	if pr.me == st.leader {
+		ev, err := pr.dev.NewIPCEvent()
+		if err != nil {
+			return nil, fmt.Errorf("shared-gpu done event: %w", err)
+		}
+		st.done = ev
+	}
+	return st, nil
+}
+
+// close frees the done event (made or opened) and the staging.
 func (st *sharedState) close() error {
-	if st == nil || st.done == nil {
+	if st == nil {
 		return nil
 	}
-	err := st.done.Close()
-	st.done = nil
-	return err
+	var err error
+	if st.done != nil {
+		err = st.done.Close()
+		st.done = nil
+	}
+	return errors.Join(err, st.stage.close())
 }
 
 const (
@@ -89,13 +111,6 @@ func allOnOneGPU(bus []string) bool {
 	return len(bus) > 1
 }
 
-// takesShared reports whether o runs on the leader path: every collective
-// that all ranks call (a Group, which involves only some, keeps the event
-// protocol).
-func (p *directPlane) takesShared(o *plane.Op) bool {
-	return p.shared != nil && o.Kind != plane.Group
-}
-
 // sharedSig is the call's signature in the messages' tags: ranks that
 // disagree about the collective fail with ErrMismatch. AllToAllv's element
 // count differs per rank, so it is left out there.
@@ -108,35 +123,35 @@ func sharedSig(o *plane.Op) uint64 {
 }
 
 // sharedReadyBytes is the length of a ready message for o.
-func (p *directPlane) sharedReadyBytes(o *plane.Op) int {
+func (st *sharedState) readyBytes(o *plane.Op) int {
 	n := sharedHeader + 2*nvlink.DescBytes
 	if o.Kind == plane.AllToAllv {
-		n += 2 * p.n * 8
+		n += 2 * st.n * 8
 	}
 	return n
 }
 
-// doShared runs one call on the leader path (see sharedState).
-func (p *directPlane) doShared(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
-	p.seq.calls++
+// do runs one call on the leader path (see sharedState).
+func (st *sharedState) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	st.calls++
 	sig := sharedSig(o)
-	if p.me != p.shared.leader {
-		return p.sharedFollow(ctx, o, s, sig)
+	if st.me != st.leader {
+		return st.follow(ctx, o, s, sig)
 	}
-	return p.sharedLead(ctx, o, s, sig)
+	return st.lead(ctx, o, s, sig)
 }
 
-// sharedTag is the tag of a leader-path message with peer j.
-func (p *directPlane) sharedTag(phase uint64, j int, sig uint64) fabric.Tag {
-	return fabric.Tag{gpuTagMagic | phase, p.c.ID(), p.seq.pairSeq[j], sig}
+// tag is the tag of a leader-path message with peer j.
+func (st *sharedState) tag(phase uint64, j int, sig uint64) fabric.Tag {
+	return fabric.Tag{gpuTagMagic | phase, st.c.ID(), st.pairSeq[j], sig}
 }
 
-// sharedFollow is one call on a rank other than the leader.
-func (p *directPlane) sharedFollow(ctx context.Context, o *plane.Op, s *gpu.Stream, sig uint64) error {
-	l := p.shared.leader
+// follow is one call on a rank other than the leader.
+func (st *sharedState) follow(ctx context.Context, o *plane.Op, s *gpu.Stream, sig uint64) error {
+	l := st.leader
 	le := binary.LittleEndian
-	m := make([]byte, p.sharedReadyBytes(o))
-	le.PutUint64(m[0:], p.seq.calls)
+	m := make([]byte, st.readyBytes(o))
+	le.PutUint64(m[0:], st.calls)
 	le.PutUint64(m[8:], sig)
 	le.PutUint64(m[16:], uint64(o.Count))
 	mine := s.SynchronizeCtx(ctx)
@@ -145,7 +160,7 @@ func (p *directPlane) sharedFollow(ctx context.Context, o *plane.Op, s *gpu.Stre
 			break
 		}
 		var d nvlink.Desc
-		if d, mine = p.ipc.Describe(b); mine == nil {
+		if d, mine = st.ipc.Describe(b); mine == nil {
 			d.Put(m[sharedHeader+k*nvlink.DescBytes:])
 		}
 	}
@@ -154,17 +169,17 @@ func (p *directPlane) sharedFollow(ctx context.Context, o *plane.Op, s *gpu.Stre
 	}
 	if o.Kind == plane.AllToAllv {
 		at := sharedHeader + 2*nvlink.DescBytes
-		for j := 0; j < p.n; j++ {
+		for j := 0; j < st.n; j++ {
 			le.PutUint64(m[at+8*j:], uint64(o.SendBytes[j]))
-			le.PutUint64(m[at+8*(p.n+j):], uint64(o.RecvBytes[j]))
+			le.PutUint64(m[at+8*(st.n+j):], uint64(o.RecvBytes[j]))
 		}
 	}
 	done := make([]byte, sharedDoneBytes)
-	lp := p.c.Peers()
-	send := lp.Send(l, p.sharedTag(phaseSharedReady, l, sig), collectives.HostBuffer(m))
-	recv := lp.Recv(l, p.sharedTag(phaseSharedDone, l, sig), collectives.HostBuffer(done))
+	lp := st.c.Peers()
+	send := lp.Send(l, st.tag(phaseSharedReady, l, sig), collectives.HostBuffer(m))
+	recv := lp.Recv(l, st.tag(phaseSharedDone, l, sig), collectives.HostBuffer(done))
 	err := fabric.WaitAll(ctx, send, recv)
-	p.seq.pairSeq[l]++
+	st.pairSeq[l]++
 	switch {
 	case err != nil:
 		return fmt.Errorf("gpu %s on a shared gpu: with leader rank %d: %w", o.Kind, l, errors.Join(mine, err))
@@ -173,29 +188,29 @@ func (p *directPlane) sharedFollow(ctx context.Context, o *plane.Op, s *gpu.Stre
 	case le.Uint64(done) != statusOK:
 		return fmt.Errorf("gpu %s on a shared gpu: %s: %w", o.Kind, doneText(done), errs.ErrAborted)
 	}
-	if p.shared.done == nil {
-		ev, err := p.dev.OpenIPCEvent(done[8 : 8+gpu.IPCHandleSize])
+	if st.done == nil {
+		ev, err := st.dev.OpenIPCEvent(done[8 : 8+gpu.IPCHandleSize])
 		if err != nil {
 			return fmt.Errorf("gpu %s on a shared gpu: open leader rank %d's done event: %w", o.Kind, l, err)
 		}
-		p.shared.done = ev
+		st.done = ev
 	}
-	if err := p.shared.done.SynchronizeCtx(ctx); err != nil {
+	if err := st.done.SynchronizeCtx(ctx); err != nil {
 		return fmt.Errorf("gpu %s on a shared gpu: waiting for leader rank %d's work: %w", o.Kind, l, err)
 	}
 	return nil
 }
 
-// sharedLead is one call on the leader: gather the ready messages, run the
+// lead is one call on the leader: gather the ready messages, run the
 // collective for every rank, wait for it, and tell every rank how it went.
-func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream, sig uint64) error {
-	lp := p.c.Peers()
-	in := make([][]byte, p.n)
-	reqs := make([]fabric.Request, 0, p.n)
-	for j := 0; j < p.n; j++ {
-		if j != p.me {
-			in[j] = make([]byte, p.sharedReadyBytes(o))
-			reqs = append(reqs, lp.Recv(j, p.sharedTag(phaseSharedReady, j, sig), collectives.HostBuffer(in[j])))
+func (st *sharedState) lead(ctx context.Context, o *plane.Op, s *gpu.Stream, sig uint64) error {
+	lp := st.c.Peers()
+	in := make([][]byte, st.n)
+	reqs := make([]fabric.Request, 0, st.n)
+	for j := 0; j < st.n; j++ {
+		if j != st.me {
+			in[j] = make([]byte, st.readyBytes(o))
+			reqs = append(reqs, lp.Recv(j, st.tag(phaseSharedReady, j, sig), collectives.HostBuffer(in[j])))
 		}
 	}
 	t0 := time.Now()
@@ -203,34 +218,34 @@ func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream
 		return fmt.Errorf("gpu %s on a shared gpu: ready messages: %w", o.Kind, err)
 	}
 	t1 := time.Now()
-	err := p.sharedRun(o, s, in)
+	err := st.run(o, s, in)
 	if err == nil {
-		err = s.Record(p.shared.done)
+		err = s.Record(st.done)
 	}
-	if lg := p.c.Log(); lg.IsTrace() {
+	if lg := st.c.Log(); lg.IsTrace() {
 		lg.Trace("shared-gpu call", "op", o.Kind.String(), "count", o.Count, "ready_wait", t1.Sub(t0), "enqueue", time.Since(t1))
 	}
 	done := make([]byte, sharedDoneBytes)
 	if err == nil {
 		var h []byte
-		if h, err = p.shared.done.IPCHandle(); err == nil {
+		if h, err = st.done.IPCHandle(); err == nil {
 			copy(done[8:], h)
 		}
 	}
 	if err != nil {
 		binary.LittleEndian.PutUint64(done, statusFailed)
-		copy(done[8+gpu.IPCHandleSize:], fmt.Sprintf("leader rank %d on %s: %v", p.me, p.c.Host(), err))
+		copy(done[8+gpu.IPCHandleSize:], fmt.Sprintf("leader rank %d on %s: %v", st.me, st.c.Host(), err))
 	}
 	reqs = reqs[:0]
-	for j := 0; j < p.n; j++ {
-		if j != p.me {
-			reqs = append(reqs, lp.Send(j, p.sharedTag(phaseSharedDone, j, sig), collectives.HostBuffer(done)))
+	for j := 0; j < st.n; j++ {
+		if j != st.me {
+			reqs = append(reqs, lp.Send(j, st.tag(phaseSharedDone, j, sig), collectives.HostBuffer(done)))
 		}
 	}
 	werr := fabric.WaitAll(ctx, reqs...)
-	for j := 0; j < p.n; j++ {
-		if j != p.me {
-			p.seq.pairSeq[j]++
+	for j := 0; j < st.n; j++ {
+		if j != st.me {
+			st.pairSeq[j]++
 		}
 	}
 	if err == nil && werr != nil {
@@ -239,9 +254,9 @@ func (p *directPlane) sharedLead(ctx context.Context, o *plane.Op, s *gpu.Stream
 	return err
 }
 
-// sharedRun maps every rank's buffers from its ready message and enqueues
+// run maps every rank's buffers from its ready message and enqueues
 // the collective on s.
-func (p *directPlane) sharedRun(o *plane.Op, s *gpu.Stream, in [][]byte) error {
+func (st *sharedState) run(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	le := binary.LittleEndian
 	var failed []int
 	for j, m := range in {
@@ -252,12 +267,12 @@ func (p *directPlane) sharedRun(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	if len(failed) > 0 {
 		return fmt.Errorf("ranks %v could not start the call (their stream failed: see their errors)", failed)
 	}
-	sc := &sharedCall{o: o, n: p.n, send: make([]*gpu.Buffer, p.n), recv: make([]*gpu.Buffer, p.n)}
+	sc := &sharedCall{o: o, n: st.n, send: make([]*gpu.Buffer, st.n), recv: make([]*gpu.Buffer, st.n)}
 	if o.Kind == plane.AllToAllv {
-		sc.sb, sc.rb = make([][]int, p.n), make([][]int, p.n)
+		sc.sb, sc.rb = make([][]int, st.n), make([][]int, st.n)
 	}
-	for j := 0; j < p.n; j++ {
-		if j == p.me {
+	for j := 0; j < st.n; j++ {
+		if j == st.me {
 			sc.send[j], sc.recv[j] = o.Send, o.Recv
 			if sc.sb != nil {
 				sc.sb[j], sc.rb[j] = o.SendBytes, o.RecvBytes
@@ -269,7 +284,7 @@ func (p *directPlane) sharedRun(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 			if d.Empty() {
 				continue // a rooted op's missing buffer
 			}
-			b, err := p.ipc.Open(j, d)
+			b, err := st.ipc.Open(j, d)
 			if err != nil {
 				return err
 			}
@@ -277,14 +292,14 @@ func (p *directPlane) sharedRun(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 		}
 		if sc.sb != nil {
 			at := sharedHeader + 2*nvlink.DescBytes
-			sc.sb[j], sc.rb[j] = make([]int, p.n), make([]int, p.n)
-			for k := 0; k < p.n; k++ {
+			sc.sb[j], sc.rb[j] = make([]int, st.n), make([]int, st.n)
+			for k := 0; k < st.n; k++ {
 				sc.sb[j][k] = int(le.Uint64(in[j][at+8*k:]))
-				sc.rb[j][k] = int(le.Uint64(in[j][at+8*(p.n+k):]))
+				sc.rb[j][k] = int(le.Uint64(in[j][at+8*(st.n+k):]))
 			}
 		}
 	}
-	return p.sharedWork(sc, s)
+	return st.work(sc, s)
 }
 
 // doneText is the error text of a failed done message.

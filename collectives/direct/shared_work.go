@@ -98,8 +98,8 @@ func (sc *sharedCall) checkV() error {
 	return nil
 }
 
-// sharedWork enqueues the call on s (the leader's stream).
-func (p *directPlane) sharedWork(sc *sharedCall, s *gpu.Stream) error {
+// work enqueues the call on s (the leader's stream).
+func (st *sharedState) work(sc *sharedCall, s *gpu.Stream) error {
 	if err := sc.check(); err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (p *directPlane) sharedWork(sc *sharedCall, s *gpu.Stream) error {
 	case plane.Broadcast:
 		return fanOut(s, sc.send[o.Root].Sub(0, blk), sc.recv, -1, 0, blk)
 	case plane.AllToAll, plane.AllToAllv:
-		return p.sharedAllToAll(sc, s)
+		return st.allToAll(sc, s)
 	}
 	return fmt.Errorf("gpu: the shared-gpu path has no %s", o.Kind)
 }
@@ -188,11 +188,11 @@ func copyUnlessSame(s *gpu.Stream, dst, src *gpu.Buffer) error {
 	return s.Copy(dst, src)
 }
 
-// sharedAllToAll enqueues AllToAll and AllToAllv: block (s, d) from rank
+// allToAll enqueues AllToAll and AllToAllv: block (s, d) from rank
 // s's send into rank d's recv. A rank whose send and recv overlap (in
 // place) has its send staged into the leader's scratch first, since the
 // copies into its recv would overwrite blocks not yet read.
-func (p *directPlane) sharedAllToAll(sc *sharedCall, s *gpu.Stream) error {
+func (st *sharedState) allToAll(sc *sharedCall, s *gpu.Stream) error {
 	n := sc.n
 	sendOff, recvOff, size := sc.blocks()
 	src := make([]*gpu.Buffer, n)
@@ -204,10 +204,10 @@ func (p *directPlane) sharedAllToAll(sc *sharedCall, s *gpu.Stream) error {
 		}
 	}
 	if staged > 0 {
-		if err := p.scratch.stage.grow(p.dev, staged); err != nil {
+		if err := st.stage.grow(st.dev, staged); err != nil {
 			return fmt.Errorf("in-place all-to-all staging of %d bytes: %w", staged, err)
 		}
-		scr := p.scratch.stage.buf
+		scr := st.stage.buf
 		at := 0
 		for r := 0; r < n; r++ {
 			if b := sendOff[r][n]; overlaps(sc.send[r], sc.recv[r]) {
@@ -262,21 +262,4 @@ func overlaps(a, b *gpu.Buffer) bool {
 		return false
 	}
 	return a.Ptr() < b.Ptr()+uintptr(b.Len()) && b.Ptr() < a.Ptr()+uintptr(a.Len())
-}
-
-// stageInPlace returns o with its send copied (on s) into the plane's
-// staging scratch: an in-place all-to-all (send and recv overlap) on the
-// event protocol or the flag kernels, where peers write blocks into recv
-// that this rank has not sent yet.
-func (p *directPlane) stageInPlace(o *plane.Op, s *gpu.Stream) (*plane.Op, error) {
-	if err := p.scratch.stage.grow(p.dev, o.Send.Len()); err != nil {
-		return nil, fmt.Errorf("in-place all-to-all staging of %d bytes: %w", o.Send.Len(), err)
-	}
-	st := p.scratch.stage.buf.Sub(0, o.Send.Len())
-	if err := s.Copy(st, o.Send); err != nil {
-		return nil, err
-	}
-	staged := *o
-	staged.Send = st
-	return &staged, nil
 }

@@ -9,6 +9,7 @@
 #   - FLEXLINK_PXN=0 (each rank sends from its own NIC; cross-rail through the spine),
 #   - FLEXLINK_PXN=off with FLEXLINK_NET_RAILS=0 (every pair over all 4 rails, multilink),
 #   - OpenMPI MPI_Alltoall (flexbench --backend mpi, tcp btl on the 4 rails),
+#   - OpenMPI with each rank's tcp btl on its own rail only (NCCL's layout),
 # the bytes the spine forwarded in each, and the PXN counters.
 # Needs root, iproute2, openssh-server, OpenMPI.
 # Usage: scripts/bench-pxn.sh [outdir]   (ITERS=5 RATE=400mbit SPINE=400mbit)
@@ -53,13 +54,22 @@ flex "PXN off, 4 rails per pair" "$out/alltoall_off.txt" FLEXLINK_PXN=off FLEXLI
 run "OpenMPI" "$out/alltoall_mpi.txt" timeout 600 mpirun --hostfile "$out/hostfile" -np 8 --mca plm_rsh_agent "ssh -F $TC_SSH_CONFIG" --mca plm_rsh_no_tree_spawn 1 \
 	--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24,$net.1.0/24,$net.2.0/24,$net.3.0/24" --bind-to none \
 	"$bin/bin/flexbench-mpi" alltoall --backend mpi "${sizes[@]}" --no-inplace -n "$iters" -w 1
+# OpenMPI in NCCL's layout: each rank's tcp btl on its own rail only (local
+# rank i on rail i, as flexlink's PXN 0 and 2), so cross-rail messages
+# cross the spine. Not the anchor of the goal (the line above is what an
+# OpenMPI user runs); it shows what PXN's relays buy against the same layout.
+printf '#!/bin/sh\nexport OMPI_MCA_btl_tcp_if_include=rail$OMPI_COMM_WORLD_LOCAL_RANK\nexec "$@"\n' > "$bin/bin/ownnic"
+chmod 755 "$bin/bin/ownnic"
+run "OpenMPI, own NIC per rank" "$out/alltoall_mpi_own.txt" timeout 600 mpirun --hostfile "$out/hostfile" -np 8 --mca plm_rsh_agent "ssh -F $TC_SSH_CONFIG" --mca plm_rsh_no_tree_spawn 1 \
+	--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --bind-to none \
+	"$bin/bin/ownnic" "$bin/bin/flexbench-mpi" alltoall --backend mpi "${sizes[@]}" --no-inplace -n "$iters" -w 1
 
 # busbw per size in MB/s (flexbench prints GB/s with 2 decimals), from the
 # out-of-place time: bytes / time x (n-1)/n, n = 8.
 col() { awk '!/^#/ && NF>=9 && $1 ~ /^[0-9]+$/ && $6 > 0 {printf "%s %.1f\n", $1, $1 / $6 * 7 / 8}' "$1"; }
 {
-	printf "%12s %10s %10s %10s %10s   (busbw MB/s)\n" bytes pxn2 pxn0 off_4rails openmpi
+	printf "%12s %10s %10s %10s %10s %12s   (busbw MB/s)\n" bytes pxn2 pxn0 off_4rails openmpi openmpi_own
 	join <(col "$out/alltoall_pxn2.txt") <(col "$out/alltoall_pxn0.txt") | join - <(col "$out/alltoall_off.txt") | join - <(col "$out/alltoall_mpi.txt") |
-		awk '{printf "%12s %10s %10s %10s %10s\n", $1, $2, $3, $4, $5}'
+		join - <(col "$out/alltoall_mpi_own.txt") | awk '{printf "%12s %10s %10s %10s %10s %12s\n", $1, $2, $3, $4, $5, $6}'
 } | tee -a "$sum"
 grep -h "^#  *all\|^# PXN\|bufs/rcv" "$out/alltoall_pxn2.txt" "$out/alltoall_pxn0.txt" | tee -a "$sum"

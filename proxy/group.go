@@ -81,13 +81,8 @@ func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
 	for s, bufs := range byRecv {
 		c.goWait(func() error { return g.recvFrom(s, bufs) })
 	}
-	err = c.wait()
-	p.total.add(&st)
-	if err != nil {
-		p.Abort(err)
-		return st, err
-	}
-	return st, nil
+	err = c.settle() // before st is read: the call's goroutines fill it
+	return st, err
 }
 
 // groupCall is one Group call on the service sv.

@@ -160,13 +160,8 @@ func (p *Proxy) AllToAllv(ctx context.Context, send, recv [][]byte) (Stats, erro
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	defer c.cancel(nil)
 	c.run()
-	err = c.wait()
-	p.total.add(&st)
-	if err != nil {
-		p.Abort(err)
-		return st, err
-	}
-	return st, nil
+	err = c.settle() // before st is read: the call's goroutines fill it
+	return st, err
 }
 
 // a2a is one AllToAllv call.
@@ -207,6 +202,17 @@ func (c *a2a) waitReq(r fabric.Request, what string) {
 		}
 		return nil
 	})
+}
+
+// settle waits for the call, adds its counters to the proxy's totals, and
+// aborts the proxy if the call failed (its connections are then unusable).
+func (c *a2a) settle() error {
+	err := c.wait()
+	c.p.total.add(c.st)
+	if err != nil {
+		c.p.Abort(err)
+	}
+	return err
 }
 
 func (c *a2a) wait() error {

@@ -367,16 +367,7 @@ func TestGPUFakeNetProfile(t *testing.T) {
 		keys[r.c.Rank()] = tx.key
 	}
 	ctx := testCtx(t, 20*time.Second)
-	errs := onRanks(rs, func(r *devRank) error {
-		err := r.dc.Close(ctx)
-		r.dc = nil
-		return err
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("close rank %d: %v", r, err)
-		}
-	}
+	closeRanks(t, ctx, rs)
 	for r, key := range keys {
 		st, err := balance.LoadProfile(dir, key)
 		if err != nil || !strings.HasSuffix(key, " +net") || len(st.Links) != 3 {

@@ -248,16 +248,7 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 		}
 		keys[r.c.Rank()] = tx.key
 	}
-	errs := onRanks(rs, func(r *devRank) error {
-		err := r.dc.Close(ctx)
-		r.dc = nil
-		return err
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("close rank %d: %v", r, err)
-		}
-	}
+	closeRanks(t, ctx, rs)
 	for r, key := range keys {
 		st, err := balance.LoadProfile(dir, key)
 		if err != nil {
@@ -342,4 +333,20 @@ func fakeSetupErrors(t *testing.T, env map[string]string) []error {
 		}
 		return err
 	})
+}
+
+// closeRanks closes every rank's DeviceComm at once (a clean close, which
+// saves the PCIe planners' profiles) and fails the test on any error.
+func closeRanks(t *testing.T, ctx context.Context, rs []*devRank) {
+	t.Helper()
+	errs := onRanks(rs, func(r *devRank) error {
+		err := r.dc.Close(ctx)
+		r.dc = nil
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("close rank %d: %v", r, err)
+		}
+	}
 }

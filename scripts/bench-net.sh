@@ -16,7 +16,8 @@
 #     hostfile;
 #  3. rails limited to RATE (default 1gbit): sendrecv 64 MiB over 1 rail
 #     against 2 rails, and iperf3 on one rail.
-#  The ucx provider (UCX_TLS=tcp) is tried once per size.
+#  The ucx provider (UCX_TLS=tcp) the same way, beside ucx_perftest tag_bw
+#  (UCX's own one-way figure on the same rail).
 # Needs root, iproute2, openssh-server, iperf3, OpenMPI.
 # Usage: scripts/bench-net.sh [outdir]
 #   ITERS=10 REPEATS=3 RATE=1gbit NAME=nnet NET=10.82 (the cluster's name and subnet)
@@ -71,6 +72,15 @@ if "sum_received_bidir_reverse" in e:
 print("%.3f" % (sum(bps) / len(bps) / 8e9))' || echo 0
 	wait
 }
+perftest() { # size -> GB/s one way, ucx_perftest tag_bw h1 -> h2 on rail0
+	local n=$(( $(numfmt --from=iec "$1") >= 64<<20 ? 20 : 200 ))
+	ip netns exec "$ns2" env UCX_TLS=tcp UCX_NET_DEVICES=rail0 timeout 60 ucx_perftest -p 13347 >/dev/null 2>&1 &
+	sleep 0.5
+	ip netns exec "$ns1" env UCX_TLS=tcp UCX_NET_DEVICES=rail0 timeout 60 ucx_perftest "$net.0.2" -p 13347 \
+		-t tag_bw -s "$(numfmt --from=iec "$1")" -n "$n" 2>/dev/null |
+		awk '/^Final:/ {printf "%.3f\n", $6 * 1048576 / 1e9; ok=1} END {if (!ok) print 0}'
+	wait
+}
 declare -A v # key -> space-separated figures
 add() { v[$1]="${v[$1]:-} $2"; echo "$1 $2" >> "$raw"; }
 nenv=(FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=tcp FLEXLINK_NET_SOCKETS=$socks)
@@ -100,13 +110,19 @@ for rep in $(seq "$repeats"); do
 		--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24,$net.1.0/24" --bind-to none \
 		"$bin/bin/flexbench-mpi" allreduce --backend mpi -b 64M -e 64M --no-inplace -n "$iters" -w 2 > "$m" 2>&1 || echo "# failed: exit $?" >> "$m"
 	add armpi "$(busbw "$m")"
-done
 
-# The ucx provider, once per size.
-for sz in 4M 64M; do
-	f="$out/sendrecv_ucx_$sz.txt"
-	flex "$f" FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=ucx UCX_TLS=tcp UCX_NET_DEVICES=rail0 FLEXLINK_NET_RAILS=1 -- sendrecv -b $sz -e $sz
-	add "ucx$sz" "$(busbw "$f")"
+	# 1b. The ucx provider (UCX_TLS=tcp) on the same rail, and UCX's own
+	# tag bandwidth there (ucx_perftest): the provider's overhead.
+	uenv=(FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=ucx UCX_TLS=tcp UCX_NET_DEVICES=rail0 FLEXLINK_NET_RAILS=1)
+	for sz in 4M 64M; do
+		f="$out/broadcast_ucx_${sz}_$rep.txt"
+		flex "$f" "${uenv[@]}" -- broadcast -b $sz -e $sz
+		add "ucxb$sz" "$(busbw_in "$f")"
+		f="$out/sendrecv_ucx_${sz}_$rep.txt"
+		flex "$f" "${uenv[@]}" -- sendrecv -b $sz -e $sz
+		add "ucxs$sz" "$(busbw "$f")"
+		add "perftest$sz" "$(perftest $sz)"
+	done
 done
 
 # 3. Rate-limited rails: 1 against 2.
@@ -133,7 +149,10 @@ for sz in 4M 64M; do
 	row "broadcast $sz (one way) / iperf3 1 stream" "$(m bcast$sz)" "$(ratio "$(m bcast$sz)" "$(m iperf1)")" "${v[bcast$sz]}"
 	row "broadcast $sz (one way) / iperf3 $socks streams" "$(m bcast$sz)" "$(ratio "$(m bcast$sz)" "$(m iperfP)")" ""
 	row "sendrecv $sz (per direction) / iperf3 --bidir" "$(m sendrecv$sz)" "$(ratio "$(m sendrecv$sz)" "$(m iperfbidir)")" "${v[sendrecv$sz]}"
-	row "sendrecv $sz, ucx provider (UCX_TLS=tcp), once" "$(m ucx$sz)" "" ""
+	row "ucx_perftest tag_bw $sz (one way, UCX_TLS=tcp)" "$(m perftest$sz)" "" "${v[perftest$sz]}"
+	row "ucx provider: broadcast $sz (one way) / iperf3 1 stream" "$(m ucxb$sz)" "$(ratio "$(m ucxb$sz)" "$(m iperf1)")" "${v[ucxb$sz]}"
+	row "ucx provider: broadcast $sz (one way) / ucx_perftest" "$(m ucxb$sz)" "$(ratio "$(m ucxb$sz)" "$(m perftest$sz)")" ""
+	row "ucx provider: sendrecv $sz (per direction) / iperf3 --bidir" "$(m ucxs$sz)" "$(ratio "$(m ucxs$sz)" "$(m iperfbidir)")" "${v[ucxs$sz]}"
 done
 row "allreduce 64M busbw, 2 rails / OpenMPI" "$(m ar2)" "$(ratio "$(m ar2)" "$(m armpi)")" "${v[ar2]}"
 row "allreduce 64M busbw, 1 rail / OpenMPI" "$(m ar1)" "$(ratio "$(m ar1)" "$(m armpi)")" "${v[ar1]}"

@@ -17,9 +17,7 @@ package net
 import (
 	"context"
 	"errors"
-	"flexlink/internal/pause"
 	"fmt"
-	"runtime"
 	"time"
 )
 
@@ -156,27 +154,3 @@ func (e *ConnError) Error() string {
 }
 
 func (e *ConnError) Unwrap() error { return e.Err }
-
-// WaitPoll is the Wait every provider shares: it polls test, yielding
-// between polls, until done or ctx ends.
-func WaitPoll(ctx context.Context, test func() (bool, []int, error)) ([]int, error) {
-	spins := 0
-	for {
-		done, sizes, err := test()
-		if done {
-			return sizes, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("net request still in flight: %w", err)
-		}
-		spins++
-		if spins < 64 {
-			continue
-		}
-		if spins < 1024 {
-			runtime.Gosched()
-			continue
-		}
-		pause.Sleep(20 * time.Microsecond)
-	}
-}

@@ -82,7 +82,7 @@ func (c *recvConn) IRecv(bufs [][]byte, tags []uint64, mrs []fnet.MemRegion) (fn
 	if n < 1 || n > fnet.MaxRecvs || len(tags) != n || (mrs != nil && len(mrs) != n) {
 		return nil, c.errorf(errs.ErrMismatch, "irecv with %d buffers, %d tags, %d regions (1..%d buffers, one tag each)", n, len(tags), len(mrs), fnet.MaxRecvs)
 	}
-	rr := &recvReq{req: &request{}, c: c, bufs: bufs, tags: tags, memh: make([]ucp.Memh, n), sizes: make([]int, n), left: n}
+	rr := &recvReq{req: newRequest(), c: c, bufs: bufs, tags: tags, memh: make([]ucp.Memh, n), sizes: make([]int, n), left: n}
 	for i, t := range tags {
 		if t > MaxUserTag {
 			return nil, c.errorf(errs.ErrNotSupported, "tag %#x over the %d bits the ucx provider leaves to users (max %#x)", t, UserTagBits, MaxUserTag)

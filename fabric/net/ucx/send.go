@@ -36,8 +36,14 @@ func wireTag(id uint32, seq uint64, user uint64) uint64 {
 	return uint64(id)<<32 | (seq&(seqWindow-1))<<UserTagBits | user
 }
 
-// request is one ISend or IRecv; the engine loop publishes its result.
-type request struct{ res atomic.Pointer[result] }
+// request is one ISend or IRecv; the engine loop publishes its result and
+// closes done, which wakes a waiter without polling.
+type request struct {
+	res  atomic.Pointer[result]
+	done chan struct{}
+}
+
+func newRequest() *request { return &request{done: make(chan struct{})} }
 
 type result struct {
 	sizes []int
@@ -46,7 +52,9 @@ type result struct {
 
 // finish publishes the outcome once; later calls are ignored.
 func (r *request) finish(sizes []int, err error) {
-	r.res.CompareAndSwap(nil, &result{sizes: sizes, err: err})
+	if r.res.CompareAndSwap(nil, &result{sizes: sizes, err: err}) {
+		close(r.done)
+	}
 }
 
 func (r *request) Test() (bool, []int, error) {
@@ -56,10 +64,26 @@ func (r *request) Test() (bool, []int, error) {
 	return false, nil, nil
 }
 
-func (r *request) Wait(ctx context.Context) ([]int, error) { return fnet.WaitPoll(ctx, r.Test) }
+// Wait blocks on the completion channel until done or ctx ends: a waiter
+// that polled (as this provider's did) took the cores the engine and the
+// kernel's socket copies need (one way over loopback: 1.4 GB/s polled,
+// 3.2 GB/s woken; scripts/bench-net.sh).
+func (r *request) Wait(ctx context.Context) ([]int, error) {
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		select {
+		case <-r.done:
+		default:
+			return nil, fmt.Errorf("net request still in flight: %w", ctx.Err())
+		}
+	}
+	p := r.res.Load()
+	return p.sizes, p.err
+}
 
 func failed(err error) *request {
-	r := &request{}
+	r := newRequest()
 	r.finish(nil, err)
 	return r
 }
@@ -181,7 +205,7 @@ func (c *sendConn) ISend(buf []byte, tag uint64, mr fnet.MemRegion) (fnet.Reques
 		return nil, c.errorf(errs.ErrNotSupported, "tag %#x over the %d bits the ucx provider leaves to users (max %#x)", tag, UserTagBits, MaxUserTag)
 	}
 	memh := memhFor(mr, buf)
-	r := &request{}
+	r := newRequest()
 	if !c.p.e.do(func() { c.post(r, buf, tag, memh) }) {
 		return failed(c.errorf(errs.ErrClosed, "provider closed")), nil
 	}

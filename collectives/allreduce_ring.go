@@ -32,10 +32,19 @@ func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
 	rs := n - 1 // reduce-scatter steps
 	return runRing(c, &ringPass{
 		steps: 2 * rs, chunks: k, stride: k,
-		slots: ringSlots{n: depth, bytes: ce * c.es,
-			use:     func(s int) bool { return s < rs },
+		// Out of place, the reduce-scatter's chunks land straight in recv
+		// (segment r-s-1 holds nothing yet and is sent only once reduced)
+		// and the send chunk is reduced into them: no scratch and no copy
+		// of send into recv (the operations are commutative, and so is
+		// IEEE addition, bit for bit). In place, recv holds this rank's
+		// own contribution: they land in scratch.
+		slots: ringSlots{n: slotsIf(inPlace, depth), bytes: ce * c.es,
+			use:     func(s int) bool { return inPlace && s < rs },
 			recvLen: func(s, ch int) int { return chunkOf(segs[mod(r-s-1, n)], ch, ce).n * c.es }},
 		recvInto: func(s, ch int) Buffer {
+			if s < rs {
+				return chunk(recv, r-s-1, ch)
+			}
 			return chunk(recv, r-(s-rs), ch)
 		},
 		sendBuf: func(s, ch int) Buffer {
@@ -59,13 +68,11 @@ func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
 			if s >= rs {
 				return nil // allgather: received in place
 			}
-			dst := chunk(recv, r-s-1, ch)
+			dst, other := chunk(recv, r-s-1, ch), slot
 			if !inPlace {
-				if err := c.copyBuf(dst, chunk(send, r-s-1, ch)); err != nil {
-					return err
-				}
+				other = chunk(send, r-s-1, ch) // dst holds the received chunk
 			}
-			if err := c.reduce(dst, slot); err != nil {
+			if err := c.reduce(dst, other); err != nil {
 				return err
 			}
 			if s == rs-1 { // segment r+1 is complete
@@ -74,4 +81,12 @@ func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
 			return nil
 		},
 	})
+}
+
+// slotsIf is n scratch slots when on, else none.
+func slotsIf(on bool, n int) int {
+	if on {
+		return n
+	}
+	return 0
 }

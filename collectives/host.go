@@ -36,8 +36,13 @@ type Addresser interface {
 }
 
 // HostMemory is the Memory of host buffers: Go allocation, copy, and the
-// reduce package's kernels. It accepts HostBuffers only.
-type HostMemory struct{}
+// reduce package's kernels. It accepts HostBuffers only. The zero value
+// allocates every scratch buffer anew; NewHostMemory's keeps freed scratch
+// for the next call (see scratchCache).
+type HostMemory struct{ cache *scratchCache }
+
+// NewHostMemory returns a HostMemory that reuses freed scratch.
+func NewHostMemory() HostMemory { return HostMemory{cache: newScratchCache()} }
 
 func host(b Buffer, what string) ([]byte, error) {
 	h, ok := b.(HostBuffer)
@@ -47,16 +52,26 @@ func host(b Buffer, what string) ([]byte, error) {
 	return h, nil
 }
 
-// Alloc returns n zeroed bytes.
-func (HostMemory) Alloc(n int) (Buffer, error) {
+// Alloc returns n bytes of scratch: zeroed when new, as its last user
+// left it when reused from the cache (scratch is written before it is
+// read).
+func (h HostMemory) Alloc(n int) (Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("host memory: alloc of %d bytes", n)
+	}
+	if b := h.cache.get(n); b != nil {
+		return HostBuffer(b), nil
 	}
 	return HostBuffer(make([]byte, n)), nil
 }
 
-// Free does nothing: the garbage collector takes the memory back.
-func (HostMemory) Free(Buffer) {}
+// Free keeps b for a later Alloc of its size when the cache has room;
+// otherwise the garbage collector takes it back.
+func (h HostMemory) Free(b Buffer) {
+	if hb, ok := b.(HostBuffer); ok {
+		h.cache.put(hb)
+	}
+}
 
 // Copy copies src into dst; the lengths must be equal.
 func (HostMemory) Copy(dst, src Buffer) error {

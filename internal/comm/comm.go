@@ -79,7 +79,7 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 		return nil, err
 	}
 	c.links = newLinkSet(c, addr)
-	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.HostMemory{}, cfg)
+	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.NewHostMemory(), cfg)
 	c.engine.SetObserver(c.callObserver())
 	w.register(c)
 	if err := w.store.Err(); err != nil {

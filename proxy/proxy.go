@@ -145,6 +145,26 @@ func (p *Proxy) chunk(b []byte, k int) []byte {
 // of the communicator calls it, in the same order. A zero length means no
 // message (both sides must agree). It returns this call's counters.
 func (p *Proxy) AllToAllv(ctx context.Context, send, recv [][]byte) (Stats, error) {
+	return p.allToAllv(ctx, send, recv, nil)
+}
+
+// AllToAllvGathered is AllToAllv for callers that have already put, on
+// every relay, the messages it carries for its local senders (the GPU
+// hand-off: the senders copied them over NVLink/CUDA IPC into the relay's
+// GPU staging and the relay copied them to host memory once). gathered
+// holds, on this rank as a relay, every local sender s's message for d
+// (key {s, d}) for which Via(s, d) is this rank, s not itself (an empty
+// slice: no message). As a sender this rank hands nothing to relays: send
+// is read only for local peers and for the destinations it sends to
+// itself. Every rank of the communicator makes the same kind of call.
+func (p *Proxy) AllToAllvGathered(ctx context.Context, send, recv [][]byte, gathered map[[2]int][]byte) (Stats, error) {
+	if gathered == nil {
+		gathered = map[[2]int][]byte{}
+	}
+	return p.allToAllv(ctx, send, recv, gathered)
+}
+
+func (p *Proxy) allToAllv(ctx context.Context, send, recv [][]byte, gathered map[[2]int][]byte) (Stats, error) {
 	var st Stats
 	n := len(p.cfg.Hosts)
 	if len(send) != n || len(recv) != n {
@@ -156,7 +176,7 @@ func (p *Proxy) AllToAllv(ctx context.Context, send, recv [][]byte) (Stats, erro
 	if err != nil {
 		return st, fmt.Errorf("rank %d proxy: aborted earlier: %w", p.cfg.Rank, err)
 	}
-	c := &a2a{p: p, ctx: ctx, seq: p.seq.Add(1), send: send, recv: recv, st: &st}
+	c := &a2a{p: p, ctx: ctx, seq: p.seq.Add(1), send: send, recv: recv, st: &st, gathered: gathered}
 	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	defer c.cancel(nil)
 	c.run()
@@ -171,6 +191,7 @@ type a2a struct {
 	cancel     context.CancelCauseFunc
 	seq        uint64
 	send, recv [][]byte
+	gathered   map[[2]int][]byte // AllToAllvGathered's, or nil
 	st         *Stats
 	wg         sync.WaitGroup
 	mu         sync.Mutex
@@ -270,8 +291,12 @@ func (c *a2a) run() {
 			c.waitReq(cfg.Local.Recv(q, localTag(tagDirect, c.seq, 0, 0), c.recv[q]), fmt.Sprintf("receive from local rank %d", q))
 		}
 	}
-	// B. Hand the relays their share: the lengths, then the chunks.
+	// B. Hand the relays their share: the lengths, then the chunks (not
+	// when the caller gathered them on the relays).
 	for _, v := range local {
+		if c.gathered != nil {
+			break
+		}
 		ds := c.dstsVia(me, v)
 		if v == me || len(ds) == 0 {
 			continue

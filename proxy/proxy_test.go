@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,17 @@ type fakeLocal struct {
 func (l fakeLocal) Send(p int, tag fabric.Tag, b []byte) fabric.Request {
 	return l.nw.Link(l.me, p).Send(tag, b)
 }
+
+// countedLocal is fakeLocal counting the messages sent (by every rank).
+type countedLocal struct {
+	fakeLocal
+	sent *atomic.Int64
+}
+
+func (l countedLocal) Send(p int, tag fabric.Tag, b []byte) fabric.Request {
+	l.sent.Add(1)
+	return l.fakeLocal.Send(p, tag, b)
+}
 func (l fakeLocal) Recv(p int, tag fabric.Tag, b []byte) fabric.Request {
 	return l.nw.Link(l.me, p).Recv(tag, b)
 }
@@ -35,9 +47,12 @@ func (l fakeLocal) Recv(p int, tag fabric.Tag, b []byte) fabric.Request {
 // its message for d through the rank of s's host whose local index is d's
 // (as the planner does for hosts without GPUs and one NIC per rank).
 type job struct {
-	hosts []string
-	nw    *fake.Network
-	px    []*Proxy
+	hosts  []string
+	nw     *fake.Network
+	px     []*Proxy
+	via    func(s, d int) int
+	sent   atomic.Int64 // local-link messages
+	gather bool // run calls AllToAllvGathered, the relays' messages put in place by the test
 }
 
 func railVia(per int) func(s, d int) int { return func(s, d int) int { return s/per*per + d%per } }
@@ -46,7 +61,7 @@ func directVia(s, d int) int             { return s }
 func newJob(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int) *job {
 	t.Helper()
 	n := nhosts * per
-	j := &job{hosts: make([]string, n), nw: fake.NewNetwork(n, fake.Options{}), px: make([]*Proxy, n)}
+	j := &job{hosts: make([]string, n), nw: fake.NewNetwork(n, fake.Options{}), px: make([]*Proxy, n), via: via}
 	for r := range n {
 		j.hosts[r] = fmt.Sprint("host", r/per)
 	}
@@ -59,7 +74,7 @@ func newJob(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int) *j
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
-		j.px[r], err = New(ctx, Config{Rank: r, Hosts: j.hosts, Via: via, Local: fakeLocal{j.nw, r},
+		j.px[r], err = New(ctx, Config{Rank: r, Hosts: j.hosts, Via: via, Local: countedLocal{fakeLocal{j.nw, r}, &j.sent},
 			Provider: p, Dev: 0, Dir: stores[r], Key: "pxn/test/", Chunk: chunk, Credits: 2,
 			Auth: Auth{Secret: testSecret, JobID: "job"}})
 		if err != nil {
@@ -98,7 +113,7 @@ func (j *job) run(t *testing.T, lens [][]int) []Stats {
 	stats := make([]Stats, n)
 	errs := make([]error, n)
 	recvs := make([][][]byte, n)
-	var wg sync.WaitGroup
+	sends := make([][][]byte, n)
 	for r := range n {
 		send, recv := make([][]byte, n), make([][]byte, n)
 		for d := range n {
@@ -108,13 +123,30 @@ func (j *job) run(t *testing.T, lens [][]int) []Stats {
 			}
 			recv[d] = make([]byte, lens[d][r])
 		}
-		recvs[r] = recv
+		sends[r], recvs[r] = send, recv
+	}
+	var wg sync.WaitGroup
+	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			stats[r], errs[r] = j.px[r].AllToAllv(ctx, send, recv)
+			if !j.gather {
+				stats[r], errs[r] = j.px[r].AllToAllv(ctx, sends[r], recvs[r])
+				return
+			}
+			// What the GPU hand-off puts on relay r: its siblings' messages
+			// that it carries (copies: the senders' own buffers are not read).
+			g := map[[2]int][]byte{}
+			for s := range n {
+				for d := range n {
+					if s != r && j.hosts[s] == j.hosts[r] && j.hosts[d] != j.hosts[r] && j.via(s, d) == r {
+						g[[2]int{s, d}] = append([]byte{}, sends[s][d]...)
+					}
+				}
+			}
+			stats[r], errs[r] = j.px[r].AllToAllvGathered(ctx, sends[r], recvs[r], g)
 		}()
 	}
 	wg.Wait()
@@ -170,6 +202,54 @@ func TestAllToAll(t *testing.T) {
 					t.Errorf("got %+v, want messages %d relayed %d receives %d", tot, c.messages, c.relayed, c.receives)
 				}
 				t.Logf("%s", tot)
+			}
+		})
+	}
+}
+
+// TestAllToAllGathered: with the relays' messages gathered by the caller
+// (the GPU hand-off), the senders hand nothing over the local links, the
+// relays send what they were given, and every byte arrives.
+func TestAllToAllGathered(t *testing.T) {
+	const hosts, per = 2, 4
+	n := hosts * per
+	for _, c := range []struct {
+		name  string
+		chunk int
+		lens  [][]int
+	}{
+		{"even", 1 << 20, even(n, 4096)},
+		{"chunked uneven", 777, unevenLengths(n, 5000, 3)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := newJob(t, hosts, per, railVia(per), c.chunk)
+			j.gather = true
+			var relayed int64
+			for s := range n {
+				for d := range n {
+					if j.hosts[s] != j.hosts[d] && railVia(per)(s, d) != s {
+						relayed += int64((c.lens[s][d] + c.chunk - 1) / c.chunk)
+					}
+				}
+			}
+			for range 2 {
+				tot := sum(j.run(t, c.lens))
+				if tot.Gathered != relayed || tot.Relayed != relayed || tot.Received != tot.Messages {
+					t.Errorf("got %+v, want %d messages relayed, all gathered, all received", tot, relayed)
+				}
+			}
+			// Only the local peers' blocks crossed the local links: one
+			// message per non-empty block between ranks of a host, a call.
+			var local int64
+			for s := range n {
+				for q := range n {
+					if s != q && j.hosts[s] == j.hosts[q] && c.lens[s][q] > 0 {
+						local += 2
+					}
+				}
+			}
+			if got, want := j.sent.Load(), local; got != want {
+				t.Errorf("local links carried %d messages, want %d (the local blocks only)", got, want)
 			}
 		})
 	}

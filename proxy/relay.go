@@ -20,11 +20,12 @@ type Stats struct {
 	Received int64  `json:"received"` // network messages received
 	Receives int64  `json:"receives"` // receives (IRecv) posted
 	Buffers  int64  `json:"buffers"`  // buffers in them (Buffers/Receives per receive)
+	Gathered int64  `json:"gathered"` // of Relayed, messages the caller gathered here (GPU hand-off)
 }
 
 func (s *Stats) add(o *Stats) {
 	for _, f := range [][2]*int64{{&s.Bytes, &o.Bytes}, {&s.Messages, &o.Messages}, {&s.Relayed, &o.Relayed},
-		{&s.Received, &o.Received}, {&s.Receives, &o.Receives}, {&s.Buffers, &o.Buffers}} {
+		{&s.Received, &o.Received}, {&s.Receives, &o.Receives}, {&s.Buffers, &o.Buffers}, {&s.Gathered, &o.Gathered}} {
 		atomic.AddInt64(f[0], atomic.LoadInt64(f[1]))
 	}
 }
@@ -41,8 +42,8 @@ func (s Stats) String() string {
 	if s.Receives > 0 {
 		per = float64(s.Buffers) / float64(s.Receives)
 	}
-	return fmt.Sprintf("nic=%s bytes=%d messages=%d relayed=%d received=%d receives=%d buffers_per_receive=%.2f",
-		s.NIC, s.Bytes, s.Messages, s.Relayed, s.Received, s.Receives, per)
+	return fmt.Sprintf("nic=%s bytes=%d messages=%d relayed=%d gathered=%d received=%d receives=%d buffers_per_receive=%.2f",
+		s.NIC, s.Bytes, s.Messages, s.Relayed, s.Gathered, s.Received, s.Receives, per)
 }
 
 func appendLen(b []byte, n int) []byte { return binary.LittleEndian.AppendUint64(b, uint64(n)) }
@@ -83,15 +84,26 @@ func (c *a2a) relay(local []int) {
 		for _, d := range ds {
 			queues[[2]int{s, d}] = make(chan staged, cfg.Credits)
 		}
-		if s == me {
+		switch {
+		case s == me:
 			for _, d := range ds {
 				lens[s][d] = len(c.send[d])
+			}
+			close(ready[s])
+		case c.gathered != nil:
+			for _, d := range ds {
+				b, ok := c.gathered[[2]int{s, d}]
+				if !ok {
+					c.fail(fmt.Errorf("rank %d relay: rank %d's message for rank %d was not gathered here: %w", me, s, d, errs.ErrMismatch))
+					return
+				}
+				lens[s][d] = len(b)
 			}
 			close(ready[s])
 		}
 	}
 	for _, s := range local {
-		if ds := dsts[s]; len(ds) > 0 && s != me {
+		if ds := dsts[s]; len(ds) > 0 && s != me && c.gathered == nil {
 			l, r := lens[s], ready[s]
 			c.goWait(func() error { return c.read(s, ds, l, r, queues) })
 		}
@@ -172,9 +184,13 @@ func (c *a2a) write(d int, senders []int, lens map[int]map[int]int, ready map[in
 			}
 			var b []byte
 			var done func()
-			if s == me {
+			switch {
+			case s == me:
 				b = c.p.chunk(c.send[d], k)
-			} else {
+			case c.gathered != nil:
+				b = c.p.chunk(c.gathered[[2]int{s, d}], k)
+				atomic.AddInt64(&c.st.Gathered, 1)
+			default:
 				var st staged
 				select {
 				case st = <-queues[[2]int{s, d}]:

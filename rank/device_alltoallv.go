@@ -19,6 +19,16 @@ func (c pxnCaller) PXNAllToAllv(ctx context.Context, send, recv [][]byte) (bool,
 	return comm.PXNAllToAllv(ctx, c.Comm, send, recv)
 }
 
+// PXNHandoff and PXNAllToAllvGathered are the GPU hand-off
+// (collectives/staged's PXNHandoff; FLEXLINK_PXN_GPU_HANDOFF).
+func (c pxnCaller) PXNHandoff(ctx context.Context) (func(s, d int) int, bool, error) {
+	return comm.PXNHandoff(ctx, c.Comm)
+}
+
+func (c pxnCaller) PXNAllToAllvGathered(ctx context.Context, send, recv [][]byte, gathered map[[2]int][]byte) (bool, error) {
+	return comm.PXNAllToAllvGathered(ctx, c.Comm, send, recv, gathered)
+}
+
 // PXNGroup is a group of staged sends and receives (collectives/staged's
 // PXNGroup): through the PXN group service for the messages whose route
 // goes through a relay when FLEXLINK_PXN_GROUP runs it, else the engine.

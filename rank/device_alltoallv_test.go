@@ -27,10 +27,11 @@ import (
 // formula, and the PXN counters say whether the proxy ran and relayed.
 func TestDeviceAllToAllPXN(t *testing.T) {
 	for _, tc := range []struct {
-		level string
-		per   int // ranks per host
-	}{{"off", 2}, {"0", 2}, {"2", 2}, {"2", 4}} {
-		t.Run(fmt.Sprintf("pxn=%s/2x%d", tc.level, tc.per), func(t *testing.T) {
+		level   string
+		per     int  // ranks per host
+		handoff bool // FLEXLINK_PXN_GPU_HANDOFF
+	}{{"off", 2, false}, {"0", 2, false}, {"2", 2, false}, {"2", 4, false}, {"2", 2, true}, {"2", 4, true}} {
+		t.Run(fmt.Sprintf("pxn=%s/2x%d/handoff=%v", tc.level, tc.per, tc.handoff), func(t *testing.T) {
 			n := 2 * tc.per
 			drv, err := gpufake.Open(gpufake.Config{Devices: n})
 			if err != nil {
@@ -39,15 +40,42 @@ func TestDeviceAllToAllPXN(t *testing.T) {
 			defer drv.Close()
 			host := func(r int) string { return fmt.Sprintf("host%d", r/tc.per) }
 			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": tc.level}
+			if tc.handoff {
+				vars["FLEXLINK_PXN_GPU_HANDOFF"] = "1"
+			}
 			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank())
 				if err != nil {
 					return err
 				}
-				return deviceAllToAlls(c, dev, tc.level)
+				return deviceAllToAlls(c, dev, tc.level, tc.handoff)
 			}))
 		})
 	}
+}
+
+// TestDeviceAllToAllPXNHandoffNoPeer: FLEXLINK_PXN_GPU_HANDOFF=1 on GPUs
+// that cannot reach each other (a relay's staging cannot be mapped): the
+// host falls back to the shm hand-off, every result right, nothing
+// gathered.
+func TestDeviceAllToAllPXNHandoffNoPeer(t *testing.T) {
+	const per = 2
+	n := 2 * per
+	drv, err := gpufake.Open(gpufake.Config{Devices: n, NoPeer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	host := func(r int) string { return fmt.Sprintf("host%d", r/per) }
+	vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t),
+		"FLEXLINK_PXN": "2", "FLEXLINK_PXN_GPU_HANDOFF": "1"}
+	noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+		dev, err := drv.Device(c.Rank())
+		if err != nil {
+			return err
+		}
+		return deviceAllToAlls(c, dev, "2", false)
+	}))
 }
 
 // a2aCount is the number of elements rank s sends rank d in the AllToAllv
@@ -61,7 +89,7 @@ func a2aCount(s, d, n int) int {
 
 func a2aValue(s, d, i int) int64 { return int64(s)<<40 | int64(d)<<20 | int64(i) }
 
-func deviceAllToAlls(c *Comm, dev *gpu.Device, level string) error {
+func deviceAllToAlls(c *Comm, dev *gpu.Device, level string, gathered bool) error {
 	ctx := context.Background()
 	n, me := c.Size(), c.Rank()
 	dc, err := c.Device(ctx, dev)
@@ -146,6 +174,12 @@ func deviceAllToAlls(c *Comm, dev *gpu.Device, level string) error {
 	// the other host's ranks on rail lo; at level 0 nobody relays.
 	if level == "2" && c.LocalRank() == 0 && c.LocalSize() > 1 && st.Relayed == 0 || level == "0" && st.Relayed != 0 {
 		return fmt.Errorf("PXN level %s: local rank %d relayed %d messages (%s)", level, c.LocalRank(), st.Relayed, st)
+	}
+	// With the GPU hand-off every relayed message came from the relay's
+	// staging (the senders copied them there), none over shm; without it
+	// (or when it fell back) none did.
+	if want := st.Relayed; gathered && st.Gathered != want || !gathered && st.Gathered != 0 {
+		return fmt.Errorf("GPU hand-off %v: %d of %d relayed messages gathered (%s)", gathered, st.Gathered, st.Relayed, st)
 	}
 	return nil
 }
@@ -341,18 +375,29 @@ func TestDeviceAllToAllPXNRealGPU(t *testing.T) {
 	defer drv.Close()
 	// Two ranks per emulated host, sharing the GPUs there are (the staged
 	// plane does not care), so that local rank 0 has a sibling to relay for.
+	// With FLEXLINK_PXN_GPU_HANDOFF=1 the ranks, goroutines of this
+	// process, cannot map each other's staging (the driver refuses CUDA IPC
+	// within a process): the call must fall back to the shm hand-off
+	// (nothing gathered) and still be right. The hand-off itself runs
+	// across processes in the device script (scripts/gpu-one.sh).
 	per := 2
-	for _, level := range []string{"off", "0", "2"} {
-		t.Run(fmt.Sprintf("pxn=%s/2x%d", level, per), func(t *testing.T) {
+	for _, tc := range []struct {
+		level   string
+		handoff bool
+	}{{"off", false}, {"0", false}, {"2", false}, {"2", true}} {
+		t.Run(fmt.Sprintf("pxn=%s/2x%d/handoff=%v", tc.level, per, tc.handoff), func(t *testing.T) {
 			n := 2 * per
 			host := func(r int) string { return fmt.Sprintf("host%d", r/per) }
-			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": level}
+			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": tc.level}
+			if tc.handoff {
+				vars["FLEXLINK_PXN_GPU_HANDOFF"] = "1"
+			}
 			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank() % drv.DeviceCount())
 				if err != nil {
 					return err
 				}
-				return deviceAllToAlls(c, dev, level)
+				return deviceAllToAlls(c, dev, tc.level, false)
 			}))
 		})
 	}

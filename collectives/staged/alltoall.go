@@ -51,6 +51,18 @@ func (p *stagedPlane) RunsAllToAllv() bool { return true }
 // the relay's GPU staging, the relay's proxy sending from there with
 // GPUDirect RDMA) needs a network provider that reads device memory.
 func (p *stagedPlane) alltoall(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	if x, ok := p.c.(PXNHandoff); ok && (p.ho == nil || !p.ho.off) {
+		via, use, err := x.PXNHandoff(ctx)
+		if err != nil {
+			return p.fail(o, "PXN", err)
+		}
+		if use {
+			if p.ho == nil {
+				p.ho = &handoffState{p: p, views: map[int]handoffView{}}
+			}
+			return p.ho.run(ctx, o, s, x, via)
+		}
+	}
 	if o.Kind == plane.AllToAll && o.Count*o.DT.Size() >= 2*roundBytes {
 		return p.alltoallRounds(ctx, o, s)
 	}

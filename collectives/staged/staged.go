@@ -2,6 +2,7 @@ package staged
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"flexlink/collectives"
@@ -36,6 +37,7 @@ type stagedPlane struct {
 	// while allgathers and send/recv gained 1.4–1.6× (docs/PERF.md).
 	wholeReductions bool
 	piped           [plane.AllToAllv + 1]int // calls pipelined, by kind (tests)
+	ho              *handoffState            // the PXN GPU hand-off's memory (handoff.go), once used
 }
 
 // New makes the staged plane for h's ranks on dev, pipelining in chunks of
@@ -50,11 +52,15 @@ func NewChunked(c plane.Host, dev *gpu.Device, chunk int) plane.Plane {
 	return &stagedPlane{c: c, dev: dev, chunk: chunk}
 }
 
-func (p *stagedPlane) close() error {
-	if p.host == nil {
-		return nil
+func (p *stagedPlane) close(clean bool) error {
+	var err error
+	if p.ho != nil {
+		err = p.ho.close(clean)
 	}
-	err := p.host.Free()
+	if p.host == nil {
+		return err
+	}
+	err = errors.Join(err, p.host.Free())
 	p.host = nil
 	return err
 }
@@ -207,7 +213,7 @@ func (p *stagedPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 func (p *stagedPlane) Quiesce() error { return nil }
 
 // Close frees the staging memory (plane.Plane).
-func (p *stagedPlane) Close(bool) error { return p.close() }
+func (p *stagedPlane) Close(clean bool) error { return p.close(clean) }
 
 // AsyncError is always nil: the staged plane fails synchronously.
 func (p *stagedPlane) AsyncError() error { return nil }

@@ -144,12 +144,45 @@ func PXNAllToAllv(ctx context.Context, c *Comm, send, recv [][]byte) (ok bool, e
 		return err != nil, err
 	}
 	st, err := px.AllToAllv(ctx, send, recv)
+	logPXN(c, st)
+	return true, err
+}
+
+// logPXN prints a call's counters (INFO).
+func logPXN(c *Comm, st proxy.Stats) {
 	per := 0.0
 	if st.Receives > 0 {
 		per = float64(st.Buffers) / float64(st.Receives)
 	}
 	flog.Sub(c.world.log, flog.Net).Info("pxn all-to-all", "comm", c.name, "nic", st.NIC, "bytes", st.Bytes, "messages", st.Messages,
-		"relayed", st.Relayed, "received", st.Received, "receives", st.Receives, "buffers_per_receive", fmt.Sprintf("%.2f", per))
+		"relayed", st.Relayed, "gathered", st.Gathered, "received", st.Received, "receives", st.Receives, "buffers_per_receive", fmt.Sprintf("%.2f", per))
+}
+
+// PXNHandoff returns the PXN route's relay for every pair when the GPU
+// hand-off applies to c: FLEXLINK_PXN_GPU_HANDOFF on and PXN used (see
+// pxnProxy). via(s, d) is the rank of s's host that sends s's message for
+// d (s itself: no relay); only asked for pairs on different hosts.
+func PXNHandoff(ctx context.Context, c *Comm) (via func(s, d int) int, ok bool, err error) {
+	if !c.world.env.Bool("FLEXLINK_PXN_GPU_HANDOFF") {
+		return nil, false, nil
+	}
+	px, err := pxnProxy(ctx, c)
+	if px == nil || err != nil {
+		return nil, false, err
+	}
+	plan := c.pxn.plan
+	return func(s, d int) int { r, _ := plan.Route(s, d); return r.Via }, true, nil
+}
+
+// PXNAllToAllvGathered is PXNAllToAllv for the GPU hand-off: the relays'
+// messages are already on them (gathered; proxy.AllToAllvGathered).
+func PXNAllToAllvGathered(ctx context.Context, c *Comm, send, recv [][]byte, gathered map[[2]int][]byte) (ok bool, err error) {
+	px, err := pxnProxy(ctx, c)
+	if px == nil || err != nil {
+		return err != nil, err
+	}
+	st, err := px.AllToAllvGathered(ctx, send, recv, gathered)
+	logPXN(c, st)
 	return true, err
 }
 

@@ -49,6 +49,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_TOPO_FILE":              {[]string{"topo.xml"}, nil},
 	"FLEXLINK_TOPO_DUMP_FILE":         {[]string{"out.json"}, nil},
 	"FLEXLINK_RAILS":                  {[]string{"mlx5_0,mlx5_1"}, nil},
+	"FLEXLINK_PXN_GPU_HANDOFF":        {[]string{"0", "1", "true"}, []string{"2", "ipc"}},
 	"FLEXLINK_GPU_PATH":               {[]string{"auto", "direct", "staged"}, []string{"fast"}},
 	"FLEXLINK_GPU_SHARED":             {[]string{"leader", "events"}, []string{"auto", "one"}},
 	"FLEXLINK_GPU_CHUNK_BYTES":        {[]string{"65536", "16M"}, []string{"65535", "1K", "x"}},

@@ -396,6 +396,9 @@ func (f *Fake) IpcOpenMemHandle(h cu.IPCHandle, flags uint32) (cu.DevPtr, error)
 	if !ok || a == nil {
 		return 0, fail("cuIpcOpenMemHandle", cu.ErrorInvalidHandle, "unknown or freed handle")
 	}
+	if f.cfg.NoPeer && a.dev != dev { // as the driver: another GPU's memory needs peer access
+		return 0, fail("cuIpcOpenMemHandle", cu.ErrorInvalidDevice, "device %d cannot reach device %d", dev, a.dev)
+	}
 	q, err := f.place("cuIpcOpenMemHandle", dev, uint64(len(a.data)))
 	if err != nil {
 		return 0, err

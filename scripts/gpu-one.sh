@@ -21,6 +21,14 @@
 #                              nccl-tests through libnccl.so.2 with 2 MPI
 #                              ranks on the GPU when build/nccl is carried
 #                              (~6 min)
+#   .devbin/gpu-one.sh pxn     the PXN GPU hand-off (issue 18): rank.test
+#                              TestDeviceAllToAllPXNRealGPU (ranks in one
+#                              process: the hand-off must fall back), then
+#                              flexbench alltoall on GPU buffers with 4
+#                              processes on GPU 0 posing as 2 hosts x 2,
+#                              PXN off, PXN 2 with the shm hand-off and PXN
+#                              2 with FLEXLINK_PXN_GPU_HANDOFF=1, twice,
+#                              interleaved (~4 min)
 #   .devbin/gpu-one.sh nccl    nccl-tests against flexlink's libnccl.so.2 and
 #                              the system NCCL, 1 process and 2 MPI ranks on
 #                              GPU 0 (scripts/nccl-device.sh) (~8 min)
@@ -114,6 +122,27 @@ shared)
 	summary 80 "$OUT"/shared-tests.log "$OUT"/bench-shared-*.log
 	grep -h '#wrong total' "$OUT"/bench-shared-*.log
 	;;
+pxn)
+	{
+		stamp "rank.test TestDeviceAllToAllPXNRealGPU (one process: with the hand-off asked for, it falls back)"
+		timeout "$(budget 120)" $B/rank.test -test.run '^TestDeviceAllToAllPXNRealGPU' -test.v -test.timeout 115s 2>&1 |
+			grep -E -v '^\S+ \[(INFO|DEBUG)\]' | tail -30
+	} >"$OUT/pxn-tests.log" 2>&1
+	nic2=$(ip -o -4 addr | awk '$2 != "lo" {print $2; exit}')
+	log=$OUT/bench-pxn-handoff.log
+	for spec in off:0 2:0 2:1 off:0 2:0 2:1; do
+		level=${spec%%:*} ho=${spec#*:}
+		stamp "flexbench alltoall --device gpu, 4 processes on GPU 0 as hosts h0, h1 x 2 (rails lo, $nic2), FLEXLINK_PXN=$level FLEXLINK_PXN_GPU_HANDOFF=$ho"
+		limit=$(budget 80) || break
+		timeout "$limit" $B/flexrun -np 4 --oversubscribe -x FLEXLINK_NET=tcp -x "FLEXLINK_NET_IFNAME==lo,$nic2" \
+			-x FLEXLINK_PXN=$level -x FLEXLINK_PXN_GPU_HANDOFF=$ho sh -c \
+			'FLEXLINK_HOSTNAME=h$((FLEXLINK_RANK/2)) FLEXLINK_LOCAL_RANK=$((FLEXLINK_RANK%2)) FLEXLINK_LOCAL_SIZE=2 exec '$B'/flexbench alltoall --device gpu -b 64K -e 64M -f 4 -n 10 -w 3 -c 1' 2>&1 |
+			grep -v 'link up'
+	done >"$log" 2>&1
+	wrong "$log" >>"$log"
+	summary 80 "$OUT"/pxn-tests.log "$log"
+	grep -h '#wrong total' "$log"
+	;;
 nccl)
 	OUT=$OUT/nccl NCCL_STEPS="${NCCL_STEPS:-g1 np2}" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
 	;;
@@ -121,7 +150,7 @@ torch)
 	OUT=$OUT/nccl NCCL_STEPS="${NCCL_STEPS:-torch}" timeout "$(budget 560)" bash scripts/nccl-device.sh "$B/nccl-tests" build/nccl 2>&1 | tail -40
 	;;
 *)
-	echo "gpu-one.sh: unknown mode $mode (tests, nccl, torch)" >&2
+	echo "gpu-one.sh: unknown mode $mode (tests, shared, pxn, nccl, torch)" >&2
 	exit 2
 	;;
 esac

@@ -128,7 +128,7 @@ pxn)
 		timeout "$(budget 120)" $B/rank.test -test.run '^TestDeviceAllToAllPXNRealGPU' -test.v -test.timeout 115s 2>&1 |
 			grep -E -v '^\S+ \[(INFO|DEBUG)\]' | tail -30
 	} >"$OUT/pxn-tests.log" 2>&1
-	nic2=$(ip -o -4 addr | awk '$2 != "lo" {print $2; exit}')
+	nic2=$(ls /sys/class/net | grep -v -x lo | head -1) # no iproute2 there
 	log=$OUT/bench-pxn-handoff.log
 	for spec in off:0 2:0 2:1 off:0 2:0 2:1; do
 		level=${spec%%:*} ho=${spec#*:}

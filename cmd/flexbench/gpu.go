@@ -126,6 +126,11 @@ func runGPU(ctx context.Context, cfg config, opt gpuOptions) error {
 	} else {
 		fmt.Fprintf(w, "# Out of bounds values : %d %s\n", wrong, map[bool]string{true: "OK", false: "FAILED"}[wrong == 0])
 	}
+	// FLEXLINK_PXN counters (pxn.go): the staged plane's all-to-alls go
+	// through the host communicator's proxy.
+	if err := pxnFooter(ctx, flexBackend{c}, &printer{w: w, on: me == 0, json: opt.json}); err != nil {
+		return err
+	}
 	for _, co := range colls {
 		if err := g.s.Synchronize(); err != nil {
 			return err

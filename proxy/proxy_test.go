@@ -52,7 +52,7 @@ type job struct {
 	px     []*Proxy
 	via    func(s, d int) int
 	sent   atomic.Int64 // local-link messages
-	gather bool // run calls AllToAllvGathered, the relays' messages put in place by the test
+	gather bool         // run calls AllToAllvGathered, the relays' messages put in place by the test
 }
 
 func railVia(per int) func(s, d int) int { return func(s, d int) int { return s/per*per + d%per } }

@@ -88,12 +88,17 @@ func (p *stagedPlane) alltoall(ctx context.Context, o *plane.Op, s *gpu.Stream) 
 	if err := p.exchange(ctx, o, hs, hr, sl, rl); err != nil {
 		return err
 	}
-	if nr > 0 {
+	return p.unstage(ctx, o, s, hr)
+}
+
+// unstage copies the received blocks (hr, pinned) to the GPU and waits:
+// the staging memory is reused by the next call.
+func (p *stagedPlane) unstage(ctx context.Context, o *plane.Op, s *gpu.Stream, hr []byte) error {
+	if len(hr) > 0 {
 		if err := s.CopyHtoD(o.Recv, hr); err != nil {
 			return p.fail(o, "copy recv to gpu", err)
 		}
 	}
-	// The staging memory is reused by the next call: wait for the copy.
 	if err := syncStream(ctx, s); err != nil {
 		return p.fail(o, "copy recv to gpu", err)
 	}

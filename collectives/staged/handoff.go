@@ -155,15 +155,7 @@ func (ho *handoffState) run(ctx context.Context, o *plane.Op, s *gpu.Stream, x P
 	} else if err := p.exchange(ctx, o, hs, hr, sl, rl); err != nil {
 		return err
 	}
-	if nr > 0 {
-		if err := s.CopyHtoD(o.Recv, hr); err != nil {
-			return p.fail(o, "copy recv to gpu", err)
-		}
-	}
-	if err := syncStream(ctx, s); err != nil {
-		return p.fail(o, "copy recv to gpu", err)
-	}
-	return nil
+	return p.unstage(ctx, o, s, hr)
 }
 
 // siblingGroup exchanges one message of size bytes with every sibling:

@@ -154,3 +154,19 @@ func (e *ConnError) Error() string {
 }
 
 func (e *ConnError) Unwrap() error { return e.Err }
+
+// WaitDone is the providers' Wait: it blocks until done is closed (the
+// request finished) or ctx ends while the request is still in flight.
+func WaitDone(ctx context.Context, done <-chan struct{}, provider string) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return nil
+		default:
+			return fmt.Errorf("net %s request still in flight: %w", provider, ctx.Err())
+		}
+	}
+}

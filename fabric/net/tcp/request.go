@@ -52,14 +52,8 @@ func (r *request) Test() (bool, []int, error) {
 
 // Wait blocks on the completion channel (no polling) until done or ctx ends.
 func (r *request) Wait(ctx context.Context) ([]int, error) {
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		select {
-		case <-r.done:
-		default:
-			return nil, fmt.Errorf("net tcp request still in flight: %w", ctx.Err())
-		}
+	if err := fnet.WaitDone(ctx, r.done, "tcp"); err != nil {
+		return nil, err
 	}
 	return append([]int(nil), r.sizes...), r.err
 }

@@ -69,14 +69,8 @@ func (r *request) Test() (bool, []int, error) {
 // kernel's socket copies need (one way over loopback: 1.4 GB/s polled,
 // 3.2 GB/s woken; scripts/bench-net.sh).
 func (r *request) Wait(ctx context.Context) ([]int, error) {
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		select {
-		case <-r.done:
-		default:
-			return nil, fmt.Errorf("net request still in flight: %w", ctx.Err())
-		}
+	if err := fnet.WaitDone(ctx, r.done, "ucx"); err != nil {
+		return nil, err
 	}
 	p := r.res.Load()
 	return p.sizes, p.err

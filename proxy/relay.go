@@ -42,8 +42,8 @@ func (s Stats) String() string {
 	if s.Receives > 0 {
 		per = float64(s.Buffers) / float64(s.Receives)
 	}
-	return fmt.Sprintf("nic=%s bytes=%d messages=%d relayed=%d gathered=%d received=%d receives=%d buffers_per_receive=%.2f",
-		s.NIC, s.Bytes, s.Messages, s.Relayed, s.Gathered, s.Received, s.Receives, per)
+	return fmt.Sprintf("nic=%s bytes=%d messages=%d relayed=%d received=%d receives=%d buffers_per_receive=%.2f gathered=%d",
+		s.NIC, s.Bytes, s.Messages, s.Relayed, s.Received, s.Receives, per, s.Gathered)
 }
 
 func appendLen(b []byte, n int) []byte { return binary.LittleEndian.AppendUint64(b, uint64(n)) }

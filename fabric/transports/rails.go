@@ -5,6 +5,7 @@ import (
 	gonet "net"
 	"strings"
 
+	"flexlink/fabric/balance"
 	"flexlink/fabric/net"
 )
 
@@ -101,8 +102,14 @@ func Rails(devs []net.Device, sel []int) []Rail {
 // switch). When both sides know their subnets and share none, the pair's
 // first rails pair anyway (the traffic is routed across rails: the spine).
 // When a side's subnets are unknown, rails pair by position. At most max
-// pairs (0: all). The result is link kinds (see RailPairKind).
+// pairs (0: all), and never more than a multi-link channel balances
+// (balance.MaxLinks: on a machine with more NICs, say container bridges
+// beside the rails, the first ones). The result is link kinds (see
+// RailPairKind).
 func PairRails(lo, hi []Rail, max int) []string {
+	if max <= 0 || max > balance.MaxLinks {
+		max = balance.MaxLinks
+	}
 	known := func(rs []Rail) bool {
 		for _, r := range rs {
 			if r.Subnet == "" {
@@ -114,7 +121,7 @@ func PairRails(lo, hi []Rail, max int) []string {
 	var out []string
 	add := func(a, b Rail) bool {
 		out = append(out, RailPairKind(a.Dev, b.Dev))
-		return max > 0 && len(out) >= max
+		return len(out) >= max
 	}
 	if !known(lo) || !known(hi) {
 		for i := 0; i < min(len(lo), len(hi)); i++ {

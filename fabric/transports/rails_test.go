@@ -1,6 +1,7 @@
 package transports
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,6 +14,16 @@ func TestPairRails(t *testing.T) {
 		return Rail{Dev: dev, Name: "eth" + string(rune('0'+dev)), Subnet: subnet}
 	}
 	four := []Rail{r(0, "10.0.0.0/24"), r(1, "10.0.1.0/24"), r(2, "10.0.2.0/24"), r(3, "10.0.3.0/24")}
+	var ten []Rail
+	for i := range 10 {
+		ten = append(ten, Rail{Dev: i, Name: fmt.Sprintf("eth%d", i), Subnet: fmt.Sprintf("10.1.%d.0/24", i)})
+	}
+	kinds := func(n int) (out []string) {
+		for i := range n {
+			out = append(out, fmt.Sprintf("net%d", i))
+		}
+		return out
+	}
 	for _, c := range []struct {
 		name   string
 		lo, hi []Rail
@@ -30,6 +41,8 @@ func TestPairRails(t *testing.T) {
 		{"unknown subnets pair by position", []Rail{r(0, ""), r(1, "")}, []Rail{r(0, "x"), r(1, "y"), r(2, "z")}, 0, []string{"net0", "net1"}},
 		{"unknown subnets, max", []Rail{r(0, ""), r(1, "")}, []Rail{r(0, ""), r(1, "")}, 1, []string{"net0"}},
 		{"none", nil, four, 0, nil},
+		{"more NICs than a channel balances", ten, ten, 0, kinds(8)},
+		{"FLEXLINK_NET_RAILS over the channel's links", ten, ten, 64, kinds(8)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := PairRails(c.lo, c.hi, c.max); !reflect.DeepEqual(got, c.want) {

@@ -53,7 +53,7 @@ var Table = []Setting{
 	{"FLEXLINK_NET_SOCKETS", "2", "network transport (tcp provider): TCP sockets per connection (1..64); messages of FLEXLINK_NET_STRIPE_BYTES and more are striped across them", KindInt(1, 64)},
 	{"FLEXLINK_NET_STRIPE_BYTES", "65536", "network transport (tcp provider): smallest message striped across a connection's sockets", KindBytes(1, 1<<30)},
 	{"FLEXLINK_NET_TIMEOUT", "10s", "network transport (tcp provider): a peer silent this long (no data, acknowledgement or heartbeat) is lost; heartbeats go out every fifth of it", KindDuration()},
-	{"FLEXLINK_NET_RAILS", "1", "network transport: most NICs (rails) one pair of ranks on different hosts uses at once, each a link of a multi-link channel whose shares the balancer learns (0: every NIC both hosts have). NICs pair by IPv4 subnet (one subnet per rail), in the order of the lower rank's NICs; NICs without a subnet pair by position (docs/NET.md)", KindInt(0, 64)},
+	{"FLEXLINK_NET_RAILS", "1", "network transport: most NICs (rails) one pair of ranks on different hosts uses at once, each a link of a multi-link channel whose shares the balancer learns (0: every NIC both hosts have; at most 8, the links a channel balances). NICs pair by IPv4 subnet (one subnet per rail), in the order of the lower rank's NICs; NICs without a subnet pair by position (docs/NET.md)", KindInt(0, 64)},
 	{"FLEXLINK_SOCKET_IFNAME", "", "network interface (or prefix, ^ to exclude) for tcp links, like NCCL_SOCKET_IFNAME", KindString()},
 	{"FLEXLINK_SOCKETS_PER_PEER", "2", "tcp sockets per peer pair", KindInt(1, 16)},
 	{"FLEXLINK_SOCKET_TIMEOUT", "10s", "tcp links: a peer silent this long (no data, no heartbeat) is declared lost; heartbeats go out every fifth of it", KindDuration()},

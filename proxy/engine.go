@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
 
 	"flexlink/fabric/net"
 	"flexlink/internal/errs"
-	"flexlink/internal/pause"
 )
 
 // Engine is a rank's network progress engine: goroutines locked to OS
@@ -21,8 +19,11 @@ import (
 type Engine struct {
 	rank  int
 	queue chan *Op
+	wake  chan struct{} // capacity 1: a request in flight may have completed
 	stop  chan struct{}
+	ctx   context.Context // ends at Abort: the watchers' (watch) wait
 	wg    sync.WaitGroup
+	end   context.CancelFunc
 
 	mu  sync.Mutex
 	err error
@@ -61,7 +62,8 @@ const queueLen = 1024
 // NewEngine starts threads progress goroutines (at least 1), each locked
 // to its OS thread, for rank.
 func NewEngine(rank, threads int) *Engine {
-	e := &Engine{rank: rank, queue: make(chan *Op, queueLen), stop: make(chan struct{})}
+	e := &Engine{rank: rank, queue: make(chan *Op, queueLen), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	e.ctx, e.end = context.WithCancel(context.Background())
 	for range max(threads, 1) {
 		e.wg.Add(1)
 		go e.loop()
@@ -110,6 +112,7 @@ func (e *Engine) Abort(err error) {
 	}
 	e.err = fmt.Errorf("rank %d proxy: %w", e.rank, err)
 	close(e.stop)
+	e.end()
 	e.mu.Unlock()
 	e.wg.Wait()
 	for {
@@ -128,23 +131,41 @@ func (e *Engine) Close() {
 }
 
 type flight struct {
-	o *Op
-	r net.Request
+	o     *Op
+	r     net.Request
+	armed bool // a watcher waits for r
 }
 
+// watch waits for r to complete (its provider's Wait: a channel for tcp
+// and ucx, nothing is posted or tested) and wakes the engine's thread,
+// which then tests it. It ends at Abort.
+func (e *Engine) watch(r net.Request) {
+	r.Wait(e.ctx)
+	select {
+	case e.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// loop is one engine thread: it posts what is queued and tests what is in
+// flight, and when nothing completed it blocks until a request completes
+// (a watcher per request wakes it), another operation is queued, or the
+// engine stops. It never polls idle: on a host whose cores are all busy
+// (ranks ≥ cores), a polling thread, locked to its OS thread, costs a
+// thread switch on every yield and takes the core that the socket copies
+// and the other ranks need.
 func (e *Engine) loop() {
 	defer e.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var live []flight
-	idle := 0
 	take := func(o *Op) {
 		r, err := o.start()
 		if err != nil {
 			o.finish(nil, err)
 			return
 		}
-		live = append(live, flight{o, r})
+		live = append(live, flight{o: o, r: r})
 	}
 	for {
 		if len(live) == 0 {
@@ -185,18 +206,23 @@ func (e *Engine) loop() {
 			return
 		default:
 		}
-		// Spin briefly while work completes, then back off so an idle
-		// wait does not burn a core.
-		if progressed {
-			idle = 0
+		if progressed || len(live) == 0 {
 			continue
 		}
-		idle++
-		switch {
-		case idle < 64:
-			runtime.Gosched()
-		default:
-			pause.Sleep(time.Duration(min(idle, 1000)) * time.Microsecond / 10)
+		// Nothing completed: watch what is in flight, and sleep until
+		// something happens. A request that completed since its Test
+		// wakes the engine through its watcher at once.
+		for i := range live {
+			if !live[i].armed {
+				live[i].armed = true
+				go e.watch(live[i].r)
+			}
+		}
+		select {
+		case <-e.wake:
+		case o := <-e.queue:
+			take(o)
+		case <-e.stop:
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,4 +323,62 @@ func TestEngineAbort(t *testing.T) {
 		}
 	}
 	e.Close() // after Abort: nothing more
+}
+
+// chanReq completes when done is closed; it counts its Tests and says when
+// a watcher waits on it.
+type chanReq struct {
+	done    chan struct{}
+	waiting chan struct{} // closed by the first Wait
+	once    sync.Once
+	tests   atomic.Int64
+}
+
+func (r *chanReq) Test() (bool, []int, error) {
+	r.tests.Add(1)
+	select {
+	case <-r.done:
+		return true, []int{7}, nil
+	default:
+		return false, nil, nil
+	}
+}
+
+func (r *chanReq) Wait(ctx context.Context) ([]int, error) {
+	r.once.Do(func() { close(r.waiting) })
+	select {
+	case <-r.done:
+		return []int{7}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestEngineSleepsIdle: with a request in flight and nothing completing,
+// the engine's thread blocks (it tests the request a bounded number of
+// times over 50 ms, instead of polling it), and wakes when the request
+// completes.
+func TestEngineSleepsIdle(t *testing.T) {
+	e := NewEngine(0, 1)
+	defer e.Close()
+	r := &chanReq{done: make(chan struct{}), waiting: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o := e.Post(ctx, func() (net.Request, error) { return r, nil })
+	select {
+	case <-r.waiting: // the engine armed its watcher: it is about to block
+	case <-ctx.Done():
+		t.Fatal("the engine never waited on the request")
+	}
+	before := r.tests.Load()
+	<-time.After(50 * time.Millisecond) // time for a polling engine to poll
+	idle := r.tests.Load() - before
+	close(r.done)
+	sizes, err := o.Wait(ctx)
+	if err != nil || len(sizes) != 1 || sizes[0] != 7 {
+		t.Fatalf("op: %v %v, want [7] nil", sizes, err)
+	}
+	if idle > 2 {
+		t.Errorf("the engine tested an idle request %d times in 50 ms, want it blocked (at most 2)", idle)
+	}
 }

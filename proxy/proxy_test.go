@@ -382,3 +382,32 @@ func TestEngineSleepsIdle(t *testing.T) {
 		t.Errorf("the engine tested an idle request %d times in 50 ms, want it blocked (at most 2)", idle)
 	}
 }
+
+// TestEnginePostAll: a batch is posted in its order, every operation
+// completes with its own request's sizes, and an empty batch is nothing.
+func TestEnginePostAll(t *testing.T) {
+	e := NewEngine(0, 1)
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ops := e.PostAll(ctx); len(ops) != 0 {
+		t.Fatalf("empty batch: %d ops", len(ops))
+	}
+	var order []int // appended on the engine's thread only
+	reqs := make([]*chanReq, 5)
+	starts := make([]func() (net.Request, error), len(reqs))
+	for i := range reqs {
+		reqs[i] = &chanReq{done: make(chan struct{}), waiting: make(chan struct{})}
+		starts[i] = func() (net.Request, error) { order = append(order, i); return reqs[i], nil }
+	}
+	ops := e.PostAll(ctx, starts...)
+	for i := len(reqs) - 1; i >= 0; i-- { // complete them in reverse
+		close(reqs[i].done)
+		if sizes, err := ops[i].Wait(ctx); err != nil || sizes[0] != 7 {
+			t.Fatalf("op %d: %v %v", i, sizes, err)
+		}
+	}
+	if fmt.Sprint(order) != "[0 1 2 3 4]" {
+		t.Errorf("posted in the order %v, want 0..4", order)
+	}
+}

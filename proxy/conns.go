@@ -149,6 +149,16 @@ func (c *conns) to(ctx context.Context, peer, forRank int) (net.SendConn, error)
 	return sc, nil
 }
 
+// ready returns the receiving connection k if it is there, else nil.
+func (c *conns) ready(k peerKey) net.RecvConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil // from reports it
+	}
+	return c.recv[k]
+}
+
 // from waits for the receiving connection k.
 func (c *conns) from(ctx context.Context, k peerKey) (net.RecvConn, error) {
 	for {

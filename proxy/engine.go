@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
 
 	"flexlink/fabric/net"
 	"flexlink/internal/errs"
-	"flexlink/internal/pause"
 )
 
 // Engine is a rank's network progress engine: goroutines locked to OS
@@ -20,9 +18,11 @@ import (
 // its threads. Abort fails every queued and in-flight operation.
 type Engine struct {
 	rank  int
-	queue chan *Op
+	queue chan []*Op // batches of operations to post, in order
 	stop  chan struct{}
+	ctx   context.Context // ends at Abort: the watchers' (watch) wait
 	wg    sync.WaitGroup
+	end   context.CancelFunc
 
 	mu  sync.Mutex
 	err error
@@ -54,14 +54,15 @@ func (o *Op) finish(sizes []int, err error) {
 	close(o.done)
 }
 
-// queueLen bounds the operations waiting to be posted: Post blocks beyond
-// it (nothing is unbounded).
+// queueLen bounds the batches waiting to be posted: Post blocks beyond it
+// (nothing is unbounded).
 const queueLen = 1024
 
 // NewEngine starts threads progress goroutines (at least 1), each locked
 // to its OS thread, for rank.
 func NewEngine(rank, threads int) *Engine {
-	e := &Engine{rank: rank, queue: make(chan *Op, queueLen), stop: make(chan struct{})}
+	e := &Engine{rank: rank, queue: make(chan []*Op, queueLen), stop: make(chan struct{})}
+	e.ctx, e.end = context.WithCancel(context.Background())
 	for range max(threads, 1) {
 		e.wg.Add(1)
 		go e.loop()
@@ -70,22 +71,40 @@ func NewEngine(rank, threads int) *Engine {
 }
 
 // Post queues an operation: start runs on an engine thread and posts the
-// provider request, which the thread then polls. After Abort, Post fails
+// provider request, which the thread then tests. After Abort, Post fails
 // the operation at once.
 func (e *Engine) Post(ctx context.Context, start func() (net.Request, error)) *Op {
-	o := &Op{start: start, done: make(chan struct{})}
+	return e.PostAll(ctx, start)[0]
+}
+
+// PostAll queues several operations in one hand-over to the engine's
+// thread (one wake-up of it instead of one each), which posts them in
+// order.
+func (e *Engine) PostAll(ctx context.Context, starts ...func() (net.Request, error)) []*Op {
+	if len(starts) == 0 {
+		return nil
+	}
+	ops := make([]*Op, len(starts))
+	for i, start := range starts {
+		ops[i] = &Op{start: start, done: make(chan struct{})}
+	}
+	fail := func(err error) []*Op {
+		for _, o := range ops {
+			o.finish(nil, err)
+		}
+		return ops
+	}
 	if err := e.Err(); err != nil {
-		o.finish(nil, err)
-		return o
+		return fail(err)
 	}
 	select {
-	case e.queue <- o:
+	case e.queue <- ops:
 	case <-e.stop:
-		o.finish(nil, e.Err())
+		return fail(e.Err())
 	case <-ctx.Done():
-		o.finish(nil, fmt.Errorf("rank %d proxy: post: %w", e.rank, context.Cause(ctx)))
+		return fail(fmt.Errorf("rank %d proxy: post: %w", e.rank, context.Cause(ctx)))
 	}
-	return o
+	return ops
 }
 
 // Err is the reason the engine was aborted, or nil.
@@ -110,12 +129,15 @@ func (e *Engine) Abort(err error) {
 	}
 	e.err = fmt.Errorf("rank %d proxy: %w", e.rank, err)
 	close(e.stop)
+	e.end()
 	e.mu.Unlock()
 	e.wg.Wait()
 	for {
 		select {
-		case o := <-e.queue:
-			o.finish(nil, e.Err())
+		case ops := <-e.queue:
+			for _, o := range ops {
+				o.finish(nil, e.Err())
+			}
 		default:
 			return
 		}
@@ -128,29 +150,50 @@ func (e *Engine) Close() {
 }
 
 type flight struct {
-	o *Op
-	r net.Request
+	o     *Op
+	r     net.Request
+	armed bool // a watcher waits for r
 }
 
+// watch waits for r to complete (its provider's Wait: a channel for tcp
+// and ucx, nothing is posted or tested) and wakes the engine's thread,
+// which then tests it. It ends at Abort.
+func (e *Engine) watch(r net.Request, wake chan<- struct{}) {
+	r.Wait(e.ctx)
+	select {
+	case wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// loop is one engine thread: it posts what is queued and tests what is in
+// flight, and when nothing completed it blocks until a request completes
+// (a watcher per request wakes it), another operation is queued, or the
+// engine stops. It never polls idle: on a host whose cores are all busy
+// (ranks ≥ cores), a polling thread, locked to its OS thread, costs a
+// thread switch on every yield and takes the core that the socket copies
+// and the other ranks need.
 func (e *Engine) loop() {
 	defer e.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var live []flight
-	idle := 0
-	take := func(o *Op) {
-		r, err := o.start()
-		if err != nil {
-			o.finish(nil, err)
-			return
+	wake := make(chan struct{}, 1) // a request in flight may have completed
+	take := func(ops []*Op) {
+		for _, o := range ops {
+			r, err := o.start()
+			if err != nil {
+				o.finish(nil, err)
+				continue
+			}
+			live = append(live, flight{o: o, r: r})
 		}
-		live = append(live, flight{o, r})
 	}
 	for {
 		if len(live) == 0 {
 			select {
-			case o := <-e.queue:
-				take(o)
+			case ops := <-e.queue:
+				take(ops)
 			case <-e.stop:
 				return
 			}
@@ -158,8 +201,8 @@ func (e *Engine) loop() {
 	drain:
 		for range 64 {
 			select {
-			case o := <-e.queue:
-				take(o)
+			case ops := <-e.queue:
+				take(ops)
 			default:
 				break drain
 			}
@@ -185,18 +228,23 @@ func (e *Engine) loop() {
 			return
 		default:
 		}
-		// Spin briefly while work completes, then back off so an idle
-		// wait does not burn a core.
-		if progressed {
-			idle = 0
+		if progressed || len(live) == 0 {
 			continue
 		}
-		idle++
-		switch {
-		case idle < 64:
-			runtime.Gosched()
-		default:
-			pause.Sleep(time.Duration(min(idle, 1000)) * time.Microsecond / 10)
+		// Nothing completed: watch what is in flight, and sleep until
+		// something happens. A request that completed since its Test
+		// wakes the engine through its watcher at once.
+		for i := range live {
+			if !live[i].armed {
+				live[i].armed = true
+				go e.watch(live[i].r, wake)
+			}
+		}
+		select {
+		case <-wake:
+		case ops := <-e.queue:
+			take(ops)
+		case <-e.stop:
 		}
 	}
 }

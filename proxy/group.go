@@ -78,7 +78,11 @@ func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
 	for d, bufs := range bySend {
 		c.goWait(func() error { return g.sendTo(d, bufs) })
 	}
-	for s, bufs := range byRecv {
+	posted, later := g.postRecvs(byRecv)
+	for _, r := range posted {
+		c.goWait(func() error { return g.wait(r) })
+	}
+	for s, bufs := range later {
 		c.goWait(func() error { return g.recvFrom(s, bufs) })
 	}
 	err = c.settle() // before st is read: the call's goroutines fill it
@@ -172,26 +176,27 @@ func chunkTag(total int, last bool) uint64 {
 	return t
 }
 
-// recvFrom takes s's messages (in order) from the connection s's relay
-// keeps for (s, this rank): every chunk as this rank's buffer cuts it (an
-// empty message: one empty chunk), tagged by chunkTag from the buffer's
-// length: a message of another length fails with errs.ErrMismatch.
-func (g groupCall) recvFrom(s int, bufs [][]byte) error {
-	p, c := g.c.p, g.c
+// recvs is this call's receives from one sender s: every chunk of its
+// messages as this rank's buffers cut them (an empty message: one empty
+// chunk), tagged by chunkTag from the buffer's length, so that a message
+// of another length fails with errs.ErrMismatch.
+type recvs struct {
+	s, v   int // the sender and its relay
+	bufs   [][]byte
+	starts []func() (net.Request, error)
+	pieces []piece
+	ops    []*Op
+}
+
+// piece is one chunk's receive: message msg's chunk k, n bytes.
+type piece struct{ msg, k, n int }
+
+// cut plans s's receives from the connection rc that s's relay keeps for
+// (s, this rank).
+func (g groupCall) cut(s int, bufs [][]byte, rc net.RecvConn) *recvs {
+	p := g.c.p
 	me := p.cfg.Rank
-	v := p.cfg.Via(s, me)
-	rc, err := p.conns.from(c.ctx, peerKey{From: v, For: s})
-	if err != nil {
-		return fmt.Errorf("rank %d: receive from rank %d via relay rank %d on %s: %w", me, s, v, p.cfg.Hosts[v], err)
-	}
-	// Every receive is posted at once, in order, then waited for.
-	type piece struct {
-		op  *Op
-		msg int
-		k   int
-		n   int
-	}
-	var ps []piece
+	r := &recvs{s: s, v: p.cfg.Via(s, me), bufs: bufs}
 	for i, b := range bufs {
 		nk := max(1, p.chunks(len(b)))
 		for k := range nk {
@@ -200,21 +205,69 @@ func (g groupCall) recvFrom(s int, bufs [][]byte) error {
 				ch = p.chunk(b, k)
 			}
 			tag := chunkTag(len(b), k == nk-1)
-			op := p.eng.Post(c.ctx, func() (net.Request, error) { return rc.IRecv([][]byte{ch}, []uint64{tag}, nil) })
-			ps = append(ps, piece{op: op, msg: i, k: k, n: len(ch)})
+			r.starts = append(r.starts, func() (net.Request, error) { return rc.IRecv([][]byte{ch}, []uint64{tag}, nil) })
+			r.pieces = append(r.pieces, piece{msg: i, k: k, n: len(ch)})
 		}
 	}
-	atomic.AddInt64(&c.st.Receives, int64(len(ps)))
-	atomic.AddInt64(&c.st.Buffers, int64(len(ps)))
-	for _, pc := range ps {
-		sizes, err := pc.op.Wait(c.ctx)
+	return r
+}
+
+// postRecvs posts the receives of every sender whose connection is
+// there in one batch (one wake-up of the engine), and returns the others,
+// whose connection is still to come.
+func (g groupCall) postRecvs(byRecv map[int][][]byte) (posted []*recvs, later map[int][][]byte) {
+	p := g.c.p
+	me := p.cfg.Rank
+	var starts []func() (net.Request, error)
+	later = map[int][][]byte{}
+	for s, bufs := range byRecv {
+		rc := p.conns.ready(peerKey{From: p.cfg.Via(s, me), For: s})
+		if rc == nil {
+			later[s] = bufs
+			continue
+		}
+		r := g.cut(s, bufs, rc)
+		posted = append(posted, r)
+		starts = append(starts, r.starts...)
+	}
+	ops := p.eng.PostAll(g.c.ctx, starts...)
+	for _, r := range posted {
+		r.ops, ops = ops[:len(r.starts)], ops[len(r.starts):]
+	}
+	return posted, later
+}
+
+// recvFrom takes s's messages (in order) once s's relay connected for
+// (s, this rank), then waits for them.
+func (g groupCall) recvFrom(s int, bufs [][]byte) error {
+	p, c := g.c.p, g.c
+	me := p.cfg.Rank
+	v := p.cfg.Via(s, me)
+	rc, err := p.conns.from(c.ctx, peerKey{From: v, For: s})
+	if err != nil {
+		return fmt.Errorf("rank %d: receive from rank %d via relay rank %d on %s: %w", me, s, v, p.cfg.Hosts[v], err)
+	}
+	r := g.cut(s, bufs, rc)
+	r.ops = p.eng.PostAll(c.ctx, r.starts...)
+	return g.wait(r)
+}
+
+// wait waits for r's receives, in order.
+func (g groupCall) wait(r *recvs) error {
+	p, c := g.c.p, g.c
+	me, s, v := p.cfg.Rank, r.s, r.v
+	atomic.AddInt64(&c.st.Receives, int64(len(r.ops)))
+	atomic.AddInt64(&c.st.Buffers, int64(len(r.ops)))
+	for i, op := range r.ops {
+		pc := r.pieces[i]
+		sizes, err := op.Wait(c.ctx)
 		if errors.Is(err, errs.ErrMismatch) { // the tag: the sender's length
 			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) is not %d bytes long, as the receive is (chunk tags differ): %w",
-				me, pc.msg, s, v, len(bufs[pc.msg]), err)
+				me, pc.msg, s, v, len(r.bufs[pc.msg]), err)
 		}
 		if err != nil {
 			return fmt.Errorf("rank %d: receive of %d bytes (message %d, chunk %d) from rank %d via relay rank %d on %s: %w",
-				me, len(bufs[pc.msg]), pc.msg, pc.k, s, v, p.cfg.Hosts[v], err)
+				me, len(r.bufs[pc.msg]), pc.msg, pc.k, s, v, p.cfg.Hosts[v], err)
 		}
 		atomic.AddInt64(&c.st.Received, 1)
 		if sizes[0] != pc.n {

@@ -403,3 +403,90 @@ func TestEngineAbort(t *testing.T) {
 	}
 	e.Close() // after Abort: nothing more
 }
+
+// chanReq completes when done is closed; it counts its Tests and says when
+// a watcher waits on it.
+type chanReq struct {
+	done    chan struct{}
+	waiting chan struct{} // closed by the first Wait
+	once    sync.Once
+	tests   atomic.Int64
+}
+
+func (r *chanReq) Test() (bool, []int, error) {
+	r.tests.Add(1)
+	select {
+	case <-r.done:
+		return true, []int{7}, nil
+	default:
+		return false, nil, nil
+	}
+}
+
+func (r *chanReq) Wait(ctx context.Context) ([]int, error) {
+	r.once.Do(func() { close(r.waiting) })
+	select {
+	case <-r.done:
+		return []int{7}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestEngineSleepsIdle: with a request in flight and nothing completing,
+// the engine's thread blocks (it tests the request a bounded number of
+// times over 50 ms, instead of polling it), and wakes when the request
+// completes.
+func TestEngineSleepsIdle(t *testing.T) {
+	e := NewEngine(0, 1)
+	defer e.Close()
+	r := &chanReq{done: make(chan struct{}), waiting: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o := e.Post(ctx, func() (net.Request, error) { return r, nil })
+	select {
+	case <-r.waiting: // the engine armed its watcher: it is about to block
+	case <-ctx.Done():
+		t.Fatal("the engine never waited on the request")
+	}
+	before := r.tests.Load()
+	<-time.After(50 * time.Millisecond) // time for a polling engine to poll
+	idle := r.tests.Load() - before
+	close(r.done)
+	sizes, err := o.Wait(ctx)
+	if err != nil || len(sizes) != 1 || sizes[0] != 7 {
+		t.Fatalf("op: %v %v, want [7] nil", sizes, err)
+	}
+	if idle > 2 {
+		t.Errorf("the engine tested an idle request %d times in 50 ms, want it blocked (at most 2)", idle)
+	}
+}
+
+// TestEnginePostAll: a batch is posted in its order, every operation
+// completes with its own request's sizes, and an empty batch is nothing.
+func TestEnginePostAll(t *testing.T) {
+	e := NewEngine(0, 1)
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ops := e.PostAll(ctx); len(ops) != 0 {
+		t.Fatalf("empty batch: %d ops", len(ops))
+	}
+	var order []int // appended on the engine's thread only
+	reqs := make([]*chanReq, 5)
+	starts := make([]func() (net.Request, error), len(reqs))
+	for i := range reqs {
+		reqs[i] = &chanReq{done: make(chan struct{}), waiting: make(chan struct{})}
+		starts[i] = func() (net.Request, error) { order = append(order, i); return reqs[i], nil }
+	}
+	ops := e.PostAll(ctx, starts...)
+	for i := len(reqs) - 1; i >= 0; i-- { // complete them in reverse
+		close(reqs[i].done)
+		if sizes, err := ops[i].Wait(ctx); err != nil || sizes[0] != 7 {
+			t.Fatalf("op %d: %v %v", i, sizes, err)
+		}
+	}
+	if fmt.Sprint(order) != "[0 1 2 3 4]" {
+		t.Errorf("posted in the order %v, want 0..4", order)
+	}
+}

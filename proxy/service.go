@@ -256,35 +256,63 @@ func (sv *service) write(s, d int, q chan staged) {
 		sv.fail(fmt.Errorf("rank %d relay for rank %d to rank %d on %s: %w", me, s, d, host, err))
 		return
 	}
+	// The chunks queued are posted together (one wake-up of the engine);
+	// this goroutine then returns each credit as its send completes, in
+	// order (a connection's sends complete in order).
+	var inflight []sent
 	for {
-		var st staged
+		var head <-chan struct{}
+		if len(inflight) > 0 {
+			head = inflight[0].op.Done()
+		}
 		select {
-		case st = <-q:
-		case <-sv.ctx.Done():
-			return
-		}
-		var b []byte
-		if st.buf != nil {
-			b = (*st.buf)[:st.n]
-		}
-		tag := chunkTag(st.total, st.last)
-		op := p.eng.Post(sv.ctx, func() (net.Request, error) { return sc.ISend(b, tag, nil) })
-		atomic.AddInt64(&p.total.Messages, 1)
-		atomic.AddInt64(&p.total.Relayed, 1)
-		atomic.AddInt64(&p.total.Bytes, int64(st.n))
-		sv.wg.Add(1)
-		go func() {
-			defer sv.wg.Done()
-			if _, err := op.Wait(sv.ctx); err != nil {
+		case st := <-q:
+			batch := []staged{st}
+		more:
+			for len(batch) < cap(q) {
+				select {
+				case st := <-q:
+					batch = append(batch, st)
+				default:
+					break more
+				}
+			}
+			starts := make([]func() (net.Request, error), len(batch))
+			for i, st := range batch {
+				var b []byte
+				if st.buf != nil {
+					b = (*st.buf)[:st.n]
+				}
+				tag := chunkTag(st.total, st.last)
+				starts[i] = func() (net.Request, error) { return sc.ISend(b, tag, nil) }
+				atomic.AddInt64(&p.total.Messages, 1)
+				atomic.AddInt64(&p.total.Relayed, 1)
+				atomic.AddInt64(&p.total.Bytes, int64(st.n))
+			}
+			for i, op := range p.eng.PostAll(sv.ctx, starts...) {
+				inflight = append(inflight, sent{op, batch[i].buf})
+			}
+		case <-head:
+			f := inflight[0]
+			inflight = inflight[1:]
+			if _, err := f.op.Wait(sv.ctx); err != nil {
 				sv.fail(fmt.Errorf("rank %d relay for rank %d to rank %d on %s from %s: %w", me, s, d, host, p.NIC(), err))
 				return
 			}
-			if st.buf != nil {
-				p.stage.Put(st.buf)
+			if f.buf != nil {
+				p.stage.Put(f.buf)
 			}
 			sv.send(s, header(hdrCredit, d, 0, 0), nil)
-		}()
+		case <-sv.ctx.Done():
+			return
+		}
 	}
+}
+
+// sent is a relayed chunk on its way: its send, and its staging slot.
+type sent struct {
+	op  *Op
+	buf *[]byte
 }
 
 // err is why the service stopped.

@@ -20,6 +20,11 @@ const (
 	// MaxChunkBytes caps ChunkBytes so that an operation's scratch (at most
 	// a dozen chunks, see call.go) stays under 64 MiB.
 	MaxChunkBytes = 4 << 20
+	// NetChunkBytes is the chunk of communicators whose ranks span hosts
+	// (the network transport) when FLEXLINK_CHUNK_BYTES is not set: on the
+	// emulated hosts of scripts/bench-net.sh, 4 MiB chunks moved more than
+	// 1 MiB ones in every collective measured (docs/PERF.md, 2026-11-28).
+	NetChunkBytes = 4 << 20
 )
 
 // Config chooses algorithms and pipelining. Every rank of a communicator

@@ -47,6 +47,9 @@ type Engine struct {
 	obs      observing
 }
 
+// Config is the engine's configuration (zero fields filled in).
+func (e *Engine) Config() Config { return e.cfg }
+
 // p2pCount numbers point-to-point messages per pair: calls are numbered
 // per peer, not per communicator (Group, Send, Recv).
 type p2pCount struct {

@@ -21,6 +21,7 @@
 # Needs root, iproute2, openssh-server, iperf3, OpenMPI.
 # Usage: scripts/bench-net.sh [outdir]
 #   ITERS=10 REPEATS=3 RATE=1gbit NAME=nnet NET=10.82 (the cluster's name and subnet)
+#   XENV="FLEXLINK_X=v ..." (more settings for every flexlink run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out/bench-net}
@@ -81,9 +82,21 @@ perftest() { # size -> GB/s one way, ucx_perftest tag_bw h1 -> h2 on rail0
 		awk '/^Final:/ {printf "%.3f\n", $6 * 1048576 / 1e9; ok=1} END {if (!ok) print 0}'
 	wait
 }
+perftest2() { # size -> GB/s per direction, two ucx_perftest tag_bw pairs at once, h1 -> h2 and h2 -> h1 on rail0
+	local b; b=$(numfmt --from=iec "$1")
+	local n=$(( b >= 64<<20 ? 20 : 200 )) t; t=$(mktemp -d)
+	ip netns exec "$ns2" env UCX_TLS=tcp UCX_NET_DEVICES=rail0 timeout 60 ucx_perftest -p 13348 >/dev/null 2>&1 &
+	ip netns exec "$ns1" env UCX_TLS=tcp UCX_NET_DEVICES=rail0 timeout 60 ucx_perftest -p 13349 >/dev/null 2>&1 &
+	sleep 0.5
+	ip netns exec "$ns1" env UCX_TLS=tcp UCX_NET_DEVICES=rail0 timeout 60 ucx_perftest "$h2" -p 13348 -t tag_bw -s "$b" -n "$n" >"$t/a" 2>/dev/null &
+	ip netns exec "$ns2" env UCX_TLS=tcp UCX_NET_DEVICES=rail0 timeout 60 ucx_perftest "$h1" -p 13349 -t tag_bw -s "$b" -n "$n" >"$t/b" 2>/dev/null &
+	wait
+	cat "$t/a" "$t/b" | awk '/^Final:/ {s += $6 * 1048576 / 1e9; k++} END {if (k == 2) printf "%.3f\n", s / 2; else print 0}'
+	rm -rf "$t"
+}
 declare -A v # key -> space-separated figures
 add() { v[$1]="${v[$1]:-} $2"; echo "$1 $2" >> "$raw"; }
-nenv=(FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=tcp FLEXLINK_NET_SOCKETS=$socks)
+nenv=(FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=tcp FLEXLINK_NET_SOCKETS=$socks ${XENV:-})
 
 for rep in $(seq "$repeats"); do
 	# 1. Provider against the raw socket, one unlimited rail.
@@ -113,7 +126,7 @@ for rep in $(seq "$repeats"); do
 
 	# 1b. The ucx provider (UCX_TLS=tcp) on the same rail, and UCX's own
 	# tag bandwidth there (ucx_perftest): the provider's overhead.
-	uenv=(FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=ucx UCX_TLS=tcp UCX_NET_DEVICES=rail0 FLEXLINK_NET_RAILS=1)
+	uenv=(FLEXLINK_NET_IFNAME=rail FLEXLINK_NET=ucx UCX_TLS=tcp UCX_NET_DEVICES=rail0 FLEXLINK_NET_RAILS=1 ${XENV:-})
 	for sz in 4M 64M; do
 		f="$out/broadcast_ucx_${sz}_$rep.txt"
 		flex "$f" "${uenv[@]}" -- broadcast -b $sz -e $sz
@@ -122,6 +135,7 @@ for rep in $(seq "$repeats"); do
 		flex "$f" "${uenv[@]}" -- sendrecv -b $sz -e $sz
 		add "ucxs$sz" "$(busbw "$f")"
 		add "perftest$sz" "$(perftest $sz)"
+		add "perftest2$sz" "$(perftest2 $sz)"
 	done
 done
 
@@ -152,7 +166,9 @@ for sz in 4M 64M; do
 	row "ucx_perftest tag_bw $sz (one way, UCX_TLS=tcp)" "$(m perftest$sz)" "" "${v[perftest$sz]}"
 	row "ucx provider: broadcast $sz (one way) / iperf3 1 stream" "$(m ucxb$sz)" "$(ratio "$(m ucxb$sz)" "$(m iperf1)")" "${v[ucxb$sz]}"
 	row "ucx provider: broadcast $sz (one way) / ucx_perftest" "$(m ucxb$sz)" "$(ratio "$(m ucxb$sz)" "$(m perftest$sz)")" ""
+	row "ucx_perftest tag_bw $sz both ways at once (per direction)" "$(m perftest2$sz)" "" "${v[perftest2$sz]}"
 	row "ucx provider: sendrecv $sz (per direction) / iperf3 --bidir" "$(m ucxs$sz)" "$(ratio "$(m ucxs$sz)" "$(m iperfbidir)")" "${v[ucxs$sz]}"
+	row "ucx provider: sendrecv $sz (per direction) / ucx_perftest both ways" "$(m ucxs$sz)" "$(ratio "$(m ucxs$sz)" "$(m perftest2$sz)")" ""
 done
 row "allreduce 64M busbw, 2 rails / OpenMPI" "$(m ar2)" "$(ratio "$(m ar2)" "$(m armpi)")" "${v[ar2]}"
 row "allreduce 64M busbw, 1 rail / OpenMPI" "$(m ar1)" "$(ratio "$(m ar1)" "$(m armpi)")" "${v[ar1]}"

@@ -78,6 +78,9 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 		eps.close()
 		return nil, err
 	}
+	if !w.env.IsSet("FLEXLINK_CHUNK_BYTES") && w.needsNet(c.members) {
+		cfg.ChunkBytes = collectives.NetChunkBytes // the same on every member: it depends on their hosts only
+	}
 	c.links = newLinkSet(c, addr)
 	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.NewHostMemory(), cfg)
 	c.engine.SetObserver(c.callObserver())

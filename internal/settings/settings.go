@@ -61,7 +61,7 @@ var Table = []Setting{
 	{"FLEXLINK_SHM_CMA_BYTES", "0", "shm links: messages of at least this many bytes are pulled by the receiver straight from the sender's memory (process_vm_readv: one copy instead of two through the ring; the ring is used where the kernel forbids it); auto: from 64 KiB where a measurement at connect time (~4 ms) finds it cheaper than the ring copies; 0: off (the default: on the machines measured so far it was slower)", KindBytes(0, maxInt, "auto")},
 	{"FLEXLINK_ALGO", "auto", "collective algorithm: auto, ring or rd (recursive doubling / latency-optimised)", KindWord("auto", "ring", "rd")},
 	{"FLEXLINK_ALGO_THRESHOLD", "65536", "message size in bytes below which auto picks the latency-optimised algorithm", KindBytes(0, maxInt)},
-	{"FLEXLINK_CHUNK_BYTES", "1048576", "pipeline chunk size of ring algorithms", KindBytes(0, maxInt)},
+	{"FLEXLINK_CHUNK_BYTES", "1048576", "pipeline chunk size of ring and chain algorithms on host buffers (at most 4 MiB); when unset, communicators whose ranks span hosts use 4 MiB (docs/PERF.md)", KindBytes(0, maxInt)},
 	{"FLEXLINK_LINKS", "", "restrict the links used between a pair, e.g. nvlink or nvlink,pcie (empty: all, but no net part within a host); nvlink,pcie,net adds, between GPUs of one host, the NIC loopback path as a third share of large pushes that the balancer learns (docs/GPU.md)", KindList("nvlink", "pcie", "net", "shm", "tcp", "fake")},
 	{"FLEXLINK_CACHE_DIR", "", "where link profiles are cached (empty: the user's cache directory)", KindString()},
 	{"FLEXLINK_TOPO_FILE", "", "load the host topology from this file instead of detecting it (JSON, YAML or NCCL XML)", KindString()},

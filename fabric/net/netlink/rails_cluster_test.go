@@ -86,7 +86,7 @@ func TestRailsInProportion(t *testing.T) {
 	before := railBytes(t)
 	cmd := exec.Command(filepath.Join(bin, "flexrun"), "--ssh-args", "-F "+sshConfig, "--prefix", prefix,
 		"-H", hosts[0]+":1,"+hosts[1]+":1", "-x", "FLEXLINK_DEBUG=INFO", "-x", "FLEXLINK_NET=tcp",
-		"-x", "FLEXLINK_NET_IFNAME=rail", "-x", "FLEXLINK_NET_RAILS=0",
+		"-x", "FLEXLINK_NET_IFNAME=rail", "-x", "FLEXLINK_NET_RAILS=0", "-x", "FLEXLINK_CHUNK_BYTES=1M", // the shares of 1 MiB messages
 		filepath.Join(bin, "flexbench"), "allreduce", "-b", "16M", "-e", "16M", "-n", "10", "-w", "2", "--no-inplace")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -12,8 +12,8 @@
 #       once; GB/s per direction) against iperf3 --bidir (per direction);
 #     at 4 MiB and 64 MiB;
 #  2. unlimited: allreduce 64 MiB, 2 hosts x 1 rank, flexlink on both rails
-#     and on one, against OpenMPI 4.1 (tcp btl on both rails) over the same
-#     hostfile;
+#     and on one, against OpenMPI 4.1 (tcp btl on both rails, and on rail0
+#     only) over the same hostfile;
 #  3. rails limited to RATE (default 1gbit): sendrecv 64 MiB over 1 rail
 #     against 2 rails, and iperf3 on one rail.
 #  The ucx provider (UCX_TLS=tcp) the same way, beside ucx_perftest tag_bw
@@ -123,6 +123,11 @@ for rep in $(seq "$repeats"); do
 		--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24,$net.1.0/24" --bind-to none \
 		"$bin/bin/flexbench-mpi" allreduce --backend mpi -b 64M -e 64M --no-inplace -n "$iters" -w 2 > "$m" 2>&1 || echo "# failed: exit $?" >> "$m"
 	add armpi "$(busbw "$m")"
+	m="$out/allreduce_mpi_1rail_$rep.txt"
+	timeout 120 mpirun --hostfile "$out/hostfile" -np 2 --mca plm_rsh_agent "ssh -F $TC_SSH_CONFIG" --mca plm_rsh_no_tree_spawn 1 \
+		--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24" --bind-to none \
+		"$bin/bin/flexbench-mpi" allreduce --backend mpi -b 64M -e 64M --no-inplace -n "$iters" -w 2 > "$m" 2>&1 || echo "# failed: exit $?" >> "$m"
+	add armpi1 "$(busbw "$m")"
 
 	# 1b. The ucx provider (UCX_TLS=tcp) on the same rail, and UCX's own
 	# tag bandwidth there (ucx_perftest): the provider's overhead.
@@ -172,7 +177,9 @@ for sz in 4M 64M; do
 done
 row "allreduce 64M busbw, 2 rails / OpenMPI" "$(m ar2)" "$(ratio "$(m ar2)" "$(m armpi)")" "${v[ar2]}"
 row "allreduce 64M busbw, 1 rail / OpenMPI" "$(m ar1)" "$(ratio "$(m ar1)" "$(m armpi)")" "${v[ar1]}"
+row "allreduce 64M busbw, 1 rail / OpenMPI on rail0 only" "$(m ar1)" "$(ratio "$(m ar1)" "$(m armpi1)")" ""
 row "allreduce 64M busbw, OpenMPI 4.1 tcp btl on both rails" "$(m armpi)" "" "${v[armpi]}"
+row "allreduce 64M busbw, OpenMPI 4.1 tcp btl on rail0 only" "$(m armpi1)" "" "${v[armpi1]}"
 row "rails at $rate: iperf3 one rail" "$(m iperflim)" "" "${v[iperflim]}"
 row "rails at $rate: sendrecv 64M, 1 rail" "$(m lim1)" "" "${v[lim1]}"
 row "rails at $rate: sendrecv 64M, 2 rails / 1 rail" "$(m lim2)" "$(ratio "$(m lim2)" "$(m lim1)")" "${v[lim2]}"

@@ -160,11 +160,12 @@ func (e *engine) loop() {
 		switch {
 		case empty < spinPolls:
 		case len(e.polls) > 0 || len(e.probers) > 0:
-			if empty < 16*spinPolls {
-				runtime.Gosched()
-			} else {
-				pause.Sleep(20 * time.Microsecond)
-			}
+			// No runtime.Gosched: on this goroutine's locked thread a
+			// yield is a hand-off between two OS threads (the proxy
+			// engine measured it as a quarter of the machine's CPU). A
+			// 5 µs nanosleep leaves the core to the socket copies: 4 MiB
+			// broadcasts over loopback 3.6-3.9 -> 3.9-4.4 GB/s.
+			pause.Sleep(5 * time.Microsecond)
 		default:
 			timer.Reset(idleMax)
 			select {

@@ -204,7 +204,11 @@ func (ho *handoffState) lengths(ctx context.Context, l *handoffLayout) error {
 // base offset there.
 func (ho *handoffState) offer(ctx context.Context, l *handoffLayout) (map[int]offer, error) {
 	if l.total > 0 && (ho.stage == nil || ho.stage.Len() < l.total) {
-		b, err := ho.p.dev.Alloc(max(l.total, 1<<20))
+		size := max(l.total, 1<<20)
+		if ho.stage != nil { // grow geometrically: every grown-out buffer stays until Close
+			size = max(size, 2*ho.stage.Len())
+		}
+		b, err := ho.p.dev.Alloc(size)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package cu
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -151,7 +152,11 @@ func Load(path string) (*Lib, error) {
 	if path == "" {
 		path = DefaultLibrary
 	}
+	// dlerror is per thread: stay on dlopen's thread so its message is
+	// kept (a migration between the two lost it: "no libcuda: : ...").
+	runtime.LockOSThread()
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("no libcuda: %s: %w", err.Error(), errs.ErrNotSupported)
 	}

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/ebitengine/purego"
 
@@ -78,7 +79,11 @@ type dl struct {
 // wraps errs.ErrNotSupported and keeps dlopen's message. The library is never
 // closed: NCCL keeps threads that do not survive dlclose.
 func load(path string) (*dl, error) {
+	// dlerror is per thread: stay on dlopen's thread so its message is
+	// kept (a migration between the two lost it: "no libcuda: : ...").
+	runtime.LockOSThread()
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("no libnccl: %s: %w", err.Error(), errs.ErrNotSupported)
 	}

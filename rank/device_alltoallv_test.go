@@ -262,7 +262,15 @@ func i64Bytes(v []int64) []byte {
 // FLEXLINK_PXN=2; after one GPU all-to-all through the proxies, rank 1 (the
 // relay of host0's rail eth) vanishes while the others are in the next
 // one: every survivor fails with ErrPeerLost naming rank 1 within 5 s.
+// With FLEXLINK_PXN_GPU_HANDOFF=1 the same holds while the ranks of a host
+// exchange their hand-off messages and copy into each other's staging.
 func TestDeviceAllToAllPXNRankLost(t *testing.T) {
+	for _, handoff := range []string{"0", "1"} {
+		t.Run("handoff="+handoff, func(t *testing.T) { pxnRankLost(t, handoff) })
+	}
+}
+
+func pxnRankLost(t *testing.T, handoff string) {
 	const n, per, blk, lost = 4, 2, 1500, 1
 	drv, err := gpufake.Open(gpufake.Config{Devices: n})
 	if err != nil {
@@ -270,7 +278,8 @@ func TestDeviceAllToAllPXNRankLost(t *testing.T) {
 	}
 	defer drv.Close()
 	stores := bootstrap.NewInProc(n)
-	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2"})
+	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2",
+		"FLEXLINK_PXN_GPU_HANDOFF": handoff})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	job := fmt.Sprintf("gpulost%d", time.Now().UnixNano())
@@ -319,6 +328,14 @@ func TestDeviceAllToAllPXNRankLost(t *testing.T) {
 	}
 	if _, used := rs[0].c.PXNCounters(); !used {
 		t.Fatal("the first all-to-all did not use PXN")
+	}
+	var gathered int64
+	for r := range rs {
+		st, _ := rs[r].c.PXNCounters()
+		gathered += st.Gathered
+	}
+	if (gathered > 0) != (handoff == "1") {
+		t.Fatalf("hand-off %s: %d relayed messages gathered in the first all-to-all", handoff, gathered)
 	}
 	var started sync.WaitGroup // every survivor is about to call
 	for r := range n {

@@ -25,7 +25,8 @@ const helloTag = 0x70786e68656c6c6f // "pxnhello"
 // whose handle is published as key(rank), sending connections opened on
 // first use from its own NIC, and the receiving connections its accept
 // loop takes, keyed by what the hello names: the connecting proxy's rank
-// and, for a group connection, the original sender it carries.
+// and the connection's kind. Accepted clear-to-send connections are also
+// announced on cts, for the group service to read.
 type conns struct {
 	nic
 	rank int
@@ -37,8 +38,9 @@ type conns struct {
 
 	mu      sync.Mutex
 	changed chan struct{}            // closed and replaced when recv gains a connection or err is set
-	send    map[peerKey]net.SendConn // keyed by (destination, original sender or -1)
+	send    map[peerKey]net.SendConn // keyed by (destination, kind)
 	recv    map[peerKey]net.RecvConn
+	cts     chan peerKey // accepted clear-to-send connections (each key once)
 	err     error
 }
 
@@ -59,7 +61,7 @@ func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Au
 		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
 	}
 	c := &conns{nic: nic{p: p, dev: dev, l: l}, rank: rank, key: key, dir: dir, eng: eng, auth: auth, size: size,
-		changed: make(chan struct{}), send: map[peerKey]net.SendConn{}, recv: map[peerKey]net.RecvConn{}}
+		changed: make(chan struct{}), send: map[peerKey]net.SendConn{}, recv: map[peerKey]net.RecvConn{}, cts: make(chan peerKey, size)}
 	go c.accept()
 	return c, nil
 }
@@ -96,6 +98,9 @@ func (c *conns) accept() {
 			c.recv[peer] = rc
 			close(c.changed)
 			c.changed = make(chan struct{})
+			if peer.Kind == connCTS {
+				c.cts <- peer // one per rank at most: never blocks
+			}
 		}()
 	}
 }
@@ -110,11 +115,10 @@ func (c *conns) fail(err error) {
 	}
 }
 
-// to returns the sending connection to peer's proxy, connecting (and
-// saying hello) on first use: the proxy's own connection for forRank -1,
-// else the group connection that carries forRank's messages.
-func (c *conns) to(ctx context.Context, peer, forRank int) (net.SendConn, error) {
-	key := peerKey{From: peer, For: forRank}
+// to returns the sending connection of kind to peer's proxy, connecting
+// (and saying hello) on first use.
+func (c *conns) to(ctx context.Context, peer int, kind connKind) (net.SendConn, error) {
+	key := peerKey{From: peer, Kind: kind}
 	c.mu.Lock()
 	sc, err := c.send[key], c.err
 	c.mu.Unlock()
@@ -129,7 +133,7 @@ func (c *conns) to(ctx context.Context, peer, forRank int) (net.SendConn, error)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d proxy: connect to rank %d from %s: %w", c.rank, peer, c.p.Devices()[c.dev].Name, err)
 	}
-	b := c.auth.hello(peerKey{From: c.rank, For: forRank}, h)
+	b := c.auth.hello(peerKey{From: c.rank, Kind: kind}, h)
 	op := c.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(b, helloTag, nil) })
 	if _, err := op.Wait(ctx); err != nil {
 		sc.Abort(err)
@@ -171,11 +175,7 @@ func (c *conns) from(ctx context.Context, k peerKey) (net.RecvConn, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			what := fmt.Sprintf("rank %d", k.From)
-			if k.For >= 0 {
-				what = fmt.Sprintf("relay rank %d for rank %d", k.From, k.For)
-			}
-			return nil, fmt.Errorf("rank %d proxy: waiting for the connection from %s: %w", c.rank, what, context.Cause(ctx))
+			return nil, fmt.Errorf("rank %d proxy: waiting for the %s connection from rank %d: %w", c.rank, k.Kind, k.From, context.Cause(ctx))
 		}
 	}
 }

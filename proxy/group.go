@@ -37,9 +37,11 @@ func (p *Proxy) Serving() bool {
 // Group sends and receives messages whose route goes through a relay
 // (Relayed true for each: this rank to a send's peer, a receive's peer to
 // this rank), following the PXN routes: a send is handed in chunks over
-// the hand-off link to the relay, which sends it from its NIC on the
-// connection it keeps for (this rank, peer); a receive takes the peer's
-// next message from the connection its relay keeps for (peer, this rank).
+// the hand-off link to the relay, which sends it from its NIC on its
+// stream to peer; the receives from the senders one relay carries are
+// taken from that relay's stream in multi-receives, a round of chunks
+// (one per sender) each, after this rank told the relay the rounds
+// (clear-to-send).
 // Messages between a pair are matched in order, within and across Groups;
 // a receive whose length differs from the message's fails with
 // errs.ErrMismatch naming both ranks. It returns when every send has left
@@ -78,12 +80,16 @@ func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
 	for d, bufs := range bySend {
 		c.goWait(func() error { return g.sendTo(d, bufs) })
 	}
-	posted, later := g.postRecvs(byRecv)
-	for _, r := range posted {
-		c.goWait(func() error { return g.wait(r) })
+	byVia := map[int]map[int][][]byte{}
+	for s, bufs := range byRecv {
+		v := p.cfg.Via(s, me)
+		if byVia[v] == nil {
+			byVia[v] = map[int][][]byte{}
+		}
+		byVia[v][s] = bufs
 	}
-	for s, bufs := range later {
-		c.goWait(func() error { return g.recvFrom(s, bufs) })
+	for v, senders := range byVia {
+		c.goWait(func() error { return g.recvVia(v, senders) })
 	}
 	err = c.settle() // before st is read: the call's goroutines fill it
 	return st, err
@@ -158,121 +164,77 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	return nil
 }
 
-// chunkTagBits is how many bits of a message's length a chunk's tag
-// carries (the ucx provider leaves 20 bits of a tag to its users).
-const chunkTagBits = 19
-
-// chunkTag is the network tag of a group message's chunk: the low bits of
-// the message's length and whether the chunk is its last. Two ends that
-// cut messages of different lengths differ in some chunk's tag no later
-// than the last chunk of the shorter cut (or, with as many chunks, in the
-// last chunk's size), so a wrong length fails the receive that meets it
-// and nothing of the next message is taken.
-func chunkTag(total int, last bool) uint64 {
-	t := uint64(total) & (1<<chunkTagBits - 1) << 1
-	if last {
-		t |= 1
-	}
-	return t
-}
-
-// recvs is this call's receives from one sender s: every chunk of its
-// messages as this rank's buffers cut them (an empty message: one empty
-// chunk), tagged by chunkTag from the buffer's length, so that a message
-// of another length fails with errs.ErrMismatch.
-type recvs struct {
-	s, v   int // the sender and its relay
-	bufs   [][]byte
-	starts []func() (net.Request, error)
-	pieces []piece
-	ops    []*Op
-}
-
-// piece is one chunk's receive: message msg's chunk k, n bytes.
-type piece struct{ msg, k, n int }
-
-// cut plans s's receives from the connection rc that s's relay keeps for
-// (s, this rank).
-func (g groupCall) cut(s int, bufs [][]byte, rc net.RecvConn) *recvs {
-	p := g.c.p
-	me := p.cfg.Rank
-	r := &recvs{s: s, v: p.cfg.Via(s, me), bufs: bufs}
-	for i, b := range bufs {
-		nk := max(1, p.chunks(len(b)))
-		for k := range nk {
-			ch := b[:0]
-			if len(b) > 0 {
-				ch = p.chunk(b, k)
-			}
-			tag := chunkTag(len(b), k == nk-1)
-			r.starts = append(r.starts, func() (net.Request, error) { return rc.IRecv([][]byte{ch}, []uint64{tag}, nil) })
-			r.pieces = append(r.pieces, piece{msg: i, k: k, n: len(ch)})
-		}
-	}
-	return r
-}
-
-// postRecvs posts the receives of every sender whose connection is
-// there in one batch (one wake-up of the engine), and returns the others,
-// whose connection is still to come.
-func (g groupCall) postRecvs(byRecv map[int][][]byte) (posted []*recvs, later map[int][][]byte) {
-	p := g.c.p
-	me := p.cfg.Rank
-	var starts []func() (net.Request, error)
-	later = map[int][][]byte{}
-	for s, bufs := range byRecv {
-		rc := p.conns.ready(peerKey{From: p.cfg.Via(s, me), For: s})
-		if rc == nil {
-			later[s] = bufs
-			continue
-		}
-		r := g.cut(s, bufs, rc)
-		posted = append(posted, r)
-		starts = append(starts, r.starts...)
-	}
-	ops := p.eng.PostAll(g.c.ctx, starts...)
-	for _, r := range posted {
-		r.ops, ops = ops[:len(r.starts)], ops[len(r.starts):]
-	}
-	return posted, later
-}
-
-// recvFrom takes s's messages (in order) once s's relay connected for
-// (s, this rank), then waits for them.
-func (g groupCall) recvFrom(s int, bufs [][]byte) error {
+// recvVia takes this call's messages from the senders that relay v
+// carries for this rank (each sender's buffers, in order): it tells v the
+// batches it will take them in (clear-to-send), posts one multi-receive
+// per batch on v's stream, and waits for them in order.
+func (g groupCall) recvVia(v int, senders map[int][][]byte) error {
 	p, c := g.c.p, g.c
-	me := p.cfg.Rank
-	v := p.cfg.Via(s, me)
-	rc, err := p.conns.from(c.ctx, peerKey{From: v, For: s})
+	me, host := p.cfg.Rank, p.cfg.Hosts[v]
+	bs := p.planRecvs(senders)
+	sc, err := p.conns.to(c.ctx, v, connCTS)
 	if err != nil {
-		return fmt.Errorf("rank %d: receive from rank %d via relay rank %d on %s: %w", me, s, v, p.cfg.Hosts[v], err)
+		return fmt.Errorf("rank %d: clear-to-send to relay rank %d on %s: %w", me, v, host, err)
 	}
-	r := g.cut(s, bufs, rc)
-	r.ops = p.eng.PostAll(c.ctx, r.starts...)
-	return g.wait(r)
+	var starts []func() (net.Request, error)
+	for _, m := range encodeCTS(bs) {
+		starts = append(starts, func() (net.Request, error) { return sc.ISend(m, ctsTag, nil) })
+	}
+	cts := p.eng.PostAll(c.ctx, starts...)
+	rc, err := p.conns.from(c.ctx, peerKey{From: v, Kind: connGroup})
+	if err != nil {
+		return fmt.Errorf("rank %d: receive via relay rank %d on %s: %w", me, v, host, err)
+	}
+	starts = starts[:0]
+	for _, b := range bs {
+		tags := make([]uint64, len(b.wants))
+		for i, w := range b.wants {
+			tags[i] = uint64(w.s)
+		}
+		starts = append(starts, func() (net.Request, error) { return rc.IRecv(b.bufs, tags, nil) })
+	}
+	ops := p.eng.PostAll(c.ctx, starts...)
+	for _, op := range cts {
+		if _, err := op.Wait(c.ctx); err != nil {
+			return fmt.Errorf("rank %d: clear-to-send to relay rank %d on %s: %w", me, v, host, err)
+		}
+	}
+	for i, op := range ops {
+		if err := g.took(v, bs[i], op); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// wait waits for r's receives, in order.
-func (g groupCall) wait(r *recvs) error {
+// took waits for one batch's multi-receive from relay v and checks that
+// each buffer got its whole chunk.
+func (g groupCall) took(v int, b batch, op *Op) error {
 	p, c := g.c.p, g.c
-	me, s, v := p.cfg.Rank, r.s, r.v
-	atomic.AddInt64(&c.st.Receives, int64(len(r.ops)))
-	atomic.AddInt64(&c.st.Buffers, int64(len(r.ops)))
-	for i, op := range r.ops {
-		pc := r.pieces[i]
-		sizes, err := op.Wait(c.ctx)
-		if errors.Is(err, errs.ErrMismatch) { // the tag: the sender's length
-			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) is not %d bytes long, as the receive is (chunk tags differ): %w",
-				me, pc.msg, s, v, len(r.bufs[pc.msg]), err)
+	me := p.cfg.Rank
+	atomic.AddInt64(&c.st.Receives, 1)
+	atomic.AddInt64(&c.st.Buffers, int64(len(b.bufs)))
+	sizes, err := op.Wait(c.ctx)
+	if err != nil {
+		var from []int
+		for _, w := range b.wants {
+			from = append(from, w.s)
 		}
-		if err != nil {
-			return fmt.Errorf("rank %d: receive of %d bytes (message %d, chunk %d) from rank %d via relay rank %d on %s: %w",
-				me, len(r.bufs[pc.msg]), pc.msg, pc.k, s, v, p.cfg.Hosts[v], err)
+		what := fmt.Sprint("rank ", from[0])
+		if len(from) > 1 {
+			what = fmt.Sprint("ranks ", from)
 		}
-		atomic.AddInt64(&c.st.Received, 1)
-		if sizes[0] != pc.n {
-			return fmt.Errorf("rank %d: chunk %d of message %d from rank %d via relay rank %d has %d bytes, want %d: %w", me, pc.k, pc.msg, s, v, sizes[0], pc.n, errs.ErrMismatch)
+		if errors.Is(err, errs.ErrMismatch) {
+			return fmt.Errorf("rank %d: a message from %s via relay rank %d is not as long as its receive (the relay compared them): %w", me, what, v, err)
+		}
+		return fmt.Errorf("rank %d: receive from %s via relay rank %d on %s: %w", me, what, v, p.cfg.Hosts[v], err)
+	}
+	for i, n := range sizes {
+		if w := b.wants[i]; n != len(b.bufs[i]) {
+			return fmt.Errorf("rank %d: message %d from rank %d (via relay rank %d) is not %d bytes long, as the receive is (the relay compared them): %w",
+				me, b.msgs[i], w.s, v, w.total, errs.ErrMismatch)
 		}
 	}
+	atomic.AddInt64(&c.st.Received, int64(len(sizes)))
 	return nil
 }

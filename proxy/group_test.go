@@ -22,7 +22,8 @@ type groupJob struct {
 	hand     *fake.Network
 	mu       sync.Mutex
 	failed   map[int]error
-	reported chan int // the rank, each time a service reports
+	reported chan int      // the rank, each time a service reports
+	stats    map[int]Stats // the last run's counters, by rank
 }
 
 func newGroupJob(t *testing.T, nhosts, per, chunk int) *groupJob {
@@ -61,6 +62,7 @@ func (g *groupJob) run(t *testing.T, ms pairs, seed int) map[int]error {
 		}
 	}
 	out := map[int]error{}
+	g.stats = map[int]Stats{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for r := range g.px {
@@ -72,9 +74,9 @@ func (g *groupJob) run(t *testing.T, ms pairs, seed int) map[int]error {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			_, err := g.px[r].Group(ctx, sends[r], recvs[r])
+			st, err := g.px[r].Group(ctx, sends[r], recvs[r])
 			mu.Lock()
-			out[r] = err
+			out[r], g.stats[r] = err, st
 			mu.Unlock()
 		}()
 	}
@@ -116,6 +118,39 @@ func (g *groupJob) relayedPairs(maxLen int, seed uint64) pairs {
 	return out
 }
 
+// wantReceives is the multi-receives (and buffers in them) the
+// destinations of ms should post: per destination and relay, round k
+// takes chunk k of every sender that has one (an empty message is one
+// chunk), at most maxRecvs per receive.
+func wantReceives(ms pairs, chunk, maxRecvs int, via func(s, d int) int) (receives, buffers int64) {
+	type dv struct{ d, v int }
+	chunks := map[dv][]int{}
+	for k, ls := range ms {
+		n := 0
+		for _, l := range ls {
+			n += max(1, (l+chunk-1)/chunk)
+		}
+		key := dv{k[1], via(k[0], k[1])}
+		chunks[key] = append(chunks[key], n)
+		buffers += int64(n)
+	}
+	for _, cs := range chunks {
+		for k := 0; ; k++ {
+			m := 0
+			for _, c := range cs {
+				if c > k {
+					m++
+				}
+			}
+			if m == 0 {
+				break
+			}
+			receives += int64((m + maxRecvs - 1) / maxRecvs)
+		}
+	}
+	return receives, buffers
+}
+
 func noErrs(t *testing.T, errs map[int]error) {
 	t.Helper()
 	for r, err := range errs {
@@ -131,9 +166,27 @@ func noErrs(t *testing.T, errs map[int]error) {
 // pairs talk and their relays are in no group; every byte checked, and
 // the relays' counters show what they carried.
 func TestGroup(t *testing.T) {
-	g := newGroupJob(t, 2, 4, 1<<10)
+	const chunk = 1 << 10
+	g := newGroupJob(t, 2, 4, chunk)
 	for seed := range 2 {
-		noErrs(t, g.run(t, g.relayedPairs(5000, uint64(seed)), seed))
+		ms := g.relayedPairs(5000, uint64(seed))
+		noErrs(t, g.run(t, ms, seed))
+		var got, want [2]int64 // receives, buffers
+		for d, st := range g.stats {
+			got[0] += st.Receives
+			got[1] += st.Buffers
+			if st.Received != st.Buffers {
+				t.Errorf("rank %d: %d messages received in %d buffers", d, st.Received, st.Buffers)
+			}
+		}
+		want[0], want[1] = wantReceives(ms, chunk, g.px[0].cfg.MaxRecvs, g.px[0].cfg.Via)
+		if got != want {
+			t.Errorf("seed %d: %d receives of %d buffers, want %d of %d", seed, got[0], got[1], want[0], want[1])
+		}
+		t.Logf("seed %d: %d receives of %d buffers", seed, got[0], got[1])
+		if got[1] < 2*got[0] {
+			t.Errorf("seed %d: %.2f buffers per receive, want at least 2 (3 senders share each relay)", seed, float64(got[1])/float64(got[0]))
+		}
 	}
 	// 0 -> 5 via 1, 6 -> 3 via 7, 2 -> 4 via 0: relays 1 and 7 idle.
 	noErrs(t, g.run(t, pairs{{0, 5}: {3000, 10}, {6, 3}: {1 << 12}, {2, 4}: {0}}, 5))
@@ -189,60 +242,51 @@ func TestGroupCredits(t *testing.T) {
 }
 
 // TestGroupMismatch: a receive of another length than the message fails
-// with ErrMismatch naming both ranks: lengths whose low bits differ (the
-// first chunk's tag), and lengths 2^19 apart (same low bits: the last
-// chunk's mark), each way round.
+// with ErrMismatch naming both ranks (the relay compares the lengths and
+// sends a mark the receive cannot take), shorter and longer, empty either
+// way, a message behind another; the relay's own report names both
+// lengths.
 func TestGroupMismatch(t *testing.T) {
-	for _, c := range []struct{ send, recv int }{{3000, 2000}, {1<<chunkTagBits + 100, 100}, {100, 1<<chunkTagBits + 100}} {
+	for _, c := range []struct{ send, recv []int }{
+		{[]int{3000, 10}, []int{2000, 10}},
+		{[]int{100, 10}, []int{1<<19 + 100, 10}},
+		{[]int{10}, []int{0}},
+		{[]int{0}, []int{10}},
+		{[]int{500, 3000}, []int{500, 3001}},
+	} {
 		t.Run(fmt.Sprint(c.send, "-", c.recv), func(t *testing.T) {
 			g := newGroupJob(t, 2, 4, 1<<10)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			done := make(chan error, 1)
+			var sends, recvs []Msg
+			for i := range c.send {
+				sends = append(sends, Msg{5, make([]byte, c.send[i])})
+				recvs = append(recvs, Msg{0, make([]byte, c.recv[i])})
+			}
 			go func() {
-				_, err := g.px[0].Group(ctx, []Msg{{5, make([]byte, c.send)}, {5, make([]byte, 10)}}, nil)
+				_, err := g.px[0].Group(ctx, sends, nil)
 				done <- err
 			}()
-			_, err := g.px[5].Group(ctx, nil, []Msg{{0, make([]byte, c.recv)}, {0, make([]byte, 10)}})
+			_, err := g.px[5].Group(ctx, nil, recvs)
 			if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), "from rank 0") {
 				t.Fatalf("receive: %v, want ErrMismatch naming ranks 5 and 0", err)
 			}
 			t.Log(err)
+			select {
+			case <-g.reported:
+			case <-ctx.Done():
+				t.Fatal("the relay did not report the mismatch")
+			}
+			g.mu.Lock()
+			report := g.failed[1]
+			g.mu.Unlock()
+			if !errors.Is(report, errs.ErrMismatch) || !strings.Contains(report.Error(), "rank 1 relay") {
+				t.Errorf("relay rank 1 reported %v, want its mismatch", report)
+			}
 			g.px[0].Abort(fmt.Errorf("job aborted by rank 5: %w", err)) // the job's end, as the bootstrap would
 			<-done
 		})
-	}
-}
-
-// TestChunkTag: for lengths that differ, the two ends' chunk cuts differ
-// in a tag no later than the shorter cut's last chunk, or (as many chunks)
-// in the last chunk's size: a receive never takes a chunk of the next
-// message unnoticed.
-func TestChunkTag(t *testing.T) {
-	const chunk = 1 << 10
-	cut := func(l int) (tags []uint64, last int) {
-		n := max(1, (l+chunk-1)/chunk)
-		for k := range n {
-			tags = append(tags, chunkTag(l, k == n-1))
-		}
-		return tags, l - (n-1)*chunk
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 20000 {
-		a := rng.IntN(3 << chunkTagBits)
-		b := a + 1 + rng.IntN(chunk*4)
-		if rng.IntN(2) == 0 {
-			b = a + (1+rng.IntN(3))<<chunkTagBits // the same low bits
-		}
-		ta, la := cut(a)
-		tb, lb := cut(b)
-		differ := len(ta) == len(tb) && la != lb
-		for k := range min(len(ta), len(tb)) {
-			differ = differ || ta[k] != tb[k]
-		}
-		if !differ {
-			t.Fatalf("lengths %d and %d: tags %x.. and %x.., last chunks %d and %d", a, b, ta[:min(3, len(ta))], tb[:min(3, len(tb))], la, lb)
-		}
 	}
 }
 

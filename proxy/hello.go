@@ -10,18 +10,31 @@ import (
 )
 
 // helloLen is a proxy hello's size: the connecting proxy's rank (u64),
-// the original sender a group connection carries plus one (u64, 0 for the
-// proxy's own connection) and an HMAC-SHA256 proof of the job secret.
+// the connection's kind (u64) and an HMAC-SHA256 proof of the job secret.
 const helloLen = 16 + sha256.Size
 
+// connKind is what a proxy connection carries.
+type connKind int
+
+const (
+	connOwn   connKind = iota // the proxy's all-to-all messages (and its relayed ones)
+	connGroup                 // a relay's group stream to one destination (stream.go)
+	connCTS                   // a destination's clear-to-send to one relay (cts.go)
+)
+
+func (k connKind) String() string {
+	return [...]string{"all-to-all", "group stream", "clear-to-send"}[k]
+}
+
 // peerKey names a proxy connection: the rank of the proxy that connected
-// (From), and for a group connection (grouped send/recv through a relay,
-// service.go) the original sender whose messages it carries (For; -1 for
-// the proxy's own all-to-all connection).
-type peerKey struct{ From, For int }
+// (From) and what the connection carries.
+type peerKey struct {
+	From int
+	Kind connKind
+}
 
 // own is the all-to-all connection of proxy r.
-func own(r int) peerKey { return peerKey{From: r, For: -1} }
+func own(r int) peerKey { return peerKey{From: r, Kind: connOwn} }
 
 // helloTimeout bounds how long an accepted connection may stay silent
 // before its hello; a silent or wrong one is dropped.
@@ -42,7 +55,7 @@ type Auth struct {
 func (a Auth) proof(k peerKey, handle []byte) []byte {
 	m := hmac.New(sha256.New, a.Secret)
 	for _, part := range [][]byte{[]byte("flexlink proxy hello"), []byte(a.JobID), []byte(a.Key), handle,
-		binary.LittleEndian.AppendUint64(nil, uint64(k.From)), binary.LittleEndian.AppendUint64(nil, uint64(k.For+1))} {
+		binary.LittleEndian.AppendUint64(nil, uint64(k.From)), binary.LittleEndian.AppendUint64(nil, uint64(k.Kind))} {
 		m.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(part))))
 		m.Write(part)
 	}
@@ -53,7 +66,7 @@ func (a Auth) proof(k peerKey, handle []byte) []byte {
 // listener whose handle is handle.
 func (a Auth) hello(k peerKey, handle []byte) []byte {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(k.From))
-	b = binary.LittleEndian.AppendUint64(b, uint64(k.For+1))
+	b = binary.LittleEndian.AppendUint64(b, uint64(k.Kind))
 	return append(b, a.proof(k, handle)...)
 }
 
@@ -63,14 +76,14 @@ func (a Auth) check(b, handle []byte, size int) (peerKey, error) {
 	if len(b) != helloLen {
 		return peerKey{}, fmt.Errorf("proxy hello of %d bytes, want %d", len(b), helloLen)
 	}
-	from, forp1 := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+	from, kind := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
 	if from >= uint64(size) {
 		return peerKey{}, fmt.Errorf("proxy hello from rank %d of %d", from, size)
 	}
-	if forp1 > uint64(size) {
-		return peerKey{}, fmt.Errorf("proxy hello from rank %d for rank %d of %d", from, forp1-1, size)
+	if kind > uint64(connCTS) {
+		return peerKey{}, fmt.Errorf("proxy hello from rank %d for a connection of kind %d", from, kind)
 	}
-	k := peerKey{From: int(from), For: int(forp1) - 1}
+	k := peerKey{From: int(from), Kind: connKind(kind)}
 	if !hmac.Equal(b[16:], a.proof(k, handle)) {
 		return peerKey{}, errors.New("proxy hello without a valid proof of the job secret")
 	}

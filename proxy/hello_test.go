@@ -15,25 +15,25 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 func TestHelloCheck(t *testing.T) {
 	a := Auth{Secret: testSecret, JobID: "job", Key: "pxn/w/"}
 	handle := []byte("listener of rank 0")
-	good := a.hello(peerKey{3, 5}, handle)
+	good := a.hello(peerKey{3, connGroup}, handle)
 	flip := func(i int) []byte { b := append([]byte(nil), good...); b[i] ^= 1; return b }
 	tests := []struct {
 		name   string
 		hello  []byte
 		check  Auth
 		handle []byte
-		want   string // "" for accepted as rank 3 carrying rank 5's messages
+		want   string // "" for accepted as rank 3's group stream
 	}{
 		{"good", good, a, handle, ""},
-		{"other secret", Auth{Secret: []byte("another secret of the same size!"), JobID: "job", Key: "pxn/w/"}.hello(peerKey{3, 5}, handle), a, handle, "proof"},
-		{"other job", Auth{Secret: testSecret, JobID: "job2", Key: "pxn/w/"}.hello(peerKey{3, 5}, handle), a, handle, "proof"},
-		{"other communicator", Auth{Secret: testSecret, JobID: "job", Key: "pxn/c1/"}.hello(peerKey{3, 5}, handle), a, handle, "proof"},
+		{"other secret", Auth{Secret: []byte("another secret of the same size!"), JobID: "job", Key: "pxn/w/"}.hello(peerKey{3, connGroup}, handle), a, handle, "proof"},
+		{"other job", Auth{Secret: testSecret, JobID: "job2", Key: "pxn/w/"}.hello(peerKey{3, connGroup}, handle), a, handle, "proof"},
+		{"other communicator", Auth{Secret: testSecret, JobID: "job", Key: "pxn/c1/"}.hello(peerKey{3, connGroup}, handle), a, handle, "proof"},
 		{"other listener", good, a, []byte("listener of rank 1"), "proof"},
 		{"rank changed", flip(0), a, handle, "proof"},
-		{"sender changed", flip(8), a, handle, "proof"},
+		{"kind changed", flip(8), a, handle, "proof"},
 		{"proof changed", flip(20), a, handle, "proof"},
 		{"rank out of range", a.hello(own(8), handle), a, handle, "rank 8 of 8"},
-		{"sender out of range", a.hello(peerKey{3, 8}, handle), a, handle, "for rank 8 of 8"},
+		{"kind out of range", a.hello(peerKey{3, connCTS + 1}, handle), a, handle, "kind 3"},
 		{"short", good[:10], a, handle, "10 bytes"},
 		{"empty", nil, a, handle, "0 bytes"},
 	}
@@ -41,8 +41,8 @@ func TestHelloCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			from, err := tc.check.check(tc.hello, tc.handle, 8)
 			switch {
-			case tc.want == "" && (err != nil || from != peerKey{3, 5}):
-				t.Fatalf("check = %v, %v; want rank 3 for rank 5", from, err)
+			case tc.want == "" && (err != nil || from != peerKey{3, connGroup}):
+				t.Fatalf("check = %v, %v; want rank 3's group stream", from, err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("check = %v, %v; want an error with %q", from, err, tc.want)
 			}

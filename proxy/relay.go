@@ -48,14 +48,16 @@ func (s Stats) String() string {
 
 func appendLen(b []byte, n int) []byte { return binary.LittleEndian.AppendUint64(b, uint64(n)) }
 
-// staged is one chunk a local sender handed this relay (total, last: for
-// a group message, its length and whether this is its last chunk).
+// staged is one chunk a local sender handed this relay (total, last,
+// from: for a group message, its length, whether this is its last chunk,
+// and the sender).
 type staged struct {
 	buf   *[]byte
 	n     int
 	flow  CreditKey
 	total int
 	last  bool
+	from  int
 }
 
 // relay serves the local senders whose messages this rank carries: one
@@ -173,7 +175,7 @@ func (c *a2a) write(d int, senders []int, lens map[int]map[int]int, ready map[in
 	if rounds == 0 {
 		return nil
 	}
-	sc, err := c.p.conns.to(c.ctx, d, -1)
+	sc, err := c.p.conns.to(c.ctx, d, connOwn)
 	if err != nil {
 		return fmt.Errorf("rank %d relay to rank %d on %s: %w", me, d, cfg.Hosts[d], err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"flexlink/fabric"
-	"flexlink/fabric/net"
 )
 
 // The group service carries grouped sends and receives (Proxy.Group)
@@ -36,15 +35,14 @@ import (
 // would wait too. So every (sender, destination) has Credits slots at the
 // relay and the sender writes a chunk only with a credit of its own flow in
 // hand: whatever arrives has a slot, the reader never waits for anything
-// but the link, and a destination that is late holds back only its own
-// flow. The relay sends each (s, d) flow on a connection of its own from
-// its NIC, opened on first use with a hello naming s (conns: peerKey{v, s}),
-// so d takes s's messages from that connection in s's send order, whatever
-// the other senders do. Each chunk's tag says whether it is its message's
-// last and the length's low bits (chunkTag); d posts its receives tagged
-// as its buffer cuts them, so a message of another length fails a receive
-// (errs.ErrMismatch) before it takes anything of the next message, and
-// the check costs no extra message.
+// but the link, and a destination that is late holds back only the flows
+// to it. The relay sends every local sender's chunks for d on one stream
+// from its NIC (stream.go), in the batches d announced on its
+// clear-to-send (cts.go), and d takes each batch in one multi-receive
+// whose buffers are tagged with their senders. The relay checks every
+// message's length against the one d receives; a message of another
+// length fails the receive (errs.ErrMismatch) before it takes anything of
+// the next message.
 //
 // A sender's send completes when every credit of the flow came back, that
 // is when the relay's network sends completed; so a relay or destination
@@ -52,18 +50,19 @@ import (
 // (the relay's connection to d breaks) aborts the proxy and calls onFail,
 // which ends the job with the error naming the ranks.
 type service struct {
-	p      *Proxy
-	h      Local
-	onFail func(error)
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	post   map[int]*sync.Mutex // per local peer: a header and its payload are posted together
-	mu     sync.Mutex
-	flows  map[int]chan struct{}  // sender side: credits of this rank's flow to d
-	queues map[[2]int]chan staged // relay side: (s, d) -> its writer
-	wg     sync.WaitGroup
-	closed atomic.Bool
-	quiet  atomic.Bool // closing: a hand-off link that ends is no failure (Quiesce)
+	p       *Proxy
+	h       Local
+	onFail  func(error)
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	post    map[int]*sync.Mutex // per local peer: a header and its payload are posted together
+	mu      sync.Mutex
+	flows   map[int]chan struct{} // sender side: credits of this rank's flow to d
+	held    map[[2]int]int        // relay side: chunks of (s, d) staged or on their way
+	streams map[int]*dstream      // relay side: d -> its stream
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	quiet   atomic.Bool // closing: a hand-off link that ends is no failure (Quiesce)
 }
 
 // Hand-off header kinds and wire layout: four little-endian u64.
@@ -102,7 +101,7 @@ func parseHeader(b []byte) (kind, d, n, total int) {
 // onFail is called once if the service fails outside a call (it should
 // end the job). Call it at most once, before Group.
 func (p *Proxy) Serve(h Local, onFail func(error)) {
-	sv := &service{p: p, h: h, onFail: onFail, post: map[int]*sync.Mutex{}, flows: map[int]chan struct{}{}, queues: map[[2]int]chan staged{}}
+	sv := &service{p: p, h: h, onFail: onFail, post: map[int]*sync.Mutex{}, flows: map[int]chan struct{}{}, held: map[[2]int]int{}, streams: map[int]*dstream{}}
 	sv.ctx, sv.cancel = context.WithCancelCause(context.Background())
 	me := p.cfg.Rank
 	for q, host := range p.cfg.Hosts {
@@ -114,6 +113,8 @@ func (p *Proxy) Serve(h Local, onFail func(error)) {
 		sv.wg.Add(1)
 		go sv.read(q)
 	}
+	sv.wg.Add(1)
+	go sv.serveCTS()
 	p.mu.Lock()
 	p.svc = sv
 	p.mu.Unlock()
@@ -178,19 +179,25 @@ func (sv *service) flow(d int) chan struct{} {
 	return f
 }
 
-// queue is the relay's queue of s's chunks for d, its writer started on
-// first use.
-func (sv *service) queue(s, d int) chan staged {
+// hold counts one more staged chunk of (s, d); false if s already has
+// Credits of them (it wrote without a credit).
+func (sv *service) hold(s, d int) bool {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
-	q := sv.queues[[2]int{s, d}]
-	if q == nil {
-		q = make(chan staged, sv.p.cfg.Credits)
-		sv.queues[[2]int{s, d}] = q
-		sv.wg.Add(1)
-		go sv.write(s, d, q)
+	k := [2]int{s, d}
+	if sv.held[k] >= sv.p.cfg.Credits {
+		return false
 	}
-	return q
+	sv.held[k]++
+	return true
+}
+
+// credit returns to s the credit of one of its chunks for d, sent.
+func (sv *service) credit(s, d int) {
+	sv.mu.Lock()
+	sv.held[[2]int{s, d}]--
+	sv.mu.Unlock()
+	sv.send(s, header(hdrCredit, d, 0, 0), nil)
 }
 
 // read takes what local rank q writes on its hand-off link: credits for
@@ -221,7 +228,15 @@ func (sv *service) read(q int) {
 				return
 			}
 		case hdrData, hdrLast:
-			st := staged{n: n, total: total, last: kind == hdrLast}
+			if !p.routesVia(q, d) {
+				sv.fail(fmt.Errorf("rank %d pxn service: local rank %d handed a chunk for rank %d, which it does not reach through this relay", me, q, d))
+				return
+			}
+			if !sv.hold(q, d) { // the sender wrote without a credit
+				sv.fail(fmt.Errorf("rank %d pxn service: local rank %d handed more than %d chunks for rank %d", me, q, p.cfg.Credits, d))
+				return
+			}
+			st := staged{n: n, total: total, last: kind == hdrLast, from: q}
 			if n > 0 {
 				st.buf = p.stage.Get().(*[]byte)
 				if err := sv.h.Recv(q, tagPayload, (*st.buf)[:n]).Wait(sv.ctx); err != nil {
@@ -229,90 +244,12 @@ func (sv *service) read(q int) {
 					return
 				}
 			}
-			select {
-			case sv.queue(q, d) <- st:
-			default: // the sender wrote without a credit
-				sv.fail(fmt.Errorf("rank %d pxn service: local rank %d handed more than %d chunks for rank %d", me, q, p.cfg.Credits, d))
-				return
-			}
+			sv.streamTo(d).in <- st // held: never full
 		default:
 			sv.fail(fmt.Errorf("rank %d pxn service: local rank %d wrote header kind %d", me, q, kind))
 			return
 		}
 	}
-}
-
-// write sends s's chunks for d, in the order s handed them, on the
-// connection from this rank's NIC that carries s's messages for d, and
-// returns each chunk's credit to s once its network send completed.
-func (sv *service) write(s, d int, q chan staged) {
-	defer sv.wg.Done()
-	p := sv.p
-	me, host := p.cfg.Rank, p.cfg.Hosts[d]
-	ctx, cancel := context.WithTimeout(sv.ctx, connectTimeout)
-	sc, err := p.conns.to(ctx, d, s)
-	cancel()
-	if err != nil {
-		sv.fail(fmt.Errorf("rank %d relay for rank %d to rank %d on %s: %w", me, s, d, host, err))
-		return
-	}
-	// The chunks queued are posted together (one wake-up of the engine);
-	// this goroutine then returns each credit as its send completes, in
-	// order (a connection's sends complete in order).
-	var inflight []sent
-	for {
-		var head <-chan struct{}
-		if len(inflight) > 0 {
-			head = inflight[0].op.Done()
-		}
-		select {
-		case st := <-q:
-			batch := []staged{st}
-		more:
-			for len(batch) < cap(q) {
-				select {
-				case st := <-q:
-					batch = append(batch, st)
-				default:
-					break more
-				}
-			}
-			starts := make([]func() (net.Request, error), len(batch))
-			for i, st := range batch {
-				var b []byte
-				if st.buf != nil {
-					b = (*st.buf)[:st.n]
-				}
-				tag := chunkTag(st.total, st.last)
-				starts[i] = func() (net.Request, error) { return sc.ISend(b, tag, nil) }
-				atomic.AddInt64(&p.total.Messages, 1)
-				atomic.AddInt64(&p.total.Relayed, 1)
-				atomic.AddInt64(&p.total.Bytes, int64(st.n))
-			}
-			for i, op := range p.eng.PostAll(sv.ctx, starts...) {
-				inflight = append(inflight, sent{op, batch[i].buf})
-			}
-		case <-head:
-			f := inflight[0]
-			inflight = inflight[1:]
-			if _, err := f.op.Wait(sv.ctx); err != nil {
-				sv.fail(fmt.Errorf("rank %d relay for rank %d to rank %d on %s from %s: %w", me, s, d, host, p.NIC(), err))
-				return
-			}
-			if f.buf != nil {
-				p.stage.Put(f.buf)
-			}
-			sv.send(s, header(hdrCredit, d, 0, 0), nil)
-		case <-sv.ctx.Done():
-			return
-		}
-	}
-}
-
-// sent is a relayed chunk on its way: its send, and its staging slot.
-type sent struct {
-	op  *Op
-	buf *[]byte
 }
 
 // err is why the service stopped.

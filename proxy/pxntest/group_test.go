@@ -51,10 +51,10 @@ func TestGroupSpine(t *testing.T) {
 			if tot.relayed == 0 || tot.bytes < payload/2 {
 				t.Errorf("the relays carried %d bytes in %d messages of %d cross-host: want about 3/4", tot.bytes, tot.relayed, payload)
 			}
-			// Each relayed message is a length then its chunks, each taken
-			// by one receive.
-			if tot.received != tot.messages || tot.receives != tot.received {
-				t.Errorf("relays sent %d network messages, destinations received %d in %d receives", tot.messages, tot.received, tot.receives)
+			// Every relayed chunk is received once, and the destinations
+			// take the chunks of a relay's 3 senders in multi-receives.
+			if tot.received != tot.messages || tot.receives*2 > tot.received {
+				t.Errorf("relays sent %d network messages, destinations received %d in %d receives: want at least 2 per receive", tot.messages, tot.received, tot.receives)
 			}
 		}
 	}

@@ -142,10 +142,25 @@ func (sv *service) close() {
 
 // fail aborts the proxy with err and reports it, once.
 func (sv *service) fail(err error) {
+	if sv.claim(err) {
+		sv.report(err)
+	}
+}
+
+// claim makes err the service's failure, unless it failed or closed
+// already: the failures other goroutines see from then on are its echo.
+func (sv *service) claim(err error) bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
 	if sv.closed.Load() || sv.ctx.Err() != nil {
-		return
+		return false
 	}
 	sv.cancel(err)
+	return true
+}
+
+// report aborts the proxy with the claimed err and tells onFail.
+func (sv *service) report(err error) {
 	sv.p.Abort(err)
 	if sv.onFail != nil {
 		sv.onFail(err)

@@ -178,19 +178,23 @@ const markTimeout = 5 * time.Second
 // then fails the service with both lengths.
 func (sv *service) mismatch(sc net.SendConn, d int, m mismatched) {
 	p := sv.p
+	err := fmt.Errorf("rank %d relay: rank %d's message for rank %d is %d bytes long, the receive rank %d posted for it %d bytes: %w",
+		p.cfg.Rank, m.w.s, d, m.st.total, d, m.w.total, errs.ErrMismatch)
+	if !sv.claim(err) { // the service failed already
+		return
+	}
 	mark := []byte{}
 	if m.w.total == 0 {
 		mark = []byte{0}
 	}
-	op := p.eng.Post(sv.ctx, func() (net.Request, error) { return sc.ISend(mark, uint64(m.w.s), nil) })
-	ctx, cancel := context.WithTimeout(sv.ctx, markTimeout)
-	op.Wait(ctx) // best effort: the failure below ends the job anyway
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	op := p.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(mark, uint64(m.w.s), nil) })
+	op.Wait(ctx) // best effort: the report below ends the job anyway
 	cancel()
 	if m.st.buf != nil {
 		p.stage.Put(m.st.buf)
 	}
-	sv.fail(fmt.Errorf("rank %d relay: rank %d's message for rank %d is %d bytes long, the receive rank %d posted for it %d bytes: %w",
-		p.cfg.Rank, m.w.s, d, m.st.total, d, m.w.total, errs.ErrMismatch))
+	sv.report(err)
 }
 
 // sent is a relayed chunk on its way: its send, its staging slot and its

@@ -83,10 +83,11 @@ func decodeCTS(b []byte, d, me int, routes func(s, d int) bool) ([]batchWants, e
 }
 
 // routesVia reports whether s's messages for d go through this rank's
-// group stream: s another rank of this host and this rank its relay to d.
+// group stream: s a rank of this host (this one included), d on another,
+// and this rank s's relay to d.
 func (p *Proxy) routesVia(s, d int) bool {
 	h, me := p.cfg.Hosts, p.cfg.Rank
-	return s >= 0 && s < len(h) && d >= 0 && d < len(h) && s != me && h[s] == h[me] && h[d] != h[me] && p.cfg.Via(s, d) == me
+	return s >= 0 && s < len(h) && d >= 0 && d < len(h) && h[s] == h[me] && h[d] != h[me] && p.cfg.Via(s, d) == me
 }
 
 // serveCTS reads the clear-to-send connections that destinations open

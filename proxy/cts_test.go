@@ -23,11 +23,16 @@ func cts(batches ...[][2]uint64) []byte {
 	return b
 }
 
-// TestDecodeCTS: relay rank 1 of a 2 × 4 job (rail routes) takes
-// destination 5's clear-to-send naming its host's other ranks, and
-// refuses garbage with a reason.
+// TestDecodeCTS: relay rank 1 of a 2 × 4 job (rail routes, but rank 3
+// sends its own) takes destination 5's clear-to-send naming the ranks it
+// carries (itself included), and refuses garbage with a reason.
 func TestDecodeCTS(t *testing.T) {
-	via := railVia(4)
+	via := func(s, d int) int { // rank 3 sends its own (no NVLink to its siblings, say)
+		if s == 3 {
+			return 3
+		}
+		return railVia(4)(s, d)
+	}
 	hosts := []string{"a", "a", "a", "a", "b", "b", "b", "b"}
 	p := &Proxy{cfg: Config{Rank: 1, Hosts: hosts, Via: via}}
 	nine := make([][2]uint64, 9)
@@ -37,13 +42,13 @@ func TestDecodeCTS(t *testing.T) {
 		want []batchWants
 		err  string
 	}{
-		{"two batches", cts([][2]uint64{{0, 10}, {2, 0}, {3, 1 << 20}}, [][2]uint64{{3, 7}}), []batchWants{{{0, 10}, {2, 0}, {3, 1 << 20}}, {{3, 7}}}, ""},
+		{"two batches", cts([][2]uint64{{0, 10}, {1, 0}, {2, 1 << 20}}, [][2]uint64{{2, 7}}), []batchWants{{{0, 10}, {1, 0}, {2, 1 << 20}}, {{2, 7}}}, ""},
 		{"empty", nil, nil, ""},
 		{"short count", []byte{1, 0}, nil, "not a batch"},
 		{"truncated member", cts([][2]uint64{{0, 10}})[:10], nil, "1 members in 6 bytes"},
 		{"zero members", cts([][2]uint64{}), nil, "0 members"},
 		{"nine members", cts(nine), nil, "9 members"},
-		{"the relay itself", cts([][2]uint64{{1, 10}}), nil, "names rank 1"},
+		{"a rank that sends its own", cts([][2]uint64{{3, 10}}), nil, "names rank 3"},
 		{"a rank of the destination's host", cts([][2]uint64{{6, 10}}), nil, "names rank 6"},
 		{"a rank out of range", cts([][2]uint64{{8, 10}}), nil, "names rank 8"},
 		{"twice in a batch", cts([][2]uint64{{0, 10}, {0, 10}}), nil, "twice"},

@@ -18,13 +18,14 @@ type Msg struct {
 	Buf  []byte
 }
 
-// Relayed reports whether a message from s to d goes through the group
-// service: d on another host and Via(s, d) another rank of s's host.
-// Everything else (same host, or s on d's rail) is the caller's to carry
-// over the communicator's links.
-func (p *Proxy) Relayed(s, d int) bool {
+// Proxied reports whether a message from s to d goes through the group
+// service: d on another host. Its route (Via) decides whose stream
+// carries it: a relay's, or s's own proxy's when s is on d's rail (or
+// cannot be relayed). Everything else (same host, itself) is the caller's
+// to carry over the communicator's links.
+func (p *Proxy) Proxied(s, d int) bool {
 	h := p.cfg.Hosts
-	return h[s] != h[d] && p.cfg.Via(s, d) != s
+	return h[s] != h[d]
 }
 
 // Serving reports whether the group service runs (Serve was called).
@@ -34,11 +35,11 @@ func (p *Proxy) Serving() bool {
 	return p.svc != nil
 }
 
-// Group sends and receives messages whose route goes through a relay
-// (Relayed true for each: this rank to a send's peer, a receive's peer to
-// this rank), following the PXN routes: a send is handed in chunks over
-// the hand-off link to the relay, which sends it from its NIC on its
-// stream to peer; the receives from the senders one relay carries are
+// Group sends and receives messages to and from ranks on other hosts
+// (Proxied true for each), following the PXN routes: a send is handed in
+// chunks over the hand-off link to the relay, which sends it from its NIC
+// on its stream to peer (a rank on peer's rail puts its chunks on its own
+// stream); the receives from the senders one relay carries are
 // taken from that relay's stream in multi-receives, a round of chunks
 // (one per sender) each, after this rank told the relay the rounds
 // (clear-to-send).
@@ -62,14 +63,14 @@ func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
 	}
 	bySend, byRecv := map[int][][]byte{}, map[int][][]byte{}
 	for _, m := range sends {
-		if m.Peer < 0 || m.Peer >= len(p.cfg.Hosts) || !p.Relayed(me, m.Peer) {
-			return st, fmt.Errorf("rank %d proxy: group send to rank %d does not go through a relay", me, m.Peer)
+		if m.Peer < 0 || m.Peer >= len(p.cfg.Hosts) || !p.Proxied(me, m.Peer) {
+			return st, fmt.Errorf("rank %d proxy: group send to rank %d, which is not on another host", me, m.Peer)
 		}
 		bySend[m.Peer] = append(bySend[m.Peer], m.Buf)
 	}
 	for _, m := range recvs {
-		if m.Peer < 0 || m.Peer >= len(p.cfg.Hosts) || !p.Relayed(m.Peer, me) {
-			return st, fmt.Errorf("rank %d proxy: group receive from rank %d does not go through a relay", me, m.Peer)
+		if m.Peer < 0 || m.Peer >= len(p.cfg.Hosts) || !p.Proxied(m.Peer, me) {
+			return st, fmt.Errorf("rank %d proxy: group receive from rank %d, which is not on another host", me, m.Peer)
 		}
 		byRecv[m.Peer] = append(byRecv[m.Peer], m.Buf)
 	}
@@ -110,8 +111,9 @@ func (g groupCall) cause() error {
 }
 
 // sendTo hands this rank's messages for d (in order) to d's relay, chunk
-// by chunk under the flow's credits, then waits until every credit came
-// back: the relay's network sends completed.
+// by chunk under the flow's credits (onto its own stream to d, when it is
+// the relay), then waits until every credit came back: the relay's
+// network sends completed.
 func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	p, sv, ctx := g.c.p, g.sv, g.c.ctx
 	me := p.cfg.Rank
@@ -142,6 +144,11 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 			kind := hdrData
 			if k == max(1, p.chunks(len(b)))-1 {
 				kind = hdrLast
+			}
+			if v == me {
+				sv.hold(me, d) // under this flow's credit: never refused
+				sv.streamTo(d).in <- staged{data: ch, n: len(ch), total: len(b), last: kind == hdrLast, from: me}
+				continue
 			}
 			r1, r2 := sv.send(v, header(kind, d, len(ch), len(b)), ch)
 			reqs = append(reqs, r1)

@@ -207,11 +207,16 @@ func (sv *service) hold(s, d int) bool {
 	return true
 }
 
-// credit returns to s the credit of one of its chunks for d, sent.
+// credit returns to s the credit of one of its chunks for d, sent (its
+// own flow's straight, a sibling's over the hand-off link).
 func (sv *service) credit(s, d int) {
 	sv.mu.Lock()
 	sv.held[[2]int{s, d}]--
 	sv.mu.Unlock()
+	if s == sv.p.cfg.Rank {
+		sv.flow(d) <- struct{}{}
+		return
+	}
 	sv.send(s, header(hdrCredit, d, 0, 0), nil)
 }
 
@@ -243,7 +248,7 @@ func (sv *service) read(q int) {
 				return
 			}
 		case hdrData, hdrLast:
-			if !p.routesVia(q, d) {
+			if q == me || !p.routesVia(q, d) {
 				sv.fail(fmt.Errorf("rank %d pxn service: local rank %d handed a chunk for rank %d, which it does not reach through this relay", me, q, d))
 				return
 			}

@@ -12,8 +12,8 @@ import (
 
 // A relay's group stream to destination d is one connection from the
 // relay's NIC (connGroup) that carries, for d, the chunks of every local
-// sender whose route to d goes through this relay, each tagged with its
-// sender's rank. d says in advance, on its clear-to-send connection
+// sender whose route to d goes through this relay, the relay's own
+// included, each tagged with its sender's rank. d says in advance, on its clear-to-send connection
 // (cts.go), how it will take them: batches, each the next chunk of up to
 // MaxRecvs senders, that d receives in one multi-receive apiece. The
 // stream sends the batches in d's order: a batch's chunks as they come
@@ -143,15 +143,17 @@ func (sv *service) sendDue(sc net.SendConn, due []staged) []sent {
 	p := sv.p
 	starts := make([]func() (net.Request, error), len(due))
 	for i, st := range due {
-		var b []byte
+		b := st.data
 		if st.buf != nil {
 			b = (*st.buf)[:st.n]
 		}
 		tag := uint64(st.from)
 		starts[i] = func() (net.Request, error) { return sc.ISend(b, tag, nil) }
 		atomic.AddInt64(&p.total.Messages, 1)
-		atomic.AddInt64(&p.total.Relayed, 1)
 		atomic.AddInt64(&p.total.Bytes, int64(st.n))
+		if st.from != p.cfg.Rank {
+			atomic.AddInt64(&p.total.Relayed, 1)
+		}
 	}
 	out := make([]sent, len(due))
 	for i, op := range p.eng.PostAll(sv.ctx, starts...) {

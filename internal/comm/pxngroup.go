@@ -106,9 +106,9 @@ func pxnGroupProxy(c *Comm) *proxy.Proxy {
 
 // Group runs a group of sends and receives (collectives.Engine.Group's
 // semantics): with the PXN group service running, the host-buffer
-// entries whose route goes through a relay (peer on another host, this
-// rank not on its rail) go through the proxy, the others (same host, on
-// the peer's rail, itself) over the communicator's links, both at once.
+// entries with a peer on another host go through the proxy (a relay's
+// stream, or this rank's own when it is on the peer's rail), the others
+// (same host, itself) over the communicator's links, both at once.
 // Messages of one pair always take the same way, so their order holds.
 // Call it inside Run.
 func Group(ctx context.Context, c *Comm, ops []collectives.P2P) error {
@@ -124,9 +124,9 @@ func Group(ctx context.Context, c *Comm, ops []collectives.P2P) error {
 			ok = true
 		}
 		switch {
-		case ok && op.Peer >= 0 && op.Peer < c.size && op.Send && px.Relayed(c.rank, op.Peer):
+		case ok && op.Peer >= 0 && op.Peer < c.size && op.Send && px.Proxied(c.rank, op.Peer):
 			sends = append(sends, proxy.Msg{Peer: op.Peer, Buf: b})
-		case ok && op.Peer >= 0 && op.Peer < c.size && !op.Send && px.Relayed(op.Peer, c.rank):
+		case ok && op.Peer >= 0 && op.Peer < c.size && !op.Send && px.Proxied(op.Peer, c.rank):
 			recvs = append(recvs, proxy.Msg{Peer: op.Peer, Buf: b})
 		default:
 			rest = append(rest, op)
@@ -157,7 +157,7 @@ func Group(ctx context.Context, c *Comm, ops []collectives.P2P) error {
 	}
 	res := <-done
 	st := res.st
-	flog.Sub(c.world.log, flog.Net).Info("pxn group", "comm", c.name, "sends", len(sends), "receives", len(recvs), "local_or_on_rail", len(rest),
+	flog.Sub(c.world.log, flog.Net).Info("pxn group", "comm", c.name, "sends", len(sends), "receives", len(recvs), "on_host", len(rest),
 		"received", st.Received, "receives_posted", st.Receives)
 	switch first := context.Cause(gctx); {
 	case res.err != nil && (err == nil || first == res.err):

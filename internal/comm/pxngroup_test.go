@@ -55,21 +55,27 @@ func TestPXNGroup(t *testing.T) {
 				"FLEXLINK_PXN": tc.level, "FLEXLINK_PXN_GROUP": tc.group}
 			relayed, received := runGroups(t, hosts, per, env, []groupMsgs{all, some})
 			t.Logf("through the proxies: %d network messages relayed, %d received", relayed, received)
-			// Cross-host pairs on different rails (lo: local ranks 0, 2;
-			// eth0: 1, 3) go through the relay on the destination's rail:
-			// one network message per chunk (an empty message is one), and
-			// the "some" group has 2 of them.
-			want := int64(2)
+			// Every cross-host pair goes through a proxy's stream: those on
+			// different rails (lo: local ranks 0, 2; eth0: 1, 3) through
+			// the relay on the destination's rail, the others through the
+			// sender's own; one network message per chunk (an empty
+			// message is one), and the "some" group has 2 of them, both
+			// cross-rail.
+			wantRelayed, wantReceived := int64(2), int64(2)
 			for s := range n {
 				for d := range n {
-					if s/per != d/per && s%2 != d%2 && (all[s][d] > 0 || d == (s+1)%n) {
-						want += int64(max(1, (all[s][d]+1<<20-1)>>20))
+					if s/per != d/per && (all[s][d] > 0 || d == (s+1)%n) {
+						k := int64(max(1, (all[s][d]+1<<20-1)>>20))
+						wantReceived += k
+						if s%2 != d%2 {
+							wantRelayed += k
+						}
 					}
 				}
 			}
 			switch {
-			case on == "1" && (relayed != want || received != want):
-				t.Errorf("relayed %d network messages, received %d; want %d", relayed, received, want)
+			case on == "1" && (relayed != wantRelayed || received != wantReceived):
+				t.Errorf("relayed %d network messages, received %d; want %d, %d", relayed, received, wantRelayed, wantReceived)
 			case on == "0" && relayed+received != 0:
 				t.Errorf("PXN_GROUP=0: relayed %d, received %d through the proxy", relayed, received)
 			}
@@ -224,7 +230,8 @@ func TestPXNGroupRelayBusy(t *testing.T) {
 }
 
 // TestPXNGroupInfoLine: with FLEXLINK_DEBUG=INFO a group that goes
-// through relays logs one "pxn group" line with its split.
+// through the proxies logs one "pxn group" line with its split and its
+// receives.
 func TestPXNGroupInfoLine(t *testing.T) {
 	vars := map[string]string{"FLEXLINK_DEBUG": "INFO", "FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp",
 		"FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": "1"}
@@ -241,9 +248,11 @@ func TestPXNGroupInfoLine(t *testing.T) {
 		return c.Run(context.Background(), "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) })
 	})
 	for r, log := range logs {
-		// One peer per rank is on the other host and the other rail.
+		// Two peers per rank are on the other host, both carried by the
+		// stream of the rank there on this rank's rail: one multi-receive
+		// of 2 buffers; the third peer is on this host.
 		f := fields(log, "pxn group", 0)
-		if f == nil || f["sends"] != "1" || f["receives"] != "1" || f["local_or_on_rail"] != "4" || f["received"] != "1" || f["receives_posted"] != "1" {
+		if f == nil || f["sends"] != "2" || f["receives"] != "2" || f["on_host"] != "2" || f["received"] != "2" || f["receives_posted"] != "1" {
 			t.Errorf("rank %d: line %v", r, f)
 		}
 	}

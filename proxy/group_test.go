@@ -189,6 +189,22 @@ func TestGroup(t *testing.T) {
 			t.Errorf("seed %d: %.2f buffers per receive, want at least 2 (4 senders share each stream)", seed, float64(got[1])/float64(got[0]))
 		}
 	}
+	// An all-to-all as one group of equal messages: each destination takes
+	// the 4 senders of the other host (one stream) 4 chunks a receive.
+	even := pairs{}
+	for s := range g.px {
+		for d := range g.px {
+			if g.px[s].Proxied(s, d) {
+				even[[2]int{s, d}] = []int{3000}
+			}
+		}
+	}
+	noErrs(t, g.run(t, even, 9))
+	for d, st := range g.stats {
+		if st.Receives != 3 || st.Buffers != 12 || st.Received != 12 {
+			t.Errorf("rank %d: %d chunks received in %d receives of %d buffers, want 12 in 3 of 12", d, st.Received, st.Receives, st.Buffers)
+		}
+	}
 	// 0 -> 5 via 1, 6 -> 3 via 7, 2 -> 4 via 0: relays 1 and 7 idle.
 	noErrs(t, g.run(t, pairs{{0, 5}: {3000, 10}, {6, 3}: {1 << 12}, {2, 4}: {0}}, 5))
 	var relayed int64

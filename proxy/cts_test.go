@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"flexlink/fabric/net/tcp"
 	"fmt"
 	"reflect"
 	"strings"
@@ -173,4 +174,71 @@ func TestGroupLateSender(t *testing.T) {
 	if !reflect.DeepEqual(ra, a) || !reflect.DeepEqual(rb, b) {
 		t.Fatal("rank 5 received other bytes than sent")
 	}
+}
+
+// TestCTSGarbage: a clear-to-send that a relay cannot take fails its
+// service with the destination named: garbage, a sender that does not
+// route through it, and more batches ahead than it keeps. (The
+// connections prove the job secret: anything else is dropped at hello.)
+func TestCTSGarbage(t *testing.T) {
+	many := make([][]byte, maxSched/1000+2)
+	for i := range many {
+		many[i] = cts(repeat([][2]uint64{{0, 1}}, 1000)...)
+	}
+	for _, tc := range []struct {
+		name string
+		msgs [][]byte
+		want string
+	}{
+		{"garbage", [][]byte{{1, 2, 3, 4, 5}}, "a batch of 67305985 members"},
+		{"not through this relay", [][]byte{cts([][2]uint64{{6, 10}})}, "names rank 6"},
+		{"too far ahead", many, "more than 1048576 batches ahead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGroupJob(t, 2, 4, 1<<10)
+			p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			h := g.px[1].conns.l.Handle()
+			sc, err := p.Connect(ctx, 0, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := Auth{Secret: testSecret, JobID: "job", Key: "pxn/test/"}
+			if err := send(ctx, sc, a.hello(peerKey{From: 5, Kind: connCTS}, h), helloTag); err != nil {
+				t.Fatal(err)
+			}
+			go func() { // until the relay fails and drops the connection
+				for _, m := range tc.msgs {
+					if send(ctx, sc, m, ctsTag) != nil {
+						return
+					}
+				}
+			}()
+			select {
+			case r := <-g.reported:
+				g.mu.Lock()
+				err := g.failed[r]
+				g.mu.Unlock()
+				if r != 1 || !strings.Contains(err.Error(), "rank 1 relay") || !strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("rank %d reported %v, want rank 1 naming rank 5 and %q", r, err, tc.want)
+				}
+				t.Log(err)
+			case <-ctx.Done():
+				t.Fatal("the relay took the clear-to-send")
+			}
+		})
+	}
+}
+
+func repeat[T any](x T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = x
+	}
+	return out
 }

@@ -80,6 +80,10 @@ func (sv *service) run(ds *dstream) {
 		case st := <-ds.in:
 			pending[st.from] = append(pending[st.from], st)
 		case bs := <-ds.sched:
+			if len(sched)+len(bs) > maxSched {
+				sv.fail(fmt.Errorf("rank %d relay: rank %d announced more than %d batches ahead", me, d, maxSched))
+				return
+			}
 			sched = append(sched, bs...)
 		case <-head:
 			f := inflight[0]
@@ -168,6 +172,10 @@ type mismatched struct {
 	st staged
 	w  want
 }
+
+// maxSched bounds the batches a destination may announce ahead of the
+// chunks (a round of 1 MiB chunks per batch: far more than any call's).
+const maxSched = 1 << 20
 
 // markTimeout bounds how long a relay waits for its mismatch mark to
 // leave before it fails.

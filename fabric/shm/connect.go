@@ -23,7 +23,7 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unixpacket", "@"+name)
 	if err != nil {
-		return nil, fmt.Errorf("dial shm socket @%s: %w", name, err)
+		return nil, fmt.Errorf("dial shm socket @%s: %w", name, lostIfGone(err))
 	}
 	conn := c.(*net.UnixConn)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -180,10 +180,11 @@ func (e *endpoint) answer(conn *net.UnixConn) (int, *accepted, error) {
 }
 
 // lostIfGone marks a handshake error caused by the peer going away (its end
-// of the socket closed or reset) as errs.ErrPeerLost, so callers and
+// of the socket closed or reset, or its listening socket gone: a dial
+// refused) as errs.ErrPeerLost, so callers and
 // flexrun tell a lost peer from a local failure.
 func lostIfGone(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) {
 		return fmt.Errorf("%w: %w", err, errs.ErrPeerLost)
 	}
 	return err

@@ -22,7 +22,8 @@
 #                              ranks on the GPU when build/nccl is carried
 #                              (~6 min)
 #   .devbin/gpu-one.sh pxn     the PXN GPU hand-off (issue 18): rank.test
-#                              TestDeviceAllToAllPXNRealGPU (ranks in one
+#                              TestDeviceAllToAllPXNRealGPU and
+#                              TestGroupPXNRealGPU (ranks in one
 #                              process: the hand-off must fall back), then
 #                              flexbench alltoall on GPU buffers with 4
 #                              processes on GPU 0 posing as 2 hosts x 2,
@@ -64,8 +65,8 @@ tests)
 			grep -E '^(--- |    --- |ok|FAIL|PASS|panic)|missing hardware' | head -60
 		stamp "direct.test exit ${PIPESTATUS[0]}"
 		fi
-		stamp "rank.test (GPU all-to-all through the PXN proxy, 2 emulated hosts on the one GPU)"
-		timeout "$(budget 120)" $B/rank.test -test.run '^TestDeviceAllToAllPXNRealGPU' -test.v -test.timeout 115s 2>&1 |
+		stamp "rank.test (GPU all-to-all and group through the PXN proxy, 2 emulated hosts on the one GPU)"
+		timeout "$(budget 120)" $B/rank.test -test.run '^(TestDeviceAllToAllPXNRealGPU|TestGroupPXNRealGPU)$' -test.v -test.timeout 115s 2>&1 |
 			grep -E -v '^\S+ \[(INFO|DEBUG)\]' | tail -30
 	} >"$OUT/tests.log" 2>&1
 	for np in $([ -n "${NET_ONLY:-}" ] || echo 1 2 4); do
@@ -124,8 +125,8 @@ shared)
 	;;
 pxn)
 	{
-		stamp "rank.test TestDeviceAllToAllPXNRealGPU (one process: with the hand-off asked for, it falls back)"
-		timeout "$(budget 120)" $B/rank.test -test.run '^TestDeviceAllToAllPXNRealGPU' -test.v -test.timeout 115s 2>&1 |
+		stamp "rank.test TestDeviceAllToAllPXNRealGPU (one process: with the hand-off asked for, it falls back), TestGroupPXNRealGPU"
+		timeout "$(budget 120)" $B/rank.test -test.run '^(TestDeviceAllToAllPXNRealGPU|TestGroupPXNRealGPU)$' -test.v -test.timeout 115s 2>&1 |
 			grep -E -v '^\S+ \[(INFO|DEBUG)\]' | tail -30
 	} >"$OUT/pxn-tests.log" 2>&1
 	nic2=$(ls /sys/class/net | grep -v -x lo | head -1) # no iproute2 there

@@ -16,10 +16,21 @@ type Directory interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 }
 
-// helloTag marks the first message of a proxy connection: the sender's
-// rank and its proof of the job secret (hello.go), so the receiver knows
-// whose connection it accepted and that it belongs to the job.
-const helloTag = 0x70786e68656c6c6f // "pxnhello"
+// Network tags of the proxy's connections. The messages of all-to-all
+// and group connections are tagged with their original sender's rank;
+// these two take the top of the 20 bits every provider carries (the ucx
+// provider leaves no more to its users), so communicators hold fewer
+// than maxRanks ranks.
+const (
+	// helloTag marks the first message of a proxy connection: the
+	// sender's rank and its proof of the job secret (hello.go), so the
+	// receiver knows whose connection it accepted and that it belongs to
+	// the job.
+	helloTag = 1<<20 - 1
+	// ctsTag marks a destination's clear-to-send (cts.go).
+	ctsTag   = 1<<20 - 2
+	maxRanks = 1<<20 - 2
+)
 
 // conns holds one proxy's network connections: a listener on its own NIC
 // whose handle is published as key(rank), sending connections opened on

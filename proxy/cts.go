@@ -15,12 +15,9 @@ import (
 // back to back, each a u32 count n (1..net.MaxRecvs) then n members of
 // u32 sender and u64 message length, little-endian.
 
-// ctsTag tags clear-to-send messages; ctsMax bounds one (the relay's
-// receive buffer).
-const (
-	ctsTag = 0x70786e637473 // "pxncts"
-	ctsMax = 16 << 10
-)
+// ctsMax bounds a clear-to-send message (the relay's receive buffer);
+// its tag is ctsTag (conns.go).
+const ctsMax = 16 << 10
 
 // maxMsg bounds a message length a clear-to-send may name.
 const maxMsg = 1 << 48

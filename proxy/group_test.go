@@ -28,8 +28,14 @@ type groupJob struct {
 
 func newGroupJob(t *testing.T, nhosts, per, chunk int) *groupJob {
 	t.Helper()
-	g := &groupJob{job: newJob(t, nhosts, per, railVia(per), chunk), failed: map[int]error{}, reported: make(chan int, nhosts*per)}
-	g.hand = fake.NewNetwork(nhosts*per, fake.Options{})
+	return newGroupJobOn(t, newJob(t, nhosts, per, railVia(per), chunk))
+}
+
+// newGroupJobOn starts the group service on j's proxies.
+func newGroupJobOn(t *testing.T, j *job) *groupJob {
+	t.Helper()
+	g := &groupJob{job: j, failed: map[int]error{}, reported: make(chan int, len(j.px))}
+	g.hand = fake.NewNetwork(len(j.px), fake.Options{})
 	for r, px := range g.px {
 		px.Serve(fakeLocal{g.hand, r}, func(err error) {
 			g.mu.Lock()

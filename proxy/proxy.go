@@ -62,6 +62,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.Credits <= 0 {
 		cfg.Credits = 4
 	}
+	if len(cfg.Hosts) > maxRanks {
+		return nil, fmt.Errorf("rank %d proxy: %d ranks, more than the %d its network tags name", cfg.Rank, len(cfg.Hosts), maxRanks)
+	}
 	if len(cfg.Auth.Secret) == 0 {
 		return nil, fmt.Errorf("rank %d proxy: no job secret (its connections must prove it)", cfg.Rank)
 	}

@@ -60,6 +60,23 @@ func directVia(s, d int) int             { return s }
 
 func newJob(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int) *job {
 	t.Helper()
+	return newJobOn(t, nhosts, per, via, chunk, openTCP)
+}
+
+// openTCP is a rank's provider in the tests: tcp on loopback (device 0).
+func openTCP(t *testing.T) (net.Provider, int) {
+	t.Helper()
+	p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, 0
+}
+
+// newJobOn is newJob with each rank's provider (and its device) from open.
+func newJobOn(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int, open func(*testing.T) (net.Provider, int)) *job {
+	t.Helper()
 	n := nhosts * per
 	j := &job{hosts: make([]string, n), nw: fake.NewNetwork(n, fake.Options{}), px: make([]*Proxy, n), via: via}
 	for r := range n {
@@ -69,13 +86,10 @@ func newJob(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int) *j
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for r := range n {
-		p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
+		p, dev := open(t)
+		var err error
 		j.px[r], err = New(ctx, Config{Rank: r, Hosts: j.hosts, Via: via, Local: countedLocal{fakeLocal{j.nw, r}, &j.sent},
-			Provider: p, Dev: 0, Dir: stores[r], Key: "pxn/test/", Chunk: chunk, Credits: 2,
+			Provider: p, Dev: dev, Dir: stores[r], Key: "pxn/test/", Chunk: chunk, Credits: 2,
 			Auth: Auth{Secret: testSecret, JobID: "job"}})
 		if err != nil {
 			t.Fatal(err)

@@ -181,7 +181,11 @@ func (p *Provider) Connect(ctx context.Context, dev int, h []byte) (fnet.SendCon
 		}
 	}
 	if err != nil {
-		sc.Close()
+		// Force-close: the wired message may still be in flight, and UCX
+		// 1.13 asserts (the process aborts) when an endpoint closed by
+		// flushing is destroyed with a send outstanding.
+		_ = p.e.call(func() error { sc.fail(cerr(sc.remote, err)); return nil })
+		c.Close()
 		return nil, cerr(sc.remote, err)
 	}
 	go sc.watch(r)

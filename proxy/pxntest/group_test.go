@@ -82,3 +82,24 @@ func TestGroupRelayKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestUCX: the same all-to-alls and groups over the ucx provider (UCX's
+// tcp transport on the rails): every element checked by the program, the
+// relays carry the cross-rail part, the spine next to none of it.
+func TestUCX(t *testing.T) {
+	need(t)
+	ucx := []string{"FLEXLINK_NET=ucx", "UCX_TLS=tcp", "UCX_NET_DEVICES=rail0,rail1,rail2,rail3", "FLEXLINK_PXN=2"}
+	for _, args := range [][]string{{"-size", "262144", "-iters", "2"}, {"-groups", "1", "-size", "1048576"}} {
+		before := spineBytes(t)
+		code, out, errs := jobEnv(t, ucx, 60*time.Second, args...)
+		if code != 0 {
+			t.Fatalf("%v over ucx: flexrun exit %d\nstdout:\n%s\nstderr:\n%s", args, code, out, errs)
+		}
+		spine := spineBytes(t) - before
+		tot := parseCounters(t, out)
+		t.Logf("%v over ucx: spine %d bytes, counters %+v", args, spine, tot)
+		if tot.relayed == 0 || spine*100 >= tot.bytes {
+			t.Errorf("%v over ucx: %d messages relayed, the spine forwarded %d bytes of %d", args, tot.relayed, spine, tot.bytes)
+		}
+	}
+}

@@ -149,7 +149,16 @@ func jobEnv(t *testing.T, env []string, limit time.Duration, args ...string) (in
 	defer cancel()
 	argv := []string{"--ssh-args", "-F " + cluster.sshCf, "--prefix", cluster.prefix,
 		"-H", fmt.Sprintf("%s:%d,%s:%d", cluster.hosts[0], per, cluster.hosts[1], per)}
-	for _, e := range append(env, "FLEXLINK_NET=tcp", "FLEXLINK_NET_IFNAME=rail") {
+	set := map[string]bool{}
+	for _, e := range env {
+		set[strings.SplitN(e, "=", 2)[0]] = true
+	}
+	for _, e := range []string{"FLEXLINK_NET=tcp", "FLEXLINK_NET_IFNAME=rail"} { // unless env says
+		if !set[strings.SplitN(e, "=", 2)[0]] {
+			env = append(env, e)
+		}
+	}
+	for _, e := range env {
 		argv = append(argv, "-x", e)
 	}
 	argv = append(append(argv, filepath.Join(cluster.prefix, "bin", "a2a")), args...)

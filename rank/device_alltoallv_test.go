@@ -382,14 +382,7 @@ func pxnRankLost(t *testing.T, handoff string) {
 //
 //	FLEXLINK_REQUIRE_GPU=1 go test ./rank -run RealGPU -v
 func TestDeviceAllToAllPXNRealGPU(t *testing.T) {
-	drv, err := gpu.Open()
-	if errors.Is(err, ErrNotSupported) {
-		testenv.MissingHardware(t, "gpu", err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
+	drv := realGPU(t)
 	// Two ranks per emulated host, sharing the GPUs there are (the staged
 	// plane does not care), so that local rank 0 has a sibling to relay for.
 	// With FLEXLINK_PXN_GPU_HANDOFF=1 the ranks, goroutines of this

@@ -183,14 +183,7 @@ func deviceGroupPXN(c *Comm, dev *gpu.Device) error {
 // none) in one group, every element checked, and the relays carried the
 // cross-rail ones.
 func TestGroupPXNRealGPU(t *testing.T) {
-	drv, err := gpu.Open()
-	if errors.Is(err, ErrNotSupported) {
-		testenv.MissingHardware(t, "gpu", err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
+	drv := realGPU(t)
 	const n, per = 4, 2
 	vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": "1"}
 	relayed := make([]int64, n)
@@ -217,4 +210,19 @@ func TestGroupPXNRealGPU(t *testing.T) {
 	if sum == 0 {
 		t.Error("nothing went through a relay")
 	}
+}
+
+// realGPU opens the machine's GPU driver, closed when the test ends; the
+// test is skipped (through testenv) where there is none.
+func realGPU(t *testing.T) *gpu.Driver {
+	t.Helper()
+	drv, err := gpu.Open()
+	if errors.Is(err, ErrNotSupported) {
+		testenv.MissingHardware(t, "gpu", err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	return drv
 }

@@ -192,15 +192,15 @@ func (g groupCall) recvVia(v int, senders map[int][][]byte) error {
 	if err != nil {
 		return fmt.Errorf("rank %d: receive via relay rank %d on %s: %w", me, v, host, err)
 	}
-	starts = starts[:0]
-	for _, b := range bs {
+	recvs := make([]func() (net.Request, error), len(bs))
+	for j, b := range bs {
 		tags := make([]uint64, len(b.wants))
 		for i, w := range b.wants {
 			tags[i] = uint64(w.s)
 		}
-		starts = append(starts, func() (net.Request, error) { return rc.IRecv(b.bufs, tags, nil) })
+		recvs[j] = func() (net.Request, error) { return rc.IRecv(b.bufs, tags, nil) }
 	}
-	ops := p.eng.PostAll(c.ctx, starts...)
+	ops := p.eng.PostAll(c.ctx, recvs...)
 	for _, op := range cts {
 		if _, err := op.Wait(c.ctx); err != nil {
 			return fmt.Errorf("rank %d: clear-to-send to relay rank %d on %s: %w", me, v, host, err)

@@ -28,6 +28,7 @@ func main() {
 	groups := flag.Int("groups", 0, "run this many groups of sends/receives between every pair (uneven), then one between a few pairs, instead of all-to-alls (group.go)")
 	killAfter := flag.String("kill-after", "", "R:K: rank R kills itself after group K")
 	groupBench := flag.Bool("group-bench", false, "with -bench: time all-to-alls made of a Group of sends and receives (all_to_all_single's shape) instead of AllToAll")
+	gap := flag.Bool("barrier", false, "with -bench: a barrier after each call (timed with it), so that calls do not overlap")
 	flag.Parse()
 	ctx := context.Background()
 	c, err := rank.Init(ctx)
@@ -39,7 +40,7 @@ func main() {
 	case *groups > 0:
 		err = runGroups(ctx, c, *size, *groups, *kill, *killAfter)
 	case *bench != "":
-		err = runBench(ctx, c, *bench, *iters, *groupBench)
+		err = runBench(ctx, c, *bench, *iters, *groupBench, *gap)
 	default:
 		err = run(ctx, c, *size, *iters, *kill)
 	}
@@ -141,7 +142,7 @@ func unevenCounts(n, max int, seed uint64) [][]int {
 // runBench times AllToAll of each size (bytes per rank: the whole send
 // buffer) and prints, on rank 0, size, time and busbw = algbw × (n-1)/n
 // (nccl-tests), algbw = size / time.
-func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int, group bool) error {
+func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int, group, gap bool) error {
 	n := c.Size()
 	if c.Rank() == 0 {
 		fmt.Printf("%12s %12s %10s %10s\n", "bytes", "time_us", "algbw_GBs", "busbw_GBs")
@@ -167,6 +168,11 @@ func runBench(ctx context.Context, c *rank.Comm, sizes string, iters int, group 
 		for range iters {
 			if err := a2a(); err != nil {
 				return err
+			}
+			if gap {
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
 			}
 		}
 		dt := time.Since(t0) / time.Duration(iters)

@@ -45,8 +45,8 @@ func (p *Proxy) Serving() bool {
 // (clear-to-send).
 // Messages between a pair are matched in order, within and across Groups;
 // a receive whose length differs from the message's fails with
-// errs.ErrMismatch naming both ranks. It returns when every send has left
-// the relay's NIC and every receive has landed, or fails (ctx, the job's
+// errs.ErrMismatch naming both ranks. It returns when every send is
+// staged at its relay (sendTo) and every receive has landed, or fails (ctx, the job's
 // end, a relay or peer lost) with the ranks named; a failure aborts the
 // proxy. Unlike AllToAllv, only the ranks with messages take part.
 func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
@@ -111,9 +111,14 @@ func (g groupCall) cause() error {
 }
 
 // sendTo hands this rank's messages for d (in order) to d's relay, chunk
-// by chunk under the flow's credits (onto its own stream to d, when it is
-// the relay), then waits until every credit came back: the relay's
-// network sends completed.
+// by chunk under the flow's credits (into a staging slot of its own
+// stream to d, when it is the relay), and returns once every chunk is
+// staged: the buffers are the caller's again. The relay's network sends
+// complete later and return the credits; until then the flow's next
+// chunks wait. So a send does not wait for the other senders that d
+// takes in the same rounds (stream.go) unless its messages for d in one
+// call are more than Credits chunks (4 MiB by default), as in NCCL, whose
+// sends wait once the connection's buffers are full.
 func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	p, sv, ctx := g.c.p, g.sv, g.c.ctx
 	me := p.cfg.Rank
@@ -146,8 +151,10 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 				kind = hdrLast
 			}
 			if v == me {
+				buf := p.stage.Get().(*[]byte)
+				copy(*buf, ch)
 				sv.hold(me, d) // under this flow's credit: never refused
-				sv.streamTo(d).in <- staged{data: ch, n: len(ch), total: len(b), last: kind == hdrLast, from: me}
+				sv.streamTo(d).in <- staged{buf: buf, n: len(ch), total: len(b), last: kind == hdrLast, from: me}
 				continue
 			}
 			r1, r2 := sv.send(v, header(kind, d, len(ch), len(b)), ch)
@@ -159,14 +166,6 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	}
 	if err := fabric.WaitAll(ctx, reqs...); err != nil {
 		return fmt.Errorf("rank %d: hand rank %d's message to relay rank %d: %w", me, d, v, err)
-	}
-	for range p.cfg.Credits { // every chunk sent by the relay
-		if err := take(); err != nil {
-			return err
-		}
-	}
-	for range p.cfg.Credits {
-		f <- struct{}{}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -354,43 +355,168 @@ func TestGroupRelayKilled(t *testing.T) {
 	noErrs(t, g.run(t, pairs{{2, 7}: {4000}}, 3)) // through rank 3: their services go on
 }
 
-// TestGroupDestinationKilled: the destination dies while a sender's
-// message for it is on its way through the relay; the relay's service
-// reports it outside any call naming the destination, and the job's end
-// (here: every proxy aborted with that report, as the bootstrap does)
-// fails the sender's pending group with the ranks named.
+// TestGroupDestinationKilled: the destination dies (before the relay
+// reached it, or once it is taking the message and part of it went
+// through the relay); the relay's service reports it outside any call
+// naming the destination, and the job's end (here: every proxy aborted
+// with that report, as the bootstrap does) fails the sender's pending
+// group (more than the credits cover) with the ranks named.
 func TestGroupDestinationKilled(t *testing.T) {
-	g := newGroupJob(t, 2, 4, 1<<10)
 	const victim = 5 // 0 -> 5 through rank 1
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	for _, during := range []bool{false, true} {
+		t.Run(fmt.Sprint("during=", during), func(t *testing.T) {
+			g := newGroupJob(t, 2, 4, 1<<10)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			kill := func() {
+				g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
+				g.hand.Kill(victim)
+				g.nw.Kill(victim)
+			}
+			msg := make([]byte, 64<<10)
+			if !during {
+				kill()
+			} else {
+				go g.px[victim].Group(ctx, nil, []Msg{{0, make([]byte, len(msg))}})
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.px[0].Group(ctx, []Msg{{victim, msg}}, nil)
+				done <- err
+			}()
+			if during { // some of it went through the relay
+				for g.px[1].Totals().Relayed < 4 {
+					select {
+					case <-ctx.Done():
+						t.Fatal("nothing relayed")
+					case <-time.After(time.Millisecond):
+					}
+				}
+				kill()
+			}
+			for r := -1; r != 1; { // the victim's siblings report its hand-off links too
+				select {
+				case r = <-g.reported:
+				case <-ctx.Done():
+					t.Fatal("the relay did not report the destination's death")
+				}
+			}
+			g.mu.Lock()
+			report := g.failed[1]
+			g.mu.Unlock()
+			if !strings.Contains(report.Error(), "rank 1 relay") || !strings.Contains(report.Error(), fmt.Sprint("rank ", victim)) {
+				t.Fatalf("relay rank 1 reported %v, want an error naming rank %d", report, victim)
+			}
+			t.Log(report)
+			for _, px := range g.px {
+				px.Abort(fmt.Errorf("job aborted: %w", report))
+			}
+			if err := <-done; err == nil || !strings.Contains(err.Error(), "relay rank 1") || !strings.Contains(err.Error(), fmt.Sprint("rank ", victim)) {
+				t.Errorf("sender: %v, want an error naming relay rank 1 and rank %d", err, victim)
+			}
+		})
+	}
+}
+
+// TestGroupMismatchInBatch: a message of another length in a batch of two
+// senders fails the destination's multi-receive at once with ErrMismatch
+// (the relay's mark is longer than any chunk), though the batch's other
+// chunk never comes. Rank 5 takes 10 bytes from each of ranks 0 and 2
+// (relay 1) in one receive; rank 0 sends 20.
+func TestGroupMismatchInBatch(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	started, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		close(started)
-		_, err := g.px[0].Group(ctx, []Msg{{victim, make([]byte, 64<<10)}}, nil) // more than the credits cover
-		done <- err
-	}()
-	<-started
-	g.px[victim].Abort(fmt.Errorf("rank %d killed", victim))
-	g.hand.Kill(victim)
-	g.nw.Kill(victim)
-	for r := -1; r != 1; { // the victim's siblings report its hand-off links too
-		select {
-		case r = <-g.reported:
-		case <-ctx.Done():
-			t.Fatal("the relay did not report the destination's death")
+	// A send returns once its chunks are staged at the relay: both are
+	// there before rank 5 announces its batch.
+	if _, err := g.px[0].Group(ctx, []Msg{{5, make([]byte, 20)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.px[2].Group(ctx, []Msg{{5, make([]byte, 10)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := g.px[5].Group(ctx, nil, []Msg{{0, make([]byte, 10)}, {2, make([]byte, 10)}})
+	if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), "relay rank 1") {
+		t.Fatalf("receive: %v, want ErrMismatch naming rank 5 and relay rank 1", err)
+	}
+	t.Log(err)
+}
+
+// TestGroupChain: a send does not wait for the other senders its
+// destination takes in the same rounds (within the credits): rank 5 takes
+// 2 chunks from each of ranks 0 and 2 in one group (one stream, relay 1,
+// rounds of both); rank 2 sends them, then sends rank 7; rank 7 receives
+// that, then sends rank 0; only then does rank 0 receive it and send
+// rank 5 its part. Every byte checked.
+func TestGroupChain(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fill := func(s, d, n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = payload(s, d, i)
 		}
+		return b
 	}
-	g.mu.Lock()
-	report := g.failed[1]
-	g.mu.Unlock()
-	if !strings.Contains(report.Error(), fmt.Sprint("to rank ", victim)) {
-		t.Fatalf("relay rank 1 reported %v, want an error naming rank %d", report, victim)
+	check := func(s, d int, b []byte) error {
+		if want := fill(s, d, len(b)); !bytes.Equal(b, want) {
+			return fmt.Errorf("rank %d got other bytes from rank %d", d, s)
+		}
+		return nil
 	}
-	for _, px := range g.px {
-		px.Abort(fmt.Errorf("job aborted: %w", report))
+	const big = 2 << 10
+	steps := map[int]func() error{
+		5: func() error {
+			a, b := make([]byte, big), make([]byte, big)
+			if _, err := g.px[5].Group(ctx, nil, []Msg{{0, a}, {2, b}}); err != nil {
+				return err
+			}
+			return errors.Join(check(0, 5, a), check(2, 5, b))
+		},
+		2: func() error {
+			if _, err := g.px[2].Group(ctx, []Msg{{5, fill(2, 5, big)}}, nil); err != nil {
+				return err
+			}
+			_, err := g.px[2].Group(ctx, []Msg{{7, fill(2, 7, 100)}}, nil)
+			return err
+		},
+		7: func() error {
+			b := make([]byte, 100)
+			if _, err := g.px[7].Group(ctx, nil, []Msg{{2, b}}); err != nil {
+				return err
+			}
+			if err := check(2, 7, b); err != nil {
+				return err
+			}
+			_, err := g.px[7].Group(ctx, []Msg{{0, fill(7, 0, 100)}}, nil)
+			return err
+		},
+		0: func() error {
+			b := make([]byte, 100)
+			if _, err := g.px[0].Group(ctx, nil, []Msg{{7, b}}); err != nil {
+				return err
+			}
+			if err := check(7, 0, b); err != nil {
+				return err
+			}
+			_, err := g.px[0].Group(ctx, []Msg{{5, fill(0, 5, big)}}, nil)
+			return err
+		},
 	}
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "relay rank 1") || !strings.Contains(err.Error(), fmt.Sprint("rank ", victim)) {
-		t.Errorf("sender: %v, want an error naming relay rank 1 and rank %d", err, victim)
+	errc := make(chan error, len(steps))
+	for r, f := range steps {
+		go func() {
+			if err := f(); err != nil {
+				errc <- fmt.Errorf("rank %d: %w", r, err)
+				return
+			}
+			errc <- nil
+		}()
+	}
+	for range steps {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
 	}
 }

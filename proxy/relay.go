@@ -50,10 +50,9 @@ func appendLen(b []byte, n int) []byte { return binary.LittleEndian.AppendUint64
 
 // staged is one chunk a local sender handed this relay (total, last,
 // from: for a group message, its length, whether this is its last chunk,
-// and the sender; data: the relay's own chunk, in place of a staging slot).
+// and the sender).
 type staged struct {
 	buf   *[]byte
-	data  []byte
 	n     int
 	flow  CreditKey
 	total int

@@ -214,7 +214,11 @@ func (sv *service) credit(s, d int) {
 	sv.held[[2]int{s, d}]--
 	sv.mu.Unlock()
 	if s == sv.p.cfg.Rank {
-		sv.flow(d) <- struct{}{}
+		select {
+		case sv.flow(d) <- struct{}{}:
+		default:
+			sv.fail(fmt.Errorf("rank %d relay: a credit of its own flow to rank %d that was not out", s, d))
+		}
 		return
 	}
 	sv.send(s, header(hdrCredit, d, 0, 0), nil)
@@ -241,6 +245,10 @@ func (sv *service) read(q int) {
 		}
 		switch kind {
 		case hdrCredit:
+			if q == me || p.cfg.Hosts[d] == p.cfg.Hosts[me] || p.cfg.Via(me, d) != q {
+				sv.fail(fmt.Errorf("rank %d pxn service: local rank %d returned a credit for rank %d, whose messages it does not relay for this rank", me, q, d))
+				return
+			}
 			select {
 			case sv.flow(d) <- struct{}{}:
 			default:

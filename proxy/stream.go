@@ -32,7 +32,7 @@ type want struct{ s, total int }
 // dstream is the relay's stream to one destination.
 type dstream struct {
 	d     int
-	in    chan staged // chunks the local senders handed (credited: never full)
+	in    chan staged // chunks of the local senders and this rank (credited: never full)
 	sched chan []batchWants
 }
 
@@ -46,10 +46,12 @@ func (sv *service) streamTo(d int) *dstream {
 	defer sv.mu.Unlock()
 	ds := sv.streams[d]
 	if ds == nil {
-		ds = &dstream{d: d, in: make(chan staged, sv.p.cfg.Credits*len(sv.p.cfg.Hosts)), sched: make(chan []batchWants, 64)}
+		ds = &dstream{d: d, in: make(chan staged, sv.p.cfg.Credits*len(sv.post)+sv.p.cfg.Credits), sched: make(chan []batchWants, 64)}
 		sv.streams[d] = ds
-		sv.wg.Add(1)
-		go sv.run(ds)
+		if sv.ctx.Err() == nil { // else closed or failed: nothing runs, the callers fail on sv.ctx
+			sv.wg.Add(1)
+			go sv.run(ds)
+		}
 	}
 	return ds
 }
@@ -147,7 +149,7 @@ func (sv *service) sendDue(sc net.SendConn, due []staged) []sent {
 	p := sv.p
 	starts := make([]func() (net.Request, error), len(due))
 	for i, st := range due {
-		b := st.data
+		var b []byte
 		if st.buf != nil {
 			b = (*st.buf)[:st.n]
 		}
@@ -182,10 +184,10 @@ const maxSched = 1 << 20
 const markTimeout = 5 * time.Second
 
 // mismatch fails the stream: a message's length differs from the
-// receive's. The relay sends the destination, in the chunk's place, a mark
-// that its receive cannot take as that chunk (0 bytes where it waits for
-// some, else 1 byte), so that d's receive fails naming the sender, and
-// then fails the service with both lengths.
+// receive's. The relay sends the destination, in the chunk's place and
+// tagged with its sender, a mark longer than any chunk, so that d's
+// multi-receive fails at once with errs.ErrMismatch (the batch's other
+// chunks will not come), and then fails the service with both lengths.
 func (sv *service) mismatch(sc net.SendConn, d int, m mismatched) {
 	p := sv.p
 	err := fmt.Errorf("rank %d relay: rank %d's message for rank %d is %d bytes long, the receive rank %d posted for it %d bytes: %w",
@@ -193,10 +195,7 @@ func (sv *service) mismatch(sc net.SendConn, d int, m mismatched) {
 	if !sv.claim(err) { // the service failed already
 		return
 	}
-	mark := []byte{}
-	if m.w.total == 0 {
-		mark = []byte{0}
-	}
+	mark := make([]byte, p.cfg.Chunk+1) // longer than any chunk buffer
 	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 	op := p.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(mark, uint64(m.w.s), nil) })
 	op.Wait(ctx) // best effort: the report below ends the job anyway

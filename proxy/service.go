@@ -44,11 +44,12 @@ import (
 // length fails the receive (errs.ErrMismatch) before it takes anything of
 // the next message.
 //
-// A sender's send completes when every credit of the flow came back, that
-// is when the relay's network sends completed; so a relay or destination
-// that fails fails the sender's pending group. A failure outside any call
-// (the relay's connection to d breaks) aborts the proxy and calls onFail,
-// which ends the job with the error naming the ranks.
+// A sender's send completes when every chunk is staged at the relay
+// (groupCall.sendTo); the credits come back as the relay's network sends
+// complete. A failure outside any call (the relay's connection to d
+// breaks, a destination dies) aborts the proxy and calls onFail, which
+// ends the job with the error naming the ranks; the job's end fails the
+// groups still waiting.
 type service struct {
 	p       *Proxy
 	h       Local

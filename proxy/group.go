@@ -46,7 +46,9 @@ func (p *Proxy) Serving() bool {
 // Messages between a pair are matched in order, within and across Groups;
 // a receive whose length differs from the message's fails with
 // errs.ErrMismatch naming both ranks. It returns when every send is
-// staged at its relay (sendTo) and every receive has landed, or fails (ctx, the job's
+// staged at its relay (sendTo: the buffers are the caller's again, the
+// relay delivers later, and a failure after that ends the job through the
+// relay's report) and every receive has landed, or fails (ctx, the job's
 // end, a relay or peer lost) with the ranks named; a failure aborts the
 // proxy. Unlike AllToAllv, only the ranks with messages take part.
 func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
@@ -60,6 +62,8 @@ func (p *Proxy) Group(ctx context.Context, sends, recvs []Msg) (Stats, error) {
 		return st, fmt.Errorf("rank %d proxy: aborted earlier: %w", me, err)
 	case sv == nil:
 		return st, fmt.Errorf("rank %d proxy: group send/recv without the group service", me)
+	case sv.ctx.Err() != nil:
+		return st, fmt.Errorf("rank %d proxy: the group service ended: %w", me, sv.err())
 	}
 	bySend, byRecv := map[int][][]byte{}, map[int][][]byte{}
 	for _, m := range sends {
@@ -116,15 +120,21 @@ func (g groupCall) cause() error {
 // staged: the buffers are the caller's again. The relay's network sends
 // complete later and return the credits; until then the flow's next
 // chunks wait. So a send does not wait for the other senders that d
-// takes in the same rounds (stream.go) unless its messages for d in one
-// call are more than Credits chunks (4 MiB by default), as in NCCL, whose
-// sends wait once the connection's buffers are full.
+// takes in the same rounds (stream.go) unless this rank's chunks for d
+// not yet sent (this call's and earlier ones') are more than Credits (4
+// MiB by default), as in NCCL, whose sends wait once the connection's
+// buffers are full. On an error the buffers may still be read until the
+// job ends (a hand-off already posted): the communicator is unusable then
+// anyway.
 func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	p, sv, ctx := g.c.p, g.sv, g.c.ctx
 	me := p.cfg.Rank
 	v := p.cfg.Via(me, d)
 	f := sv.flow(d)
 	take := func() error {
+		if sv.ctx.Err() != nil { // before the select, which could take a credit first
+			return fmt.Errorf("rank %d: send to rank %d via relay rank %d: %w", me, d, v, g.cause())
+		}
 		select {
 		case <-f:
 			return nil
@@ -166,6 +176,9 @@ func (g groupCall) sendTo(d int, bufs [][]byte) error {
 	}
 	if err := fabric.WaitAll(ctx, reqs...); err != nil {
 		return fmt.Errorf("rank %d: hand rank %d's message to relay rank %d: %w", me, d, v, err)
+	}
+	if sv.ctx.Err() != nil { // the service ended meanwhile: what was staged may never leave
+		return fmt.Errorf("rank %d: send to rank %d via relay rank %d: %w", me, d, v, g.cause())
 	}
 	return nil
 }

@@ -520,3 +520,18 @@ func TestGroupChain(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupAfterClose: a group on a closed proxy fails instead of
+// reporting sends it would never deliver, own stream or relayed.
+func TestGroupAfterClose(t *testing.T) {
+	g := newGroupJob(t, 2, 4, 1<<10)
+	g.px[0].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 20 {
+		d := 4 + i%2 // 4: rank 0's own stream; 5: through relay 1
+		if _, err := g.px[0].Group(ctx, []Msg{{d, make([]byte, 10)}}, nil); err == nil || !strings.Contains(err.Error(), "rank 0") {
+			t.Fatalf("group %d after Close: %v, want an error naming rank 0", i, err)
+		}
+	}
+}

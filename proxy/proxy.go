@@ -72,6 +72,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if cfg.Dev < 0 || cfg.Dev >= len(devs) {
 		return nil, fmt.Errorf("rank %d proxy: device %d of %d", cfg.Rank, cfg.Dev, len(devs))
 	}
+	if mm := devs[cfg.Dev].MaxMessage; mm > 1 && int64(cfg.Chunk) >= mm {
+		cfg.Chunk = int(mm - 1) // room for a group stream's mismatch mark (stream.go)
+	}
 	if m := min(devs[cfg.Dev].MaxRecvs, 8); cfg.MaxRecvs <= 0 || cfg.MaxRecvs > m {
 		cfg.MaxRecvs = max(m, 1)
 	}

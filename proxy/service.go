@@ -136,8 +136,10 @@ func (p *Proxy) Quiesce() {
 // close stops the service (the proxy is closing): its goroutines end, and
 // nothing it does from now on is a failure.
 func (sv *service) close() {
+	sv.mu.Lock() // with streamTo's check: no stream starts after this
 	sv.closed.Store(true)
 	sv.cancel(errors.New("pxn group service closed"))
+	sv.mu.Unlock()
 	sv.wg.Wait()
 }
 

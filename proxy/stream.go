@@ -48,7 +48,7 @@ func (sv *service) streamTo(d int) *dstream {
 	if ds == nil {
 		ds = &dstream{d: d, in: make(chan staged, sv.p.cfg.Credits*len(sv.post)+sv.p.cfg.Credits), sched: make(chan []batchWants, 64)}
 		sv.streams[d] = ds
-		if sv.ctx.Err() == nil { // else closed or failed: nothing runs, the callers fail on sv.ctx
+		if sv.ctx.Err() == nil { // else closed or failed: nothing runs, and Group reports sv's end
 			sv.wg.Add(1)
 			go sv.run(ds)
 		}
@@ -195,7 +195,7 @@ func (sv *service) mismatch(sc net.SendConn, d int, m mismatched) {
 	if !sv.claim(err) { // the service failed already
 		return
 	}
-	mark := make([]byte, p.cfg.Chunk+1) // longer than any chunk buffer
+	mark := make([]byte, p.cfg.Chunk+1) // longer than any chunk buffer (New keeps Chunk under the device's limit)
 	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 	op := p.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(mark, uint64(m.w.s), nil) })
 	op.Wait(ctx) // best effort: the report below ends the job anyway

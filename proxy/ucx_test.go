@@ -1,36 +1,11 @@
 package proxy
 
 import (
-	"errors"
 	"testing"
 
 	"flexlink/fabric/net"
-	"flexlink/fabric/net/ucx"
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	"flexlink/fabric/net/ucx/ucxtest"
 )
-
-// openUCX is a rank's provider on UCX's tcp transport over loopback.
-func openUCX(t *testing.T) (net.Provider, int) {
-	t.Helper()
-	t.Setenv("UCX_TLS", "tcp")
-	t.Setenv("UCX_NET_DEVICES", "lo")
-	p, err := ucx.Open(ucx.Options{})
-	if errors.Is(err, errs.ErrNotSupported) {
-		testenv.Missing(t, "libucx0", err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	for i, d := range p.Devices() {
-		if d.Name == "lo" {
-			return p, i
-		}
-	}
-	t.Fatalf("no loopback device in %v", p.Devices())
-	return nil, 0
-}
 
 // TestUCX: the proxy over the ucx provider, whose tags carry 20 bits:
 // an uneven AllToAllv through relays (multi-receives) and groups through
@@ -42,7 +17,7 @@ func TestUCX(t *testing.T) {
 	var dev int
 	shared := func(t *testing.T) (net.Provider, int) {
 		if p == nil {
-			p, dev = openUCX(t)
+			p, dev = ucxtest.Loopback(t)
 		}
 		return p, dev
 	}

@@ -21,7 +21,7 @@ var order = [][]string{
 	{"collectives/plane", "proxy/pxn"},
 	{"collectives"},
 	{"fabric/transports"},
-	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink"},
+	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink", "fabric/net/ucx/ucxtest"},
 	{"fabric/shm", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",
 		"fabric/net/tcp", "fabric/net/ucx", "fabric/net/nettest"},
 	{"fabric/net", "fabric/internal", "fabric/net/ucx/internal"},
@@ -38,7 +38,7 @@ var order = [][]string{
 }
 
 // testOnly packages are never linked into programs.
-var testOnly = []string{"gpu/gpufake", "fabric/fake", "fabric/linktest", "fabric/net/nettest", "internal/testenv"}
+var testOnly = []string{"gpu/gpufake", "fabric/fake", "fabric/linktest", "fabric/net/nettest", "fabric/net/ucx/ucxtest", "internal/testenv"}
 
 func layerOf(pkg string) (int, bool) {
 	best, layer := -1, -1

@@ -1,7 +1,6 @@
 package netlink_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 
@@ -9,9 +8,7 @@ import (
 	"flexlink/fabric/linktest"
 	"flexlink/fabric/net/netlink"
 	"flexlink/fabric/net/tcp"
-	"flexlink/fabric/net/ucx"
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	"flexlink/fabric/net/ucx/ucxtest"
 )
 
 func endpoint(t testing.TB, rank int, socks int) fabric.Endpoint {
@@ -53,26 +50,8 @@ func TestProps(t *testing.T) {
 // TestConformanceUCX runs the link suite on links over the ucx provider
 // (UCX's tcp transport on loopback), each rank with its own provider.
 func TestConformanceUCX(t *testing.T) {
-	t.Setenv("UCX_TLS", "tcp")
-	t.Setenv("UCX_NET_DEVICES", "lo")
 	ep := func(t *testing.T, rank int) fabric.Endpoint {
-		p, err := ucx.Open(ucx.Options{})
-		if errors.Is(err, errs.ErrNotSupported) {
-			testenv.Missing(t, "libucx0", err.Error())
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		dev := -1
-		for i, d := range p.Devices() {
-			if d.Name == "lo" {
-				dev = i
-			}
-		}
-		if dev < 0 {
-			t.Fatalf("no loopback device in %v", p.Devices())
-		}
+		p, dev := ucxtest.Loopback(t)
 		e, err := netlink.Open(p, dev, netlink.Config{Rank: rank, Host: fmt.Sprintf("host%d", rank), Secret: []byte("s")})
 		if err != nil {
 			t.Fatal(err)

@@ -466,6 +466,18 @@ func TestGroupChain(t *testing.T) {
 		return nil
 	}
 	const big = 2 << 10
+	// relayOn: rank me takes 100 bytes from rank from, then sends n to rank to.
+	relayOn := func(from, me, to, n int) error {
+		b := make([]byte, 100)
+		if _, err := g.px[me].Group(ctx, nil, []Msg{{from, b}}); err != nil {
+			return err
+		}
+		if err := check(from, me, b); err != nil {
+			return err
+		}
+		_, err := g.px[me].Group(ctx, []Msg{{to, fill(me, to, n)}}, nil)
+		return err
+	}
 	steps := map[int]func() error{
 		5: func() error {
 			a, b := make([]byte, big), make([]byte, big)
@@ -481,28 +493,8 @@ func TestGroupChain(t *testing.T) {
 			_, err := g.px[2].Group(ctx, []Msg{{7, fill(2, 7, 100)}}, nil)
 			return err
 		},
-		7: func() error {
-			b := make([]byte, 100)
-			if _, err := g.px[7].Group(ctx, nil, []Msg{{2, b}}); err != nil {
-				return err
-			}
-			if err := check(2, 7, b); err != nil {
-				return err
-			}
-			_, err := g.px[7].Group(ctx, []Msg{{0, fill(7, 0, 100)}}, nil)
-			return err
-		},
-		0: func() error {
-			b := make([]byte, 100)
-			if _, err := g.px[0].Group(ctx, nil, []Msg{{7, b}}); err != nil {
-				return err
-			}
-			if err := check(7, 0, b); err != nil {
-				return err
-			}
-			_, err := g.px[0].Group(ctx, []Msg{{5, fill(0, 5, big)}}, nil)
-			return err
-		},
+		7: func() error { return relayOn(2, 7, 0, 100) },
+		0: func() error { return relayOn(7, 0, 5, big) },
 	}
 	errc := make(chan error, len(steps))
 	for r, f := range steps {

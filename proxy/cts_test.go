@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
-	"flexlink/fabric/net/tcp"
 	"fmt"
 	"reflect"
 	"strings"
@@ -196,18 +195,9 @@ func TestCTSGarbage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGroupJob(t, 2, 4, 1<<10)
-			p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			h := g.px[1].conns.l.Handle()
-			sc, err := p.Connect(ctx, 0, h)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sc, h := dial(ctx, t, g.px[1])
 			a := Auth{Secret: testSecret, JobID: "job", Key: "pxn/test/"}
 			if err := send(ctx, sc, a.hello(peerKey{From: 5, Kind: connCTS}, h), helloTag); err != nil {
 				t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"flexlink/fabric/net"
-	"flexlink/fabric/net/tcp"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -55,23 +54,14 @@ func TestHelloCheck(t *testing.T) {
 // all-to-all still gets through.
 func TestForeignHelloDropped(t *testing.T) {
 	j := newJob(t, 2, 1, directVia, 0)
-	p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1, Timeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := j.px[0].conns.l.Handle()
-	sc, err := p.Connect(ctx, 0, h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc, h := dial(ctx, t, j.px[0])
 	rogue := Auth{Secret: []byte("not the job secret, same length!"), JobID: "job", Key: "pxn/test/"}
 	// The proxy reads the hello and aborts the connection: the rogue's
 	// sends fail from then on, the hello's own completion included when the
 	// drop overtakes it.
-	err = send(ctx, sc, rogue.hello(own(1), h), helloTag)
+	err := send(ctx, sc, rogue.hello(own(1), h), helloTag)
 	for err == nil {
 		err = send(ctx, sc, []byte("data"), 1)
 	}

@@ -74,6 +74,20 @@ func openTCP(t *testing.T) (net.Provider, int) {
 	return p, 0
 }
 
+// dial connects a process outside the job (a provider of its own) to
+// px's listener and returns the connection and the listener's handle: the
+// tests then say hello as they like.
+func dial(ctx context.Context, t *testing.T, px *Proxy) (net.SendConn, []byte) {
+	t.Helper()
+	p, dev := openTCP(t)
+	h := px.conns.l.Handle()
+	sc, err := p.Connect(ctx, dev, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc, h
+}
+
 // newJobOn is newJob with each rank's provider (and its device) from open.
 func newJobOn(t *testing.T, nhosts, per int, via func(s, d int) int, chunk int, open func(*testing.T) (net.Provider, int)) *job {
 	t.Helper()

@@ -54,16 +54,6 @@ func DataType(code int32) (dtype.DType, error) {
 
 var typeNames = map[int32]string{ncclUint32: "ncclUint32", ncclUint64: "ncclUint64", ncclFloat8e4m3: "ncclFloat8e4m3", ncclFloat8e5m2: "ncclFloat8e5m2"}
 
-// RedOp is a reduction as a call sees it: a built-in operator, or a
-// PreMulSum (an operator made by ncclRedOpCreatePreMulSum), which
-// multiplies every input by Scalar and sums.
-type RedOp struct {
-	Op        dtype.Op
-	PreMul    bool
-	Scalar    float64
-	ScalarPtr uintptr // device scalar (ncclScalarDevice): read by the GPU path
-}
-
 // builtinOp converts the operators every communicator knows. NCCL numbers
 // Max before Min.
 func builtinOp(code int32) (dtype.Op, bool) {

@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"flexlink/capi"
-	"flexlink/dtype"
 )
 
 const ok = C.ncclResult_t(0)
@@ -90,44 +89,6 @@ func xDevCommCreate(c C.ncclComm_t, reqs unsafe.Pointer, out unsafe.Pointer) C.n
 
 func xDevCommDestroy(c C.ncclComm_t, dc unsafe.Pointer) C.ncclResult_t {
 	return unsupported("ncclDevCommDestroy", "NCCL's device API (nccl_device.h) is not implemented")
-}
-
-func xGroupSimulateEnd(info unsafe.Pointer) C.ncclResult_t {
-	return unsupported("ncclGroupSimulateEnd", "flexlink has no cost model to simulate a group with (the group stays open)")
-}
-
-func xRedOpCreatePreMulSum(op *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.ncclDataType_t, residence C.ncclScalarResidence_t, c C.ncclComm_t) C.ncclResult_t {
-	if op == nil || scalar == nil {
-		return nullArg("ncclRedOpCreatePreMulSum", "op or scalar")
-	}
-	if residence != 1 {
-		return unsupported("ncclRedOpCreatePreMulSum with ncclScalarDevice", "the scalar must be host-immediate (ncclScalarHostImmediate)")
-	}
-	d, err := capi.DataType(int32(dt))
-	if err != nil {
-		return res(fmt.Errorf("ncclRedOpCreatePreMulSum: %w", err))
-	}
-	var v float64
-	switch d {
-	case dtype.Float32:
-		v = float64(*(*float32)(scalar))
-	case dtype.Float64:
-		v = *(*float64)(scalar)
-	case dtype.Float16:
-		v = float64(dtype.Float16ToFloat32(*(*uint16)(scalar)))
-	case dtype.BFloat16:
-		v = float64(dtype.BFloat16ToFloat32(*(*uint16)(scalar)))
-	}
-	code, err := lib().CreatePreMulSum(handle(c), v, int32(dt))
-	if err != nil {
-		return res(err)
-	}
-	*op = C.ncclRedOp_t(code)
-	return ok
-}
-
-func xRedOpDestroy(op C.ncclRedOp_t, c C.ncclComm_t) C.ncclResult_t {
-	return res(lib().DestroyRedOp(handle(c), int32(op)))
 }
 
 func coll(c C.ncclComm_t, call capi.Call) C.ncclResult_t {

@@ -165,12 +165,16 @@ func (f *Fake) MemAlloc(n uint64) (cu.DevPtr, error) {
 	if f.mem.used[dev]+n > f.cfg.MemPerDevice {
 		return 0, fail("cuMemAlloc", cu.ErrorOutOfMemory, "%d bytes asked, %d free on device %d", n, f.cfg.MemPerDevice-f.mem.used[dev], dev)
 	}
-	p, err := f.place("cuMemAlloc", dev, n)
-	if err != nil {
+	var p cu.DevPtr
+	step := (n + allocStep - 1) / allocStep * allocStep
+	if k := (freedKey{dev, step}); f.cfg.ReuseFreed && len(f.mem.freed[k]) > 0 {
+		p = f.mem.freed[k][len(f.mem.freed[k])-1]
+		f.mem.freed[k] = f.mem.freed[k][:len(f.mem.freed[k])-1]
+	} else if p, err = f.place("cuMemAlloc", dev, n); err != nil {
 		return 0, err
 	}
 	f.mem.used[dev] += n
-	f.mem.allocs[p] = &alloc{dev: dev, data: make([]byte, n)}
+	f.mem.allocs[p] = &alloc{dev: dev, data: make([]byte, n), id: f.handle()}
 	return p, nil
 }
 
@@ -186,6 +190,13 @@ func (f *Fake) MemFree(p cu.DevPtr) error {
 	}
 	f.mem.used[a.dev] -= uint64(len(a.data))
 	delete(f.mem.allocs, p)
+	if f.cfg.ReuseFreed {
+		k := freedKey{a.dev, (uint64(len(a.data)) + allocStep - 1) / allocStep * allocStep}
+		if f.mem.freed == nil {
+			f.mem.freed = map[freedKey][]cu.DevPtr{}
+		}
+		f.mem.freed[k] = append(f.mem.freed[k], p)
+	}
 	return nil
 }
 
@@ -376,10 +387,12 @@ func (f *Fake) IpcGetMemHandle(p cu.DevPtr) (cu.IPCHandle, error) {
 	if _, err := f.ctxDev("cuIpcGetMemHandle"); err != nil {
 		return cu.IPCHandle{}, err
 	}
-	if _, ok := f.mem.allocs[p]; !ok || f.mem.opened[p] {
+	a, ok := f.mem.allocs[p]
+	if !ok || f.mem.opened[p] {
 		return cu.IPCHandle{}, fail("cuIpcGetMemHandle", cu.ErrorInvalidValue, "%#x is not an allocation base", uint64(p))
 	}
 	h := ipcHandle('m', uint64(p))
+	binary.LittleEndian.PutUint64(h.Reserved[24:], a.id) // a new allocation at the same address has another handle
 	f.mem.ipc[h] = p
 	return h, nil
 }

@@ -30,6 +30,11 @@ type Config struct {
 	ComputeMinor int
 	SMs          int  // multiprocessors (default 4)
 	NoPeer       bool // when set, no device can access another's memory
+	// ReuseFreed, when set, makes cuMemAlloc place an allocation at the
+	// address of a freed one of the same rounded size when there is one,
+	// as CUDA's allocator often does (PyTorch's caching allocator after
+	// empty_cache): tests of stale mappings use it.
+	ReuseFreed bool
 
 	// LaunchFault, when set, is asked before each kernel launch (device
 	// and kernel name); a non-nil answer fails that cuLaunchKernel with
@@ -65,6 +70,7 @@ type memState struct {
 	host   map[uintptr]*hostRange     // pinned or registered host ranges, by start
 	ipc    map[cu.IPCHandle]cu.DevPtr // exported allocations
 	opened map[cu.DevPtr]bool         // mappings made by IpcOpenMemHandle
+	freed  map[freedKey][]cu.DevPtr   // freed allocations' addresses (Config.ReuseFreed)
 }
 
 // ctxState is which context each OS thread has current, the primary
@@ -100,9 +106,16 @@ type pokeState struct {
 	changed chan struct{} // closed by the next Poke (memory written)
 }
 
+// freedKey is a device and a rounded allocation size.
+type freedKey struct {
+	dev  int
+	size uint64
+}
+
 type alloc struct {
 	dev  int
 	data []byte
+	id   uint64 // serial of the allocation (its IPC handle names it)
 }
 
 type hostRange struct {

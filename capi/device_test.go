@@ -14,15 +14,30 @@ import (
 
 // fakeMem is the Memory of a process whose device pointers are the fake
 // driver's allocations the test registered.
+// Each added allocation gets a new buffer id, as the driver gives one
+// (CU_POINTER_ATTRIBUTE_BUFFER_ID); noIPC marks it as memory that cannot be
+// IPC-exported (VMM, as PyTorch's expandable_segments).
 type fakeMem struct {
-	mu    sync.Mutex
-	alloc map[uintptr]Region
+	mu     sync.Mutex
+	alloc  map[uintptr]Region
+	nextID uint64
 }
 
-func (m *fakeMem) add(b *gpu.Buffer, dev int) {
+func (m *fakeMem) add(b *gpu.Buffer, dev int) { m.addAs(b, dev, false) }
+
+func (m *fakeMem) addAs(b *gpu.Buffer, dev int, noIPC bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.alloc[b.Ptr()] = Region{Device: dev, Base: b.Ptr(), Size: b.Len()}
+	m.nextID++
+	m.alloc[b.Ptr()] = Region{Device: dev, Base: b.Ptr(), Size: b.Len(), BufferID: m.nextID, NoIPC: noIPC}
+}
+
+// free forgets b's allocation and frees it.
+func (m *fakeMem) free(b *gpu.Buffer) error {
+	m.mu.Lock()
+	delete(m.alloc, b.Ptr())
+	m.mu.Unlock()
+	return b.Free()
 }
 
 func (m *fakeMem) Locate(p uintptr) (Region, bool) {

@@ -14,6 +14,16 @@ type Region struct {
 	Device int     // CUDA device ordinal
 	Base   uintptr // start of the allocation (cuMemGetAddressRange)
 	Size   int     // its length in bytes
+	// BufferID is the driver's id of the allocation
+	// (CU_POINTER_ATTRIBUTE_BUFFER_ID): unique for the life of the
+	// process, so memory freed and allocated again at the same address
+	// (PyTorch's caching allocator after empty_cache) is told apart from
+	// the old. 0: the driver could not say, and the buffer is refused.
+	BufferID uint64
+	// NoIPC: the allocation cannot be exported with cuIpcGetMemHandle
+	// (VMM memory, as PyTorch's expandable_segments; stream-ordered
+	// pools). Calls on it go through a bounce buffer of the communicator.
+	NoIPC bool
 }
 
 // Memory is what the library needs to know about the CUDA state of the
@@ -75,7 +85,7 @@ func New(opt Options) *Library {
 		handles: handles{next: 1, comms: map[uintptr]*Comm{}, regs: map[uintptr]bool{}},
 		groups:  threadGroups{byThread: map[int]*group{}},
 		ids:     rendezvous{served: map[[nonceBytes]byte]*served{}},
-		mem:     memRegistry{allocs: map[uintptr]*gpu.Buffer{}, wrapped: map[uintptr]*gpu.Buffer{}},
+		mem:     memRegistry{allocs: map[uintptr]*gpu.Buffer{}, wrapped: map[uintptr]wrapped{}},
 	}
 	if l.env == nil {
 		l.env = settings.OS()

@@ -35,7 +35,9 @@ static stream_synchronize_fn fl_stream_synchronize;
 
 enum {
   attr_memory_type = 2,    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+  attr_buffer_id = 7,      // CU_POINTER_ATTRIBUTE_BUFFER_ID
   attr_device_ordinal = 9, // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+  attr_legacy_ipc = 10,    // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
   attr_range_start = 11,   // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
   attr_range_size = 12,    // CU_POINTER_ATTRIBUTE_RANGE_SIZE
   memorytype_device = 2,   // CU_MEMORYTYPE_DEVICE
@@ -54,12 +56,25 @@ int fl_cuda_open(void) {
   return 1;
 }
 
-int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size) {
+// fl_locate reports whether p is device memory (1) or not (0) and, for
+// device memory, its device, the allocation holding it, the driver's id of
+// that allocation (unique for the life of the process: memory freed and
+// allocated again at the same address gets a new one; 0 when the driver
+// cannot say) and whether it can be exported with cuIpcGetMemHandle
+// (cudaMalloc memory can; VMM memory from cuMemCreate/cuMemMap, as
+// PyTorch's expandable_segments, and stream-ordered pools cannot; a driver
+// that cannot say reports 1, and an export that then fails is an error).
+int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size, unsigned long long *id, int *ipc) {
   unsigned int type = 0;
   if (fl_pointer_get_attribute(&type, attr_memory_type, p) != 0 || type != memorytype_device) return 0;
   if (fl_pointer_get_attribute(dev, attr_device_ordinal, p) != 0) return 0;
   if (fl_pointer_get_attribute(base, attr_range_start, p) != 0) return 0;
   if (fl_pointer_get_attribute(size, attr_range_size, p) != 0) return 0;
+  *id = 0;
+  if (fl_pointer_get_attribute(id, attr_buffer_id, p) != 0) *id = 0;
+  int capable = 1;
+  if (fl_pointer_get_attribute(&capable, attr_legacy_ipc, p) != 0) capable = 1;
+  *ipc = capable != 0;
   return 1;
 }
 

@@ -65,10 +65,12 @@ func (cudaMemory) Locate(p uintptr) (capi.Region, bool) {
 	var dev C.int
 	var base C.uintptr_t
 	var size C.size_t
-	if C.fl_locate(C.uintptr_t(p), &dev, &base, &size) == 0 {
+	var id C.ulonglong
+	var ipc C.int
+	if C.fl_locate(C.uintptr_t(p), &dev, &base, &size, &id, &ipc) == 0 {
 		return capi.Region{}, false
 	}
-	return capi.Region{Device: int(dev), Base: uintptr(base), Size: int(size)}, true
+	return capi.Region{Device: int(dev), Base: uintptr(base), Size: int(size), BufferID: uint64(id), NoIPC: ipc == 0}, true
 }
 
 func (cudaMemory) CurrentDevice() int { return int(C.fl_current_device()) }

@@ -187,3 +187,83 @@ func TestLanesJoin(t *testing.T) {
 		t.Error("the caller's stream did not see the lane's copy")
 	}
 }
+
+// TestWindowReallocated: an allocation freed and made again at the same
+// address (CUDA's allocator does this; PyTorch's after empty_cache) is a
+// new allocation to both sides: the peer reads the new bytes, and the old
+// export and mapping are dropped, not kept beside the new ones.
+func TestWindowReallocated(t *testing.T) {
+	drv, err := gpufake.Open(gpufake.Config{Devices: 2, ReuseFreed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	d0, _ := drv.Device(0)
+	d1, err := drv.Device(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := func(int) string { return "fakehost" }
+	w0, w1 := NewWindow(d0, 2, host), NewWindow(d1, 2, host)
+	defer w0.Close()
+	defer w1.Close()
+	s0, err := d0.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s0.Close()
+	s1, err := d1.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	const n = 1 << 14
+	var addr uintptr
+	for round := range 4 {
+		buf, err := d0.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round == 0 {
+			addr = buf.Ptr()
+		} else if buf.Ptr() != addr {
+			t.Fatalf("round %d: the fake placed the allocation at %#x, not at the freed %#x", round, buf.Ptr(), addr)
+		}
+		want := bytes.Repeat([]byte{byte(round + 1)}, n)
+		if err := s0.CopyHtoD(buf, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := s0.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := w0.Describe(buf.Sub(0, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire := make([]byte, DescBytes)
+		d.Put(wire)
+		m, err := w1.Open(0, GetDesc(wire))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, n)
+		if err := s1.CopyDtoH(got, m); err != nil {
+			t.Fatal(err)
+		}
+		if err := s1.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: the peer read %d..., want %d...", round, got[0], want[0])
+		}
+		if len(w1.opened[0]) != 1 {
+			t.Errorf("round %d: the peer holds %d mappings of rank 0's memory, want 1 (the freed ones dropped)", round, len(w1.opened[0]))
+		}
+		if k := len(w0.exports[addr]); k != 1 {
+			t.Errorf("round %d: the owner keeps %d exports at %#x, want 1", round, k, addr)
+		}
+		if err := buf.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -21,16 +21,22 @@ import (
 //     the first time it sees an id.
 //
 // A descriptor travels in every call's handshake (DescBytes per buffer),
-// so the cache needs no invalidation protocol; mappings live until Close.
+// so the cache needs no invalidation protocol: it names the allocation's
+// address range at the owner, and two live allocations of one process
+// never overlap, so an allocation described there that overlaps one
+// described before proves the old one freed. Both sides then drop the
+// old one: the owner its export, each peer its mapping (closed before the
+// new handle is opened). Other mappings live until Close.
 
 // DescBytes is the encoded size of a Desc.
-const DescBytes = 4*8 + gpu.IPCHandleSize
+const DescBytes = 5*8 + gpu.IPCHandleSize
 
 // Desc describes a range of another rank's device memory.
 type Desc struct {
 	id       uint64 // allocation id at the owner; 0: no buffer
 	off, n   int    // range within the allocation, bytes
 	allocLen int    // the allocation's length (OpenIPCBuffer needs it)
+	base     uint64 // the allocation's address at the owner
 	handle   []byte // IPC handle of the allocation
 }
 
@@ -41,7 +47,8 @@ func (d Desc) Put(b []byte) {
 	le.PutUint64(b[8:], uint64(d.off))
 	le.PutUint64(b[16:], uint64(d.n))
 	le.PutUint64(b[24:], uint64(d.allocLen))
-	copy(b[32:DescBytes], d.handle)
+	le.PutUint64(b[32:], d.base)
+	copy(b[40:DescBytes], d.handle)
 }
 
 // Empty reports whether d describes no buffer (Describe of nil).
@@ -53,7 +60,7 @@ func GetDesc(b []byte) Desc {
 	le := binary.LittleEndian
 	return Desc{
 		id: le.Uint64(b[0:]), off: int(le.Uint64(b[8:])), n: int(le.Uint64(b[16:])),
-		allocLen: int(le.Uint64(b[24:])), handle: b[32:DescBytes],
+		allocLen: int(le.Uint64(b[24:])), base: le.Uint64(b[32:]), handle: b[40:DescBytes],
 	}
 }
 
@@ -64,6 +71,13 @@ type export struct {
 	handle []byte
 }
 
+// mapped is a peer's allocation opened here, with its range at the owner.
+type mapped struct {
+	buf  *gpu.Buffer
+	base uint64
+	n    int
+}
+
 // Window holds both sides of the descriptor cache of one rank: the
 // allocations it has exported and the peers' allocations it has mapped. It
 // is not safe for concurrent use (the data plane uses it under its
@@ -71,18 +85,18 @@ type export struct {
 type Window struct {
 	dev      *gpu.Device
 	nextID   uint64
-	exports  map[uintptr][]*export    // by allocation base address
-	opened   []map[uint64]*gpu.Buffer // by owner rank, then id
-	peerHost func(r int) string       // names the owner in errors
+	exports  map[uintptr][]*export // by allocation base address
+	opened   []map[uint64]mapped   // by owner rank, then id
+	peerHost func(r int) string    // names the owner in errors
 }
 
 // NewWindow makes the cache for a rank among n on dev; peerHost names a
 // rank's host in errors.
 func NewWindow(dev *gpu.Device, n int, peerHost func(int) string) *Window {
-	c := &Window{dev: dev, exports: map[uintptr][]*export{}, opened: make([]map[uint64]*gpu.Buffer, n),
+	c := &Window{dev: dev, exports: map[uintptr][]*export{}, opened: make([]map[uint64]mapped, n),
 		peerHost: peerHost}
 	for r := range c.opened {
-		c.opened[r] = map[uint64]*gpu.Buffer{}
+		c.opened[r] = map[uint64]mapped{}
 	}
 	return c
 }
@@ -105,11 +119,31 @@ func (c *Window) Describe(b *gpu.Buffer) (Desc, error) {
 		if err != nil {
 			return Desc{}, fmt.Errorf("export buffer for peers: %w", err)
 		}
+		c.forgetOverlapping(whole)
 		c.nextID++
 		e = &export{whole: whole, id: c.nextID, handle: h}
 		c.exports[whole.Ptr()] = append(c.exports[whole.Ptr()], e)
 	}
-	return Desc{id: e.id, off: off, n: b.Len(), allocLen: whole.Len(), handle: e.handle}, nil
+	return Desc{id: e.id, off: off, n: b.Len(), allocLen: whole.Len(), base: uint64(whole.Ptr()), handle: e.handle}, nil
+}
+
+// forgetOverlapping drops the exports of allocations that overlap whole
+// (a new, live allocation): they were freed.
+func (c *Window) forgetOverlapping(whole *gpu.Buffer) {
+	lo, hi := whole.Ptr(), whole.Ptr()+uintptr(whole.Len())
+	for base, es := range c.exports {
+		kept := es[:0]
+		for _, x := range es {
+			if x.whole.SameAllocation(whole) || base >= hi || base+uintptr(x.whole.Len()) <= lo {
+				kept = append(kept, x)
+			}
+		}
+		if len(kept) == 0 {
+			delete(c.exports, base)
+		} else {
+			c.exports[base] = kept
+		}
+	}
 }
 
 // Open returns owner's buffer that d describes, mapped into this device,
@@ -119,18 +153,42 @@ func (c *Window) Open(owner int, d Desc) (*gpu.Buffer, error) {
 	if d.id == 0 {
 		return nil, fmt.Errorf("rank %d on %s sent no buffer where one is needed", owner, c.peerHost(owner))
 	}
-	m := c.opened[owner][d.id]
-	if m == nil {
-		var err error
-		if m, err = c.dev.OpenIPCBuffer(d.handle, d.allocLen); err != nil {
+	if owner < 0 || owner >= len(c.opened) {
+		return nil, fmt.Errorf("descriptor from rank %d of %d", owner, len(c.opened))
+	}
+	mp, ok := c.opened[owner][d.id]
+	if !ok {
+		if err := c.closeOverlapping(owner, d); err != nil {
+			return nil, err
+		}
+		b, err := c.dev.OpenIPCBuffer(d.handle, d.allocLen)
+		if err != nil {
 			return nil, fmt.Errorf("map rank %d's buffer (on %s) over nvlink: %w", owner, c.peerHost(owner), err)
 		}
-		c.opened[owner][d.id] = m
+		mp = mapped{buf: b, base: d.base, n: d.allocLen}
+		c.opened[owner][d.id] = mp
 	}
+	m := mp.buf
 	if d.off < 0 || d.n < 0 || d.off+d.n > m.Len() {
 		return nil, fmt.Errorf("rank %d on %s described bytes [%d,%d) of a %d-byte allocation", owner, c.peerHost(owner), d.off, d.off+d.n, m.Len())
 	}
 	return m.Sub(d.off, d.n), nil
+}
+
+// closeOverlapping unmaps owner's allocations whose range at the owner
+// overlaps the one d describes (new there, so they were freed): the peer's
+// memory was given back, and a stale mapping must never be used again.
+func (c *Window) closeOverlapping(owner int, d Desc) error {
+	lo, hi := d.base, d.base+uint64(d.allocLen)
+	for id, m := range c.opened[owner] {
+		if m.base < hi && lo < m.base+uint64(m.n) {
+			delete(c.opened[owner], id)
+			if err := m.buf.Free(); err != nil {
+				return fmt.Errorf("unmap rank %d's freed buffer (on %s): %w", owner, c.peerHost(owner), err)
+			}
+		}
+	}
+	return nil
 }
 
 // Close unmaps every peer allocation and forgets the exports; it returns
@@ -139,7 +197,7 @@ func (c *Window) Close() error {
 	var first error
 	for _, m := range c.opened {
 		for id, b := range m {
-			if err := b.Free(); err != nil && first == nil {
+			if err := b.buf.Free(); err != nil && first == nil {
 				first = err
 			}
 			delete(m, id)

@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -15,6 +16,8 @@ import (
 // must not call back into the engine.
 type engine struct {
 	log hclog.Logger
+	// keepOnLoss: a lost rank does not fail the job (ServerConfig.KeepOnLoss).
+	keepOnLoss bool
 
 	mu      sync.Mutex
 	members []member
@@ -45,7 +48,8 @@ type member struct {
 	sink   sink
 	host   string
 	joined bool
-	left   bool   // said goodbye
+	left   bool   // said goodbye (or was lost, with keepOnLoss)
+	lost   string // with keepOnLoss: why the rank was lost ("" while it was not)
 	next   uint64 // one past the highest collective sequence it contributed to
 }
 
@@ -63,13 +67,14 @@ type waiter struct {
 	id   uint64
 }
 
-func newEngine(size int, log hclog.Logger) *engine {
+func newEngine(size int, log hclog.Logger, keepOnLoss bool) *engine {
 	return &engine{
-		log:     log,
-		members: make([]member, size),
-		ops:     make(map[uint64]*pendingOp),
-		kv:      make(map[string][]byte),
-		waiters: make(map[string][]waiter),
+		log:        log,
+		keepOnLoss: keepOnLoss,
+		members:    make([]member, size),
+		ops:        make(map[uint64]*pendingOp),
+		kv:         make(map[string][]byte),
+		waiters:    make(map[string][]waiter),
 	}
 }
 
@@ -102,6 +107,10 @@ func (e *engine) handle(rank int, msg message) {
 	case collMsg:
 		e.contribute(rank, m)
 	case putMsg:
+		if err := reservedKey(m.Key); err != nil {
+			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Status: classNotSupported, Text: err.Error()}))
+			return
+		}
 		e.put(rank, m)
 	case getMsg:
 		if v, ok := e.kv[m.Key]; ok {
@@ -181,11 +190,17 @@ func describe(k collKind, root uint32) string {
 }
 
 // failOp ends a collective that can never complete because rank gone said
-// goodbye without taking part; its contributors get an error.
+// goodbye (or was lost, with keepOnLoss) without taking part; its
+// contributors get an error.
 func (e *engine) failOp(seq uint64, op *pendingOp, gone int) {
 	delete(e.ops, seq)
-	out := newOut(collResMsg{Seq: seq, Kind: op.kind, Status: classClosed,
-		Text: fmt.Sprintf("%s #%d: rank %d (host %s) closed its store without taking part", op.kind, seq, gone, e.members[gone].host)})
+	g := e.members[gone]
+	res := collResMsg{Seq: seq, Kind: op.kind, Status: classClosed,
+		Text: fmt.Sprintf("%s #%d: rank %d (host %s) closed its store without taking part", op.kind, seq, gone, g.host)}
+	if g.lost != "" {
+		res.Status, res.Text = classPeerLost, fmt.Sprintf("%s #%d: rank %d on host %s lost: %s", op.kind, seq, gone, g.host, g.lost)
+	}
+	out := newOut(res)
 	for r, ok := range op.have {
 		if ok && !e.members[r].left {
 			e.members[r].sink.deliver(out)
@@ -193,8 +208,12 @@ func (e *engine) failOp(seq uint64, op *pendingOp, gone int) {
 	}
 }
 
+// put stores m's value; rank -1 is the engine itself (no reply).
 func (e *engine) put(rank int, m putMsg) {
-	s := e.members[rank].sink
+	s := sink(sinkFunc(func(*outMsg) {}))
+	if rank >= 0 {
+		s = e.members[rank].sink
+	}
 	if old, ok := e.kv[m.Key]; ok {
 		if bytes.Equal(old, m.Value) {
 			s.deliver(newOut(replyMsg{ID: m.ID}))
@@ -227,17 +246,38 @@ func (e *engine) leave(rank int) {
 }
 
 // lost reports that rank's connection ended before its goodbye; the job
-// fails with errs.ErrPeerLost naming the rank and its host.
+// fails with errs.ErrPeerLost naming the rank and its host. With
+// keepOnLoss the job goes on: collectives that need the rank fail with
+// errs.ErrPeerLost naming it, and the loss is published as the next
+// loss record (LossKey) for the others to read.
 func (e *engine) lost(rank int, cause string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.members[rank]
-	if !m.joined || m.left {
+	if !m.joined || m.left || e.failed != nil {
 		return
 	}
 	e.members[rank].left = true // nothing more is delivered to it
-	e.fail(failure{Class: classPeerLost, Detected: true,
-		Text: fmt.Sprintf("rank %d on host %s lost: %s", rank, m.host, cause)})
+	text := fmt.Sprintf("rank %d on host %s lost: %s", rank, m.host, cause)
+	if !e.keepOnLoss {
+		e.fail(failure{Class: classPeerLost, Detected: true, Text: text})
+		return
+	}
+	e.log.Error("rank lost; the others go on", "rank", rank, "host", m.host, "cause", cause)
+	e.members[rank].lost = cause
+	for seq, op := range e.ops {
+		if !op.have[rank] {
+			e.failOp(seq, op, rank)
+		}
+	}
+	n := 0
+	for r := range e.members {
+		if e.members[r].lost != "" {
+			n++
+		}
+	}
+	rec, _ := json.Marshal(Loss{Rank: rank, Host: m.host, Text: "bootstrap: " + text})
+	e.put(-1, putMsg{Key: LossKey(n - 1), Value: rec})
 }
 
 // abort fails the job on behalf of rank (rankLauncher for the launcher).

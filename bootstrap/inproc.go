@@ -15,11 +15,18 @@ import (
 // process (ranks are goroutines), for tests. They behave as TCP stores do,
 // including Abort, Close and loss (see LoseInProc); data is copied in and
 // out, so no slice is shared between ranks or with the caller.
-func NewInProc(size int) []Store {
+func NewInProc(size int) []Store { return newInProc(size, false) }
+
+// NewInProcKeepOnLoss is NewInProc for a job that goes on after a loss
+// (ServerConfig.KeepOnLoss): LoseInProc then fails only what needs the
+// lost rank and publishes a loss record (NextLoss).
+func NewInProcKeepOnLoss(size int) []Store { return newInProc(size, true) }
+
+func newInProc(size int, keepOnLoss bool) []Store {
 	if size <= 0 {
 		panic(fmt.Sprintf("bootstrap: NewInProc(%d)", size))
 	}
-	eng := newEngine(size, hclog.NewNullLogger())
+	eng := newEngine(size, hclog.NewNullLogger(), keepOnLoss)
 	stores := make([]Store, size)
 	for r := range stores {
 		tx := &inprocTx{eng: eng, rank: r}
@@ -36,7 +43,8 @@ func NewInProc(size int) []Store {
 
 // LoseInProc simulates the loss of an in-process store's rank, as if its
 // connection dropped without a goodbye: every other rank's pending and
-// later calls fail with errs.ErrPeerLost naming it; its own calls fail with
+// later calls fail with errs.ErrPeerLost naming it (with keepOnLoss: only
+// collectives, and a loss record is published); its own calls fail with
 // errs.ErrClosed. It returns an error if s is not from NewInProc.
 func LoseInProc(s Store) error {
 	ep, ok := s.(*endpoint)

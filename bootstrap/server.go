@@ -51,7 +51,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bootstrap: server: listen %s: %w", cfg.Addr, err)
 	}
 	log := cfg.Logger.Named("bootstrap")
-	s := &Server{cfg: cfg, ln: ln, log: log, eng: newEngine(cfg.Size, log), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
+	s := &Server{cfg: cfg, ln: ln, log: log, eng: newEngine(cfg.Size, log, cfg.KeepOnLoss), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Debug("serving", "addr", s.Addr(), "size", cfg.Size, "job", cfg.JobID)

@@ -76,7 +76,14 @@ type ServerConfig struct {
 	// even a heartbeat) before it is declared lost (default 1.5 s).
 	// Heartbeats go out every PeerTimeout/4, at most every 400 ms.
 	PeerTimeout time.Duration
-	Logger      hclog.Logger // nil: discard
+	// KeepOnLoss keeps the job going when a rank is lost: instead of every
+	// rank's calls failing, only collectives that need the lost rank fail
+	// (errs.ErrPeerLost naming it), Put and Get go on serving the others,
+	// and the loss is published as a record (NextLoss). NCCL's model, where
+	// a dead rank fails the communicators that hold it and the survivors
+	// may make new ones (ncclCommShrink).
+	KeepOnLoss bool
+	Logger     hclog.Logger // nil: discard
 }
 
 // DialConfig configures one rank's connection.

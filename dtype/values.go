@@ -6,8 +6,11 @@ import (
 )
 
 // Put stores v as element i of b (little-endian) in type d: integers are
-// converted with Go's truncating conversion and wrap to the type's width;
-// floats round to nearest even. It is meant for tests, checks and examples,
+// converted with Go's truncating conversion and wrap to the type's width
+// (uint64 takes values up to 2⁶⁴ as they are); floats round to nearest
+// even, and the float8 types saturate (see Float32ToF8E4M3). v is rounded
+// to float32 first for the float8 types; the double rounding is innocuous
+// (float32 has more than twice their precision plus two bits). It is meant for tests, checks and examples,
 // not for hot loops.
 func Put(b []byte, i int, d DType, v float64) {
 	switch d {
@@ -27,6 +30,18 @@ func Put(b []byte, i int, d DType, v float64) {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
 	case Float64:
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	case Uint32:
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(int64(v)))
+	case Uint64:
+		u := uint64(int64(v))
+		if v >= 1<<63 {
+			u = uint64(v)
+		}
+		binary.LittleEndian.PutUint64(b[8*i:], u)
+	case Float8E4M3:
+		b[i] = Float32ToF8E4M3(float32(v))
+	case Float8E5M2:
+		b[i] = Float32ToF8E5M2(float32(v))
 	}
 }
 
@@ -49,6 +64,14 @@ func Get(b []byte, i int, d DType) float64 {
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	case Float64:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	case Uint32:
+		return float64(binary.LittleEndian.Uint32(b[4*i:]))
+	case Uint64:
+		return float64(binary.LittleEndian.Uint64(b[8*i:]))
+	case Float8E4M3:
+		return float64(F8E4M3ToFloat32(b[i]))
+	case Float8E5M2:
+		return float64(F8E5M2ToFloat32(b[i]))
 	}
 	return math.NaN()
 }
@@ -62,9 +85,15 @@ func Round(v float64, d DType) float64 {
 
 // Tolerance is the relative error flexlink's checks allow for a reduced
 // value of type d whose inputs are exact: zero for integers, a few units in
-// the last place for floats (reductions round at every step).
+// the last place for floats (reductions round at every step). The float8
+// types keep 3 (E4M3) or 2 (E5M2) mantissa bits: one rounding is off by up
+// to 1/16 or 1/8 of the value, so their tolerance allows about two.
 func Tolerance(d DType) float64 {
 	switch d {
+	case Float8E4M3:
+		return 0.125
+	case Float8E5M2:
+		return 0.25
 	case Float16:
 		return 1e-2
 	case BFloat16:

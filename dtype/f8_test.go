@@ -1,0 +1,191 @@
+package dtype
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// An independent reference for the float8 formats: decode by fields with
+// math.Ldexp, round by scanning every finite value.
+
+type f8Format struct {
+	name     string
+	manBits  int
+	bias     int
+	hasInf   bool // E5M2: S.11111.00 is Inf, S.11111.xx NaN; E4M3: only S.1111.111 is NaN
+	maxFin   uint8
+	toF32    func(uint8) float32
+	fromF32  func(float32) uint8
+	maxValue float64
+}
+
+func e4m3() f8Format {
+	return f8Format{"e4m3", 3, 7, false, 0x7e, F8E4M3ToFloat32, Float32ToF8E4M3, 448}
+}
+
+func e5m2() f8Format {
+	return f8Format{"e5m2", 2, 15, true, 0x7b, F8E5M2ToFloat32, Float32ToF8E5M2, 57344}
+}
+
+func (f f8Format) isNaN(b uint8) bool {
+	em := b & 0x7f
+	if f.hasInf {
+		return em > 0x7c
+	}
+	return em == 0x7f
+}
+
+// decode returns b's value from its fields (NaN as NaN).
+func (f f8Format) decode(b uint8) float64 {
+	if f.isNaN(b) {
+		return math.NaN()
+	}
+	exp := int(b&0x7f) >> f.manBits
+	man := int(b) & (1<<f.manBits - 1)
+	var v float64
+	switch {
+	case f.hasInf && b&0x7f == 0x7c:
+		v = math.Inf(1)
+	case exp == 0:
+		v = math.Ldexp(float64(man), 1-f.bias-f.manBits)
+	default:
+		v = math.Ldexp(float64(man|1<<f.manBits), exp-f.bias-f.manBits)
+	}
+	if b&0x80 != 0 {
+		v = -v
+	}
+	return v
+}
+
+// round is the saturating round to nearest even of v (not NaN), by scanning
+// the finite values 0..maxFin, which are ordered like their bits.
+func (f f8Format) round(v float64) uint8 {
+	var sign uint8
+	if math.Signbit(v) {
+		sign, v = 0x80, -v
+	}
+	if v >= f.maxValue { // saturate, Inf included
+		return sign | f.maxFin
+	}
+	k := 0
+	for k < int(f.maxFin) && f.decode(uint8(k+1)) <= v {
+		k++
+	}
+	lo, hi := f.decode(uint8(k)), f.decode(uint8(k+1))
+	switch {
+	case v-lo < hi-v:
+		return sign | uint8(k)
+	case v-lo > hi-v:
+		return sign | uint8(k+1)
+	case k%2 == 0:
+		return sign | uint8(k)
+	}
+	return sign | uint8(k+1)
+}
+
+func TestF8ToFloat32Exhaustive(t *testing.T) {
+	for _, f := range []f8Format{e4m3(), e5m2()} {
+		for i := range 256 {
+			b := uint8(i)
+			got := f.toF32(b)
+			if f.isNaN(b) {
+				gb := math.Float32bits(got)
+				if got == got || gb&0x400000 == 0 || gb>>31 != uint32(b>>7) {
+					t.Fatalf("%s %#02x: got %#08x, want a quiet NaN of the same sign", f.name, b, gb)
+				}
+				continue
+			}
+			want := f.decode(b)
+			if float64(got) != want || math.Signbit(float64(got)) != math.Signbit(want) {
+				t.Fatalf("%s %#02x: got %v, want %v", f.name, b, got, want)
+			}
+		}
+	}
+}
+
+func TestF8RoundTripExhaustive(t *testing.T) {
+	for _, f := range []f8Format{e4m3(), e5m2()} {
+		for i := range 256 {
+			b := uint8(i)
+			want := b
+			switch {
+			case f.isNaN(b):
+				want = b&0x80 | 0x7f
+			case f.hasInf && b&0x7f == 0x7c:
+				want = b&0x80 | f.maxFin // Inf saturates
+			}
+			if got := f.fromF32(f.toF32(b)); got != want {
+				t.Fatalf("%s %#02x: round trip gives %#02x, want %#02x", f.name, b, got, want)
+			}
+		}
+	}
+}
+
+// TestFloat32ToF8Rounding probes every rounding boundary (each value, each
+// midpoint, and their float32 neighbours) and random float32 bit patterns.
+func TestFloat32ToF8Rounding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, f := range []f8Format{e4m3(), e5m2()} {
+		var in []float32
+		for k := 0; k <= int(f.maxFin); k++ {
+			lo := f.decode(uint8(k))
+			hi := lo + math.Ldexp(1, int(f.maxFin>>f.manBits)-f.bias-f.manBits) // past the max: one more step
+			if k < int(f.maxFin) {
+				hi = f.decode(uint8(k + 1))
+			}
+			for _, v := range []float32{float32(lo), float32((lo + hi) / 2)} {
+				in = append(in, v, math.Nextafter32(v, 0), math.Nextafter32(v, float32(math.Inf(1))))
+			}
+		}
+		for range 1 << 16 {
+			in = append(in, math.Float32frombits(rng.Uint32()))
+		}
+		in = append(in, 0, float32(math.Inf(1)), math.MaxFloat32, math.SmallestNonzeroFloat32, 1e-30, 65520, 1e10)
+		for _, v := range in {
+			for _, x := range []float32{v, -v} {
+				got := f.fromF32(x)
+				if x != x {
+					if want := uint8(math.Float32bits(x)>>24)&0x80 | 0x7f; got != want {
+						t.Fatalf("%s(NaN %#08x) = %#02x, want %#02x", f.name, math.Float32bits(x), got, want)
+					}
+					continue
+				}
+				if want := f.round(float64(x)); got != want {
+					t.Fatalf("%s(%g = %#08x) = %#02x, want %#02x", f.name, x, math.Float32bits(x), got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestF8SpecialValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    f8Format
+		in   float32
+		want uint8
+	}{
+		{"one", e4m3(), 1, 0x38},
+		{"max", e4m3(), 448, 0x7e},
+		{"just above max rounds down", e4m3(), 463, 0x7e},
+		{"half-way above max saturates", e4m3(), 464, 0x7e},
+		{"inf saturates", e4m3(), float32(math.Inf(1)), 0x7e},
+		{"-inf saturates", e4m3(), float32(math.Inf(-1)), 0xfe},
+		{"smallest subnormal", e4m3(), 0x1p-9, 0x01},
+		{"tie below smallest subnormal", e4m3(), 0x1p-10, 0x00},
+		{"negative underflow keeps sign", e4m3(), -0x1p-11, 0x80},
+		{"tie to even", e4m3(), 1 + 0x1p-4, 0x38},
+		{"tie to odd rounds up", e4m3(), 1 + 0x3p-4, 0x3a},
+		{"e5m2 one", e5m2(), 1, 0x3c},
+		{"e5m2 max", e5m2(), 57344, 0x7b},
+		{"e5m2 overflow saturates", e5m2(), 65504, 0x7b},
+		{"e5m2 inf saturates", e5m2(), float32(math.Inf(1)), 0x7b},
+		{"e5m2 smallest subnormal", e5m2(), 0x1p-16, 0x01},
+		{"e5m2 tie to even", e5m2(), 1 + 0x1p-3, 0x3c},
+	} {
+		if got := tc.f.fromF32(tc.in); got != tc.want {
+			t.Errorf("%s: %s(%g) = %#02x, want %#02x", tc.name, tc.f.name, tc.in, got, tc.want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package capi
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -13,73 +12,6 @@ import (
 	"flexlink/internal/errs"
 	"flexlink/internal/settings"
 )
-
-// rawConfig lays out an ncclConfig_t as a C compiler does (LP64).
-func rawConfig(size uint64, magic, version uint32, ints map[int]int32, ptrs map[int]uint64) []byte {
-	b := make([]byte, ConfigBytes)
-	binary.LittleEndian.PutUint64(b[0:], size)
-	binary.LittleEndian.PutUint32(b[8:], magic)
-	binary.LittleEndian.PutUint32(b[12:], version)
-	for _, f := range configFields {
-		if !f.ptr {
-			u := int32(UndefInt)
-			binary.LittleEndian.PutUint32(b[f.off:], uint32(u))
-		}
-	}
-	for off, v := range ints {
-		binary.LittleEndian.PutUint32(b[off:], uint32(v))
-	}
-	for off, v := range ptrs {
-		binary.LittleEndian.PutUint64(b[off:], v)
-	}
-	return b[:min(size, ConfigBytes)]
-}
-
-func TestParseConfig(t *testing.T) {
-	all := map[int]int32{16: 0, 20: 2, 24: 3, 28: 4, 40: 1, 44: 5, 56: 1, 60: 2, 64: 1, 68: 7, 72: 8, 76: 1}
-	ptrs := map[int]uint64{32: 0x1000, 48: 0x2000}
-	tests := []struct {
-		name    string
-		raw     []byte
-		want    func(c *Config)
-		wantErr Result
-	}{
-		{"full 2.28", rawConfig(80, ConfigMagic, 22809, all, ptrs), func(c *Config) {
-			*c = Config{Blocking: 0, NetName: 0x1000, SplitShare: 1, TrafficClass: 5, CommName: 0x2000, CollnetEnable: 1, ShrinkShare: 1,
-				Kernels: Kernels{CGAClusterSize: 2, MinCTAs: 3, MaxCTAs: 4, CTAPolicy: 2, NvlsCTAs: 7, NChannelsPerNetPeer: 8, NvlinkCentricSched: 1}}
-		}, Success},
-		{"caller's struct is shorter (2.18 size)", rawConfig(48, ConfigMagic, 22809, all, ptrs), func(c *Config) {
-			c.Blocking, c.CGAClusterSize, c.MinCTAs, c.MaxCTAs, c.NetName, c.SplitShare, c.TrafficClass = 0, 2, 3, 4, 0x1000, 1, 5
-		}, Success},
-		{"fields newer than the caller's version stay unset", rawConfig(80, ConfigMagic, 22700, all, ptrs), func(c *Config) {
-			*c = Config{Blocking: 0, NetName: 0x1000, SplitShare: 1, TrafficClass: 5, CommName: 0x2000, CollnetEnable: 1, ShrinkShare: 1,
-				Kernels: Kernels{CGAClusterSize: 2, MinCTAs: 3, MaxCTAs: 4, CTAPolicy: 2, NvlsCTAs: 7, NChannelsPerNetPeer: UndefInt, NvlinkCentricSched: UndefInt}}
-		}, Success},
-		{"initializer defaults", rawConfig(80, ConfigMagic, 22809, nil, nil), func(c *Config) {}, Success},
-		{"bad magic", rawConfig(80, 0x1234, 22809, nil, nil), nil, InvalidArgument},
-		{"too short", rawConfig(8, ConfigMagic, 22809, nil, nil), nil, InvalidArgument},
-		{"blocking 2", rawConfig(80, ConfigMagic, 22809, map[int]int32{16: 2}, nil), nil, InvalidArgument},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseConfig(tc.raw)
-			if r := ResultOf(err); r != tc.wantErr {
-				t.Fatalf("ParseConfig: %v (%v), want %v", r, err, tc.wantErr)
-			}
-			if tc.want == nil {
-				return
-			}
-			want := DefaultConfig()
-			tc.want(&want)
-			if got != want {
-				t.Errorf("got %+v\nwant %+v", got, want)
-			}
-		})
-	}
-	if !DefaultConfig().IsBlocking() {
-		t.Error("an unset blocking field must mean blocking")
-	}
-}
 
 func TestDataTypeAndOps(t *testing.T) {
 	want := map[int32]dtype.DType{0: dtype.Int8, 1: dtype.Uint8, 2: dtype.Int32, 4: dtype.Int64, 6: dtype.Float16, 7: dtype.Float32, 8: dtype.Float64, 9: dtype.BFloat16}

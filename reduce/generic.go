@@ -55,6 +55,14 @@ func reduceTyped(dst, src []byte, dt dtype.DType, op dtype.Op) {
 		loopInt(as[int32](dst), as[int32](src), op)
 	case dtype.Int64:
 		loopInt(as[int64](dst), as[int64](src), op)
+	case dtype.Uint32:
+		loopInt(as[uint32](dst), as[uint32](src), op)
+	case dtype.Uint64:
+		loopInt(as[uint64](dst), as[uint64](src), op)
+	case dtype.Float8E4M3:
+		loopF8(dst, src, op, dtype.F8E4M3ToFloat32, dtype.Float32ToF8E4M3)
+	case dtype.Float8E5M2:
+		loopF8(dst, src, op, dtype.F8E5M2ToFloat32, dtype.Float32ToF8E5M2)
 	case dtype.Float32:
 		loopFloat(as[float32](dst), as[float32](src), op)
 	case dtype.Float64:
@@ -151,5 +159,13 @@ func loopBF16(d, s []uint16, op dtype.Op) {
 	s = s[:len(d)]
 	for i := range d {
 		d[i] = dtype.Float32ToBFloat16(opFloat(dtype.BFloat16ToFloat32(d[i]), dtype.BFloat16ToFloat32(s[i]), op))
+	}
+}
+
+// loopF8 reduces a float8 type through float32 (see opF8).
+func loopF8(d, s []byte, op dtype.Op, toF32 func(uint8) float32, fromF32 func(float32) uint8) {
+	s = s[:len(d)]
+	for i := range d {
+		d[i] = fromF32(opFloat(toF32(d[i]), toF32(s[i]), op))
 	}
 }

@@ -96,8 +96,48 @@ func floatValue(dt dtype.DType, bits uint64) float64 {
 		return float64(dtype.BFloat16ToFloat32(uint16(bits)))
 	case dtype.Float32:
 		return float64(math.Float32frombits(uint32(bits)))
+	case dtype.Float8E4M3, dtype.Float8E5M2:
+		return f8Value(dt, uint8(bits))
 	}
 	return math.Float64frombits(bits)
+}
+
+// f8Value decodes float8 bits from their fields (independent of dtype's
+// conversions).
+func f8Value(dt dtype.DType, b uint8) float64 {
+	manBits, bias := 3, 7
+	if dt == dtype.Float8E5M2 {
+		manBits, bias = 2, 15
+	}
+	exp, man := int(b&0x7f)>>manBits, int(b)&(1<<manBits-1)
+	var v float64
+	switch {
+	case dt == dtype.Float8E4M3 && b&0x7f == 0x7f, dt == dtype.Float8E5M2 && b&0x7f > 0x7c:
+		return math.NaN()
+	case dt == dtype.Float8E5M2 && b&0x7f == 0x7c:
+		v = math.Inf(1)
+	case exp == 0:
+		v = math.Ldexp(float64(man), 1-bias-manBits)
+	default:
+		v = math.Ldexp(float64(man|1<<manBits), exp-bias-manBits)
+	}
+	if b&0x80 != 0 {
+		v = -v
+	}
+	return v
+}
+
+// saturate is what the float8 types store for v: ±Inf (and anything past
+// the largest finite value) becomes the largest finite value of its sign,
+// as NCCL's satfinite conversions do. Other types keep v.
+func saturate(dt dtype.DType, v float64) float64 {
+	if !dt.IsFloat8() || math.IsNaN(v) {
+		return v
+	}
+	if _, _, maxFinite := format(dt); math.Abs(v) > maxFinite {
+		return math.Copysign(maxFinite, v)
+	}
+	return v
 }
 
 // format gives the stored mantissa bits, the smallest normal exponent and
@@ -110,6 +150,10 @@ func format(dt dtype.DType) (manBits, minExp int, maxFinite float64) {
 		return 7, -126, float64(math.Float32frombits(0x7f7f0000))
 	case dtype.Float32:
 		return 23, -126, math.MaxFloat32
+	case dtype.Float8E4M3:
+		return 3, -6, 448
+	case dtype.Float8E5M2:
+		return 2, -14, 57344
 	}
 	return 52, -1022, math.MaxFloat64
 }
@@ -118,7 +162,7 @@ func format(dt dtype.DType) (manBits, minExp int, maxFinite float64) {
 // computed from the format's parameters with math.RoundToEven.
 func roundTo(dt dtype.DType, v float64) float64 {
 	if dt == dtype.Float64 || v == 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return v
+		return saturate(dt, v)
 	}
 	manBits, minExp, maxFinite := format(dt)
 	a := math.Abs(v)
@@ -129,7 +173,7 @@ func roundTo(dt dtype.DType, v float64) float64 {
 	if r > maxFinite {
 		r = math.Inf(1)
 	}
-	return math.Copysign(r, v)
+	return saturate(dt, math.Copysign(r, v))
 }
 
 // exactOp computes a op b for finite a, b exactly and rounds it to float64.
@@ -154,6 +198,10 @@ func exactOp(op dtype.Op, a, b float64) float64 {
 
 // oracleFloat is the expected value of a op b for float dtypes.
 func oracleFloat(dt dtype.DType, op dtype.Op, a, b float64) float64 {
+	return saturate(dt, oracleFloatExact(dt, op, a, b))
+}
+
+func oracleFloatExact(dt dtype.DType, op dtype.Op, a, b float64) float64 {
 	switch {
 	case math.IsNaN(a) || math.IsNaN(b):
 		return math.NaN()
@@ -189,7 +237,7 @@ func oracleFloat(dt dtype.DType, op dtype.Op, a, b float64) float64 {
 // oracleAvg is the expected value of x/n for Finish.
 func oracleAvgFloat(dt dtype.DType, x float64, n int) float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 {
-		return x // n > 0 keeps NaN, ±Inf and ±0
+		return saturate(dt, x) // n > 0 keeps NaN, ±Inf and ±0
 	}
 	q := new(big.Float).SetPrec(256).Quo(new(big.Float).SetFloat64(x), new(big.Float).SetInt64(int64(n)))
 	f, _ := q.Float64()

@@ -8,20 +8,29 @@
 // slices give unspecified results.
 //
 // Semantics, identical on the vectorised and the plain paths:
-//   - Integers (int8, uint8, int32, int64) wrap on overflow (two's
-//     complement), for Sum and Prod alike.
+//   - Integers (int8, uint8, int32, uint32, int64, uint64) wrap on overflow
+//     (two's complement), for Sum and Prod alike; Min and Max compare as
+//     signed or unsigned according to the type.
 //   - Float32 and Float64 use IEEE arithmetic, round to nearest even.
 //   - Float16 and BFloat16 compute each element in float32 and round back
 //     (nearest even): Reduce of a and b gives round(f32(a) op f32(b)).
 //     Because float32 has more than twice their precision plus two bits, this
 //     equals the correctly rounded result of a op b.
+//   - Float8 (E4M3, E5M2) compute in float32 and round back with the
+//     saturating conversion of dtype.Float32ToF8E4M3: every result is the
+//     correctly rounded one, except that anything past the largest finite
+//     value, ±Inf included (an E5M2 Inf input too), becomes that value of its
+//     sign. This is what NCCL's float8 reductions give (they go through
+//     float16 and CUDA's satfinite conversion; TestF8PairsExhaustive checks
+//     every pair), except for NaN in Min and Max below.
 //   - Min and Max on floats return NaN when either input is NaN (the NaN
 //     that a+b would give: quiet, payload of one of the inputs; which one
 //     when both are NaN is unspecified). -0 is less than +0.
 //   - Avg reduces as Sum; Finish divides by the number of contributions.
 //
 // Reduce uses AVX2 kernels (and F16C for float16) on amd64 where the CPU
-// has them, for every dtype and op except int64 Prod, and unrolled Go loops
+// has them, for every dtype and op except 64-bit Prod, uint64 Min and Max
+// and the float8 types, and unrolled Go loops
 // elsewhere (build tag purego forces them); Finish divides the float types
 // with AVX2 too. Ref is the plain one-element-at-a-time loop kept as the
 // specification for tests and comparisons. On the development machine
@@ -65,8 +74,9 @@ func Ref(dst, src []byte, dt dtype.DType, op dtype.Op) error {
 // Finish applies op's last step to a fully reduced buffer of n
 // contributions. For Avg it divides every element by n: integers with
 // truncation toward zero (like C), Float32 and Float64 in their own
-// precision (x / float32(n), x / float64(n)), Float16 and BFloat16 through
-// float32 and round back to nearest even. The float results are correctly
+// precision (x / float32(n), x / float64(n)), Float16, BFloat16 and the
+// float8 types through float32 and round back to nearest even (float8
+// saturating). The float results are correctly
 // rounded quotients while n is exact in float32 (n ≤ 2²⁴). For the other
 // ops, and for n = 1, it does nothing. n must be positive.
 func Finish(dst []byte, dt dtype.DType, op dtype.Op, n int) error {

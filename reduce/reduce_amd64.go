@@ -50,6 +50,12 @@ func minI32(dst, src *byte, n int)
 func maxI32(dst, src *byte, n int)
 
 //go:noescape
+func minU32(dst, src *byte, n int)
+
+//go:noescape
+func maxU32(dst, src *byte, n int)
+
+//go:noescape
 func addI64(dst, src *byte, n int)
 
 //go:noescape
@@ -104,8 +110,8 @@ type kernelFunc func(dst, src *byte, n int)
 
 // kernel returns the vector kernel for (dt, op) and its block size in
 // bytes, or nil where there is none: the CPU lacks AVX2 (or F16C for
-// float16), or AVX2 has no instruction for the op (int64 prod, which the Go
-// loop does). The CPU features are fixed for the process, so this switch
+// float16), or AVX2 has no instruction for the op (64-bit prod, uint64
+// min/max, and the float8 types, which the Go loops do). The CPU features are fixed for the process, so this switch
 // decides the same way on every call.
 func kernel(dt dtype.DType, op dtype.Op) (kernelFunc, int) {
 	if !cpu.X86.HasAVX2 {
@@ -133,6 +139,10 @@ func kernel(dt dtype.DType, op dtype.Op) (kernelFunc, int) {
 		return pick(addI32, mulI32, minI32, maxI32), 32
 	case dtype.Int64:
 		return pick(addI64, nil, minI64, maxI64), 32
+	case dtype.Uint32: // wrapped sums and products have the same bits as int32's
+		return pick(addI32, mulI32, minU32, maxU32), 32
+	case dtype.Uint64:
+		return pick(addI64, nil, nil, nil), 32
 	case dtype.Float32:
 		return pick(addF32, mulF32, minF32, maxF32), 32
 	case dtype.Float64:

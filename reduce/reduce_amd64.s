@@ -38,6 +38,8 @@
 #define MULD(R, S, T1, T2) VPMULLD S, R, R
 #define MIND(R, S, T1, T2) VPMINSD S, R, R
 #define MAXD(R, S, T1, T2) VPMAXSD S, R, R
+#define MINUD(R, S, T1, T2) VPMINUD S, R, R
+#define MAXUD(R, S, T1, T2) VPMAXUD S, R, R
 
 // AVX2 has no 64-bit min/max: compare (R > S) and blend.
 #define ADDQ4(R, S, T1, T2) VPADDQ S, R, R
@@ -120,6 +122,8 @@ LOOP32(·addI32, ADDD)
 LOOP32(·mulI32, MULD)
 LOOP32(·minI32, MIND)
 LOOP32(·maxI32, MAXD)
+LOOP32(·minU32, MINUD)
+LOOP32(·maxU32, MAXUD)
 LOOP32(·addI64, ADDQ4)
 LOOP32(·minI64, MINQ)
 LOOP32(·maxI64, MAXQ)

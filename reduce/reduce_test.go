@@ -42,6 +42,10 @@ func floatBits(dt dtype.DType) (expBits, manBits uint) {
 		return 8, 7
 	case dtype.Float32:
 		return 8, 23
+	case dtype.Float8E4M3:
+		return 4, 3
+	case dtype.Float8E5M2:
+		return 5, 2
 	}
 	return 11, 52
 }
@@ -62,6 +66,9 @@ func specials(dt dtype.DType) []uint64 {
 	inf := (uint64(1)<<eb - 1) << mb
 	one := (uint64(1)<<(eb-1) - 1) << mb
 	vals := []uint64{0, inf, inf | 1<<(mb-1), inf | 1, inf - 1, 1, 1<<mb - 1, 1 << mb, one, one | 1}
+	if dt.IsFloat8() { // E4M3's NaN and largest value (E5M2's quiet NaN and another NaN)
+		vals = append(vals, 0x7f, 0x7e)
+	}
 	for _, v := range vals[:len(vals):len(vals)] {
 		vals = append(vals, v|sign)
 	}
@@ -100,6 +107,10 @@ func encode(dt dtype.DType, v float64) uint64 {
 		return uint64(dtype.Float32ToBFloat16(float32(v)))
 	case dtype.Float32:
 		return uint64(math.Float32bits(float32(v)))
+	case dtype.Float8E4M3:
+		return uint64(dtype.Float32ToF8E4M3(float32(v)))
+	case dtype.Float8E5M2:
+		return uint64(dtype.Float32ToF8E5M2(float32(v)))
 	}
 	return math.Float64bits(v)
 }

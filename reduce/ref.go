@@ -10,7 +10,9 @@ import (
 // The scalar operators. Every path (Ref, the Go loops, the assembly) must
 // agree with these.
 
-type integer interface{ int8 | uint8 | int32 | int64 }
+type integer interface {
+	int8 | uint8 | int32 | int64 | uint32 | uint64
+}
 
 type float interface{ float32 | float64 }
 
@@ -76,6 +78,15 @@ func opHalf(a, b uint16, op dtype.Op, toF32 func(uint16) float32, fromF32 func(f
 	return fromF32(opFloat(toF32(a), toF32(b), op))
 }
 
+// opF8 applies op to two float8 values: widened to float32 (exact), combined
+// in float32, rounded back with the saturating conversion. Sums and
+// products of two float8 values are exact in float32 or (E5M2 sums) rounded
+// there with innocuous double rounding, so the result is the correctly
+// rounded one, saturated: what NCCL computes through float16.
+func opF8(a, b uint8, op dtype.Op, toF32 func(uint8) float32, fromF32 func(float32) uint8) uint8 {
+	return fromF32(opFloat(toF32(a), toF32(b), op))
+}
+
 // refLoop is the plain reference: decode one element of each buffer,
 // combine, encode. The lengths have been checked.
 func refLoop(dst, src []byte, dt dtype.DType, op dtype.Op) {
@@ -96,6 +107,22 @@ func refLoop(dst, src []byte, dt dtype.DType, op dtype.Op) {
 	case dtype.Int64:
 		for i := 0; i < len(dst); i += 8 {
 			le.PutUint64(dst[i:], uint64(opInt(int64(le.Uint64(dst[i:])), int64(le.Uint64(src[i:])), op)))
+		}
+	case dtype.Uint32:
+		for i := 0; i < len(dst); i += 4 {
+			le.PutUint32(dst[i:], opInt(le.Uint32(dst[i:]), le.Uint32(src[i:]), op))
+		}
+	case dtype.Uint64:
+		for i := 0; i < len(dst); i += 8 {
+			le.PutUint64(dst[i:], opInt(le.Uint64(dst[i:]), le.Uint64(src[i:]), op))
+		}
+	case dtype.Float8E4M3:
+		for i := range dst {
+			dst[i] = opF8(dst[i], src[i], op, dtype.F8E4M3ToFloat32, dtype.Float32ToF8E4M3)
+		}
+	case dtype.Float8E5M2:
+		for i := range dst {
+			dst[i] = opF8(dst[i], src[i], op, dtype.F8E5M2ToFloat32, dtype.Float32ToF8E5M2)
 		}
 	case dtype.Float16:
 		for i := 0; i < len(dst); i += 2 {
@@ -137,6 +164,24 @@ func finishAvg(dst []byte, dt dtype.DType, n int) {
 	case dtype.Int64:
 		for i := 0; i < len(dst); i += 8 {
 			le.PutUint64(dst[i:], uint64(int64(le.Uint64(dst[i:]))/int64(n)))
+		}
+	case dtype.Uint32:
+		for i := 0; i < len(dst); i += 4 {
+			le.PutUint32(dst[i:], uint32(uint64(le.Uint32(dst[i:]))/uint64(n)))
+		}
+	case dtype.Uint64:
+		for i := 0; i < len(dst); i += 8 {
+			le.PutUint64(dst[i:], le.Uint64(dst[i:])/uint64(n))
+		}
+	case dtype.Float8E4M3:
+		d := float32(n)
+		for i := range dst {
+			dst[i] = dtype.Float32ToF8E4M3(dtype.F8E4M3ToFloat32(dst[i]) / d)
+		}
+	case dtype.Float8E5M2:
+		d := float32(n)
+		for i := range dst {
+			dst[i] = dtype.Float32ToF8E5M2(dtype.F8E5M2ToFloat32(dst[i]) / d)
 		}
 	case dtype.Float16:
 		d := float32(n)

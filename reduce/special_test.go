@@ -102,6 +102,27 @@ func TestReduceKnownValues(t *testing.T) {
 		{"bf16 subnormal sum", dtype.BFloat16, dtype.Sum, 0x0001, 0x0001, 0x0002, false},
 		{"bf16 max -0 +0", dtype.BFloat16, dtype.Max, 0x8000, 0x0000, 0x0000, false},
 		{"bf16 min NaN", dtype.BFloat16, dtype.Min, bf16(1), 0xffc1, 0, true},
+		{"uint32 sum wraps", dtype.Uint32, dtype.Sum, math.MaxUint32, 2, 1, false},
+		{"uint32 prod wraps", dtype.Uint32, dtype.Prod, 1 << 31, 2, 0, false},
+		{"uint32 min unsigned", dtype.Uint32, dtype.Min, 1 << 31, 1, 1, false},
+		{"uint32 max unsigned", dtype.Uint32, dtype.Max, 1 << 31, 1, 1 << 31, false},
+		{"uint64 sum wraps", dtype.Uint64, dtype.Sum, math.MaxUint64, 2, 1, false},
+		{"uint64 prod wraps", dtype.Uint64, dtype.Prod, 1 << 63, 3, 1 << 63, false},
+		{"uint64 min unsigned", dtype.Uint64, dtype.Min, 1 << 63, 5, 5, false},
+		{"uint64 max unsigned", dtype.Uint64, dtype.Max, 1 << 63, 5, 1 << 63, false},
+		{"e4m3 sum saturates", dtype.Float8E4M3, dtype.Sum, 0x7e, 0x7e, 0x7e, false},
+		{"e4m3 prod saturates negative", dtype.Float8E4M3, dtype.Prod, 0x7e, 0xc0, 0xfe, false},
+		{"e4m3 tie to even", dtype.Float8E4M3, dtype.Sum, 0x50, 0x30, 0x50, false},   // 16 + 0.5: tie, down to 16
+		{"e4m3 tie to odd up", dtype.Float8E4M3, dtype.Sum, 0x51, 0x30, 0x52, false}, // 18 + 0.5: tie, up to 20
+		{"e4m3 NaN", dtype.Float8E4M3, dtype.Sum, 0x7f, 0x38, 0, true},
+		{"e4m3 min NaN", dtype.Float8E4M3, dtype.Min, 0x38, 0xff, 0, true},
+		{"e4m3 min -0 +0", dtype.Float8E4M3, dtype.Min, 0x00, 0x80, 0x80, false},
+		{"e4m3 subnormal sum", dtype.Float8E4M3, dtype.Sum, 0x01, 0x07, 0x08, false},
+		{"e5m2 inf saturates", dtype.Float8E5M2, dtype.Sum, 0x7c, 0x3c, 0x7b, false},
+		{"e5m2 max of inf saturates", dtype.Float8E5M2, dtype.Max, 0xfc, 0x3c, 0x3c, false},
+		{"e5m2 min of -inf saturates", dtype.Float8E5M2, dtype.Min, 0xfc, 0x3c, 0xfb, false},
+		{"e5m2 inf - inf", dtype.Float8E5M2, dtype.Sum, 0x7c, 0xfc, 0, true},
+		{"e5m2 overflow saturates", dtype.Float8E5M2, dtype.Prod, 0x7b, 0x40, 0x7b, false},
 	} {
 		const n = 333
 		a, b := make([]byte, n*tc.dt.Size()), make([]byte, n*tc.dt.Size())

@@ -29,10 +29,12 @@ const (
 // at a time, in call order (as on one NCCL stream). Collectives on different
 // communicators run concurrently and never cross-talk: each has its own links.
 //
-// A collective that fails (peer lost, mismatch, deadline) breaks the job:
-// the failing rank aborts it through the bootstrap, so every rank's pending
-// and later calls fail with an error that wraps the same sentinel and says
-// which rank failed and why. Nothing waits forever.
+// A collective that fails (peer lost, mismatch, deadline) ends the
+// communicator on every member (fate.go): the failing rank publishes why
+// through the bootstrap, so every member's pending and later calls on it
+// fail with an error that wraps the same sentinel and says which
+// communicator ended, which rank ended it and why. Other communicators go
+// on. Nothing waits forever.
 type Comm struct {
 	world     *world
 	name      string // unique within the job; also names shared segments
@@ -45,15 +47,14 @@ type Comm struct {
 	engine    *collectives.Engine
 	ownsWorld bool
 	queue
-	pxn pxnState // the PXN proxy (pxn.go)
+	pxn  pxnState // the PXN proxy (pxn.go)
+	fate fate     // how the communicator ended (fate.go)
 }
 
-// queue is the communicator's call queue: one collective at a time, the
-// error that broke it, and the counts of splits and shrinks made (they name
-// the new communicators).
+// queue is the communicator's call queue: one collective at a time, and
+// the counts of splits and shrinks made (they name the new communicators).
 type queue struct {
 	opMu      sync.Mutex
-	broken    error
 	closed    bool
 	splitSeq  int
 	shrinkSeq int
@@ -62,7 +63,7 @@ type queue struct {
 func newComm(w *world, name string, members []int, myWorldRank int, eps endpoints, addr addrFunc) (*Comm, error) {
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	c := &Comm{world: w, name: name, id: h.Sum64(), members: members, size: len(members), eps: eps}
+	c := &Comm{world: w, name: name, id: h.Sum64(), members: members, size: len(members), eps: eps, fate: newFate()}
 	c.rank = -1
 	for i, m := range members {
 		if m == myWorldRank {
@@ -84,10 +85,13 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	c.links = newLinkSet(c, addr)
 	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.NewHostMemory(), cfg)
 	c.engine.SetObserver(c.callObserver())
-	w.register(c)
-	if err := w.store.Err(); err != nil {
-		c.links.abort(err)
+	if l, lost := w.register(c); lost {
+		c.end(c.lossError(l))
 	}
+	if err := w.store.Err(); err != nil {
+		c.end(err)
+	}
+	go c.watchEnd()
 	logSummary(c)
 	return c, nil
 }
@@ -133,15 +137,16 @@ func (c *Comm) LocalSize() int {
 func (c *Comm) Links() []LinkReport { return c.links.report() }
 
 // Run executes one collective under the communicator's lock, applies the
-// default deadline, and turns a failure into a job abort.
+// default deadline, and turns a failure into the end of the communicator
+// on every member (fate.go).
 func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context) error) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if c.closed {
 		return fmt.Errorf("rank %d: %s on closed communicator: %w", c.rank, what, errs.ErrClosed)
 	}
-	if c.broken != nil {
-		return fmt.Errorf("rank %d: %s on broken communicator: %w", c.rank, what, c.broken)
+	if err := c.fate.ended(); err != nil {
+		return fmt.Errorf("rank %d: %s on communicator %s, which has ended: %w", c.rank, what, c.name, err)
 	}
 	if _, has := ctx.Deadline(); !has {
 		if d := c.world.callTimeout; d > 0 {
@@ -155,15 +160,18 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 		return nil
 	}
 	c.awaitRootCause(err)
-	if se := c.world.store.Err(); se != nil && !errors.Is(err, se) {
-		// Another rank aborted first: its reason is the one to report.
-		err = fmt.Errorf("%w (local error: %v)", se, err)
+	if fe := c.fate.ended(); fe != nil {
+		if !errors.Is(err, fe) {
+			// The communicator ended first (another member failed or
+			// aborted it, a member was lost, the job ended): that reason is
+			// the one to report.
+			err = fmt.Errorf("%w (local error: %v)", fe, err)
+		}
 	} else {
-		err = fmt.Errorf("rank %d on %s: %s: %w", c.WorldRank(), c.world.host, what, err)
-		c.world.store.Abort(err)
+		err = fmt.Errorf("rank %d on %s: communicator %s (rank %d of %d): %s: %w", c.WorldRank(), c.world.host, c.name, c.rank, c.size, what, err)
+		c.publish(err)
 	}
-	c.broken = err
-	c.links.abort(err)
+	c.end(err)
 	return err
 }
 
@@ -177,22 +185,24 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 // much extra before the job aborts.
 const rootCauseWait = time.Second
 
-// awaitRootCause waits, for a peer-lost error only, until the job's store
-// fails (the server's own detection) or rootCauseWait passes.
+// awaitRootCause waits, for a peer-lost error only, until the
+// communicator ends by other news (the bootstrap's loss record or the
+// job's end: the server's own detection) or rootCauseWait passes.
 func (c *Comm) awaitRootCause(err error) {
-	if !errors.Is(err, errs.ErrPeerLost) || c.world.store.Err() != nil {
+	if !errors.Is(err, errs.ErrPeerLost) || c.fate.ended() != nil {
 		return
 	}
 	t := time.NewTimer(rootCauseWait)
 	defer t.Stop()
 	select {
-	case <-c.world.store.Done():
+	case <-c.fate.done:
 	case <-t.C:
 	}
 }
 
-// Abort ends the whole job: every rank's pending and later calls fail with
-// an error carrying reason.
+// Abort ends the whole job: every rank's pending and later calls on every
+// communicator fail with an error carrying reason. Revoke ends one
+// communicator.
 func (c *Comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("aborted by the program")
@@ -202,7 +212,7 @@ func (c *Comm) Abort(reason error) {
 		err = fmt.Errorf("%w: %w", errs.ErrAborted, err)
 	}
 	c.world.store.Abort(err)
-	c.links.abort(err)
+	c.end(err)
 }
 
 // Close releases the communicator's links and endpoints. Closing the world
@@ -217,7 +227,7 @@ func (c *Comm) Close() error {
 	c.closed = true
 	c.opMu.Unlock()
 	quiescePXN(c)
-	if c.broken == nil {
+	if c.fate.ended() == nil {
 		// Wait (bounded) until every rank is leaving, so no rank tears down
 		// a link whose last message its peer has not read yet (links whose
 		// sends complete on the receiver's acknowledgement, the network
@@ -226,10 +236,12 @@ func (c *Comm) Close() error {
 		if c.ownsWorld {
 			wait = closeWait
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		// The wait also ends when the communicator does (a member that
+		// ended it skips the barrier).
+		ctx, cancel := context.WithTimeout(c.links.ctx, wait)
 		if c.ownsWorld {
 			c.world.store.Barrier(ctx)
-		} else if c.world.store.Err() == nil {
+		} else {
 			c.engine.Barrier(ctx)
 		}
 		cancel()
@@ -283,14 +295,18 @@ func (c *Comm) Peers() collectives.Peers { return peers{c.links} }
 // Log is the process's logger.
 func (c *Comm) Log() hclog.Logger { return c.world.log }
 
-// JobErr is nil while the job is healthy, then the reason it ended.
-func (c *Comm) JobErr() error { return c.world.store.Err() }
+// JobErr is nil while the communicator is healthy, then the reason it
+// ended (the device planes' view of "the job" is their communicator's
+// fate: fate.go).
+func (c *Comm) JobErr() error { return c.fate.ended() }
 
-// JobDone is closed when the job ends (a rank lost, or an abort).
-func (c *Comm) JobDone() <-chan struct{} { return c.world.store.Done() }
+// JobDone is closed when the communicator ends (a member failed, aborted
+// or was lost, or the job ended).
+func (c *Comm) JobDone() <-chan struct{} { return c.fate.done }
 
-// AbortJob ends the job for every rank with err (as Run does on a failure).
-func (c *Comm) AbortJob(err error) { c.world.store.Abort(err) }
+// AbortJob ends the communicator for every member with err (as Run does
+// on a failure): see Revoke.
+func (c *Comm) AbortJob(err error) { c.Revoke(err) }
 
 // SameProcess reports whether the communicator's rank r lives in this
 // process.

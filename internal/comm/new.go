@@ -133,6 +133,7 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	}
 	c.ownsWorld = true
 	go w.watch()
+	go w.watchLosses()
 	if err := startPXNGroup(ctx, c); err != nil {
 		c.Close()
 		return nil, err

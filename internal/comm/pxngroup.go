@@ -74,24 +74,24 @@ func startPXNGroup(ctx context.Context, c *Comm) error {
 	return nil
 }
 
-// pxnServiceFailed ends the job when the group service fails outside a
-// call (a relay's connection broke): after the bootstrap's own report if a
-// peer was lost (it names the root cause), else with err.
+// pxnServiceFailed ends the communicator on every member when the group
+// service fails outside a call (a relay's connection broke): after the
+// bootstrap's own news if a peer was lost (it names the root cause), else
+// with err.
 func pxnServiceFailed(c *Comm, err error) {
-	w := c.world
-	if w.store.Err() != nil {
+	if c.fate.ended() != nil {
 		return
 	}
 	if errors.Is(err, errs.ErrPeerLost) {
 		t := time.NewTimer(rootCauseWait)
 		defer t.Stop()
 		select {
-		case <-w.store.Done():
+		case <-c.fate.done:
 			return
 		case <-t.C:
 		}
 	}
-	w.store.Abort(fmt.Errorf("rank %d on %s: pxn group service: %w", c.WorldRank(), w.host, err))
+	c.Revoke(fmt.Errorf("rank %d on %s: pxn group service: %w", c.WorldRank(), c.world.host, err))
 }
 
 // pxnGroupProxy is c's proxy when its group service runs, else nil.

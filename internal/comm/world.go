@@ -27,6 +27,7 @@ type world struct {
 
 	mu    sync.Mutex
 	comms map[*Comm]struct{}
+	lost  map[int]bootstrap.Loss // world ranks lost, with a store that keeps going (fate.go)
 }
 
 // jobInfo is who is in the job: this rank's host, the job's id and secret,
@@ -60,17 +61,20 @@ func (w *world) watch() {
 	}
 	w.mu.Unlock()
 	for _, c := range comms {
-		c.links.abort(err)
+		c.end(err)
 	}
 }
 
-func (w *world) register(c *Comm) {
+// register adds c to the communicators the world ends on news, and
+// returns the loss of one of its members when one is already lost.
+func (w *world) register(c *Comm) (bootstrap.Loss, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.comms == nil {
 		w.comms = map[*Comm]struct{}{}
 	}
 	w.comms[c] = struct{}{}
+	return w.lostMember(c.members)
 }
 
 func (w *world) unregister(c *Comm) {

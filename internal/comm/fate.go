@@ -1,0 +1,241 @@
+package comm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"flexlink/bootstrap"
+	"flexlink/internal/errs"
+)
+
+// A communicator's fate is NCCL's failure scope: what ends one
+// communicator ends it on every member and nothing else. It ends when
+//
+//   - a collective on it fails on some member (peer lost, mismatch,
+//     deadline): that member publishes the reason, the others read it;
+//   - a member aborts or revokes it (Revoke, ncclCommAbort, ncclCommRevoke);
+//   - a member's process is lost (the bootstrap's loss record, with a store
+//     that keeps going after a loss; bootstrap.ServerConfig.KeepOnLoss);
+//   - the job ends (Abort of the job, or a lost rank or server with a
+//     store that does not keep going).
+//
+// Then every pending and later call on it fails with the first reason,
+// which names the communicator, the rank that ended it and its host. The
+// parent, siblings and children are separate fates: they go on.
+//
+// The reason travels through the bootstrap store under the communicator's
+// abort key (write-once: the first member to publish wins); every member
+// watches that key while the communicator is open.
+type fate struct {
+	once sync.Once
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+func newFate() fate { return fate{done: make(chan struct{})} }
+
+// ended is nil while the communicator is healthy, then why it ended.
+func (f *fate) ended() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// set records err as the reason (the first one wins) and reports whether
+// it was the first.
+func (f *fate) set(err error) bool {
+	first := false
+	f.once.Do(func() {
+		f.mu.Lock()
+		f.err = err
+		f.mu.Unlock()
+		close(f.done)
+		first = true
+	})
+	return first
+}
+
+// end ends c locally with err: every pending and later message on its
+// links fails with it (the PXN proxy's too: it watches the links).
+func (c *Comm) end(err error) {
+	if c.fate.set(err) {
+		c.world.log.Debug("communicator ended", "comm", c.name, "error", err)
+	}
+	c.links.abort(c.fate.ended())
+}
+
+// Revoke ends the communicator on every member with reason, and nothing
+// else: the parent, siblings and children go on. Pending and later calls
+// on it fail with an error that names the communicator, this rank and its
+// host, and wraps errs.ErrAborted (or reason's sentinel: ErrPeerLost,
+// ErrMismatch, ErrTimeout). The communicator must still be closed; Shrink
+// works on it (it sends nothing over its links). Safe from any goroutine,
+// also while a call on c is in flight.
+func (c *Comm) Revoke(reason error) {
+	if reason == nil {
+		reason = errors.New("revoked by the program")
+	}
+	err := fmt.Errorf("communicator %s ended by rank %d of %d (world rank %d) on %s: %w", c.name, c.rank, c.size, c.WorldRank(), c.world.host, reason)
+	if !anySentinel(err) {
+		err = fmt.Errorf("%w: %w", errs.ErrAborted, err)
+	}
+	c.publish(err)
+	c.end(err)
+}
+
+// Err is nil while the communicator is healthy, then the reason it ended
+// (see Revoke).
+func (c *Comm) Err() error { return c.fate.ended() }
+
+// Done is closed when the communicator has ended (see Revoke).
+func (c *Comm) Done() <-chan struct{} { return c.fate.done }
+
+// sentinels, in the order that picks an error's class.
+var sentinels = []struct {
+	kind string
+	err  error
+}{
+	{"mismatch", errs.ErrMismatch},
+	{"peer-lost", errs.ErrPeerLost},
+	{"timeout", errs.ErrTimeout},
+	{"closed", errs.ErrClosed},
+	{"aborted", errs.ErrAborted},
+}
+
+func anySentinel(err error) bool {
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return true
+		}
+	}
+	return false
+}
+
+// endRecord is what a member publishes when it ends a communicator.
+type endRecord struct {
+	Kind string `json:"kind"` // the sentinel class (sentinels)
+	Text string `json:"text"`
+}
+
+// remoteError is a reason read from the store: its text, and the sentinel
+// of its class (with ErrAborted too, as the communicator was ended).
+type remoteError struct {
+	msg  string
+	errs []error
+}
+
+func (e *remoteError) Error() string   { return e.msg }
+func (e *remoteError) Unwrap() []error { return e.errs }
+
+func (r endRecord) err() error {
+	e := &remoteError{msg: r.Text, errs: []error{errs.ErrAborted}}
+	for _, s := range sentinels {
+		if s.kind == r.Kind && s.err != errs.ErrAborted {
+			e.errs = append(e.errs, s.err)
+		}
+	}
+	return e
+}
+
+func endKey(comm string) string { return "end/" + comm }
+
+// publishWait bounds publishing a communicator's end.
+const publishWait = 5 * time.Second
+
+// publish tells the other members that c ended with err (best effort,
+// bounded: a store that cannot take it has failed, and then every member
+// learns that from the store itself).
+func (c *Comm) publish(err error) {
+	rec := endRecord{Kind: "aborted", Text: err.Error()}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			rec.Kind = s.kind
+			break
+		}
+	}
+	b, _ := json.Marshal(rec)
+	ctx, cancel := context.WithTimeout(context.Background(), publishWait)
+	defer cancel()
+	// A second member's different reason is refused (the key is write-once):
+	// the first reason is the one every member reports.
+	if perr := c.world.store.Put(ctx, endKey(c.name), b); perr != nil && !errors.Is(perr, errs.ErrMismatch) {
+		c.world.log.Debug("publish the end of a communicator", "comm", c.name, "error", perr)
+	}
+}
+
+// watchEnd ends c when another member publishes its end; it returns when
+// c ends or closes.
+func (c *Comm) watchEnd() {
+	b, err := c.world.store.Get(c.links.ctx, endKey(c.name))
+	if err != nil {
+		return // c ended or closed, or the store did (world.watch handles that)
+	}
+	var rec endRecord
+	if json.Unmarshal(b, &rec) != nil {
+		rec = endRecord{Kind: "aborted", Text: fmt.Sprintf("communicator %s ended by another member (unreadable reason)", c.name)}
+	}
+	c.end(rec.err())
+}
+
+// watchLosses reads the store's loss records (bootstrap.NextLoss) and ends
+// every communicator that holds the lost rank. With a store that does not
+// keep going after a loss no record comes: the store fails instead, and
+// watch ends every communicator.
+func (w *world) watchLosses() {
+	for k := 0; ; k++ {
+		l, err := bootstrap.NextLoss(context.Background(), w.store, k)
+		if err != nil {
+			return // the store ended: closed or failed
+		}
+		w.mu.Lock()
+		if w.lost == nil {
+			w.lost = map[int]bootstrap.Loss{}
+		}
+		w.lost[l.Rank] = l
+		var hit []*Comm
+		for c := range w.comms {
+			if c.holds(l.Rank) >= 0 {
+				hit = append(hit, c)
+			}
+		}
+		w.mu.Unlock()
+		for _, c := range hit {
+			c.end(c.lossError(l))
+		}
+	}
+}
+
+// holds returns the comm rank of world rank wr in c, -1 when it is not a
+// member.
+func (c *Comm) holds(wr int) int {
+	for i, m := range c.members {
+		if m == wr {
+			return i
+		}
+	}
+	return -1
+}
+
+// lossError is the reason c ends when its member l is lost.
+func (c *Comm) lossError(l bootstrap.Loss) error {
+	host := l.Host
+	if l.Rank < len(c.world.hosts) {
+		host = c.world.hosts[l.Rank] // the name the rank gave itself (the store knows its connection's)
+	}
+	return fmt.Errorf("communicator %s: member rank %d (world rank %d) on host %s was lost: %w", c.name, c.holds(l.Rank), l.Rank, host, l.Err())
+}
+
+// lostMember returns the loss of one of members, if any was lost.
+func (w *world) lostMember(members []int) (bootstrap.Loss, bool) {
+	for _, m := range members {
+		if l, ok := w.lost[m]; ok {
+			return l, true
+		}
+	}
+	return bootstrap.Loss{}, false
+}

@@ -15,10 +15,12 @@ import (
 // at a time, in call order (as on one NCCL stream). Collectives on different
 // communicators run concurrently and never cross-talk: each has its own links.
 //
-// A collective that fails (peer lost, mismatch, deadline) breaks the job:
-// the failing rank aborts it through the bootstrap, so every rank's pending
-// and later calls fail with an error that wraps the same sentinel and says
-// which rank failed and why. Nothing waits forever.
+// A collective that fails (peer lost, mismatch, deadline) ends the
+// communicator on every member: the failing rank publishes why through the
+// bootstrap, so every member's pending and later calls on it fail with an
+// error that wraps the same sentinel and says which communicator, which
+// rank and why. Other communicators go on (a lost rank ends every one that
+// holds it). Nothing waits forever.
 type Comm struct {
 	c *comm.Comm // the communicator core (internal/comm)
 }
@@ -55,8 +57,22 @@ func (c *Comm) LocalSize() int { return c.c.LocalSize() }
 func (c *Comm) Links() []LinkReport { return c.c.Links() }
 
 // Abort ends the whole job: every rank's pending and later calls fail with
-// an error carrying reason.
+// an error carrying reason. Revoke ends one communicator.
 func (c *Comm) Abort(reason error) { c.c.Abort(reason) }
+
+// Revoke ends this communicator on every member, and nothing else (its
+// parent, siblings and children go on): their pending and later calls on
+// it fail with an error naming it, this rank, its host and reason. Close
+// it afterwards; Shrink still works on it. Safe from any goroutine, also
+// while a call on c is in flight.
+func (c *Comm) Revoke(reason error) { c.c.Revoke(reason) }
+
+// Err is nil while the communicator is healthy, then the reason it ended:
+// a member failed, revoked it or was lost, or the job ended.
+func (c *Comm) Err() error { return c.c.Err() }
+
+// Done is closed when the communicator ends (see Err).
+func (c *Comm) Done() <-chan struct{} { return c.c.Done() }
 
 // Close releases the communicator's links and endpoints. Closing the world
 // communicator also leaves the job (says goodbye to the bootstrap), so the
@@ -92,8 +108,10 @@ func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error)
 
 // Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
 // rank order, like ncclCommShrink: only the remaining ranks call it, and
-// nothing is sent to the excluded ones. A rank that died has already ended
-// the job (flexlink's failure model), so Shrink is for ranks that leave.
+// nothing is sent to the excluded ones or over c's links, so it also
+// works on a communicator that has ended. Under flexrun a rank that dies
+// ends the job, so there Shrink is for ranks that leave; a job whose
+// rendezvous keeps going after a loss (libnccl's) shrinks dead ranks away.
 func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	s, err := c.c.Shrink(ctx, exclude)
 	if err != nil {

@@ -62,8 +62,12 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 // Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
 // rank order, like ncclCommShrink: only the remaining ranks call it, and it
 // sends nothing to the excluded ones (every caller derives the same member
-// list). A rank that dies still ends the whole job (flexlink's failure
-// model), so Shrink serves ranks that leave, not ranks that crashed.
+// list). It sends nothing over c's links either, so it works on a
+// communicator that has ended (revoked, or failed because a member died):
+// with a store that keeps going after a loss (libnccl's rendezvous;
+// bootstrap.ServerConfig.KeepOnLoss) the survivors shrink the dead ranks
+// away. Under a store that fails on a loss (flexrun's) the job is over
+// instead.
 func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	out := map[int]bool{}
 	for _, r := range exclude {

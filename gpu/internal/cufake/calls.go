@@ -391,6 +391,9 @@ func (f *Fake) IpcGetMemHandle(p cu.DevPtr) (cu.IPCHandle, error) {
 	if !ok || f.mem.opened[p] {
 		return cu.IPCHandle{}, fail("cuIpcGetMemHandle", cu.ErrorInvalidValue, "%#x is not an allocation base", uint64(p))
 	}
+	if f.cfg.IPCRefused != nil && f.cfg.IPCRefused(uintptr(p)) {
+		return cu.IPCHandle{}, fail("cuIpcGetMemHandle", cu.ErrorInvalidValue, "%#x cannot be exported (not legacy-IPC-capable memory)", uint64(p))
+	}
 	h := ipcHandle('m', uint64(p))
 	binary.LittleEndian.PutUint64(h.Reserved[24:], a.id) // a new allocation at the same address has another handle
 	f.mem.ipc[h] = p

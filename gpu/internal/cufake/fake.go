@@ -35,6 +35,11 @@ type Config struct {
 	// as CUDA's allocator often does (PyTorch's caching allocator after
 	// empty_cache): tests of stale mappings use it.
 	ReuseFreed bool
+	// IPCRefused, when set, is asked by cuIpcGetMemHandle with the
+	// allocation's address; true fails the export as the driver fails it
+	// for memory that cannot be exported (VMM memory, stream-ordered
+	// pools). It runs under the driver's lock: it must not call the driver.
+	IPCRefused func(p uintptr) bool
 
 	// LaunchFault, when set, is asked before each kernel launch (device
 	// and kernel name); a non-nil answer fails that cuLaunchKernel with

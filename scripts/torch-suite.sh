@@ -40,7 +40,7 @@ RES=$TMP/results
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296} # keep the JIT-compiled kernels between processes
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-2147483648} # keep the JIT-compiled kernels between processes
 export FLEXLINK_CACHE_DIR=${FLEXLINK_CACHE_DIR:-/tmp/flexlink-cache}
 
 # gpu-build.sh carries the binaries (and possibly the library) compressed.

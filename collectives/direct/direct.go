@@ -3,7 +3,9 @@ package direct
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 
 	"flexlink/collectives"
 	"flexlink/collectives/plane"
@@ -124,6 +126,7 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 	p = &directPlane{peers: pr, chunkMax: cfg.ChunkBytes, modes: modes, stats: stats,
 		ipc: nvlink.NewWindow(dev, n, c.PeerHost), px: &pcieState{peers: pr, stats: stats},
 		seq: callSeq{pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}}
+	p.scratch.push.held, p.scratch.stage.held = &p.scratch.bytes, &p.scratch.bytes
 	made := p // p is nil in the deferred call after "return nil, err"
 	defer func() {
 		if err != nil {
@@ -162,7 +165,7 @@ func (p *directPlane) close() error {
 		p.flag = nil
 	}
 	keep(p.ipc.Close())
-	keep(p.scratch.close())
+	keep(p.scratch.closeAll())
 	keep(p.shared.close())
 	if p.ev != nil {
 		keep(p.ev.close())
@@ -171,7 +174,7 @@ func (p *directPlane) close() error {
 }
 
 // do runs one call: handshake, work, handshake (see the type's comment).
-func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err error) {
 	if err := p.flag.err(); err != nil {
 		return err
 	}
@@ -179,19 +182,20 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 		return p.shared.do(ctx, o, s)
 	}
 	if o.Kind == plane.AllToAll && overlaps(o.Send, o.Recv) {
-		var err error
+		defer p.scratch.used(s, &err)
 		if o, err = p.stageInPlace(o, s); err != nil {
 			return err
 		}
 	}
 	if p.flag.takes(o) || p.flag.p2p(o) {
-		return p.flag.call(o, s)
+		return p.flag.call(ctx, o, s)
 	}
 	peers := p.peersOf(o)
 	p.seq.calls++
 	call := p.seq.calls
 	push := o.Kind == plane.AllReduce && p.pushPlan(o).ok
 	if push {
+		defer p.scratch.used(s, &err) // the peers' pushes into this rank's scratch, and this rank's into theirs, run on s (lanes joined)
 		if err := p.prepPush(o); err != nil {
 			return err
 		}
@@ -311,8 +315,8 @@ func (p *directPlane) Do(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 func (p *directPlane) RunsAllToAllv() bool { return p.shared != nil }
 
 // Quiesce waits for this rank's flag kernels, which the peers' kernels write
-// into, to end (plane.Plane).
-func (p *directPlane) Quiesce() error { return p.flag.quiesce() }
+// into, to end, and for the last call that used the scratch (plane.Plane).
+func (p *directPlane) Quiesce() error { return errors.Join(p.flag.quiesce(), p.scratch.quiesce()) }
 
 // Close releases everything (plane.Plane); without a clean close the flag
 // regions stay allocated, since a peer's kernel may still write into them.
@@ -432,4 +436,38 @@ func (p *directPlane) exchange(ctx context.Context, phase uint64, o *plane.Op, w
 		return nil, fmt.Errorf("gpu %s: %s handshake with ranks %v: %w", o.Kind, what, with, err)
 	}
 	return in, nil
+}
+
+// Memory is what a rank's direct plane holds on its GPU (device memory
+// from cuMemAlloc; IPC mappings of the peers' memory, streams and events
+// are not counted).
+type Memory struct {
+	Bytes   int64    // device memory held now
+	Regions []string // the flag regions, one phrase each: size and slots, "lazy", or none
+	Scratch int64    // of Bytes: the push allreduce's scratch and the in-place all-to-all staging
+}
+
+// String is Memory in one line, for logs.
+func (m Memory) String() string {
+	return fmt.Sprintf("gpu memory %s: flag regions %s; scratch %s", mib(m.Bytes), strings.Join(m.Regions, ", "), mib(m.Scratch))
+}
+
+// Memory reports what the plane holds on the GPU now. Safe to call from
+// any goroutine.
+func (p *directPlane) Memory() Memory {
+	held, regions := p.flag.memory()
+	scratch := p.scratch.bytes.Load()
+	return Memory{Bytes: held + scratch, Regions: regions, Scratch: scratch}
+}
+
+// Release gives back the plane's device memory (NCCL's ncclCommSuspend):
+// the flag regions, the scratch, and the mappings of the peers' buffers.
+// The caller has quiesced (no flag kernel of this rank runs) and passed a
+// barrier with every rank (no peer's kernel writes here any more), under
+// the communicator's queue. The next call makes what it needs again: the
+// flag regions with every rank at its first flag call (flag_lazy.go), the
+// mappings as buffers are described.
+func (p *directPlane) Release() error {
+	err := p.flag.release()
+	return errors.Join(err, p.scratch.close(), p.ipc.Close())
 }

@@ -48,9 +48,9 @@ const (
 	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
 	flagSmallMax     = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields   = 3        // per region: slot bytes, depth, max blocks
-	flagRegionBlob   = flagBlobFields*8 + gpu.IPCHandleSize
+	flagRegionBlob   = flagBlobFields * 8
 	flagBlobHead     = 32                                             // enabled, the largest allreduce, the largest other block, the largest one-shot allreduce
-	flagBlobBytes    = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region, the PCIe part
+	flagBlobBytes    = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region's layouts, the PCIe part
 )
 
 // A rank has two flag regions with the same number of blocks: a small one
@@ -63,20 +63,33 @@ const (
 // large slots (fewer synchronisations per byte). Each region has its own
 // counters and fixed slots, so the credit protocol holds in each; a call
 // uses one of them.
+//
+// Regions are made on first use (flag_lazy.go): a communicator holds no
+// region until its first flag call, and no large region until its first
+// call of flagSmallMax bytes or more. Only the first communicator of a
+// process to make each on a device gets the configured sizes; later ones
+// get one small region for every size (flagSecondaryBytes), so an extra
+// communicator costs at most that.
 type flagRegion struct {
-	layout gpu.FlagLayout
-	mem    *gpu.Buffer
-	peers  []*gpu.Buffer // peers' regions mapped here (nil for me)
+	layout    gpu.FlagLayout
+	mem       *gpu.Buffer
+	peers     []*gpu.Buffer // peers' regions mapped here (nil for me)
+	secondary bool          // sized for a secondary communicator (flagSecondaryBytes)
 }
 
 type flagPlane struct {
 	*peers
 	lim      flagLimits
-	twoShots uint64        // two-shot allreduces so far (tests)
-	regions  [2]flagRegion // small, large (the large one only when lim.maxBytes reaches flagSmallMax)
-	errMem   *gpu.HostMem  // word 0: the kernels' error word; word 1: 1, the source of abort copies
-	last     *gpu.Event    // after the latest flag kernel
-	lastS    *gpu.Stream   // the stream it was recorded on
+	twoShots uint64            // two-shot allreduces so far (tests)
+	regions  [2]flagRegion     // small, large (the large one only when lim.maxBytes reaches flagSmallMax); nil mem until made
+	conf     [2]gpu.FlagLayout // the configured layouts, alike on every rank (setup)
+	large    largeState        // whether calls of flagSmallMax bytes and more have a region of their own
+	ctl      gpu.FlagCtl       // what every region's control block holds beside the region's own fields (open)
+	claims   [2]bool           // this plane holds its device's primary small / large region (devmem.go)
+	timeout  time.Duration     // FLEXLINK_GPU_KERNEL_TIMEOUT (0: none)
+	errMem   *gpu.HostMem      // word 0: the kernels' error word; word 1: 1, the source of abort copies
+	last     *gpu.Event        // after the latest flag kernel
+	lastS    *gpu.Stream       // the stream it was recorded on
 	calls    uint64
 	pcie     *flagPCIe  // the large region's PCIe part (flag_pcie.go); nil: NVLink only
 	stats    *linkStats // the flag calls' bytes per link, for LinkShares
@@ -97,11 +110,12 @@ type flagLimits struct {
 // this rank's abort words through abortS, so kernels spinning for a peer
 // that will never come end at once.
 type flagWatch struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // also guards the regions' mem, which a call sets (flag_lazy.go) while the watcher reads it
 	abortS  *gpu.Stream
 	stop    chan struct{}
 	exited  chan struct{} // closed when the watcher returns
 	stopped bool
+	fired   bool // the watcher has set the abort words of the regions that existed
 }
 
 // flagPoll is how often the watcher looks at the error word.
@@ -131,6 +145,7 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 	if f.w.stopped {
 		return
 	}
+	f.w.fired = true // a region made from now on is not used: the call that makes it sees the job's error
 	for i := range f.regions {
 		if g := &f.regions[i]; g.mem != nil {
 			// A copy engine writes the word while the kernel runs; errors
@@ -186,14 +201,6 @@ func (f *flagPlane) p2p(o *plane.Op) bool {
 		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= f.lim.collBytes
 	}
 	return false
-}
-
-// region is the region a call of bytes uses.
-func (f *flagPlane) region(bytes int) *flagRegion {
-	if bytes < flagSmallMax || f.regions[1].mem == nil {
-		return &f.regions[0]
-	}
-	return &f.regions[1]
 }
 
 // shape is the grid and chunk (elements) of a call of bytes in a region of
@@ -281,19 +288,7 @@ func (f *flagPlane) close() error {
 		keep(f.pcie.close(true))
 		f.pcie = nil
 	}
-	for i := range f.regions {
-		g := &f.regions[i]
-		for _, b := range g.peers {
-			if b != nil {
-				keep(b.Free())
-			}
-		}
-		g.peers = nil
-		if g.mem != nil && !f.leak {
-			keep(g.mem.Free())
-		}
-		g.mem = nil
-	}
+	keep(f.freeRegions())
 	if f.w.abortS != nil {
 		keep(f.w.abortS.Close())
 		f.w.abortS = nil

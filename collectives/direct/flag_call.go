@@ -1,6 +1,7 @@
 package direct
 
 import (
+	"context"
 	"fmt"
 
 	"flexlink/collectives/plane"
@@ -12,8 +13,9 @@ import (
 // collective, its grid and chunk, the PCIe part's split (flag_pcie.go),
 // and the order against the previous flag kernel.
 
-// call enqueues o as one flag kernel (three for a two-shot allreduce).
-func (f *flagPlane) call(o *plane.Op, s *gpu.Stream) error {
+// call enqueues o as one flag kernel (three for a two-shot allreduce),
+// making the region it needs first when no call has (flag_lazy.go).
+func (f *flagPlane) call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	// do has checked f.err already
 	if se := f.c.JobErr(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
@@ -40,7 +42,13 @@ func (f *flagPlane) call(o *plane.Op, s *gpu.Stream) error {
 	}
 	sz := o.DT.Size()
 	bytes := o.Count * sz
-	g := f.region(bytes)
+	g, err := f.regionFor(ctx, o, bytes)
+	if err != nil {
+		return err
+	}
+	if se := f.c.JobErr(); se != nil {
+		return se // aborted while the region was made
+	}
 	l := g.layout
 	x := f.pcie
 	if x == nil || g != &f.regions[1] || o.Kind != plane.AllReduce {
@@ -63,7 +71,6 @@ func (f *flagPlane) call(o *plane.Op, s *gpu.Stream) error {
 		}
 		pc = x.plan(f.calls+1, o.Count, sz)
 	}
-	var err error
 	switch {
 	case o.Kind == plane.AllReduce && f.n > 2 && bytes > f.lim.oneShot: // (the PCIe part needs two ranks: x is nil)
 		f.twoShots++

@@ -12,9 +12,9 @@ import (
 	"flexlink/gpu"
 )
 
-// Setting up the flag plane (flag.go): its settings, this rank's
-// regions and error word, and the setup exchange that maps the peers'
-// regions and writes the control blocks.
+// Setting up the flag plane (flag.go): its settings, this rank's error
+// word and PCIe part, and the setup exchange that checks that every rank
+// has the same settings. The regions are made on first use (flag_lazy.go).
 
 // flagSettings reads the flag plane's settings for the ranks of pr; nil
 // when it is off.
@@ -58,15 +58,16 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 		if err := l.Check(); err != nil {
 			return nil, fmt.Errorf("FLEXLINK_GPU_FLAG_BLOCKS=%d, FLEXLINK_GPU_FLAG_REGION_BYTES=%d: %w", blocks, budget, err)
 		}
-		f.regions[i].layout = l
+		f.conf[i] = l
 	}
 	return f, nil
 }
 
-// setup allocates and zeroes this rank's regions and error word, and its
-// PCIe part's inbox when pcieBlocks (FLEXLINK_GPU_FLAG_PCIE_BLOCKS) and the
-// PCIe share's settings px allow one, and writes its part of the setup
-// exchange into b.
+// setup makes this rank's error word, and its PCIe part's inbox when
+// pcieBlocks (FLEXLINK_GPU_FLAG_PCIE_BLOCKS) and the PCIe share's settings
+// px allow one, and writes its part of the setup exchange into b: the
+// limits and the configured region layouts, which every rank must share.
+// The regions themselves are made on first use (flag_lazy.go).
 func (f *flagPlane) setup(b []byte, px pcieSettings, pcieBlocks int) (err error) {
 	if f.errMem, err = f.dev.AllocHost(16); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
@@ -79,45 +80,23 @@ func (f *flagPlane) setup(b []byte, px pcieSettings, pcieBlocks int) (err error)
 	if f.w.abortS, err = f.dev.NewStream(); err != nil {
 		return err
 	}
-	s, err := f.dev.NewStream()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 	le := binary.LittleEndian
 	le.PutUint64(b, 1)
 	le.PutUint64(b[8:], uint64(f.lim.maxBytes))
 	le.PutUint64(b[16:], uint64(f.lim.collBytes))
 	le.PutUint64(b[24:], uint64(f.lim.oneShot))
-	for i := range f.regions {
-		g := &f.regions[i]
+	for i, l := range f.conf {
 		w := b[flagBlobHead+i*flagRegionBlob:]
-		for k, v := range []uint64{uint64(g.layout.SlotBytes), uint64(g.layout.Depth), uint64(g.layout.MaxBlocks)} {
+		for k, v := range []uint64{uint64(l.SlotBytes), uint64(l.Depth), uint64(l.MaxBlocks)} {
 			le.PutUint64(w[8*k:], v)
 		}
-		if i == 1 && f.lim.maxBytes < flagSmallMax {
-			continue // every call it takes fits the small region (all ranks agree: maxBytes is in the blob)
-		}
-		if g.mem, err = f.dev.Alloc(g.layout.RegionBytes(f.n)); err != nil {
-			return fmt.Errorf("gpu flag region: %w", err)
-		}
-		if err = s.Memset(g.mem, 0); err != nil {
-			return err
-		}
-		h, err := g.mem.IPCHandle()
-		if err != nil {
-			return err
-		}
-		copy(w[flagBlobFields*8:], h)
 	}
-	if err := f.offerPCIe(b[flagBlobHead+2*flagRegionBlob:], px, pcieBlocks); err != nil {
-		return err
-	}
-	return s.Synchronize() // zero before any peer learns where the regions are
+	return f.offerPCIe(b[flagBlobHead+2*flagRegionBlob:], px, pcieBlocks)
 }
 
-// open maps the peers' regions (blobs[r] is rank r's flag part) and
-// writes this rank's control blocks; timeout is FLEXLINK_GPU_KERNEL_TIMEOUT.
+// open checks that every rank has the same limits and layouts (blobs[r]
+// is rank r's flag part), sets up the PCIe part, and keeps what the
+// regions' control blocks will hold; timeout is FLEXLINK_GPU_KERNEL_TIMEOUT.
 // Every rank sees the same blobs, so all keep the flag plane or all drop
 // it: off says it is dropped (and closed), and the caller forgets it.
 func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, timeout time.Duration) (off bool, err error) {
@@ -128,7 +107,7 @@ func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, time
 		for i := range f.regions {
 			w := b[flagBlobHead+i*flagRegionBlob:]
 			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}
-			ok = ok && l == f.regions[i].layout
+			ok = ok && l == f.conf[i]
 		}
 		if !ok {
 			f.c.Log().Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, f.c.PeerHost(r)))
@@ -143,49 +122,18 @@ func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, time
 	if err != nil {
 		return false, err
 	}
-	d := timeout
-	s, err := f.dev.NewStream()
-	if err != nil {
-		return false, err
-	}
-	defer s.Close()
-	timeoutNs := uint64(d.Nanoseconds())
-	if d <= 0 {
+	timeoutNs := uint64(timeout.Nanoseconds())
+	if timeout <= 0 {
 		timeoutNs = 1 << 62 // no deadline: a lost peer still ends the kernels through the abort watcher
 	}
-	for i := range f.regions {
-		g := &f.regions[i]
-		if g.mem == nil {
-			continue
-		}
-		ctl := gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: timeoutNs, Layout: g.layout, Ranks: f.n, Me: f.me}
-		if x := f.pcie; x != nil && i == 1 {
-			times, err := x.times.DevicePtr()
-			if err != nil {
-				return false, err
-			}
-			ctl.Host, ctl.HostSlot, ctl.HostBlocks, ctl.Times = host, x.slot, x.blocks, uint64(times)
-		}
-		g.peers = make([]*gpu.Buffer, f.n)
-		for r, b := range blobs {
-			if r == f.me {
-				ctl.Region[r] = uint64(g.mem.Ptr())
-				continue
-			}
-			at := flagBlobHead + i*flagRegionBlob + flagBlobFields*8
-			m, err := f.dev.OpenIPCBuffer(b[at:at+gpu.IPCHandleSize], g.layout.RegionBytes(f.n))
-			if err != nil {
-				return false, fmt.Errorf("map rank %d's flag region (on %s): %w", r, f.c.PeerHost(r), err)
-			}
-			g.peers[r] = m
-			ctl.Region[r] = uint64(m.Ptr())
-		}
-		if err := s.CopyHtoD(g.mem.Sub(0, len(ctl.Bytes())), ctl.Bytes()); err != nil {
+	f.ctl = gpu.FlagCtl{ErrHost: uint64(ptr), TimeoutNs: timeoutNs, Ranks: f.n, Me: f.me}
+	f.timeout = max(timeout, 0)
+	if x := f.pcie; x != nil {
+		times, err := x.times.DevicePtr()
+		if err != nil {
 			return false, err
 		}
-	}
-	if err := s.Synchronize(); err != nil {
-		return false, err
+		f.ctl.Host, f.ctl.HostSlot, f.ctl.HostBlocks, f.ctl.Times = host, x.slot, x.blocks, uint64(times)
 	}
 	f.w.stop, f.w.exited = make(chan struct{}), make(chan struct{})
 	go f.watch(f.c.JobDone(), f.w.stop, func() {
@@ -213,7 +161,7 @@ func (f *flagPlane) pcieBlocks(n int, px pcieSettings) (int, error) {
 // part is on here: pcieBlocks, px) and writes its part of the setup blob
 // into b.
 func (f *flagPlane) offerPCIe(b []byte, px pcieSettings, pcieBlocks int) error {
-	large := f.regions[1].layout
+	large := f.conf[1]
 	if f.lim.maxBytes < flagSmallMax {
 		return nil // no call reaches the large region
 	}

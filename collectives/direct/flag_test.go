@@ -1,6 +1,7 @@
 package direct
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,13 @@ func TestGPUFakeFlagLostPeer(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
 	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
 	ctx := testCtx(t, 20*time.Second)
+	// One call on both ranks makes the regions (on first use; a peer that
+	// misses that call is TestGPUFakeFlagLostPeerFirstCall).
+	if err := errors.Join(settleOn(rs, func(r *devRank) error {
+		return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
+	})...); err != nil {
+		t.Fatal(err)
+	}
 	r := rs[0] // rank 1 never calls
 	start := time.Now()
 	if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); err != nil {
@@ -96,6 +104,25 @@ func TestGPUFakeFlagLostPeer(t *testing.T) {
 	}
 	if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); !errors.Is(err, errs.ErrTimeout) {
 		t.Fatalf("next call: %v, want the recorded timeout", err)
+	}
+}
+
+// TestGPUFakeFlagLostPeerFirstCall: a peer that never comes to the first
+// flag call (where the ranks make their regions) fails it after
+// FLEXLINK_GPU_KERNEL_TIMEOUT with ErrTimeout naming the peer, as a kernel
+// waiting for it would.
+func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
+	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
+	ctx := testCtx(t, 20*time.Second)
+	r := rs[0] // rank 1 never calls
+	start := time.Now()
+	err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
+	if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Errorf("gave up after %v, want about FLEXLINK_GPU_KERNEL_TIMEOUT (300ms)", d)
+	}
+	if !errors.Is(err, errs.ErrTimeout) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("first call: %v, want ErrTimeout naming rank 1", err)
 	}
 }
 
@@ -139,15 +166,24 @@ func TestGPUFakeFlagJobAbort(t *testing.T) {
 	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "0"}
 	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
 	ctx := testCtx(t, 20*time.Second)
+	// One call on both ranks makes the regions (on first use).
+	if err := errors.Join(onRanks(rs, func(r *devRank) error {
+		return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
+	})...); err != nil {
+		t.Fatal(err)
+	}
 	// Rank 1 aborts the job once rank 0's kernel has pushed its chunk into
 	// rank 1's region (so it is waiting for rank 1's), which rank 1 sees
 	// in its ready counter for sender 0, block 0.
+	r1 := rs[1]
+	region := r1.dc.Plane().(*directPlane).flag.regions[0].mem
+	before, word := make([]byte, 8), make([]byte, 8)
+	if err := r1.s.CopyDtoH(before, region.Sub(gpu.FlagReadyOffset, 8)); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		r1 := rs[1]
-		region := r1.dc.Plane().(*directPlane).flag.regions[0].mem
-		word := make([]byte, 8)
 		for ctx.Err() == nil {
-			if err := r1.s.CopyDtoH(word, region.Sub(gpu.FlagReadyOffset, 8)); err != nil || word[0] != 0 {
+			if err := r1.s.CopyDtoH(word, region.Sub(gpu.FlagReadyOffset, 8)); err != nil || !bytes.Equal(word, before) {
 				break
 			}
 			runtime.Gosched()

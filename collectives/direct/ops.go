@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"flexlink/collectives/plane"
 	"flexlink/fabric/nvlink"
@@ -321,9 +322,59 @@ func (p *directPlane) prepPush(o *plane.Op) error {
 
 // scratchSet is the plane's device scratch: the push allreduce's, and the
 // staging of an in-place all-to-all's send (stageInPlace, shared_work.go).
-type scratchSet struct{ push, stage pushScratch }
+type scratchSet struct {
+	push, stage pushScratch
+	bytes       atomic.Int64 // device memory both hold (Memory)
+	last        *gpu.Event   // recorded after the latest call that used a scratch (on this rank or, pushing, on a peer)
+	lastS       *gpu.Stream  // the stream it was recorded on; nil: none since the last quiesce
+}
 
-func (ss *scratchSet) close() error { return errors.Join(ss.push.close(), ss.stage.close()) }
+// used records, after a call that used the scratch on s, the event that
+// quiesce waits for (Suspend and Close free the scratch after it). A
+// failed record is kept in *err when the call has none.
+func (ss *scratchSet) used(s *gpu.Stream, err *error) {
+	if ss.last == nil {
+		ev, e := s.Device().NewEvent(false)
+		if e != nil {
+			*err = errors.Join(*err, e)
+			return
+		}
+		ss.last = ev
+	}
+	if e := s.Record(ss.last); e != nil {
+		*err = errors.Join(*err, e)
+		return
+	}
+	ss.lastS = s
+}
+
+// quiesce waits for the latest call that used the scratch.
+func (ss *scratchSet) quiesce() error {
+	if ss.lastS == nil {
+		return nil
+	}
+	if err := ss.last.Synchronize(); err != nil {
+		return err
+	}
+	ss.lastS = nil
+	return nil
+}
+
+func (ss *scratchSet) close() error {
+	err := errors.Join(ss.push.close(), ss.stage.close())
+	ss.bytes.Store(0)
+	return err
+}
+
+// closeAll is close and the event too (the plane's Close).
+func (ss *scratchSet) closeAll() error {
+	err := ss.close()
+	if ss.last != nil {
+		err = errors.Join(err, ss.last.Close())
+		ss.last, ss.lastS = nil, nil
+	}
+	return err
+}
 
 // pushScratch is a scratch buffer (the push allreduce's, or the in-place
 // all-to-all staging): grown on demand, never shrunk; outgrown scratch
@@ -331,6 +382,7 @@ func (ss *scratchSet) close() error { return errors.Join(ss.push.close(), ss.sta
 type pushScratch struct {
 	buf     *gpu.Buffer   // nil until the first push allreduce
 	retired []*gpu.Buffer // outgrown scratch
+	held    *atomic.Int64 // the set's byte count (nil: not counted)
 }
 
 // grow makes buf at least need bytes: need, or twice the old size up to
@@ -350,6 +402,9 @@ func (sc *pushScratch) grow(dev *gpu.Device, need int) error {
 		return err
 	}
 	sc.buf = b
+	if sc.held != nil {
+		sc.held.Add(int64(size))
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"flexlink/collectives/plane"
 	"flexlink/dtype"
 	"flexlink/gpu"
+	"flexlink/internal/comm/device"
 )
 
 // DeviceComm runs a communicator's collectives on GPU buffers with NCCL's
@@ -79,6 +80,34 @@ func (d *DeviceComm) LinkShares() map[string]float64 { return d.d.LinkShares() }
 // memory they use.
 func (d *DeviceComm) Close(ctx context.Context) error { return d.d.Close(ctx) }
 
+// ErrSuspended is wrapped by the error of a call on a suspended
+// DeviceComm.
+var ErrSuspended = device.ErrSuspended
+
+// Suspend releases the DeviceComm's GPU memory, as ncclCommSuspend with
+// NCCL_SUSPEND_MEM (vLLM's sleep mode): on the direct plane its flag
+// regions, scratch and mappings of the peers' buffers. It is collective:
+// every rank calls it (they wait for their own kernels and pass a
+// barrier, so no peer writes into memory being freed). Until Resume every
+// call fails with an error wrapping ErrSuspended.
+func (d *DeviceComm) Suspend(ctx context.Context) error { return device.Suspend(ctx, d.d) }
+
+// Resume makes a suspended DeviceComm usable again (ncclCommResume). It is
+// collective; the memory comes back as calls need it (the flag regions at
+// the first flag call, with every rank), and results are as before.
+func (d *DeviceComm) Resume(ctx context.Context) error { return device.Resume(ctx, d.d) }
+
+// DeviceMemory is what a DeviceComm holds on its GPU: Bytes of device
+// memory now, the flag regions (their sizes, or "lazy": made on first
+// use), whether it is suspended. String gives it in one line.
+type DeviceMemory = device.Memory
+
+// Memory reports what the DeviceComm holds on its GPU now: device memory
+// it allocated (not the context, streams, events, or IPC mappings of the
+// peers' memory). Safe to call from any goroutine; its String is the line
+// NCCL_DEBUG=INFO prints per communicator.
+func (d *DeviceComm) Memory() DeviceMemory { return device.MemoryOf(d.d) }
+
 // AsyncError reports a failure that work already enqueued has met inside
 // the GPU, as ncclCommGetAsyncError does: a flag kernel (the small and
 // two-rank allreduce) that waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT
@@ -92,36 +121,54 @@ func (d *DeviceComm) AsyncError() error { return d.d.AsyncError() }
 // AllReduce combines send (count elements) across ranks with op into every
 // rank's recv. send may equal recv.
 func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.AllReduce(ctx, send, recv, count, dt, op, s)
 }
 
 // AllGather concatenates every rank's send (count elements) in rank order
 // into recv (Size()*count elements). send may be block Rank() of recv.
 func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.AllGather(ctx, send, recv, count, dt, s)
 }
 
 // ReduceScatter reduces send (Size()*count elements) across ranks and leaves
 // block Rank() (count elements) in recv. recv may be block Rank() of send.
 func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.ReduceScatter(ctx, send, recv, count, dt, op, s)
 }
 
 // Broadcast copies root's send (count elements) into every rank's recv.
 // send is only read on root (nil elsewhere is fine).
 func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, root int, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.Broadcast(ctx, send, recv, count, dt, root, s)
 }
 
 // Reduce combines send (count elements) across ranks into root's recv. recv
 // is only written on root (nil elsewhere is fine).
 func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, root int, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.Reduce(ctx, send, recv, count, dt, op, root, s)
 }
 
 // AllToAll sends block j of send (count elements per block, Size() blocks)
 // to rank j, which stores it as block Rank() of its recv.
 func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.AllToAll(ctx, send, recv, count, dt, s)
 }
 
@@ -129,14 +176,23 @@ func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count
 // ncclSend/ncclRecv): the i-th send from a to b matches b's i-th receive
 // from a, and the sizes must agree. Only the ranks named take part.
 func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.Group(ctx, s, ops...)
 }
 
 // Send sends b to peer; Recv receives b from peer (each a Group of one).
 func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.Send(ctx, b, peer, s)
 }
 
 func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.Recv(ctx, b, peer, s)
 }

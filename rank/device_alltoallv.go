@@ -7,6 +7,7 @@ import (
 	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/internal/comm"
+	"flexlink/internal/comm/device"
 )
 
 // pxnCaller is the communicator as the GPU planes see it, with its PXN
@@ -49,5 +50,8 @@ func (c pxnCaller) PXNGroup(ctx context.Context, ops []collectives.P2P) error {
 // (docs/PXN.md). On the direct plane it runs as a Group of sends and
 // receives.
 func (d *DeviceComm) AllToAllv(ctx context.Context, send, recv *gpu.Buffer, sendCounts, recvCounts []int, dt dtype.DType, s *gpu.Stream) error {
+	if err := device.Check(d.d); err != nil {
+		return err
+	}
 	return d.d.AllToAllv(ctx, send, recv, sendCounts, recvCounts, dt, s)
 }

@@ -84,6 +84,10 @@ func (d *DeviceComm) Close(ctx context.Context) error { return d.d.Close(ctx) }
 // DeviceComm.
 var ErrSuspended = device.ErrSuspended
 
+// ErrNotSuspended is wrapped by the error of Resume on a DeviceComm that
+// is not suspended.
+var ErrNotSuspended = device.ErrNotSuspended
+
 // Suspend releases the DeviceComm's GPU memory, as ncclCommSuspend with
 // NCCL_SUSPEND_MEM (vLLM's sleep mode): on the direct plane its flag
 // regions, scratch and mappings of the peers' buffers. It is collective:

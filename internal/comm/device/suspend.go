@@ -16,6 +16,10 @@ import (
 // communicator.
 var ErrSuspended = errors.New("device communicator is suspended (ncclCommSuspend): resume it first")
 
+// ErrNotSuspended is wrapped by the error of Resume on a device
+// communicator that is not suspended.
+var ErrNotSuspended = errors.New("device communicator is not suspended")
+
 // suspendable is the plane behind every DeviceComm New makes: the plane
 // the ranks chose, and whether Suspend has released its memory. Calls on
 // a suspended plane fail under the communicator's queue, so none slips in
@@ -120,11 +124,11 @@ func Resume(ctx context.Context, d *plane.DeviceComm) error {
 	}
 	c := d.Comm()
 	if !s.isSuspended() {
-		return fmt.Errorf("rank %d on %s: gpu resume: the device communicator is not suspended: %w", c.WorldRank(), c.Host(), errs.ErrMismatch)
+		return fmt.Errorf("rank %d on %s: gpu resume: %w", c.WorldRank(), c.Host(), ErrNotSuspended)
 	}
 	return c.Run(ctx, "gpu resume", func(ctx context.Context) error {
 		if !s.isSuspended() {
-			return fmt.Errorf("rank %d on %s: gpu resume: the device communicator is not suspended: %w", c.WorldRank(), c.Host(), errs.ErrMismatch)
+			return fmt.Errorf("rank %d on %s: gpu resume: %w", c.WorldRank(), c.Host(), ErrNotSuspended)
 		}
 		if err := c.Engine().Barrier(ctx); err != nil {
 			return fmt.Errorf("rank %d on %s: gpu resume: barrier: %w", c.WorldRank(), c.Host(), err)

@@ -261,7 +261,8 @@ __device__ __forceinline__ void fold(typename T::S* out, const typename T::S* mi
     if ((((u64)out | (u64)mine) & 15) == 0) {
         const u64 nv = cnt / V, nt = blockDim.x;
         u64 i = threadIdx.x;
-        for (; i + 3 * nt < nv; i += 4 * nt) fold_vec<T, 4, NR, H>(out, mine, src, n, me, i, nt, f, div);
+        if constexpr (Wide<T>::value)
+            for (; i + 3 * nt < nv; i += 4 * nt) fold_vec<T, 4, NR, H>(out, mine, src, n, me, i, nt, f, div);
         for (; i < nv; i += nt) fold_vec<T, 1, NR, H>(out, mine, src, n, me, i, nt, f, div);
         done = nv * V;
     }
@@ -518,11 +519,17 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
 FLAG_TYPE(i8, TI8)
 FLAG_TYPE(u8, TU8)
 FLAG_TYPE(i32, TI32)
+FLAG_TYPE(u32, TU32)
 FLAG_TYPE(i64, TI64)
+FLAG_TYPE(u64, TU64)
 FLAG_TYPE(f16, TF16)
 FLAG_TYPE(bf16, TBF16)
 FLAG_TYPE(f32, TF32)
 FLAG_TYPE(f64, TF64)
+#ifdef FLEXLINK_FP8
+FLAG_TYPE(f8e4m3, TF8E4M3)
+FLAG_TYPE(f8e5m2, TF8E5M2)
+#endif
 
 // The flag allgather (a2a 0), alltoall (a2a 1), two-rank exchange (a2a 2:
 // a send and a receive in one group; out holds only the peer's count bytes)

@@ -5,10 +5,15 @@
 //       dst[i] = a[i] op b[i] for i < n        op: sum prod min max
 //   flexlink_scale_<t>(T* dst, const T* src, u64 n, u64 d)
 //       dst[i] = src[i] / d (the last step of avg)
+//   flexlink_premul_<t>(T* dst, const T* src, u64 n, const T* scalar)
+//       dst[i] = src[i] * *scalar (NCCL's PreMulSum step; the scalar is one
+//       element of T in device memory, read when the kernel runs)
 //   flexlink_copy(u8* dst, const u8* src, u64 n)    a byte copy on the SMs
 //   flexlink_copy2(u8* d1, u8* d2, const u8* src, u64 n)   into two places
 //   flexlink_flag_<op>_<t>(...)                     the flag allreduce (flag.cu)
-//   t: i8 u8 i32 i64 f16 bf16 f32 f64
+//   t: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64, and f8e4m3 f8e5m2 in the
+//      sm_90 build only (FLEXLINK_FP8: the conversions need sm_89's cvt, and
+//      NCCL serves float8 from sm_90 on, as we do)
 //
 // The reduce and scale kernels match package reduce (the host path) bit
 // for bit (the flag kernels of flag.cu fold all ranks in float32 for
@@ -16,6 +21,11 @@
 // reduce kernels in the last bit; the tests compare with dtype.Tolerance):
 //   - integers wrap on overflow (two's complement) for sum and prod;
 //   - float16 and bfloat16 compute in float32 and round to nearest even;
+//   - float8 computes in float32 and rounds to nearest even with CUDA's
+//     satfinite conversion (past the largest finite value, ±Inf included:
+//     that value), as NCCL does;
+//   - premul multiplies as prod does (NCCL's FuncPreMulSum: float16 and
+//     bfloat16 products are exact in float32, so one rounding, like __hmul);
 //   - float min/max return NaN when either input is NaN (a+b), and order
 //     -0 below +0;
 //   - scale divides integers with truncation toward zero (in 64 bits), float16,
@@ -64,6 +74,34 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
     return h;
 }
 
+#if __CUDA_ARCH__ >= 900 || defined(FLEXLINK_FP8_CHECK)
+#define FLEXLINK_FP8 1
+// float8 <-> float32. Widening goes through float16 (cvt.rn.f16x2.e4m3x2
+// converts a pair, exactly); narrowing rounds float32 straight to float8
+// (cvt.rn.satfinite.e4m3x2.f32 packs its first operand in the high byte).
+// Both need sm_89 and PTX ISA 7.8.
+__device__ __forceinline__ float e4m3_to_f32(u8 x) {
+    u32 h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((u16)x));
+    return f16_to_f32((u16)h2);
+}
+__device__ __forceinline__ float e5m2_to_f32(u8 x) {
+    u32 h2;
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"((u16)x));
+    return f16_to_f32((u16)h2);
+}
+__device__ __forceinline__ u8 f32_to_e4m3(float f) {
+    u16 p;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(p) : "f"(0.0f), "f"(f));
+    return (u8)p;
+}
+__device__ __forceinline__ u8 f32_to_e5m2(float f) {
+    u16 p;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(p) : "f"(0.0f), "f"(f));
+    return (u8)p;
+}
+#endif
+
 template <class S_, class A_, bool Int_>
 struct Plain {
     typedef S_ S;
@@ -76,6 +114,8 @@ struct TI8 : Plain<i8, i8, true> {};
 struct TU8 : Plain<u8, u8, true> {};
 struct TI32 : Plain<i32, i32, true> {};
 struct TI64 : Plain<i64, i64, true> {};
+struct TU32 : Plain<u32, u32, true> {};
+struct TU64 : Plain<u64, u64, true> {};
 struct TF32 : Plain<float, float, false> {};
 struct TF64 : Plain<double, double, false> {};
 struct TF16 {
@@ -92,6 +132,43 @@ struct TBF16 {
     __device__ static __forceinline__ A ld(S x) { return bf16_to_f32(x); }
     __device__ static __forceinline__ S st(A x) { return f32_to_bf16(x); }
 };
+
+#ifdef FLEXLINK_FP8
+struct TF8E4M3 {
+    typedef u8 S;
+    typedef float A;
+    static const bool Int = false;
+    __device__ static __forceinline__ A ld(S x) { return e4m3_to_f32(x); }
+    __device__ static __forceinline__ S st(A x) { return f32_to_e4m3(x); }
+};
+struct TF8E5M2 {
+    typedef u8 S;
+    typedef float A;
+    static const bool Int = false;
+    __device__ static __forceinline__ A ld(S x) { return e5m2_to_f32(x); }
+    __device__ static __forceinline__ S st(A x) { return f32_to_e5m2(x); }
+};
+#endif
+
+// Wide: the loops keep four 16-byte vectors per thread in flight (the
+// elementwise kernels and the flag kernels' folds), or one. The float8
+// types take one: sixteen conversions each way per vector made their
+// four-wide kernels 2-3 times the size of the others', and each PTX file
+// must stay under 15 MB (README.md).
+template <class T>
+struct Wide {
+    static const bool value = true;
+};
+#ifdef FLEXLINK_FP8
+template <>
+struct Wide<TF8E4M3> {
+    static const bool value = false;
+};
+template <>
+struct Wide<TF8E5M2> {
+    static const bool value = false;
+};
+#endif
 
 // ---- operators on the arithmetic type. Integer sum and prod go through
 // unsigned 64-bit arithmetic, whose low bits are the wrapped result (signed
@@ -144,8 +221,18 @@ template <class T>
 struct Scale {
     u64 d;
     __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A) const {
-        if constexpr (T::Int) return (typename T::A)((i64)a / (i64)d);
-        else return a / (typename T::A)d;
+        typedef typename T::A A;
+        if constexpr (T::Int && (A)-1 > (A)0) return (A)((u64)a / d);  // unsigned
+        else if constexpr (T::Int) return (A)((i64)a / (i64)d);
+        else return a / (A)d;
+    }
+};
+// PreMul multiplies by the scalar s (already widened); b is ignored.
+template <class T>
+struct PreMul {
+    typename T::A s;
+    __device__ __forceinline__ typename T::A operator()(typename T::A a, typename T::A) const {
+        return Prod<T>()(a, s);
     }
 };
 
@@ -181,6 +268,7 @@ __device__ __forceinline__ void elementwise(typename T::S* dst, const typename T
         const vec16* bv = (const vec16*)b;
         vec16* dv = (vec16*)dst;
         u64 i = tid;
+        if constexpr (Wide<T>::value)
         for (; i + (U - 1) * nt < nv; i += U * nt) {
             vec16 x[U], y[U];
 #pragma unroll
@@ -213,16 +301,28 @@ __device__ __forceinline__ void elementwise(typename T::S* dst, const typename T
         Scale<T> f;                                                                          \
         f.d = d;                                                                             \
         elementwise<T>(dst, src, src, n, f);                                                 \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(512)                                        \
+        flexlink_premul_##NAME(T::S* dst, const T::S* src, u64 n, const T::S* scalar) {      \
+        PreMul<T> f;                                                                         \
+        f.s = T::ld(*scalar);                                                                \
+        elementwise<T>(dst, src, src, n, f);                                                 \
     }
 
 TYPE(i8, TI8)
 TYPE(u8, TU8)
 TYPE(i32, TI32)
+TYPE(u32, TU32)
 TYPE(i64, TI64)
+TYPE(u64, TU64)
 TYPE(f16, TF16)
 TYPE(bf16, TBF16)
 TYPE(f32, TF32)
 TYPE(f64, TF64)
+#ifdef FLEXLINK_FP8
+TYPE(f8e4m3, TF8E4M3)
+TYPE(f8e5m2, TF8E5M2)
+#endif
 
 // flexlink_copy(u8* dst, const u8* src, u64 n): dst[i] = src[i] for n
 // bytes. Either side may be a peer's memory (IPC mapping, peer access on):

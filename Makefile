@@ -36,14 +36,15 @@ clean:
 	rm -rf $(BIN)
 
 # flexlink's NCCL-compatible C library and header (docs/NCCL-API.md):
-# build/nccl/lib/libnccl.so.2 exporting only nccl*/pnccl*, build/nccl/include/nccl.h.
+# build/nccl/lib/libnccl.so.2 exporting only nccl*/pnccl*, build/nccl/include/nccl.h
+# (and nccl_device.h, which only stops a build that needs NCCL's device API).
 # -tags nonvml: the library does not link go-nvml (fabric/topo's NVML
 # detection), whose unresolved nvml* symbols would break every program
 # linked against it; it finds its GPU through the CUDA driver instead.
 NCCL_DIR ?= build/nccl
 libnccl:
 	mkdir -p $(NCCL_DIR)/lib $(NCCL_DIR)/include
-	cp include/nccl.h $(NCCL_DIR)/include/
+	cp include/nccl.h include/nccl_device.h $(NCCL_DIR)/include/
 	$(GO) build $(GOFLAGS) -tags nonvml -buildmode=c-shared \
 	  -ldflags "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script=$(CURDIR)/cmd/libnccl/exports.map'" \
 	  -o $(NCCL_DIR)/lib/libnccl.so.2 ./cmd/libnccl

@@ -89,6 +89,20 @@ func TestCLibrary(t *testing.T) {
 		if want := strings.Fields(string(listed)); !slices.Equal(got, want) {
 			t.Errorf("exports differ from cmd/libnccl/symbols.txt:\n got %v\nwant %v", got, want)
 		}
+		nccl, err := ncclSymbols(filepath.Join(root, "cmd/libnccl/nccl-2.30.symbols"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range nccl {
+			if _, ok := slices.BinarySearch(got, s); !ok {
+				t.Errorf("%s: NCCL 2.30 exports it, flexlink does not", s)
+			}
+		}
+		for _, s := range got {
+			if _, ok := slices.BinarySearch(nccl, s); !ok {
+				t.Errorf("%s: flexlink exports it, NCCL 2.30 does not", s)
+			}
+		}
 		if soname := run("readelf", "-d", lib); !strings.Contains(soname, "[libnccl.so.2]") {
 			t.Errorf("no SONAME libnccl.so.2:\n%s", soname)
 		}
@@ -100,6 +114,41 @@ func TestCLibrary(t *testing.T) {
 		"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir, "-lpthread", "-lm")
 	flexrun := filepath.Join(dir, "flexrun")
 	run("go", "build", "-o", flexrun, "./cmd/flexrun")
+
+	t.Run("v2.30", func(t *testing.T) {
+		v230 := filepath.Join(dir, "nccl_v230")
+		run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
+			"-o", v230, filepath.Join(root, "capi/testdata/nccl_v230.c"),
+			"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir, "-lpthread")
+		cmd := exec.CommandContext(ctx, v230)
+		cmd.Env = append(os.Environ(), "FLEXLINK_DEBUG=", "FLEXLINK_TIMEOUT=60s")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "nccl_v230: ok") {
+			t.Fatalf("nccl_v230: %v\n%s", err, out)
+		}
+	})
+
+	// A program that includes nccl_device.h, as nccl-tests does when
+	// nccl.h says NCCL >= 2.28 (src/common.h), must stop at one #error
+	// that names the missing device API and the way out.
+	t.Run("device header", func(t *testing.T) {
+		src := filepath.Join(dir, "uses_device_api.c")
+		prog := "#include \"nccl.h\"\n#if NCCL_VERSION_CODE >= NCCL_VERSION(2,28,0)\n#include \"nccl_device.h\"\n#endif\nint main(void) { return 0; }\n"
+		if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// -E: the preprocessing nvcc runs first, which ends the build.
+		cmd := exec.CommandContext(ctx, cc, "-E", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"), src)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = nil, &stderr
+		if err := cmd.Run(); err == nil {
+			t.Fatal("a program including nccl_device.h preprocessed without error")
+		}
+		msg := stderr.String()
+		if n := strings.Count(msg, "error:"); n != 1 || !strings.Contains(msg, "no NCCL device API") || !strings.Contains(msg, "LD_PRELOAD") {
+			t.Errorf("want one error naming the device API and LD_PRELOAD, got %d:\n%s", n, msg)
+		}
+	})
 
 	for _, n := range []int{2, 4} {
 		t.Run("ranks="+strconv.Itoa(n), func(t *testing.T) {
@@ -117,4 +166,28 @@ func TestCLibrary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ncclSymbols reads a list of NCCL's exported functions (one name a line,
+// # comments) and returns the symbols they make, sorted: each name and its
+// pnccl* alias, except ncclResetDebugInitInternal, which NCCL exports
+// alone.
+func ncclSymbols(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var syms []string
+	for line := range strings.Lines(string(b)) {
+		name := strings.TrimSpace(line)
+		if name == "" || strings.HasPrefix(name, "#") {
+			continue
+		}
+		syms = append(syms, name)
+		if name != "ncclResetDebugInitInternal" {
+			syms = append(syms, "p"+name)
+		}
+	}
+	slices.Sort(syms)
+	return syms, nil
 }

@@ -3,7 +3,7 @@
 package main
 
 /*
-#include "helpers.h"
+#include "api.h"
 */
 import "C"
 
@@ -356,3 +356,372 @@ func ncclGroupSimulateEnd(info unsafe.Pointer) C.ncclResult_t { return xGroupSim
 
 //export pncclGroupSimulateEnd
 func pncclGroupSimulateEnd(info unsafe.Pointer) C.ncclResult_t { return xGroupSimulateEnd(info) }
+
+//export ncclCommRevoke
+func ncclCommRevoke(c C.ncclComm_t, flags C.int) C.ncclResult_t { return xCommRevoke(c, flags) }
+
+//export pncclCommRevoke
+func pncclCommRevoke(c C.ncclComm_t, flags C.int) C.ncclResult_t { return xCommRevoke(c, flags) }
+
+//export ncclResetDebugInit
+func ncclResetDebugInit() { xResetDebugInit() }
+
+//export pncclResetDebugInit
+func pncclResetDebugInit() { xResetDebugInit() }
+
+//export ncclResetDebugInitInternal
+func ncclResetDebugInitInternal() { xResetDebugInitInternal() }
+
+//export ncclCommGetUniqueId
+func ncclCommGetUniqueId(c C.ncclComm_t, id *C.ncclUniqueId) C.ncclResult_t {
+	return xCommGetUniqueId(c, id)
+}
+
+//export pncclCommGetUniqueId
+func pncclCommGetUniqueId(c C.ncclComm_t, id *C.ncclUniqueId) C.ncclResult_t {
+	return xCommGetUniqueId(c, id)
+}
+
+//export ncclCommGrow
+func ncclCommGrow(c C.ncclComm_t, nranks C.int, id *C.ncclUniqueId, rank C.int, out *C.ncclComm_t, cfg unsafe.Pointer) C.ncclResult_t {
+	return xCommGrow(c, nranks, id, rank, out, cfg)
+}
+
+//export pncclCommGrow
+func pncclCommGrow(c C.ncclComm_t, nranks C.int, id *C.ncclUniqueId, rank C.int, out *C.ncclComm_t, cfg unsafe.Pointer) C.ncclResult_t {
+	return xCommGrow(c, nranks, id, rank, out, cfg)
+}
+
+//export ncclCommSuspend
+func ncclCommSuspend(c C.ncclComm_t, flags C.int) C.ncclResult_t { return xCommSuspend(c, flags) }
+
+//export pncclCommSuspend
+func pncclCommSuspend(c C.ncclComm_t, flags C.int) C.ncclResult_t { return xCommSuspend(c, flags) }
+
+//export ncclCommResume
+func ncclCommResume(c C.ncclComm_t) C.ncclResult_t { return xCommResume(c) }
+
+//export pncclCommResume
+func pncclCommResume(c C.ncclComm_t) C.ncclResult_t { return xCommResume(c) }
+
+//export ncclCommMemStats
+func ncclCommMemStats(c C.ncclComm_t, stat C.int, value *C.uint64_t) C.ncclResult_t {
+	return xCommMemStats(c, stat, value)
+}
+
+//export pncclCommMemStats
+func pncclCommMemStats(c C.ncclComm_t, stat C.int, value *C.uint64_t) C.ncclResult_t {
+	return xCommMemStats(c, stat, value)
+}
+
+//export ncclWinGetUserPtr
+func ncclWinGetUserPtr(c C.ncclComm_t, win C.ncclWindow_t, out *unsafe.Pointer) C.ncclResult_t {
+	return xWinGetUserPtr(c, win, out)
+}
+
+//export pncclWinGetUserPtr
+func pncclWinGetUserPtr(c C.ncclComm_t, win C.ncclWindow_t, out *unsafe.Pointer) C.ncclResult_t {
+	return xWinGetUserPtr(c, win, out)
+}
+
+//export ncclPutSignal
+func ncclPutSignal(s unsafe.Pointer, n C.size_t, dt C.ncclDataType_t, peer C.int, win C.ncclWindow_t, off C.size_t, sig, ctx C.int, flags C.uint, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {
+	return xPutSignal(s, n, dt, peer, win, off, sig, ctx, flags, c, st)
+}
+
+//export pncclPutSignal
+func pncclPutSignal(s unsafe.Pointer, n C.size_t, dt C.ncclDataType_t, peer C.int, win C.ncclWindow_t, off C.size_t, sig, ctx C.int, flags C.uint, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {
+	return xPutSignal(s, n, dt, peer, win, off, sig, ctx, flags, c, st)
+}
+
+//export ncclSignal
+func ncclSignal(peer, sig, ctx C.int, flags C.uint, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {
+	return xSignal(peer, sig, ctx, flags, c, st)
+}
+
+//export pncclSignal
+func pncclSignal(peer, sig, ctx C.int, flags C.uint, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {
+	return xSignal(peer, sig, ctx, flags, c, st)
+}
+
+//export ncclWaitSignal
+func ncclWaitSignal(n C.int, descs unsafe.Pointer, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {
+	return xWaitSignal(n, descs, c, st)
+}
+
+//export pncclWaitSignal
+func pncclWaitSignal(n C.int, descs unsafe.Pointer, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {
+	return xWaitSignal(n, descs, c, st)
+}
+
+//export ncclParamBind
+func ncclParamBind(out *C.ncclParamHandle_t, key *C.char) C.ncclResult_t { return xParamBind(out, key) }
+
+//export pncclParamBind
+func pncclParamBind(out *C.ncclParamHandle_t, key *C.char) C.ncclResult_t {
+	return xParamBind(out, key)
+}
+
+//export ncclParamGetI8
+func ncclParamGetI8(h C.ncclParamHandle_t, out *C.int8_t) C.ncclResult_t { return xParamGetI8(h, out) }
+
+//export pncclParamGetI8
+func pncclParamGetI8(h C.ncclParamHandle_t, out *C.int8_t) C.ncclResult_t { return xParamGetI8(h, out) }
+
+//export ncclParamGetI16
+func ncclParamGetI16(h C.ncclParamHandle_t, out *C.int16_t) C.ncclResult_t {
+	return xParamGetI16(h, out)
+}
+
+//export pncclParamGetI16
+func pncclParamGetI16(h C.ncclParamHandle_t, out *C.int16_t) C.ncclResult_t {
+	return xParamGetI16(h, out)
+}
+
+//export ncclParamGetI32
+func ncclParamGetI32(h C.ncclParamHandle_t, out *C.int32_t) C.ncclResult_t {
+	return xParamGetI32(h, out)
+}
+
+//export pncclParamGetI32
+func pncclParamGetI32(h C.ncclParamHandle_t, out *C.int32_t) C.ncclResult_t {
+	return xParamGetI32(h, out)
+}
+
+//export ncclParamGetI64
+func ncclParamGetI64(h C.ncclParamHandle_t, out *C.int64_t) C.ncclResult_t {
+	return xParamGetI64(h, out)
+}
+
+//export pncclParamGetI64
+func pncclParamGetI64(h C.ncclParamHandle_t, out *C.int64_t) C.ncclResult_t {
+	return xParamGetI64(h, out)
+}
+
+//export ncclParamGetU8
+func ncclParamGetU8(h C.ncclParamHandle_t, out *C.uint8_t) C.ncclResult_t { return xParamGetU8(h, out) }
+
+//export pncclParamGetU8
+func pncclParamGetU8(h C.ncclParamHandle_t, out *C.uint8_t) C.ncclResult_t {
+	return xParamGetU8(h, out)
+}
+
+//export ncclParamGetU16
+func ncclParamGetU16(h C.ncclParamHandle_t, out *C.uint16_t) C.ncclResult_t {
+	return xParamGetU16(h, out)
+}
+
+//export pncclParamGetU16
+func pncclParamGetU16(h C.ncclParamHandle_t, out *C.uint16_t) C.ncclResult_t {
+	return xParamGetU16(h, out)
+}
+
+//export ncclParamGetU32
+func ncclParamGetU32(h C.ncclParamHandle_t, out *C.uint32_t) C.ncclResult_t {
+	return xParamGetU32(h, out)
+}
+
+//export pncclParamGetU32
+func pncclParamGetU32(h C.ncclParamHandle_t, out *C.uint32_t) C.ncclResult_t {
+	return xParamGetU32(h, out)
+}
+
+//export ncclParamGetU64
+func ncclParamGetU64(h C.ncclParamHandle_t, out *C.uint64_t) C.ncclResult_t {
+	return xParamGetU64(h, out)
+}
+
+//export pncclParamGetU64
+func pncclParamGetU64(h C.ncclParamHandle_t, out *C.uint64_t) C.ncclResult_t {
+	return xParamGetU64(h, out)
+}
+
+//export ncclParamGetStr
+func ncclParamGetStr(h C.ncclParamHandle_t, out **C.char) C.ncclResult_t { return xParamGetStr(h, out) }
+
+//export pncclParamGetStr
+func pncclParamGetStr(h C.ncclParamHandle_t, out **C.char) C.ncclResult_t {
+	return xParamGetStr(h, out)
+}
+
+//export ncclParamGet
+func ncclParamGet(h C.ncclParamHandle_t, out unsafe.Pointer, maxLen C.int, n *C.int) C.ncclResult_t {
+	return xParamGet(h, out, maxLen, n)
+}
+
+//export pncclParamGet
+func pncclParamGet(h C.ncclParamHandle_t, out unsafe.Pointer, maxLen C.int, n *C.int) C.ncclResult_t {
+	return xParamGet(h, out, maxLen, n)
+}
+
+//export ncclParamGetParameter
+func ncclParamGetParameter(key *C.char, value **C.char, n *C.int) C.ncclResult_t {
+	return xParamGetParameter(key, value, n)
+}
+
+//export pncclParamGetParameter
+func pncclParamGetParameter(key *C.char, value **C.char, n *C.int) C.ncclResult_t {
+	return xParamGetParameter(key, value, n)
+}
+
+//export ncclParamGetAllParameterKeys
+func ncclParamGetAllParameterKeys(table ***C.char, n *C.int) C.ncclResult_t {
+	return xParamGetAllParameterKeys(table, n)
+}
+
+//export pncclParamGetAllParameterKeys
+func pncclParamGetAllParameterKeys(table ***C.char, n *C.int) C.ncclResult_t {
+	return xParamGetAllParameterKeys(table, n)
+}
+
+//export ncclParamDumpAll
+func ncclParamDumpAll() { xParamDumpAll() }
+
+//export pncclParamDumpAll
+func pncclParamDumpAll() { xParamDumpAll() }
+
+//export ncclCommQueryProperties
+func ncclCommQueryProperties(c C.ncclComm_t, props unsafe.Pointer) C.ncclResult_t {
+	return xCommQueryProperties(c, props)
+}
+
+//export pncclCommQueryProperties
+func pncclCommQueryProperties(c C.ncclComm_t, props unsafe.Pointer) C.ncclResult_t {
+	return xCommQueryProperties(c, props)
+}
+
+//export ncclGetLsaMultimemDevicePointer
+func ncclGetLsaMultimemDevicePointer(win C.ncclWindow_t, off C.size_t, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetLsaMultimemDevicePointer(win, off, out)
+}
+
+//export pncclGetLsaMultimemDevicePointer
+func pncclGetLsaMultimemDevicePointer(win C.ncclWindow_t, off C.size_t, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetLsaMultimemDevicePointer(win, off, out)
+}
+
+//export ncclGetMultimemDevicePointer
+func ncclGetMultimemDevicePointer(win C.ncclWindow_t, off C.size_t, mm C.ncclMultimemHandle_t, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetMultimemDevicePointer(win, off, mm, out)
+}
+
+//export pncclGetMultimemDevicePointer
+func pncclGetMultimemDevicePointer(win C.ncclWindow_t, off C.size_t, mm C.ncclMultimemHandle_t, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetMultimemDevicePointer(win, off, mm, out)
+}
+
+//export ncclGetLsaDevicePointer
+func ncclGetLsaDevicePointer(win C.ncclWindow_t, off C.size_t, lsaRank C.int, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetLsaDevicePointer(win, off, lsaRank, out)
+}
+
+//export pncclGetLsaDevicePointer
+func pncclGetLsaDevicePointer(win C.ncclWindow_t, off C.size_t, lsaRank C.int, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetLsaDevicePointer(win, off, lsaRank, out)
+}
+
+//export ncclGetPeerDevicePointer
+func ncclGetPeerDevicePointer(win C.ncclWindow_t, off C.size_t, peer C.int, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetPeerDevicePointer(win, off, peer, out)
+}
+
+//export pncclGetPeerDevicePointer
+func pncclGetPeerDevicePointer(win C.ncclWindow_t, off C.size_t, peer C.int, out *unsafe.Pointer) C.ncclResult_t {
+	return xGetPeerDevicePointer(win, off, peer, out)
+}
+
+//export ncclTeamWorld
+func ncclTeamWorld(c C.ncclComm_t) C.ncclTeam_t { return xTeamWorld(c) }
+
+//export pncclTeamWorld
+func pncclTeamWorld(c C.ncclComm_t) C.ncclTeam_t { return xTeamWorld(c) }
+
+//export ncclTeamLsa
+func ncclTeamLsa(c C.ncclComm_t) C.ncclTeam_t { return xTeamLsa(c) }
+
+//export pncclTeamLsa
+func pncclTeamLsa(c C.ncclComm_t) C.ncclTeam_t { return xTeamLsa(c) }
+
+//export ncclTeamRail
+func ncclTeamRail(c C.ncclComm_t) C.ncclTeam_t { return xTeamRail(c) }
+
+//export pncclTeamRail
+func pncclTeamRail(c C.ncclComm_t) C.ncclTeam_t { return xTeamRail(c) }
+
+//export ncclTeamRankToWorld
+func ncclTeamRankToWorld(c C.ncclComm_t, team C.ncclTeam_t, rank C.int) C.int {
+	return xTeamRankToWorld(c, team, rank)
+}
+
+//export pncclTeamRankToWorld
+func pncclTeamRankToWorld(c C.ncclComm_t, team C.ncclTeam_t, rank C.int) C.int {
+	return xTeamRankToWorld(c, team, rank)
+}
+
+//export ncclTeamRankToLsa
+func ncclTeamRankToLsa(c C.ncclComm_t, team C.ncclTeam_t, rank C.int) C.int {
+	return xTeamRankToLsa(c, team, rank)
+}
+
+//export pncclTeamRankToLsa
+func pncclTeamRankToLsa(c C.ncclComm_t, team C.ncclTeam_t, rank C.int) C.int {
+	return xTeamRankToLsa(c, team, rank)
+}
+
+//export ncclGinBarrierCreateRequirement
+func ncclGinBarrierCreateRequirement(c C.ncclComm_t, team C.ncclTeam_t, n C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xGinBarrierCreateRequirement(c, team, n, h, req)
+}
+
+//export pncclGinBarrierCreateRequirement
+func pncclGinBarrierCreateRequirement(c C.ncclComm_t, team C.ncclTeam_t, n C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xGinBarrierCreateRequirement(c, team, n, h, req)
+}
+
+//export ncclGinOutboxCreateRequirement
+func ncclGinOutboxCreateRequirement(nBlocks, sizeLog2 C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xGinOutboxCreateRequirement(nBlocks, sizeLog2, h, req)
+}
+
+//export pncclGinOutboxCreateRequirement
+func pncclGinOutboxCreateRequirement(nBlocks, sizeLog2 C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xGinOutboxCreateRequirement(nBlocks, sizeLog2, h, req)
+}
+
+//export ncclGinInboxA2ACreateRequirement
+func ncclGinInboxA2ACreateRequirement(peers C.ncclTeam_t, nBlocks, sizeLog2 C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xGinInboxA2ACreateRequirement(peers, nBlocks, sizeLog2, h, req)
+}
+
+//export pncclGinInboxA2ACreateRequirement
+func pncclGinInboxA2ACreateRequirement(peers C.ncclTeam_t, nBlocks, sizeLog2 C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xGinInboxA2ACreateRequirement(peers, nBlocks, sizeLog2, h, req)
+}
+
+//export ncclLLA2ACalcSlots
+func ncclLLA2ACalcSlots(maxElts, maxEltSize C.int) C.int { return xLLA2ACalcSlots(maxElts, maxEltSize) }
+
+//export pncclLLA2ACalcSlots
+func pncclLLA2ACalcSlots(maxElts, maxEltSize C.int) C.int {
+	return xLLA2ACalcSlots(maxElts, maxEltSize)
+}
+
+//export ncclLLA2ACreateRequirement
+func ncclLLA2ACreateRequirement(nBlocks, nSlots C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xLLA2ACreateRequirement(nBlocks, nSlots, h, req)
+}
+
+//export pncclLLA2ACreateRequirement
+func pncclLLA2ACreateRequirement(nBlocks, nSlots C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xLLA2ACreateRequirement(nBlocks, nSlots, h, req)
+}
+
+//export ncclLsaBarrierCreateRequirement
+func ncclLsaBarrierCreateRequirement(team C.ncclTeam_t, n C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xLsaBarrierCreateRequirement(team, n, h, req)
+}
+
+//export pncclLsaBarrierCreateRequirement
+func pncclLsaBarrierCreateRequirement(team C.ncclTeam_t, n C.int, h, req unsafe.Pointer) C.ncclResult_t {
+	return xLsaBarrierCreateRequirement(team, n, h, req)
+}

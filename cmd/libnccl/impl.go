@@ -1,6 +1,7 @@
 // Command libnccl is flexlink's NCCL-compatible C library: built with
 // -buildmode=c-shared into libnccl.so.2 (make libnccl), it exports the NCCL
-// 2.28 entry points (and their pnccl* aliases) declared in include/nccl.h.
+// 2.30 entry points (and their pnccl* aliases) declared in include/nccl.h,
+// and the host side of NCCL's device API (refused: docs/NCCL-API.md).
 // This package only converts between C and Go values; package capi does the
 // rest. Package initialisation does nothing: the library's state is made
 // on the first call.
@@ -9,7 +10,7 @@ package main
 /*
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
-#include "helpers.h"
+#include "api.h"
 */
 import "C"
 
@@ -35,20 +36,33 @@ var (
 // lib is the process's capi.Library, made on first use.
 func lib() *capi.Library {
 	libOnce.Do(func() {
-		env := settings.OS()
-		// Logging goes through internal/flog like every rank's (capi maps
-		// NCCL_DEBUG* onto FLEXLINK_DEBUG*, docs/LOGGING.md); the INFO
-		// announcement follows either variable.
-		nd := strings.ToUpper(os.Getenv("NCCL_DEBUG"))
-		fd := strings.ToUpper(env.String("FLEXLINK_DEBUG"))
-		info := nd == "INFO" || nd == "TRACE" || fd == "INFO" || fd == "DEBUG" || fd == "TRACE"
+		// Logging goes through internal/flog like every rank's: NCCL_DEBUG*
+		// reads as FLEXLINK_DEBUG* (docs/LOGGING.md), as of this first call
+		// or the last ncclResetDebugInit (debugEnv).
+		takeDebugEnv()
+		env := settings.Env(libEnv)
 		opt := capi.Options{Env: env}
 		if C.fl_cuda_open() != 0 {
 			opt.Memory = cudaMemory{}
 		}
-		if info {
+		// The INFO announcement: NCCL_DEBUG=INFO or TRACE, or FLEXLINK_DEBUG
+		// at INFO or below, at the first call; a later ncclResetDebugInit
+		// can silence it. (It is not installed when off at the first call:
+		// capi calls it for every communicator made, NOCOLOR splits too.)
+		infoOn := func() bool {
+			switch strings.ToUpper(env.String("FLEXLINK_DEBUG")) {
+			case "INFO", "DEBUG", "TRACE":
+				return true
+			}
+			return false
+		}
+		if infoOn() {
 			host, _ := os.Hostname()
-			opt.Announce = func(line string) { fmt.Fprintf(os.Stderr, "%s:%d NCCL INFO %s\n", host, os.Getpid(), line) }
+			opt.Announce = func(line string) {
+				if infoOn() {
+					fmt.Fprintf(os.Stderr, "%s:%d NCCL INFO %s\n", host, os.Getpid(), line)
+				}
+			}
 		}
 		theLib = capi.New(opt)
 	})

@@ -72,25 +72,6 @@ func xCommDeregister(c C.ncclComm_t, h unsafe.Pointer) C.ncclResult_t {
 	return res(lib().Deregister(handle(c), uintptr(C.fl_id(h))))
 }
 
-func xCommWindowRegister(c C.ncclComm_t, buf unsafe.Pointer, size C.size_t, win *C.ncclWindow_t, flags C.int) C.ncclResult_t {
-	if win != nil {
-		*win = nil
-	}
-	return unsupported("ncclCommWindowRegister", "symmetric memory windows are not implemented")
-}
-
-func xCommWindowDeregister(c C.ncclComm_t, win C.ncclWindow_t) C.ncclResult_t {
-	return unsupported("ncclCommWindowDeregister", "symmetric memory windows are not implemented")
-}
-
-func xDevCommCreate(c C.ncclComm_t, reqs unsafe.Pointer, out unsafe.Pointer) C.ncclResult_t {
-	return unsupported("ncclDevCommCreate", "NCCL's device API (nccl_device.h) is not implemented")
-}
-
-func xDevCommDestroy(c C.ncclComm_t, dc unsafe.Pointer) C.ncclResult_t {
-	return unsupported("ncclDevCommDestroy", "NCCL's device API (nccl_device.h) is not implemented")
-}
-
 func coll(c C.ncclComm_t, call capi.Call) C.ncclResult_t {
 	return res(lib().Coll(tid(), handle(c), call))
 }

@@ -227,6 +227,9 @@ func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.
 	if err != nil {
 		return err
 	}
+	if err := k.has(dt); err != nil {
+		return err
+	}
 	f := k.flag[dt][opIndex(op)]
 	if kind == FlagReduceScatterKind || kind == FlagTwoShotRSKind {
 		f = k.flagrs[dt][opIndex(op)]

@@ -17,7 +17,8 @@ import (
 
 // randomElems returns count elements of dt, seeded by seed. Integers are
 // random bits (so sums and products overflow); float16 and bfloat16 are
-// random bit patterns (every class: NaN, ±Inf, subnormals, ±0); float32
+// (and the float8 types) random bit patterns (every class: NaN, ±Inf,
+// subnormals, ±0); float32
 // and float64 mix random bit patterns with values of moderate magnitude, and
 // put NaN, ±Inf and ±0 at fixed places.
 func randomElems(dt dtype.DType, count int, seed uint64) []byte {
@@ -27,11 +28,11 @@ func randomElems(dt dtype.DType, count int, seed uint64) []byte {
 	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.Copysign(0, -1), 0, 1, -1}
 	for i := 0; i < count; i++ {
 		switch dt {
-		case dtype.Int8, dtype.Uint8:
+		case dtype.Int8, dtype.Uint8, dtype.Float8E4M3, dtype.Float8E5M2: // float8: every bit pattern
 			b[i] = byte(r.Uint32())
-		case dtype.Int32:
+		case dtype.Int32, dtype.Uint32:
 			le.PutUint32(b[4*i:], r.Uint32())
-		case dtype.Int64:
+		case dtype.Int64, dtype.Uint64:
 			le.PutUint64(b[8*i:], r.Uint64())
 		case dtype.Float16, dtype.BFloat16:
 			le.PutUint16(b[2*i:], uint16(r.Uint32()))
@@ -85,6 +86,10 @@ func isNaN(b []byte, i int, dt dtype.DType) bool {
 		return math.IsNaN(float64(math.Float32frombits(le.Uint32(b[4*i:]))))
 	case dtype.Float64:
 		return math.IsNaN(math.Float64frombits(le.Uint64(b[8*i:])))
+	case dtype.Float8E4M3:
+		return b[i]&0x7f == 0x7f
+	case dtype.Float8E5M2:
+		return b[i]&0x7f > 0x7c
 	}
 	return false
 }

@@ -11,8 +11,17 @@ import (
 
 // The reduction kernels (kernels/reduce.cu) and their launchers. Semantics
 // are those of package reduce, bit for bit: integers wrap, float16 and
-// bfloat16 go through float32 and round to nearest even, float min/max
-// propagate NaN and order -0 below +0, Avg is Sum then a division by n.
+// bfloat16 go through float32 and round to nearest even, float8 through
+// float32 with the saturating rounding, float min/max propagate NaN and
+// order -0 below +0, Avg is Sum then a division by n.
+//
+// The kernels of the first eight dtypes (int8 to float64) must be in the
+// PTX: a module without them fails to load. Those of uint32, uint64 and
+// float8, and the premul kernels, came later: where the PTX lacks them (a
+// FLEXLINK_GPU_PTX file built before them, or float8 in the compute_80
+// build, which has none: NCCL too serves float8 from sm_90 on) a call that
+// needs one fails with an error wrapping errs.ErrNotSupported that names
+// the kernel, and the rest work.
 
 const (
 	reduceBlock  = 512 // threads per block (the kernels' __launch_bounds__)
@@ -42,9 +51,30 @@ func kernelType(dt dtype.DType) string {
 		return "f32"
 	case dtype.Float64:
 		return "f64"
+	case dtype.Uint32:
+		return "u32"
+	case dtype.Uint64:
+		return "u64"
+	case dtype.Float8E4M3:
+		return "f8e4m3"
+	case dtype.Float8E5M2:
+		return "f8e5m2"
 	}
 	return ""
 }
+
+// numTypes bounds the dtype codes (the kernel tables' length).
+var numTypes = func() int {
+	n := 0
+	for _, dt := range dtype.All() {
+		n = max(n, int(dt)+1)
+	}
+	return n
+}()
+
+// kernelRequired reports whether dt's kernels must be in any PTX flexlink
+// loads (the eight dtypes of the first kernels).
+func kernelRequired(dt dtype.DType) bool { return dt <= dtype.Float64 }
 
 // reduceOps are the ops with a kernel of their own, in kernelSet.reduce order;
 // Avg runs as Sum.
@@ -84,17 +114,63 @@ const (
 // ScaleKernelName is the kernel that divides dt elements by n.
 func ScaleKernelName(dt dtype.DType) string { return kernelPrefix + "scale_" + kernelType(dt) }
 
-// kernelSet is the reduction kernels loaded on one device.
+// PreMulKernelName is the kernel that multiplies dt elements by a scalar
+// in device memory (Stream.PreMul).
+func PreMulKernelName(dt dtype.DType) string { return kernelPrefix + "premul_" + kernelType(dt) }
+
+// kernelSet is the reduction kernels loaded on one device. The tables are
+// indexed by dtype; a nil entry is a kernel the PTX lacks, and missing[dt]
+// (missingPreMul[dt]) says why.
 type kernelSet struct {
-	mod     *Module
-	reduce  [8][numReduceOps]*Function // by dtype, then reduceOps order
-	scale   [8]*Function
-	flag    [8][numReduceOps]*Function // the flag allreduce (flag.go)
-	flagrs  [8][numReduceOps]*Function // the flag reduce-scatter
-	gather  *Function                  // the flag allgather and alltoall
-	copy    *Function                  // flexlink_copy (Stream.Copy)
-	copy2   *Function                  // flexlink_copy2 (Stream.Copy2)
-	maxGrid uint32
+	mod           *Module
+	reduce        [][numReduceOps]*Function // by dtype, then reduceOps order
+	scale         []*Function
+	premul        []*Function
+	flag          [][numReduceOps]*Function // the flag allreduce (flag.go)
+	flagrs        [][numReduceOps]*Function // the flag reduce-scatter
+	missing       []error                   // dt's reduce, scale and flag kernels
+	missingPreMul []error
+	gather        *Function // the flag allgather and alltoall
+	copy          *Function // flexlink_copy (Stream.Copy)
+	copy2         *Function // flexlink_copy2 (Stream.Copy2)
+	maxGrid       uint32
+}
+
+// has returns nil when dt's reduction kernels are loaded, or the error that
+// says why not (wrapping errs.ErrNotSupported).
+func (k *kernelSet) has(dt dtype.DType) error {
+	if int(dt) >= len(k.missing) {
+		return fmt.Errorf("no kernels for %s: %w", dt, errs.ErrNotSupported)
+	}
+	return k.missing[dt]
+}
+
+// lookupType loads dt's reduce, scale and flag kernels into k.
+func (k *kernelSet) lookupType(mod *Module, dt dtype.DType) error {
+	var err error
+	for i, op := range ReduceOps() {
+		if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
+			return err
+		}
+		if k.flag[dt][i], err = mod.Function(FlagKernelName(dt, op)); err != nil {
+			return err
+		}
+		if k.flagrs[dt][i], err = mod.Function(FlagRSKernelName(dt, op)); err != nil {
+			return err
+		}
+	}
+	k.scale[dt], err = mod.Function(ScaleKernelName(dt))
+	return err
+}
+
+// missingKernels is the error of a call whose kernels the loaded PTX lacks.
+func missingKernels(dv *Device, dt dtype.DType, what string, err error) error {
+	if dt.IsFloat8() && dv.info.major < 9 {
+		return fmt.Errorf("%s: %s %s needs compute capability 9.0 or later (as in NCCL), have %d.%d: %w",
+			dv, dt, what, dv.info.major, dv.info.minor, errs.ErrNotSupported)
+	}
+	return fmt.Errorf("%s: %s %s: the loaded PTX lacks the kernel (it predates it: regenerate gpu/kernels, or point FLEXLINK_GPU_PTX at a newer file): %v: %w",
+		dv, dt, what, err, errs.ErrNotSupported)
 }
 
 // reduceKernels loads the device's reduction kernels on first use: the embedded
@@ -129,27 +205,25 @@ func reduceKernels(dv *Device) (*kernelSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reduction kernels: %w", err)
 	}
-	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.info.sms) * blocksPerSM)}
+	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.info.sms) * blocksPerSM),
+		reduce: make([][numReduceOps]*Function, numTypes), scale: make([]*Function, numTypes),
+		premul: make([]*Function, numTypes), flag: make([][numReduceOps]*Function, numTypes),
+		flagrs: make([][numReduceOps]*Function, numTypes), missing: make([]error, numTypes),
+		missingPreMul: make([]error, numTypes)}
 	for _, dt := range dtype.All() {
-		for i, op := range ReduceOps() {
-			if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
-				break
-			}
-			if k.flag[dt][i], err = mod.Function(FlagKernelName(dt, op)); err != nil {
-				break
-			}
-			if k.flagrs[dt][i], err = mod.Function(FlagRSKernelName(dt, op)); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			k.scale[dt], err = mod.Function(ScaleKernelName(dt))
-		}
-		if err != nil {
+		if err = k.lookupType(mod, dt); err != nil && kernelRequired(dt) {
 			mod.Close()
 			return nil, fmt.Errorf("reduction kernels: %w", err)
 		}
+		if err != nil {
+			k.reduce[dt], k.flag[dt], k.flagrs[dt], k.scale[dt] = [numReduceOps]*Function{}, [numReduceOps]*Function{}, [numReduceOps]*Function{}, nil
+			k.missing[dt] = missingKernels(dv, dt, "reductions", err)
+		}
+		if k.premul[dt], err = mod.Function(PreMulKernelName(dt)); err != nil {
+			k.missingPreMul[dt] = missingKernels(dv, dt, "premul", err)
+		}
 	}
+	err = nil
 	if k.copy, err = mod.Function(CopyKernelName); err == nil {
 		k.copy2, err = mod.Function(Copy2KernelName)
 	}
@@ -190,6 +264,9 @@ func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.O
 	if err != nil {
 		return err
 	}
+	if err := k.has(dt); err != nil {
+		return err
+	}
 	return s.Launch(k.reduce[dt][opIndex(op)], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},
 		uint64(dst.ptr), uint64(a.ptr), uint64(b.ptr), uint64(count))
 }
@@ -210,6 +287,9 @@ func (s *Stream) Scale(dst, src *Buffer, count int, dt dtype.DType, n int) error
 	}
 	k, err := reduceKernels(s.dev)
 	if err != nil {
+		return err
+	}
+	if err := k.has(dt); err != nil {
 		return err
 	}
 	return s.Launch(k.scale[dt], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},

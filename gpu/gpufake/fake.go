@@ -34,6 +34,7 @@ func Open(cfg Config) (*gpu.Driver, error) {
 			f.RegisterKernel(gpu.ReduceKernelName(dt, op), hostReduce(dt, op))
 		}
 		f.RegisterKernel(gpu.ScaleKernelName(dt), hostScale(dt))
+		f.RegisterKernel(gpu.PreMulKernelName(dt), hostPreMul(dt))
 		for _, op := range gpu.ReduceOps() {
 			f.RegisterKernel(gpu.FlagKernelName(dt, op), hostFlag(dt, op, gpu.FlagModeAR))
 			f.RegisterKernel(gpu.FlagRSKernelName(dt, op), hostFlag(dt, op, gpu.FlagModeRS))
@@ -142,4 +143,34 @@ func hostCopy2(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
 		copy(dst, src)
 	}
 	return nil
+}
+
+// hostPreMul is flexlink_premul_<dt> on the host: (dst, src, count, scalar)
+// -> dst = src × *scalar, through reduce.PreMul.
+func hostPreMul(dt dtype.DType) cufake.KernelFunc {
+	return func(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
+		v, err := kernelArgs(params, 4)
+		if err != nil {
+			return err
+		}
+		n := v[2] * uint64(dt.Size())
+		dst, err := f.Mem(cu.DevPtr(v[0]), n)
+		if err != nil {
+			return err
+		}
+		src, err := f.Mem(cu.DevPtr(v[1]), n)
+		if err != nil {
+			return err
+		}
+		scalar, err := f.Mem(cu.DevPtr(v[3]), uint64(dt.Size()))
+		if err != nil {
+			return err
+		}
+		acc := make([]byte, len(src))
+		if err := reduce.PreMul(acc, src, dt, append([]byte(nil), scalar...)); err != nil {
+			return err
+		}
+		copy(dst, acc)
+		return nil
+	}
 }

@@ -369,9 +369,9 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		if k.m.mode == gpu.FlagModeRS {
 			mine += uint64(me) * k.a.count
 		}
-		// Like the kernel, float16 and bfloat16 fold in float32 and round
-		// once at the end (after avg's division).
-		wide := k.dt == dtype.Float16 || k.dt == dtype.BFloat16
+		// Like the kernel, float16, bfloat16 and float8 fold in float32
+		// and round once at the end (after avg's division).
+		wide := k.dt == dtype.Float16 || k.dt == dtype.BFloat16 || k.dt.IsFloat8()
 		at, asz := k.dt, sz
 		if wide {
 			at, asz = dtype.Float32, 4

@@ -12,31 +12,44 @@ import (
 	"flexlink/gpu/internal/cu"
 )
 
-// widen converts float16 or bfloat16 elements to float32 (exact).
+// widen converts float16, bfloat16 or float8 elements to float32 (exact).
 func widen(b []byte, dt dtype.DType) []byte {
 	le := binary.LittleEndian
-	out := make([]byte, len(b)*2)
-	for i := 0; i+1 < len(b); i += 2 {
-		h := le.Uint16(b[i:])
-		f := dtype.Float16ToFloat32(h)
-		if dt == dtype.BFloat16 {
-			f = dtype.BFloat16ToFloat32(h)
+	sz := dt.Size()
+	out := make([]byte, len(b)/sz*4)
+	for i := 0; i+sz <= len(b); i += sz {
+		var f float32
+		switch dt {
+		case dtype.Float16:
+			f = dtype.Float16ToFloat32(le.Uint16(b[i:]))
+		case dtype.BFloat16:
+			f = dtype.BFloat16ToFloat32(le.Uint16(b[i:]))
+		case dtype.Float8E4M3:
+			f = dtype.F8E4M3ToFloat32(b[i])
+		case dtype.Float8E5M2:
+			f = dtype.F8E5M2ToFloat32(b[i])
 		}
-		le.PutUint32(out[2*i:], math.Float32bits(f))
+		le.PutUint32(out[i/sz*4:], math.Float32bits(f))
 	}
 	return out
 }
 
-// narrow rounds float32 elements of src to dt (float16 or bfloat16) into dst.
+// narrow rounds float32 elements of src to dt (float16, bfloat16 or
+// float8, saturating) into dst.
 func narrow(dst, src []byte, dt dtype.DType) {
 	le := binary.LittleEndian
 	for i := 0; i+3 < len(src); i += 4 {
 		f := math.Float32frombits(le.Uint32(src[i:]))
-		h := dtype.Float32ToFloat16(f)
-		if dt == dtype.BFloat16 {
-			h = dtype.Float32ToBFloat16(f)
+		switch dt {
+		case dtype.Float16:
+			le.PutUint16(dst[i/2:], dtype.Float32ToFloat16(f))
+		case dtype.BFloat16:
+			le.PutUint16(dst[i/2:], dtype.Float32ToBFloat16(f))
+		case dtype.Float8E4M3:
+			dst[i/4] = dtype.Float32ToF8E4M3(f)
+		case dtype.Float8E5M2:
+			dst[i/4] = dtype.Float32ToF8E5M2(f)
 		}
-		le.PutUint16(dst[i/2:], h)
 	}
 }
 

@@ -67,9 +67,9 @@ const (
 // Regions are made on first use (flag_lazy.go): a communicator holds no
 // region until its first flag call, and no large region until its first
 // call of flagSmallMax bytes or more. Only the first communicator of a
-// process to make each on a device gets the configured sizes; later ones
-// get one small region for every size (flagSecondaryBytes), so an extra
-// communicator costs at most that.
+// process to make each on a device gets the configured size; the others
+// get a small region of flagSecondaryBytes and no large one (their large
+// calls use the small region), so an extra communicator costs at most that.
 type flagRegion struct {
 	layout    gpu.FlagLayout
 	mem       *gpu.Buffer

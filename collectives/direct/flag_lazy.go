@@ -28,9 +28,10 @@ import (
 //  1. the call's signature and this rank's proposal: for the small region
 //     "primary" when no other communicator of this process holds its
 //     device's primary small region (devmem.go), for the large region
-//     "yes" when this plane's small region is primary, the limits let
-//     calls reach it, and no other communicator holds the device's large
-//     region. Ranks whose signatures differ fail with ErrMismatch (the
+//     "yes" when the limits let calls reach it and no other communicator
+//     holds the device's large region (so the first communicator to make
+//     a large call gets it, even if a pair's communicator took the small
+//     one first). Ranks whose signatures differ fail with ErrMismatch (the
 //     host messages' tags catch a rank that runs a handshake instead). The
 //     ranks take the proposal only when every rank made it, so one layout
 //     holds on every rank.
@@ -39,8 +40,8 @@ import (
 //     its control block before its kernel is enqueued.
 //
 // A secondary small region (flagSecondaryBytes, at most
-// flagSecondaryBlocks blocks) serves every size: such a plane never makes
-// a large region. Nothing is shared between communicators: each region's
+// flagSecondaryBlocks blocks) serves every size when the plane has no
+// large region. Nothing is shared between communicators: each region's
 // slots and counters belong to one communicator, so two threads running
 // collectives on two communicators of one device (a PyTorch pattern) never
 // touch each other's slots, in any order.
@@ -114,7 +115,7 @@ func (f *flagPlane) makeRegion(ctx context.Context, sig [3]uint64, i int) error 
 	switch {
 	case i == 0:
 		propose = claimRegion(f.dev, 0)
-	case !f.regions[0].secondary && f.lim.maxBytes >= flagSmallMax:
+	case f.lim.maxBytes >= flagSmallMax:
 		propose = claimRegion(f.dev, 1)
 	}
 	f.claims[i] = propose
@@ -368,10 +369,10 @@ func (f *flagPlane) memory() (held int64, regions []string) {
 			held += int64(g.mem.Len())
 			kind := ""
 			if g.secondary {
-				kind = "secondary, for every size, "
+				kind = "secondary, "
 			}
 			regions = append(regions, fmt.Sprintf("%s %s (%s%d KiB slots, %d blocks)", name, mib(int64(g.mem.Len())), kind, g.layout.SlotBytes>>10, g.layout.MaxBlocks))
-		case i == 1 && (f.large == largeNo || f.regions[0].secondary):
+		case i == 1 && f.large == largeNo:
 			regions = append(regions, "large none (calls use the small region)")
 		case i == 1 && f.lim.maxBytes < flagSmallMax:
 		default:

@@ -14,7 +14,8 @@ import (
 )
 
 func TestDataTypeAndOps(t *testing.T) {
-	want := map[int32]dtype.DType{0: dtype.Int8, 1: dtype.Uint8, 2: dtype.Int32, 4: dtype.Int64, 6: dtype.Float16, 7: dtype.Float32, 8: dtype.Float64, 9: dtype.BFloat16}
+	want := map[int32]dtype.DType{0: dtype.Int8, 1: dtype.Uint8, 2: dtype.Int32, 3: dtype.Uint32, 4: dtype.Int64, 5: dtype.Uint64,
+		6: dtype.Float16, 7: dtype.Float32, 8: dtype.Float64, 9: dtype.BFloat16, 10: dtype.Float8E4M3, 11: dtype.Float8E5M2}
 	for code := int32(-1); code < 14; code++ {
 		got, err := DataType(code)
 		if w, ok := want[code]; ok {

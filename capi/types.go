@@ -26,8 +26,10 @@ const (
 	maxPreMulSumOps = 1 << 16
 )
 
-// DataType converts an ncclDataType_t. Types NCCL has and flexlink lacks
-// (unsigned 32/64-bit, fp8) and unknown codes fail with ncclInvalidArgument.
+// DataType converts an ncclDataType_t: every type of NCCL 2.28. Unknown
+// codes fail with ncclInvalidArgument. The float8 types reduce on GPUs of
+// compute capability 9.0 and later only, as in NCCL: a reduction of them on
+// an older device fails when the call runs (package gpu names the type).
 func DataType(code int32) (dtype.DType, error) {
 	switch code {
 	case ncclInt8:
@@ -36,8 +38,12 @@ func DataType(code int32) (dtype.DType, error) {
 		return dtype.Uint8, nil
 	case ncclInt32:
 		return dtype.Int32, nil
+	case ncclUint32:
+		return dtype.Uint32, nil
 	case ncclInt64:
 		return dtype.Int64, nil
+	case ncclUint64:
+		return dtype.Uint64, nil
 	case ncclFloat16:
 		return dtype.Float16, nil
 	case ncclFloat32:
@@ -46,13 +52,13 @@ func DataType(code int32) (dtype.DType, error) {
 		return dtype.Float64, nil
 	case ncclBfloat16:
 		return dtype.BFloat16, nil
-	case ncclUint32, ncclUint64, ncclFloat8e4m3, ncclFloat8e5m2:
-		return 0, fail(InvalidArgument, "datatype %d (%s) is not supported by flexlink (supported: int8, uint8, int32, int64, half, float, double, bfloat16)", code, typeNames[code])
+	case ncclFloat8e4m3:
+		return dtype.Float8E4M3, nil
+	case ncclFloat8e5m2:
+		return dtype.Float8E5M2, nil
 	}
 	return 0, fail(InvalidArgument, "invalid datatype %d (valid: 0 to %d)", code, ncclNumTypes-1)
 }
-
-var typeNames = map[int32]string{ncclUint32: "ncclUint32", ncclUint64: "ncclUint64", ncclFloat8e4m3: "ncclFloat8e4m3", ncclFloat8e5m2: "ncclFloat8e5m2"}
 
 // builtinOp converts the operators every communicator knows. NCCL numbers
 // Max before Min.

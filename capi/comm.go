@@ -9,7 +9,6 @@ import (
 
 	"flexlink/bootstrap"
 	"flexlink/gpu"
-	"flexlink/internal/errs"
 	"flexlink/rank"
 )
 
@@ -41,6 +40,7 @@ type made struct {
 	dc            *rank.DeviceComm
 	gpuDev        *gpu.Device
 	srv           *served
+	fam           *family // the communicators that share this one's world (abort.go)
 	initErr       error
 }
 
@@ -53,6 +53,7 @@ type state struct {
 	ops      map[int32]RedOp
 	nextOp   int32
 	aborted  bool
+	revoked  bool // ncclCommRevoke (revoke.go), or ncclCommShrink with NCCL_SHRINK_ABORT
 }
 
 func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
@@ -66,6 +67,9 @@ func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 // finish ends initialisation with err (nil: ready).
 func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	c.rc, c.dc, c.initErr = rc, dc, err
+	if err == nil && c.fam == nil {
+		c.fam = &family{world: rc, srv: c.srv, n: 1}
+	}
 	if err != nil {
 		c.note(err)
 	}
@@ -110,6 +114,9 @@ func (c *Comm) usable(fn string) error {
 	defer c.mu.Unlock()
 	if c.aborted {
 		return fail(InvalidUsage, "%s: communicator %#x was aborted", fn, c.handle)
+	}
+	if c.revoked {
+		return fail(InvalidUsage, "%s: communicator %#x (rank %d of %d) was revoked: destroy it or shrink it", fn, c.handle, c.rank, c.nranks)
 	}
 	if c.asyncErr != nil {
 		return fail(ResultOf(c.asyncErr), "%s: communicator rank %d of %d has failed: %w", fn, c.rank, c.nranks, c.asyncErr)
@@ -300,29 +307,6 @@ func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr
 	return l.child(p, "ncclCommSplit", cfg, color >= 0, func() (*rank.Comm, error) { return p.rc.Split(p.ctx, color, key) })
 }
 
-// Shrink is ncclCommShrink: the parent's ranks minus exclude, called only
-// by the remaining ranks (rank.Comm.Shrink). flags (NCCL_SHRINK_ABORT) is
-// accepted and changes nothing: a failed rank has already ended the whole
-// job in flexlink, so there are no operations of the parent left to abort.
-func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config) (uintptr, error) {
-	p, err := l.handles.comm(h, "ncclCommShrink")
-	if err != nil {
-		return 0, err
-	}
-	if err := p.usable("ncclCommShrink"); err != nil {
-		return 0, err
-	}
-	for _, r := range exclude {
-		if r < 0 || r >= p.nranks {
-			return 0, fail(InvalidArgument, "ncclCommShrink: rank %d to exclude is out of range for %d ranks", r, p.nranks)
-		}
-		if r == p.rank {
-			return 0, fail(InvalidArgument, "ncclCommShrink: rank %d excludes itself (excluded ranks do not call ncclCommShrink)", r)
-		}
-	}
-	return l.child(p, "ncclCommShrink", cfg, true, func() (*rank.Comm, error) { return p.rc.Shrink(p.ctx, exclude) })
-}
-
 // child makes the communicator that newComm returns from parent p (split
 // or shrink), with its device plane when p has one. In non-blocking mode
 // (and when this rank gets a communicator at all: member) it returns at
@@ -337,6 +321,7 @@ func (l *Library) child(p *Comm, fn string, cfg Config, member bool, newComm fun
 			return
 		}
 		c.nranks, c.rank = sub.Size(), sub.Rank()
+		c.fam = p.fam.join()
 		var dc *rank.DeviceComm
 		if p.dc != nil {
 			dc, err = sub.Device(p.ctx, p.gpuDev)
@@ -385,11 +370,7 @@ func (l *Library) destroyQuiet(c *Comm) {
 		}
 		cancel()
 	}
-	if c.rc != nil {
-		if err := c.rc.Close(); err != nil {
-			l.log.Debug("close communicator", "rank", c.rank, "error", err)
-		}
-	}
+	c.release()
 	if !aborted {
 		for _, b := range append(c.preMulRetired, c.preMulScratch) {
 			if b != nil {
@@ -398,28 +379,6 @@ func (l *Library) destroyQuiet(c *Comm) {
 		}
 	}
 	c.cancel()
-	l.ids.unserve(c.srv)
-}
-
-// Abort is ncclCommAbort: it ends the communicator's job at once, so every
-// rank's pending and later calls on it (and on communicators split from
-// the same ncclCommInitRank) fail instead of waiting, and frees it. It may
-// be called from any thread while a call is in flight.
-func (l *Library) Abort(h uintptr) error {
-	c, err := l.handles.comm(h, "ncclCommAbort")
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.aborted = true
-	c.mu.Unlock()
-	c.cancel()
-	<-c.ready
-	if c.rc != nil {
-		c.rc.Abort(fmt.Errorf("ncclCommAbort on rank %d: %w", c.rank, errs.ErrAborted))
-	}
-	l.destroyQuiet(c)
-	return nil
 }
 
 // AsyncError is ncclCommGetAsyncError: InProgress while the communicator
@@ -439,8 +398,20 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 		return ResultOf(c.initErr), nil
 	}
 	c.mu.Lock()
-	ae, busy := c.asyncErr, c.inflight > 0
+	ae, busy, revoked := c.asyncErr, c.inflight > 0, c.revoked
 	c.mu.Unlock()
+	if revoked {
+		return Success, nil // the revoke is complete (NCCL: ncclSuccess once quiesced)
+	}
+	if ae == nil && c.rc != nil {
+		// Another member ended the communicator (aborted, revoked or failed
+		// it, or was lost): report it before the next call fails on it.
+		if err := c.rc.Err(); err != nil {
+			err = fmt.Errorf("communicator rank %d of %d: %w", c.rank, c.nranks, err)
+			c.note(err)
+			ae = err
+		}
+	}
 	if ae == nil && c.dc != nil {
 		if err := c.dc.AsyncError(); err != nil {
 			c.note(err)

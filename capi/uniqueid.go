@@ -211,7 +211,10 @@ func (r *rendezvous) serve(info idInfo, size int, log hclog.Logger) (*served, er
 	}
 	if s.srv == nil {
 		listen := fmt.Sprintf(":%d", info.Addr.Port())
-		srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: listen, Size: size, Secret: info.Secret, JobID: info.JobID(), Logger: log.Named("rendezvous")})
+		// KeepOnLoss: a dead rank fails the communicators that hold it, and
+		// the survivors may still make new ones (ncclCommShrink).
+		srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: listen, Size: size, Secret: info.Secret, JobID: info.JobID(),
+			KeepOnLoss: true, Logger: log.Named("rendezvous")})
 		if err != nil {
 			return nil, fail(SystemError, "start the rendezvous of this ncclUniqueId on port %d: %w", info.Addr.Port(), err)
 		}

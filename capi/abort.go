@@ -1,0 +1,91 @@
+package capi
+
+import (
+	"fmt"
+	"sync"
+
+	"flexlink/internal/errs"
+	"flexlink/rank"
+)
+
+// Abort is ncclCommAbort: it ends this communicator on every member at
+// once, and nothing else. Every member's pending and later calls on it
+// fail (ncclRemoteError) with an error that names the communicator, this
+// rank and its host; its parent, siblings and children, and communicators
+// of other ncclUniqueIds, go on. Then it frees the communicator without
+// waiting for the others. It may be called from any thread while a call is
+// in flight, and inside ncclGroupStart/End (NCCL ≥ 2.22's group abort):
+// it takes effect at once there too, so aborting every communicator of a
+// group never waits on one of them.
+func (l *Library) Abort(h uintptr) error {
+	c, err := l.handles.comm(h, "ncclCommAbort")
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.aborted = true
+	c.mu.Unlock()
+	c.cancel() // ends this rank's calls in flight, and an initialisation
+	<-c.ready
+	if c.rc != nil {
+		c.rc.Revoke(fmt.Errorf("ncclCommAbort: %w", errs.ErrAborted))
+	}
+	l.destroyQuiet(c)
+	return nil
+}
+
+// family is the communicators of one process that share a world: one
+// ncclCommInitRank (or one rank of ncclCommInitAll) and everything split
+// or shrunk from it. The world's rank.Comm (its bootstrap connection and
+// the rendezvous this process may serve) stays open until the last of
+// them is destroyed, so that destroying or aborting a parent leaves its
+// children working, as in NCCL.
+type family struct {
+	mu    sync.Mutex
+	n     int        // live communicators
+	world *rank.Comm // the world communicator
+	srv   *served    // the rendezvous this process serves for it; nil when another does
+}
+
+// join adds a communicator to f and returns f.
+func (f *family) join() *family {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+	return f
+}
+
+// leave drops one communicator and reports whether it was the last.
+func (f *family) leave() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	return f.n == 0
+}
+
+// release closes what c holds when it is destroyed: its own rank.Comm
+// (not the world's while others of its family live), then, with the
+// family's last communicator, the world and its rendezvous.
+func (c *Comm) release() {
+	l := c.lib
+	closeRC := func(rc *rank.Comm) {
+		if err := rc.Close(); err != nil {
+			l.log.Debug("close communicator", "rank", c.rank, "error", err)
+		}
+	}
+	f := c.fam
+	if f == nil { // never initialised
+		if c.rc != nil {
+			closeRC(c.rc)
+		}
+		l.ids.unserve(c.srv)
+		return
+	}
+	if c.rc != nil && c.rc != f.world {
+		closeRC(c.rc)
+	}
+	if f.leave() {
+		closeRC(f.world)
+		l.ids.unserve(f.srv)
+	}
+}

@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"archive/zip"
 	"bufio"
 	"bytes"
 	"context"
@@ -150,6 +151,55 @@ func TestCLibrary(t *testing.T) {
 		}
 	})
 
+	// scripts/nccl-symbols.sh on synthetic torch builds: a library that
+	// needs nccl* symbols, in a directory and in a wheel (a zip), against
+	// the library built above; the second build needs one NCCL lacks.
+	t.Run("nccl-symbols.sh", func(t *testing.T) {
+		script := filepath.Join(root, "scripts/nccl-symbols.sh")
+		for _, tc := range []struct {
+			name    string
+			uses    []string
+			wantErr bool
+			want    string
+		}{
+			{"served", []string{"ncclAllReduce", "ncclCommRevoke", "ncclParamBind", "pncclSend"}, false, "all 4 nccl symbols are exported"},
+			{"one missing", []string{"ncclAllReduce", "ncclCommFlexlinkHasNot"}, true, "ncclCommFlexlinkHasNot"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				torch := filepath.Join(t.TempDir(), "torch")
+				if err := os.MkdirAll(filepath.Join(torch, "lib"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				var c strings.Builder
+				for _, u := range tc.uses {
+					c.WriteString("extern int " + u + "(void);\n")
+				}
+				c.WriteString("int use(void) { return 0")
+				for _, u := range tc.uses {
+					c.WriteString(" + " + u + "()")
+				}
+				c.WriteString("; }\n")
+				src := filepath.Join(t.TempDir(), "torch_cuda.c")
+				if err := os.WriteFile(src, []byte(c.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				so := filepath.Join(torch, "lib", "libtorch_cuda.so")
+				run(cc, "-shared", "-fPIC", "-o", so, src) // undefined symbols stay undefined in a .so
+				whl := filepath.Join(t.TempDir(), "torch-0.0-cp312-cp312-linux_x86_64.whl")
+				writeWheel(t, whl, map[string]string{"torch/lib/libtorch_cuda.so": so})
+				for _, arg := range []string{torch, whl} {
+					out, err := exec.CommandContext(ctx, "bash", script, arg, lib).CombinedOutput()
+					if (err != nil) != tc.wantErr || !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "libtorch_cuda.so") {
+						t.Errorf("nccl-symbols.sh %s: %v, want failure %v and %q:\n%s", filepath.Base(arg), err, tc.wantErr, tc.want, out)
+					}
+					if tc.wantErr && strings.Contains(string(out), "missing") && strings.Contains(string(out), "  ncclAllReduce") {
+						t.Errorf("ncclAllReduce listed as missing:\n%s", out)
+					}
+				}
+			})
+		}
+	})
+
 	for _, n := range []int{2, 4} {
 		t.Run("ranks="+strconv.Itoa(n), func(t *testing.T) {
 			idFile := filepath.Join(t.TempDir(), "id")
@@ -190,4 +240,34 @@ func ncclSymbols(path string) ([]string, error) {
 	}
 	slices.Sort(syms)
 	return syms, nil
+}
+
+// writeWheel writes a zip at path holding files (name in the zip → file
+// on disk), as pip's wheels are.
+func writeWheel(t *testing.T, path string, files map[string]string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := zip.NewWriter(f)
+	for name, from := range files {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := z.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -25,7 +25,7 @@ func main() {
 		&cli.StringFlag{Name: "maxbytes", Aliases: []string{"e"}, Value: "32M", Usage: "largest size"},
 		&cli.Float64Flag{Name: "stepfactor", Aliases: []string{"f"}, Value: 2, Usage: "multiply the size by this each step"},
 		&cli.StringFlag{Name: "stepbytes", Aliases: []string{"i"}, Value: "0", Usage: "add this to the size each step (when -f is 1)"},
-		&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float", Usage: "int8 uint8 int32 int64 half bfloat16 float double"},
+		&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float", Usage: "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double f8e4m3 f8e5m2"},
 		&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "sum prod min max avg"},
 		&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Value: 0, Usage: "root of broadcast and reduce"},
 		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Value: 20, Usage: "timed iterations per size"},

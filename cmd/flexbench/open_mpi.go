@@ -22,6 +22,8 @@ static MPI_Datatype flexDtype(int d) {
 	case 3: return MPI_INT64_T;
 	case 6: return MPI_FLOAT;
 	case 7: return MPI_DOUBLE;
+	case 8: return MPI_UINT32_T;
+	case 9: return MPI_UINT64_T;
 	}
 	return MPI_DATATYPE_NULL;
 }
@@ -141,7 +143,7 @@ func ptr(d rank.Data) unsafe.Pointer {
 
 func (b *mpiBackend) run(_ context.Context, spec *opSpec, send, recv rank.Data, op dtype.Op, root int) error {
 	dt := send.Type
-	if dt == dtype.Float16 || dt == dtype.BFloat16 || op == dtype.Avg {
+	if dt == dtype.Float16 || dt == dtype.BFloat16 || dt.IsFloat8() || op == dtype.Avg {
 		return fmt.Errorf("mpi backend: %v/%v has no MPI equivalent", dt, op)
 	}
 	s, r, d, o := ptr(send), ptr(recv), C.int(dt), C.int(op)

@@ -153,6 +153,10 @@ func finiteElems(dt dtype.DType, count int, seed uint64) []byte {
 		expMask = 0x7f80_0000
 	case dtype.Float64:
 		expMask = 0x7ff0_0000_0000_0000
+	case dtype.Float8E4M3:
+		expMask = 0x78
+	case dtype.Float8E5M2:
+		expMask = 0x7c
 	default:
 		return b
 	}
@@ -186,7 +190,7 @@ func TestFiniteElems(t *testing.T) {
 			}
 			bits[v < 0]++
 		}
-		if dt != dtype.Uint8 && (bits[true] == 0 || bits[false] == 0) {
+		if dt != dtype.Uint8 && dt != dtype.Uint32 && dt != dtype.Uint64 && (bits[true] == 0 || bits[false] == 0) {
 			t.Errorf("%v: signs %v: not random", dt, bits)
 		}
 	}

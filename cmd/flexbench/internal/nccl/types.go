@@ -22,9 +22,13 @@ func ncclType(dt dtype.DType) (dataType, error) {
 	case dtype.Uint8:
 		return 1, nil // ncclUint8
 	case dtype.Int32:
-		return 2, nil // ncclInt32 (3 is ncclUint32)
+		return 2, nil // ncclInt32
+	case dtype.Uint32:
+		return 3, nil // ncclUint32
 	case dtype.Int64:
-		return 4, nil // ncclInt64 (5 is ncclUint64)
+		return 4, nil // ncclInt64
+	case dtype.Uint64:
+		return 5, nil // ncclUint64
 	case dtype.Float16:
 		return 6, nil // ncclFloat16
 	case dtype.Float32:
@@ -33,6 +37,10 @@ func ncclType(dt dtype.DType) (dataType, error) {
 		return 8, nil // ncclFloat64
 	case dtype.BFloat16:
 		return 9, nil // ncclBfloat16 (NCCL 2.10 and later)
+	case dtype.Float8E4M3:
+		return 10, nil // ncclFloat8e4m3 (NCCL 2.24 and later, sm_90 and later)
+	case dtype.Float8E5M2:
+		return 11, nil // ncclFloat8e5m2
 	}
 	return 0, fmt.Errorf("element type %v: %w", dt, errs.ErrNotSupported)
 }

@@ -15,10 +15,12 @@ func TestDataTypes(t *testing.T) {
 	header := map[string]dataType{
 		"ncclInt8": 0, "ncclUint8": 1, "ncclInt32": 2, "ncclUint32": 3, "ncclInt64": 4,
 		"ncclUint64": 5, "ncclFloat16": 6, "ncclFloat32": 7, "ncclFloat64": 8, "ncclBfloat16": 9,
+		"ncclFloat8e4m3": 10, "ncclFloat8e5m2": 11,
 	}
 	want := map[dtype.DType]string{
 		dtype.Int8: "ncclInt8", dtype.Uint8: "ncclUint8", dtype.Int32: "ncclInt32", dtype.Int64: "ncclInt64",
 		dtype.Float16: "ncclFloat16", dtype.BFloat16: "ncclBfloat16", dtype.Float32: "ncclFloat32", dtype.Float64: "ncclFloat64",
+		dtype.Uint32: "ncclUint32", dtype.Uint64: "ncclUint64", dtype.Float8E4M3: "ncclFloat8e4m3", dtype.Float8E5M2: "ncclFloat8e5m2",
 	}
 	seen := map[dataType]dtype.DType{}
 	for _, dt := range dtype.All() {

@@ -73,10 +73,18 @@ func (c *Comm) end(err error) {
 // else: the parent, siblings and children go on. Pending and later calls
 // on it fail with an error that names the communicator, this rank and its
 // host, and wraps errs.ErrAborted (or reason's sentinel: ErrPeerLost,
-// ErrMismatch, ErrTimeout). The communicator must still be closed; Shrink
+// ErrMismatch, ErrTimeout). On a communicator that has ended already it
+// publishes that first reason instead. The communicator must still be
+// closed; Shrink
 // works on it (it sends nothing over its links). Safe from any goroutine,
 // also while a call on c is in flight.
 func (c *Comm) Revoke(reason error) {
+	if prev := c.fate.ended(); prev != nil {
+		// It has ended already (a member lost, a failure): make sure every
+		// member hears that root cause, not this later reason.
+		c.publish(prev)
+		return
+	}
 	if reason == nil {
 		reason = errors.New("revoked by the program")
 	}

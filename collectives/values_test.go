@@ -63,6 +63,28 @@ func f16Encode(v float64) uint16 {
 	return sign | uint16(e)<<10 | uint16(bits-1024)
 }
 
+// f8Decode converts float8 bits (E4M3, or E5M2 when e5m2) to float64.
+func f8Decode(b byte, e5m2 bool) float64 {
+	man, bias := 3, 7
+	if e5m2 {
+		man, bias = 2, 15
+	}
+	exp, frac := int(b&0x7f)>>man, float64(int(b)&(1<<man-1))
+	sign := 1.0
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	switch {
+	case !e5m2 && b&0x7f == 0x7f, e5m2 && b&0x7f > 0x7c:
+		return math.NaN()
+	case e5m2 && b&0x7f == 0x7c:
+		return sign * math.Inf(1)
+	case exp == 0:
+		return sign * math.Ldexp(frac, 1-bias-man)
+	}
+	return sign * math.Ldexp(1+frac/float64(int(1)<<man), exp-bias)
+}
+
 func bf16Decode(h uint16) float64 { return float64(math.Float32frombits(uint32(h) << 16)) }
 
 // bf16Encode truncates float32 bits; test inputs are exact in bfloat16.
@@ -79,6 +101,8 @@ func getF(b []byte, dt dtype.DType, i int) float64 {
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	case dtype.Float64:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	case dtype.Float8E4M3, dtype.Float8E5M2:
+		return f8Decode(b[i], dt == dtype.Float8E5M2)
 	}
 	panic("getF: " + dt.String())
 }
@@ -93,6 +117,8 @@ func setF(b []byte, dt dtype.DType, i int, v float64) {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
 	case dtype.Float64:
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	case dtype.Float8E4M3, dtype.Float8E5M2:
+		dtype.Put(b, i, dt, v) // the reference reads the stored value back with f8Decode
 	default:
 		panic("setF: " + dt.String())
 	}
@@ -107,8 +133,10 @@ func getI(b []byte, dt dtype.DType, i int) int64 {
 		return int64(b[i])
 	case dtype.Int32:
 		return int64(int32(binary.LittleEndian.Uint32(b[4*i:])))
-	case dtype.Int64:
+	case dtype.Int64, dtype.Uint64: // uint64: the bits (wrapped sums and products alike)
 		return int64(binary.LittleEndian.Uint64(b[8*i:]))
+	case dtype.Uint32:
+		return int64(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	panic("getI: " + dt.String())
 }
@@ -122,6 +150,8 @@ func wrapI(dt dtype.DType, v int64) int64 {
 		return int64(uint8(v))
 	case dtype.Int32:
 		return int64(int32(v))
+	case dtype.Uint32:
+		return int64(uint32(v))
 	}
 	return v
 }
@@ -157,6 +187,10 @@ func unitRoundoff(dt dtype.DType) float64 {
 		return math.Ldexp(1, -8)
 	case dtype.Float32:
 		return math.Ldexp(1, -24)
+	case dtype.Float8E4M3:
+		return math.Ldexp(1, -4)
+	case dtype.Float8E5M2:
+		return math.Ldexp(1, -3)
 	}
 	return math.Ldexp(1, -53)
 }
@@ -185,6 +219,10 @@ func checkReduced(got []byte, i int, inputs [][]byte, j int, dt dtype.DType, op 
 				want += x
 			case op == dtype.Prod:
 				want *= x
+			case op == dtype.Min && dt == dtype.Uint64:
+				want = int64(min(uint64(want), uint64(x)))
+			case op == dtype.Max && dt == dtype.Uint64:
+				want = int64(max(uint64(want), uint64(x)))
 			case op == dtype.Min:
 				want = min(want, x)
 			case op == dtype.Max:
@@ -192,7 +230,10 @@ func checkReduced(got []byte, i int, inputs [][]byte, j int, dt dtype.DType, op 
 			}
 			want = wrapI(dt, want)
 		}
-		if op == dtype.Avg {
+		switch {
+		case op == dtype.Avg && dt == dtype.Uint64:
+			want = int64(uint64(want) / uint64(n))
+		case op == dtype.Avg:
 			want = wrapI(dt, want/int64(n)) // the wrapped sum, divided with truncation
 		}
 		if g := getI(got, dt, i); g != want {

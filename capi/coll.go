@@ -59,26 +59,51 @@ type work struct {
 // is done; one on device buffers once it is enqueued on call.Stream.
 func (l *Library) Coll(tid int, h uintptr, call Call) error {
 	fn := call.Kind.String()
-	c, err := l.handles.comm(h, fn)
+	w, err := l.checkCall(fn, h, call)
 	if err != nil {
+		l.groups.refused(tid, err)
 		return err
 	}
-	if err := c.usable(fn); err != nil {
-		return err
-	}
-	w, err := c.check(call)
-	if err != nil {
-		return err
-	}
-	if w.sendN == 0 && w.recvN == 0 {
+	if w == nil {
 		return nil // count 0: nothing to do, as NCCL
 	}
 	if l.groups.queue(tid, w) {
 		return nil
 	}
+	if err := w.c.runAllOne(w); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkCall finds the communicator and checks call against it; a nil work
+// means there is nothing to do (count 0).
+func (l *Library) checkCall(fn string, h uintptr, call Call) (*work, error) {
+	c, err := l.handles.comm(h, fn)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.usable(fn); err != nil {
+		return nil, err
+	}
+	w, err := c.check(call)
+	if err != nil {
+		return nil, err
+	}
+	if w.sendN == 0 && w.recvN == 0 {
+		return nil, nil
+	}
+	return w, nil
+}
+
+// runAllOne runs one call outside a group. A refusal (Error.Local) fails
+// the call only; a failure once the call has started fails the
+// communicator, as a failed collective leaves the ranks out of step.
+func (c *Comm) runAllOne(w *work) error {
 	if err := c.runAll([]*work{w}); err != nil {
-		c.note(err)
-		return fail(ResultOf(err), "%s rank %d of %d: %w", fn, c.rank, c.nranks, err)
+		err = &Error{Code: ResultOf(err), Err: fmt.Errorf("%s rank %d of %d: %w", w.call.Kind, c.rank, c.nranks, err), Local: isLocal(err)}
+		c.failed(err)
+		return err
 	}
 	return nil
 }
@@ -94,7 +119,7 @@ func (c *Comm) check(call Call) (*work, error) {
 	w.dt = dt
 	switch call.Kind {
 	case AllReduce, ReduceScatter, Reduce:
-		if w.op, err = c.redOp(call.Op); err != nil {
+		if w.op, err = c.redOp(call.Op, dt); err != nil {
 			return nil, fmt.Errorf("%s: %w", fn, err)
 		}
 	}

@@ -29,11 +29,17 @@ const fixtureTid = 7
 func newDevFixture(t *testing.T, n int, cfg gpufake.Config, env ...string) *devFixture {
 	t.Helper()
 	cfg.Devices = n
+	mem := &fakeMem{alloc: map[uintptr]Region{}}
+	cfg.IPCRefused = func(p uintptr) bool { // as the driver refuses VMM memory
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+		return mem.alloc[p].NoIPC
+	}
 	drv, err := gpufake.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &devFixture{t: t, drv: drv, mem: &fakeMem{alloc: map[uintptr]Region{}}}
+	f := &devFixture{t: t, drv: drv, mem: mem}
 	vars := map[string]string{
 		"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir(), "FLEXLINK_GPU_KERNEL_TIMEOUT": "60s",
 	}

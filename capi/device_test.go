@@ -195,7 +195,9 @@ func TestDeviceBuffers(t *testing.T) {
 	scalars := [2]float64{0.5, 3}
 	var pre [2]int32
 	for r := range rs {
-		if pre[r], err = l.CreatePreMulSum(hs[r], scalars[r], ncclFloat32); err != nil {
+		sc := make([]byte, 4)
+		binary.LittleEndian.PutUint32(sc, math.Float32bits(float32(scalars[r])))
+		if pre[r], err = l.CreatePreMulSum(hs[r], sc, 0, ScalarHostImmediate, ncclFloat32); err != nil {
 			t.Fatal(err)
 		}
 		upload(r, rs[r].send, func(i int) float32 { return value(r, i) }, count)

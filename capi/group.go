@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"fmt"
 	"sync"
 )
 
@@ -11,6 +12,7 @@ type group struct {
 	inits []func()
 	comms []*Comm // being initialised by inits
 	works []*work
+	err   error // the first call refused inside the group
 }
 
 // threadGroups are the open groups, by OS thread id.
@@ -60,6 +62,23 @@ func (t *threadGroups) queue(tid int, w *work) bool {
 	return true
 }
 
+// refused records err, a call's failure inside tid's group, and reports
+// whether there was a group: the outermost ncclGroupEnd then fails with
+// it and runs none of the group's calls (NCCL's ncclGroupEnd after an
+// error), so no rank runs half a group.
+func (t *threadGroups) refused(tid int, err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.byThread[tid]
+	if g == nil || g.depth == 0 {
+		return false
+	}
+	if g.err == nil {
+		g.err = err
+	}
+	return true
+}
+
 // end is ncclGroupEnd's bookkeeping for thread tid: it returns the group
 // when this ends the outermost one, nil when an inner one.
 func (t *threadGroups) end(tid int) (*group, error) {
@@ -77,8 +96,34 @@ func (t *threadGroups) end(tid int) (*group, error) {
 	return g, nil
 }
 
+// runInits runs the group's deferred initialisations, all at once, and
+// returns the first failure.
+func (g *group) runInits() error {
+	var wg sync.WaitGroup
+	for _, f := range g.inits {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	wg.Wait()
+	for _, c := range g.comms {
+		if c.initErr != nil {
+			return fail(ResultOf(c.initErr), "ncclGroupEnd: ncclCommInitRank rank %d of %d: %w", c.rank, c.nranks, c.initErr)
+		}
+	}
+	return nil
+}
+
 // run runs what an ended group deferred (see Library.GroupEnd).
 func (g *group) run() error {
+	if g.err != nil {
+		// A call was refused inside the group: run the initialisations
+		// (their communicators must not stay half made) and none of the
+		// calls.
+		if err := g.runInits(); err != nil {
+			return err
+		}
+		return fmt.Errorf("ncclGroupEnd: no call of the group ran, since one was refused: %w", g.err)
+	}
 	var order []*Comm
 	byComm := map[*Comm][]*work{}
 	blocking := true
@@ -95,22 +140,15 @@ func (g *group) run() error {
 		c.mu.Unlock()
 	}
 	run := func() error {
-		var wg sync.WaitGroup
-		for _, f := range g.inits {
-			wg.Add(1)
-			go func() { defer wg.Done(); f() }()
-		}
-		wg.Wait()
-		for _, c := range g.comms {
-			if c.initErr != nil {
-				for _, c := range order {
-					c.mu.Lock()
-					c.inflight--
-					c.mu.Unlock()
-				}
-				return fail(ResultOf(c.initErr), "ncclGroupEnd: ncclCommInitRank rank %d of %d: %w", c.rank, c.nranks, c.initErr)
+		if err := g.runInits(); err != nil {
+			for _, c := range order {
+				c.mu.Lock()
+				c.inflight--
+				c.mu.Unlock()
 			}
+			return err
 		}
+		var wg sync.WaitGroup
 		errs := make([]error, len(order))
 		for i, c := range order {
 			wg.Add(1)
@@ -118,8 +156,9 @@ func (g *group) run() error {
 				defer wg.Done()
 				err := c.runAll(byComm[c])
 				if err != nil {
-					err = fail(ResultOf(err), "ncclGroupEnd: rank %d of %d: %w", c.rank, c.nranks, err)
-					c.note(err)
+					local := isLocal(err)
+					err = &Error{Code: ResultOf(err), Err: fmt.Errorf("ncclGroupEnd: rank %d of %d: %w", c.rank, c.nranks, err), Local: local}
+					c.failed(err)
 				}
 				c.mu.Lock()
 				c.inflight--

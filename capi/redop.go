@@ -2,23 +2,28 @@ package capi
 
 import (
 	"fmt"
+	"math"
 
 	"flexlink/dtype"
 )
 
 // RedOp is a reduction as a call sees it: a built-in operator, or a
 // PreMulSum (an operator made by ncclRedOpCreatePreMulSum), which
-// multiplies every input by Scalar and sums.
+// multiplies every input by a scalar and sums. The scalar is read in the
+// op's datatype, as NCCL reads it: sizeof(datatype) bytes, from host memory
+// when the op is created (ncclScalarHostImmediate: Scalar), or from device
+// memory when each call runs (ncclScalarDevice: ScalarPtr).
 type RedOp struct {
 	Op        dtype.Op
 	PreMul    bool
-	Scalar    float64
-	ScalarPtr uintptr // device scalar (ncclScalarDevice): read by the GPU path
+	DType     dtype.DType // a PreMulSum's datatype: calls must use it
+	Scalar    []byte      // host-immediate scalar, DType.Size() bytes
+	ScalarPtr uintptr     // device scalar (ncclScalarDevice), 0 when host-immediate
 }
 
-// redOp resolves an operator code: a built-in one or a PreMulSum of this
-// communicator.
-func (c *Comm) redOp(code int32) (RedOp, error) {
+// redOp resolves an operator code for a call on dt: a built-in one or a
+// PreMulSum of this communicator made for dt.
+func (c *Comm) redOp(code int32, dt dtype.DType) (RedOp, error) {
 	if op, ok := builtinOp(code); ok {
 		return RedOp{Op: op}, nil
 	}
@@ -26,14 +31,25 @@ func (c *Comm) redOp(code int32) (RedOp, error) {
 	op, ok := c.ops[code]
 	c.mu.Unlock()
 	if !ok {
-		return RedOp{}, fail(InvalidArgument, "invalid reduction operator %d (built-in: 0 sum, 1 prod, 2 max, 3 min, 4 avg; others come from ncclRedOpCreatePreMulSum on this communicator)", code)
+		return RedOp{}, refuse(InvalidArgument, "invalid reduction operator %d (built-in: 0 sum, 1 prod, 2 max, 3 min, 4 avg; others come from ncclRedOpCreatePreMulSum on this communicator)", code)
+	}
+	if op.DType != dt {
+		return RedOp{}, refuse(InvalidArgument, "reduction operator %d is a PreMulSum made for %s, used on %s (NCCL: an operator serves the datatype it was created for)", code, op.DType, dt)
 	}
 	return op, nil
 }
 
-// CreatePreMulSum is ncclRedOpCreatePreMulSum with a host scalar (already
-// converted to float64 by the caller) for dtype code dt.
-func (l *Library) CreatePreMulSum(h uintptr, scalar float64, dt int32) (int32, error) {
+// Scalar residences (ncclScalarResidence_t).
+const (
+	ScalarDevice        = 0 // dereferenced on the device while each call runs
+	ScalarHostImmediate = 1 // read from host memory before the create returns
+)
+
+// CreatePreMulSum is ncclRedOpCreatePreMulSum for dtype code dt: scalar is
+// the host-immediate scalar's bytes (residence ScalarHostImmediate; at
+// least dt's size, of which the first dt-size bytes are the value), or
+// ptr the device address of the scalar (ScalarDevice).
+func (l *Library) CreatePreMulSum(h uintptr, scalar []byte, ptr uintptr, residence int, dt int32) (int32, error) {
 	c, err := l.handles.comm(h, "ncclRedOpCreatePreMulSum")
 	if err != nil {
 		return 0, err
@@ -43,7 +59,22 @@ func (l *Library) CreatePreMulSum(h uintptr, scalar float64, dt int32) (int32, e
 		return 0, fmt.Errorf("ncclRedOpCreatePreMulSum: %w", err)
 	}
 	if !d.IsFloat() {
-		return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: datatype %s: flexlink supports PreMulSum on floating-point types only", d)
+		return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: datatype %s: PreMulSum takes floating-point types only", d)
+	}
+	op := RedOp{Op: dtype.Sum, PreMul: true, DType: d}
+	switch residence {
+	case ScalarHostImmediate:
+		if len(scalar) < d.Size() {
+			return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: %d scalar bytes for %s", len(scalar), d)
+		}
+		op.Scalar = append([]byte(nil), scalar[:d.Size()]...)
+	case ScalarDevice:
+		if ptr == 0 {
+			return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: the device scalar is NULL")
+		}
+		op.ScalarPtr = ptr
+	default:
+		return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: scalar residence %d (ncclScalarDevice 0, ncclScalarHostImmediate 1)", residence)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,7 +92,10 @@ func (l *Library) CreatePreMulSum(h uintptr, scalar float64, dt int32) (int32, e
 		}
 	}
 	c.nextOp = code + 1
-	c.ops[code] = RedOp{Op: dtype.Sum, PreMul: true, Scalar: scalar}
+	if c.nextOp == math.MaxInt32 {
+		c.nextOp = ncclNumOps
+	}
+	c.ops[code] = op
 	return code, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"flexlink/internal/errs"
+	"flexlink/rank"
 )
 
 // Result is an ncclResult_t.
@@ -61,6 +62,10 @@ func ErrorString(r Result) string {
 type Error struct {
 	Code Result
 	Err  error
+	// Local: the call was refused on this rank before anything was sent
+	// or enqueued, so the communicator is as it was: the call fails, later
+	// calls do not (ncclGetLastError still says why).
+	Local bool
 }
 
 func (e *Error) Error() string { return e.Err.Error() }
@@ -69,6 +74,19 @@ func (e *Error) Unwrap() error { return e.Err }
 // fail makes an *Error with a formatted message.
 func fail(code Result, format string, args ...any) error {
 	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// refuse makes a Local *Error: a call refused before it touched the
+// communicator.
+func refuse(code Result, format string, args ...any) error {
+	return &Error{Code: code, Err: fmt.Errorf(format, args...), Local: true}
+}
+
+// isLocal reports whether err refused a call without touching the
+// communicator (see Error.Local).
+func isLocal(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Local || errors.Is(err, rank.ErrSuspended)
 }
 
 // ResultOf maps an error to the ncclResult_t NCCL would return for it:
@@ -81,6 +99,10 @@ func ResultOf(err error) Result {
 	switch {
 	case err == nil:
 		return Success
+	case errors.As(err, &e) && e.Code != SystemError:
+		return e.Code
+	case errors.Is(err, rank.ErrSuspended), errors.Is(err, rank.ErrNotSuspended):
+		return InvalidUsage
 	case errors.As(err, &e):
 		return e.Code
 	case errors.Is(err, errs.ErrMismatch), errors.Is(err, errs.ErrClosed):

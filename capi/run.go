@@ -1,13 +1,11 @@
 package capi
 
 import (
-	"context"
-	"fmt"
 	"unsafe"
 
-	"flexlink/dtype"
 	"flexlink/gpu"
 	"flexlink/rank"
+	"flexlink/reduce"
 )
 
 // p2p is one send or receive of a group, from a Send, Recv, Gather or
@@ -116,6 +114,7 @@ func (c *Comm) runP2P(ps []p2p) error {
 	var selfSend, selfRecv []p2p
 	var host []rank.P2P
 	var devOps []rank.DeviceP2P
+	var bounced []bool // devOps[i]'s buffer cannot be IPC-exported
 	var stream *gpu.Stream
 	if dev {
 		stream = c.gpuDev.WrapStream(ps[0].w.call.Stream)
@@ -134,6 +133,7 @@ func (c *Comm) runP2P(ps []p2p) error {
 			if err != nil {
 				return err
 			}
+			bounced = append(bounced, p.w.region(p.send).NoIPC)
 			devOps = append(devOps, rank.DeviceP2P{Send: p.send, Peer: p.peer, Buf: b})
 			continue
 		}
@@ -172,7 +172,7 @@ func (c *Comm) runP2P(ps []p2p) error {
 		if len(devOps) == 0 {
 			return nil
 		}
-		return c.dc.Group(c.ctx, stream, devOps...)
+		return c.groupDevice(stream, devOps, bounced)
 	}
 	if len(host) == 0 {
 		return nil
@@ -193,9 +193,13 @@ func (c *Comm) runColl(w *work) error {
 	send := w.hostData(call.Send, w.sendN)
 	recv := w.hostData(call.Recv, w.recvN)
 	if w.op.PreMul {
-		scaled, err := preMul(hostBytes(call.Send, w.sendN), w.dt, w.op.Scalar)
+		scalar, err := c.hostScalar(w)
 		if err != nil {
 			return err
+		}
+		scaled := make([]byte, w.sendN)
+		if err := reduce.PreMul(scaled, hostBytes(call.Send, w.sendN), w.dt, scalar); err != nil {
+			return refuse(InvalidArgument, "rank %d: PreMulSum: %w", c.rank, err)
 		}
 		send = rank.Bytes(scaled, w.dt)
 	}
@@ -223,123 +227,10 @@ func (c *Comm) runColl(w *work) error {
 	return fail(InternalError, "%s is not a collective", call.Kind)
 }
 
-// runDevice enqueues one collective on device buffers on the caller's stream.
-// A PreMulSum runs synchronously through host memory: the send buffer is
-// copied out, multiplied by the scalar, copied into a device scratch buffer
-// of the communicator (grown on demand, freed only with it, since peers map
-// it), and summed from there; the call returns once the stream is done.
-func (c *Comm) runDevice(w *work) (err error) {
-	call := w.call
-	dv := c.gpuDev
-	s := dv.WrapStream(call.Stream)
-	var send, recv *gpu.Buffer
-	if w.sendN > 0 {
-		if send, err = c.lib.mem.buffer(dv, w.sendReg, call.Send, w.sendN); err != nil {
-			return err
-		}
-	}
-	if w.recvN > 0 {
-		if recv, err = c.lib.mem.buffer(dv, w.recvReg, call.Recv, w.recvN); err != nil {
-			return err
-		}
-	}
-	ctx, count, dt, op := c.ctx, int(call.Count), w.dt, w.op.Op
-	if w.op.PreMul {
-		if send, err = c.preMulDevice(s, w, send); err != nil {
-			return err
-		}
-		op = dtype.Sum
-		defer func() {
-			// The scratch is reused by the next PreMulSum call, which may
-			// come on another stream: this one finishes first.
-			if serr := s.Synchronize(); serr != nil && err == nil {
-				err = fail(UnhandledCudaError, "rank %d: PreMulSum: %w", c.rank, serr)
-			}
-		}()
-	}
-	switch call.Kind {
-	case AllReduce:
-		return c.dc.AllReduce(ctx, send, recv, count, dt, op, s)
-	case AllGather:
-		return c.dc.AllGather(ctx, send, recv, count, dt, s)
-	case ReduceScatter:
-		return c.dc.ReduceScatter(ctx, send, recv, count, dt, op, s)
-	case AllToAll:
-		return c.dc.AllToAll(ctx, send, recv, count, dt, s)
-	case Broadcast:
-		return c.dc.Broadcast(ctx, send, recv, count, dt, call.Root, s)
-	case Reduce:
-		return c.dc.Reduce(ctx, send, recv, count, dt, op, call.Root, s)
-	}
-	return fail(InternalError, "%s is not a collective", call.Kind)
-}
-
-// preMul returns a copy of b (elements of dt) times scalar.
-func preMul(b []byte, dt dtype.DType, scalar float64) ([]byte, error) {
-	out := make([]byte, len(b))
-	switch dt {
-	case dtype.Float32:
-		src := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
-		dst := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(out))), len(out)/4)
-		for i, v := range src {
-			dst[i] = float32(float64(v) * scalar)
-		}
-	case dtype.Float64:
-		src := unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
-		dst := unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(out))), len(out)/8)
-		for i, v := range src {
-			dst[i] = v * scalar
-		}
-	default:
-		return nil, fail(InvalidArgument, "PreMulSum on host buffers of %s is not supported (float and double are)", dt)
-	}
-	return out, nil
-}
-
-var _ = context.Background
-var _ = fmt.Sprint
-
 // region is where w's send (send) or receive buffer was located.
 func (w *work) region(send bool) Region {
 	if send {
 		return w.sendReg
 	}
 	return w.recvReg
-}
-
-// preMulDevice returns a device copy of send multiplied by w's scalar, in
-// the communicator's PreMulSum scratch.
-func (c *Comm) preMulDevice(s *gpu.Stream, w *work, send *gpu.Buffer) (*gpu.Buffer, error) {
-	if w.op.ScalarPtr != 0 {
-		return nil, fail(InvalidUsage, "rank %d: a PreMulSum with a device-resident scalar (ncclScalarDevice) on device buffers is not supported by flexlink; pass the scalar from host memory", c.rank)
-	}
-	if send == nil {
-		return nil, nil // a rank without a send buffer (none in the reductions that take PreMulSum)
-	}
-	host := make([]byte, send.Len())
-	if err := s.CopyDtoH(host, send); err != nil {
-		return nil, fail(UnhandledCudaError, "rank %d: PreMulSum: copy the send buffer out: %w", c.rank, err)
-	}
-	if err := s.Synchronize(); err != nil {
-		return nil, fail(UnhandledCudaError, "rank %d: PreMulSum: %w", c.rank, err)
-	}
-	scaled, err := preMul(host, w.dt, w.op.Scalar)
-	if err != nil {
-		return nil, err
-	}
-	if c.preMulScratch == nil || c.preMulScratch.Len() < len(scaled) {
-		b, err := c.gpuDev.Alloc(max(len(scaled), 1<<20))
-		if err != nil {
-			return nil, fail(UnhandledCudaError, "rank %d: PreMulSum scratch of %d bytes: %w", c.rank, len(scaled), err)
-		}
-		if c.preMulScratch != nil {
-			c.preMulRetired = append(c.preMulRetired, c.preMulScratch) // peers may still map it
-		}
-		c.preMulScratch = b
-	}
-	dst := c.preMulScratch.Sub(0, len(scaled))
-	if err := s.CopyHtoD(dst, scaled); err != nil {
-		return nil, fail(UnhandledCudaError, "rank %d: PreMulSum: copy the scaled buffer in: %w", c.rank, err)
-	}
-	return dst, nil
 }

@@ -224,8 +224,23 @@ static void test_bad_input(ncclComm_t comm) {
   EXPECT_ERR(ncclCommInitRank(&c2, n, zero, me), ncclInvalidArgument, "ncclUniqueId");
   EXPECT_ERR(ncclCommSplit(comm, 0, 0, &c2, &cfg), ncclInvalidArgument, "magic");
   EXPECT_ERR(ncclCommWindowRegister(comm, buf, sizeof buf, NULL, 0), ncclInvalidArgument, "NULL");
+  /* a simulated group (torch's _time_estimator): closed, nothing run, an estimate */
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  EXPECT_ERR(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
+  EXPECT_ERR(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not inside a group");
+  float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  float zeros[8] = {0};
+  CHECK(ncclGroupStart());
+  CHECK(ncclAllReduce(ones, zeros, 8, ncclFloat, ncclSum, comm, NULL));
+  CHECK(ncclGroupSimulateEnd(&sim));
+  if (!(sim.estimatedTime > 0)) FAIL("simulated group: estimatedTime %g", (double)sim.estimatedTime);
+  for (int i = 0; i < 8; i++)
+    if (zeros[i] != 0) FAIL("the simulated allreduce ran");
+  EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "not inside a group");
+  /* a call refused inside a group: the group end fails, and the group is closed */
+  CHECK(ncclGroupStart());
+  EXPECT_ERR(ncclAllReduce(ones, zeros, 8, (ncclDataType_t)42, ncclSum, comm, NULL), ncclInvalidArgument, "datatype");
+  EXPECT_ERR(ncclGroupEnd(), ncclInvalidArgument, "refused");
+  EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "not inside a group");
 }
 
 /* mismatched counts across ranks: every rank gets an error, nobody hangs */

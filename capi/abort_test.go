@@ -218,9 +218,9 @@ func TestAbortScope(t *testing.T) {
 
 // TestRevoke: ncclCommRevoke as NCCL 2.28.9 documents it: flags other than
 // 0 refused; the call in flight on another member fails naming the
-// revoker; later calls are refused (ncclInvalidUsage), split too; the
-// async error is ncclSuccess; a second revoke is refused; shrink (no rank
-// excluded) and destroy work.
+// revoker; later calls are refused (ncclInvalidUsage); the async error is
+// ncclSuccess; a second revoke is refused; once every member revoked it,
+// split, shrink (no rank excluded) and destroy work.
 func TestRevoke(t *testing.T) {
 	host, _ := os.Hostname()
 	const n = 3
@@ -238,15 +238,21 @@ func TestRevoke(t *testing.T) {
 	if _, err := allreduce(l, 0, w[0], 1); ResultOf(err) != InvalidUsage || !strings.Contains(err.Error(), "revoked") {
 		t.Errorf("a call on the revoked communicator: %v, want ncclInvalidUsage naming the revoke", err)
 	}
-	if _, err := l.Split(tidOf(0), w[0], 0, 0, DefaultConfig()); ResultOf(err) != InvalidUsage {
-		t.Errorf("split of a revoked communicator: %v, want ncclInvalidUsage", err)
-	}
 	if res, err := l.AsyncError(w[0]); err != nil || res != Success {
 		t.Errorf("async error after revoke: %v, %v; want ncclSuccess", res, err)
 	}
 	if err := l.Revoke(w[0], RevokeDefault); ResultOf(err) != InvalidArgument {
 		t.Errorf("second revoke: %v, want ncclInvalidArgument", err)
 	}
+	// The others revoke it too (as NCCL's users do before they split).
+	for _, r := range []int{1, 2} {
+		if err := l.Revoke(w[r], RevokeDefault); err != nil {
+			t.Fatalf("rank %d revoke: %v", r, err)
+		}
+	}
+	kids := splitRanks(t, l, w, []int{0, 0, 1})
+	sums(t, "split of the revoked communicator", l, pick(kids, 0, 1))
+	sums(t, "its one-rank sibling", l, pick(kids, 2))
 	shrunk := shrinkRanks(t, l, w, []int{0, 1, 2}, nil, ShrinkDefault)
 	sums(t, "shrunk after revoke", l, pick(shrunk, 0, 1, 2))
 }

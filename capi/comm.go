@@ -34,13 +34,14 @@ type Comm struct {
 // made is what a communicator's initialisation produced, and the device
 // scratch of PreMulSum calls (run.go), freed when the communicator is.
 type made struct {
-	stage   stage // device scratch of PreMulSum and bounced calls (stage.go)
-	rc      *rank.Comm
-	dc      *rank.DeviceComm
-	gpuDev  *gpu.Device
-	srv     *served
-	fam     *family // the communicators that share this one's world (abort.go)
-	initErr error
+	preMulScratch *gpu.Buffer
+	preMulRetired []*gpu.Buffer
+	rc            *rank.Comm
+	dc            *rank.DeviceComm
+	gpuDev        *gpu.Device
+	srv           *served
+	fam           *family // the communicators that share this one's world (abort.go)
+	initErr       error
 }
 
 // state is what changes while the communicator is used (under mu).
@@ -73,10 +74,10 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 		c.note(err)
 	}
 	close(c.ready)
-	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split
+	if err == nil && c.lib.opt.Announce != nil {
 		path := "host buffers"
 		if dc != nil {
-			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Path() + " plane, " + dc.Memory().String()
+			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Path() + " plane"
 		}
 		c.lib.opt.Announce(fmt.Sprintf("flexlink libnccl (NCCL %d API) serves rank %d of %d on %s, %s", Version, c.rank, c.nranks, rc.Host(), path))
 	}
@@ -291,19 +292,20 @@ func (l *Library) InitAll(ndev int, devices []int) ([]uintptr, error) {
 }
 
 // Split is ncclCommSplit: collective over the parent's ranks. A rank that
-// passes NCCL_SPLIT_NOCOLOR (any negative color) gets handle 0.
+// passes NCCL_SPLIT_NOCOLOR (any negative color) gets handle 0. A revoked
+// parent splits too (revoke.go).
 func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr, error) {
 	p, err := l.handles.comm(h, "ncclCommSplit")
 	if err != nil {
 		return 0, err
 	}
-	if err := p.usable("ncclCommSplit"); err != nil {
+	if err := p.usable("ncclCommSplit"); err != nil && !p.isRevoked() {
 		return 0, err
 	}
 	if color < 0 {
 		color = rank.NoColor
 	}
-	return l.child(p, "ncclCommSplit", cfg, color >= 0, func() (*rank.Comm, error) { return p.rc.Split(p.ctx, color, key) })
+	return l.child(p, "ncclCommSplit", cfg, color >= 0, func() (*rank.Comm, error) { return p.split(color, key) })
 }
 
 // child makes the communicator that newComm returns from parent p (split
@@ -371,7 +373,11 @@ func (l *Library) destroyQuiet(c *Comm) {
 	}
 	c.release()
 	if !aborted {
-		c.stage.free()
+		for _, b := range append(c.preMulRetired, c.preMulScratch) {
+			if b != nil {
+				b.Free()
+			}
+		}
 	}
 	c.cancel()
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"flexlink/internal/errs"
+	"flexlink/rank"
 )
 
 // RevokeDefault is NCCL_REVOKE_DEFAULT, the only revokeFlags value.
@@ -19,8 +20,10 @@ const RevokeDefault = 0
 // communicator is quiescent on this rank: ncclSuccess, also for a
 // non-blocking one, and ncclCommGetAsyncError reports ncclSuccess from
 // then on). flags other than NCCL_REVOKE_DEFAULT, a communicator revoked
-// already, and one still initialising are refused. Split of a revoked
-// communicator is refused: shrink it (excluding no rank) and split that.
+// already, and one still initialising are refused. A revoked communicator
+// can be split when every member revoked it itself (as NCCL's users do
+// before they split: see split); on a member that only heard of another's
+// revoke, calls and splits fail with the revoker's reason.
 func (l *Library) Revoke(h uintptr, flags int) error {
 	c, err := l.handles.comm(h, "ncclCommRevoke")
 	if err != nil {
@@ -46,4 +49,29 @@ func (l *Library) Revoke(h uintptr, flags int) error {
 	c.mu.Unlock()
 	c.rc.Revoke(fmt.Errorf("ncclCommRevoke: %w", errs.ErrAborted))
 	return nil
+}
+
+// isRevoked reports whether this rank revoked c (ncclCommRevoke, or
+// ncclCommShrink with NCCL_SHRINK_ABORT).
+func (c *Comm) isRevoked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.revoked
+}
+
+// split is ncclCommSplit's rank-level work on c: over c's links while it
+// is healthy; once this rank revoked it, through a copy of it made by the
+// rendezvous (rank.Comm.Shrink excluding nobody: nothing over c's ended
+// links), split and then closed. Every member takes the same path as long
+// as every member revoked c before splitting it.
+func (c *Comm) split(color, key int) (*rank.Comm, error) {
+	if !c.isRevoked() {
+		return c.rc.Split(c.ctx, color, key)
+	}
+	cp, err := c.rc.Shrink(c.ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("split of revoked communicator rank %d of %d: copy it: %w", c.rank, c.nranks, err)
+	}
+	defer cp.Close()
+	return cp.Split(c.ctx, color, key)
 }

@@ -34,14 +34,13 @@ type Comm struct {
 // made is what a communicator's initialisation produced, and the device
 // scratch of PreMulSum calls (run.go), freed when the communicator is.
 type made struct {
-	preMulScratch *gpu.Buffer
-	preMulRetired []*gpu.Buffer
-	rc            *rank.Comm
-	dc            *rank.DeviceComm
-	gpuDev        *gpu.Device
-	srv           *served
-	fam           *family // the communicators that share this one's world (abort.go)
-	initErr       error
+	stage   stage // device scratch of PreMulSum and bounced calls (stage.go)
+	rc      *rank.Comm
+	dc      *rank.DeviceComm
+	gpuDev  *gpu.Device
+	srv     *served
+	fam     *family // the communicators that share this one's world (abort.go)
+	initErr error
 }
 
 // state is what changes while the communicator is used (under mu).
@@ -74,10 +73,10 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 		c.note(err)
 	}
 	close(c.ready)
-	if err == nil && c.lib.opt.Announce != nil {
+	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split
 		path := "host buffers"
 		if dc != nil {
-			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Path() + " plane"
+			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Path() + " plane, " + dc.Memory().String()
 		}
 		c.lib.opt.Announce(fmt.Sprintf("flexlink libnccl (NCCL %d API) serves rank %d of %d on %s, %s", Version, c.rank, c.nranks, rc.Host(), path))
 	}
@@ -373,11 +372,7 @@ func (l *Library) destroyQuiet(c *Comm) {
 	}
 	c.release()
 	if !aborted {
-		for _, b := range append(c.preMulRetired, c.preMulScratch) {
-			if b != nil {
-				b.Free()
-			}
-		}
+		c.stage.free()
 	}
 	c.cancel()
 }

@@ -146,7 +146,7 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 		return fmt.Errorf("rank %d: %s on closed communicator: %w", c.rank, what, errs.ErrClosed)
 	}
 	if err := c.fate.ended(); err != nil {
-		return fmt.Errorf("rank %d: %s on communicator %s, which has ended: %w", c.rank, what, c.name, err)
+		return fmt.Errorf("rank %d: %s on broken communicator %s: %w", c.rank, what, c.name, err)
 	}
 	if _, has := ctx.Deadline(); !has {
 		if d := c.world.callTimeout; d > 0 {

@@ -320,3 +320,18 @@ func TestShrinkLive(t *testing.T) {
 		})
 	}
 }
+
+// TestAbortOtherID: communicators of different ncclUniqueIds are
+// independent, as in NCCL: aborting one world leaves the other working.
+func TestAbortOtherID(t *testing.T) {
+	const n = 2
+	l := scopeLib()
+	a := initRanks(t, l, n)
+	b := initRanks(t, l, n)
+	if err := l.Abort(a[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err := allreduce(l, 1, a[1], 1)
+	wantFailed(t, "rank 1 on the aborted world", l, a[1], err, "rank 0", "ncclCommAbort")
+	sums(t, "the other id's world", l, pick(b, 0, 1))
+}

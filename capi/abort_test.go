@@ -335,3 +335,26 @@ func TestAbortOtherID(t *testing.T) {
 	wantFailed(t, "rank 1 on the aborted world", l, a[1], err, "rank 0", "ncclCommAbort")
 	sums(t, "the other id's world", l, pick(b, 0, 1))
 }
+
+// TestAbortWhileWaiting is torch's watchdog: one thread of a rank waits in
+// a call that a peer never joins, another thread of the same rank aborts
+// the communicator. The wait ends with an error; the peer's communicator
+// ends too.
+func TestAbortWhileWaiting(t *testing.T) {
+	const n = 2
+	l := scopeLib()
+	w := initRanks(t, l, n)
+	kids := splitRanks(t, l, w, []int{0, 0})
+	pending := make(chan error, 1)
+	go func() { _, err := allreduce(l, 0, kids[0], 1); pending <- err }()
+	if err := l.Abort(kids[0]); err != nil { // from "another thread" of rank 0
+		t.Fatal(err)
+	}
+	if err := <-pending; err == nil {
+		t.Error("the waiting call succeeded after its communicator was aborted")
+	}
+	<-l.handles.get(kids[1]).rc.Done()
+	_, err := allreduce(l, 1, kids[1], 1)
+	wantFailed(t, "the peer's call", l, kids[1], err, "rank 0", "ncclCommAbort")
+	sums(t, "the parent", l, pick(w, 0, 1))
+}

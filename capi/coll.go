@@ -68,6 +68,7 @@ func (l *Library) Coll(tid int, h uintptr, call Call) error {
 		return nil // count 0: nothing to do, as NCCL
 	}
 	if l.groups.queue(tid, w) {
+		l.log.Trace("deferred to the group's end", "call", fn, "tid", tid, "rank", w.c.rank)
 		return nil
 	}
 	if err := w.c.runAllOne(w); err != nil {

@@ -22,7 +22,7 @@ type threadGroups struct {
 }
 
 // start is ncclGroupStart for thread tid.
-func (t *threadGroups) start(tid int) {
+func (t *threadGroups) start(tid int) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
@@ -31,6 +31,17 @@ func (t *threadGroups) start(tid int) {
 		t.byThread[tid] = g
 	}
 	g.depth++
+	return g.depth
+}
+
+// depth is thread tid's group depth (0: not in a group).
+func (t *threadGroups) depth(tid int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g := t.byThread[tid]; g != nil {
+		return g.depth
+	}
+	return 0
 }
 
 // in reports whether thread tid is inside a group.

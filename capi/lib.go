@@ -210,7 +210,14 @@ func (l *Library) Deregister(h, reg uintptr) error {
 }
 
 // GroupStart is ncclGroupStart for thread tid.
-func (l *Library) GroupStart(tid int) { l.groups.start(tid) }
+// Every group start and end is logged at TRACE (FLEXLINK_DEBUG=TRACE or
+// NCCL_DEBUG=TRACE) with the thread and depth: a group a caller left open
+// (an exception between its start and end) defers every later call on that
+// thread, and these lines show where.
+func (l *Library) GroupStart(tid int) {
+	d := l.groups.start(tid)
+	l.log.Trace("ncclGroupStart", "tid", tid, "depth", d)
+}
 
 // GroupEnd is ncclGroupEnd for thread tid. The outermost one runs what the
 // group deferred: first the communicator initialisations, all at once (so
@@ -222,6 +229,7 @@ func (l *Library) GroupStart(tid int) { l.groups.start(tid) }
 // each reports when its part is done.
 func (l *Library) GroupEnd(tid int) error {
 	g, err := l.groups.end(tid)
+	l.log.Trace("ncclGroupEnd", "tid", tid, "depth", l.groups.depth(tid), "error", err)
 	if g == nil {
 		return err
 	}

@@ -41,7 +41,7 @@ if [ -z "${NO_DIAG:-}" ]; then
 			echo "== $c: NCCL, 1 rank"
 			RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 timeout 60 python3 tests/torch/diag_groups.py $c 2>&1 | grep -E "^rank|Error" | head -5
 			echo "== $c: flexlink, 2 ranks"
-			FLEXLINK_DEBUG=TRACE timeout 60 $B/flexrun -np 2 --oversubscribe --nccl -x FLEXLINK_DEBUG=TRACE python3 tests/torch/diag_groups.py $c 2>&1 |
+			FLEXLINK_DEBUG=TRACE timeout 60 $B/flexrun -np 2 --oversubscribe --nccl --nccl-lib $PWD/build/nccl/lib -x FLEXLINK_DEBUG=TRACE python3 tests/torch/diag_groups.py $c 2>&1 |
 				grep -E "^rank|ncclGroup|deferred|Error|flexrun:" | cut -c1-240 | head -30
 		done
 	} >"$OUT/diag.log" 2>&1

@@ -193,6 +193,10 @@ def warmup():
         raise Fail(f"first all_reduce: got {t[:4].tolist()}..., want {want}")
 
 
+def torch_scatter_leaves_group_open():
+    raise Skip("torch 2.11 leaves an NCCL group open when it refuses this type in scatter (its bug; NCCL is affected the same)")
+
+
 def section_basic(dts=None, fp8=None):
     # torch 2.11 refuses uint32/uint64 in some ops only after it has started
     # an NCCL group (seen on the GPU machine: every later call on the thread
@@ -316,7 +320,13 @@ def section_basic(dts=None, fp8=None):
         S.check(f"all_to_all_single.equal.{dname(dt)}", a2a_equal(dt))
         S.check(f"all_to_all_single.uneven.{dname(dt)}", a2a_uneven(dt))
         S.check(f"gather.{dname(dt)}", gather(dt))
-        S.check(f"scatter.{dname(dt)}", scatter(dt))
+        if dt in UNS:
+            # torch 2.11's scatter starts an NCCL group, then refuses the
+            # type and never ends the group: every later call on the thread
+            # is deferred, with NCCL as with flexlink (diag_groups.py).
+            S.check(f"scatter.{dname(dt)}", torch_scatter_leaves_group_open)
+        else:
+            S.check(f"scatter.{dname(dt)}", scatter(dt))
 
     def barrier():
         time.sleep(0.15 * R)

@@ -354,9 +354,29 @@ func (l *Library) Destroy(h uintptr) error {
 		return err
 	}
 	<-c.ready
-	l.destroyQuiet(c)
+	// Closing the device plane waits for every member (no peer may still
+	// write into this rank's regions when they are freed). Callers destroy
+	// their communicators in their own order (PyTorch's shutdown walks a
+	// map): each close goes on in the background after destroyWait, so
+	// rank 0 closing A then B and rank 1 closing B then A both finish,
+	// instead of each waiting out the close's limit on the other's order.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.destroyQuiet(c)
+	}()
+	select {
+	case <-done:
+	case <-time.After(destroyWait):
+		l.log.Debug("ncclCommDestroy: the close goes on in the background, waiting for the other members", "rank", c.rank, "ranks", c.nranks)
+	}
 	return nil
 }
+
+// destroyWait is how long ncclCommDestroy waits for the device plane's
+// collective close before returning and letting it finish in the
+// background.
+const destroyWait = 2 * time.Second
 
 func (l *Library) destroyQuiet(c *Comm) {
 	l.handles.remove(c.handle)

@@ -18,13 +18,17 @@ import (
 // run in one group, on each rank's stream, and the host does not wait.
 func TestDevicePreMulSum(t *testing.T) {
 	f := newDevFixture(t, 2, gpufake.Config{})
-	codes := map[dtype.DType]int32{dtype.Float16: ncclFloat16, dtype.BFloat16: ncclBfloat16, dtype.Float32: ncclFloat32, dtype.Float64: ncclFloat64}
+	codes := map[dtype.DType]int32{dtype.Float16: ncclFloat16, dtype.BFloat16: ncclBfloat16, dtype.Float32: ncclFloat32, dtype.Float64: ncclFloat64, dtype.Int32: ncclInt32}
 	const count = 300
 	n := 2
-	for _, dt := range []dtype.DType{dtype.Float16, dtype.BFloat16, dtype.Float32, dtype.Float64} {
+	for _, dt := range []dtype.DType{dtype.Float16, dtype.BFloat16, dtype.Float32, dtype.Float64, dtype.Int32} {
 		for _, residence := range []int{ScalarHostImmediate, ScalarDevice} {
 			for _, kind := range []Kind{AllReduce, ReduceScatter} {
-				for _, s := range [][2]float64{{0.5, 0.25}, {1.0 / 3, 3}} {
+				pairs := [][2]float64{{0.5, 0.25}, {1.0 / 3, 3}}
+				if !dt.IsFloat() {
+					pairs = [][2]float64{{2, -3}} // exact
+				}
+				for _, s := range pairs {
 					t.Run(fmt.Sprintf("%s/res%d/%s/%g", dt, residence, kind, s[0]), func(t *testing.T) {
 						sendN := count
 						if kind == ReduceScatter {
@@ -65,7 +69,7 @@ func TestDevicePreMulSum(t *testing.T) {
 						}); err != nil {
 							t.Fatal(err)
 						}
-						exact := s[0] == 0.5
+						exact := s[0] != 1.0/3
 						for r := range n {
 							got := f.download(r, recvs[r], count*dt.Size())
 							for i := range count {

@@ -48,7 +48,9 @@ const (
 // CreatePreMulSum is ncclRedOpCreatePreMulSum for dtype code dt: scalar is
 // the host-immediate scalar's bytes (residence ScalarHostImmediate; at
 // least dt's size, of which the first dt-size bytes are the value), or
-// ptr the device address of the scalar (ScalarDevice).
+// ptr the device address of the scalar (ScalarDevice). Every datatype
+// takes it, as in NCCL: integers multiply with wrap-around, float8
+// saturates (reduce.PreMul, the kernels' flexlink_premul_<t>).
 func (l *Library) CreatePreMulSum(h uintptr, scalar []byte, ptr uintptr, residence int, dt int32) (int32, error) {
 	c, err := l.handles.comm(h, "ncclRedOpCreatePreMulSum")
 	if err != nil {
@@ -57,9 +59,6 @@ func (l *Library) CreatePreMulSum(h uintptr, scalar []byte, ptr uintptr, residen
 	d, err := DataType(dt)
 	if err != nil {
 		return 0, fmt.Errorf("ncclRedOpCreatePreMulSum: %w", err)
-	}
-	if !d.IsFloat() {
-		return 0, fail(InvalidArgument, "ncclRedOpCreatePreMulSum: datatype %s: PreMulSum takes floating-point types only", d)
 	}
 	op := RedOp{Op: dtype.Sum, PreMul: true, DType: d}
 	switch residence {

@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,7 +208,13 @@ static void test_bad_input(ncclComm_t comm) {
   float buf[8] = {0};
   EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, NULL, NULL), ncclInvalidArgument, "NULL");
   EXPECT_ERR(ncclAllReduce(buf, buf, 8, (ncclDataType_t)42, ncclSum, comm, NULL), ncclInvalidArgument, "datatype");
-  EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclUint32, ncclSum, comm, NULL), ncclInvalidArgument, "not supported");
+  /* every NCCL datatype is served: uint32 sums wrap around */
+  uint32_t u[4] = {0xffffffffu, 1, 2, 3};
+  CHECK(ncclAllReduce(u, u, 4, ncclUint32, ncclSum, comm, NULL));
+  for (int i = 0; i < 4; i++) {
+    uint32_t want = (i == 0 ? 0xffffffffu : (uint32_t)i) * (uint32_t)n;
+    if (u[i] != want) FAIL("uint32 allreduce element %d = %u, want %u", i, u[i], want);
+  }
   EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclFloat, (ncclRedOp_t)77, comm, NULL), ncclInvalidArgument, "operator");
   EXPECT_ERR(ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "overflows");
   EXPECT_ERR(ncclAllReduce(NULL, buf, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "NULL");

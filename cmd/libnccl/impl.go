@@ -269,7 +269,7 @@ func xCommShrink(c C.ncclComm_t, exclude *C.int, n C.int, out *C.ncclComm_t, cfg
 	for i, r := range unsafe.Slice((*C.int)(exclude), int(n)) {
 		ex[i] = int(r)
 	}
-	h, err := lib().Shrink(tid(), handle(c), ex, conf)
+	h, err := lib().Shrink(tid(), handle(c), ex, conf, int(flags))
 	if h != 0 {
 		*out = commOf(h)
 	}

@@ -164,13 +164,22 @@ wait "$bg"
 		cat "$TMP"/fails.* | cut -c1-400 | head -80
 	fi
 	printf '%-22s %5s %6s %6s %7s %5s  %s\n' run ranks passed failed skipped secs state
-	tp=0 tf=0 ts=0 bad=0 notrun=0
+	# The real NCCL's runs (nccl-*) are a reference, not a verdict: NCCL at
+	# one rank has its own answers (a PreMulSum it does not apply, float8
+	# avg refused), so they are totalled apart and do not set the exit.
+	tp=0 tf=0 ts=0 bad=0 notrun=0 np_=0 nf_=0 ns_=0
 	while IFS='|' read -r label np p f s state secs; do
 		printf '%-22s %5s %6s %6s %7s %5s  %s\n' "$label" "$np" "$p" "$f" "$s" "$secs" "$state"
-		tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
-		case $state in complete) ;; "not started"*) notrun=$((notrun + 1)) ;; *) bad=$((bad + 1)) ;; esac
+		case $label in
+		nccl-*) np_=$((np_ + p)) nf_=$((nf_ + f)) ns_=$((ns_ + s)) ;;
+		*)
+			tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
+			case $state in complete) ;; "not started"*) notrun=$((notrun + 1)) ;; *) bad=$((bad + 1)) ;; esac
+			;;
+		esac
 	done <"$RES"
-	echo "TOTAL passed $tp failed $tf skipped $ts; runs not finished $bad, not started $notrun"
+	echo "NCCL (reference, 1 rank): passed $np_ failed $nf_ skipped $ns_"
+	echo "TOTAL flexlink passed $tp failed $tf skipped $ts; runs not finished $bad, not started $notrun"
 	echo "$tf $notrun" >"$TMP/verdict"
 } | tee "$SUM"
 read -r tf notrun <"$TMP/verdict"

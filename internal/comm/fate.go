@@ -112,6 +112,7 @@ var sentinels = []struct {
 	{"peer-lost", errs.ErrPeerLost},
 	{"timeout", errs.ErrTimeout},
 	{"closed", errs.ErrClosed},
+	{"not-supported", errs.ErrNotSupported},
 	{"aborted", errs.ErrAborted},
 }
 

@@ -15,7 +15,9 @@
 #  4. tests/torch/diag_groups.py: which torch calls leave an NCCL group open
 #     on their thread, with the real NCCL (1 rank) and ours (2 ranks, group
 #     starts and ends traced) -> $OUT/diag.log;
-#  5. the PyTorch suite (scripts/torch-suite.sh, tests/torch) in what is
+#  5. GPU memory per extra communicator (tests/torch/mem_per_comm.py), torch's
+#     NCCL at 1 rank and ours at 2 and 4 -> $OUT/mem.log;
+#  6. the PyTorch suite (scripts/torch-suite.sh, tests/torch) in what is
 #     left of the call's 10 minutes; RUNS picks runs as there.
 set -uo pipefail
 B=.devbin
@@ -47,6 +49,17 @@ if [ -z "${NO_DIAG:-}" ]; then
 	} >"$OUT/diag.log" 2>&1
 	cat "$OUT/diag.log"
 fi
+stamp "memory per communicator"
+{
+	echo "== torch's NCCL, 1 rank"
+	RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29556 timeout 90 python3 tests/torch/mem_per_comm.py 2>&1 | grep -E "mem_per_comm|Error" | head -3
+	for n in 2 4; do
+		echo "== flexlink, $n ranks"
+		timeout 120 $B/flexrun -np $n --oversubscribe --nccl --nccl-lib $PWD/build/nccl/lib -x NCCL_DEBUG=INFO python3 tests/torch/mem_per_comm.py 2>&1 |
+			grep -E "mem_per_comm|serves rank 0|Error|flexrun:" | cut -c1-300 | head -12
+	done
+} >"$OUT/mem.log" 2>&1
+cat "$OUT/mem.log"
 stamp "torch suite"
 left=$((570 - ($(date +%s) - T0)))
 OUT=$OUT DEADLINE=$left bash scripts/torch-suite.sh

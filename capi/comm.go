@@ -76,7 +76,7 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split
 		path := "host buffers"
 		if dc != nil {
-			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Path() + " plane, " + dc.Memory().String()
+			path = "GPU " + fmt.Sprint(c.dev) + ", " + dc.Memory().String()
 		}
 		c.lib.opt.Announce(fmt.Sprintf("flexlink libnccl (NCCL %d API) serves rank %d of %d on %s, %s", Version, c.rank, c.nranks, rc.Host(), path))
 	}

@@ -77,10 +77,16 @@ func (st *stage) release(s *gpu.Stream) error {
 	return nil
 }
 
-// free gives every scratch buffer back (the communicator is closed).
+// free gives every scratch buffer back, once the last call that used one
+// has finished on its stream (the communicator is closed or suspended; a
+// later call makes the scratch again). The peers must no longer map it.
 func (st *stage) free() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.ev != nil && st.used {
+		_ = st.ev.Synchronize() // a failed stream fails its own calls; the memory goes back anyway
+	}
+	st.used = false
 	for _, b := range append(st.retired, st.buf) {
 		if b != nil {
 			b.Free()

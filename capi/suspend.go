@@ -12,7 +12,8 @@ const SuspendMem = 0x01
 
 // Suspend is ncclCommSuspend(comm, flags): with NCCL_SUSPEND_MEM it gives
 // back the communicator's GPU memory (rank.DeviceComm.Suspend: the flag
-// regions, scratch, the mappings of the peers' buffers), as vLLM's sleep
+// regions, scratch, the mappings of the peers' buffers; and this library's
+// PreMulSum/bounce scratch), as vLLM's sleep
 // mode asks. It is collective, as NCCL's: every rank of the communicator
 // calls it. Until Resume, calls on the communicator fail
 // (ncclInvalidUsage, naming the suspension) and leave it usable. Other
@@ -35,6 +36,10 @@ func (l *Library) Suspend(h uintptr, flags int) error {
 	if err := c.dc.Suspend(c.ctx); err != nil {
 		return suspendErr("ncclCommSuspend", c, err)
 	}
+	// The peers have dropped their mappings of this rank's buffers (the
+	// collective suspend): the C library's own scratch (PreMulSum, bounced
+	// buffers) goes back too, and is made again by the next call needing it.
+	c.stage.free()
 	return nil
 }
 

@@ -78,3 +78,76 @@ func TestSuspendResume(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspendFreesScratch: a PreMulSum on device buffers makes the C
+// library's scratch; ncclCommSuspend gives every byte of GPU memory the
+// communicators made back (the fake driver's free memory is what it was
+// before the first call), and after ncclCommResume a PreMulSum is right.
+func TestSuspendFreesScratch(t *testing.T) {
+	f := newDevFixture(t, 2, gpufake.Config{})
+	const count = 1 << 16
+	var sends, recvs [2]*gpu.Buffer
+	for r := range 2 {
+		sends[r], recvs[r] = f.alloc(r, 4*count, false), f.alloc(r, 4*count, false)
+		v := make([]float32, count)
+		for i := range v {
+			v[i] = float32(i%100 + r)
+		}
+		f.upload(r, sends[r], float32s(v))
+	}
+	var before [2]uint64
+	for r := range 2 {
+		if err := f.ss[r].Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		before[r], _, _ = f.dvs[r].MemInfo()
+	}
+	half := float32s([]float32{0.5})
+	var ops [2]int32
+	for r := range 2 {
+		var err error
+		if ops[r], err = f.l.CreatePreMulSum(f.hs[r], half, 0, ScalarHostImmediate, ncclFloat32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	premul := func() {
+		t.Helper()
+		if err := f.group(func(r int) Call {
+			return Call{Kind: AllReduce, Send: devPtr(sends[r]), Recv: devPtr(recvs[r]), Count: count, Type: ncclFloat32, Op: ops[r], Stream: f.ss[r].Handle()}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for r := range 2 {
+			for i, g := range fromFloat32s(f.download(r, recvs[r], 4*count)) {
+				if want := 0.5*float32(i%100) + 0.5*float32(i%100+1); g != want {
+					t.Fatalf("rank %d element %d = %v, want %v", r, i, g, want)
+				}
+			}
+		}
+	}
+	premul()
+	both := func(call func(h uintptr) error) {
+		t.Helper()
+		var wg sync.WaitGroup
+		var errs [2]error
+		for r := range 2 {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[r] = call(f.hs[r]) }()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	both(func(h uintptr) error { return f.l.Suspend(h, SuspendMem) })
+	for r := range 2 {
+		free, _, _ := f.dvs[r].MemInfo()
+		if free != before[r] {
+			t.Errorf("rank %d: %d bytes of GPU memory still held after ncclCommSuspend", r, int64(before[r])-int64(free))
+		}
+	}
+	both(f.l.Resume)
+	premul()
+}

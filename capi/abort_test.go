@@ -244,6 +244,12 @@ func TestRevoke(t *testing.T) {
 	if err := l.Revoke(w[0], RevokeDefault); ResultOf(err) != InvalidArgument {
 		t.Errorf("second revoke: %v, want ncclInvalidArgument", err)
 	}
+	if err := l.Finalize(w[0]); ResultOf(err) != InvalidUsage {
+		t.Errorf("finalize after revoke: %v, want ncclInvalidUsage", err)
+	}
+	if err := l.Finalize(w[1]); err != nil {
+		t.Errorf("finalize on a rank that did not revoke: %v", err)
+	}
 	// The others revoke it too (as NCCL's users do before they split).
 	for _, r := range []int{1, 2} {
 		if err := l.Revoke(w[r], RevokeDefault); err != nil {

@@ -75,3 +75,19 @@ func (c *Comm) split(color, key int) (*rank.Comm, error) {
 	defer cp.Close()
 	return cp.Split(c.ctx, color, key)
 }
+
+// Finalize is ncclCommFinalize: flexlink's work is done when its call
+// returns (host buffers) or when its stream passes it (device buffers), so
+// there is nothing to flush; a communicator this rank revoked is refused
+// with ncclInvalidUsage, as NCCL documents (destroy or shrink it instead).
+func (l *Library) Finalize(h uintptr) error {
+	c, err := l.handles.comm(h, "ncclCommFinalize")
+	if err != nil {
+		return err
+	}
+	if c.isRevoked() {
+		return fail(InvalidUsage, "ncclCommFinalize: communicator %#x (rank %d of %d) was revoked: destroy or shrink it", c.handle, c.rank, c.nranks)
+	}
+	_, _, _, err = l.Info(h, "ncclCommFinalize")
+	return err
+}

@@ -223,10 +223,7 @@ func xCommInitAll(comms *C.ncclComm_t, ndev C.int, devlist *C.int) C.ncclResult_
 }
 
 func xCommFinalize(c C.ncclComm_t) C.ncclResult_t {
-	// Work is done when its call returns (host) or when its stream passes
-	// it (device): there is nothing to flush.
-	_, _, _, err := lib().Info(handle(c), "ncclCommFinalize")
-	return res(err)
+	return res(lib().Finalize(handle(c)))
 }
 
 func xCommDestroy(c C.ncclComm_t) C.ncclResult_t { return res(lib().Destroy(handle(c))) }

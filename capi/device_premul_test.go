@@ -18,10 +18,9 @@ import (
 // run in one group, on each rank's stream, and the host does not wait.
 func TestDevicePreMulSum(t *testing.T) {
 	f := newDevFixture(t, 2, gpufake.Config{})
-	codes := map[dtype.DType]int32{dtype.Float16: ncclFloat16, dtype.BFloat16: ncclBfloat16, dtype.Float32: ncclFloat32, dtype.Float64: ncclFloat64, dtype.Int32: ncclInt32}
 	const count = 300
 	n := 2
-	for _, dt := range []dtype.DType{dtype.Float16, dtype.BFloat16, dtype.Float32, dtype.Float64, dtype.Int32} {
+	for _, dt := range preMulTypes {
 		for _, residence := range []int{ScalarHostImmediate, ScalarDevice} {
 			for _, kind := range []Kind{AllReduce, ReduceScatter} {
 				pairs := [][2]float64{{0.5, 0.25}, {1.0 / 3, 3}}
@@ -42,12 +41,12 @@ func TestDevicePreMulSum(t *testing.T) {
 							var err error
 							if residence == ScalarHostImmediate {
 								dtype.Put(sc, 0, dt, s[r])
-								ops[r], err = f.l.CreatePreMulSum(f.hs[r], sc, 0, residence, codes[dt])
+								ops[r], err = f.l.CreatePreMulSum(f.hs[r], sc, 0, residence, preMulCodes[dt])
 							} else {
 								dsc := f.alloc(r, 64, false)
 								dtype.Put(sc, 0, dt, 1000) // replaced before the call: the value when it runs counts
 								f.upload(r, dsc, sc)
-								if ops[r], err = f.l.CreatePreMulSum(f.hs[r], nil, dsc.Ptr(), residence, codes[dt]); err == nil {
+								if ops[r], err = f.l.CreatePreMulSum(f.hs[r], nil, dsc.Ptr(), residence, preMulCodes[dt]); err == nil {
 									dtype.Put(sc, 0, dt, s[r])
 									f.upload(r, dsc, sc)
 								}
@@ -65,7 +64,7 @@ func TestDevicePreMulSum(t *testing.T) {
 							sends, recvs = append(sends, send), append(recvs, recv)
 						}
 						if err := f.group(func(r int) Call {
-							return Call{Kind: kind, Send: devPtr(sends[r]), Recv: devPtr(recvs[r]), Count: count, Type: codes[dt], Op: ops[r], Stream: f.ss[r].Handle()}
+							return Call{Kind: kind, Send: devPtr(sends[r]), Recv: devPtr(recvs[r]), Count: count, Type: preMulCodes[dt], Op: ops[r], Stream: f.ss[r].Handle()}
 						}); err != nil {
 							t.Fatal(err)
 						}

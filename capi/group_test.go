@@ -189,6 +189,12 @@ func TestRefusalKeepsCommunicator(t *testing.T) {
 	checkSum(t, l, tid, hs, [][]float64{f64s(10, func(i int) float64 { return float64(i) }), f64s(10, func(i int) float64 { return 7 })})
 }
 
+// The datatypes the PreMulSum tests sweep, with their ncclDataType_t codes.
+var (
+	preMulTypes = []dtype.DType{dtype.Float16, dtype.BFloat16, dtype.Float32, dtype.Float64, dtype.Int32}
+	preMulCodes = map[dtype.DType]int32{dtype.Float16: ncclFloat16, dtype.BFloat16: ncclBfloat16, dtype.Float32: ncclFloat32, dtype.Float64: ncclFloat64, dtype.Int32: ncclInt32}
+)
+
 // TestPreMulSumHost: PreMulSum allreduce and reduce-scatter on host buffers
 // in every floating type, with host-immediate and device-resident scalars
 // (host memory: no CUDA in the process), read in the op's datatype;
@@ -197,8 +203,7 @@ func TestRefusalKeepsCommunicator(t *testing.T) {
 func TestPreMulSumHost(t *testing.T) {
 	l, hs := hostLib(t, 2)
 	const tid = 14
-	codes := map[dtype.DType]int32{dtype.Float16: ncclFloat16, dtype.BFloat16: ncclBfloat16, dtype.Float32: ncclFloat32, dtype.Float64: ncclFloat64, dtype.Int32: ncclInt32}
-	for _, dt := range []dtype.DType{dtype.Float16, dtype.BFloat16, dtype.Float32, dtype.Float64, dtype.Int32} {
+	for _, dt := range preMulTypes {
 		for _, residence := range []int{ScalarHostImmediate, ScalarDevice} {
 			for _, kind := range []Kind{AllReduce, ReduceScatter} {
 				pairs := [][2]float64{{0.5, 0.25}, {1.0 / 3, 3}}
@@ -223,9 +228,9 @@ func TestPreMulSumHost(t *testing.T) {
 							var op int32
 							var err error
 							if residence == ScalarHostImmediate {
-								op, err = l.CreatePreMulSum(hs[r], sc, 0, residence, codes[dt])
+								op, err = l.CreatePreMulSum(hs[r], sc, 0, residence, preMulCodes[dt])
 							} else {
-								op, err = l.CreatePreMulSum(hs[r], nil, uintptr(unsafe.Pointer(&sc[0])), residence, codes[dt])
+								op, err = l.CreatePreMulSum(hs[r], nil, uintptr(unsafe.Pointer(&sc[0])), residence, preMulCodes[dt])
 							}
 							if err != nil {
 								t.Fatal(err)
@@ -239,7 +244,7 @@ func TestPreMulSumHost(t *testing.T) {
 							recvs = append(recvs, make([]byte, count*dt.Size()))
 						}
 						calls, end := hostGroup(l, tid, hs, func(r int) Call {
-							return Call{Kind: kind, Send: unsafe.Pointer(&sends[r][0]), Recv: unsafe.Pointer(&recvs[r][0]), Count: count, Type: codes[dt], Op: ops[r]}
+							return Call{Kind: kind, Send: unsafe.Pointer(&sends[r][0]), Recv: unsafe.Pointer(&recvs[r][0]), Count: count, Type: preMulCodes[dt], Op: ops[r]}
 						})
 						for r, err := range calls {
 							if err != nil {

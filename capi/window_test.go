@@ -3,37 +3,14 @@ package capi
 import (
 	"strings"
 	"testing"
-
-	"flexlink/internal/settings"
 )
-
-// windowLib is a Library with n communicators of one process on host
-// memory (ncclCommInitAll), destroyed when the test ends.
-func windowLib(t *testing.T, n int) (*Library, []uintptr) {
-	t.Helper()
-	l := New(Options{Env: settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_TIMEOUT": "60s"})})
-	hs, err := l.InitAll(n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		done := make(chan struct{}, len(hs))
-		for _, h := range hs {
-			go func() { _ = l.Destroy(h); done <- struct{}{} }()
-		}
-		for range hs {
-			<-done
-		}
-	})
-	return l, hs
-}
 
 // TestWindows checks ncclCommWindowRegister's bookkeeping: a window is a
 // new non-zero handle, distinct from every communicator and registration
 // handle, remembers its buffer (ncclWinGetUserPtr), belongs to the
 // communicator it was registered on, and is gone once deregistered.
 func TestWindows(t *testing.T) {
-	l, hs := windowLib(t, 2)
+	l, hs := hostLib(t, 2)
 	var w Windows
 	a, err := w.RegisterWindow(l, hs[0], 0x10000, 4096, 1)
 	if err != nil {

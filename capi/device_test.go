@@ -9,7 +9,6 @@ import (
 
 	"flexlink/gpu"
 	"flexlink/gpu/gpufake"
-	"flexlink/internal/settings"
 )
 
 // fakeMem is the Memory of a process whose device pointers are the fake
@@ -67,23 +66,8 @@ func devPtr(b *gpu.Buffer) unsafe.Pointer {
 // thread (nccl-tests -g 2), and a PreMulSum allreduce, checked against
 // float64 references.
 func TestDeviceBuffers(t *testing.T) {
-	drv, err := gpufake.Open(gpufake.Config{Devices: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
-	mem := &fakeMem{alloc: map[uintptr]Region{}}
-	l := New(Options{
-		Env: settings.Map(map[string]string{
-			"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir(), "FLEXLINK_GPU_KERNEL_TIMEOUT": "60s",
-		}),
-		Memory: mem,
-		Driver: func() (*gpu.Driver, error) { return drv, nil },
-	})
-	hs, err := l.InitAll(2, []int{0, 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newDevFixture(t, 2, gpufake.Config{})
+	l, hs := f.l, f.hs
 	const count = 1000
 	type rankBufs struct {
 		s          *gpu.Stream
@@ -91,60 +75,24 @@ func TestDeviceBuffers(t *testing.T) {
 	}
 	var rs [2]rankBufs
 	for r := range rs {
-		dv, err := drv.Device(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := dv.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		send, err1 := dv.Alloc(count * 4)
-		recv, err2 := dv.Alloc(2 * count * 4)
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		mem.add(send, r)
-		mem.add(recv, r)
-		rs[r] = rankBufs{s, send, recv}
+		rs[r] = rankBufs{f.ss[r], f.alloc(r, count*4, false), f.alloc(r, 2*count*4, false)}
 	}
 	value := func(r, i int) float32 { return float32((r+1)*i%97) / 4 }
-	upload := func(r int, b *gpu.Buffer, f func(i int) float32, n int) {
-		host := make([]byte, 4*n)
-		for i := 0; i < n; i++ {
-			binary.LittleEndian.PutUint32(host[4*i:], math.Float32bits(f(i)))
+	upload := func(r int, b *gpu.Buffer, fn func(i int) float32, n int) {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = fn(i)
 		}
-		if err := rs[r].s.CopyHtoD(b.Sub(0, 4*n), host); err != nil {
-			t.Fatal(err)
-		}
+		f.upload(r, b, float32s(v))
 	}
-	download := func(r int, b *gpu.Buffer, n int) []float32 {
-		host := make([]byte, 4*n)
-		if err := rs[r].s.CopyDtoH(host, b.Sub(0, 4*n)); err != nil {
-			t.Fatal(err)
-		}
-		if err := rs[r].s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float32, n)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(host[4*i:]))
-		}
-		return out
-	}
-	const tid = 7
+	download := func(r int, b *gpu.Buffer, n int) []float32 { return fromFloat32s(f.download(r, b, 4*n)) }
 	group := func(call func(r int) Call) {
 		t.Helper()
-		l.GroupStart(tid)
-		for r := range rs {
-			if err := l.Coll(tid, hs[r], call(r)); err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		if err := l.GroupEnd(tid); err != nil {
+		if err := f.group(call); err != nil {
 			t.Fatal(err)
 		}
 	}
+	var err error
 
 	for r := range rs {
 		upload(r, rs[r].send, func(i int) float32 { return value(r, i) }, count)
@@ -215,10 +163,4 @@ func TestDeviceBuffers(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	for _, h := range hs {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = l.Destroy(h) }()
-	}
-	wg.Wait()
 }

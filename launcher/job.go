@@ -95,6 +95,12 @@ type Deadlines struct {
 	// ends before flexrun names the cause (sooner when every rank has
 	// ended); 0: DefaultCauseGrace.
 	CauseGrace time.Duration
+	// KeepGoing: a rank that fails does not end the job. The others run
+	// on (the bootstrap serves the survivors, so NCCL programs can shrink
+	// their communicators, and each communicator of the lost rank fails on
+	// its own); flexrun names the first failure when every rank has ended
+	// and exits with its status. Timeouts and signals still end the job.
+	KeepGoing bool
 }
 
 // Bootstrap is the job's rendezvous server as the launcher uses it
@@ -118,6 +124,9 @@ type BootstrapConfig struct {
 	// the job's first failure (see BootstrapReport). Sends must not block
 	// (the channel has room for Size values); nil: not reported.
 	Reports chan<- BootstrapReport
+	// KeepOnLoss: a lost rank fails only what needs it; the server goes on
+	// serving the others (Deadlines.KeepGoing).
+	KeepOnLoss bool
 }
 
 // BootstrapReport is what a bootstrap server tells the launcher about the
@@ -197,7 +206,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 		listen = "0.0.0.0:0"
 	}
 	reports := make(chan BootstrapReport, 2*len(plan)+2) // a loss may come as "rank lost" and "job failed"
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Reports: reports})
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Reports: reports, KeepOnLoss: job.KeepGoing})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}

@@ -270,12 +270,22 @@ func (s *supervisor) judge() {
 	if !s.exited[c.rank] {
 		others-- // a stopped cause is terminated too, but is not an "other"
 	}
+	if s.job.KeepGoing {
+		others = 0 // nobody is terminated
+	}
 	lines := v.lines(others)
 	err := &JobError{Rank: c.rank, Host: c.host, PID: c.pid, Code: c.code, Msg: lines[0], Err: errs.ErrPeerLost}
 	if c.kind == endHost {
 		err.PID = 0
 	}
 	err.Msg, _, _ = strings.Cut(err.Msg, "; terminating")
+	if s.job.KeepGoing {
+		// --keep-going: name the cause now, end nothing; the job's status
+		// is the cause's once every rank has ended.
+		s.cause, s.code = err, c.code
+		_, _ = io.WriteString(s.job.Stderr, "flexrun: "+strings.Join(lines, "\nflexrun: ")+"; the other ranks go on (--keep-going)\n")
+		return
+	}
 	s.fail(err, c.code, strings.Join(lines, "\nflexrun: "))
 }
 

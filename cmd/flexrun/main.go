@@ -99,6 +99,7 @@ func flags() []cli.Flag {
 		durationFlag("bootstrap-timeout", launcher.DefaultBootstrapTimeout, "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)", ""),
 		durationFlag("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when the job is torn down", ""),
 		durationFlag("cause-grace", launcher.DefaultCauseGrace, "after a rank fails, how long the other ranks' ends are awaited before flexrun names the cause", ""),
+		&cli.BoolFlag{Name: "keep-going", Usage: "a rank that fails does not end the job: the others run on (NCCL programs can shrink their communicators); flexrun names the first failure once every rank has ended and exits with its status"},
 		&cli.StringFlag{Name: "launcher", Usage: "how other hosts are reached: `ssh` or srun", DefaultText: "srun inside a Slurm allocation, else ssh"},
 		&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "ssh `PROGRAM` that starts the agents (called like ssh: [options] -- HOST COMMAND)"},
 		&cli.StringFlag{Name: "ssh-args", Usage: "extra `ARGS` for ssh, split like a shell would (e.g. \"-F cfg -p 2222\")"},
@@ -158,6 +159,7 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 			BootstrapTimeout: duration(c, "bootstrap-timeout"),
 			KillGrace:        duration(c, "kill-grace"),
 			CauseGrace:       duration(c, "cause-grace"),
+			KeepGoing:        c.Bool("keep-going"),
 		},
 	}
 	if job.NP < 0 {
@@ -255,6 +257,7 @@ func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
 		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log, cfg.Reports),
+		KeepOnLoss: cfg.KeepOnLoss,
 	})
 	if err != nil {
 		return nil, err

@@ -200,6 +200,24 @@ func TestCLibrary(t *testing.T) {
 		}
 	})
 
+	// flexrun --keep-going: rank 2 of 3 dies; ranks 0 and 1 shrink it away.
+	t.Run("keep-going shrink", func(t *testing.T) {
+		idFile := filepath.Join(t.TempDir(), "id")
+		cmd := exec.CommandContext(ctx, flexrun, "-np", "3", "--oversubscribe", "--keep-going", "--timeout", "120s", "--tag-output", prog, idFile, "shrink-after-exit")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		t.Logf("flexrun --keep-going:\n%s", out.String())
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+			t.Errorf("flexrun --keep-going: %v, want exit status 7 (the dead rank's)\n%s", err, out.String())
+		}
+		for r := range 2 {
+			if want := "nccl_check rank " + strconv.Itoa(r) + ": shrunk ok"; !strings.Contains(out.String(), want) {
+				t.Errorf("no %q in the output:\n%s", want, out.String())
+			}
+		}
+	})
+
 	for _, n := range []int{2, 4} {
 		t.Run("ranks="+strconv.Itoa(n), func(t *testing.T) {
 			idFile := filepath.Join(t.TempDir(), "id")

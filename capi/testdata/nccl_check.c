@@ -355,12 +355,47 @@ static void test_split_and_nonblocking(ncclComm_t comm, const char *idpath) {
   CHECK(ncclCommDestroy(nb));
 }
 
+/* Under flexrun --keep-going: the last rank dies without a goodbye; the
+ * survivors' allreduce fails naming it, they shrink it away, and an
+ * allreduce on the shrunk communicator is right. */
+static int shrink_after_exit(const char *idpath) {
+  ncclUniqueId id = share_id(idpath, "keepgoing");
+  ncclComm_t comm, small;
+  CHECK(ncclCommInitRank(&comm, n, id, me));
+  float x[16];
+  for (int i = 0; i < 16; i++) x[i] = (float)(me + 1);
+  CHECK(ncclAllReduce(x, x, 16, ncclFloat, ncclSum, comm, NULL));
+  if (me == n - 1) _exit(7);
+  ncclResult_t r = ncclAllReduce(x, x, 16, ncclFloat, ncclSum, comm, NULL);
+  if (r == ncclSuccess) FAIL("an allreduce with a dead member succeeded");
+  else fprintf(stderr, "rank %d: the dead member reported as %s: %s\n", me, ncclGetErrorString(r), ncclGetLastError(comm));
+  int dead = n - 1;
+  CHECK(ncclCommShrink(comm, &dead, 1, &small, NULL, NCCL_SHRINK_DEFAULT));
+  int sn;
+  CHECK(ncclCommCount(small, &sn));
+  if (sn != n - 1) FAIL("shrunk communicator has %d ranks, want %d", sn, n - 1);
+  for (int i = 0; i < 16; i++) x[i] = (float)(me + 1);
+  CHECK(ncclAllReduce(x, x, 16, ncclFloat, ncclSum, small, NULL));
+  float want = (float)((n - 1) * n / 2);
+  for (int i = 0; i < 16; i++)
+    if (x[i] != want) FAIL("shrunk allreduce element %d = %g, want %g", i, (double)x[i], (double)want);
+  CHECK(ncclCommDestroy(small));
+  CHECK(ncclCommAbort(comm));
+  if (failures) return 1;
+  printf("nccl_check rank %d: shrunk ok\n", me);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2) { fprintf(stderr, "usage: nccl_check ID_FILE\n"); return 2; }
+  if (argc != 2 && !(argc == 3 && strcmp(argv[2], "shrink-after-exit") == 0)) {
+    fprintf(stderr, "usage: nccl_check ID_FILE [shrink-after-exit]\n");
+    return 2;
+  }
   const char *rs = getenv("FLEXLINK_RANK"), *ns = getenv("FLEXLINK_WORLD_SIZE");
   if (!rs || !ns) { fprintf(stderr, "run under flexrun\n"); return 2; }
   me = atoi(rs);
   n = atoi(ns);
+  if (argc == 3) return shrink_after_exit(argv[1]);
   int version;
   CHECK(ncclGetVersion(&version));
   /* The header declares the 2.30 API; the library reports 2.28.9, the

@@ -361,7 +361,9 @@ func (l *Library) Destroy(h uintptr) error {
 	// rank 0 closing A then B and rank 1 closing B then A both finish,
 	// instead of each waiting out the close's limit on the other's order.
 	done := make(chan struct{})
+	l.closing.Add(1)
 	go func() {
+		defer l.closing.Done()
 		defer close(done)
 		l.destroyQuiet(c)
 	}()

@@ -2,6 +2,7 @@ package capi
 
 import (
 	"net/netip"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -74,6 +75,9 @@ type Library struct {
 	last    lastError    // ncclGetLastError(NULL) (result.go)
 	drv     driverState  // the CUDA driver (mem.go)
 	mem     memRegistry  // device memory by address (mem.go)
+	// closing counts the device-plane closes that ncclCommDestroy left
+	// running in the background (comm.go).
+	closing sync.WaitGroup
 }
 
 // New returns a Library.

@@ -18,36 +18,15 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "check.h"
 
 static int me, n;
-static int failures;
 
-#define FAIL(...)                                   \
-  do {                                              \
-    fprintf(stderr, "rank %d: FAIL: ", me);         \
-    fprintf(stderr, __VA_ARGS__);                   \
-    fprintf(stderr, "\n");                          \
-    failures++;                                     \
-  } while (0)
-
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    ncclResult_t r_ = (call);                                                                \
-    if (r_ != ncclSuccess) {                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: %s -> %s: %s\n", me, __FILE__, __LINE__, #call,       \
-              ncclGetErrorString(r_), ncclGetLastError(NULL));                               \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
-
-/* EXPECT_ERR: call must fail with want and leave a last error mentioning text. */
-#define EXPECT_ERR(call, want, text)                                                          \
-  do {                                                                                        \
-    ncclResult_t r_ = (call);                                                                 \
-    const char *e_ = ncclGetLastError(NULL);                                                  \
-    if (r_ != (want)) FAIL("%s returned %d, want %d (%s)", #call, (int)r_, (int)(want), e_);  \
-    else if (!strstr(e_, (text))) FAIL("%s: last error \"%s\" lacks \"%s\"", #call, e_, (text));   \
-  } while (0)
+static const char *who(void) {
+  static char s[32];
+  snprintf(s, sizeof s, "rank %d", me);
+  return s;
+}
 
 static double value(int rank, size_t i) { return (double)((rank + 1) * 1000 + (int)(i % 997)) / 8.0; }
 

@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include "nccl.h"
+#include "check.h"
+
+static const char *who(void) { return "nccl_v230"; }
 
 /* The host side of NCCL's device API is not in nccl.h (NCCL declares it in
  * nccl_device.h); these are the ABI of its exports. */
@@ -27,33 +30,7 @@ ncclResult_t ncclCommQueryProperties(ncclComm_t comm, void *props);
 ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
 void ncclResetDebugInitInternal(void);
 
-static int failures;
 
-#define FAIL(...)                         \
-  do {                                    \
-    fprintf(stderr, "nccl_v230: FAIL: "); \
-    fprintf(stderr, __VA_ARGS__);         \
-    fprintf(stderr, "\n");                \
-    failures++;                           \
-  } while (0)
-
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    ncclResult_t r_ = (call);                                                                      \
-    if (r_ != ncclSuccess) {                                                                       \
-      fprintf(stderr, "nccl_v230: %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,               \
-              ncclGetErrorString(r_), ncclGetLastError(NULL));                                     \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define EXPECT_ERR(call, want, text)                                                         \
-  do {                                                                                       \
-    ncclResult_t r_ = (call);                                                                \
-    const char *e_ = ncclGetLastError(NULL);                                                 \
-    if (r_ != (want)) FAIL("%s returned %d, want %d (%s)", #call, (int)r_, (int)(want), e_); \
-    else if (!strstr(e_, (text))) FAIL("%s: last error \"%s\" lacks \"%s\"", #call, e_, (text)); \
-  } while (0)
 
 /* the last error names fn (for functions without a result code) */
 static void expect_named(const char *fn) {

@@ -76,6 +76,12 @@ def parse_args(argv=None, sections=()):
     return a
 
 
+def _raiser(e):
+    def f():
+        raise e
+    return f
+
+
 class Suite:
     def __init__(self, file_label, lazy=False, label=""):
         self.file = file_label
@@ -189,6 +195,22 @@ class Suite:
             self.say(f"{status} {full}: {detail}")
         self._set("between checks", 120)
         return status == "PASS"
+
+    def run_sections(self, warmup, sections, scope):
+        """The warm-up check, then each section (scope["section_" + name]());
+        a section whose setup raises is a FAIL of its own; then finish()."""
+        self.check("warmup.all_reduce", warmup, limit=240)
+        for sec in sections:
+            fn = scope.get(f"section_{sec}")
+            if fn is None:
+                self.say(f"# unknown section {sec}")
+                self.counts["FAIL"] += 1
+                continue
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - a section's setup failing is a FAIL of its own
+                self.check(f"{sec}.setup", _raiser(e))
+        self.finish()
 
     def finish(self):
         """Destroy the process groups (a check of its own, judged by each

@@ -888,19 +888,4 @@ def section_abort():
     S.check("abort.new_group_after", new_after)
 
 
-def reraise(e):
-    raise e
-
-
-S.check("warmup.all_reduce", warmup, limit=240)
-for sec in args.sections:
-    fn = globals().get(f"section_{sec}")
-    if fn is None:
-        S.say(f"# unknown section {sec}")
-        S.counts["FAIL"] += 1
-        continue
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - a section's setup failing is a FAIL of its own
-        S.check(f"{sec}.setup", lambda e=e: reraise(e))
-S.finish()
+S.run_sections(warmup, args.sections, globals())

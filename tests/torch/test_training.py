@@ -302,19 +302,4 @@ def section_pp():
     S.check("pipeline_parallel.gpipe_2_stages", run, limit=150)
 
 
-def reraise(e):
-    raise e
-
-
-S.check("warmup.all_reduce", warmup, limit=240)
-for sec in args.sections:
-    fn = globals().get(f"section_{sec}")
-    if fn is None:
-        S.say(f"# unknown section {sec}")
-        S.counts["FAIL"] += 1
-        continue
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001
-        S.check(f"{sec}.setup", lambda e=e: reraise(e))
-S.finish()
+S.run_sections(warmup, args.sections, globals())

@@ -1,4 +1,4 @@
-module flexlink
+module github.com/flexlink/flexlink
 
 go 1.26.0
 

@@ -10,7 +10,7 @@ import (
 	"io"
 	"net"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Authentication is an HMAC-SHA256 challenge–response in both directions,

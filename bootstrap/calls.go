@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // transport carries one rank's requests to the engine (over TCP, or by a

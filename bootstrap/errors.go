@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // class is an error's sentinel class as it travels on the wire, so that a

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // lossBound is the contract: other ranks learn of a loss within 2 s.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestDialBeforeServer: a rank may start before the server; Dial keeps

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Loss is one rank lost from a job whose store keeps going after a loss

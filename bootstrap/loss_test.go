@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestKeepOnLoss: with KeepOnLoss a lost rank fails only the collectives

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 const (

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // rawConn dials the server without the client library.

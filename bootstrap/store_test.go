@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // payload is rank r's contribution in round k: its length varies with the

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/internal/errs"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // Abort is ncclCommAbort: it ends this communicator on every member at

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Abort, revoke and shrink with NCCL's scope, ranks as goroutines of one

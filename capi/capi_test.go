@@ -8,9 +8,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func TestDataTypeAndOps(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // torchSymbols are the nccl* symbols torch 2.11's libtorch_cuda.so needs

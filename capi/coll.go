@@ -5,7 +5,7 @@ import (
 	"math"
 	"unsafe"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // Kind names a collective or point-to-point call.

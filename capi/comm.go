@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/gpu"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // Comm is one ncclComm_t: a rank.Comm, with a DeviceComm when the process

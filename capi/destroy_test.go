@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestDestroyAnyOrder: two ranks destroy two communicators in opposite

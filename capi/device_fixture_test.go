@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // devFixture is n ranks of one Library on the fake driver's GPUs (rank r

@@ -5,9 +5,9 @@ import (
 	"math"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestDevicePreMulSum: PreMulSum allreduce and reduce-scatter on device

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestDeviceReallocated: memory freed and allocated again at the same

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // fakeMem is the Memory of a process whose device pointers are the fake

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // hostLib is n host-buffer ranks of one Library (no CUDA), made by

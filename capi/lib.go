@@ -6,8 +6,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/gpu"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Region is the device allocation a pointer falls in.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/internal/comm/join"
-	"flexlink/internal/flog"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/comm/join"
+	"github.com/flexlink/flexlink/internal/flog"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // ncclDebugEnv is env with NCCL's logging variables read as their

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func TestNCCLDebugEnv(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // driverState is the CUDA driver, opened once on first need.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // NCCL 2.30's ncclParam* functions read the library's parameters by name:

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // TestParams checks the parameters ncclParam* serves against their

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // RedOp is a reduction as a call sees it: a built-in operator, or a

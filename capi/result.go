@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/internal/errs"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // Result is an ncclResult_t.

@@ -3,8 +3,8 @@ package capi
 import (
 	"fmt"
 
-	"flexlink/internal/errs"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // RevokeDefault is NCCL_REVOKE_DEFAULT, the only revokeFlags value.

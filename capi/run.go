@@ -3,9 +3,9 @@ package capi
 import (
 	"unsafe"
 
-	"flexlink/gpu"
-	"flexlink/rank"
-	"flexlink/reduce"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/rank"
+	"github.com/flexlink/flexlink/reduce"
 )
 
 // p2p is one send or receive of a group, from a Send, Recv, Gather or

@@ -3,9 +3,9 @@ package capi
 import (
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // runDevice enqueues one collective on device buffers on the caller's

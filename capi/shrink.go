@@ -3,8 +3,8 @@ package capi
 import (
 	"fmt"
 
-	"flexlink/internal/errs"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // ncclCommShrink flags.

@@ -3,7 +3,7 @@ package capi
 import (
 	"sync"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // stage is a communicator's device scratch for calls that cannot run on

@@ -3,7 +3,7 @@ package capi
 import (
 	"errors"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // SuspendMem is NCCL_SUSPEND_MEM (nccl.h, NCCL 2.29 and later): release

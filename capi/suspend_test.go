@@ -4,9 +4,9 @@ import (
 	"sync"
 	"testing"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // TestSuspendResume: ncclCommSuspend and ncclCommResume on two

@@ -3,7 +3,7 @@ package capi
 import (
 	"math"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // ncclDataType_t values of NCCL 2.28's public header.

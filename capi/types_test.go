@@ -3,7 +3,7 @@ package capi
 import (
 	"testing"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // TestDataTypeEveryNCCLType: every ncclDataType_t code maps to a distinct

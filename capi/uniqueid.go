@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/bootstrap"
+	"github.com/flexlink/flexlink/bootstrap"
 )
 
 // UniqueIDBytes is NCCL_UNIQUE_ID_BYTES.

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric/fake"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func TestConfigFromEnv(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/fake"
 )
 
 // Benchmarks run on the fake network with unlimited bandwidth, so they

@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"strings"
 
-	"flexlink/dtype"
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // window is how many transfers an algorithm keeps in flight per direction,

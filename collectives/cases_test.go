@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // A case is one collective call, made on every rank, with inputs derived

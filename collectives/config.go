@@ -3,7 +3,7 @@ package collectives
 import (
 	"fmt"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Algorithm names accepted by Config.Algo (and FLEXLINK_ALGO).

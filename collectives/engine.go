@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"flexlink/dtype"
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Engine runs the collectives of one communicator on one rank.

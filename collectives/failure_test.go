@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric/fake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // lossLimit is how quickly every survivor must report a lost peer.

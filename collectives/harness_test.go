@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric/fake"
 )
 
 // hangLimit bounds every multi-rank run: a collective that has not

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/dtype"
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The safety header. Every message a collective sends carries, in its

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func TestTagRoundTrip(t *testing.T) {

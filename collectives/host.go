@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
-	"flexlink/reduce"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/reduce"
 )
 
 // HostBuffer is host memory as a Buffer. Slice shares memory with the

@@ -6,9 +6,9 @@
 package collectives
 
 import (
-	"flexlink/dtype"
-	"flexlink/fabric"
-	"flexlink/mem"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/mem"
 )
 
 // Buffer is a range of memory the data plane can move and reduce (see

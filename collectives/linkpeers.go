@@ -3,8 +3,8 @@ package collectives
 import (
 	"fmt"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // LinkPeers is Peers over one fabric.Link per peer, for HostBuffers. The

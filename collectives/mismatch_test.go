@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric/fake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 type opFn func(ctx context.Context, e *collectives.Engine) error

@@ -3,7 +3,7 @@ package collectives
 import (
 	"time"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // OpSendRecv is Call.Op of a send/recv group.

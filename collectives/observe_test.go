@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/fake"
 )
 
 // TestObserver: every call is seen at its start and at its end, with the

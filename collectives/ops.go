@@ -3,7 +3,7 @@ package collectives
 import (
 	"context"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // The collective entry points. Counts are in elements; buffers may be

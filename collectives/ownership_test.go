@@ -5,10 +5,10 @@ import (
 	"sync"
 	"testing"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
 )
 
 // ownerPeers wraps a rank's Peers and checks fabric.Link's ownership

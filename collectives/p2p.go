@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // P2P is one point-to-point transfer of a Group: send Buf to Peer, or

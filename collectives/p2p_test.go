@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/collectives"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestGroupRing has every rank send to its right and receive from its

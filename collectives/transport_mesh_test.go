@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/fabric"
-	"flexlink/fabric/net/netlink"
-	"flexlink/fabric/shm"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net/netlink"
+	"github.com/flexlink/flexlink/fabric/shm"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // transports are the real host links the transport sweep runs over. The

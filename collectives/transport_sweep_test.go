@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // transportChunk (128 bytes: 16 to 128 elements) sends 1000 elements of

@@ -10,7 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // f16Decode converts IEEE half bits to float64 (exact).

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = dir
-	cmd := exec.Command("go", "build", "-o", dir+"/", "flexlink/cmd/flexrun", "flexlink/examples/hello", "flexlink/examples/train", "flexlink/examples/modelparallel")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/examples/hello", "github.com/flexlink/flexlink/examples/train", "github.com/flexlink/flexlink/examples/modelparallel")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build:", err)

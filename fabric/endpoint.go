@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // EndpointConfig is what every transport's NewEndpoint takes: who this rank

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Kind names a link type.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Req is the Request implementation transports share: create with NewReq,

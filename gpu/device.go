@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"sync"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // Device is one GPU and its primary context. Get it from Driver.Device.

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/gpu/kernels"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu/kernels"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestFakeContextsAcrossGoroutines: many goroutines drive both devices at

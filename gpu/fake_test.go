@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/gpu/internal/cufake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu/internal/cufake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Tests of the Go side on the fake driver: they run everywhere.

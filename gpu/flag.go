@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // The flag allreduce (kernels/flag.cu): one kernel per call moves and

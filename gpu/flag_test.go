@@ -3,8 +3,8 @@ package gpu_test
 import (
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 func TestFlagCtlRoundTrip(t *testing.T) {

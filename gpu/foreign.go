@@ -3,7 +3,7 @@ package gpu
 import (
 	"fmt"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // Foreign memory and streams: device memory and CUstreams that another

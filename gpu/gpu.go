@@ -40,9 +40,9 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/gpu/internal/cu"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Error is a failed driver call. Its message reads

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Bandwidth measurements on a real GPU. They check the data they move and

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"testing"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // CUDA IPC needs two processes (the driver refuses a handle in the process

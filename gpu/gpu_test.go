@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // TestGPU runs on a real GPU (it skips through testenv where there is no

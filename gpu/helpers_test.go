@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/reduce"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/reduce"
 )
 
 // Test data and host references shared by the fake-driver and GPU tests.

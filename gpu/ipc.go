@@ -3,7 +3,7 @@ package gpu
 import (
 	"fmt"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // CUDA IPC: a process exports a device allocation or an event as 64 opaque

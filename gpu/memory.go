@@ -5,9 +5,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"flexlink/gpu/internal/cu"
-	"flexlink/internal/errs"
-	"flexlink/mem"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/mem"
 )
 
 // Buffer is a range of device memory on one GPU: a whole allocation (from

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/gpu/internal/cu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Module is PTX (or a cubin) loaded into one device's context; the driver

@@ -3,8 +3,8 @@ package gpu
 import (
 	"fmt"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // PreMul enqueues dst[i] = src[i] × s for every element of type dt, where

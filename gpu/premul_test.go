@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/errs"
-	"flexlink/reduce"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/reduce"
 )
 
 // TestFakePreMul runs Stream.PreMul for every dtype over the reduction

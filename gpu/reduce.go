@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"os"
 
-	"flexlink/dtype"
-	"flexlink/gpu/kernels"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu/kernels"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The reduction kernels (kernels/reduce.cu) and their launchers. Semantics

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // Test scaffolding that drives a Driver, real or fake, the same way.

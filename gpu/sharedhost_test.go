@@ -8,10 +8,10 @@ import (
 	"os/exec"
 	"testing"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/gpu/internal/cufake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu/internal/cufake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestSharedHost: memory made on one device and opened through /proc (here

@@ -8,9 +8,9 @@ import (
 	"time"
 	"unsafe"
 
-	"flexlink/gpu/internal/cu"
-	"flexlink/internal/errs"
-	"flexlink/internal/pause"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/pause"
 )
 
 // Stream is an ordered queue of device work (a non-blocking CUstream: it

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/fabric/topo"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // BindTo says which CPUs a rank may run on (mpirun's --bind-to).

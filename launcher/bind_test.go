@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestBind(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"flexlink/fabric/topo"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // DomainSlot is where --map-by ppr:N:numa|socket put a rank inside its

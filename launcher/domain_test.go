@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // pprReference places ranks per NUMA node or socket the way OpenMPI's

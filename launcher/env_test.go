@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func TestApplyExports(t *testing.T) {

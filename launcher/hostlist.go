@@ -3,7 +3,7 @@ package launcher
 import (
 	"fmt"
 
-	"flexlink/internal/hostlist"
+	"github.com/flexlink/flexlink/internal/hostlist"
 )
 
 // SlurmHosts turns an allocation's SLURM_JOB_NODELIST and

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Defaults of Job's durations.

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unsafe"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 
 	"golang.org/x/sys/unix"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // fakeBootstrap stands in for bootstrap.Server: a real listener (so the

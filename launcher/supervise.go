@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // JobError says why a job that ran failed. Its message names the rank,

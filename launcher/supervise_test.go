@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 type nopBootstrap struct{ aborted error }

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"sync"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // Directory publishes and looks up listen handles out of band (the

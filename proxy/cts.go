@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // A destination's clear-to-send tells a relay how the destination will

@@ -7,8 +7,8 @@ import (
 	"runtime"
 	"sync"
 
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Engine is a rank's network progress engine: goroutines locked to OS

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"flexlink/fabric"
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Msg is one send or receive of a Group: the bytes for Peer, or the

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/fake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // groupJob is a job whose proxies run the group service over hand-off

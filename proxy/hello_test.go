@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")

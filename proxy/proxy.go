@@ -7,8 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"flexlink/fabric"
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // Local is the rank's links to the other ranks of its host (shm for host

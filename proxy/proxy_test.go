@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/net"
-	"flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/tcp"
 )
 
 // fakeLocal adapts a fake network to Local.

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Stats counts what a proxy did (one call's, or the totals).

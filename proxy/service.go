@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // The group service carries grouped sends and receives (Proxy.Group)

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // A relay's group stream to destination d is one connection from the

@@ -3,8 +3,8 @@ package proxy
 import (
 	"testing"
 
-	"flexlink/fabric/net"
-	"flexlink/fabric/net/ucx/ucxtest"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/ucx/ucxtest"
 )
 
 // TestUCX: the proxy over the ucx provider, whose tags carry 20 bits:

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/internal/comm"
-	"flexlink/proxy"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/proxy"
 )
 
 // AllToAllv sends sendCounts[j] elements to rank j and receives

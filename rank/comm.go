@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/collectives/direct"
-	"flexlink/gpu"
-	"flexlink/internal/comm"
-	"flexlink/internal/comm/device"
+	"github.com/flexlink/flexlink/collectives/direct"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/comm/device"
 )
 
 // Comm is a communicator: a group of ranks that run collectives together.

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"unsafe"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/internal/comm"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/comm"
 )
 
 // Data is a buffer with its element type and count, like NCCL's

@@ -3,10 +3,10 @@ package rank
 import (
 	"context"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/comm/device"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm/device"
 )
 
 // DeviceComm runs a communicator's collectives on GPU buffers with NCCL's

@@ -3,11 +3,11 @@ package rank
 import (
 	"context"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/comm"
-	"flexlink/internal/comm/device"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/comm/device"
 )
 
 // pxnCaller is the communicator as the GPU planes see it, with its PXN

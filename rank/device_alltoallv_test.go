@@ -10,12 +10,12 @@ import (
 	"time"
 	"unsafe"
 
-	"flexlink/bootstrap"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestDeviceAllToAllPXN: GPU buffers (one fake GPU per rank) on 2 emulated

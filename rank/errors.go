@@ -3,7 +3,7 @@ package rank
 import (
 	"errors"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Sentinel errors callers act on; test with errors.Is. Every error a

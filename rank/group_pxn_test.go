@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // groupLen is how many int64 rank s sends rank d in the PXN group tests:

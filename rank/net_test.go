@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // TestCrossHostOverNet: ranks on two "hosts" (host names differ) talk over

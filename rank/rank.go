@@ -10,8 +10,8 @@ package rank
 import (
 	"context"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/comm"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/comm"
 )
 
 // Options configure New. Zero values mean "from the environment".

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/dtype"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // world starts n ranks in this process over an in-process bootstrap and the

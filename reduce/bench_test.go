@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // Benchmarks report bytes of dst per second (b.SetBytes(len(dst))); memory

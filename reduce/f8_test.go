@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // nccl8 models how NCCL reduces float8 on sm_90 (reduce_kernel.h): both

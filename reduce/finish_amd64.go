@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // Division kernels in finish_amd64.s: divide the elements in n bytes at dst

@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // finishPaths lists Finish (vector kernels for the floats where the CPU has

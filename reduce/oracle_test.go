@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/big"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // The oracle: an independent reference that decodes elements to exact

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // PreMul sets dst[i] = src[i] × s for every element of type dt, where s is

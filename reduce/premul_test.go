@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestPreMulMatchesOracle: every dtype, edge and random values and scalars,

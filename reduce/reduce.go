@@ -42,8 +42,8 @@ package reduce
 import (
 	"fmt"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Reduce sets dst[i] = dst[i] op src[i] for every element of type dt.

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // Vector kernels in reduce_amd64.s: dst[i] = dst[i] op src[i] over n bytes,

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // TestVectorKernelsUsed makes sure Reduce really takes the vector kernels on

@@ -2,7 +2,7 @@
 
 package reduce
 
-import "flexlink/dtype"
+import "github.com/flexlink/flexlink/dtype"
 
 // reduceFast has no vector kernels on this architecture: it does nothing and
 // leaves the whole buffer to reduceGo.

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // path is one implementation of Reduce's contract.

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // The scalar operators. Every path (Ref, the Go loops, the assembly) must

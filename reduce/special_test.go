@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // TestReduceSpecialPairs combines every pair of edge values (zeros of both

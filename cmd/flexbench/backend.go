@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // backend is what flexbench measures: flexlink itself, or (in the build with

@@ -6,9 +6,9 @@ import (
 	"math"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // config is one flexbench run.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/dtype"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // usageError is a command-line mistake, found before any rank opens a

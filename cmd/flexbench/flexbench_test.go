@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	benchBins.flexrun, benchBins.flexbench = filepath.Join(dir, "flexrun"), filepath.Join(dir, "flexbench")
-	cmd := exec.Command("go", "build", "-o", dir+"/", "flexlink/cmd/flexrun", "flexlink/cmd/flexbench")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/cmd/flexbench")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build flexrun flexbench: %v\n", err)

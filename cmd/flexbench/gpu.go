@@ -7,9 +7,9 @@ import (
 	"io"
 	"os"
 
-	"flexlink/gpu"
-	"flexlink/internal/settings"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // flexbench --device gpu: one rank per GPU (FLEXLINK_GPU, else the local

@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // gpuColl is one implementation of device-buffer collectives that flexbench
@@ -217,7 +217,7 @@ func (cfg config) offset(lo int) config {
 // flexColl is flexlink's DeviceComm.
 type flexColl struct{ dc *rank.DeviceComm }
 
-func (f flexColl) name() string                    { return "flexlink/" + f.dc.Path() }
+func (f flexColl) name() string                    { return "github.com/flexlink/flexlink/" + f.dc.Path() }
 func (f flexColl) close(ctx context.Context) error { return f.dc.Close(ctx) }
 func (f flexColl) run(ctx context.Context, op string, send, recv *gpu.Buffer, count int, dt dtype.DType, rop dtype.Op, root int, s *gpu.Stream) error {
 	d := f.dc

@@ -4,8 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // The GPU path checks results in parallel parts (offset + inParallel);

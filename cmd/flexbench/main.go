@@ -16,7 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func main() {

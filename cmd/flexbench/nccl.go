@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/cmd/flexbench/internal/nccl"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/cmd/flexbench/internal/nccl"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // ncclColl runs the same calls through NCCL (libnccl.so.2, loaded at run

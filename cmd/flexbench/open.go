@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func openBackend(ctx context.Context, name string) (backend, error) {

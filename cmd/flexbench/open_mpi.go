@@ -88,9 +88,9 @@ import (
 
 	mpi "github.com/sbromberger/gompi"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 type mpiBackend struct {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // opSpec describes one benchmarked collective the way nccl-tests does: how a

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // parseTable reads the table's data rows (lines not starting with #).

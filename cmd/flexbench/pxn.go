@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // pxnFooter prints, under the table, what the PXN proxy of every rank did

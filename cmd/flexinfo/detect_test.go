@@ -9,7 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // TestDetectVMH200x2 reproduces the 2xH200 VM of docs/h200x2-topology.txt

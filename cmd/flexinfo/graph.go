@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // Node kinds of the picture.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/fabric/topo"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // legend explains the matrix cells, in nvidia-smi's words.

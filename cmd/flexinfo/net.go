@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/fabric/net"
-	"flexlink/fabric/transports"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/transports"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // netCommand is `flexinfo net`: the network transport's NICs on this host as

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // TestNetCommand: flexinfo net lists the tcp provider's NICs; loopback is a

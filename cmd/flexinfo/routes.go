@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/fabric/topo"
-	"flexlink/internal/settings"
-	"flexlink/proxy/pxn"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/proxy/pxn"
 )
 
 // maxNodes bounds --nodes: the plan has one route per cross-host pair of

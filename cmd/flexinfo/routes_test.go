@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/fabric/topo"
-	"flexlink/proxy/pxn"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/proxy/pxn"
 )
 
 // planFor computes, without the command, the plan flexinfo routes should

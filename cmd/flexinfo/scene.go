@@ -3,7 +3,7 @@ package main
 import (
 	"math"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // A scene is the picture laid out: boxes and lines in pixels, drawn by the

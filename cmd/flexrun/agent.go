@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // runAgent is `flexrun agent`: the far end of an ssh or srun launch, not

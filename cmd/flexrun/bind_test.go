@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // rankCPUs runs flexrun with args and a rank that prints its

@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/internal/errs"
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // bootLog is the bootstrap server's logger as flexrun gives it: the

@@ -13,9 +13,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/errs"
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // TestBootLog runs a real bootstrap server with flexrun's logger: a rank

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }

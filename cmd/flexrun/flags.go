@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // durationValue is a duration flag's value: a Go duration of zero or

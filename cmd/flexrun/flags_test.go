@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/textdist"
+	"github.com/flexlink/flexlink/internal/textdist"
 
 	"github.com/urfave/cli/v2"
 )

@@ -26,9 +26,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/settings"
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 func main() {

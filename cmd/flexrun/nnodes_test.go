@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 func TestFirstNodes(t *testing.T) {

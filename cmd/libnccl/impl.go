@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"unsafe"
 
-	"flexlink/capi"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/capi"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func main() {}

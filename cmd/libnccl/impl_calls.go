@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"flexlink/capi"
+	"github.com/flexlink/flexlink/capi"
 )
 
 const ok = C.ncclResult_t(0)

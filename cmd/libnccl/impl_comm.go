@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"flexlink/capi"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/capi"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Communicator entry points of NCCL 2.28.9 and 2.29 and the logging reset.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"flexlink/capi"
+	"github.com/flexlink/flexlink/capi"
 )
 
 // NCCL 2.30's parameter API over flexlink's parameters (capi.Params: the

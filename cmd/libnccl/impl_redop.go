@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"flexlink/capi"
+	"github.com/flexlink/flexlink/capi"
 )
 
 // ncclSimInfo_t: size_t size, unsigned magic, unsigned version, float

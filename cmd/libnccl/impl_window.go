@@ -8,7 +8,7 @@ import "C"
 import (
 	"unsafe"
 
-	"flexlink/capi"
+	"github.com/flexlink/flexlink/capi"
 )
 
 // windows are the process's ncclCommWindowRegister windows (bookkeeping:

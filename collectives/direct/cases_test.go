@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/comm"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm"
 )
 
 // Shared by the fake-driver tests (ranks as goroutines) and the GPU tests

@@ -8,9 +8,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric/balance"
-	"flexlink/fabric/net"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Config is every setting of the direct GPU plane, read and checked once

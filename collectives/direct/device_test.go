@@ -3,10 +3,10 @@ package direct
 import (
 	"context"
 
-	"flexlink/collectives/plane"
-	"flexlink/collectives/staged"
-	"flexlink/gpu"
-	"flexlink/internal/comm"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/collectives/staged"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm"
 )
 
 // deviceComm is rank.Comm.Device for the tests (internal/comm/device

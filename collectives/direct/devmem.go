@@ -3,7 +3,7 @@ package direct
 import (
 	"sync"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Which communicators of this process hold a device's full-size flag

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/fabric"
-	"flexlink/fabric/nvlink"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/nvlink"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // The direct plane: ranks of one host whose GPUs reach each other read and

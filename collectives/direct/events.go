@@ -3,7 +3,7 @@ package direct
 import (
 	"fmt"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // eventSet is the IPC events of the per-call protocol (direct.go says when

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/comm"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Device collectives on the fake driver: ranks are goroutines of this

@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The flag allreduce (gpu/flag.go, gpu/kernels/flag.cu; the calls in flag_call.go): on the direct

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // One flag call (flag.go says what the flag plane is): the kernel for the

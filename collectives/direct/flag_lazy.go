@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Flag regions on first use. A communicator that never calls a flag

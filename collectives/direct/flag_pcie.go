@@ -6,9 +6,9 @@ import (
 	"math"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // The flag allreduce's PCIe part (gpu/kernels/flag.cu, "PCIe part"): with

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The flag allreduce's PCIe part on the fake driver: calls on the large

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Setting up the flag plane (flag.go): its settings, this rank's error

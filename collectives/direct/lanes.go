@@ -1,8 +1,8 @@
 package direct
 
 import (
-	"flexlink/fabric/nvlink"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/fabric/nvlink"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Copy lanes: the streams a rank's copy engines work through toward one

@@ -4,9 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Moves without reduction: allgather and alltoall, pushed (copy engines or

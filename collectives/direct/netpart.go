@@ -10,13 +10,13 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/net"
-	"flexlink/fabric/pcie"
-	"flexlink/fabric/transports"
-	"flexlink/gpu"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/fabric/transports"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // The net part of the direct plane: FLEXLINK_LINKS=nvlink,pcie,net adds a

@@ -6,9 +6,9 @@ import (
 	"math"
 	"math/bits"
 
-	"flexlink/fabric/pcie"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // One call's net part, in the order do() runs it (netpart.go says what it

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // The net part (netpart*.go) on the fake driver: the bytes between the

@@ -7,11 +7,11 @@ import (
 	"runtime"
 	"time"
 
-	"flexlink/fabric/net"
-	"flexlink/fabric/pcie"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
-	"flexlink/internal/pause"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/pause"
 )
 
 // The wire of a call's net parts (netpart.go): after the work, every rank

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // What the direct plane does beyond two ranks: the order in which it visits

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"flexlink/collectives/plane"
-	"flexlink/fabric/nvlink"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/fabric/nvlink"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Data movement of the direct plane. By the time work runs, the caller's

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/pcie"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // The PCIe share of the direct plane: FlexLink's second link between two

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 
-	"flexlink/fabric/pcie"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // One call's PCIe share, in the order do() runs it (the protocol and why

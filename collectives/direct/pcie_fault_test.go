@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Failures of the PCIe share on the fake driver: a copy that cannot be

@@ -6,8 +6,8 @@ import (
 	"math/bits"
 	"time"
 
-	"flexlink/fabric/balance"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Stage 2 of the balancer for the PCIe share: timing the parts of a push

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/fabric/balance"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/comm"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // The PCIe share on the fake driver (gpu_pcie*.go). Fake streams run each

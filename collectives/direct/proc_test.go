@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/gpu"
-	"flexlink/internal/comm"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // Device collectives on real GPUs. CUDA IPC needs one process per rank, so

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestGPUFakePull runs the sweep with allgather and alltoall in pull mode

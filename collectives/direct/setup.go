@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // New makes the direct plane on every rank of h, once they have agreed to

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/fabric"
-	"flexlink/fabric/nvlink"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/nvlink"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Ranks sharing one GPU: the leader path.

@@ -3,9 +3,9 @@ package direct
 import (
 	"fmt"
 
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The leader path's collectives (shared.go): every rank's buffers are on

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // VPlane is a Plane that runs AllToAllv as one collective call (the staged

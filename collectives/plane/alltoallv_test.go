@@ -9,8 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // runCaller is rank 1 of 3; Run calls f at once.

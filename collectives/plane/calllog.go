@@ -9,8 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/gpu"
-	"flexlink/internal/flog"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/flog"
 )
 
 // callLog writes the GPU planes' per-call lines, like NCCL's INFO lines

@@ -7,10 +7,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/flog"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/flog"
 )
 
 // fakeCaller is the communicator side of a DeviceComm: only what the

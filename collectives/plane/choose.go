@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Setting up a DeviceComm takes two all-gathers over the host links:

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // DeviceComm runs a communicator's collectives on GPU buffers with NCCL's

@@ -11,9 +11,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // Kind names a device collective.

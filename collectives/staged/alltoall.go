@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"slices"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // PXN is what the staged plane needs from its communicator to send an

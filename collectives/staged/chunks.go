@@ -3,9 +3,9 @@ package staged
 import (
 	"context"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // cut is one call cut into chunks for the pipeline (pipeline.go): how much

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestPipelineStaging: a pipelined call takes no more pinned staging than

@@ -3,8 +3,8 @@ package staged_test
 import (
 	"fmt"
 
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // message is one send of a group case: rank r sends len bytes to rank

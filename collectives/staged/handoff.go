@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // PXNHandoff is what the staged plane needs from its communicator for the

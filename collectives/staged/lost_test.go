@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/collectives/plane"
-	"flexlink/collectives/staged"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/comm"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/collectives/staged"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestPipelinedPeerLost: rank 0 (on host h0) crashes (its links fail)

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // DefaultChunk is the staged pipeline's chunk: a call that spans more than

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/collectives/plane"
-	"flexlink/collectives/staged"
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
-	"flexlink/internal/comm"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/collectives/staged"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // pipeChunk is the tests' pipeline chunk: calls of a few hundred KiB span

@@ -3,8 +3,8 @@ package staged
 import (
 	"testing"
 
-	"flexlink/collectives/plane"
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // TestDefaultPolicy: New (FLEXLINK_GPU_STAGED_CHUNK_BYTES=auto) pipelines

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/collectives"
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // The staged plane is the generic path for GPUs that cannot reach each

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 	"fmt"
 	"os"
 
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func main() {

@@ -15,8 +15,8 @@ import (
 	"math"
 	"os"
 
-	"flexlink/dtype"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func main() {

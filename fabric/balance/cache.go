@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // This file is the balancer's only I/O: a cache of planner States on disk,

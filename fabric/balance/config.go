@@ -5,7 +5,7 @@ import (
 	"math/bits"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // MaxLinks is the most links one planner splits across. The best set of

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current planner")

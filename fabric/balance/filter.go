@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"flexlink/fabric"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // knownKinds are the names FLEXLINK_LINKS accepts.

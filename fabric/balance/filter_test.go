@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func TestFilterLinks(t *testing.T) {

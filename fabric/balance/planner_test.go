@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // exact returns links whose nominal figures are the truth, so that the

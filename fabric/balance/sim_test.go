@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // This file is the test bench: links simulated from a true model (latency,

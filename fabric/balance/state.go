@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // StateVersion is the version of State's JSON form; LoadProfile refuses

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // TestStateRoundTrip: a planner restored from its JSON state makes the

@@ -30,8 +30,8 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Options shapes a Network. The zero value is an ideal network: no delay,

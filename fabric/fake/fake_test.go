@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestConformance runs the Link conformance suite over several shapes of

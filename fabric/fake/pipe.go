@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // inlineLimit is the largest unsegmented message copied by the goroutine

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // BenchOneWay measures one-way bandwidth from a to b with messages of size

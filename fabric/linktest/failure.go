@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // testFullDuplex posts many sends and receives in both directions at once,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Helpers that the tests of the host transports share.

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 const (

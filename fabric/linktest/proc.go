@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Two-process tests re-execute the test binary as a helper process (the

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
 )
 
 // broken wraps a good link and breaks one rule of the Link contract.

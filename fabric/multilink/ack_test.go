@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
 )
 
 // eagerLink makes a fake link behave like a transport that completes sends

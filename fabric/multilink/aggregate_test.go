@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
 )
 
 // Three links of very unequal speed, in real time (the fake network's rate

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestLateDuplicateAfterDone: a duplicate of a part that was staged while

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Frame layout, little endian. The version byte lets a later layout be

@@ -3,7 +3,7 @@ package multilink
 import (
 	"testing"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {

@@ -3,10 +3,10 @@ package multilink_test
 import (
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/multilink"
 )
 
 // rig is a pair of ranks, 0 and 1, joined by one fake network per link, so

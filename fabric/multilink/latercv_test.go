@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
 )
 
 // rated is a link that reports a measured line rate, as netlink's links

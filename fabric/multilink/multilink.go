@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Kind is the kind a multilink channel reports in its Props.

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
 )
 
 // TestDuplicateWaitsForRange: a part sent again after a link failure can

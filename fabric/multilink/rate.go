@@ -3,9 +3,9 @@ package multilink
 import (
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 
-	"flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/balance"
 )
 
 // Rater is a link that measures its own line rate (bytes/s): netlink's

@@ -3,7 +3,7 @@ package multilink
 import (
 	"fmt"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Where a part's bytes go.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // inMsg is one incoming message: posted by Recv, or announced by a frame

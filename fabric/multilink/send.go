@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // outMsg is one Send in flight. It completes when the receiver holds every

@@ -4,8 +4,8 @@ import (
 	"math"
 	"math/bits"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
 )
 
 // shareStep is how far a link's share must move before OnShares hears of

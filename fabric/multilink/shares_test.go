@@ -5,11 +5,11 @@ import (
 	"sync"
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
 )
 
 // TestOnShares: the channel reports the balancer's shares when a size

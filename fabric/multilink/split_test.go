@@ -6,12 +6,12 @@ import (
 	"sync"
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/fake"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/multilink"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // traffic counts what each fake network delivered from rank 0 to rank 1.

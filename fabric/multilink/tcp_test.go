@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/multilink"
-	"flexlink/fabric/net/netlink"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric/net/netlink"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // tcpPair connects ranks 0 and 1 of a fresh job over loopback tcp.

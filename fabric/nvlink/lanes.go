@@ -1,6 +1,6 @@
 package nvlink
 
-import "flexlink/gpu"
+import "github.com/flexlink/flexlink/gpu"
 
 // Lanes are the streams a rank's copy engines work through toward one
 // peer. A single cuMemcpyAsync runs on one copy engine; spreading a large

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
-	"flexlink/gpu"
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // fakeDevices opens n devices of the fake driver (host memory).

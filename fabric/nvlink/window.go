@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // User buffers cross processes as descriptors: which allocation (an id the

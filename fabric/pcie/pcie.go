@@ -27,7 +27,7 @@
 // staged piece goes in a staging table (AppendTable, ParseTable).
 package pcie
 
-import "flexlink/gpu"
+import "github.com/flexlink/flexlink/gpu"
 
 const (
 	// Slots is the number of slot events per ordered pair: the stages of

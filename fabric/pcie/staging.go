@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // ErrNoStaging marks a staging buffer that could not be made (memfd,

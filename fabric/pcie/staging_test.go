@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestStaging: a reference written by one device's Tx opens as an Rx on

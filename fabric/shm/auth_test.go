@@ -12,9 +12,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestIntruders has processes that do not belong to the job reach a

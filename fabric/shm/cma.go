@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Single copy for large messages (Linux Cross-Memory Attach).

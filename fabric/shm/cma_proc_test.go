@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestTwoProcessesSingleCopyKilled kills the helper process with SIGKILL

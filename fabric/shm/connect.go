@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // dial runs the dialer's side of the handshake against peer's socket.

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The connect handshake runs over a SOCK_SEQPACKET unix socket in the

@@ -10,9 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric"
-	"flexlink/fabric/internal/linkq"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/internal/linkq"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 const (

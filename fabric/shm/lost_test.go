@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestLostIfGone: the handshake errors a peer's death causes are marked

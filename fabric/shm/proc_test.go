@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestHelperProcess is the helper process of the two-process tests; run

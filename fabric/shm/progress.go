@@ -9,8 +9,8 @@ import (
 	"time"
 	"unsafe"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func (l *link) waitSpace(ready func() bool, w *atomic.Uint32) error {

@@ -33,9 +33,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric"
-	"flexlink/fabric/internal/lobby"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/internal/lobby"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 const (

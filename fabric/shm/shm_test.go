@@ -6,9 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // newJob returns a job id unique to this test run.

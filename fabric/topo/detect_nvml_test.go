@@ -12,7 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // a100 describes the simulated DGX-A100-like host: four PCIe complexes

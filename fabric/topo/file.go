@@ -10,8 +10,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Parse reads a topology in any supported format, told apart by content:

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 var fixtureNames = []string{"dgx-h800.json", "dgx1.json", "dgx1.xml", "h200x2.json", "nogpu.yaml"}

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // ParseRails parses FLEXLINK_RAILS: NIC names in rail order, separated by

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"time"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Member is one rank's place in the job: its host's topology and the index

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // gather encodes every rank's member record (rank r on hosts[r], driving

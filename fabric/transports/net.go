@@ -7,10 +7,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric/net"
-	"flexlink/fabric/net/tcp"
-	"flexlink/fabric/net/ucx"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/fabric/net/ucx"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // NetConfig selects and configures the process's network provider.

@@ -5,8 +5,8 @@ import (
 	gonet "net"
 	"strings"
 
-	"flexlink/fabric/balance"
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // Rail is one network endpoint a rank opened and publishes: the provider's

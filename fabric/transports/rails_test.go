@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 func TestPairRails(t *testing.T) {

@@ -13,10 +13,10 @@ import (
 	"strconv"
 	"strings"
 
-	"flexlink/fabric"
-	"flexlink/fabric/net"
-	"flexlink/fabric/net/netlink"
-	"flexlink/fabric/shm"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/netlink"
+	"github.com/flexlink/flexlink/fabric/shm"
 )
 
 // Modes of FLEXLINK_TRANSPORT.

@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/internal/cu"
-	"flexlink/gpu/internal/cufake"
-	"flexlink/reduce"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cufake"
+	"github.com/flexlink/flexlink/reduce"
 )
 
 // Config describes the machine Open simulates: number of devices,

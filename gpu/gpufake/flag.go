@@ -7,11 +7,11 @@ import (
 	"time"
 	"unsafe"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/internal/cu"
-	"flexlink/gpu/internal/cufake"
-	"flexlink/reduce"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cufake"
+	"github.com/flexlink/flexlink/reduce"
 )
 
 // hostFlag is flexlink_flag_<op>_<dt> on the fake driver: the protocol of

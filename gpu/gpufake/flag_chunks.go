@@ -7,9 +7,9 @@ import (
 	"encoding/binary"
 	"math"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // widen converts float16, bfloat16 or float8 elements to float32 (exact).

@@ -7,9 +7,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/collectives"
-	"flexlink/fabric/balance"
-	"flexlink/internal/flog"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/internal/flog"
 )
 
 // callObserver is the engine's observer that writes NCCL's per-call

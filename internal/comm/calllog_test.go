@@ -14,12 +14,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/bootstrap"
-	"flexlink/collectives"
-	"flexlink/dtype"
-	"flexlink/internal/comm/join"
-	"flexlink/internal/flog"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/comm/join"
+	"github.com/flexlink/flexlink/internal/flog"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // runLogged runs body on n in-process ranks over shm, each rank logging

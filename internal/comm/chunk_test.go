@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives"
 )
 
 // TestNetChunk: a communicator whose ranks span hosts pipelines in

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // A communicator's fate is NCCL's failure scope: what ends one

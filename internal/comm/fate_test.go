@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/dtype"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // fateHost names rank r's host in these tests.

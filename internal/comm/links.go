@@ -7,13 +7,13 @@ import (
 	"strings"
 	"sync"
 
-	"flexlink/collectives"
-	"flexlink/fabric"
-	"flexlink/fabric/balance"
-	"flexlink/fabric/multilink"
-	"flexlink/fabric/transports"
-	"flexlink/internal/errs"
-	"flexlink/internal/flog"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/multilink"
+	"github.com/flexlink/flexlink/fabric/transports"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/flog"
 )
 
 // addrFunc returns a peer's endpoint address for a transport kind; for the

@@ -8,11 +8,11 @@ import (
 	"strconv"
 	"strings"
 
-	"flexlink/bootstrap"
-	"flexlink/fabric"
-	"flexlink/fabric/transports"
-	"flexlink/internal/comm/join"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/transports"
+	"github.com/flexlink/flexlink/internal/comm/join"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Options configure New. Zero values mean "from the environment".

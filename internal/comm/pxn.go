@@ -6,12 +6,12 @@ import (
 	"slices"
 	"sync"
 
-	"flexlink/collectives"
-	"flexlink/fabric"
-	"flexlink/fabric/topo"
-	"flexlink/internal/flog"
-	"flexlink/proxy"
-	"flexlink/proxy/pxn"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/flog"
+	"github.com/flexlink/flexlink/proxy"
+	"github.com/flexlink/flexlink/proxy/pxn"
 )
 
 // pxnState is a communicator's PXN proxy, made on the first all-to-all

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
-	"flexlink/proxy"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/proxy"
 )
 
 // TestPXNAllToAll: 2 hosts × 4 ranks on this machine, NICs lo and eth0

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"time"
 
-	"flexlink/collectives"
-	"flexlink/fabric"
-	"flexlink/internal/errs"
-	"flexlink/internal/flog"
-	"flexlink/proxy"
-	"flexlink/proxy/pxn"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/flog"
+	"github.com/flexlink/flexlink/proxy"
+	"github.com/flexlink/flexlink/proxy/pxn"
 )
 
 // Grouped send/recv through the PXN proxy (FLEXLINK_PXN_GROUP=1 with

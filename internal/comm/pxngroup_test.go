@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/collectives"
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // groupMsgs is one group: lens[s][d] bytes from s to d (0: no message).

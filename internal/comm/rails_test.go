@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/settings"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestRailSelection: two ranks on two hosts with two NICs each (lo and

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"unsafe"
 
-	"flexlink/collectives"
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // NoColor passed as color to Split gives the caller no new communicator

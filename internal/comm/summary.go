@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric/transports"
-	"flexlink/internal/flog"
+	"github.com/flexlink/flexlink/fabric/transports"
+	"github.com/flexlink/flexlink/internal/flog"
 )
 
 // logSummary writes the communicator's INFO line at creation (subsystem

@@ -7,11 +7,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/bootstrap"
-	"flexlink/fabric"
-	"flexlink/fabric/net"
-	"flexlink/fabric/transports"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/transports"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // world is what every communicator of one process shares: the bootstrap

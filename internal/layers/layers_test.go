@@ -53,24 +53,24 @@ func layerOf(pkg string) (int, bool) {
 }
 
 func TestImportsFlowDown(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "flexlink/...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/flexlink/flexlink/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	var bad []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
-		pkg := strings.TrimPrefix(f[0], "flexlink/")
+		pkg := strings.TrimPrefix(f[0], "github.com/flexlink/flexlink/")
 		from, ok := layerOf(pkg)
 		if !ok {
 			bad = append(bad, pkg+": in no layer (add it to order)")
 			continue
 		}
 		for _, imp := range f[1:] {
-			if !strings.HasPrefix(imp, "flexlink/") {
+			if !strings.HasPrefix(imp, "github.com/flexlink/flexlink/") {
 				continue
 			}
-			imp = strings.TrimPrefix(imp, "flexlink/")
+			imp = strings.TrimPrefix(imp, "github.com/flexlink/flexlink/")
 			to, ok := layerOf(imp)
 			if !ok {
 				bad = append(bad, imp+": in no layer (add it to order)")

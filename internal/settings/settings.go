@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"flexlink/internal/textdist"
+	"github.com/flexlink/flexlink/internal/textdist"
 )
 
 // Setting is one environment variable.

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Missing skips the test because component is not available (why says what

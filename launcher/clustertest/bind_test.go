@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // TestSSHBindings: -N 2 over two emulated hosts with --bind-to core; each

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // The emulated hosts of the ssh tests: two network namespaces with one

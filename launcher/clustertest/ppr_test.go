@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/launcher"
+	"github.com/flexlink/flexlink/launcher"
 )
 
 // TestSSHMapByPPRNUMA: --map-by ppr:2:numa over two emulated hosts. The

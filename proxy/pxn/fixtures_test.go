@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // loadHost reads hostfiles/topo/<name>.

@@ -3,7 +3,7 @@ package pxn
 import (
 	"testing"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // nearRailed returns the NICs of h with a rail at the best known PCI

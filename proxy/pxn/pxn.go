@@ -23,9 +23,9 @@ import (
 	"strconv"
 	"strings"
 
-	"flexlink/fabric"
-	"flexlink/fabric/topo"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Level says when a message takes a relay, with the values of NCCL's

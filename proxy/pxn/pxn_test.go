@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/fabric/topo"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

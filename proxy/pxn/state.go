@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/fabric/topo"
 )
 
 // state is what the rules read, derived once from the World.

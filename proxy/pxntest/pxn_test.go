@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // The cluster's name and network are this package's own (COMMON.md);

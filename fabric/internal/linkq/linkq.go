@@ -6,7 +6,7 @@ package linkq
 import (
 	"sync"
 
-	"flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric"
 )
 
 // Op is one posted Send or Recv.

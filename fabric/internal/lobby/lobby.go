@@ -11,8 +11,8 @@ import (
 	"net"
 	"sync"
 
-	"flexlink/fabric"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Lobby tracks, for one endpoint, the connections in their handshake

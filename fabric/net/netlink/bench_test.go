@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/linktest"
 )
 
 var benchSizes = []struct {

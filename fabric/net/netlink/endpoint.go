@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric"
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // Config says who owns an endpoint. Every field but Rank may be zero.

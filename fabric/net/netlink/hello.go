@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // A connection's first message is its hello, the second an empty

@@ -17,9 +17,9 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/fabric"
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 const (

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"testing"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/net/netlink"
-	"flexlink/fabric/net/tcp"
-	"flexlink/fabric/net/ucx/ucxtest"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/net/netlink"
+	"github.com/flexlink/flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/fabric/net/ucx/ucxtest"
 )
 
 func endpoint(t testing.TB, rank int, socks int) fabric.Endpoint {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // The emulated cluster of this test (scripts/testcluster), on names and a

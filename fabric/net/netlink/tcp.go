@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"flexlink/fabric"
-	"flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/net/tcp"
 )
 
 // nominalTCP is the bandwidth a host TCP link claims where the interface

@@ -17,11 +17,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/fabric"
-	"flexlink/fabric/linktest"
-	"flexlink/fabric/net/netlink"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/net/netlink"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func newJob() string { return linktest.NewJob("tcptest") }

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func testDevices(t *testing.T, e *Env) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // testMany runs several connections both ways between the two providers

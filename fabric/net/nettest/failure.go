@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/net"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // bigSend is more than any provider buffers or sends eagerly, so a send of

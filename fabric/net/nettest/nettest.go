@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 const (

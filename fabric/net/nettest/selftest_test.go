@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/fabric/net"
-	"flexlink/fabric/net/nettest"
-	"flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
+	"github.com/flexlink/flexlink/fabric/net/tcp"
 )
 
 // broken wraps the tcp provider and breaks one rule of the contract.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net"
 )
 
 // window is how many messages Throughput keeps in flight.

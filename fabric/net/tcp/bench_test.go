@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/net/nettest"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
 )
 
 var benchSizes = []int{4 << 20, 64 << 20}

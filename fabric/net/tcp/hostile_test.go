@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/nettest"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestHostileSender completes the handshake by hand, then writes a bad

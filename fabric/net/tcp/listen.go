@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // maxHandshakes bounds the sockets a listener checks at once; more are

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flexlink/fabric/net/nettest"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
 )
 
 // TestRate: a connection reports no rate before it has carried enough,

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // recvConn is the receiving side: a reader goroutine per socket, and an

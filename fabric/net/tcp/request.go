@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // request is an ISend or IRecv: done is closed once, after sizes and err

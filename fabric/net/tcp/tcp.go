@@ -23,8 +23,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Options configure a provider. The zero value works.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/nettest"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
 )
 
 // -large sets the suite's largest message (the 1 GiB:

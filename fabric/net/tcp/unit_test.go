@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func isPeerLost(err error) bool { return errors.Is(err, errs.ErrPeerLost) }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	fnet "flexlink/fabric/net"
+	fnet "github.com/flexlink/flexlink/fabric/net"
 )
 
 // Wire format, version 1.

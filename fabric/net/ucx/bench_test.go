@@ -6,7 +6,7 @@ import (
 	"net"
 	"testing"
 
-	fnet "flexlink/fabric/net"
+	fnet "github.com/flexlink/flexlink/fabric/net"
 )
 
 // BenchmarkThroughput moves messages of 4 and 64 MiB one way over loopback:

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/nettest"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
 )
 
 // junk writes garbage to a listener's side channel, as a stray client would.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	fnet "flexlink/fabric/net"
+	fnet "github.com/flexlink/flexlink/fabric/net"
 )
 
 // device is one network interface as this provider sees it: the address

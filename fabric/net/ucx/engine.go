@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"flexlink/fabric/net/ucx/internal/ucp"
-	"flexlink/internal/errs"
-	"flexlink/internal/pause"
+	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/pause"
 )
 
 // engine owns the UCX context and worker. One goroutine, locked to its OS

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 var errTest = errors.New("test abort")

@@ -11,7 +11,7 @@ import (
 	"net/netip"
 	"time"
 
-	fnet "flexlink/fabric/net"
+	fnet "github.com/flexlink/flexlink/fabric/net"
 )
 
 // Wire formats of the side channel (all integers big-endian).

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // open starts a provider on loopback with UCX's tcp transport (the one

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/ucx/internal/ucp"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // listener accepts side-channel connections, runs the handshake in the

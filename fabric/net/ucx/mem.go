@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"syscall"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/ucx/internal/ucp"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // memRegion is a buffer registered with UCX (ucp_mem_map): sends and

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/ucx/internal/ucp"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // recvConn is the receiving side. It owns no UCP endpoint: receives are

@@ -10,9 +10,9 @@ import (
 	"time"
 	"unsafe"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/ucx/internal/ucp"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Tag layout (see the package doc): connection id | sequence | user tag.

@@ -71,10 +71,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/fabric/net/ucx/internal/ucp"
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Options configure Open. The zero value is the usual choice.

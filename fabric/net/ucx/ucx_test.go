@@ -7,8 +7,8 @@ import (
 	"math/rand"
 	"testing"
 
-	fnet "flexlink/fabric/net"
-	"flexlink/internal/errs"
+	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func TestOpenMissingLibrary(t *testing.T) {

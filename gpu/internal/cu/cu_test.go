@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestLoadMissingLibrary: a library that does not exist fails with

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // DefaultLibrary is the driver library Load opens by default.

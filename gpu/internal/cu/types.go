@@ -13,7 +13,7 @@ import (
 	"errors"
 	"fmt"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Handles, as the driver API declares them. Opaque pointers are uintptr;

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // TestAddressesNeverOverlap: allocations and IPC mappings of every device

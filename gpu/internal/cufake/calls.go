@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 var _ cu.API = (*Fake)(nil)

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // Config describes the fake machine.

@@ -3,7 +3,7 @@ package cufake
 import (
 	"unsafe"
 
-	"flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
 )
 
 // Streams, events, modules and launches. Every stream operation has already

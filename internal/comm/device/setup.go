@@ -6,10 +6,10 @@ package device
 import (
 	"context"
 
-	"flexlink/collectives/direct"
-	"flexlink/collectives/plane"
-	"flexlink/collectives/staged"
-	"flexlink/gpu"
+	"github.com/flexlink/flexlink/collectives/direct"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/collectives/staged"
+	"github.com/flexlink/flexlink/gpu"
 )
 
 // New prepares collectives on dev's buffers for c's ranks. It is

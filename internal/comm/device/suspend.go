@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"sync"
 
-	"flexlink/collectives/direct"
-	"flexlink/collectives/plane"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/collectives/direct"
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // ErrSuspended is wrapped by the error of a call on a suspended device

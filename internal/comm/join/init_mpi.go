@@ -12,8 +12,8 @@ import (
 
 	mpi "github.com/sbromberger/gompi"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // mpiCardLen is the size of the broadcast that carries rank 0's bootstrap

@@ -5,7 +5,7 @@ package join
 import (
 	"context"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // initMPI joins a job started by mpirun. Without the mpi build tag there

@@ -6,8 +6,8 @@ import (
 	"net"
 	"strconv"
 
-	"flexlink/internal/errs"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // ompiWorld is what OpenMPI's mpirun tells each process.

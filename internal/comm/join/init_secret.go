@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // jobSecret is the secret of a job started without flexrun. With

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // servedJob is a job started without flexrun (srun, mpirun): rank 0 runs
@@ -102,7 +102,7 @@ type servedStore struct {
 	leaving atomic.Bool
 }
 
-func leaveKey(rank int) string { return "flexlink/leaving/" + strconv.Itoa(rank) }
+func leaveKey(rank int) string { return "github.com/flexlink/flexlink/leaving/" + strconv.Itoa(rank) }
 
 // Close leaves the job, then (rank 0) stops the server, then runs finish.
 func (s *servedStore) Close() error {

@@ -7,8 +7,8 @@ import (
 	"net"
 	"strconv"
 
-	"flexlink/internal/hostlist"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/hostlist"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // slurmStep is what srun tells each task of a step.

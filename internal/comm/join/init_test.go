@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func getenvMap(m map[string]string) func(string) (string, bool) {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"flexlink/internal/flog"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/flog"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // NewLogger makes the per-process logger, like NCCL_DEBUG: level from

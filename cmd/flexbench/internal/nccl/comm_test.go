@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func mustType(t *testing.T, dt dtype.DType) uint64 {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // DefaultLibrary is the NCCL library Open loads.

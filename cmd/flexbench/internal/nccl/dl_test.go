@@ -8,7 +8,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 func TestOpenMissingLibrary(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // TestErrorText checks that a failed call's error is composed from

@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/gpu"
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestGPU runs NCCL for real: a one-rank communicator on GPU 0, every

@@ -3,7 +3,7 @@ package nccl
 import (
 	"runtime"
 
-	"flexlink/dtype"
+	"github.com/flexlink/flexlink/dtype"
 )
 
 // Point-to-point calls and groups.

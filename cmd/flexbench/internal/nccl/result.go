@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // Result is an ncclResult_t.

@@ -3,8 +3,8 @@ package nccl
 import (
 	"fmt"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // dataType is an ncclDataType_t.

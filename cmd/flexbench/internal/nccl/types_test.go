@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"flexlink/dtype"
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // The expected values are nccl.h's enumerators, copied from the header, not

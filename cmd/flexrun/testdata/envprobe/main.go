@@ -30,8 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"flexlink/bootstrap"
-	"flexlink/internal/settings"
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func main() {

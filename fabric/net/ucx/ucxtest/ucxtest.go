@@ -7,9 +7,9 @@ import (
 	"errors"
 	"testing"
 
-	"flexlink/fabric/net/ucx"
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/fabric/net/ucx"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // Loopback opens a ucx provider restricted to UCX's tcp transport on lo

@@ -23,9 +23,9 @@ import (
 	"strings"
 	"time"
 
-	"flexlink/dtype"
-	"flexlink/launcher"
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/launcher"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func main() {

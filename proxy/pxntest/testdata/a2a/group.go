@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 // fewPairs is the last group: only these pairs talk (s -> d). On 2 hosts

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"flexlink/rank"
+	"github.com/flexlink/flexlink/rank"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestLayoutUpToDate regenerates the layouts from the installed headers

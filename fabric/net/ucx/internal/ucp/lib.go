@@ -24,7 +24,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // DefaultLibrary is the library Load opens when given "".

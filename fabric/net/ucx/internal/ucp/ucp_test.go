@@ -8,8 +8,8 @@ import (
 	"time"
 	"unsafe"
 
-	"flexlink/internal/errs"
-	"flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func load(t *testing.T) *Lib {

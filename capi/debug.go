@@ -1,12 +1,6 @@
 package capi
 
-import (
-	"strings"
-
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/flexlink/flexlink/internal/settings"
-)
+import "github.com/flexlink/flexlink/internal/settings"
 
 // DebugEnv is env with NCCL's logging variables (NCCL_DEBUG,
 // NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE) read now and answered from then on
@@ -29,12 +23,8 @@ func DebugEnv(env settings.Env) settings.Env {
 
 // ResetDebug is ncclResetDebugInit's part in the library: its own logger
 // (failed calls, the rendezvous server) takes the level the environment
-// says now. Communicators made from now on read the environment when they
+// says now (none when neither FLEXLINK_DEBUG nor NCCL_DEBUG is set). Communicators made from now on read the environment when they
 // are made; those that exist keep their loggers.
 func (l *Library) ResetDebug() {
-	level := hclog.LevelFromString(strings.ToLower(l.env.String("FLEXLINK_DEBUG")))
-	if level == hclog.NoLevel {
-		level = hclog.Warn
-	}
-	l.log.SetLevel(level)
+	l.log.SetLevel(logLevel(l.env))
 }

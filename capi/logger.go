@@ -71,15 +71,29 @@ func ncclSubsys(v string) string {
 	return s
 }
 
-// processLogger is the library's own logger (rendezvous server, failed
-// calls) when Options gives none: internal/flog over the mapped
-// variables, tagged with the host; the communicators' loggers add their
-// rank (commLogger).
-func processLogger(env settings.Env) hclog.Logger {
+// logLevel is the level of the library's loggers: FLEXLINK_DEBUG's (or
+// NCCL_DEBUG's, as ncclDebugEnv maps it); with neither set, none at all.
+// NCCL prints nothing unless NCCL_DEBUG is set, and a program (PyTorch)
+// that handles a failed call itself, with ncclGetLastError, must not find
+// WARN lines in its stderr that it did not ask for.
+func logLevel(env settings.Env) hclog.Level {
+	if !env.IsSet("FLEXLINK_DEBUG") {
+		return hclog.Off
+	}
 	level := hclog.LevelFromString(strings.ToLower(env.String("FLEXLINK_DEBUG")))
 	if level == hclog.NoLevel {
 		level = hclog.Warn
 	}
+	return level
+}
+
+// processLogger is the library's own logger (rendezvous server, failed
+// calls) when Options gives none: internal/flog over the mapped
+// variables, tagged with the host, silent unless FLEXLINK_DEBUG or
+// NCCL_DEBUG is set (logLevel); the communicators' loggers add their rank
+// (commLogger).
+func processLogger(env settings.Env) hclog.Logger {
+	level := logLevel(env)
 	mask, err := flog.ParseSubsys(env.String("FLEXLINK_DEBUG_SUBSYS"))
 	if err != nil {
 		mask = flog.Default
@@ -101,10 +115,14 @@ func processLogger(env settings.Env) hclog.Logger {
 // commLogger is the logger of the communicator of rank: the caller's
 // Options.Logger (given) with the rank, else the same per-rank logger
 // every flexlink rank has (join.NewLogger: FLEXLINK_DEBUG*, or NCCL_DEBUG*
-// mapped by ncclDebugEnv, in env).
+// mapped by ncclDebugEnv, in env), silent when neither is set (logLevel).
 func commLogger(given hclog.Logger, env settings.Env, host string, rank int) hclog.Logger {
 	if given != nil {
 		return given.With("rank", rank)
 	}
-	return join.NewLogger(env, host, rank)
+	lg := join.NewLogger(env, host, rank)
+	if level := logLevel(env); level == hclog.Off {
+		lg.SetLevel(level)
+	}
+	return lg
 }

@@ -192,35 +192,40 @@ func linkName(l topo.LinkInfo) string {
 	return string(l.Kind)
 }
 
+// writeRails lists the rails, each with the GPUs whose own NIC it is
+// (topo.AssignNICs over the railed NICs: what PXN routes and cross-host
+// links use), then every GPU's NICs.
 func writeRails(b *strings.Builder, h *topo.Host) {
-	type rail struct {
-		id        int
-		nic, gpus string
-	}
-	var rails []rail
-	for n, c := range h.NICs {
-		if c.Rail < 0 {
-			continue
-		}
-		var near []string
-		for i := range h.GPUs {
-			for _, k := range h.NearestNICs(i, true) {
-				if k == n {
-					near = append(near, gpuName(h, i))
-				}
-			}
-		}
-		rails = append(rails, rail{c.Rail, c.Name, strings.Join(near, " ")})
-	}
-	if len(rails) == 0 {
+	railed := topo.RailNICs(h)
+	if len(railed) == 0 {
 		b.WriteString("\nRails: none (no RDMA NIC)\n")
 		return
 	}
-	sort.Slice(rails, func(i, j int) bool { return rails[i].id < rails[j].id })
-	b.WriteString("\nRails (NIC, GPUs nearest to it):\n")
-	for _, r := range rails {
-		fmt.Fprintf(b, "  rail %d: %s  %s\n", r.id, r.nic, orDash(r.gpus))
+	own := topo.AssignNICs(h, railed)
+	users := map[int][]string{}
+	for i, nics := range own {
+		for _, n := range nics {
+			users[n] = append(users[n], gpuName(h, i))
+		}
 	}
+	sort.SliceStable(railed, func(i, j int) bool { return h.NICs[railed[i]].Rail < h.NICs[railed[j]].Rail })
+	b.WriteString("\nRails (NIC, GPUs that send from it):\n")
+	for _, n := range railed {
+		fmt.Fprintf(b, "  rail %d: %s  %s\n", h.NICs[n].Rail, h.NICs[n].Name, orDash(strings.Join(users[n], " ")))
+	}
+	if len(h.GPUs) == 0 {
+		return
+	}
+	b.WriteString("\nGPU NICs (own NIC first; distance, rail):\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for i, nics := range own {
+		var parts []string
+		for _, n := range nics {
+			parts = append(parts, fmt.Sprintf("%s %s rail %d", h.NICs[n].Name, h.NICDistance(i, n), h.NICs[n].Rail))
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t\n", gpuName(h, i), orDash(strings.Join(parts, ", ")))
+	}
+	tw.Flush()
 }
 
 func writeUnknown(b *strings.Builder, h *topo.Host) {

@@ -39,10 +39,13 @@ func RailsFromEnv(env settings.Env) ([]string, error) {
 // AssignRails sets every NIC's Rail. An override (FLEXLINK_RAILS) wins,
 // then h.Rails from the topology file: both list NIC names in rail order,
 // and a name the host does not have is an error. Otherwise the RDMA NICs
-// are numbered in the order of the GPU nearest to each (lowest GPU index
-// among those at the NIC's best PCI distance, then bus id), so the NIC next
-// to GPU0 is rail 0 on every host of a homogeneous cluster; other NICs get
-// no rail (-1). A host without RDMA NICs has no rails.
+// are numbered in the order of the GPUs they are assigned to (AssignNICs
+// over the RDMA NICs): a GPU's primary NIC, then its other NICs, by GPU
+// index; NICs assigned to no GPU follow the GPU nearest them (lowest index
+// among those at the NIC's best PCI distance); bus id breaks ties. So on
+// every host of a homogeneous cluster GPU i's own NIC has the same rail,
+// rail i where each GPU has one. Other NICs get no rail (-1). A host
+// without RDMA NICs has no rails.
 func AssignRails(h *Host, override []string) error {
 	order := override
 	if len(order) == 0 {
@@ -61,21 +64,41 @@ func AssignRails(h *Host, override []string) error {
 		}
 		return nil
 	}
-	type cand struct{ nic, gpu int }
-	var cs []cand
+	var rdma []int
 	for n := range h.NICs {
 		if h.NICs[n].RDMA {
-			cs = append(cs, cand{n, nearestGPU(h, n)})
+			rdma = append(rdma, n)
 		}
 	}
-	sort.SliceStable(cs, func(a, b int) bool {
-		if cs[a].gpu != cs[b].gpu {
-			return cs[a].gpu < cs[b].gpu
+	// key: (GPU index, 0 primary / 1 other NIC of that GPU / 2 nearest
+	// only) per NIC.
+	type key struct{ gpu, kind int }
+	keys := map[int]key{}
+	for g, nics := range AssignNICs(h, rdma) {
+		for k, n := range nics {
+			kk := key{h.GPUs[g].Index, min(k, 1)}
+			if old, ok := keys[n]; !ok || kk.gpu < old.gpu || (kk.gpu == old.gpu && kk.kind < old.kind) {
+				keys[n] = kk
+			}
 		}
-		return h.NICs[cs[a].nic].BusID < h.NICs[cs[b].nic].BusID
+	}
+	for _, n := range rdma {
+		if _, ok := keys[n]; !ok {
+			keys[n] = key{nearestGPU(h, n), 2}
+		}
+	}
+	sort.SliceStable(rdma, func(a, b int) bool {
+		ka, kb := keys[rdma[a]], keys[rdma[b]]
+		if ka.gpu != kb.gpu {
+			return ka.gpu < kb.gpu
+		}
+		if ka.kind != kb.kind {
+			return ka.kind < kb.kind
+		}
+		return h.NICs[rdma[a]].BusID < h.NICs[rdma[b]].BusID
 	})
-	for r, c := range cs {
-		h.NICs[c.nic].Rail = r
+	for r, n := range rdma {
+		h.NICs[n].Rail = r
 	}
 	return nil
 }

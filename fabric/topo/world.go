@@ -20,7 +20,8 @@ type Member struct {
 // plain data, safe for concurrent reads.
 type World struct {
 	members []Member
-	gpuPos  []int // position of each member's GPU in Host.GPUs, or -1
+	gpuPos  []int   // position of each member's GPU in Host.GPUs, or -1
+	nics    [][]int // each member's own NICs (RankNICs)
 }
 
 // LinkInfo is one kind of link that can join two ranks, with nominal
@@ -72,8 +73,60 @@ func NewWorld(members []Member) (*World, error) {
 				r, m.Host.Hostname, m.GPU, len(m.Host.GPUs))
 		}
 	}
+	w.assignNICs()
 	return w, nil
 }
+
+// assignNICs fills w.nics: a rank with a GPU takes its GPU's NICs
+// (AssignNICs over the host's railed NICs, in the host's NIC order); a
+// rank without one (or on a host whose GPUs have no NIC) takes the i-th
+// railed NIC modulo their number, i its index among its host's ranks.
+func (w *World) assignNICs() {
+	w.nics = make([][]int, len(w.members))
+	byHost := map[*Host][][]int{}
+	local := map[*Host]int{}
+	for r, m := range w.members {
+		h := m.Host
+		railed := RailNICs(h)
+		i := local[h]
+		local[h]++
+		if len(railed) == 0 {
+			continue
+		}
+		if g := w.gpuPos[r]; g >= 0 {
+			a, ok := byHost[h]
+			if !ok {
+				a = AssignNICs(h, railed)
+				byHost[h] = a
+			}
+			if len(a[g]) > 0 {
+				w.nics[r] = a[g]
+				continue
+			}
+		}
+		w.nics[r] = []int{railed[i%len(railed)]}
+	}
+}
+
+// RailNICs lists the NICs of h that have a rail, in the host's NIC order.
+func RailNICs(h *Host) []int {
+	var out []int
+	for n := range h.NICs {
+		if h.NICs[n].Rail >= 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// RankNICs returns rank r's own NICs (indexes into its Host.NICs), the
+// one it sends from first: for a rank with a GPU, its GPU's NICs as
+// AssignNICs hands out the host's railed NICs (every GPU its own where
+// there are as many, shared only where there are fewer); for a rank
+// without a GPU, one railed NIC dealt by its index among the host's
+// ranks. nil when the host has no rails. The slice is shared: do not
+// modify.
+func (w *World) RankNICs(r int) []int { return w.nics[r] }
 
 // EncodeMember is what one rank publishes about itself (its host topology
 // and GPU index) for DecodeWorld. The exchange itself (one AllGather through
@@ -200,12 +253,13 @@ func (w *World) netLinks(a, b int) []LinkInfo {
 }
 
 // netPair picks the RDMA NICs of a net link between ranks a and b: each
-// rank's nearest RDMA NIC; when those are on different rails, both use the
-// rail of the lower rank's nearest NIC where the other host has it (rail
-// alignment keeps traffic on one leaf switch). The choice is the same for
-// (a, b) and (b, a).
+// rank's own NIC (RankNICs); when those are on different rails, both use
+// the rail of the lower rank's NIC where the other side has it (one of
+// its own NICs on that rail, else any of its host's), since rail alignment
+// keeps traffic on one leaf switch. The choice is the same for (a, b) and
+// (b, a).
 func (w *World) netPair(a, b int) (na, nb int, ok bool) {
-	na, nb = w.nearestRDMA(a), w.nearestRDMA(b)
+	na, nb = w.ownRDMA(a), w.ownRDMA(b)
 	if na < 0 || nb < 0 {
 		return 0, 0, false
 	}
@@ -215,38 +269,28 @@ func (w *World) netPair(a, b int) (na, nb int, ok bool) {
 		return na, nb, true
 	}
 	if a < b {
-		if i := nicOnRail(hb, ra); i >= 0 {
+		if i := w.nicOnRail(b, ra); i >= 0 {
 			nb = i
 		}
-	} else if i := nicOnRail(ha, rb); i >= 0 {
+	} else if i := w.nicOnRail(a, rb); i >= 0 {
 		na = i
 	}
 	return na, nb, true
 }
 
-// nearestRDMA is rank r's RDMA NIC: among those nearest its GPU the one
-// with the lowest rail; for a rank without GPU (or with no known
-// distance), the RDMA NIC with the lowest rail. -1 when the host has none.
-func (w *World) nearestRDMA(r int) int {
+// ownRDMA is rank r's RDMA NIC: its first own RDMA NIC (RankNICs); else
+// (no rails) the host's RDMA NIC with the lowest rail. -1 when the host
+// has none.
+func (w *World) ownRDMA(r int) int {
 	h := w.members[r].Host
-	var cands []int
-	if g := w.gpuPos[r]; g >= 0 {
-		for _, n := range h.NearestNICs(g, true) {
-			if h.NICs[n].RDMA {
-				cands = append(cands, n)
-			}
-		}
-	}
-	if len(cands) == 0 {
-		for n := range h.NICs {
-			if h.NICs[n].RDMA {
-				cands = append(cands, n)
-			}
+	for _, n := range w.nics[r] {
+		if h.NICs[n].RDMA {
+			return n
 		}
 	}
 	best := -1
-	for _, n := range cands {
-		if best < 0 || railKey(h.NICs[n].Rail) < railKey(h.NICs[best].Rail) {
+	for n := range h.NICs {
+		if h.NICs[n].RDMA && (best < 0 || railKey(h.NICs[n].Rail) < railKey(h.NICs[best].Rail)) {
 			best = n
 		}
 	}
@@ -261,9 +305,20 @@ func railKey(r int) int {
 	return r
 }
 
-func nicOnRail(h *Host, rail int) int {
+// nicOnRail is an RDMA NIC of rank r's host on rail: one of r's own NICs
+// if one is there, else the host's first; -1 when none.
+func (w *World) nicOnRail(r, rail int) int {
+	h := w.members[r].Host
+	if rail < 0 {
+		return -1
+	}
+	for _, n := range w.nics[r] {
+		if h.NICs[n].Rail == rail && h.NICs[n].RDMA {
+			return n
+		}
+	}
 	for i := range h.NICs {
-		if rail >= 0 && h.NICs[i].Rail == rail && h.NICs[i].RDMA {
+		if h.NICs[i].Rail == rail && h.NICs[i].RDMA {
 			return i
 		}
 	}

@@ -229,8 +229,9 @@ func sharedNICHostCase() planCase {
 }
 
 // missingRailCase: host1 lost mlx5_3 (rail 3). Its GPU3 then has no NIC
-// behind its switch; the nearest left are mlx5_0..2 (NODE), so it is on
-// rail 0. Nothing leaves host1 on rail 3.
+// behind its switch; the nearest left are mlx5_0..2 (NODE), each already
+// GPU0..2's own, so it shares the first, mlx5_0: it is on rail 0 and
+// relays to the other rails like any GPU. Nothing leaves host1 on rail 3.
 func missingRailCase(l Level) planCase {
 	return planCase{
 		name: fmt.Sprintf("missing-rail-l%d", l),
@@ -244,7 +245,7 @@ func missingRailCase(l Level) planCase {
 			want := []wantVia{
 				{9, 3, 9, "host host1 has no rail 3"}, // to GPU3 of host0, from host1
 				{11, 3, 11, "host host1 has no rail 3"},
-				{11, 2, 11, "src is on dst's rail 2"},     // mlx5_0..2 are all nearest host1's GPU3
+				{11, 2, 10, "relay over nvlink to GPU 2"}, // mlx5_2 is GPU2's; host1's GPU3 sends from mlx5_0 only
 				{11, 4, 12, "relay over nvlink to GPU 4"}, // no NIC near host1's GPU3: relays at level 1 too
 				{2, 11, 0, "relay over nvlink to GPU 0"},  // into host1's GPU3, now on rail 0
 				{3, 8, 0, "relay over nvlink to GPU 0"},

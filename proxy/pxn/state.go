@@ -26,10 +26,11 @@ type hostInfo struct {
 type rankInfo struct {
 	host int // index into state.hosts
 	gpu  int // position of its GPU in Host.GPUs, -1: none
-	// homes are the rank's own NICs, by rail: for a GPU, the railed NICs
-	// nearest it by PCI distance (two GPUs under one switch with one NIC
-	// share it; a GPU with two NICs under its switch has both). homes[0]
-	// is the NIC it sends from directly and its rail is the rank's rail.
+	// homes are the rank's own NICs (topo.World.RankNICs): for a GPU,
+	// the railed NICs topo.AssignNICs gives it (two GPUs and two NICs
+	// under one switch take one each; two GPUs and one NIC share it; one
+	// GPU and two NICs has both). homes[0] is the NIC it sends from
+	// directly and its rail is the rank's rail.
 	homes []int
 	// near: the GPU has a home NIC behind its PCIe switches (PIX or PXB),
 	// or the rank has no GPU, or distances are unknown (level 1 relays
@@ -79,9 +80,9 @@ func newState(w *topo.World, opt Options) (*state, error) {
 	for hi := range s.hosts {
 		h := &s.hosts[hi]
 		count := map[int]int{}
-		for local, r := range h.ranks {
+		for _, r := range h.ranks {
 			ri := &s.ranks[r]
-			ri.homes, ri.near = homes(h, ri.gpu, local)
+			ri.homes, ri.near = w.RankNICs(r), nearNIC(h, ri.gpu, w.RankNICs(r))
 			if len(ri.homes) > 0 {
 				rail := h.rail(ri.homes[0])
 				ri.railOrd = count[rail]
@@ -106,32 +107,13 @@ func newHostInfo(h *topo.Host) hostInfo {
 	return hi
 }
 
-// homes finds a rank's own NICs (see rankInfo.homes). A GPU takes the
-// railed NICs at its best known PCI distance. Where no distance is known
-// (a topology file without PCI positions), and for a rank without a GPU,
-// the host's rails are dealt out in turn: GPU position i, or the rank's
-// local index i, gets the i-th railed NIC modulo their number.
-func homes(h *hostInfo, gpu, local int) ([]int, bool) {
-	if len(h.railed) == 0 {
-		return nil, true
+// nearNIC reports whether a rank's own NIC is behind its GPU's PCIe
+// switches (PIX or PXB); true for a rank without a GPU or NIC, or where
+// the distance is unknown.
+func nearNIC(h *hostInfo, gpu int, homes []int) bool {
+	if gpu < 0 || len(homes) == 0 {
+		return true
 	}
-	if gpu >= 0 {
-		best := topo.DistUnknown
-		var out []int
-		for _, n := range h.railed {
-			d := h.h.NICDistance(gpu, n)
-			switch {
-			case d == topo.DistUnknown:
-			case best == topo.DistUnknown || d < best:
-				best, out = d, []int{n}
-			case d == best:
-				out = append(out, n)
-			}
-		}
-		if out != nil {
-			return out, best <= topo.PXB
-		}
-		return []int{h.railed[gpu%len(h.railed)]}, true
-	}
-	return []int{h.railed[local%len(h.railed)]}, true
+	d := h.h.NICDistance(gpu, homes[0])
+	return d == topo.DistUnknown || d <= topo.PXB
 }

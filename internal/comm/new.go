@@ -68,6 +68,11 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 		for _, w := range settings.Warnings(os.Environ()) {
 			opt.Logger.Warn(w)
 		}
+		// NCCL_* variables flexlink neither maps nor honours: one INFO
+		// line each, once per process (settings/nccl.go).
+		for _, n := range settings.NCCLNotesOnce(os.Environ()) {
+			opt.Logger.Info(n)
+		}
 	}
 	mode := opt.Env.String("FLEXLINK_TRANSPORT")
 	if err := transports.CheckMode(mode); err != nil {

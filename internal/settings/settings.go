@@ -108,8 +108,9 @@ func lookup(name string) Setting {
 // checks all of them at once.
 type Env func(string) (string, bool)
 
-// OS is the process environment.
-func OS() Env { return os.LookupEnv }
+// OS is the process environment, with NCCL's variables that mean a
+// flexlink setting read as it (WithNCCL, nccl.go).
+func OS() Env { return WithNCCL(os.LookupEnv) }
 
 // Map makes an Env from a map (for tests and for building child environments).
 func Map(m map[string]string) Env {
@@ -202,7 +203,8 @@ func (e Env) Bool(name string) bool {
 	return b
 }
 
-// Validate checks every setting env sets against its Kind and returns
+// Validate checks every setting env sets against its Kind, and every NCCL
+// alias it sets (nccl.go), and returns
 // every problem at once (errors.Join), each naming the variable, its value
 // and what is allowed; nil when all are good.
 func Validate(env Env) error {
@@ -214,6 +216,7 @@ func Validate(env Env) error {
 			}
 		}
 	}
+	errs = append(errs, checkNCCL(env)...)
 	return errors.Join(errs...)
 }
 

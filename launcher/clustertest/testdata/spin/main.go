@@ -3,6 +3,7 @@
 // stays up for failure tests.
 //
 //	spin [-iters N] [-env VAR,...] [-tick D] [-fail-rank R -fail-after D -fail-code C] [-lost-code C]
+//	     [-bad-rank R -bad HOW -bad-at K]
 //
 // prints "joined rank R of N host H pid P" and then VAR=value for each
 // -env variable (unset: VAR unset), on one line. An allreduce that fails
@@ -12,6 +13,19 @@
 // -fail-code at its first iteration -fail-after past the joined line, but
 // not before the first allreduce is done (its peers are then inside the
 // next allreduce, waiting for it).
+//
+// -bad-rank's rank misbehaves as -bad says, at its call number -bad-at
+// (from 0; the others are then inside that call, waiting for it):
+//
+//	exit-before-join  exits 0 before it joins the job (-bad-at unused)
+//	never-join        never joins: it waits (at most 5 minutes) to be killed
+//	wrong-size        joins claiming a world size one larger than the job's
+//	exit-no-close     exits 0 without closing its communicator
+//	close             closes its communicator and exits 0 (one call fewer)
+//	op                calls AllGather where the others call AllReduce
+//	count             calls AllReduce with 2 elements where the others use 1
+//	dtype             calls AllReduce on float32 where the others use float64
+//	root              every rank calls Broadcast at -bad-at, this one with root 1, the others root 0
 package main
 
 import (
@@ -20,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +51,27 @@ func main() {
 	failAfter := flag.Duration("fail-after", 0, "when -fail-rank exits, counted from its joined line")
 	failCode := flag.Int("fail-code", 3, "exit code of -fail-rank")
 	lostCode := flag.Int("lost-code", launcher.ExitPeerLost, "exit code when an allreduce fails because a peer was lost")
+	badRank := flag.Int("bad-rank", -1, "rank that misbehaves as -bad says")
+	bad := flag.String("bad", "", "how -bad-rank misbehaves (see the package comment)")
+	badAt := flag.Int("bad-at", 1, "call number at which -bad-rank misbehaves")
 	flag.Parse()
 	ctx := context.Background()
+	me := -1
+	if r, err := strconv.Atoi(os.Getenv("FLEXLINK_RANK")); err == nil {
+		me = r
+	}
+	if me == *badRank {
+		switch *bad {
+		case "exit-before-join":
+			os.Exit(0)
+		case "never-join":
+			time.Sleep(5 * time.Minute) // flexrun ends it
+			os.Exit(0)
+		case "wrong-size":
+			n, _ := strconv.Atoi(os.Getenv("FLEXLINK_WORLD_SIZE"))
+			os.Setenv("FLEXLINK_WORLD_SIZE", strconv.Itoa(n+1))
+		}
+	}
 	comm, err := rank.Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "spin:", err)
@@ -74,7 +108,21 @@ func main() {
 			os.Exit(*failCode)
 		}
 		buf[0] = 1
-		if err := comm.AllReduce(ctx, rank.Of(buf), rank.Of(buf), dtype.Sum); err != nil {
+		var err error
+		switch {
+		case i == *badAt && *bad == "root":
+			root := 0
+			if comm.Rank() == *badRank {
+				root = 1
+			}
+			buf[0] = float64(comm.Size())
+			err = comm.Broadcast(ctx, rank.Of(buf), rank.Of(buf), root)
+		case i == *badAt && comm.Rank() == *badRank:
+			err = misbehave(ctx, comm, *bad)
+		default:
+			err = comm.AllReduce(ctx, rank.Of(buf), rank.Of(buf), dtype.Sum)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "spin: rank %d: %v\n", comm.Rank(), err)
 			if errors.Is(err, rank.ErrPeerLost) {
 				os.Exit(*lostCode)
@@ -89,4 +137,28 @@ func main() {
 			<-tickC
 		}
 	}
+}
+
+// misbehave makes the call -bad asks for instead of the others' allreduce
+// (or ends the process).
+func misbehave(ctx context.Context, comm *rank.Comm, how string) error {
+	switch how {
+	case "exit-no-close":
+		os.Exit(0)
+	case "close":
+		if err := comm.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "spin: rank %d: close: %v\n", comm.Rank(), err)
+		}
+		os.Exit(0)
+	case "op":
+		out := make([]float64, comm.Size())
+		return comm.AllGather(ctx, rank.Of([]float64{1}), rank.Of(out))
+	case "count":
+		b := []float64{1, 1}
+		return comm.AllReduce(ctx, rank.Of(b), rank.Of(b), dtype.Sum)
+	case "dtype":
+		b := []float32{1}
+		return comm.AllReduce(ctx, rank.Of(b), rank.Of(b), dtype.Sum)
+	}
+	return fmt.Errorf("-bad %q: unknown", how)
 }

@@ -17,7 +17,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-var fixtures = []string{"dgx-h800.json", "dgx1.json", "dgx1.xml", "h200x2.json", "nogpu.yaml"}
+var fixtures = []string{"dgx-a100.json", "dgx-h800.json", "dgx1.json", "dgx1.xml", "h200x2.json", "nogpu.yaml"}
 
 func fixturePath(name string) string { return filepath.Join("..", "..", "hostfiles", "topo", name) }
 
@@ -187,12 +187,15 @@ func svgElements(t *testing.T, b []byte) map[string]int {
 	}
 }
 
+// TestRailsSetting: with only mlx5_3 and mlx5_1 railed, every GPU of a
+// socket sends from that socket's railed NIC (PIX for the GPUs under its
+// switch, PHB for the others).
 func TestRailsSetting(t *testing.T) {
 	out, err := run(t, map[string]string{"FLEXLINK_RAILS": "mlx5_3,mlx5_1"}, "--topo", fixturePath("dgx1.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"rail 0: mlx5_3  GPU6 GPU7\n", "rail 1: mlx5_1  GPU2 GPU3\n"} {
+	for _, want := range []string{"rail 0: mlx5_3  GPU4 GPU5 GPU6 GPU7\n", "rail 1: mlx5_1  GPU0 GPU1 GPU2 GPU3\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}

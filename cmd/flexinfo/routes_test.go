@@ -151,3 +151,61 @@ func TestRoutesErrors(t *testing.T) {
 		t.Error("routes with a missing topology file: no error")
 	}
 }
+
+// TestRoutesEveryNIC: on a host whose PCIe switches each hold two GPUs
+// and two NICs (DGX A100), the routes of two such hosts use all 8 NICs of
+// each host, each GPU sends from a NIC of its own (no two relays of a
+// host share one), and every route stays on its destination's rail.
+func TestRoutesEveryNIC(t *testing.T) {
+	out, err := run(t, nil, "routes", "--topo-file", fixturePath("dgx-a100.json"), "--nodes", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := decodeLines[pxn.Route](t, out)
+	if len(routes) != 2*8*8 {
+		t.Fatalf("%d routes, want 128 (every cross-host pair of 16 ranks)", len(routes))
+	}
+	h := mustLoad(t, "dgx-a100.json")
+	var all []string
+	for _, n := range h.NICs {
+		if n.RDMA {
+			all = append(all, n.Name)
+		}
+	}
+	nicOf := map[int]string{}  // sending rank -> its NIC
+	rankOf := map[string]int{} // host/NIC -> the rank sending from it
+	used := map[int]map[string]bool{0: {}, 1: {}}
+	for _, r := range routes {
+		if !r.Aligned() {
+			t.Errorf("route %+v is not rail-aligned", r)
+		}
+		if prev, ok := nicOf[r.Via]; ok && prev != r.NIC {
+			t.Errorf("rank %d sends from %s and from %s", r.Via, prev, r.NIC)
+		}
+		nicOf[r.Via] = r.NIC
+		key := fmt.Sprintf("%d/%s", r.Via/8, r.NIC)
+		if prev, ok := rankOf[key]; ok && prev != r.Via {
+			t.Errorf("host%d's %s is used by ranks %d and %d", r.Via/8, r.NIC, prev, r.Via)
+		}
+		rankOf[key] = r.Via
+		used[r.Via/8][r.NIC] = true
+		// the GPU's own NIC sits under its PCIe switch (PIX)
+		if g, n := r.Via%8, nicIndex(h, r.NIC); n < 0 || h.NICDistance(g, n) != topo.PIX {
+			t.Errorf("rank %d (GPU%d) sends from %s, not a NIC under its switch", r.Via, g, r.NIC)
+		}
+	}
+	for host, nics := range used {
+		if len(nics) != len(all) || len(all) != 8 {
+			t.Errorf("host%d uses %d NICs %v, want all %d: %v", host, len(nics), nics, len(all), all)
+		}
+	}
+}
+
+func nicIndex(h *topo.Host, name string) int {
+	for i, n := range h.NICs {
+		if n.Name == name {
+			return i
+		}
+	}
+	return -1
+}

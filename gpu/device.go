@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/flexlink/flexlink/gpu/internal/cu"
@@ -82,15 +81,13 @@ func (dv *Device) release() error {
 }
 
 // do runs f with this device's primary context current on the calling OS
-// thread, the goroutine locked to that thread for the duration. Every
-// context-bound driver call in this package goes through it.
+// thread, the goroutine locked to that thread for the duration, and the
+// thread in relaxed capture mode (capture.go): a CUDA graph capture in
+// progress elsewhere in the process is never invalidated by the library's
+// own calls. Every context-bound driver call in this package goes through
+// it or, for work enqueued on a stream, doAsync.
 func (dv *Device) do(f func(api cu.API) error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := dv.drv.api.CtxSetCurrent(dv.ctx); err != nil {
-		return err
-	}
-	return f(dv.drv.api)
+	return dv.doAsync(func(api cu.API) error { return relaxed(api, f) })
 }
 
 // Ordinal is the device's index in the driver (0-based).

@@ -53,9 +53,20 @@ func (s *Stream) Close() error {
 	return nil
 }
 
-// enqueue runs f in the device's context, naming the stream's operation in
-// errors.
+// enqueue runs f, which enqueues work on s, in the device's context,
+// naming the stream's operation in errors. The thread keeps its capture
+// mode (capture.go): a capture records the work whatever the mode.
 func (s *Stream) enqueue(what string, f func(api cu.API) error) error {
+	if err := s.dev.doAsync(f); err != nil {
+		return fmt.Errorf("%s: %s: %w", s.dev, what, err)
+	}
+	return nil
+}
+
+// query runs f, a synchronisation or query of s, like enqueue but with
+// the thread in relaxed capture mode (Device.do): it never invalidates a
+// capture of another stream.
+func (s *Stream) query(what string, f func(api cu.API) error) error {
 	if err := s.dev.do(f); err != nil {
 		return fmt.Errorf("%s: %s: %w", s.dev, what, err)
 	}
@@ -65,7 +76,7 @@ func (s *Stream) enqueue(what string, f func(api cu.API) error) error {
 // Synchronize blocks (the OS thread, not the Go scheduler) until all work
 // enqueued so far has completed; it returns the first asynchronous error.
 func (s *Stream) Synchronize() error {
-	return s.enqueue("synchronize", func(api cu.API) error { return api.StreamSynchronize(s.h) })
+	return s.query("synchronize", func(api cu.API) error { return api.StreamSynchronize(s.h) })
 }
 
 // SynchronizeCtx waits, like Synchronize, for all work enqueued so far,
@@ -118,7 +129,7 @@ func pollDone(ctx context.Context, done func() (bool, error)) error {
 // blocking.
 func (s *Stream) Done() (bool, error) {
 	var done bool
-	err := s.enqueue("query stream", func(api cu.API) (e error) { done, e = api.StreamQuery(s.h); return })
+	err := s.query("query stream", func(api cu.API) (e error) { done, e = api.StreamQuery(s.h); return })
 	return done, err
 }
 

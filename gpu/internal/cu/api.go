@@ -79,4 +79,43 @@ type API interface {
 	// LaunchKernel (ctx) enqueues f on s. params[i] points at the value of the
 	// kernel's i-th parameter; the values are copied before it returns.
 	LaunchKernel(f Function, grid, block [3]uint32, sharedMem uint32, s Stream, params []unsafe.Pointer) error
+
+	// Stream capture and CUDA graphs (graph.go has the types).
+	//
+	// StreamCaptureInfo reports whether s is being captured, the capture's
+	// id (unique in the process) and the graph it builds (0 unless active).
+	StreamCaptureInfo(s Stream) (status CaptureStatus, id uint64, g Graph, err error)
+	// ThreadExchangeStreamCaptureMode sets the calling OS thread's capture
+	// mode and returns the one it had: library code sets Relaxed around
+	// its own potentially unsafe calls and restores the old mode after.
+	ThreadExchangeStreamCaptureMode(m CaptureMode) (CaptureMode, error)
+	// EventRecordWithFlags records e on s; with EventRecordExternal, in a
+	// capture, as an event record node (the event is recorded at each
+	// replay, and can be waited on outside the graph).
+	EventRecordWithFlags(e Event, s Stream, flags uint32) error
+	// StreamWaitEventFlags makes s wait for e; with EventWaitExternal, in a
+	// capture, as an event wait node on an event recorded outside it.
+	StreamWaitEventFlags(s Stream, e Event, flags uint32) error
+	// LaunchHostFunc enqueues fn on s: it runs on a driver thread once the
+	// work before it is done, and the stream waits for it. fn must not
+	// call the driver. In a capture it becomes a host node that runs at
+	// every replay.
+	LaunchHostFunc(s Stream, fn func()) error
+	// UserObjectCreate makes a CUDA user object with one reference whose
+	// destroy runs (on a driver thread, which must not call the driver)
+	// when its last reference goes: a graph that retained it holds one
+	// until the graph and its instantiations are destroyed.
+	UserObjectCreate(destroy func()) (UserObject, error)
+	UserObjectRelease(o UserObject, n uint32) error
+	// GraphRetainUserObject gives g n references to o; move takes them
+	// from the caller's (GraphUserObjectMove).
+	GraphRetainUserObject(g Graph, o UserObject, n uint32, move bool) error
+	// StreamBeginCapture (ctx) starts capturing s in mode m; StreamEndCapture
+	// ends it and returns the graph (an error when it was invalidated).
+	StreamBeginCapture(s Stream, m CaptureMode) error
+	StreamEndCapture(s Stream) (Graph, error)
+	GraphInstantiate(g Graph) (GraphExec, error) // (ctx)
+	GraphLaunch(x GraphExec, s Stream) error     // (ctx)
+	GraphDestroy(g Graph) error
+	GraphExecDestroy(x GraphExec) error
 }

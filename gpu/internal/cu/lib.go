@@ -66,6 +66,19 @@ const (
 	sModuleUnload
 	sModuleGetFunction
 	sLaunchKernel
+	sStreamGetCaptureInfo
+	sThreadExchangeStreamCaptureMode
+	sEventRecordWithFlags
+	sLaunchHostFunc
+	sUserObjectCreate
+	sUserObjectRelease
+	sGraphRetainUserObject
+	sStreamBeginCapture
+	sStreamEndCapture
+	sGraphInstantiate
+	sGraphLaunch
+	sGraphDestroy
+	sGraphExecDestroy
 	numSyms
 )
 
@@ -122,6 +135,20 @@ func symbols() [numSyms][]string {
 		sModuleUnload:            {"cuModuleUnload"},
 		sModuleGetFunction:       {"cuModuleGetFunction"},
 		sLaunchKernel:            {"cuLaunchKernel"},
+		// CUDA 12.3 added _v3 (edge data); CUDA 13's plain name is it.
+		sStreamGetCaptureInfo:            {"cuStreamGetCaptureInfo_v3", "cuStreamGetCaptureInfo_v2"},
+		sThreadExchangeStreamCaptureMode: {"cuThreadExchangeStreamCaptureMode"},
+		sEventRecordWithFlags:            {"cuEventRecordWithFlags"},
+		sLaunchHostFunc:                  {"cuLaunchHostFunc"},
+		sUserObjectCreate:                {"cuUserObjectCreate"},
+		sUserObjectRelease:               {"cuUserObjectRelease"},
+		sGraphRetainUserObject:           {"cuGraphRetainUserObject"},
+		sStreamBeginCapture:              {"cuStreamBeginCapture_v2"},
+		sStreamEndCapture:                {"cuStreamEndCapture"},
+		sGraphInstantiate:                {"cuGraphInstantiateWithFlags"},
+		sGraphLaunch:                     {"cuGraphLaunch"},
+		sGraphDestroy:                    {"cuGraphDestroy"},
+		sGraphExecDestroy:                {"cuGraphExecDestroy"},
 	}
 }
 

@@ -159,6 +159,9 @@ func (f *Fake) MemAlloc(n uint64) (cu.DevPtr, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := f.unsafeCall("cuMemAlloc"); err != nil {
+		return 0, err
+	}
 	if n == 0 {
 		return 0, fail("cuMemAlloc", cu.ErrorInvalidValue, "zero bytes")
 	}
@@ -184,6 +187,9 @@ func (f *Fake) MemFree(p cu.DevPtr) error {
 	if _, err := f.ctxDev("cuMemFree"); err != nil {
 		return err
 	}
+	if err := f.unsafeCall("cuMemFree"); err != nil {
+		return err
+	}
 	a, ok := f.mem.allocs[p]
 	if !ok || f.mem.opened[p] {
 		return fail("cuMemFree", cu.ErrorInvalidValue, "%#x is not an allocation base", uint64(p))
@@ -204,6 +210,9 @@ func (f *Fake) MemHostAlloc(n uint64, flags uint32) (unsafe.Pointer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.ctxDev("cuMemHostAlloc"); err != nil {
+		return nil, err
+	}
+	if err := f.unsafeCall("cuMemHostAlloc"); err != nil {
 		return nil, err
 	}
 	if n == 0 {
@@ -283,9 +292,11 @@ func (f *Fake) MemcpyHtoDAsync(dst cu.DevPtr, src unsafe.Pointer, n uint64, s cu
 	if err != nil {
 		return err
 	}
-	copyWords(d, unsafe.Slice((*byte)(src), n))
-	f.Poke()
-	return nil
+	run := func() error { copyWords(d, unsafe.Slice((*byte)(src), n)); f.Poke(); return nil }
+	if captured, err := f.record("cuMemcpyHtoDAsync", s, run); captured || err != nil {
+		return err
+	}
+	return run()
 }
 
 // copyWords copies like copy, but an aligned 8-byte copy is one atomic
@@ -309,8 +320,11 @@ func (f *Fake) MemcpyDtoHAsync(dst unsafe.Pointer, src cu.DevPtr, n uint64, s cu
 	if err != nil {
 		return err
 	}
-	copyWords(unsafe.Slice((*byte)(dst), n), b)
-	return nil
+	run := func() error { copyWords(unsafe.Slice((*byte)(dst), n), b); return nil }
+	if captured, err := f.record("cuMemcpyDtoHAsync", s, run); captured || err != nil {
+		return err
+	}
+	return run()
 }
 
 func (f *Fake) MemcpyAsync(dst, src cu.DevPtr, n uint64, s cu.Stream) error {
@@ -346,9 +360,11 @@ func (f *Fake) dtod(fn string, dst, src cu.DevPtr, n uint64, s cu.Stream, needPe
 			return err
 		}
 	}
-	copy(d, b)
-	f.Poke()
-	return nil
+	run := func() error { copy(d, b); f.Poke(); return nil }
+	if captured, err := f.record(fn, s, run); captured || err != nil {
+		return err
+	}
+	return run()
 }
 
 func (f *Fake) MemsetD8Async(dst cu.DevPtr, v uint8, n uint64, s cu.Stream) error {
@@ -365,11 +381,17 @@ func (f *Fake) MemsetD8Async(dst cu.DevPtr, v uint8, n uint64, s cu.Stream) erro
 	if err := f.reach("cuMemsetD8Async", dev, owner); err != nil {
 		return err
 	}
-	for i := range d {
-		d[i] = v
+	run := func() error {
+		for i := range d {
+			d[i] = v
+		}
+		f.Poke()
+		return nil
 	}
-	f.Poke()
-	return nil
+	if captured, err := f.record("cuMemsetD8Async", s, run); captured || err != nil {
+		return err
+	}
+	return run()
 }
 
 // ipcHandle makes a 64-byte handle from a kind tag and a number.

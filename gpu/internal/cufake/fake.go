@@ -64,6 +64,7 @@ type Fake struct {
 	ctx   ctxState
 	code  codeState
 	sched schedState
+	capt  captState // stream capture and graphs (capture.go)
 	poke  pokeState
 }
 
@@ -134,6 +135,7 @@ type event struct {
 	flags    uint32
 	recorded bool
 	at       float32
+	capture  uint64 // id of the capture its last record was made in (0: none)
 }
 
 type module struct {
@@ -172,6 +174,7 @@ func New(cfg Config) *Fake {
 			entryRE: regexp.MustCompile(`\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)`),
 		},
 		sched: schedState{streams: map[cu.Stream]int{}, events: map[cu.Event]*event{}, ipcEv: map[cu.IPCHandle]cu.Event{}},
+		capt:  newCaptState(),
 	}
 }
 
@@ -264,6 +267,18 @@ func errText(code cu.Result) (name, desc string) {
 		return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"
 	case cu.ErrorNotSupported:
 		return "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"
+	case cu.ErrorIllegalState:
+		return "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"
+	case cu.ErrorCaptureUnsupported:
+		return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"
+	case cu.ErrorCaptureInvalidated:
+		return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"
+	case cu.ErrorCaptureIsolation:
+		return "CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "operation would make the legacy stream depend on a capturing blocking stream"
+	case cu.ErrorCapturedEvent:
+		return "CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"
+	case cu.ErrorCaptureUnmatched:
+		return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not initiated in this stream"
 	}
 	return fmt.Sprintf("CUDA_ERROR_%d", int32(code)), "unknown error"
 }

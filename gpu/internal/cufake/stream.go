@@ -43,23 +43,70 @@ func (f *Fake) StreamDestroy(s cu.Stream) error {
 func (f *Fake) StreamSynchronize(s cu.Stream) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.knownStream("cuStreamSynchronize", s)
+	if err := f.knownStream("cuStreamSynchronize", s); err != nil {
+		return err
+	}
+	return f.syncStream("cuStreamSynchronize", s)
 }
 
 func (f *Fake) StreamQuery(s cu.Stream) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return true, f.knownStream("cuStreamQuery", s)
+	if err := f.knownStream("cuStreamQuery", s); err != nil {
+		return false, err
+	}
+	if err := f.syncStream("cuStreamQuery", s); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (f *Fake) StreamWaitEvent(s cu.Stream, e cu.Event) error {
+	return f.streamWait("cuStreamWaitEvent", s, e, false)
+}
+
+// streamWait is cuStreamWaitEvent: with nothing asynchronous, a wait only
+// matters to captures (capture.go): a wait on an event recorded in a
+// capture joins s to it; a wait in a capture on an event recorded outside
+// is an isolation error unless external (a wait node).
+func (f *Fake) streamWait(fn string, s cu.Stream, e cu.Event, external bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.knownStream("cuStreamWaitEvent", s); err != nil {
+	if err := f.knownStream(fn, s); err != nil {
 		return err
 	}
-	_, err := f.event("cuStreamWaitEvent", e)
-	return err
+	ev, err := f.event(fn, e)
+	if err != nil {
+		return err
+	}
+	c := f.capturing(s)
+	if c != nil && c.invalidated != "" {
+		return fail(fn, cu.ErrorCaptureInvalidated, "capture %d was invalidated: %s", c.id, c.invalidated)
+	}
+	if ev.capture != 0 {
+		var from *capture
+		for _, sc := range f.capt.streams {
+			if sc.id == ev.capture {
+				from = sc
+			}
+		}
+		switch {
+		case from == nil:
+			return fail(fn, cu.ErrorCapturedEvent, "the event was recorded in capture %d, which has ended", ev.capture)
+		case c == nil:
+			f.capt.streams[s] = from // a fork: s joins the capture
+		case c != from:
+			c.invalidate("a wait on an event of another capture")
+			from.invalidate("a wait on its event from another capture")
+			return fail(fn, cu.ErrorCaptureIsolation, "event of capture %d waited on in capture %d", from.id, c.id)
+		}
+		return nil
+	}
+	if c != nil && ev.recorded && !external {
+		c.invalidate(fn + " on an event recorded outside the capture")
+		return fail(fn, cu.ErrorCaptureIsolation, "a capture may wait on an event recorded outside it only as an external wait (CU_EVENT_WAIT_EXTERNAL)")
+	}
+	return nil
 }
 
 func (f *Fake) event(fn string, e cu.Event) (*event, error) {
@@ -96,35 +143,72 @@ func (f *Fake) EventDestroy(e cu.Event) error {
 }
 
 func (f *Fake) EventRecord(e cu.Event, s cu.Stream) error {
+	return f.eventRecord("cuEventRecord", e, s, false)
+}
+
+// eventRecord records e on s; in a capture the event belongs to it, or,
+// external, a record node records it at each replay.
+func (f *Fake) eventRecord(fn string, e cu.Event, s cu.Stream, external bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ev, err := f.event("cuEventRecord", e)
+	ev, err := f.event(fn, e)
 	if err != nil {
 		return err
 	}
-	dev, err := f.streamDev("cuEventRecord", s)
+	dev, err := f.streamDev(fn, s)
 	if err != nil {
 		return err
 	}
 	if ev.dev != dev {
-		return fail("cuEventRecord", cu.ErrorInvalidHandle, "event of device %d recorded on a stream of device %d", ev.dev, dev)
+		return fail(fn, cu.ErrorInvalidHandle, "event of device %d recorded on a stream of device %d", ev.dev, dev)
 	}
-	ev.recorded, ev.at = true, f.sched.clock
+	if c := f.capturing(s); c != nil && !external {
+		if c.invalidated != "" {
+			return fail(fn, cu.ErrorCaptureInvalidated, "capture %d was invalidated: %s", c.id, c.invalidated)
+		}
+		ev.capture = c.id
+		return nil
+	}
+	replay := func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		ev.recorded, ev.at, ev.capture = true, f.sched.clock, 0
+		return nil
+	}
+	if captured, err := f.record(fn, s, replay); captured || err != nil {
+		return err
+	}
+	ev.recorded, ev.at, ev.capture = true, f.sched.clock, 0
 	return nil
 }
 
 func (f *Fake) EventSynchronize(e cu.Event) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, err := f.event("cuEventSynchronize", e)
-	return err
+	ev, err := f.event("cuEventSynchronize", e)
+	if err != nil {
+		return err
+	}
+	if err := f.capturedEvent("cuEventSynchronize", ev); err != nil {
+		return err
+	}
+	return f.unsafeCall("cuEventSynchronize")
 }
 
 func (f *Fake) EventQuery(e cu.Event) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, err := f.event("cuEventQuery", e)
-	return err == nil, err
+	ev, err := f.event("cuEventQuery", e)
+	if err != nil {
+		return false, err
+	}
+	if err := f.capturedEvent("cuEventQuery", ev); err != nil {
+		return false, err
+	}
+	if err := f.unsafeCall("cuEventQuery"); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (f *Fake) EventElapsedTime(start, end cu.Event) (float32, error) {
@@ -249,6 +333,28 @@ func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uin
 		}
 	}
 	if err == nil {
+		if c := f.capturing(s); c != nil {
+			// A launch node: the parameters' values are copied now (8
+			// bytes each: every flexlink kernel takes 8-byte parameters).
+			vals := make([]uint64, len(params))
+			for i, p := range params {
+				vals[i] = *(*uint64)(p)
+			}
+			_, err = f.record("cuLaunchKernel", s, func() error {
+				ps := make([]unsafe.Pointer, len(vals))
+				v := append([]uint64(nil), vals...)
+				for i := range v {
+					ps[i] = unsafe.Pointer(&v[i])
+				}
+				f.mu.Lock()
+				f.code.launchN[name]++
+				f.code.lastDim[name] = [2][3]uint32{grid, block}
+				f.mu.Unlock()
+				return impl(f, grid, block, ps)
+			})
+			f.mu.Unlock()
+			return err
+		}
 		f.code.launchN[name]++
 		f.code.lastDim[name] = [2][3]uint32{grid, block}
 	}

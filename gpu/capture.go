@@ -1,0 +1,216 @@
+package gpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/internal/errs"
+)
+
+// CUDA graph capture. A stream in capture records the work enqueued on it
+// into a graph instead of running it; the graph, instantiated, replays that
+// work any number of times (Graph, GraphExec). What the library enqueues on
+// a capturing stream must therefore replay correctly with no host
+// involvement; collectives/direct says which calls do.
+//
+// Capture modes: while a capture in global mode (PyTorch's default) is in
+// progress anywhere in the process, a "potentially unsafe" driver call
+// (cuMemAlloc, synchronisations, queries) on a thread in global mode fails
+// and invalidates the capture. So every driver call of this package that
+// is not work enqueued on a stream runs with its thread switched to
+// relaxed mode (do), and back after: the library never breaks a user's
+// capture, whichever thread it runs on.
+
+// CaptureMode is a capture's mode (cudaStreamCaptureMode).
+type CaptureMode int
+
+const (
+	CaptureGlobal      CaptureMode = CaptureMode(cu.CaptureModeGlobal)
+	CaptureThreadLocal CaptureMode = CaptureMode(cu.CaptureModeThreadLocal)
+	CaptureRelaxed     CaptureMode = CaptureMode(cu.CaptureModeRelaxed)
+)
+
+func (m CaptureMode) String() string { return cu.CaptureMode(m).String() }
+
+// CaptureInfo is a stream's capture state.
+type CaptureInfo struct {
+	Active      bool   // the stream is being captured
+	Invalidated bool   // its capture failed; cuStreamEndCapture will say so
+	ID          uint64 // the capture's id, unique in the process (0: none)
+	graph       cu.Graph
+}
+
+// doAsync runs f with the device's context current on the locked calling
+// thread, in the thread's own capture mode: for work enqueued on a stream,
+// which a capture records whatever the mode.
+func (dv *Device) doAsync(f func(api cu.API) error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := dv.drv.api.CtxSetCurrent(dv.ctx); err != nil {
+		return err
+	}
+	return f(dv.drv.api)
+}
+
+// relaxed runs f with the calling (locked) thread in relaxed capture mode
+// and restores the thread's mode after.
+func relaxed(api cu.API, f func(api cu.API) error) error {
+	prev, err := api.ThreadExchangeStreamCaptureMode(cu.CaptureModeRelaxed)
+	if err != nil {
+		return err
+	}
+	ferr := f(api)
+	if prev != cu.CaptureModeRelaxed {
+		if _, err := api.ThreadExchangeStreamCaptureMode(prev); err != nil && ferr == nil {
+			ferr = err
+		}
+	}
+	return ferr
+}
+
+// Capture reports whether s is being captured into a CUDA graph.
+func (s *Stream) Capture() (CaptureInfo, error) {
+	var st cu.CaptureStatus
+	var ci CaptureInfo
+	err := s.dev.doAsync(func(api cu.API) (e error) { st, ci.ID, ci.graph, e = api.StreamCaptureInfo(s.h); return })
+	if err != nil {
+		return CaptureInfo{}, fmt.Errorf("%s: capture status of stream %#x: %w", s.dev, uintptr(s.h), err)
+	}
+	ci.Active, ci.Invalidated = st == cu.CaptureActive, st == cu.CaptureInvalidated
+	return ci, nil
+}
+
+// BeginCapture starts capturing s in mode m: the work enqueued on s from
+// now on (and on streams that join it by waiting on its events) is
+// recorded, not run, until EndCapture.
+func (s *Stream) BeginCapture(m CaptureMode) error {
+	return s.enqueue("begin capture", func(api cu.API) error { return api.StreamBeginCapture(s.h, cu.CaptureMode(m)) })
+}
+
+// EndCapture ends s's capture and returns the graph. A capture that was
+// invalidated (an unsafe call during it) fails here, naming why.
+func (s *Stream) EndCapture() (*Graph, error) {
+	var g cu.Graph
+	if err := s.enqueue("end capture", func(api cu.API) (e error) { g, e = api.StreamEndCapture(s.h); return }); err != nil {
+		return nil, err
+	}
+	return &Graph{dev: s.dev, h: g}, nil
+}
+
+// RecordExternal records e on s so that, in a capture, the graph records
+// e at each replay (an event record node) and work outside the graph can
+// wait for it; outside a capture it is Record.
+func (s *Stream) RecordExternal(e *Event) error {
+	if e.dev != s.dev {
+		return fmt.Errorf("%s: record an event of %s", s.dev, e.dev)
+	}
+	return s.enqueue("record event", func(api cu.API) error { return api.EventRecordWithFlags(e.h, s.h, cu.EventRecordExternal) })
+}
+
+// WaitExternal makes s wait for e, which may have been recorded outside
+// s's capture: in a capture, each replay waits for e's latest record at
+// the time of the replay (an event wait node); outside one it is Wait.
+func (s *Stream) WaitExternal(e *Event) error {
+	return s.enqueue("wait for event", func(api cu.API) error { return api.StreamWaitEventFlags(s.h, e.h, cu.EventWaitExternal) })
+}
+
+// LaunchHostFunc enqueues fn: it runs on a driver thread once the work
+// before it is done, and work after it waits for it to return. fn must not
+// call the driver (nor anything of this package). In a capture it runs at
+// every replay.
+func (s *Stream) LaunchHostFunc(fn func()) error {
+	return s.enqueue("launch host function", func(api cu.API) error { return api.LaunchHostFunc(s.h, fn) })
+}
+
+// HoldForGraph makes the graph that s is capturing keep a reference until
+// it (and every instantiation of it) is destroyed, then call release, once,
+// on a driver thread: release must not call the driver, nor block. It
+// fails when s is not capturing.
+func (s *Stream) HoldForGraph(release func()) error {
+	ci, err := s.Capture()
+	if err != nil {
+		return err
+	}
+	if !ci.Active {
+		return fmt.Errorf("%s: hold for a graph: stream %#x is not capturing", s.dev, uintptr(s.h))
+	}
+	return s.dev.do(func(api cu.API) error {
+		o, err := api.UserObjectCreate(release)
+		if err != nil {
+			return fmt.Errorf("%s: user object: %w", s.dev, err)
+		}
+		if err := api.GraphRetainUserObject(ci.graph, o, 1, true); err != nil {
+			api.UserObjectRelease(o, 1) // runs release: nothing holds it
+			return fmt.Errorf("%s: retain a user object on graph of capture %d: %w", s.dev, ci.ID, err)
+		}
+		return nil
+	})
+}
+
+// Graph is a captured CUDA graph (EndCapture). Instantiate it to replay it;
+// Close it when done (its instantiations stay usable).
+type Graph struct {
+	dev *Device
+	h   cu.Graph
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Instantiate makes an executable graph from g.
+func (g *Graph) Instantiate() (*GraphExec, error) {
+	var x cu.GraphExec
+	if err := g.dev.do(func(api cu.API) (e error) { x, e = api.GraphInstantiate(g.h); return }); err != nil {
+		return nil, fmt.Errorf("%s: instantiate graph: %w", g.dev, err)
+	}
+	return &GraphExec{dev: g.dev, h: x}, nil
+}
+
+// Close destroys the graph. A second Close returns an error wrapping
+// errs.ErrClosed.
+func (g *Graph) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("%s: close graph: %w", g.dev, errs.ErrClosed)
+	}
+	if err := g.dev.do(func(api cu.API) error { return api.GraphDestroy(g.h) }); err != nil {
+		return fmt.Errorf("%s: close graph: %w", g.dev, err)
+	}
+	g.closed = true
+	return nil
+}
+
+// GraphExec is an instantiated graph: Launch replays it on a stream.
+type GraphExec struct {
+	dev *Device
+	h   cu.GraphExec
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Launch enqueues one replay of x on s (of x's device).
+func (x *GraphExec) Launch(s *Stream) error {
+	if s.dev != x.dev {
+		return fmt.Errorf("%s: launch a graph of %s", s.dev, x.dev)
+	}
+	return s.enqueue("launch graph", func(api cu.API) error { return api.GraphLaunch(x.h, s.h) })
+}
+
+// Close destroys the instantiation (replays already enqueued complete).
+// A second Close returns an error wrapping errs.ErrClosed.
+func (x *GraphExec) Close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("%s: close graph exec: %w", x.dev, errs.ErrClosed)
+	}
+	if err := x.dev.do(func(api cu.API) error { return api.GraphExecDestroy(x.h) }); err != nil {
+		return fmt.Errorf("%s: close graph exec: %w", x.dev, err)
+	}
+	x.closed = true
+	return nil
+}

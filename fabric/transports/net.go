@@ -3,6 +3,7 @@ package transports
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -20,7 +21,7 @@ type NetConfig struct {
 	Sockets   int           // FLEXLINK_NET_SOCKETS
 	StripeMin int           // FLEXLINK_NET_STRIPE_BYTES
 	Timeout   time.Duration // FLEXLINK_NET_TIMEOUT
-	Rails     int           // FLEXLINK_NET_RAILS (0: every NIC)
+	Rails     int           // FLEXLINK_NET_RAILS (0, from all: every NIC)
 	Devices   string        // FLEXLINK_NET_DEVICES ("": every NIC, or the own one under PXN)
 	PXN       int           // FLEXLINK_PXN: -1 off, 0, 1 or 2 (levels of proxy/pxn)
 }
@@ -52,6 +53,10 @@ func ReadNetConfig(env settings.Env) (NetConfig, error) {
 		{"FLEXLINK_NET_STRIPE_BYTES", &c.StripeMin, 1, 1 << 30},
 		{"FLEXLINK_NET_RAILS", &c.Rails, 0, 64},
 	} {
+		if i.name == "FLEXLINK_NET_RAILS" && strings.TrimSpace(env.String(i.name)) == "all" {
+			*i.to = 0 // every NIC
+			continue
+		}
 		v, err := env.Int(i.name)
 		if err != nil {
 			return c, err

@@ -28,9 +28,16 @@ func (k Kind) Check(v string) error {
 	return k.check(v)
 }
 
-// KindInt is an integer from min to max.
-func KindInt(min, max int64) Kind {
-	return Kind{Allowed: "an integer " + span(min, max, strconv.FormatInt), check: func(v string) error {
+// KindInt is an integer from min to max, or one of words (such as all).
+func KindInt(min, max int64, words ...string) Kind {
+	allowed := "an integer " + span(min, max, strconv.FormatInt)
+	if len(words) > 0 {
+		allowed = strings.Join(words, ", ") + " or " + allowed
+	}
+	return Kind{Allowed: allowed, check: func(v string) error {
+		if slices.Contains(words, strings.TrimSpace(v)) {
+			return nil
+		}
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || n < min || n > max {
 			return errBad

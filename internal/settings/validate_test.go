@@ -32,7 +32,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_NET_SOCKETS":            {[]string{"1", "64"}, []string{"0", "65", "two"}},
 	"FLEXLINK_NET_STRIPE_BYTES":       {[]string{"1", "64K", "1G"}, []string{"0", "2G", "big"}},
 	"FLEXLINK_NET_TIMEOUT":            {[]string{"10s", "500ms"}, []string{"-1s", "soon"}},
-	"FLEXLINK_NET_RAILS":              {[]string{"0", "1", "8"}, []string{"-1", "65", "all"}},
+	"FLEXLINK_NET_RAILS":              {[]string{"all", "0", "1", "8"}, []string{"-1", "65", "every"}},
 	"FLEXLINK_PXN":                    {[]string{"off", "0", "1", "2"}, []string{"3", "on", "-1"}},
 	"FLEXLINK_PXN_GROUP":              {[]string{"0", "1", "true"}, []string{"2", "yes please"}},
 	"FLEXLINK_NET_DEVICES":            {[]string{"", "eth0", "eth0,eth1"}, nil},

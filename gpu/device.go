@@ -31,9 +31,10 @@ type peerAccess struct {
 	peers map[int]bool
 }
 
-// kernelCache holds the reduction kernels, loaded on first use.
+// kernelCache holds the kernels, loaded family by family on first use
+// (kernelset.go).
 type kernelCache struct {
-	mu  sync.Mutex // held while loading kernels (a JIT compile: seconds)
+	mu  sync.Mutex // held while loading a family (milliseconds; seconds when the driver compiles PTX)
 	set *kernelSet
 }
 
@@ -71,8 +72,8 @@ func (dv *Device) release() error {
 	dv.kernels.set = nil
 	dv.kernels.mu.Unlock()
 	var first error
-	if k != nil && k.mod != nil {
-		first = k.mod.Close()
+	if k != nil {
+		first = k.close()
 	}
 	if err := dv.drv.api.PrimaryCtxRelease(dv.h); err != nil && first == nil {
 		first = fmt.Errorf("%s: %w", dv, err)

@@ -1,13 +1,18 @@
 package gpu
 
+import "github.com/flexlink/flexlink/dtype"
+
 // Internals the external tests (package gpu_test, which can import the fake
 // driver in gpu/gpufake) reach.
 
 var ByteSize = byteSize
 
-// LoadReduceKernels loads and JIT-compiles dv's reduction kernels (timed by
-// the GPU tests).
+// LoadReduceKernels loads dv's common and float32 kernels (timed by the
+// GPU tests).
 func (d *Device) LoadReduceKernels() error {
-	_, err := reduceKernels(d)
+	if _, _, err := d.commonKernels(); err != nil {
+		return err
+	}
+	_, _, err := d.typeKernels(dtype.Float32)
 	return err
 }

@@ -223,16 +223,13 @@ func (s *Stream) FlagReduce(out, in *Buffer, count int, dt dtype.DType, op dtype
 // launchFold launches a flag allreduce or reduce-scatter kernel (extra:
 // the allreduce's PCIe arguments).
 func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, chunk, grid, ranks int, extra ...uint64) error {
-	k, err := reduceKernels(s.dev)
+	k, _, err := s.dev.typeKernels(dt)
 	if err != nil {
 		return err
 	}
-	if err := k.has(dt); err != nil {
-		return err
-	}
-	f := k.flag[dt][opIndex(op)]
+	f := k.flag[opIndex(op)]
 	if kind == FlagReduceScatterKind || kind == FlagTwoShotRSKind {
-		f = k.flagrs[dt][opIndex(op)]
+		f = k.flagrs[opIndex(op)]
 	}
 	div := 0
 	if op == dtype.Avg && ranks > 1 {
@@ -412,7 +409,7 @@ const (
 // launchGather launches the gather kernel (flexlink_flag_gather) once the
 // caller has checked its operands.
 func (s *Stream) launchGather(out, in *Buffer, count int, region *Buffer, chunk, grid, mode int, sig, root uint64) error {
-	k, err := reduceKernels(s.dev)
+	k, _, err := s.dev.commonKernels()
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/flexlink/flexlink/gpu/internal/cu"
 	"github.com/flexlink/flexlink/internal/errs"
 	"github.com/flexlink/flexlink/internal/settings"
@@ -52,15 +54,17 @@ type Error = cu.Error
 
 // Driver is the loaded CUDA driver. Get one with Open; Close it last.
 type Driver struct {
-	api     cu.API
-	lib     string // library path, or "fake"
-	ptxFile string // FLEXLINK_GPU_PTX: replaces the embedded kernels
-	version int
-	count   int
+	api       cu.API
+	lib       string // library path, or "fake"
+	ptxFile   string // FLEXLINK_GPU_PTX: one PTX file replaces the compiled kernels
+	kernelDir string // FLEXLINK_GPU_KERNELS: a directory of compiled kernels replaces the embedded ones
+	version   int
+	count     int
 
 	mu     sync.Mutex
 	devs   []*Device // retained primary contexts, by ordinal; nil until Device(i)
 	closed bool
+	log    hclog.Logger // SetLogger; nil: none
 }
 
 // Open loads libcuda.so.1, initialises the driver and counts the devices.
@@ -76,7 +80,29 @@ func Open() (*Driver, error) {
 		return nil, err
 	}
 	d.ptxFile = settings.OS().String("FLEXLINK_GPU_PTX")
+	d.kernelDir = settings.OS().String("FLEXLINK_GPU_KERNELS")
 	return d, nil
+}
+
+// SetLogger gives the driver a logger for what it does on its own (the
+// kernel loads, at INFO); the first logger set stays. Communicators set
+// theirs when they first use a device.
+func (d *Driver) SetLogger(lg hclog.Logger) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.log == nil && lg != nil {
+		d.log = lg
+	}
+}
+
+// logger is the driver's logger, or one that discards.
+func (d *Driver) logger() hclog.Logger {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.log == nil {
+		return hclog.NewNullLogger()
+	}
+	return d.log
 }
 
 // NewDriver wraps a driver API (the real library, or the fake of gpu/gpufake)

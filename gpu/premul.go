@@ -45,13 +45,13 @@ func (s *Stream) PreMul(dst, src *Buffer, dt dtype.DType, scalar *Buffer) error 
 	if count == 0 {
 		return nil
 	}
-	k, err := reduceKernels(s.dev)
-	if err != nil {
+	k, maxGrid, err := s.dev.typeKernels(dt)
+	if err != nil && (k == nil || k.missing == nil) {
 		return err
 	}
-	if err := k.missingPreMul[dt]; err != nil {
-		return err
+	if k.missingPreMul != nil {
+		return k.missingPreMul
 	}
-	return s.Launch(k.premul[dt], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},
+	return s.Launch(k.premul, grid(count, dt, maxGrid), [3]uint32{reduceBlock, 1, 1},
 		uint64(dst.ptr), uint64(src.ptr), uint64(count), uint64(scalar.ptr))
 }

@@ -2,10 +2,8 @@ package gpu
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/flexlink/flexlink/dtype"
-	"github.com/flexlink/flexlink/gpu/kernels"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -118,131 +116,22 @@ func ScaleKernelName(dt dtype.DType) string { return kernelPrefix + "scale_" + k
 // in device memory (Stream.PreMul).
 func PreMulKernelName(dt dtype.DType) string { return kernelPrefix + "premul_" + kernelType(dt) }
 
-// kernelSet is the reduction kernels loaded on one device. The tables are
-// indexed by dtype; a nil entry is a kernel the PTX lacks, and missing[dt]
-// (missingPreMul[dt]) says why.
-type kernelSet struct {
-	mod           *Module
-	reduce        [][numReduceOps]*Function // by dtype, then reduceOps order
-	scale         []*Function
-	premul        []*Function
-	flag          [][numReduceOps]*Function // the flag allreduce (flag.go)
-	flagrs        [][numReduceOps]*Function // the flag reduce-scatter
-	missing       []error                   // dt's reduce, scale and flag kernels
-	missingPreMul []error
-	gather        *Function // the flag allgather and alltoall
-	copy          *Function // flexlink_copy (Stream.Copy)
-	copy2         *Function // flexlink_copy2 (Stream.Copy2)
-	maxGrid       uint32
-}
-
-// has returns nil when dt's reduction kernels are loaded, or the error that
-// says why not (wrapping errs.ErrNotSupported).
-func (k *kernelSet) has(dt dtype.DType) error {
-	if int(dt) >= len(k.missing) {
-		return fmt.Errorf("no kernels for %s: %w", dt, errs.ErrNotSupported)
-	}
-	return k.missing[dt]
-}
-
-// lookupType loads dt's reduce, scale and flag kernels into k.
-func (k *kernelSet) lookupType(mod *Module, dt dtype.DType) error {
-	var err error
-	for i, op := range ReduceOps() {
-		if k.reduce[dt][i], err = mod.Function(ReduceKernelName(dt, op)); err != nil {
-			return err
-		}
-		if k.flag[dt][i], err = mod.Function(FlagKernelName(dt, op)); err != nil {
-			return err
-		}
-		if k.flagrs[dt][i], err = mod.Function(FlagRSKernelName(dt, op)); err != nil {
-			return err
-		}
-	}
-	k.scale[dt], err = mod.Function(ScaleKernelName(dt))
-	return err
-}
-
-// missingKernels is the error of a call whose kernels the loaded PTX lacks.
+// missingKernels is the error of a call whose kernels the loaded code
+// lacks (err: the lookup's, or nil for float8 below compute capability 9.0).
 func missingKernels(dv *Device, dt dtype.DType, what string, err error) error {
 	if dt.IsFloat8() && dv.info.major < 9 {
 		return fmt.Errorf("%s: %s %s needs compute capability 9.0 or later (as in NCCL), have %d.%d: %w",
 			dv, dt, what, dv.info.major, dv.info.minor, errs.ErrNotSupported)
 	}
-	return fmt.Errorf("%s: %s %s: the loaded PTX lacks the kernel (it predates it: regenerate gpu/kernels, or point FLEXLINK_GPU_PTX at a newer file): %v: %w",
+	return fmt.Errorf("%s: %s %s: the loaded code lacks the kernel (it predates it: rebuild gpu/kernels, or point FLEXLINK_GPU_PTX at a newer file): %v: %w",
 		dv, dt, what, err, errs.ErrNotSupported)
 }
 
-// reduceKernels loads the device's reduction kernels on first use: the embedded
-// PTX for its compute capability, or the file the driver was told to use
-// instead (FLEXLINK_GPU_PTX).
-func reduceKernels(dv *Device) (*kernelSet, error) {
-	dv.kernels.mu.Lock()
-	defer dv.kernels.mu.Unlock()
-	if dv.kernels.set != nil {
-		return dv.kernels.set, nil
-	}
-	var ptx []byte
-	if p := dv.drv.ptxFile; p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("%s: reduction kernels (FLEXLINK_GPU_PTX): %w", dv, err)
-		}
-		ptx = b
-	} else {
-		b, ok := kernels.ReducePTX(dv.info.major, dv.info.minor)
-		if !ok && !kernels.Embedded() {
-			return nil, fmt.Errorf("%s: this binary carries no kernels (built with the tag flexlink_noptx): set FLEXLINK_GPU_PTX to a PTX file of gpu/kernels: %w",
-				dv, errs.ErrNotSupported)
-		}
-		if !ok {
-			return nil, fmt.Errorf("%s: reduction kernels need compute capability 8.0 or later, have %d.%d: %w",
-				dv, dv.info.major, dv.info.minor, errs.ErrNotSupported)
-		}
-		ptx = b
-	}
-	mod, err := dv.LoadModule(ptx)
-	if err != nil {
-		return nil, fmt.Errorf("reduction kernels: %w", err)
-	}
-	k := &kernelSet{mod: mod, maxGrid: uint32(max(1, dv.info.sms) * blocksPerSM),
-		reduce: make([][numReduceOps]*Function, numTypes), scale: make([]*Function, numTypes),
-		premul: make([]*Function, numTypes), flag: make([][numReduceOps]*Function, numTypes),
-		flagrs: make([][numReduceOps]*Function, numTypes), missing: make([]error, numTypes),
-		missingPreMul: make([]error, numTypes)}
-	for _, dt := range dtype.All() {
-		if err = k.lookupType(mod, dt); err != nil && kernelRequired(dt) {
-			mod.Close()
-			return nil, fmt.Errorf("reduction kernels: %w", err)
-		}
-		if err != nil {
-			k.reduce[dt], k.flag[dt], k.flagrs[dt], k.scale[dt] = [numReduceOps]*Function{}, [numReduceOps]*Function{}, [numReduceOps]*Function{}, nil
-			k.missing[dt] = missingKernels(dv, dt, "reductions", err)
-		}
-		if k.premul[dt], err = mod.Function(PreMulKernelName(dt)); err != nil {
-			k.missingPreMul[dt] = missingKernels(dv, dt, "premul", err)
-		}
-	}
-	err = nil
-	if k.copy, err = mod.Function(CopyKernelName); err == nil {
-		k.copy2, err = mod.Function(Copy2KernelName)
-	}
-	if err == nil {
-		k.gather, err = mod.Function(FlagGatherKernelName)
-	}
-	if err != nil {
-		mod.Close()
-		return nil, fmt.Errorf("reduction kernels: %w", err)
-	}
-	dv.kernels.set = k
-	return k, nil
-}
-
 // grid returns the launch size for count elements of dt: one thread per
-// 16-byte vector, at most one full wave of blocks (the kernels stride).
-func (k *kernelSet) grid(count int, dt dtype.DType) [3]uint32 {
+// 16-byte vector, at most maxGrid blocks (one full wave: the kernels stride).
+func grid(count int, dt dtype.DType, maxGrid uint32) [3]uint32 {
 	threads := (count*dt.Size() + vectorBytes - 1) / vectorBytes
-	blocks := uint32(min((threads+reduceBlock-1)/reduceBlock, int(k.maxGrid)))
+	blocks := uint32(min((threads+reduceBlock-1)/reduceBlock, int(maxGrid)))
 	return [3]uint32{max(blocks, 1), 1, 1}
 }
 
@@ -260,14 +149,11 @@ func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.O
 	if err := s.operands(what, count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
 		return err
 	}
-	k, err := reduceKernels(s.dev)
+	k, maxGrid, err := s.dev.typeKernels(dt)
 	if err != nil {
 		return err
 	}
-	if err := k.has(dt); err != nil {
-		return err
-	}
-	return s.Launch(k.reduce[dt][opIndex(op)], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},
+	return s.Launch(k.reduce[opIndex(op)], grid(count, dt, maxGrid), [3]uint32{reduceBlock, 1, 1},
 		uint64(dst.ptr), uint64(a.ptr), uint64(b.ptr), uint64(count))
 }
 
@@ -285,14 +171,11 @@ func (s *Stream) Scale(dst, src *Buffer, count int, dt dtype.DType, n int) error
 	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil || count == 0 {
 		return err
 	}
-	k, err := reduceKernels(s.dev)
+	k, maxGrid, err := s.dev.typeKernels(dt)
 	if err != nil {
 		return err
 	}
-	if err := k.has(dt); err != nil {
-		return err
-	}
-	return s.Launch(k.scale[dt], k.grid(count, dt), [3]uint32{reduceBlock, 1, 1},
+	return s.Launch(k.scale, grid(count, dt, maxGrid), [3]uint32{reduceBlock, 1, 1},
 		uint64(dst.ptr), uint64(src.ptr), uint64(count), uint64(n))
 }
 
@@ -314,11 +197,11 @@ func (s *Stream) Copy(dst, src *Buffer) error {
 	if dst.n == 0 {
 		return nil
 	}
-	k, err := reduceKernels(s.dev)
+	k, maxGrid, err := s.dev.commonKernels()
 	if err != nil {
 		return err
 	}
-	return s.Launch(k.copy, k.grid(dst.n, dtype.Uint8), [3]uint32{reduceBlock, 1, 1},
+	return s.Launch(k.copy, grid(dst.n, dtype.Uint8, maxGrid), [3]uint32{reduceBlock, 1, 1},
 		uint64(dst.ptr), uint64(src.ptr), uint64(dst.n))
 }
 
@@ -336,11 +219,11 @@ func (s *Stream) Copy2(d1, d2, src *Buffer) error {
 	if src.n == 0 {
 		return nil
 	}
-	k, err := reduceKernels(s.dev)
+	k, maxGrid, err := s.dev.commonKernels()
 	if err != nil {
 		return err
 	}
-	return s.Launch(k.copy2, k.grid(src.n, dtype.Uint8), [3]uint32{reduceBlock, 1, 1},
+	return s.Launch(k.copy2, grid(src.n, dtype.Uint8, maxGrid), [3]uint32{reduceBlock, 1, 1},
 		uint64(d1.ptr), uint64(d2.ptr), uint64(src.ptr), uint64(src.n))
 }
 

@@ -516,21 +516,8 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
     FLAG(min, Min, NAME, T)     \
     FLAG(max, Max, NAME, T)
 
-FLAG_TYPE(i8, TI8)
-FLAG_TYPE(u8, TU8)
-FLAG_TYPE(i32, TI32)
-FLAG_TYPE(u32, TU32)
-FLAG_TYPE(i64, TI64)
-FLAG_TYPE(u64, TU64)
-FLAG_TYPE(f16, TF16)
-FLAG_TYPE(bf16, TBF16)
-FLAG_TYPE(f32, TF32)
-FLAG_TYPE(f64, TF64)
-#ifdef FLEXLINK_FP8
-FLAG_TYPE(f8e4m3, TF8E4M3)
-FLAG_TYPE(f8e5m2, TF8E5M2)
-#endif
 
+#if FLEXLINK_WANT(common)
 // The flag allgather (a2a 0), alltoall (a2a 1), two-rank exchange (a2a 2:
 // a send and a receive in one group; out holds only the peer's count bytes)
 // and broadcast (root: FLAG_NO_ROOT but for a broadcast) move bytes: count
@@ -540,3 +527,4 @@ extern "C" __global__ void __launch_bounds__(512)
                          u64 chunk, u64 a2a, u64 sig, u64 root) {
     flag_run<TU8, FLAG_GATHER>(out, in, count, region, chunk, 0, sig, 0, 0, a2a == 1, a2a == 2, root, Sum<TU8>());
 }
+#endif // common

@@ -1,5 +1,5 @@
-// flexlink reduction kernels. Compiled to PTX (see README.md) and embedded in
-// the Go binary; package gpu launches them with cuLaunchKernel.
+// flexlink reduction kernels. Compiled to one fatbin per family (see README.md
+// and below) and embedded in the Go binary; package gpu launches them with cuLaunchKernel.
 //
 //   flexlink_reduce_<op>_<t>(T* dst, const T* a, const T* b, u64 n)
 //       dst[i] = a[i] op b[i] for i < n        op: sum prod min max
@@ -38,6 +38,30 @@
 // any grid size covers any n.
 //
 // Self-contained: no CUDA headers, so any nvcc (or clang) compiles it.
+
+// Families. The build (scripts/gpu-kernels.sh) compiles this file once per
+// family, -DFLEXLINK_FAMILY=FAM_<name>, into one fatbin each, so a process
+// loads only the kernels it uses: "common" (copy, copy2, the flag
+// gather) and one per dtype (its reduce, scale, premul and flag kernels).
+// Without FLEXLINK_FAMILY every kernel is compiled (one PTX file for
+// FLEXLINK_GPU_PTX, and the clang check below).
+#define FAM_common 1
+#define FAM_i8 2
+#define FAM_u8 3
+#define FAM_i32 4
+#define FAM_u32 5
+#define FAM_i64 6
+#define FAM_u64 7
+#define FAM_f16 8
+#define FAM_bf16 9
+#define FAM_f32 10
+#define FAM_f64 11
+#define FAM_f8e4m3 12
+#define FAM_f8e5m2 13
+#ifndef FLEXLINK_FAMILY
+#define FLEXLINK_FAMILY 0
+#endif
+#define FLEXLINK_WANT(name) (FLEXLINK_FAMILY == 0 || FLEXLINK_FAMILY == FAM_##name)
 
 typedef unsigned long long u64;
 typedef signed char i8;
@@ -309,21 +333,8 @@ __device__ __forceinline__ void elementwise(typename T::S* dst, const typename T
         elementwise<T>(dst, src, src, n, f);                                                 \
     }
 
-TYPE(i8, TI8)
-TYPE(u8, TU8)
-TYPE(i32, TI32)
-TYPE(u32, TU32)
-TYPE(i64, TI64)
-TYPE(u64, TU64)
-TYPE(f16, TF16)
-TYPE(bf16, TBF16)
-TYPE(f32, TF32)
-TYPE(f64, TF64)
-#ifdef FLEXLINK_FP8
-TYPE(f8e4m3, TF8E4M3)
-TYPE(f8e5m2, TF8E5M2)
-#endif
 
+#if FLEXLINK_WANT(common)
 // flexlink_copy(u8* dst, const u8* src, u64 n): dst[i] = src[i] for n
 // bytes. Either side may be a peer's memory (IPC mapping, peer access on):
 // a remote dst makes the SMs push with stores over NVLink, a remote src
@@ -380,5 +391,56 @@ extern "C" __global__ void __launch_bounds__(512) flexlink_copy2(u8* d1, u8* d2,
     }
     for (u64 i = done + tid; i < n; i += nt) d1[i] = d2[i] = src[i];
 }
+#endif // common
 
 #include "flag.cu"
+
+// One dtype's kernels per family (see FLEXLINK_FAMILY above).
+#if FLEXLINK_WANT(i8)
+TYPE(i8, TI8)
+FLAG_TYPE(i8, TI8)
+#endif
+#if FLEXLINK_WANT(u8)
+TYPE(u8, TU8)
+FLAG_TYPE(u8, TU8)
+#endif
+#if FLEXLINK_WANT(i32)
+TYPE(i32, TI32)
+FLAG_TYPE(i32, TI32)
+#endif
+#if FLEXLINK_WANT(u32)
+TYPE(u32, TU32)
+FLAG_TYPE(u32, TU32)
+#endif
+#if FLEXLINK_WANT(i64)
+TYPE(i64, TI64)
+FLAG_TYPE(i64, TI64)
+#endif
+#if FLEXLINK_WANT(u64)
+TYPE(u64, TU64)
+FLAG_TYPE(u64, TU64)
+#endif
+#if FLEXLINK_WANT(f16)
+TYPE(f16, TF16)
+FLAG_TYPE(f16, TF16)
+#endif
+#if FLEXLINK_WANT(bf16)
+TYPE(bf16, TBF16)
+FLAG_TYPE(bf16, TBF16)
+#endif
+#if FLEXLINK_WANT(f32)
+TYPE(f32, TF32)
+FLAG_TYPE(f32, TF32)
+#endif
+#if FLEXLINK_WANT(f64)
+TYPE(f64, TF64)
+FLAG_TYPE(f64, TF64)
+#endif
+#if defined(FLEXLINK_FP8) && FLEXLINK_WANT(f8e4m3)
+TYPE(f8e4m3, TF8E4M3)
+FLAG_TYPE(f8e4m3, TF8E4M3)
+#endif
+#if defined(FLEXLINK_FP8) && FLEXLINK_WANT(f8e5m2)
+TYPE(f8e5m2, TF8E5M2)
+FLAG_TYPE(f8e5m2, TF8E5M2)
+#endif

@@ -17,6 +17,7 @@ import (
 // ranks agree on a plane (cfg.Path, FLEXLINK_GPU_PATH, can force one).
 // The plane can be suspended (Suspend, Resume: suspend.go).
 func New(ctx context.Context, c plane.Caller, dev *gpu.Device, cfg direct.Config) (*plane.DeviceComm, error) {
+	dev.Driver().SetLogger(c.Log()) // the kernel loads are logged (the first communicator's logger)
 	fast := plane.Candidate{
 		Blocker: func(bus []string) string { return direct.Blocker(c, dev, bus) },
 		New: func(ctx context.Context, bus []string) (plane.Plane, error) {

@@ -89,7 +89,8 @@ var Table = []Setting{
 	{"FLEXLINK_PCIE_STAGING_BYTES", "67108864", "direct GPU path: bytes of the shared pinned host buffer per ordered GPU pair that stages the PCIe share of large pushes (one per peer on each rank; the PCIe part of a call is capped at it); 0: NVLink only", KindBytes(0, 1<<34)},
 	{"FLEXLINK_PCIE_SHARE", "", "direct GPU path: a fixed PCIe fraction (0 to 0.5) of every large push instead of the balancer's choice, for experiments (empty: the balancer decides, with FLEXLINK_LINKS and the profile cache)", KindFloat(0, 0.5)},
 	{"FLEXLINK_GPU_NET_SHARE", "", "direct GPU path with FLEXLINK_LINKS=nvlink,pcie,net: a fixed net fraction (0 to 0.5) of every large push instead of the balancer's choice, for experiments (empty: the balancer decides)", KindFloat(0, 0.5)},
-	{"FLEXLINK_GPU_PTX", "", "path of a PTX file that replaces the embedded reduction kernels (kernel development; see gpu/kernels/README.md)", KindString()},
+	{"FLEXLINK_GPU_PTX", "", "path of one PTX file that replaces the compiled GPU kernels (kernel development; see gpu/kernels/README.md)", KindString()},
+	{"FLEXLINK_GPU_KERNELS", "", "directory of compiled GPU kernels laid out like gpu/kernels/fatbin (MANIFEST and one .fatbin.gz per family) that replaces the embedded ones; needed by binaries built with the tag flexlink_noptx", KindString()},
 	{"FLEXLINK_REQUIRE_GPU", "0", "tests: fail instead of skip when no GPU/libcuda is found (set by scripts/gpu-run.sh)", KindBool()},
 	{"FLEXLINK_REQUIRE_SYSTEM", "0", "tests: fail instead of skip when a system component (libcuda, OpenMPI, sshd, Slurm) is missing", KindBool()},
 }

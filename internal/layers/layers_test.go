@@ -23,7 +23,7 @@ var order = [][]string{
 	{"fabric/transports"},
 	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink", "fabric/net/ucx/ucxtest"},
 	{"fabric/shm", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",
-		"fabric/net/tcp", "fabric/net/ucx", "fabric/net/nettest"},
+		"fabric/net/tcp", "fabric/net/ucx", "fabric/net/nettest", "fabric/net/hello"},
 	{"fabric/net", "fabric/internal", "fabric/net/ucx/internal"},
 	{"fabric"},
 	{"gpu/gpufake"},
@@ -34,7 +34,7 @@ var order = [][]string{
 	{"bootstrap"},
 	{"reduce", "internal/testenv"},
 	{"internal/settings"},
-	{"dtype", "mem", "internal/errs", "internal/hostlist", "internal/textdist", "internal/flog", "internal/pause"},
+	{"dtype", "mem", "internal/errs", "internal/hostlist", "internal/textdist", "internal/flog", "internal/pause", "internal/auth"},
 }
 
 // testOnly packages are never linked into programs.

@@ -1,0 +1,204 @@
+package hello
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/internal/errs"
+)
+
+var cfg = Config{Secret: []byte("job secret"), JobID: "job1", Purpose: "flexlink test hello", Scope: "comm w", Tag: 7}
+
+func TestParse(t *testing.T) {
+	handle, other := []byte("listener A"), []byte("listener B")
+	h := Hello{From: 3, To: 1, Extra: []byte("host-3")}
+	b := cfg.Marshal(h, handle)
+	got, err := cfg.Parse(b, handle)
+	if err != nil || got.From != 3 || got.To != 1 || string(got.Extra) != "host-3" {
+		t.Fatalf("Parse(Marshal(%+v)) = %+v, %v", h, got, err)
+	}
+	flip := func(i int) []byte { c := bytes.Clone(b); c[i] ^= 1; return c }
+	wrongJob, wrongScope, wrongSecret, wrongPurpose := cfg, cfg, cfg, cfg
+	wrongJob.JobID, wrongScope.Scope, wrongSecret.Secret, wrongPurpose.Purpose = "job2", "comm x", []byte("guess"), "flexlink other hello"
+	for _, c := range []struct {
+		name string
+		b    []byte
+		c    Config
+		h    []byte
+		want error
+	}{
+		{"garbage", []byte("GET / HTTP/1.1\r\n\r\n"), cfg, handle, ErrNotHello},
+		{"empty", nil, cfg, handle, ErrNotHello},
+		{"truncated", b[:len(b)-1], cfg, handle, ErrNotHello},
+		{"one byte more", append(bytes.Clone(b), 0), cfg, handle, ErrNotHello},
+		{"replayed to another listener", b, cfg, other, errs.ErrAuth},
+		{"other job", b, wrongJob, handle, errs.ErrAuth},
+		{"other communicator", b, wrongScope, handle, errs.ErrAuth},
+		{"other secret", b, wrongSecret, handle, errs.ErrAuth},
+		{"other kind of connection", b, wrongPurpose, handle, errs.ErrAuth},
+		{"sender changed", flip(4), cfg, handle, errs.ErrAuth},
+		{"receiver changed", flip(8), cfg, handle, errs.ErrAuth},
+		{"extra changed", flip(fixed), cfg, handle, errs.ErrAuth},
+		{"proof changed", flip(len(b) - 1), cfg, handle, errs.ErrAuth},
+	} {
+		if _, err := c.c.Parse(c.b, c.h); !errors.Is(err, c.want) {
+			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+// TestDropsRateLimited: the first drop warns, the next ones within Every
+// are counted silently, and the WARN after Every says how many.
+func TestDropsRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1000, 0)
+	d := &Drops{Log: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}), What: "test", Every: time.Minute,
+		Now: func() time.Time { return now }}
+	for range 5 {
+		d.Drop(errors.New("bad"))
+	}
+	if n := strings.Count(buf.String(), "[WARN]"); n != 1 || d.Count() != 5 {
+		t.Fatalf("%d WARN lines after 5 drops in one minute (count %d), want 1:\n%s", n, d.Count(), buf.String())
+	}
+	now = now.Add(time.Minute)
+	d.Drop(errors.New("bad"))
+	if n := strings.Count(buf.String(), "[WARN]"); n != 2 || !strings.Contains(buf.String(), "dropped=5") {
+		t.Fatalf("after a minute: %d WARN lines, want 2, the second with dropped=5:\n%s", n, buf.String())
+	}
+	var nilDrops *Drops
+	nilDrops.Drop(errors.New("ignored")) // must not panic
+}
+
+// TestAcceptDropsForeign: on a tcp listener, connections that send
+// garbage, a hello made for another listener (a replay), a hello of
+// another job, and nothing at all are each dropped, with one WARN; the
+// real peer that comes after them is accepted and its data arrives.
+func TestAcceptDropsForeign(t *testing.T) {
+	p, err := tcp.New(tcp.Options{IfName: "lo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := p.Listen(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	other, err := p.Listen(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	var buf syncBuf
+	drops := &Drops{Log: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}), What: "test listener"}
+	type accepted struct {
+		r   net.RecvConn
+		h   Hello
+		err error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		r, h, err := cfg.Accept(ctx, l, 300*time.Millisecond, func(h Hello) error {
+			if h.To != 0 || h.From != 1 {
+				return errors.New("not rank 1 to rank 0")
+			}
+			return nil
+		}, drops)
+		done <- accepted{r, h, err}
+	}()
+	dial := func(msg []byte, tag uint64) net.SendConn {
+		t.Helper()
+		s, err := p.Connect(ctx, 0, l.Handle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg != nil {
+			if _, err := s.ISend(msg, tag, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+	otherJob := cfg
+	otherJob.Secret = []byte("another job's secret")
+	foreign := []net.SendConn{
+		dial([]byte("garbage garbage garbage garbage garbage garbage"), cfg.Tag),
+		dial([]byte("wrong tag"), 99),
+		dial(cfg.Marshal(Hello{From: 1, To: 0}, other.Handle()), cfg.Tag), // replay: made for another listener
+		dial(otherJob.Marshal(Hello{From: 1, To: 0}, l.Handle()), cfg.Tag),
+		dial(cfg.Marshal(Hello{From: 2, To: 0}, l.Handle()), cfg.Tag), // a member, but not the peer wanted
+		dial(nil, 0), // silent
+	}
+	defer func() {
+		for _, s := range foreign {
+			s.Close()
+		}
+	}()
+	for drops.Count() < len(foreign) { // the silent one goes at its deadline
+		select {
+		case a := <-done:
+			t.Fatalf("Accept returned before the real peer came: %+v", a)
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d foreign connections dropped", drops.Count(), len(foreign))
+		case <-time.After(10 * time.Millisecond): // poll the count
+		}
+	}
+	s := dial(nil, 0)
+	defer s.Close()
+	if _, err := cfg.Send(s, Hello{From: 1, To: 0, Extra: []byte("real")}, l.Handle()); err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.ISend([]byte("payload"), 42, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.h.From != 1 || string(a.h.Extra) != "real" {
+		t.Fatalf("Accept = %+v", a)
+	}
+	defer a.r.Close()
+	b := make([]byte, 16)
+	rq, err := a.r.IRecv([][]byte{b}, []uint64{42}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := rq.Wait(ctx)
+	if err != nil || string(b[:n[0]]) != "payload" {
+		t.Fatalf("payload %q, %v", b[:n[0]], err)
+	}
+	if _, err := q.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Count(buf.String(), "[WARN]"); w != 1 {
+		t.Errorf("%d WARN lines for %d dropped connections, want 1:\n%s", w, len(foreign), buf.String())
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -18,6 +18,7 @@ type engine struct {
 	log hclog.Logger
 	// keepOnLoss: a lost rank does not fail the job (ServerConfig.KeepOnLoss).
 	keepOnLoss bool
+	onEvent    func(Event) // ServerConfig.OnEvent; nil: none
 
 	mu      sync.Mutex
 	members []member
@@ -67,10 +68,11 @@ type waiter struct {
 	id   uint64
 }
 
-func newEngine(size int, log hclog.Logger, keepOnLoss bool) *engine {
+func newEngine(size int, log hclog.Logger, keepOnLoss bool, onEvent func(Event)) *engine {
 	return &engine{
 		log:        log,
 		keepOnLoss: keepOnLoss,
+		onEvent:    onEvent,
 		members:    make([]member, size),
 		ops:        make(map[uint64]*pendingOp),
 		kv:         make(map[string][]byte),
@@ -90,6 +92,7 @@ func (e *engine) join(rank int, host string, s sink, onJoined func()) error {
 	}
 	m.joined, m.host, m.sink = true, host, s
 	onJoined()
+	e.emit(Event{Kind: EventJoined, Rank: rank, Host: host})
 	if e.failed != nil {
 		s.deliver(newOut(e.failed.msg()))
 	}
@@ -214,6 +217,10 @@ func (e *engine) put(rank int, m putMsg) {
 	if rank >= 0 {
 		s = e.members[rank].sink
 	}
+	if rank >= 0 {
+		_, dup := e.kv[m.Key]
+		e.emit(Event{Kind: EventPut, Rank: rank, Host: e.members[rank].host, Key: m.Key, Value: m.Value, Dup: dup})
+	}
 	if old, ok := e.kv[m.Key]; ok {
 		if bytes.Equal(old, m.Value) {
 			s.deliver(newOut(replyMsg{ID: m.ID}))
@@ -238,6 +245,7 @@ func (e *engine) leave(rank int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.members[rank].left = true
+	e.emit(Event{Kind: EventLeft, Rank: rank, Host: e.members[rank].host})
 	for seq, op := range e.ops {
 		if !op.have[rank] {
 			e.failOp(seq, op, rank)
@@ -254,7 +262,12 @@ func (e *engine) lost(rank int, cause string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.members[rank]
-	if !m.joined || m.left || e.failed != nil {
+	if !m.joined || m.left {
+		return
+	}
+	// Told even after the job failed: the owner orders the losses.
+	e.emit(Event{Kind: EventLost, Rank: rank, Host: m.host, Text: cause})
+	if e.failed != nil {
 		return
 	}
 	e.members[rank].left = true // nothing more is delivered to it
@@ -294,6 +307,11 @@ func (e *engine) fail(f failure) {
 		return
 	}
 	e.failed = &f
+	r := f.Rank
+	if f.Detected {
+		r = -1
+	}
+	e.emit(Event{Kind: EventFailed, Rank: r, Text: f.err().Error(), Err: f.err()})
 	e.log.Error("job failed", "error", f.err())
 	out := newOut(f.msg())
 	for r := range e.members {

@@ -26,7 +26,7 @@ func newInProc(size int, keepOnLoss bool) []Store {
 	if size <= 0 {
 		panic(fmt.Sprintf("bootstrap: NewInProc(%d)", size))
 	}
-	eng := newEngine(size, hclog.NewNullLogger(), keepOnLoss)
+	eng := newEngine(size, hclog.NewNullLogger(), keepOnLoss, nil)
 	stores := make([]Store, size)
 	for r := range stores {
 		tx := &inprocTx{eng: eng, rank: r}

@@ -22,6 +22,7 @@ type Server struct {
 	ln  net.Listener
 	eng *engine
 	log hclog.Logger
+	ref *refusals
 
 	mu      sync.Mutex
 	conns   map[net.Conn]*peerConn // nil value: still in handshake
@@ -51,7 +52,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bootstrap: server: listen %s: %w", cfg.Addr, err)
 	}
 	log := cfg.Logger.Named("bootstrap")
-	s := &Server{cfg: cfg, ln: ln, log: log, eng: newEngine(cfg.Size, log, cfg.KeepOnLoss), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
+	s := &Server{cfg: cfg, ln: ln, log: log, ref: &refusals{log: log, interval: refusalInterval}, eng: newEngine(cfg.Size, log, cfg.KeepOnLoss, cfg.OnEvent), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Debug("serving", "addr", s.Addr(), "size", cfg.Size, "job", cfg.JobID)
@@ -99,6 +100,7 @@ func (s *Server) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	s.ref.stop()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("bootstrap: server close: %w", err)
 	}
@@ -158,8 +160,9 @@ func (s *Server) serve(c net.Conn) {
 		var rej *rejection
 		if errors.As(err, &rej) {
 			_ = writeMsg(bw, rejectMsg{Class: rej.class, Text: rej.text})
+			s.refused(h, rej.text)
 		}
-		s.log.Warn("dropped connection during handshake", "from", from, "error", err)
+		s.ref.note(from, fmt.Errorf("during handshake: %w", err))
 		return
 	}
 	rank := int(h.Rank)
@@ -170,7 +173,8 @@ func (s *Server) serve(c net.Conn) {
 	})
 	if err != nil {
 		_ = writeMsg(bw, rejectMsg{Class: classMismatch, Text: err.Error()})
-		s.log.Warn("dropped connection after handshake", "from", from, "rank", rank, "error", err)
+		s.refused(h, err.Error())
+		s.ref.note(from, fmt.Errorf("after handshake (rank %d): %w", rank, err))
 		return
 	}
 	s.mu.Lock()
@@ -198,6 +202,19 @@ func (s *Server) serve(c net.Conn) {
 		s.log.Error("rank lost", "rank", rank, "host", h.Host, "from", from, "error", err)
 		s.eng.lost(rank, describeReadErr(err, pc.timeout)+" before goodbye")
 	}
+}
+
+// refused tells the owner about a connection refused after its hello
+// (h, the zero hello when it sent none).
+func (s *Server) refused(h helloMsg, why string) {
+	if s.cfg.OnEvent == nil {
+		return
+	}
+	r := int(h.Rank)
+	if h.Job == "" && h.Size == 0 {
+		r = -1
+	}
+	s.cfg.OnEvent(Event{Kind: EventRefused, Rank: r, Host: h.Host, Text: why})
 }
 
 // readLoop feeds rank's messages to the engine until the connection ends.

@@ -84,6 +84,11 @@ type ServerConfig struct {
 	// may make new ones (ncclCommShrink).
 	KeepOnLoss bool
 	Logger     hclog.Logger // nil: discard
+	// OnEvent, when set, is told what the server sees happen to the job
+	// (Event): joins, goodbyes, losses, refusals, puts, the failure. It is
+	// called from the server's goroutines, some under its lock: it must
+	// not block and must not call the server.
+	OnEvent func(Event)
 }
 
 // DialConfig configures one rank's connection.

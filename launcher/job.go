@@ -120,25 +120,14 @@ type BootstrapConfig struct {
 	Secret []byte
 	JobID  string
 	Logger hclog.Logger
-	// Reports, where the server can tell, is sent what it knows about
-	// the job's first failure (see BootstrapReport). Sends must not block
-	// (the channel has room for Size values); nil: not reported.
-	Reports chan<- BootstrapReport
+	// Report, where the server can tell, is told what it sees of the
+	// job (see BootstrapReport): joins, goodbyes, losses, refusals and the
+	// communicators' ends the ranks publish. It never blocks; nil: the
+	// server reports nothing.
+	Report func(BootstrapReport)
 	// KeepOnLoss: a lost rank fails only what needs it; the server goes on
 	// serving the others (Deadlines.KeepGoing).
 	KeepOnLoss bool
-}
-
-// BootstrapReport is what a bootstrap server tells the launcher about the
-// failure that ended a job's store, to help name the cause.
-type BootstrapReport struct {
-	Rank int
-	// Lost: the server itself found Rank gone (its connection ended
-	// before its goodbye, or it fell silent); reports of this kind come in
-	// the order the server found the ranks, and the first names the
-	// cause. Else Rank aborted the job because it had lost a peer: it
-	// failed because of another rank and is not the cause.
-	Lost bool
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -205,8 +194,8 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if len(remote) > 0 {
 		listen = "0.0.0.0:0"
 	}
-	reports := make(chan BootstrapReport, 2*len(plan)+2) // a loss may come as "rank lost" and "job failed"
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Reports: reports, KeepOnLoss: job.KeepGoing})
+	reports := newReportLedger()
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}
@@ -219,7 +208,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if !isLocalHost(hosts, plan[0].Host) {
 		je.MasterAddr = plan[0].Host // rank 0's host, as the user named it
 	}
-	sup := &supervisor{job: job, launchSpec: launchSpec{path: path, plan: plan, env: env, je: je.jobEnv}, srv: srv, exits: exits, causeWindow: causeWindow{reportC: reports}}
+	sup := &supervisor{job: job, launchSpec: launchSpec{path: path, plan: plan, env: env, je: je.jobEnv}, srv: srv, exits: exits, causeWindow: causeWindow{reports: reports}}
 	if sup.binds, err = job.localBindings(plan, hosts, env); err != nil {
 		return 1, err
 	}

@@ -43,6 +43,9 @@ type outcome struct {
 	remote    bool      // run by an agent on another host
 	lost      string    // endHost: "host h2 lost: ..."
 	lostWith  []int     // endHost: the ranks lost with the host
+	// beforeJoin: it ended before joining the job's store while other
+	// ranks joined (they cannot go on without it).
+	beforeJoin bool
 }
 
 // sameTime is how close two ends must be for the kernel's order of them to
@@ -54,25 +57,13 @@ const sameTime = 50 * time.Millisecond
 type verdict struct {
 	cause        outcome
 	consequences []int // ranks that failed after the cause, in rank order
-}
-
-// evidence is what the bootstrap server said about the job's failure.
-type evidence struct {
-	reporters map[int]bool // ranks that aborted the job because they lost a peer
-	lostFirst *int         // the first rank the server itself found lost
-}
-
-func (e *evidence) add(r BootstrapReport) {
-	if r.Lost {
-		if e.lostFirst == nil {
-			e.lostFirst = &r.Rank
-		}
-		return
-	}
-	if e.reporters == nil {
-		e.reporters = map[int]bool{}
-	}
-	e.reporters[r.Rank] = true
+	// first, when set, is the cause's line (a mismatch, ranks that never
+	// joined); why is what the consequences failed on ("" : the cause's
+	// loss).
+	first, why string
+	// noRank: the cause is no one rank (a two-sided mismatch); cause is
+	// then the first rank to fail, for the exit code.
+	noRank bool
 }
 
 // judge names the cause among the failed ranks of a job (outs, in any
@@ -103,10 +94,19 @@ func (e *evidence) add(r BootstrapReport) {
 //     sameTime earlier. Across hosts the order in which the agents'
 //     reports arrive tells even less, and a signal always goes first.
 //
+// What the ranks and the server reported goes before 3 and 4 (see
+// firstCause): a rank refused at the handshake, a collective mismatch a
+// rank published, ranks that never joined once the bootstrap timeout has
+// passed. A rank that ended before joining while others joined ranks with
+// 3.
+//
 // ok is false when outs is empty.
 func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 	if len(outs) == 0 {
 		return verdict{}, false
+	}
+	if v, ok := firstCause(outs, ev); ok {
+		return v, true
 	}
 	reporters := ev.reporters
 	remote := slices.ContainsFunc(outs, func(o outcome) bool { return o.remote })
@@ -117,6 +117,8 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 		case o.kind == endStopped:
 			return 1
 		case ev.lostFirst != nil && *ev.lostFirst == o.rank && !reporters[o.rank] && o.kind != endPeerLost:
+			return 2
+		case o.beforeJoin && o.kind != endPeerLost:
 			return 2
 		case o.kind == endPeerLost || reporters[o.rank]:
 			return 5
@@ -144,13 +146,22 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 		}
 	}
 	v.cause = best
+	v.consequences = others(outs, func(r int) bool {
+		return r == best.rank || best.kind == endHost && slices.Contains(best.lostWith, r)
+	})
+	return v, true
+}
+
+// others lists the ranks of outs that cause does not hold, in rank order.
+func others(outs []outcome, cause func(rank int) bool) []int {
+	var rs []int
 	for _, o := range outs {
-		if o.rank != best.rank && !(best.kind == endHost && slices.Contains(best.lostWith, o.rank)) {
-			v.consequences = append(v.consequences, o.rank)
+		if !cause(o.rank) && !slices.Contains(rs, o.rank) {
+			rs = append(rs, o.rank)
 		}
 	}
-	slices.Sort(v.consequences)
-	return v, true
+	slices.Sort(rs)
+	return rs
 }
 
 // lines renders a verdict as flexrun's two lines: the cause (and how many
@@ -159,10 +170,16 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 func (v verdict) lines(others int) []string {
 	c := v.cause
 	first := fmt.Sprintf("rank %d (host %s, pid %d) %s", c.rank, c.host, c.pid, c.how)
-	peer := fmt.Sprintf("rank %d", c.rank)
+	why := fmt.Sprintf("peer rank %d lost", c.rank)
 	if c.kind == endHost {
 		first = fmt.Sprintf("%s (ranks %s gone with it)", c.lost, joinInts(c.lostWith))
-		peer = "host " + c.host
+		why = "peer host " + c.host + " lost"
+	}
+	if v.first != "" {
+		first = v.first
+	}
+	if v.why != "" {
+		why = v.why
 	}
 	if others > 0 {
 		first += "; terminating " + plural(others, "other rank")
@@ -173,7 +190,7 @@ func (v verdict) lines(others int) []string {
 		if n > 1 {
 			who = "ranks "
 		}
-		out = append(out, fmt.Sprintf("%s%s stopped: peer %s lost", who, joinInts(v.consequences), peer))
+		out = append(out, fmt.Sprintf("%s%s stopped: %s", who, joinInts(v.consequences), why))
 	}
 	return out
 }

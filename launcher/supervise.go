@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,11 +79,13 @@ type ending struct {
 // collected; then judge names the cause and the ranks that failed because
 // of it.
 type causeWindow struct {
-	failed   []outcome              // failed ranks seen in the window, in the order seen
-	seen     int                    // ends seen so far (outcome.order)
-	evidence evidence               // what the bootstrap server told
-	reportC  <-chan BootstrapReport // from the bootstrap server
-	pendingC <-chan time.Time       // end of the window; nil while none is open
+	failed   []outcome        // failed ranks seen in the window, in the order seen
+	seen     int              // ends seen so far (outcome.order)
+	evidence evidence         // what the bootstrap server told
+	reports  *reportLedger    // from the bootstrap server; nil: none
+	pendingC <-chan time.Time // end of the window; nil while none is open
+	clean    map[int]outcome  // ranks that exited with status 0
+	start    time.Time        // when the ranks were started
 }
 
 // DefaultCauseGrace is how long a failing job's first failure waits for
@@ -159,6 +162,7 @@ func (s *supervisor) run(ctx context.Context) (int, error) {
 		reap.add(rp.p.Rank, rp.cmd)
 	}
 	reap.start()
+	s.start = time.Now()
 	closeStdin()
 	if s.remote != nil {
 		if startErr == nil {
@@ -220,8 +224,8 @@ func (s *supervisor) loop(ctx context.Context) {
 			s.exited[ex.rank] = true
 			s.alive--
 			s.onExit(ex)
-		case r := <-s.reportC:
-			s.evidence.add(r)
+		case <-s.reportsReady():
+			s.drainReports()
 		case sig := <-s.job.Signals:
 			s.onSignal(sig)
 		case <-timeoutC:
@@ -252,8 +256,10 @@ func (s *supervisor) judge() {
 	if len(s.failed) == 0 || s.cause != nil {
 		return
 	}
-	outs := s.failed
+	s.drainReports()
+	outs := s.withCleanExits(s.failed)
 	s.failed = nil
+	s.evidenceOfJoins()
 	for i, rp := range s.ranks {
 		if s.exited[i] || rp.agent != nil {
 			continue
@@ -277,6 +283,12 @@ func (s *supervisor) judge() {
 	err := &JobError{Rank: c.rank, Host: c.host, PID: c.pid, Code: c.code, Msg: lines[0], Err: errs.ErrPeerLost}
 	if c.kind == endHost {
 		err.PID = 0
+	}
+	if v.noRank {
+		err.Rank, err.Host, err.PID = -1, "", 0
+	}
+	if v.why == "collective mismatch" {
+		err.Err = errs.ErrMismatch
 	}
 	err.Msg, _, _ = strings.Cut(err.Msg, "; terminating")
 	if s.job.KeepGoing {
@@ -304,10 +316,18 @@ func (s *supervisor) onExit(ex rankExit) {
 		// ranks elsewhere failed first): still name the host.
 		_, _ = io.WriteString(s.job.Stderr, "flexrun: "+ex.lost+"\n")
 	}
-	if code == 0 || s.cause != nil {
+	o := outcome{rank: ex.rank, pid: rp.pid, host: rp.p.Host, code: code, how: how, order: s.seen, at: time.Now(), remote: ex.remote}
+	if code == 0 {
+		setMap(&s.clean, ex.rank, o)
+		s.drainReports()
+		if s.cause == nil && ex.lost == "" && s.evidence.anyJoined() && !s.evidence.joined[ex.rank] {
+			s.endedBeforeJoin(o)
+		}
 		return
 	}
-	o := outcome{rank: ex.rank, pid: rp.pid, host: rp.p.Host, code: code, how: how, order: s.seen, at: time.Now(), remote: ex.remote}
+	if s.cause != nil {
+		return
+	}
 	switch {
 	case ex.lost != "":
 		o.kind, o.lost, o.lostWith = endHost, ex.lost, ex.lostWith
@@ -321,6 +341,86 @@ func (s *supervisor) onExit(ex rankExit) {
 	s.failed = append(s.failed, o)
 	if s.pendingC == nil {
 		s.pendingC = time.After(s.job.CauseGrace)
+	}
+}
+
+// reportsReady is ready when the bootstrap server has reported something.
+func (s *supervisor) reportsReady() <-chan struct{} {
+	if s.reports == nil {
+		return nil
+	}
+	return s.reports.ready
+}
+
+// drainReports adds what the bootstrap server reported since the last
+// look to the evidence. A rank joining after another exited 0 before
+// joining dooms the job: that fails it.
+func (s *supervisor) drainReports() {
+	if s.reports == nil {
+		return
+	}
+	for _, r := range s.reports.take() {
+		s.evidence.add(r)
+		if r.Kind != ReportJoined || s.cause != nil {
+			continue
+		}
+		for rank, o := range s.clean {
+			if !s.evidence.joined[rank] && !slices.ContainsFunc(s.failed, func(f outcome) bool { return f.rank == rank }) {
+				s.endedBeforeJoin(o)
+			}
+		}
+	}
+}
+
+// endedBeforeJoin fails the job for o, a rank that exited 0 before it
+// joined while others joined: they cannot go on without it.
+func (s *supervisor) endedBeforeJoin(o outcome) {
+	o.beforeJoin, o.code = true, 1
+	o.how += " before joining the job"
+	s.failed = append(s.failed, o)
+	if s.pendingC == nil {
+		s.pendingC = time.After(s.job.CauseGrace)
+	}
+}
+
+// withCleanExits adds to outs the ranks that exited 0 and still caused
+// the failure: the server found them lost (their connection ended before
+// their goodbye: they exited without closing the job).
+func (s *supervisor) withCleanExits(outs []outcome) []outcome {
+	for rank, o := range s.clean {
+		if slices.ContainsFunc(outs, func(f outcome) bool { return f.rank == rank }) {
+			continue
+		}
+		if _, lost := s.evidence.lost[rank]; lost && !s.evidence.left[rank] {
+			o.code = 1
+			o.how += " without closing the job (its bootstrap connection ended before its goodbye)"
+			outs = append(outs, o)
+		}
+	}
+	for i, o := range outs {
+		if s.evidence.anyJoined() && !s.evidence.joined[o.rank] && o.kind != endHost && !o.beforeJoin {
+			outs[i].beforeJoin = true
+			outs[i].how += " before joining the job"
+		}
+	}
+	return outs
+}
+
+// evidenceOfJoins fills in who the ranks are, and, when the program uses
+// the job's store, the ranks still running that never joined it and
+// whether the bootstrap timeout has passed.
+func (s *supervisor) evidenceOfJoins() {
+	ev := &s.evidence
+	ev.who = make([]outcome, len(s.ranks))
+	ev.neverJoined, ev.joinTimeout = nil, ""
+	for i, rp := range s.ranks {
+		ev.who[i] = outcome{rank: rp.p.Rank, host: rp.p.Host, pid: rp.pid}
+		if !s.exited[i] && ev.anyJoined() && !ev.joined[rp.p.Rank] {
+			ev.neverJoined = append(ev.neverJoined, ev.who[i])
+		}
+	}
+	if d := s.job.BootstrapTimeout; !s.start.IsZero() && time.Since(s.start) >= d*9/10 {
+		ev.joinTimeout = d.String()
 	}
 }
 

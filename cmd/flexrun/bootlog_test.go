@@ -18,10 +18,12 @@ import (
 	"github.com/flexlink/flexlink/launcher"
 )
 
-// TestBootLog runs a real bootstrap server with flexrun's logger: a rank
-// that aborts because it lost a peer is reported as such, a rank whose
-// connection drops first is reported lost, and neither shows at ERROR.
+// TestBootLog runs a real bootstrap server with flexrun's logger and
+// report hook: a rank that aborts because it lost a peer is reported as
+// such, a rank whose connection drops first is reported lost, every rank
+// is reported joined, and neither failure shows at ERROR.
 func TestBootLog(t *testing.T) {
+	host, _ := os.Hostname() // the probe's (DialConfig.Host's default)
 	tests := []struct {
 		name string
 		act  func(t *testing.T, st []bootstrap.Store)
@@ -29,15 +31,22 @@ func TestBootLog(t *testing.T) {
 	}{
 		{"abort because of a lost peer", func(t *testing.T, st []bootstrap.Store) {
 			_ = st[1].Abort(errors.Join(errors.New("rank 1: shm link to rank 0: control socket closed"), errs.ErrPeerLost))
-		}, launcher.BootstrapReport{Rank: 1}},
-		{"connection dropped", nil, launcher.BootstrapReport{Rank: 2, Lost: true}},
+		}, launcher.BootstrapReport{Kind: launcher.ReportAbort, Rank: 1, Text: "bootstrap: job aborted by rank 1: rank 1: shm link to rank 0: control socket closed\npeer lost"}},
+		{"connection dropped", nil, launcher.BootstrapReport{Kind: launcher.ReportLost, Rank: 2, Host: host, Text: "connection closed before goodbye"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
 			log := hclog.New(&hclog.LoggerOptions{Name: "flexrun", Level: hclog.Debug, Output: &out})
-			reports := make(chan launcher.BootstrapReport, 3)
-			srv, err := newBootstrap(launcher.BootstrapConfig{Listen: "127.0.0.1:0", Size: 3, Secret: []byte("s"), JobID: "j", Logger: log, Reports: reports})
+			reports := make(chan launcher.BootstrapReport, 16)
+			report := func(r launcher.BootstrapReport) {
+				select {
+				case reports <- r:
+				default:
+					t.Errorf("report %+v: more reports than the test expects", r)
+				}
+			}
+			srv, err := newBootstrap(launcher.BootstrapConfig{Listen: "127.0.0.1:0", Size: 3, Secret: []byte("s"), JobID: "j", Logger: log, Report: report})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,13 +74,28 @@ func TestBootLog(t *testing.T) {
 					}()
 				}
 			}
-			select {
-			case r := <-reports:
-				if r != tc.want {
-					t.Errorf("report %+v, want %+v", r, tc.want)
+			joined := map[int]bool{}
+			deadline := time.After(10 * time.Second)
+		wait:
+			for {
+				select {
+				case r := <-reports:
+					if r.Kind == launcher.ReportJoined {
+						joined[r.Rank] = true
+						continue
+					}
+					if r.Kind == tc.want.Kind {
+						if r != tc.want {
+							t.Errorf("report %+v, want %+v", r, tc.want)
+						}
+						break wait
+					}
+				case <-deadline:
+					t.Fatalf("no report in 10 s; log:\n%s", out.String())
 				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("no report in 10 s; log:\n%s", out.String())
+			}
+			if len(joined) != 3 {
+				t.Errorf("joined reports for ranks %v, want 0, 1, 2", joined)
 			}
 			for _, s := range st {
 				s.Close()
@@ -80,20 +104,6 @@ func TestBootLog(t *testing.T) {
 				t.Errorf("log:\n%s", out.String())
 			}
 		})
-	}
-}
-
-func TestFailedRank(t *testing.T) {
-	for text, want := range map[string]*launcher.BootstrapReport{
-		"bootstrap: job aborted by rank 3: rank 3 on h: allreduce: peer lost":     {Rank: 3},
-		"bootstrap: rank 7 on host node-2 lost: connection closed before goodbye": {Rank: 7, Lost: true},
-		"bootstrap: job aborted by the launcher: rank 2 exited with status 3":     nil,
-		"something else": nil,
-	} {
-		got, ok := failedRank(text)
-		if ok != (want != nil) || ok && got != *want {
-			t.Errorf("failedRank(%q) = %+v, %v; want %+v", text, got, ok, want)
-		}
 	}
 }
 
@@ -119,27 +129,3 @@ func joinAll(t *testing.T, addr string, n int) []bootstrap.Store {
 	return st
 }
 
-// TestBootLogRankLost: every "rank lost" the server logs is reported as
-// first-hand, in order, after a second-hand abort too; nothing at ERROR.
-func TestBootLogRankLost(t *testing.T) {
-	var out bytes.Buffer
-	reports := make(chan launcher.BootstrapReport, 4)
-	lg := newBootLog(hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &out}), reports).Named("bootstrap")
-	lg.Error("job failed", "error", errors.Join(errors.New("bootstrap: job aborted by rank 1: rank 1: shm link to rank 3: closed"), errs.ErrPeerLost))
-	lg.Error("rank lost", "rank", 3, "host", "h2", "from", "10.0.0.2:5000", "error", errors.New("EOF"))
-	lg.Error("rank lost", "rank", 1, "host", "h1", "from", "10.0.0.1:5000", "error", errors.New("EOF"))
-	want := []launcher.BootstrapReport{{Rank: 1}, {Rank: 3, Lost: true}, {Rank: 1, Lost: true}}
-	for i, w := range want {
-		select {
-		case r := <-reports:
-			if r != w {
-				t.Errorf("report %d: %+v, want %+v", i, r, w)
-			}
-		default:
-			t.Fatalf("report %d missing", i)
-		}
-	}
-	if strings.Contains(out.String(), "[ERROR]") {
-		t.Errorf("log:\n%s", out.String())
-	}
-}

@@ -256,8 +256,8 @@ func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 		log = hclog.NewNullLogger()
 	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
-		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log, cfg.Reports),
-		KeepOnLoss: cfg.KeepOnLoss,
+		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log),
+		KeepOnLoss: cfg.KeepOnLoss, OnEvent: bootReports(cfg.Report),
 	})
 	if err != nil {
 		return nil, err

@@ -47,8 +47,9 @@ type Comm struct {
 	engine    *collectives.Engine
 	ownsWorld bool
 	queue
-	pxn  pxnState // the PXN proxy (pxn.go)
-	fate fate     // how the communicator ended (fate.go)
+	pxn     pxnState // the PXN proxy (pxn.go)
+	fate    fate     // how the communicator ended (fate.go)
+	closing closing  // a member that closed while others were in a call (closing.go)
 }
 
 // queue is the communicator's call queue: one collective at a time, and
@@ -84,7 +85,7 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	}
 	c.links = newLinkSet(c, addr)
 	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.NewHostMemory(), cfg)
-	c.engine.SetObserver(c.callObserver())
+	c.engine.SetObserver(c.observeCall(c.callObserver()))
 	if l, lost := w.register(c); lost {
 		c.end(c.lossError(l))
 	}
@@ -92,6 +93,7 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 		c.end(err)
 	}
 	go c.watchEnd()
+	go c.watchClose()
 	logSummary(c)
 	return c, nil
 }
@@ -228,6 +230,9 @@ func (c *Comm) Close() error {
 	c.opMu.Unlock()
 	quiescePXN(c)
 	if c.fate.ended() == nil {
+		// Say so first: a member inside a later collective then fails at
+		// once with a mismatch instead of waiting out its deadline.
+		c.announceClose()
 		// Wait (bounded) until every rank is leaving, so no rank tears down
 		// a link whose last message its peer has not read yet (links whose
 		// sends complete on the receiver's acknowledgement, the network

@@ -129,6 +129,10 @@ func anySentinel(err error) bool {
 type endRecord struct {
 	Kind string `json:"kind"` // the sentinel class (sentinels)
 	Text string `json:"text"`
+	// Closed and InCall: a member closed the communicator while this one
+	// was in InCall, a later collective (closing.go).
+	Closed *closeRecord `json:"closed,omitempty"`
+	InCall string       `json:"in_call,omitempty"`
 }
 
 // remoteError is a reason read from the store: its text, and the sentinel
@@ -161,6 +165,10 @@ const publishWait = 5 * time.Second
 // learns that from the store itself).
 func (c *Comm) publish(err error) {
 	rec := endRecord{Kind: "aborted", Text: err.Error()}
+	var ce *closedEarly
+	if errors.As(err, &ce) {
+		rec.Closed, rec.InCall = &ce.rec, ce.call
+	}
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
 			rec.Kind = s.kind

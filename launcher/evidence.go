@@ -1,0 +1,149 @@
+package launcher
+
+import (
+	"sync"
+)
+
+// ReportKind says what a BootstrapReport is about.
+type ReportKind int
+
+// The kinds of BootstrapReport.
+const (
+	// ReportAbort: Rank aborted the job because it had lost a peer; it
+	// failed because of another rank and is not the cause.
+	ReportAbort ReportKind = iota
+	ReportLost    // the server found Rank gone (connection ended before its goodbye, or silent)
+	ReportJoined  // Rank joined the job's store
+	ReportLeft    // Rank said goodbye (closed its world communicator)
+	ReportRefused // a connection claiming Rank was refused; Text says why
+	ReportEnd     // Rank published why one of its communicators ended (End)
+)
+
+// BootstrapReport is what a bootstrap server tells the launcher about the
+// job, to help name a failure's cause.
+type BootstrapReport struct {
+	Kind ReportKind
+	Rank int
+	Host string
+	Text string   // ReportLost: how; ReportRefused: why
+	End  *CommEnd // ReportEnd
+}
+
+// CommEnd is a communicator's end as one of its members published it.
+type CommEnd struct {
+	Comm string // the communicator's name
+	Kind string // mismatch, peer-lost, timeout, closed, not-supported, aborted
+	Text string // the member's error
+	// ClosedBy is the world rank that closed the communicator while the
+	// reporting member was in a later collective, InCall ("allreduce #7");
+	// -1 for every other end. ClosedCalls is the collectives it made.
+	ClosedBy    int
+	ClosedCalls uint64
+	InCall      string
+	// Dup: another member's reason was published first (this one was
+	// refused: the reason is write-once), still evidence of what this
+	// member saw.
+	Dup bool
+}
+
+// reportLedger collects a bootstrap server's reports without ever
+// dropping one (a lost "joined" would make a healthy rank look like one
+// that never joined): the server's goroutines add, the supervisor takes.
+type reportLedger struct {
+	mu      sync.Mutex
+	pending []BootstrapReport
+	ready   chan struct{} // has a value while pending is not empty
+}
+
+func newReportLedger() *reportLedger { return &reportLedger{ready: make(chan struct{}, 1)} }
+
+// add records r; it never blocks.
+func (l *reportLedger) add(r BootstrapReport) {
+	l.mu.Lock()
+	l.pending = append(l.pending, r)
+	l.mu.Unlock()
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the reports added since the last take.
+func (l *reportLedger) take() []BootstrapReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.pending
+	l.pending = nil
+	return out
+}
+
+// evidence is what the bootstrap server said about the job.
+type evidence struct {
+	reporters map[int]bool   // ranks that aborted the job because they lost a peer
+	lostFirst *int           // the first rank the bootstrap server itself found lost
+	lost      map[int]string // every rank the server found lost: how
+	joined    map[int]bool   // ranks that joined the store
+	left      map[int]bool   // ranks that said goodbye
+	refused   map[int]string // ranks refused at the handshake: why (the first)
+	ends      []endReport    // communicators' ends as members published them, in order
+
+	// Filled by the supervisor when it judges: ranks still running that
+	// never joined while others did, and whether the failure came once
+	// the bootstrap timeout had passed (so they are the likely cause).
+	neverJoined []outcome
+	joinTimeout string // the bootstrap timeout, when it had passed
+	// who is every rank's identity (rank, host, pid), by rank: a cause
+	// may be a rank that has not failed (a closer that exited 0).
+	who []outcome
+}
+
+// endReport is a CommEnd and the rank that published it.
+type endReport struct {
+	rank int
+	CommEnd
+}
+
+func (e *evidence) add(r BootstrapReport) {
+	switch r.Kind {
+	case ReportLost:
+		if e.lostFirst == nil {
+			e.lostFirst = &r.Rank
+		}
+		setMap(&e.lost, r.Rank, r.Text)
+	case ReportAbort:
+		setMap(&e.reporters, r.Rank, true)
+	case ReportJoined:
+		setMap(&e.joined, r.Rank, true)
+	case ReportLeft:
+		setMap(&e.left, r.Rank, true)
+	case ReportRefused:
+		if _, ok := e.refused[r.Rank]; !ok && r.Rank >= 0 {
+			setMap(&e.refused, r.Rank, r.Text)
+		}
+	case ReportEnd:
+		if r.End != nil {
+			e.ends = append(e.ends, endReport{rank: r.Rank, CommEnd: *r.End})
+		}
+	}
+}
+
+func setMap[V any](m *map[int]V, k int, v V) {
+	if *m == nil {
+		*m = map[int]V{}
+	}
+	(*m)[k] = v
+}
+
+// anyJoined reports whether some rank joined the store: the program uses
+// flexlink, so every rank must join.
+func (e *evidence) anyJoined() bool { return len(e.joined) > 0 }
+
+// mismatch returns the first end a member published as a mismatch.
+func (e *evidence) mismatch() (endReport, bool) {
+	for _, r := range e.ends {
+		if r.Kind == "mismatch" {
+			return r, true
+		}
+	}
+	return endReport{}, false
+}

@@ -1,0 +1,112 @@
+package launcher
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/flexlink/flexlink/internal/errs"
+)
+
+// firstCause names a cause from what the ranks and the bootstrap server
+// reported, before the order of the ends is looked at (see judge):
+//
+//  1. a rank refused at the handshake (a wrong world size, job or
+//     secret): nothing the others did made it so;
+//  2. a collective mismatch a rank published (the first one): a member
+//     that closed a communicator while the others were in a later
+//     collective on it, or two ranks that called different collectives;
+//     the ranks it names are the cause, every rank that failed on it a
+//     consequence;
+//  3. ranks still running that never joined, once the bootstrap timeout
+//     has passed: the others failed waiting for them.
+//
+// A lost host and a stopped rank still go first: either makes the others
+// fail in ways that look like these. ok is false when none applies.
+func firstCause(outs []outcome, ev evidence) (verdict, bool) {
+	if slices.ContainsFunc(outs, func(o outcome) bool { return o.kind == endHost || o.kind == endStopped }) {
+		return verdict{}, false
+	}
+	firstFailed := outs[0]
+	for _, o := range outs[1:] {
+		if o.order < firstFailed.order {
+			firstFailed = o
+		}
+	}
+	for _, o := range outs {
+		if why, ok := ev.refused[o.rank]; ok {
+			o.how += ": the bootstrap refused it: " + why
+			return verdict{cause: o, consequences: others(outs, func(r int) bool { return r == o.rank })}, true
+		}
+	}
+	if m, ok := ev.mismatch(); ok {
+		return mismatchVerdict(m, outs, ev, firstFailed), true
+	}
+	if len(ev.neverJoined) > 0 && ev.joinTimeout != "" {
+		nj := ev.neverJoined
+		v := verdict{cause: nj[0], noRank: len(nj) > 1}
+		v.cause.code = max(firstFailed.code, 1)
+		var rs []int
+		for _, o := range nj {
+			rs = append(rs, o.rank)
+		}
+		if len(nj) == 1 {
+			v.first = fmt.Sprintf("rank %d (host %s, pid %d) never joined the job within the bootstrap timeout (%s)", nj[0].rank, nj[0].host, nj[0].pid, ev.joinTimeout)
+			v.why = fmt.Sprintf("waiting for rank %d to join", nj[0].rank)
+		} else {
+			v.first = fmt.Sprintf("ranks %s never joined the job within the bootstrap timeout (%s)", joinInts(rs), ev.joinTimeout)
+			v.why = fmt.Sprintf("waiting for ranks %s to join", joinInts(rs))
+		}
+		v.consequences = others(outs, func(r int) bool { return slices.Contains(rs, r) })
+		return v, true
+	}
+	return verdict{}, false
+}
+
+// mismatchVerdict is the verdict of the first mismatch a member
+// published (m).
+func mismatchVerdict(m endReport, outs []outcome, ev evidence, firstFailed outcome) verdict {
+	v := verdict{why: "collective mismatch"}
+	if m.ClosedBy >= 0 {
+		// One member closed while others were in a later collective:
+		// every member that said so, in rank order.
+		closer := outcome{rank: m.ClosedBy, host: "?", how: "closed"}
+		if m.ClosedBy < len(ev.who) {
+			closer = ev.who[m.ClosedBy]
+		}
+		for _, o := range outs {
+			if o.rank == m.ClosedBy {
+				closer = o
+			}
+		}
+		var in []int
+		call := m.InCall
+		for _, e := range ev.ends {
+			if e.Kind == "mismatch" && e.Comm == m.Comm && e.ClosedBy == m.ClosedBy && !slices.Contains(in, e.rank) {
+				in = append(in, e.rank)
+			}
+		}
+		slices.Sort(in)
+		were := "rank " + joinInts(in) + " was"
+		if len(in) > 1 {
+			were = "ranks " + joinInts(in) + " were"
+		}
+		v.cause = closer
+		v.cause.code = max(closer.code, firstFailed.code, 1)
+		v.first = fmt.Sprintf("rank %d (host %s, pid %d) closed communicator %s after %d collectives while %s in %s (collective mismatch)",
+			closer.rank, closer.host, closer.pid, m.Comm, m.ClosedCalls, were, call)
+		v.consequences = others(outs, func(r int) bool { return r == closer.rank })
+		return v
+	}
+	// Two ranks called different collectives: the member's words name
+	// both calls; the cause is no one rank.
+	text := m.Text
+	if _, rest, ok := strings.Cut(text, errs.ErrMismatch.Error()+": "); ok {
+		text = rest
+	}
+	v.cause, v.noRank = firstFailed, true
+	v.cause.code = max(firstFailed.code, 1)
+	v.first = fmt.Sprintf("collective mismatch on communicator %s: %s", m.Comm, text)
+	v.consequences = others(outs, func(int) bool { return false })
+	return v
+}

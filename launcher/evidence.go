@@ -11,12 +11,12 @@ type ReportKind int
 const (
 	// ReportAbort: Rank aborted the job because it had lost a peer; it
 	// failed because of another rank and is not the cause.
-	ReportAbort ReportKind = iota
-	ReportLost    // the server found Rank gone (connection ended before its goodbye, or silent)
-	ReportJoined  // Rank joined the job's store
-	ReportLeft    // Rank said goodbye (closed its world communicator)
-	ReportRefused // a connection claiming Rank was refused; Text says why
-	ReportEnd     // Rank published why one of its communicators ended (End)
+	ReportAbort   ReportKind = iota
+	ReportLost               // the server found Rank gone (connection ended before its goodbye, or silent)
+	ReportJoined             // Rank joined the job's store
+	ReportLeft               // Rank said goodbye (closed its world communicator)
+	ReportRefused            // a connection claiming Rank was refused; Text says why
+	ReportEnd                // Rank published why one of its communicators ended (End)
 )
 
 // BootstrapReport is what a bootstrap server tells the launcher about the

@@ -128,4 +128,3 @@ func joinAll(t *testing.T, addr string, n int) []bootstrap.Store {
 	}
 	return st
 }
-

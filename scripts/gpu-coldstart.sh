@@ -27,8 +27,10 @@ done
 unset FLEXLINK_GPU_PTX
 export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
 if [ -n "${KERNELS:-}" ]; then
-	if bash scripts/gpu-kernels.sh "$OUT/fatbin" >"$OUT/kernels.log" 2>&1; then
-		export FLEXLINK_GPU_KERNELS=$OUT/fatbin
+	# compiled into /tmp, brought back as one tar (the device tool returns few files)
+	if bash scripts/gpu-kernels.sh /tmp/fatbin >"$OUT/kernels.log" 2>&1; then
+		export FLEXLINK_GPU_KERNELS=/tmp/fatbin
+		tar -C /tmp -cf "$OUT/fatbin.tar" fatbin
 	fi
 	cat "$OUT/kernels.log"
 fi
@@ -47,7 +49,7 @@ row() { # row LABEL CMD...: one line with the wall time and what the run said
 	out=$(timeout 300 "$@" 2>&1)
 	rc=$?
 	t1=$(date +%s.%N)
-	printf '%-34s rc=%d wall=%6.2fs %s\n' "$label" $rc "$(echo "$t1 - $t0" | bc)" \
+	printf '%-34s rc=%d wall=%6.2fs %s\n' "$label" $rc "$(awk "BEGIN{print $t1 - $t0}")" \
 		"$(echo "$out" | grep -oE 'FIRST .*' | head -1)"
 	echo "$out" | grep -E 'loaded GPU kernels' | head -3 | sed 's/^/    /'
 	[ $rc -eq 0 ] || echo "$out" | tail -5 | sed 's/^/    ! /'

@@ -26,6 +26,7 @@ type devCase struct {
 	op      dtype.Op
 	root    int
 	inPlace bool
+	shift   int // varies the inputs (replays with new inputs)
 }
 
 func (c devCase) String() string {
@@ -58,6 +59,7 @@ func (c devCase) counts(n int) (send, recv int) {
 // input is rank r's send element i: small integers, so every dtype holds
 // every partial result exactly and the reference is exact.
 func (c devCase) input(r, i, n int) float64 {
+	i += c.shift
 	switch c.op {
 	case dtype.Prod:
 		if c.kind == plane.AllReduce || c.kind == plane.ReduceScatter || c.kind == plane.Reduce {
@@ -129,16 +131,29 @@ type devRank struct {
 // buffers are cut from r.a and r.b, allocated once per rank, as a program
 // reuses its buffers (and as the direct plane's mapping cache expects).
 func runDevCase(ctx context.Context, r *devRank, c devCase) (wrong int, err error) {
+	send, recv, host, err := prepDevCase(r, c)
+	if err != nil {
+		return 0, err
+	}
+	if err := callDev(ctx, r.dc, c, send, recv, r.s); err != nil {
+		return 0, err
+	}
+	return checkDevCase(r, c, send, recv, host)
+}
+
+// prepDevCase fills c's send buffer (and the fill of the rest) on r.s and
+// returns the buffers and the input.
+func prepDevCase(r *devRank, c devCase) (send, recv *gpu.Buffer, host []byte, err error) {
 	n, me, sz := r.c.Size(), r.c.Rank(), c.dt.Size()
 	sc, rc := c.counts(n)
 	if max(sc, rc)*sz > min(r.a.Len(), r.b.Len()) {
-		return 0, fmt.Errorf("case %v needs %d bytes, the test buffers hold %d", c, max(sc, rc)*sz, r.a.Len())
+		return nil, nil, nil, fmt.Errorf("case %v needs %d bytes, the test buffers hold %d", c, max(sc, rc)*sz, r.a.Len())
 	}
-	host := make([]byte, sc*sz)
+	host = make([]byte, sc*sz)
 	for i := 0; i < sc; i++ {
 		dtype.Put(host, i, c.dt, c.input(me, i, n))
 	}
-	send, recv := r.a.Sub(0, sc*sz), r.b.Sub(0, rc*sz)
+	send, recv = r.a.Sub(0, sc*sz), r.b.Sub(0, rc*sz)
 	if c.inPlace {
 		switch {
 		case sc == rc:
@@ -150,17 +165,22 @@ func runDevCase(ctx context.Context, r *devRank, c devCase) (wrong int, err erro
 		}
 	}
 	if err := r.s.Memset(r.b, 0xEE); err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
 	if err := r.s.Memset(r.a, 0xEE); err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
 	if err := r.s.CopyHtoD(send, host); err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
-	if err := callDev(ctx, r.dc, c, send, recv, r.s); err != nil {
-		return 0, err
-	}
+	return send, recv, host, nil
+}
+
+// checkDevCase copies c's recv back (after the work on r.s) and returns
+// how many elements differ from the reference.
+func checkDevCase(r *devRank, c devCase, send, recv *gpu.Buffer, host []byte) (wrong int, err error) {
+	n, me, sz := r.c.Size(), r.c.Rank(), c.dt.Size()
+	_, rc := c.counts(n)
 	out := make([]byte, rc*sz)
 	if err := r.s.CopyDtoH(out, recv); err != nil {
 		return 0, err

@@ -178,6 +178,9 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	if err := p.flag.err(); err != nil {
 		return err
 	}
+	if o.Capture != 0 {
+		return p.captured(ctx, o, s) // CaptureBlocker took it (capture.go)
+	}
 	if p.shared != nil && o.Kind != plane.Group { // Group keeps the event protocol
 		return p.shared.do(ctx, o, s)
 	}

@@ -94,7 +94,9 @@ type flagPlane struct {
 	pcie     *flagPCIe  // the large region's PCIe part (flag_pcie.go); nil: NVLink only
 	stats    *linkStats // the flag calls' bytes per link, for LinkShares
 	w        flagWatch
-	leak     bool // Close could not agree with the peers: keep the regions (peers may still write)
+	capt     flagCapture // CUDA graph capture (capture.go)
+	holds    graphHolds  // the graphs that hold this plane's device memory (capture.go)
+	leak     bool        // Close could not agree with the peers: keep the regions (peers may still write)
 }
 
 // flagLimits are the largest calls the flag plane takes (bytes); every
@@ -183,6 +185,15 @@ func (f *flagPlane) takes(o *plane.Op) bool {
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
 func (f *flagPlane) p2p(o *plane.Op) bool {
+	if f == nil {
+		return false
+	}
+	return f.p2pShape(o, f.lim.collBytes)
+}
+
+// p2pShape is p2p with limit as the per-peer limit (a capture takes any
+// size).
+func (f *flagPlane) p2pShape(o *plane.Op, limit int) bool {
 	if f == nil || o.Kind != plane.Group || f.n != 2 {
 		return false
 	}
@@ -194,11 +205,11 @@ func (f *flagPlane) p2p(o *plane.Op) bool {
 	switch len(o.P2P) {
 	case 1:
 		b := o.P2P[0].Buf.Len()
-		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.lim.collBytes
+		return b > 0 && (b+rootedFactor-1)/rootedFactor <= limit
 	case 2:
 		a, b := o.P2P[0], o.P2P[1]
 		n := a.Buf.Len()
-		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= f.lim.collBytes
+		return a.Send != b.Send && n > 0 && n == b.Buf.Len() && n <= limit
 	}
 	return false
 }
@@ -227,7 +238,7 @@ func (f *flagPlane) err() error {
 	if err := f.wordError(atomic.LoadUint64(f.errMem.Word(0))); err != nil {
 		return err
 	}
-	if f.calls > 0 {
+	if f.calls > 0 || f.capt.any {
 		if se := f.c.JobErr(); se != nil {
 			return fmt.Errorf("flag kernels: the job was aborted, and kernels may have ended early: %w", se)
 		}
@@ -257,10 +268,10 @@ func (f *flagPlane) wordError(w uint64) error {
 // (a barrier), no kernel writes into a region any more and they may go.
 // Nothing to wait for when f is nil.
 func (f *flagPlane) quiesce() error {
-	if f == nil || f.lastS == nil {
+	if f == nil || f.lastS == nil && !f.capt.any {
 		return nil
 	}
-	return f.last.Synchronize()
+	return f.last.Synchronize() // replays record last too
 }
 
 func (f *flagPlane) close() error {
@@ -293,13 +304,19 @@ func (f *flagPlane) close() error {
 		keep(f.w.abortS.Close())
 		f.w.abortS = nil
 	}
-	if f.errMem != nil {
-		keep(f.errMem.Free())
+	if m := f.errMem; m != nil {
+		if !f.holds.keep(m.Free) { // the kernels of a graph still write errors there
+			keep(m.Free())
+		}
 		f.errMem = nil
 	}
 	if f.last != nil {
 		keep(f.last.Close())
 		f.last = nil
+	}
+	if f.capt.ev != nil {
+		keep(f.capt.ev.Close())
+		f.capt.ev = nil
 	}
 	return first
 }

@@ -20,7 +20,12 @@ func (f *flagPlane) call(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if se := f.c.JobErr(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
 	}
-	if f.lastS != nil && f.lastS != s {
+	capID := o.Capture // o is rewritten below for send/recv
+	if capID != 0 {
+		if err := f.captureBegin(capID, s); err != nil { // capture.go
+			return err
+		}
+	} else if f.lastS != nil && f.lastS != s || f.capt.any {
 		if err := s.Wait(f.last); err != nil {
 			return err
 		}
@@ -51,8 +56,8 @@ func (f *flagPlane) call(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	}
 	l := g.layout
 	x := f.pcie
-	if x == nil || g != &f.regions[1] || o.Kind != plane.AllReduce {
-		x = nil // no PCIe part for this call
+	if x == nil || g != &f.regions[1] || o.Kind != plane.AllReduce || capID != 0 {
+		x = nil // no PCIe part for this call (CaptureBlocker refused the calls that would have one)
 	} else {
 		l.MaxBlocks = x.nvcap // the PCIe blocks run beside, one per SM
 	}
@@ -101,10 +106,17 @@ func (f *flagPlane) call(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if err != nil {
 		// A two-shot call may have enqueued some of its kernels: Close
 		// (and any later call on another stream) still waits for them.
-		if s.Record(f.last) == nil {
+		if capID != 0 {
+			s.RecordExternal(f.last)
+		} else if s.Record(f.last) == nil {
 			f.lastS = s
 		}
 		return err
+	}
+	if capID != 0 {
+		// Each replay records last (an event record node); the host's
+		// count and link shares describe eager calls only.
+		return s.RecordExternal(f.last)
 	}
 	pbytes := 0
 	switch {

@@ -326,7 +326,11 @@ func (f *flagPlane) freeRegions() error {
 		if f.leak {
 			g.mem = nil
 		}
-		first = errors.Join(first, f.dropRegion(g))
+		// A CUDA graph's kernels still use the regions: the graph frees
+		// them (capture.go).
+		if !f.holds.keep(func() error { return f.dropRegion(g) }) {
+			first = errors.Join(first, f.dropRegion(g))
+		}
 		if f.claims[i] {
 			releaseRegion(f.dev, i)
 			f.claims[i] = false

@@ -48,6 +48,7 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 	// end up with different layouts turn the flag plane off (open).
 	blocks = min(blocks, max(1, pr.dev.Multiprocessors()))
 	f := &flagPlane{peers: pr, stats: stats, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}}
+	f.holds.log = pr.c.Log().Warn
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
 	// their slots close together, docs/PERF.md); the large region: the whole

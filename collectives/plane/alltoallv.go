@@ -54,9 +54,17 @@ func (d *DeviceComm) AllToAllv(ctx context.Context, send, recv *gpu.Buffer, send
 	}
 	o := &Op{Kind: AllToAllv, Send: send, Recv: recv, Count: ns / dt.Size(), DT: dt, SendBytes: sl, RecvBytes: rl}
 	if vp, ok := d.plane.(VPlane); ok && vp.RunsAllToAllv() {
+		if err := d.captureOf(o, s); err != nil {
+			return err
+		}
 		return d.c.Run(ctx, what, func(ctx context.Context) error { return d.do(ctx, o, s) })
 	}
 	g, self, selfRecv := asGroup(o, me)
+	if len(g.P2P) > 0 {
+		if err := d.captureOf(g, s); err != nil {
+			return err
+		}
+	}
 	return d.c.Run(ctx, what, func(ctx context.Context) error {
 		if self != nil {
 			if err := s.CopyDtoD(selfRecv, self); err != nil {

@@ -203,6 +203,9 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.Rank(), d.dev)
 	}
 	o := &Op{Kind: Group, P2P: ps, DT: dtype.Uint8}
+	if err := d.captureOf(o, s); err != nil {
+		return err
+	}
 	return d.c.Run(ctx, "gpu "+o.Kind.String(), func(ctx context.Context) error { return d.do(ctx, o, s) })
 }
 
@@ -240,6 +243,9 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 			return err
 		}
 		o.Recv = o.Recv.Sub(0, recvCount*sz)
+	}
+	if err := d.captureOf(o, s); err != nil {
+		return err
 	}
 	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.do(ctx, o, s) })
 }

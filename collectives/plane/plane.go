@@ -49,6 +49,10 @@ type Op struct {
 	// AllToAllv: bytes sent to and received from each peer, blocks one
 	// after another in rank order in Send and Recv.
 	SendBytes, RecvBytes []int
+	// Capture is the id of the CUDA graph capture the call's stream is in
+	// (0: none): the plane enqueues only work that replays correctly with
+	// no host involvement (Capturer said it can).
+	Capture uint64
 }
 
 // P2P is one send or receive of a Group; Buf is the whole message.
@@ -106,4 +110,13 @@ type Plane interface {
 	// LinkShares reports the share of the bytes each link carried (empty
 	// when the plane has one link).
 	LinkShares() map[string]float64
+}
+
+// Capturer is a Plane that can enqueue some calls on a stream that is
+// being captured into a CUDA graph (capture.go).
+type Capturer interface {
+	// CaptureBlocker says why o cannot be enqueued on a capturing stream
+	// ("" when it can). It is pure (no driver call, no message), and every
+	// rank of a correct program decides alike from the same call.
+	CaptureBlocker(o *Op) string
 }

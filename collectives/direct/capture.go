@@ -1,0 +1,230 @@
+package direct
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
+)
+
+// CUDA graph capture on the direct plane (collectives/plane/capture.go
+// says what a capture asks of a plane). What replays:
+//
+//   - one rank: every collective is a copy of send into recv (or nothing
+//     in place), enqueued as it is;
+//   - more ranks: the collectives the flag kernels serve (allreduce,
+//     reduce-scatter, allgather, alltoall, broadcast, reduce) at any size,
+//     and a two-rank group of one send, one receive, or one send and one
+//     receive of the same size. The kernels meet their peers through
+//     cumulative counters in device memory (gpu/kernels/flag.cu), so a
+//     replay is one more call for them: nothing on the host is frozen in
+//     the graph. Sizes past the eager limits (FLEXLINK_GPU_FLAG_COLL_BYTES)
+//     take the kernels too: they loop over their slots, chunk by chunk.
+//
+// What is refused (ErrNotCapturable, before the call touches anything):
+// ranks sharing one GPU on the leader path, a plane with the flag kernels
+// off, the handshake paths (groups of other shapes, more than two ranks),
+// an in-place alltoall (staged through a scratch ordered by host events),
+// alltoallv as one call, and an allreduce that would use the large
+// region's PCIe part (FLEXLINK_GPU_FLAG_PCIE_BLOCKS: its split is planned
+// on the host per call).
+//
+// Order. A rank's flag kernels must run one after another, replays and
+// eager calls alike. Every flag call ends by recording flagPlane.last; in
+// a capture the record is an event record node (RecordExternal) and the
+// capture's first flag call starts with an event wait node on it
+// (WaitExternal), so each replay waits for the latest flag call enqueued
+// before it and records its own end; once a plane has captured, every
+// eager flag call waits on last too, whatever its stream. Two streams of
+// one capture are joined with an event of the capture (capEv).
+//
+// Lifetime. A capture that holds a flag call holds the plane's device
+// memory (its regions, the peers' regions mapped here, the error word) for
+// the graph's life, through a CUDA user object: Close and Release hand
+// what a graph still holds to it, and the last graph's destruction frees
+// it (graphHolds). Replaying a graph after its communicator is destroyed
+// is an error, as in NCCL: the kernels wait for peers that do not come.
+//
+// Host bookkeeping the graph cannot update is not assumed per call: the
+// PCIe part is off, LinkShares describes the last eager call, and the call
+// count (flagPlane.calls) counts eager calls only.
+
+// CaptureBlocker says why o cannot run on a capturing stream
+// (plane.Capturer).
+func (p *directPlane) CaptureBlocker(o *plane.Op) string {
+	if p.n == 1 {
+		if o.Kind == plane.Group || o.Kind == plane.AllToAllv {
+			return "send/recv on a communicator of one rank"
+		}
+		return ""
+	}
+	if p.shared != nil {
+		return "its ranks share one GPU, where rank 0 runs every call after host messages (FLEXLINK_GPU_SHARED=leader)"
+	}
+	f := p.flag
+	if f == nil {
+		return "the flag kernels are off on this communicator (FLEXLINK_GPU_FLAG_BYTES=0, ranks sharing a GPU, or more than 8 ranks), and its other paths meet the peers through host messages at every call"
+	}
+	b := o.Count * o.DT.Size()
+	switch o.Kind {
+	case plane.AllReduce:
+		if f.pcie != nil && b >= flagSmallMax {
+			return "an allreduce of 32 MiB or more with the flag kernels' PCIe part on (FLEXLINK_GPU_FLAG_PCIE_BLOCKS), whose split the host plans at every call"
+		}
+	case plane.ReduceScatter, plane.AllGather, plane.Broadcast, plane.Reduce:
+	case plane.AllToAll:
+		if overlaps(o.Send, o.Recv) {
+			return "an in-place alltoall, which stages through a scratch buffer ordered by host-side events"
+		}
+	case plane.Group:
+		if !f.p2pShape(o, math.MaxInt) {
+			return "grouped send/recv replays only as one send, one receive, or one send and one receive of the same size between the two ranks of a two-rank communicator (other groups meet the peers through host messages)"
+		}
+	default:
+		return fmt.Sprintf("%s meets the peers through host messages", o.Kind)
+	}
+	return ""
+}
+
+// captured enqueues o, which CaptureBlocker accepted, on the capturing
+// stream s.
+func (p *directPlane) captured(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	if p.n == 1 {
+		return selfCopy(o, s)
+	}
+	if o.Kind != plane.Group && o.Count == 0 {
+		return nil
+	}
+	return p.flag.call(ctx, o, s)
+}
+
+// selfCopy is a one-rank collective: recv is send (sum, avg, min, max of
+// one vector; its one block), copied unless they are the same memory.
+func selfCopy(o *plane.Op, s *gpu.Stream) error {
+	src, dst := o.Send, o.Recv
+	if src == nil || dst == nil || src.Len() == 0 || src.Ptr() == dst.Ptr() {
+		return nil
+	}
+	n := min(src.Len(), dst.Len())
+	return s.CopyDtoD(dst.Sub(0, n), src.Sub(0, n))
+}
+
+// flagCapture is the flag plane's capture state.
+type flagCapture struct {
+	any bool        // a flag call was captured: eager calls always wait on last
+	id  uint64      // the capture of the latest captured flag call
+	s   *gpu.Stream // its stream
+	ev  *gpu.Event  // joins a second stream of one capture (made on first use)
+}
+
+// captureBegin orders a flag call on s, in capture id, after the rank's
+// previous flag call (see the file's comment).
+func (f *flagPlane) captureBegin(id uint64, s *gpu.Stream) error {
+	c := &f.capt
+	if c.id != id {
+		if err := f.holds.hold(s); err != nil {
+			return err
+		}
+		c.id, c.s, c.any = id, s, true
+		return s.WaitExternal(f.last)
+	}
+	if c.s == s {
+		return nil
+	}
+	if c.ev == nil {
+		ev, err := f.dev.NewEvent(false)
+		if err != nil {
+			return err
+		}
+		c.ev = ev
+	}
+	if err := c.s.Record(c.ev); err != nil {
+		return err
+	}
+	c.s = s
+	return s.Wait(c.ev)
+}
+
+// graphHolds counts the graphs that hold the flag plane's device memory,
+// and keeps what the plane let go of (Close, Release) while one does.
+type graphHolds struct {
+	log  func(msg string, args ...any)
+	mu   sync.Mutex
+	n    int
+	kept []func() error // frees, run when n drops to 0
+	done chan struct{}  // closed once the kept frees have run (made with the first)
+}
+
+// hold makes the graph s is capturing hold the plane's memory until the
+// graph is destroyed.
+func (h *graphHolds) hold(s *gpu.Stream) error {
+	h.mu.Lock()
+	h.n++
+	h.mu.Unlock()
+	if err := s.HoldForGraph(h.unhold); err != nil {
+		h.mu.Lock()
+		h.n--
+		h.mu.Unlock()
+		return fmt.Errorf("hold the flag regions for the graph: %w", err)
+	}
+	return nil
+}
+
+// unhold is a graph's user object destructor: it runs on a driver thread,
+// which must not call the driver, so the frees run on a goroutine.
+func (h *graphHolds) unhold() {
+	h.mu.Lock()
+	h.n--
+	var run []func() error
+	var done chan struct{}
+	if h.n == 0 {
+		run, h.kept, done, h.done = h.kept, nil, h.done, nil
+	}
+	h.mu.Unlock()
+	if len(run) > 0 {
+		go func() {
+			var err error
+			for _, free := range run {
+				err = errors.Join(err, free())
+			}
+			if err != nil && h.log != nil {
+				h.log("gpu flag memory kept for CUDA graphs: free after the last graph", "error", err)
+			}
+			close(done)
+		}()
+	}
+}
+
+// freed returns a channel closed once the memory kept for the graphs has
+// been freed (tests); nil when nothing is kept.
+func (h *graphHolds) freed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done
+}
+
+// keep hands free to the graphs when one holds the plane's memory and
+// reports whether it did; otherwise the caller frees now.
+func (h *graphHolds) keep(free func() error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		return false
+	}
+	h.kept = append(h.kept, free)
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return true
+}
+
+// held reports how many graphs hold the plane's memory (tests).
+func (h *graphHolds) held() (graphs, kept int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n, len(h.kept)
+}

@@ -24,6 +24,7 @@ func (l *Library) Abort(h uintptr) error {
 	}
 	c.mu.Lock()
 	c.aborted = true
+	c.ended.Store(true)
 	c.mu.Unlock()
 	c.cancel() // ends this rank's calls in flight, and an initialisation
 	<-c.ready

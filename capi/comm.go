@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexlink/flexlink/bootstrap"
@@ -53,6 +54,10 @@ type state struct {
 	nextOp   int32
 	aborted  bool
 	revoked  bool // ncclCommRevoke (revoke.go), or ncclCommShrink with NCCL_SHRINK_ABORT
+	// ended is set (under mu) with asyncErr, aborted or revoked, and read
+	// without it: a call on a healthy communicator takes no lock to learn
+	// that it is.
+	ended atomic.Bool
 }
 
 func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
@@ -87,6 +92,7 @@ func (c *Comm) note(err error) {
 	c.mu.Lock()
 	if c.asyncErr == nil {
 		c.asyncErr = err
+		c.ended.Store(true)
 	}
 	c.last = err.Error()
 	c.mu.Unlock()
@@ -108,6 +114,9 @@ func (c *Comm) usable(fn string) error {
 	}
 	if c.initErr != nil {
 		return fail(ResultOf(c.initErr), "%s: communicator %#x failed to initialise: %w", fn, c.handle, c.initErr)
+	}
+	if !c.ended.Load() {
+		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

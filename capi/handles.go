@@ -1,15 +1,45 @@
 package capi
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // handles are the library's live communicators and registrations, by the
 // handle the C caller holds (ncclComm_t, the ncclCommRegister handle).
-// Both kinds come from one counter, so no handle names two things.
+// Both kinds come from one counter, so no handle names two things. Every
+// call looks its communicator up, so that takes no lock: the table of
+// communicators is replaced whole (under mu) when one is added or
+// removed, which is rare.
 type handles struct {
 	mu    sync.Mutex
 	next  uintptr
-	comms map[uintptr]*Comm
+	comms atomic.Pointer[map[uintptr]*Comm]
 	regs  map[uintptr]bool // ncclCommRegister handles
+}
+
+// newHandles returns an empty table; handles start at 1.
+func newHandles() handles {
+	return handles{next: 1, regs: map[uintptr]bool{}}
+}
+
+// setComm makes the table of communicators old with h set to c (nil:
+// removed). Called under mu.
+func (t *handles) setComm(h uintptr, c *Comm) {
+	var old map[uintptr]*Comm
+	if m := t.comms.Load(); m != nil {
+		old = *m
+	}
+	m := make(map[uintptr]*Comm, len(old)+1)
+	for k, v := range old {
+		if k != h {
+			m[k] = v
+		}
+	}
+	if c != nil {
+		m[h] = c
+	}
+	t.comms.Store(&m)
 }
 
 // add registers c under a new handle.
@@ -19,22 +49,25 @@ func (t *handles) add(c *Comm) uintptr {
 	h := t.next
 	t.next++
 	c.handle = h
-	t.comms[h] = c
+	t.setComm(h, c)
 	return h
 }
 
 // remove forgets handle h.
 func (t *handles) remove(h uintptr) {
 	t.mu.Lock()
-	delete(t.comms, h)
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	if t.get(h) != nil {
+		t.setComm(h, nil)
+	}
 }
 
 // get returns the communicator of h, nil when none.
 func (t *handles) get(h uintptr) *Comm {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.comms[h]
+	if m := t.comms.Load(); m != nil {
+		return (*m)[h]
+	}
+	return nil
 }
 
 // comm looks up a handle for fn. NULL and handles never issued or already

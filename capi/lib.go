@@ -86,10 +86,13 @@ func New(opt Options) *Library {
 		opt:     opt,
 		env:     opt.Env,
 		log:     opt.Logger,
-		handles: handles{next: 1, comms: map[uintptr]*Comm{}, regs: map[uintptr]bool{}},
+		handles: newHandles(),
 		groups:  threadGroups{byThread: map[int]*group{}},
 		ids:     rendezvous{served: map[[nonceBytes]byte]*served{}},
-		mem:     memRegistry{allocs: map[uintptr]*gpu.Buffer{}, wrapped: map[uintptr]wrapped{}},
+		mem:     memRegistry{allocs: map[uintptr]*gpu.Buffer{}},
+	}
+	if id, ok := opt.Memory.(Identifier); ok {
+		l.opt.Memory = idMemory{Memory: opt.Memory, id: id, reg: &l.mem}
 	}
 	if l.env == nil {
 		l.env = settings.OS()

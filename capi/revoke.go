@@ -46,6 +46,7 @@ func (l *Library) Revoke(h uintptr, flags int) error {
 		return fail(InvalidArgument, "ncclCommRevoke: communicator %#x (rank %d of %d) is revoked already", c.handle, c.rank, c.nranks)
 	}
 	c.revoked = true
+	c.ended.Store(true)
 	c.mu.Unlock()
 	c.rc.Revoke(fmt.Errorf("ncclCommRevoke: %w", errs.ErrAborted))
 	return nil

@@ -51,6 +51,7 @@ func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config, flags ..
 	if flag == ShrinkAbort {
 		p.mu.Lock()
 		p.revoked = true
+		p.ended.Store(true)
 		p.mu.Unlock()
 		p.rc.Revoke(fmt.Errorf("ncclCommShrink with NCCL_SHRINK_ABORT: %w", errs.ErrAborted))
 	}

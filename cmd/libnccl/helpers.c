@@ -22,13 +22,13 @@ const char *fl_last_error(const char *s) {
 }
 
 // CUDA driver entry points, with CUresult as int and handles as pointers.
-typedef int (*pointer_get_attribute_fn)(void *data, int attribute, uintptr_t ptr);
+typedef int (*pointer_get_attributes_fn)(unsigned num, int *attributes, void **data, uintptr_t ptr);
 typedef int (*ctx_get_device_fn)(int *dev);
 typedef int (*stream_is_capturing_fn)(void *stream, int *status);
 typedef int (*stream_synchronize_fn)(void *stream);
 typedef int (*init_fn)(unsigned flags);
 
-static pointer_get_attribute_fn fl_pointer_get_attribute;
+static pointer_get_attributes_fn fl_pointer_get_attributes;
 static ctx_get_device_fn fl_ctx_get_device;
 static stream_is_capturing_fn fl_stream_is_capturing;
 static stream_synchronize_fn fl_stream_synchronize;
@@ -47,33 +47,58 @@ int fl_cuda_open(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!h) return 0;
   init_fn init = (init_fn)dlsym(h, "cuInit");
-  fl_pointer_get_attribute = (pointer_get_attribute_fn)dlsym(h, "cuPointerGetAttribute");
+  fl_pointer_get_attributes = (pointer_get_attributes_fn)dlsym(h, "cuPointerGetAttributes");
   fl_ctx_get_device = (ctx_get_device_fn)dlsym(h, "cuCtxGetDevice");
   fl_stream_is_capturing = (stream_is_capturing_fn)dlsym(h, "cuStreamIsCapturing");
   fl_stream_synchronize = (stream_synchronize_fn)dlsym(h, "cuStreamSynchronize");
-  if (!init || !fl_pointer_get_attribute || !fl_ctx_get_device || !fl_stream_is_capturing || !fl_stream_synchronize) return 0;
+  if (!init || !fl_pointer_get_attributes || !fl_ctx_get_device || !fl_stream_is_capturing || !fl_stream_synchronize) return 0;
   if (init(0) != 0) return 0;
   return 1;
 }
 
-// fl_locate reports whether p is device memory (1) or not (0) and, for
-// device memory, its device, the allocation holding it, the driver's id of
-// that allocation (unique for the life of the process: memory freed and
-// allocated again at the same address gets a new one; 0 when the driver
-// cannot say) and whether it can be exported with cuIpcGetMemHandle
-// (cudaMalloc memory can; VMM memory from cuMemCreate/cuMemMap, as
-// PyTorch's expandable_segments, and stream-ordered pools cannot; a driver
-// that cannot say reports 1, and an export that then fails is an error).
+// fl_identify reports whether p is device memory (1) or not (0) and, for
+// device memory, the driver's id of the allocation holding it (unique for
+// the life of the process: memory freed and allocated again at the same
+// address gets a new one; 0 when the driver cannot say). One driver call,
+// made on every collective for each buffer: the Go side keeps the rest of
+// what fl_locate says by this id. cuPointerGetAttributes, unlike
+// cuPointerGetAttribute, answers CUDA_SUCCESS for memory CUDA does not know
+// (host memory), with every attribute zero.
+int fl_identify(uintptr_t p, unsigned long long *id) {
+  unsigned int type = 0;
+  unsigned long long buffer = 0;
+  int attrs[] = {attr_memory_type, attr_buffer_id};
+  void *data[] = {&type, &buffer};
+  if (fl_pointer_get_attributes(2, attrs, data, p) != 0 || type != memorytype_device) return 0;
+  *id = buffer;
+  return 1;
+}
+
+// fl_locate reports what fl_identify does and, for device memory, its
+// device, the allocation holding it and whether it can be exported with
+// cuIpcGetMemHandle (cudaMalloc memory can; VMM memory from
+// cuMemCreate/cuMemMap, as PyTorch's expandable_segments, and
+// stream-ordered pools cannot; a driver that cannot say reports 1, and an
+// export that then fails is an error), in one driver call. An attribute
+// the driver does not know fails the whole call: then the ones every
+// driver since CUDA 11.3 knows are asked again without it.
 int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size, unsigned long long *id, int *ipc) {
   unsigned int type = 0;
-  if (fl_pointer_get_attribute(&type, attr_memory_type, p) != 0 || type != memorytype_device) return 0;
-  if (fl_pointer_get_attribute(dev, attr_device_ordinal, p) != 0) return 0;
-  if (fl_pointer_get_attribute(base, attr_range_start, p) != 0) return 0;
-  if (fl_pointer_get_attribute(size, attr_range_size, p) != 0) return 0;
-  *id = 0;
-  if (fl_pointer_get_attribute(id, attr_buffer_id, p) != 0) *id = 0;
-  int capable = 1;
-  if (fl_pointer_get_attribute(&capable, attr_legacy_ipc, p) != 0) capable = 1;
+  int ordinal = -1, capable = 1;
+  unsigned long long buffer = 0;
+  uintptr_t start = 0;
+  size_t length = 0;
+  int attrs[] = {attr_memory_type, attr_device_ordinal, attr_range_start, attr_range_size, attr_buffer_id, attr_legacy_ipc};
+  void *data[] = {&type, &ordinal, &start, &length, &buffer, &capable};
+  if (fl_pointer_get_attributes(6, attrs, data, p) != 0) {
+    capable = 1;
+    if (fl_pointer_get_attributes(5, attrs, data, p) != 0) return 0;
+  }
+  if (type != memorytype_device || ordinal < 0 || start == 0 || length == 0) return 0;
+  *dev = ordinal;
+  *base = start;
+  *size = length;
+  *id = buffer;
   *ipc = capable != 0;
   return 1;
 }

@@ -5,6 +5,7 @@ void *fl_handle(uintptr_t h);
 uintptr_t fl_id(void *p);
 const char *fl_last_error(const char *s);
 int fl_cuda_open(void);
+int fl_identify(uintptr_t p, unsigned long long *id);
 int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size, unsigned long long *id, int *ipc);
 int fl_current_device(void);
 int fl_capturing(void *stream);

@@ -72,7 +72,9 @@ func lib() *capi.Library {
 // tid is the calling OS thread: a cgo callback runs on the C caller's thread.
 func tid() int { return syscall.Gettid() }
 
-// cudaMemory is capi.Memory over the driver calls of helpers.c.
+// cudaMemory is capi.Memory over the driver calls of helpers.c, and a
+// capi.Identifier: the library calls Identify (one driver call) for each
+// buffer of each call and Locate only for an allocation it has not seen.
 type cudaMemory struct{}
 
 func (cudaMemory) Locate(p uintptr) (capi.Region, bool) {
@@ -85,6 +87,14 @@ func (cudaMemory) Locate(p uintptr) (capi.Region, bool) {
 		return capi.Region{}, false
 	}
 	return capi.Region{Device: int(dev), Base: uintptr(base), Size: int(size), BufferID: uint64(id), NoIPC: ipc == 0}, true
+}
+
+func (cudaMemory) Identify(p uintptr) (uint64, bool) {
+	var id C.ulonglong
+	if C.fl_identify(C.uintptr_t(p), &id) == 0 {
+		return 0, false
+	}
+	return uint64(id), true
 }
 
 func (cudaMemory) CurrentDevice() int { return int(C.fl_current_device()) }

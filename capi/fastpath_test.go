@@ -1,0 +1,82 @@
+package capi
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/settings"
+)
+
+// The per-call cost of the C library's entry path (issue 29, the small
+// message fast path), on one rank so that only the library's own work is
+// measured: go test ./capi -run '^$' -bench AllReduce1 -benchmem.
+
+// BenchmarkAllReduce1Host is ncclAllReduce of 8 floats on host buffers,
+// one rank, no CUDA in the process.
+func BenchmarkAllReduce1Host(b *testing.B) {
+	l := New(Options{Env: settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s"})})
+	hs, err := l.InitAll(1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = l.Destroy(hs[0]) }()
+	buf := make([]float32, 8)
+	p := unsafe.Pointer(&buf[0])
+	call := Call{Kind: AllReduce, Send: p, Recv: p, Count: 8, Type: ncclFloat32}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Coll(1, hs[0], call); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAllReduce1Device is ncclAllReduce of 8 floats on device buffers
+// of the fake driver, one rank: the buffer's location (Memory.Locate), its
+// Buffer, the stream, and the device collective's enqueue.
+func BenchmarkAllReduce1Device(b *testing.B) {
+	l, h, mem, dv := oneDeviceRank(b, &fakeMem{alloc: map[uintptr]Region{}})
+	buf, err := dv.Alloc(4 * 8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem.add(buf, 0)
+	s, err := dv.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	call := Call{Kind: AllReduce, Send: devPtr(buf), Recv: devPtr(buf), Count: 8, Type: ncclFloat32, Stream: s.Handle()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Coll(1, h, call); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// oneDeviceRank is a Library over mem on the fake driver with one rank on
+// its GPU 0; it is destroyed when tb ends.
+func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.Device) {
+	tb.Helper()
+	drv, err := gpufake.Open(gpufake.Config{Devices: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := New(Options{
+		Env:    settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": tb.TempDir()}),
+		Memory: mem,
+		Driver: func() (*gpu.Driver, error) { return drv, nil },
+	})
+	hs, err := l.InitAll(1, []int{0})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dv, err := drv.Device(0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Destroy(hs[0]); drv.Close() })
+	return l, hs[0], mem, dv
+}

@@ -15,8 +15,18 @@ type jobEnv struct {
 	JobID            string
 	Secret           string // hex
 	BootstrapTimeout time.Duration
-	MasterAddr       string // PyTorch env:// rendezvous host
-	MasterPort       int    // PyTorch env:// rendezvous port, not the bootstrap's
+	LivenessTimeout  time.Duration // 0 (tests): not set
+	MasterAddr       string        // PyTorch env:// rendezvous host
+	MasterPort       int           // PyTorch env:// rendezvous port, not the bootstrap's
+}
+
+// liveness is FLEXLINK_LIVENESS_TIMEOUT's value ("" when unset: the
+// setting's default).
+func (je jobEnv) liveness() string {
+	if je.LivenessTimeout <= 0 {
+		return ""
+	}
+	return je.LivenessTimeout.String()
 }
 
 // isRankVar reports whether flexrun sets key for each rank (so -x may not).
@@ -64,6 +74,7 @@ func rankEnv(base []string, je jobEnv, p Placement) []string {
 		{"FLEXLINK_JOB_ID", je.JobID},
 		{"FLEXLINK_JOB_SECRET", je.Secret},
 		{"FLEXLINK_BOOTSTRAP_TIMEOUT", je.BootstrapTimeout.String()},
+		{"FLEXLINK_LIVENESS_TIMEOUT", je.liveness()},
 		{"FLEXLINK_GPU", strconv.Itoa(p.GPU)},
 		{"RANK", strconv.Itoa(p.Rank)},
 		{"WORLD_SIZE", strconv.Itoa(je.Size)},

@@ -23,6 +23,13 @@ import (
 const (
 	DefaultBootstrapTimeout = 60 * time.Second
 	DefaultKillGrace        = 2 * time.Second
+	// DefaultLivenessTimeout is how long the bootstrap server and a rank
+	// may stay silent before the other declares it lost
+	// (FLEXLINK_LIVENESS_TIMEOUT): long enough that flexrun paused (a
+	// debugger, SIGSTOP, a loaded login node) or a starved host does not
+	// end a healthy job. A closed connection or a dead process is noticed
+	// at once whatever it is.
+	DefaultLivenessTimeout = 30 * time.Second
 )
 
 // Job is one flexrun invocation. Its settings come in groups (embedded,
@@ -91,6 +98,10 @@ type Deadlines struct {
 	Timeout          time.Duration // whole job; 0: none. Exceeded: exit 124
 	BootstrapTimeout time.Duration // passed as FLEXLINK_BOOTSTRAP_TIMEOUT; 0: 60 s
 	KillGrace        time.Duration // SIGTERM to SIGKILL; 0: 2 s
+	// LivenessTimeout is how long the bootstrap server and a rank may
+	// stay silent before the other declares it lost; passed as
+	// FLEXLINK_LIVENESS_TIMEOUT. 0: DefaultLivenessTimeout.
+	LivenessTimeout time.Duration
 	// CauseGrace is how long the first failure waits for the other ranks'
 	// ends before flexrun names the cause (sooner when every rank has
 	// ended); 0: DefaultCauseGrace.
@@ -128,6 +139,9 @@ type BootstrapConfig struct {
 	// KeepOnLoss: a lost rank fails only what needs it; the server goes on
 	// serving the others (Deadlines.KeepGoing).
 	KeepOnLoss bool
+	// PeerTimeout is how long a rank may stay silent before the server
+	// declares it lost (Deadlines.LivenessTimeout).
+	PeerTimeout time.Duration
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -195,7 +209,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 		listen = "0.0.0.0:0"
 	}
 	reports := newReportLedger()
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing})
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing, PeerTimeout: job.LivenessTimeout})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}
@@ -234,6 +248,9 @@ func (job Job) withDefaults() Job {
 	}
 	if job.KillGrace <= 0 {
 		job.KillGrace = DefaultKillGrace
+	}
+	if job.LivenessTimeout <= 0 {
+		job.LivenessTimeout = DefaultLivenessTimeout
 	}
 	if job.CauseGrace <= 0 {
 		job.CauseGrace = DefaultCauseGrace
@@ -319,6 +336,7 @@ func (job Job) secrets(size int) (jobSecrets, error) {
 			JobID:            hex.EncodeToString(b[32:]),
 			Secret:           hex.EncodeToString(b[:32]),
 			BootstrapTimeout: job.BootstrapTimeout,
+			LivenessTimeout:  job.LivenessTimeout,
 			MasterAddr:       "127.0.0.1",
 		},
 		secret: b[:32],

@@ -97,6 +97,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the placement and exit"},
 		durationFlag("timeout", 0, "time limit of the whole job, in seconds or as 1m30s; exceeded: exit 124", "none"),
 		durationFlag("bootstrap-timeout", launcher.DefaultBootstrapTimeout, "how long ranks wait for each other to join (FLEXLINK_BOOTSTRAP_TIMEOUT)", ""),
+		durationFlag("liveness-timeout", launcher.DefaultLivenessTimeout, "how long a rank and the bootstrap may stay silent (paused, starved, cut off) before the other declares it lost; a closed connection or a dead rank is noticed at once (FLEXLINK_LIVENESS_TIMEOUT)", ""),
 		durationFlag("kill-grace", launcher.DefaultKillGrace, "time between SIGTERM and SIGKILL when the job is torn down", ""),
 		durationFlag("cause-grace", launcher.DefaultCauseGrace, "after a rank fails, how long the other ranks' ends are awaited before flexrun names the cause", ""),
 		&cli.BoolFlag{Name: "keep-going", Usage: "a rank that fails does not end the job: the others run on (NCCL programs can shrink their communicators); flexrun names the first failure once every rank has ended and exits with its status"},
@@ -158,12 +159,19 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 			Timeout:          duration(c, "timeout"),
 			BootstrapTimeout: duration(c, "bootstrap-timeout"),
 			KillGrace:        duration(c, "kill-grace"),
+			LivenessTimeout:  duration(c, "liveness-timeout"),
 			CauseGrace:       duration(c, "cause-grace"),
 			KeepGoing:        c.Bool("keep-going"),
 		},
 	}
 	if job.NP < 0 {
 		return job, fmt.Errorf("-np %d: want 1 or more (or 0: the total of the slots)", job.NP)
+	}
+	// Zero would mean nothing sensible for these (--timeout 0 is "none").
+	for _, name := range []string{"bootstrap-timeout", "liveness-timeout", "kill-grace", "cause-grace", "connect-timeout", "launch-timeout", "agent-timeout"} {
+		if c.IsSet(name) && duration(c, name) <= 0 {
+			return job, fmt.Errorf("--%s %s: want more than 0", name, c.Generic(name))
+		}
 	}
 	if c.Bool("nccl") || c.IsSet("nccl-lib") {
 		pre, err := ncclPreload(c.String("nccl-lib"), os.Getenv("LD_PRELOAD"))
@@ -257,7 +265,7 @@ func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
 		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log),
-		KeepOnLoss: cfg.KeepOnLoss, OnEvent: bootReports(cfg.Report),
+		KeepOnLoss: cfg.KeepOnLoss, OnEvent: bootReports(cfg.Report), PeerTimeout: cfg.PeerTimeout,
 	})
 	if err != nil {
 		return nil, err

@@ -78,6 +78,18 @@ func KindDuration() Kind {
 	}}
 }
 
+// KindPositiveDuration is a duration of more than zero (a timeout where
+// zero would mean nothing sensible).
+func KindPositiveDuration() Kind {
+	return Kind{Allowed: "a duration of more than 0, like 90s, 1m30s or 500ms (a bare number is seconds)", check: func(v string) error {
+		d, err := parseDuration(v)
+		if err != nil || d <= 0 {
+			return errBad
+		}
+		return nil
+	}}
+}
+
 // KindBool is a yes/no switch: 1, true, yes, on or 0, false, no, off (any case).
 func KindBool() Kind {
 	return Kind{Allowed: "1, true, yes, on, 0, false, no or off", check: func(v string) error {

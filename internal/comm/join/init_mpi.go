@@ -42,7 +42,8 @@ func initMPI(ctx context.Context, env settings.Env, getenv func(string) (string,
 	if me == 0 {
 		secret := make([]byte, 32)
 		if _, serveErr = rand.Read(secret); serveErr == nil {
-			srv, serveErr = bootstrap.NewServer(bootstrap.ServerConfig{Addr: ":0", Size: n, Secret: secret, JobID: jobID, Logger: NewLogger(env, host, 0)})
+			liveness, _ := env.Duration("FLEXLINK_LIVENESS_TIMEOUT") // a bad value fails the dial below
+			srv, serveErr = bootstrap.NewServer(bootstrap.ServerConfig{Addr: ":0", Size: n, Secret: secret, JobID: jobID, Logger: NewLogger(env, host, 0), PeerTimeout: liveness})
 		}
 		text := "error " + fmt.Sprint(serveErr)
 		if serveErr == nil {

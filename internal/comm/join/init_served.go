@@ -54,10 +54,14 @@ func joinServed(ctx context.Context, env settings.Env, host string, sj servedJob
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	liveness, err := env.Duration("FLEXLINK_LIVENESS_TIMEOUT")
+	if err != nil {
+		return fmt.Errorf("rank init: %w", err)
+	}
 	lg := NewLogger(env, host, sj.rank)
 	addr := sj.dial
 	if sj.rank == 0 && srv == nil {
-		srv, err = bootstrap.NewServer(bootstrap.ServerConfig{Addr: sj.listen, Size: sj.size, Secret: sj.secret, JobID: sj.jobID, Logger: lg})
+		srv, err = bootstrap.NewServer(bootstrap.ServerConfig{Addr: sj.listen, Size: sj.size, Secret: sj.secret, JobID: sj.jobID, Logger: lg, PeerTimeout: liveness})
 		if err != nil {
 			return fmt.Errorf("rank 0 on %s (%s): serve the bootstrap: %w%s", host, sj.launcher, err, sj.portHint)
 		}
@@ -69,7 +73,7 @@ func joinServed(ctx context.Context, env settings.Env, host string, sj servedJob
 	ss := &servedStore{srv: srv, barrier: sj.barrier, finish: sj.finish}
 	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{
 		Addr: addr, Rank: sj.rank, Size: sj.size, Secret: sj.secret, JobID: sj.jobID, Host: host,
-		Logger: ss.quietWhenLeaving(env, host, sj.rank),
+		Logger: ss.quietWhenLeaving(env, host, sj.rank), PeerTimeout: liveness,
 	})
 	if err != nil {
 		if srv != nil {

@@ -67,6 +67,10 @@ func Init(ctx context.Context, build Build) error {
 	if err != nil {
 		return fmt.Errorf("rank init: %w", err)
 	}
+	liveness, err := env.Duration("FLEXLINK_LIVENESS_TIMEOUT")
+	if err != nil {
+		return fmt.Errorf("rank init: %w", err)
+	}
 	jobID := env.String("FLEXLINK_JOB_ID")
 	lg := NewLogger(env, host, r)
 	dctx := ctx
@@ -76,7 +80,7 @@ func Init(ctx context.Context, build Build) error {
 		defer cancel()
 	}
 	store, err := bootstrap.Dial(dctx, bootstrap.DialConfig{
-		Addr: addr, Rank: r, Size: n, Secret: secret, JobID: jobID, Host: host, Logger: lg,
+		Addr: addr, Rank: r, Size: n, Secret: secret, JobID: jobID, Host: host, Logger: lg, PeerTimeout: liveness,
 	})
 	if err != nil {
 		return fmt.Errorf("rank %d on %s: join bootstrap at %s: %w", r, host, addr, err)

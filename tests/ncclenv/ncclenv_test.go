@@ -114,8 +114,10 @@ func TestShmDisableUsesNetwork(t *testing.T) {
 	if k := kinds(); k["shm"] != 2 || len(k) != 1 {
 		t.Errorf("defaults: link kinds %v, want shm on both ranks", k)
 	}
-	if k := kinds("NCCL_SHM_DISABLE=1"); k["net"] != 2 || len(k) != 1 {
-		t.Errorf("NCCL_SHM_DISABLE=1: link kinds %v, want net on both ranks", k)
+	// net: one NIC; multi: a channel over several NICs (rails) of the
+	// network transport.
+	if k := kinds("NCCL_SHM_DISABLE=1"); k["net"]+k["multi"] != 2 || k["shm"] != 0 {
+		t.Errorf("NCCL_SHM_DISABLE=1: link kinds %v, want the network transport's (net or multi) on both ranks", k)
 	}
 	if k := kinds("NCCL_SHM_DISABLE=1", "FLEXLINK_TRANSPORT=shm"); k["shm"] != 2 || len(k) != 1 {
 		t.Errorf("NCCL_SHM_DISABLE=1 FLEXLINK_TRANSPORT=shm: link kinds %v, want shm (the FLEXLINK name wins)", k)

@@ -52,6 +52,7 @@ type work struct {
 	sendN, recvN     int // bytes of each buffer this rank touches (0: unused)
 	device           bool
 	sendReg, recvReg Region
+	capture          bool // call.Stream is capturing a CUDA graph (capture.go)
 }
 
 // Coll checks and runs (or, inside a group, queues) call on communicator
@@ -206,14 +207,24 @@ func (c *Comm) locate(w *work) error {
 		return fail(InvalidArgument, "send buffer %p and receive buffer %p: one is device memory and the other is not", w.call.Send, w.call.Recv)
 	}
 	w.device = sd || rd
+	capture, err := c.capturing(w.call.Stream)
+	if err != nil {
+		return err
+	}
+	w.capture = capture
 	if !w.device {
+		if capture {
+			return refuse(InvalidUsage, "host buffers on a stream that is capturing a CUDA graph: the call would run on the host now, not when the graph is replayed")
+		}
 		return nil
 	}
 	if c.dc == nil {
 		return fail(InvalidUsage, "device buffers on a communicator without a GPU (no CUDA driver when it was created)")
 	}
-	if mem.Capturing(w.call.Stream) {
-		return fail(InvalidUsage, "stream %#x is capturing a CUDA graph: flexlink's libnccl does not support graph capture yet", w.call.Stream)
+	if capture {
+		if err := w.captureBlocker(); err != nil {
+			return err
+		}
 	}
 	for _, r := range []struct {
 		n   int

@@ -37,7 +37,7 @@ func (c *Comm) runDevice(w *work) (err error) {
 	bounceSend := send != nil && w.sendReg.NoIPC
 	bounceRecv := recv != nil && w.recvReg.NoIPC
 	if !w.op.PreMul && !bounceSend && !bounceRecv {
-		return c.collDevice(w, send, recv, op, s)
+		return captureRefused(c.collDevice(w, send, recv, op, s))
 	}
 	var scalar *gpu.Buffer
 	if w.op.PreMul && w.op.ScalarPtr != 0 {
@@ -168,7 +168,7 @@ func (c *Comm) groupDevice(s *gpu.Stream, ops []rank.DeviceP2P, bounced []bool) 
 		}
 	}
 	if need == 0 {
-		return c.dc.Group(c.ctx, s, ops...)
+		return captureRefused(c.dc.Group(c.ctx, s, ops...))
 	}
 	sc, err := c.stage.acquire(c.gpuDev, s, scalarSlot+need)
 	if err != nil {

@@ -59,6 +59,15 @@ func (s *suspendable) RunsAllToAllv() bool {
 	return ok && vp.RunsAllToAllv()
 }
 
+// CaptureBlocker forwards plane.Capturer (a plane without it cannot run
+// under CUDA graph capture: the staged plane copies through host memory).
+func (s *suspendable) CaptureBlocker(o *plane.Op) string {
+	if cp, ok := s.Plane.(plane.Capturer); ok {
+		return cp.CaptureBlocker(o)
+	}
+	return "this data plane copies through host memory and synchronises"
+}
+
 func wrap(c plane.Caller, p plane.Plane) plane.Plane { return &suspendable{Plane: p, c: c} }
 
 func suspendState(d *plane.DeviceComm) (*suspendable, error) {

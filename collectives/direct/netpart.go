@@ -13,6 +13,7 @@ import (
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/hello"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/fabric/transports"
 	"github.com/flexlink/flexlink/gpu"
@@ -69,6 +70,17 @@ import (
 // after that. The receiver's: before it posts a receive into it, the host
 // waits for the join event of the previous call's H2D copies.
 //
+// # Who may connect
+//
+// Each listener takes exactly one connection, from the peer it was offered
+// to, and that connection must prove the job secret first (fabric/net/hello:
+// the hello names sender and receiver and is bound to the job, this
+// communicator and this listener). A connection that sends anything else,
+// a hello for another listener, job or rank, or nothing within the hello
+// deadline is dropped with one rate-limited WARN, and the listener keeps
+// waiting for the real peer: whoever reaches the port first cannot feed a
+// rank's staging buffer.
+//
 // # Failure
 //
 // Every wait (slot events, requests) is bounded by the call's context and
@@ -87,6 +99,11 @@ type netState struct {
 	openNIC func(hclog.Logger) (net.Provider, int, error)
 	lis     []net.Listener // by peer, during setup only
 	start   *gpu.Event     // recorded on the caller's stream after the ready waits
+	hello   hello.Config   // what each connection's first message proves
+	drops   *hello.Drops   // connections dropped by the listeners (one WARN a minute)
+	// helloWait bounds how long an accepted connection may stay silent
+	// (0: hello.DefaultWait; tests lower it).
+	helloWait time.Duration
 
 	// Test hooks: fault is asked at "d2h", "send" (before the table),
 	// "slot" (before each slot) and "h2d" (peer: the other end); onSplit
@@ -207,6 +224,13 @@ func (x *netState) offer(ctx context.Context, b []byte) error {
 		return nil
 	}
 	var err error
+	ja, ok := x.c.(jobAuth)
+	if !ok {
+		return fmt.Errorf("gpu net part: communicator %s cannot prove the job secret (its host has no JobAuth): refusing unauthenticated listeners", x.c.Name())
+	}
+	secret, job := ja.JobAuth()
+	x.hello = netHello(secret, job, x.c.ID())
+	x.drops = &hello.Drops{Log: x.c.Log(), What: fmt.Sprintf("gpu net part of rank %d on %s", x.me, x.c.Host())}
 	if x.prov, x.nicIdx, err = x.openNIC(x.c.Log()); err != nil {
 		return fmt.Errorf("gpu net part (FLEXLINK_LINKS names net; its NIC: FLEXLINK_NET, FLEXLINK_NET_IFNAME, FLEXLINK_NET_DEVICES): %w", err)
 	}
@@ -225,11 +249,28 @@ func (x *netState) offer(ctx context.Context, b []byte) error {
 	return nil
 }
 
+// jobAuth is what the communicator gives the net part to prove: the job
+// secret and id (internal/comm.Comm has it).
+type jobAuth interface {
+	JobAuth() (secret []byte, jobID string)
+}
+
+// netHelloTag is the tag of a connection's hello, before the net part's
+// other tags (netpart_wire.go).
+const netHelloTag = uint64(0x6e6574_6865_0000)
+
+// netHello is what the net part's connections of communicator id prove.
+func netHello(secret []byte, jobID string, id uint64) hello.Config {
+	return hello.Config{Secret: secret, JobID: jobID, Purpose: "flexlink gpu net part hello", Scope: fmt.Sprintf("communicator %#x", id), Tag: netHelloTag}
+}
+
 // open connects the net part of every pair that has PCIe staging (px.tx
 // toward the peer, px.rx from it; both sides of a pair agree on those):
-// this rank connects to the listener each receiver offered it, then
-// accepts from each sender (a connection is usable before it is
-// accepted, so no rank waits for another's order). blobs[r] is rank r's
+// this rank connects to the listener each receiver offered it and says
+// its proved hello, then accepts from each sender the first connection
+// whose hello proves the secret and names that sender (others are
+// dropped; see "Who may connect"). A connection is usable before it is
+// accepted, so no rank waits for another's order. blobs[r] is rank r's
 // part of the exchange.
 func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err error) {
 	if x == nil {
@@ -238,6 +279,7 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 	defer x.closeListeners()
 	ctx, cancel := x.jobCtx(ctx)
 	defer cancel()
+	var hellos []net.Request
 	for j, t := range px.tx {
 		if t == nil {
 			continue
@@ -251,9 +293,15 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		if nt.Tx, err = pcie.NewTx(x.peers.dev, x.staging); err != nil {
 			return fmt.Errorf("gpu net part toward rank %d: %w", j, err)
 		}
-		if nt.conn, err = x.prov.Connect(ctx, x.nicIdx, h[1:1+h[0]]); err != nil {
+		handle := h[1 : 1+h[0]]
+		if nt.conn, err = x.prov.Connect(ctx, x.nicIdx, handle); err != nil {
 			return fmt.Errorf("gpu net part: connect to rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
 		}
+		q, err := x.hello.Send(nt.conn, hello.Hello{From: x.me, To: j}, handle)
+		if err != nil {
+			return fmt.Errorf("gpu net part: hello to rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
+		}
+		hellos = append(hellos, q)
 	}
 	for j, r := range px.rx {
 		if r == nil {
@@ -264,8 +312,19 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		if nr.Tx, err = pcie.NewTx(x.peers.dev, x.staging); err != nil {
 			return fmt.Errorf("gpu net part from rank %d: %w", j, err)
 		}
-		if nr.conn, err = x.lis[j].Accept(ctx); err != nil {
+		want := func(h hello.Hello) error {
+			if h.From != j || h.To != x.me {
+				return fmt.Errorf("hello from rank %d to rank %d reached rank %d's listener for rank %d", h.From, h.To, x.me, j)
+			}
+			return nil
+		}
+		if nr.conn, _, err = x.hello.Accept(ctx, x.lis[j], x.helloWait, want, x.drops); err != nil {
 			return fmt.Errorf("gpu net part: accept from rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
+		}
+	}
+	for _, q := range hellos { // the receivers took them: a refused one fails here
+		if _, err := q.Wait(ctx); err != nil {
+			return fmt.Errorf("gpu net part: hello over net (%s) not taken: %w", x.nic(), err)
 		}
 	}
 	x.c.Log().Info("gpu net link", "nic", x.nic(), "staging", x.staging, "shares", x.by())

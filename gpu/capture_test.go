@@ -1,0 +1,316 @@
+package gpu_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/gpu/internal/cu"
+	"github.com/flexlink/flexlink/gpu/internal/cufake"
+)
+
+// Stream capture on the fake driver: capture modes and the unsafe-call
+// rule, what a capture records and how a replay runs it, user objects.
+
+// onThread runs f on a goroutine locked to an OS thread of its own, with
+// device 0's context current, in capture mode m, and returns its error.
+func onThread(f *cufake.Fake, m cu.CaptureMode, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		c, err := f.PrimaryCtxRetain(0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer f.PrimaryCtxRelease(0)
+		if err := f.CtxSetCurrent(c); err != nil {
+			done <- err
+			return
+		}
+		if _, err := f.ThreadExchangeStreamCaptureMode(m); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+// TestFakeCaptureModes: a potentially unsafe call fails and invalidates
+// the captures its thread's mode forbids, as the CUDA documentation of
+// cuStreamBeginCapture's modes says, and only those.
+func TestFakeCaptureModes(t *testing.T) {
+	_, f := openFake(t, gpufake.Config{})
+	for _, tc := range []struct {
+		name        string
+		capture     cu.CaptureMode
+		sameThread  bool
+		callerMode  cu.CaptureMode
+		wantRefused bool
+	}{
+		{"global-other-global", cu.CaptureModeGlobal, false, cu.CaptureModeGlobal, true},
+		{"global-other-relaxed", cu.CaptureModeGlobal, false, cu.CaptureModeRelaxed, false},
+		{"global-other-threadlocal", cu.CaptureModeGlobal, false, cu.CaptureModeThreadLocal, false},
+		{"global-same-global", cu.CaptureModeGlobal, true, cu.CaptureModeGlobal, true},
+		{"global-same-relaxed", cu.CaptureModeGlobal, true, cu.CaptureModeRelaxed, false},
+		{"threadlocal-other-global", cu.CaptureModeThreadLocal, false, cu.CaptureModeGlobal, false},
+		{"threadlocal-same-threadlocal", cu.CaptureModeThreadLocal, true, cu.CaptureModeThreadLocal, true},
+		{"relaxed-same-global", cu.CaptureModeRelaxed, true, cu.CaptureModeGlobal, false},
+		{"relaxed-other-global", cu.CaptureModeRelaxed, false, cu.CaptureModeGlobal, false},
+	} {
+		for _, unsafeCall := range []string{"cuMemAlloc", "cuEventQuery", "cuStreamSynchronize(other)"} {
+			t.Run(tc.name+"/"+unsafeCall, func(t *testing.T) {
+				call := func() error {
+					switch unsafeCall {
+					case "cuMemAlloc":
+						p, err := f.MemAlloc(256)
+						if err == nil {
+							f.MemFree(p)
+						}
+						return err
+					case "cuEventQuery":
+						e, err := f.EventCreate(cu.EventDisableTiming)
+						if err != nil {
+							return err
+						}
+						defer f.EventDestroy(e)
+						_, err = f.EventQuery(e)
+						return err
+					}
+					o, err := f.StreamCreate(cu.StreamNonBlocking)
+					if err != nil {
+						return err
+					}
+					defer f.StreamDestroy(o)
+					return f.StreamSynchronize(o)
+				}
+				var callErr, endErr error
+				err := onThread(f, tc.capture, func() error {
+					s, err := f.StreamCreate(cu.StreamNonBlocking)
+					if err != nil {
+						return err
+					}
+					defer f.StreamDestroy(s)
+					if err := f.StreamBeginCapture(s, tc.capture); err != nil {
+						return err
+					}
+					if tc.sameThread {
+						f.ThreadExchangeStreamCaptureMode(tc.callerMode)
+						callErr = call()
+					} else {
+						callErr = onThread(f, tc.callerMode, call)
+					}
+					g, err := f.StreamEndCapture(s)
+					endErr = err
+					if err == nil {
+						return f.GraphDestroy(g)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.wantRefused {
+					if !cu.Is(callErr, cu.ErrorCaptureUnsupported) || !cu.Is(endErr, cu.ErrorCaptureInvalidated) {
+						t.Errorf("call: %v, end capture: %v; want CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED then _INVALIDATED", callErr, endErr)
+					}
+				} else if callErr != nil || endErr != nil {
+					t.Errorf("call: %v, end capture: %v; want both to succeed", callErr, endErr)
+				}
+			})
+		}
+	}
+}
+
+// TestFakeCaptureLibraryRelaxed: the library's own calls (package gpu)
+// never invalidate a global capture in progress on another thread.
+func TestFakeCaptureLibraryRelaxed(t *testing.T) {
+	drv, f := openFake(t, gpufake.Config{})
+	dv, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ev, err := dv.NewEvent(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	var endErr error
+	err = onThread(f, cu.CaptureModeGlobal, func() error {
+		s, err := f.StreamCreate(cu.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer f.StreamDestroy(s)
+		if err := f.StreamBeginCapture(s, cu.CaptureModeGlobal); err != nil {
+			return err
+		}
+		// On other threads (Go moves goroutines; gpu switches each call's
+		// thread to relaxed mode).
+		if err := onThread(f, cu.CaptureModeGlobal, func() error {
+			b, err := dv.Alloc(1 << 10)
+			if err != nil {
+				return err
+			}
+			if err := other.Record(ev); err != nil {
+				return err
+			}
+			if _, err := ev.Done(); err != nil {
+				return err
+			}
+			if err := other.Synchronize(); err != nil {
+				return err
+			}
+			return b.Free()
+		}); err != nil {
+			return err
+		}
+		g, err := f.StreamEndCapture(s)
+		endErr = err
+		if err == nil {
+			f.GraphDestroy(g)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if endErr != nil {
+		t.Fatalf("the library's calls invalidated a global capture: %v", endErr)
+	}
+}
+
+// TestFakeGraph: a capture records copies, memsets, kernel launches (with
+// their arguments as they were), host functions and external event
+// records; each replay runs them again on the memory as it is then; events
+// recorded inside a capture cannot be used outside it; a graph's user
+// objects are destroyed with the graph and its instantiations.
+func TestFakeGraph(t *testing.T) {
+	drv, f := openFake(t, gpufake.Config{})
+	dv, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cs, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	const n = 4096
+	in, mid, out := mustAlloc(t, dv, n), mustAlloc(t, dv, n), mustAlloc(t, dv, n)
+	ext, inner := mustEvent(t, dv), mustEvent(t, dv)
+	var hostRuns, destroyed atomic.Int32
+
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := cs.Capture(); err != nil || !ci.Active || ci.ID == 0 {
+		t.Fatalf("capture info %+v, %v; want active", ci, err)
+	}
+	steps := []error{
+		cs.Memset(out, 0x55),
+		cs.Copy(mid, in), // a kernel
+		cs.CopyDtoD(out.Sub(0, n/2), mid.Sub(0, n/2)),
+		cs.LaunchHostFunc(func() { hostRuns.Add(1) }),
+		cs.RecordExternal(ext),
+		cs.Record(inner),
+		cs.HoldForGraph(func() { destroyed.Add(1) }),
+	}
+	if err := errors.Join(steps...); err != nil {
+		t.Fatal(err)
+	}
+	if hostRuns.Load() != 0 {
+		t.Fatal("a host function ran at capture")
+	}
+	// Inner belongs to the capture: waiting on it from a stream outside
+	// makes that stream join the capture, which is not what we want here;
+	// querying it fails.
+	if _, err := inner.Done(); !cu.Is(err, cu.ErrorCapturedEvent) {
+		t.Fatalf("query of an event recorded in the capture: %v, want CUDA_ERROR_CAPTURED_EVENT", err)
+	}
+	g, err := cs.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if destroyed.Load() != 0 {
+		t.Fatal("the user object was destroyed with the graph while an instantiation holds it")
+	}
+	for k := 1; k <= 3; k++ {
+		src := bytes.Repeat([]byte{byte(k)}, n)
+		if err := s.CopyHtoD(in, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, n)
+		if err := s.CopyDtoH(got, out); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		want := append(bytes.Repeat([]byte{byte(k)}, n/2), bytes.Repeat([]byte{0x55}, n/2)...)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("replay %d: output differs from the captured work on the new input", k)
+		}
+		if hostRuns.Load() != int32(k) {
+			t.Fatalf("replay %d: host function ran %d times", k, hostRuns.Load())
+		}
+		if done, err := ext.Done(); err != nil || !done {
+			t.Fatalf("replay %d: the external record node left the event %v, %v", k, done, err)
+		}
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if destroyed.Load() != 1 {
+		t.Fatalf("user object destroyed %d times after the graph and its instantiation went, want 1", destroyed.Load())
+	}
+	if graphs, execs, users := f.Graphs(); graphs+execs+users != 0 {
+		t.Fatalf("left: %d graphs, %d instantiations, %d user objects", graphs, execs, users)
+	}
+}
+
+func mustAlloc(t *testing.T, dv *gpu.Device, n int) *gpu.Buffer {
+	t.Helper()
+	b, err := dv.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
+}
+
+func mustEvent(t *testing.T, dv *gpu.Device) *gpu.Event {
+	t.Helper()
+	e, err := dv.NewEvent(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}

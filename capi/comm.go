@@ -28,8 +28,9 @@ type Comm struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed when initialisation has finished
 
-	made  // set before ready is closed, read-only after
-	state // guarded by mu
+	made            // set before ready is closed, read-only after
+	state           // guarded by mu
+	views hostViews // the last host buffers of its calls (run.go)
 }
 
 // made is what a communicator's initialisation produced, and the device

@@ -1,8 +1,10 @@
 package capi
 
 import (
+	"sync/atomic"
 	"unsafe"
 
+	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/rank"
 	"github.com/flexlink/flexlink/reduce"
@@ -91,7 +93,36 @@ func hostBytes(p unsafe.Pointer, n int) []byte {
 	return unsafe.Slice((*byte)(p), n)
 }
 
-func (w *work) hostData(p unsafe.Pointer, n int) rank.Data { return rank.Bytes(hostBytes(p, n), w.dt) }
+// hostData is the caller's n bytes of host memory at p as w's elements.
+func (w *work) hostData(p unsafe.Pointer, n int) rank.Data { return w.c.views.data(p, n, w.dt) }
+
+// hostViews are the last host buffers a communicator's calls used, as
+// rank.Data: making one boxes the slice (a heap allocation), and a
+// program calls on the same few buffers again and again. Read and written
+// without a lock; a view is never changed once made.
+type hostViews struct {
+	slots [4]atomic.Pointer[hostView]
+	next  atomic.Uint32
+}
+
+type hostView struct {
+	p  unsafe.Pointer
+	n  int
+	dt dtype.DType
+	d  rank.Data
+}
+
+// data is rank.Bytes of the n bytes at p, an earlier one when the same.
+func (v *hostViews) data(p unsafe.Pointer, n int, dt dtype.DType) rank.Data {
+	for i := range v.slots {
+		if h := v.slots[i].Load(); h != nil && h.p == p && h.n == n && h.dt == dt {
+			return h.d
+		}
+	}
+	d := rank.Bytes(hostBytes(p, n), dt)
+	v.slots[v.next.Add(1)%uint32(len(v.slots))].Store(&hostView{p: p, n: n, dt: dt, d: d})
+	return d
+}
 
 // syncFirst waits for the caller's stream before a call on host buffers
 // (the work queued on it may produce the data).

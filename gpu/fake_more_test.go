@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -229,71 +230,81 @@ func TestFakeEvents(t *testing.T) {
 	}
 }
 
-// TestFakeComputeCapability: sm_80 and sm_90 devices load their PTX and
-// reduce; older ones are not supported.
+// TestFakeComputeCapability: devices of compute capability 8.0 and later
+// load the compiled kernels (sm_80 code on 8.6, sm_100's PTX on 12.0) and
+// reduce; older ones are not supported; float8 needs 9.0.
 func TestFakeComputeCapability(t *testing.T) {
 	for _, tc := range []struct {
 		major, minor int
-		ok           bool
-	}{{9, 0, true}, {8, 6, true}, {8, 0, true}, {10, 0, true}, {7, 5, false}} {
+		ok, fp8      bool
+		code         string
+	}{{9, 0, true, true, "sass"}, {8, 6, true, false, "sass"}, {8, 0, true, false, "sass"}, {10, 0, true, true, "sass"},
+		{12, 0, true, true, "ptx"}, {7, 5, false, false, ""}} {
 		t.Run(fmt.Sprintf("sm_%d%d", tc.major, tc.minor), func(t *testing.T) {
 			drv, _ := openFake(t, gpufake.Config{ComputeMajor: tc.major, ComputeMinor: tc.minor})
 			r := newRig(t, drv, 1)
 			buf := r.alloc(t, r.devs[0], 64)
 			err := r.streams[0].Reduce(buf, buf, buf, 16, dtype.BFloat16, dtype.Sum)
-			ok := tc.ok && (tc.major != 8 || kernels.HasSM80()) // Hopper-only builds carry no sm_80 PTX
-			if ok && err != nil {
+			if tc.ok && err != nil {
 				t.Fatal(err)
 			}
-			if !ok && !errors.Is(err, errs.ErrNotSupported) {
-				t.Fatalf("reduce on sm_%d%d = %v, want ErrNotSupported", tc.major, tc.minor, err)
+			if !tc.ok {
+				if !errors.Is(err, errs.ErrNotSupported) {
+					t.Fatalf("reduce on sm_%d%d = %v, want ErrNotSupported", tc.major, tc.minor, err)
+				}
+				return
+			}
+			loads := r.devs[0].KernelLoads()
+			if len(loads) != 1 || loads[0].Family != "bf16" || loads[0].Code != tc.code {
+				t.Errorf("loads %+v, want one: bf16 from %s code", loads, tc.code)
+			}
+			err = r.streams[0].Reduce(buf, buf, buf, 16, dtype.Float8E4M3, dtype.Max)
+			if tc.fp8 != (err == nil) || (!tc.fp8 && !errors.Is(err, errs.ErrNotSupported)) {
+				t.Errorf("float8 reduce on sm_%d%d = %v, want supported %v", tc.major, tc.minor, err, tc.fp8)
 			}
 		})
 	}
 }
 
-// TestEmbeddedPTX: both builds declare every kernel the Go side launches,
-// for the architecture their name says.
-func TestEmbeddedPTX(t *testing.T) {
+// TestEmbeddedKernels: every family's fatbin declares exactly the kernels
+// the Go side launches from it (the fake driver reads the PTX inside).
+func TestEmbeddedKernels(t *testing.T) {
+	set, ok := kernels.Embedded()
+	if !ok {
+		t.Fatal("this build carries no kernels")
+	}
 	entry := regexp.MustCompile(`\.visible \.entry (\w+)\(`)
-	for _, tc := range []struct {
-		major  int
-		target string
-	}{{9, ".target sm_90"}, {8, ".target sm_80"}} {
-		if tc.major == 8 && !kernels.HasSM80() {
-			continue // a Hopper-only build (tag flexlink_nosm80)
+	want := map[string][]string{kernels.Common: {gpu.CopyKernelName, gpu.Copy2KernelName, gpu.FlagGatherKernelName}}
+	for _, dt := range dtype.All() {
+		names := []string{gpu.ScaleKernelName(dt), gpu.PreMulKernelName(dt)}
+		for _, op := range gpu.ReduceOps() {
+			names = append(names, gpu.ReduceKernelName(dt, op), gpu.FlagKernelName(dt, op), gpu.FlagRSKernelName(dt, op))
 		}
-		ptx, ok := kernels.ReducePTX(tc.major, 0)
-		if !ok || !bytes.Contains(ptx, []byte(tc.target)) {
-			t.Fatalf("PTX for sm_%d0: ok %v, lacks %q", tc.major, ok, tc.target)
+		fam := strings.TrimPrefix(gpu.ScaleKernelName(dt), "flexlink_scale_")
+		want[fam] = names
+	}
+	if got := len(set.Manifest().Families); got != len(want) {
+		t.Errorf("%d families, want %d", got, len(want))
+	}
+	for fam, names := range want {
+		b, err := set.Fatbin(fam)
+		if err != nil {
+			t.Fatal(err)
 		}
 		have := map[string]bool{}
-		for _, m := range entry.FindAllSubmatch(ptx, -1) {
+		for _, m := range entry.FindAllSubmatch(b, -1) {
 			have[string(m[1])] = true
 		}
-		types := 0
-		for _, dt := range dtype.All() {
-			if dt.IsFloat8() && tc.major < 9 {
-				continue // float8 needs sm_89's conversions: the compute_80 build has none (as NCCL)
-			}
-			types++
-			names := []string{gpu.ScaleKernelName(dt), gpu.PreMulKernelName(dt)}
-			for _, op := range dtype.Ops() {
-				names = append(names, gpu.ReduceKernelName(dt, op), gpu.FlagKernelName(dt, op), gpu.FlagRSKernelName(dt, op))
-			}
-			for _, n := range names {
-				if !have[n] {
-					t.Errorf("%s: no kernel %s", tc.target, n)
-				}
-			}
-		}
-		for _, n := range []string{gpu.CopyKernelName, gpu.Copy2KernelName, gpu.FlagGatherKernelName} {
+		for _, n := range names {
 			if !have[n] {
-				t.Errorf("%s: no kernel %s", tc.target, n)
+				t.Errorf("%s: no kernel %s", fam, n)
 			}
 		}
-		if want := 14*types + 3; len(have) != want {
-			t.Errorf("%s: %d kernels, want %d (%d dtypes × reduce, flag and flag reduce-scatter for sum, prod, min, max, scale and premul; copy, copy2, flag gather)", tc.target, len(have), want, types)
+		if len(have) != len(names) {
+			t.Errorf("%s: %d kernels, want %d (only its own)", fam, len(have), len(names))
+		}
+		if !bytes.Contains(b, []byte(".target sm_100")) {
+			t.Errorf("%s: no sm_100 PTX", fam)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 // Where the kernels come from, in order: FLEXLINK_GPU_PTX (one PTX file
 // holding every family, for kernel development), FLEXLINK_GPU_KERNELS (a
 // directory laid out like gpu/kernels/fatbin), the fatbins embedded in the
-// binary, and last the whole-file PTX of older builds.
+// binary.
 
 // errNoBinaryForGPU is CUDA_ERROR_NO_BINARY_FOR_GPU.
 const errNoBinaryForGPU cu.Result = 209
@@ -223,13 +223,7 @@ func (dv *Device) familyImage(family string) (image, error) {
 		set = s
 	}
 	if set == nil {
-		if b, ok := kernels.ReducePTX(dv.info.major, dv.info.minor); ok {
-			return image{family: "all", from: "embedded PTX", code: "ptx", bytes: b}, nil
-		}
-		if !kernels.HasPTX() {
-			return image{}, fmt.Errorf("this binary carries no kernels (built with the tag flexlink_noptx): set FLEXLINK_GPU_KERNELS to a directory like gpu/kernels/fatbin: %w", errs.ErrNotSupported)
-		}
-		return image{}, fmt.Errorf("kernels need compute capability 8.0 or later, have %d.%d: %w", dv.info.major, dv.info.minor, errs.ErrNotSupported)
+		return image{}, fmt.Errorf("this binary carries no kernels (built with the tag flexlink_noptx): set FLEXLINK_GPU_KERNELS to a directory like gpu/kernels/fatbin: %w", errs.ErrNotSupported)
 	}
 	m := set.Manifest()
 	if !m.Usable(dv.info.major, dv.info.minor) {

@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 out=.devbin
 mkdir -p "$out"
 export GOOS=linux GOARCH=amd64
-# No PTX in the binaries (tag flexlink_noptx): gpu-device.sh compiles
-# gpu/kernels with the GPU machine's nvcc and points FLEXLINK_GPU_PTX at it
-# (the PTX is 10 MB, and the folder must stay under the tool's 64 MiB).
+# No kernels in the binaries (tag flexlink_noptx): gpu-common.sh points
+# FLEXLINK_GPU_KERNELS at the tree's gpu/kernels/fatbin (9 MB; the folder
+# must stay under the tool's 64 MiB with the tree).
 flags=(-trimpath -ldflags='-s -w' -tags flexlink_noptx)
 go build "${flags[@]}" -o "$out/" ./cmd/flexbench ./cmd/flexinfo
 if ! go build "${flags[@]}" -o "$out/" ./cmd/flexrun 2>"$out/flexrun-build.err"; then
@@ -45,15 +45,14 @@ PY
 	rm -rf "$tmp"
 fi
 rm -f "$out/flexrun-build.err"
-# gpu.test runs only its real-GPU tests there (TestGPU*, on FLEXLINK_GPU_PTX);
-# its fake-driver tests need the embedded PTX and run here.
+# gpu.test runs only its real-GPU tests there (TestGPU*, on FLEXLINK_GPU_KERNELS);
+# its fake-driver tests need the embedded kernels and run here.
 for pkg in collectives/direct gpu cmd/flexbench/internal/nccl rank; do
 	go test -c "${flags[@]}" -o "$out/$(basename "$pkg").test" "./$pkg"
 done
 anchor=../shared/anchors/nccl_baseline.py
 if [ -f "$anchor" ]; then cp "$anchor" "$out/"; fi
 cp scripts/gpu-device.sh scripts/gpu-common.sh scripts/gpu-multi.sh scripts/gpu-one.sh "$out/"
-rm -rf "$out/kernels" && mkdir -p "$out/kernels" && cp gpu/kernels/*.cu "$out/kernels/" # the device tool also copies the tree: gpu-device.sh prefers its gpu/kernels (and the committed PTX there)
 cp scripts/pcie_sm_probe.cu scripts/ce_pipeline_probe.cu scripts/cuda_check.h "$out/"
 # Compressed: the binaries come to ~50 MB, the tree to ~23 MB, and the
 # device tool carries 64 MiB in all; gpu-one.sh decompresses them there.

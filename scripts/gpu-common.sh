@@ -1,9 +1,9 @@
 # Sourced by gpu-device.sh (two GPUs) and gpu-multi.sh (every GPU of the
 # machine) on the GPU machine, from the repository root with .devbin/
-# carried: the environment every run shares, stamp, the kernels compiled
-# with the machine's nvcc (FLEXLINK_GPU_PTX points at them; `compiled` says
-# whether they were), and the bench and ranktests helpers. Needs B, OUT and
-# NP set by the caller; the PTX goes to PTXOUT (default OUT).
+# carried: the environment every run shares, stamp, the kernels
+# (FLEXLINK_GPU_KERNELS points at them; `compiled` says whether this machine
+# compiled them, NVCC=1), and the bench and ranktests helpers. Needs B, OUT
+# and NP set by the caller; compiled kernels go to PTXOUT (default OUT).
 # shellcheck shell=bash
 export NCCL_NVLS_ENABLE=0 FLEXLINK_REQUIRE_GPU=1 FLEXLINK_TIMEOUT=120s FLEXLINK_GPU_KERNEL_TIMEOUT=${FLEXLINK_GPU_KERNEL_TIMEOUT:-10s}
 T0=$(date +%s)
@@ -17,43 +17,26 @@ for f in "$B"/*.xz build/nccl/lib/*.xz; do
 	xz -d -f "$f" && chmod +x "${f%.xz}"
 done
 
-# Kernels: where nvcc exists, compile gpu/kernels (carried as
-# .devbin/kernels) to PTX, keep the files in $PTXOUT (they are what
-# gpu/kernels commits) and run everything below on them.
-K=$B/kernels # the kernel sources: the working tree's when the device tool copied it
-if [ -f gpu/kernels/reduce.cu ]; then K=gpu/kernels; fi
-if [ -d $K ] && [ -z "${NO_NVCC:-}" ]; then # NO_NVCC=1: run on the committed PTX (saves ~40 s when the kernels have not changed)
-	nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
-	{
-		stamp "nvcc: ${nvcc:-none}"
-		rm -f "$PTXOUT"/reduce_sm*.ptx # never an earlier call's PTX (PTXOUT may outlive the call)
-		if [ -n "$nvcc" ]; then
-			"$nvcc" --version | tail -2
-			(cd $K && "$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$PTXOUT/reduce_sm90.ptx" reduce.cu) &
-			p90=$!
-			(cd $K && "$nvcc" -ptx -arch=compute_80 -O3 -std=c++17 -o "$PTXOUT/reduce_sm80.ptx" reduce.cu) &
-			p80=$!
-			if ! wait $p90 || ! wait $p80; then
-				echo "nvcc failed"
-				rm -f "$PTXOUT"/reduce_sm*.ptx
-			fi
-			(cd $K && "$nvcc" -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -o /tmp/reduce.cubin reduce.cu 2>&1 | grep -A1 flexlink_flag_sum_f32 | head -4)
-			ls -l "$PTXOUT"/*.ptx
-		fi
-		stamp kernels done
-	} >"$OUT/kernels.log" 2>&1
-	if [ -s "$PTXOUT/reduce_sm90.ptx" ]; then export FLEXLINK_GPU_PTX=$PTXOUT/reduce_sm90.ptx; fi
-fi
-# The binaries carry no PTX (gpu-build.sh: tag flexlink_noptx): without
-# nvcc here, run on the committed PTX of the working tree.
-compiled=1
-if [ -z "${FLEXLINK_GPU_PTX:-}" ]; then
-	compiled=0
-	export FLEXLINK_GPU_PTX=$PWD/gpu/kernels/reduce_sm90.ptx
-	if [ ! -f "$FLEXLINK_GPU_PTX" ]; then
-		echo "$0: no nvcc here and no gpu/kernels/reduce_sm90.ptx (run from the repository root with the tree)" >&2
-		exit 1
+# Kernels: the compiled ones of the working tree (gpu/kernels/fatbin; the
+# binaries carry none: gpu-build.sh builds them with the tag
+# flexlink_noptx). NVCC=1 compiles them again with this machine's nvcc
+# (scripts/gpu-kernels.sh, ~40 s) into $PTXOUT/fatbin and runs on those;
+# $OUT/fatbin.tar brings them back to commit after a kernel change.
+unset FLEXLINK_GPU_PTX
+export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
+compiled=0
+if [ -n "${NVCC:-}" ]; then
+	if bash scripts/gpu-kernels.sh "$PTXOUT/fatbin" >"$OUT/kernels.log" 2>&1; then
+		export FLEXLINK_GPU_KERNELS=$PTXOUT/fatbin
+		compiled=1
+		tar -C "$PTXOUT" -cf "$OUT/fatbin.tar" fatbin
+	else
+		echo "scripts/gpu-kernels.sh failed: running on the committed kernels ($OUT/kernels.log)"
 	fi
+fi
+if [ ! -f "$FLEXLINK_GPU_KERNELS/MANIFEST" ]; then
+	echo "$0: no compiled kernels at $FLEXLINK_GPU_KERNELS (run from the repository root with the tree)" >&2
+	exit 1
 fi
 
 iters=(-n 10 -w 3) # sizes that only show the path works

@@ -6,7 +6,7 @@
 #
 #   bash scripts/gpu-dropin.sh
 #
-#  1. the kernels: the committed PTX (gpu/kernels); NVCC=1 compiles them with
+#  1. the kernels: the committed ones (gpu/kernels/fatbin); NVCC=1 compiles them with
 #     the machine's nvcc instead (~3 min) and the two files come back in $OUT;
 #  2. the nccl* symbols the installed torch's libraries need, against our
 #     libnccl.so.2 (scripts/nccl-symbols.sh) -> $OUT/symbols.log;
@@ -28,7 +28,7 @@ NP=1
 . "$(dirname "$0")/gpu-common.sh"
 export CUDA_CACHE_MAXSIZE=4294967296 FLEXLINK_GPU_KERNEL_TIMEOUT=120s FLEXLINK_TIMEOUT=300s
 [ -f "$OUT/kernels.log" ] && cat "$OUT/kernels.log"
-echo "kernels: $FLEXLINK_GPU_PTX"
+echo "kernels: $FLEXLINK_GPU_KERNELS"
 stamp "symbols"
 torchdir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 bash scripts/nccl-symbols.sh "$torchdir" build/nccl/lib/libnccl.so.2 >"$OUT/symbols.log" 2>&1

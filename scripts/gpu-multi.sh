@@ -61,9 +61,6 @@ measure | tune | small | net) ;;
 	exit 2
 	;;
 esac
-if [ "$compiled" = 1 ] && [ -s "$PTXOUT/reduce_sm90.ptx" ]; then # the PTX that ran, to commit after a kernel change
-	tar -C "$PTXOUT" -czf "$OUT/ptx.tgz" reduce_sm90.ptx reduce_sm80.ptx
-fi
 {
 	stamp "topology, $NP GPUs"
 	nvidia-smi topo -m

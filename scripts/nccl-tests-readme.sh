@@ -16,7 +16,7 @@ export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
 LIB=$PWD/build/nccl/lib/libnccl.so.2
 # A library built with -tags flexlink_noptx (scripts/gpu-build.sh's way, to
 # carry less) takes the kernels from the tree; make libnccl embeds them.
-[ -n "${FLEXLINK_GPU_PTX:-}" ] || export FLEXLINK_GPU_PTX=$PWD/gpu/kernels/reduce_sm90.ptx
+[ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
 fails=0
 step() { # step NAME CMD...: run, then PASS/FAIL on exit 0 and no "FAILED" or "#wrong" count in the output
 	local name=$1 out
@@ -35,7 +35,7 @@ B=/tmp/nccl-tests/build
 step "all_reduce_perf 1 process" timeout 120 env LD_PRELOAD=$LIB $B/all_reduce_perf -b 8 -e 64M -f 4 -g 1
 step "all_reduce_perf 1 process -R 2" timeout 120 env LD_PRELOAD=$LIB $B/all_reduce_perf -b 8 -e 64M -f 4 -g 1 -R 2
 step "alltoall_perf 1 process" timeout 120 env LD_PRELOAD=$LIB $B/alltoall_perf -b 8 -e 16M -f 4 -g 1
-step "all_reduce_perf 2 MPI ranks on GPU 0" timeout 180 mpirun --allow-run-as-root -np 2 --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_PTX -x CUDA_CACHE_MAXSIZE \
+step "all_reduce_perf 2 MPI ranks on GPU 0" timeout 180 mpirun --allow-run-as-root -np 2 --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE \
 	$B/all_reduce_perf -b 8 -e 16M -f 4 -g 1
 # Against our header: one #error from nccl_device.h.
 rm -rf /tmp/nccl-tests-ours && cp -r "$src" /tmp/nccl-tests-ours

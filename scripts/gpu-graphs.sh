@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Issue 29's CUDA graph checks on a one-GPU machine (nvidia-h200) with the
+# real NCCL installed (header and library), from the repository root with
+# flexlink's build/nccl (make libnccl, or scripts/gpu-build.sh's) carried:
+#
+#   bash scripts/gpu-graphs.sh NCCL_TESTS_SRC
+#
+# NCCL_TESTS_SRC is a checkout of NVIDIA/nccl-tests. It is built against the
+# installed NCCL's header, as users build it (scripts/nccl-tests-readme.sh
+# does the same and shares /tmp/nccl-tests), then:
+#  1. every perf binary with -G 10 -c 1 (capture 10 iterations in a CUDA
+#     graph, replay, check) at 1 rank, on NCCL and on our library
+#     (LD_PRELOAD), and without -G on ours, and -C 1 (host time per call)
+#     beside NCCL's;
+#  2. tests/torch/graph_capture.py at 1 rank on torch's NCCL and on ours
+#     (torch.cuda.graph of all_reduce, all_gather_into_tensor,
+#     reduce_scatter_tensor, all_to_all_single, broadcast, reduce; REPLAYS
+#     replays with new inputs, each checked);
+#  3. the same at 2 ranks sharing GPU 0 (flexrun --nccl): there the flag
+#     kernels are off, so every capture is refused with ncclInvalidUsage
+#     (expected: the script reports how each check ended, not a verdict).
+# Each step prints PASS or FAIL (exit 0, no "FAILED", "#wrong" 0); exit 1
+# on any FAIL of steps 1-2. Logs go to $OUT (default /tmp/flexlink-out).
+set -uo pipefail
+src=${1:?usage: gpu-graphs.sh NCCL_TESTS_SRC}
+OUT=${OUT:-/tmp/flexlink-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
+LIB=$PWD/build/nccl/lib/libnccl.so.2
+if [ ! -f "$LIB" ] && [ -f "$LIB.xz" ]; then xz -d -k "$LIB.xz"; fi
+[ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
+T0=$(date +%s)
+stamp() { echo "== $(($(date +%s) - T0))s $*"; }
+fails=0
+step() { # step NAME CMD...: PASS on exit 0 with no FAILED line and no non-zero "#wrong"/"Out of bounds" count
+	local name=$1 out rc
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	echo "$out" >>"$OUT/graphs.log"
+	echo "$out" | grep -E "Out of bounds|Avg bus|error|Error|FAIL|PASS|GRAPH-END" | tail -6
+	local wrong
+	wrong=$(echo "$out" | grep -E "^# Out of bounds values" | grep -vE ": 0 OK" | head -1)
+	if [ $rc -eq 0 ] && ! echo "$out" | grep -q "FAILED" && [ -z "$wrong" ]; then
+		echo "PASS $name"
+	else
+		echo "FAIL $name (exit $rc)"
+		fails=$((fails + 1))
+	fi
+}
+: >"$OUT/graphs.log"
+
+stamp "build nccl-tests against the installed NCCL"
+[ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi
+step build timeout 300 make -s -j16 -C /tmp/nccl-tests MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
+	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
+B=/tmp/nccl-tests/build
+
+stamp "nccl-tests -G 10 -c 1, 1 rank: NCCL, then ours"
+for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+	[ -x $B/${t}_perf ] || { echo "SKIP ${t}_perf (not built)"; continue; }
+	step "${t}_perf -G 10 NCCL" timeout 120 $B/${t}_perf -b 8 -e 16M -f 8 -g 1 -G 10 -c 1
+	step "${t}_perf -G 10 flexlink" timeout 120 env LD_PRELOAD=$LIB $B/${t}_perf -b 8 -e 16M -f 8 -g 1 -G 10 -c 1
+	step "${t}_perf flexlink (eager)" timeout 120 env LD_PRELOAD=$LIB $B/${t}_perf -b 8 -e 16M -f 8 -g 1 -c 1
+done
+
+stamp "host time per call (-C 1), allreduce 8 B-64 KiB"
+for lib in NCCL flexlink; do
+	pre=()
+	[ $lib = flexlink ] && pre=(env LD_PRELOAD=$LIB)
+	echo "-- $lib"
+	timeout 120 "${pre[@]}" $B/all_reduce_perf -b 8 -e 64K -f 4 -g 1 -C 1 -n 1000 -w 50 2>&1 | grep -E "^ +[0-9]" | tee -a "$OUT/graphs.log"
+	echo "-- $lib -G 10"
+	timeout 120 "${pre[@]}" $B/all_reduce_perf -b 8 -e 64K -f 4 -g 1 -G 10 -n 1000 -w 50 2>&1 | grep -E "^ +[0-9]" | tee -a "$OUT/graphs.log"
+done
+
+stamp "torch.cuda.graph, 1 rank: torch's NCCL, then ours"
+export REPLAYS=${REPLAYS:-1000}
+step "graph_capture.py NCCL" timeout 240 python3 tests/torch/graph_capture.py
+step "graph_capture.py flexlink" timeout 240 env LD_PRELOAD=$LIB python3 tests/torch/graph_capture.py
+
+if [ -x .devbin/flexrun ] || [ -f .devbin/flexrun.xz ]; then
+	[ -x .devbin/flexrun ] || { xz -d -k .devbin/flexrun.xz && chmod +x .devbin/flexrun; }
+	stamp "torch.cuda.graph, 2 ranks on GPU 0 (captures refused there: how each ended)"
+	REPLAYS=10 timeout 240 .devbin/flexrun -np 2 --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib" python3 tests/torch/graph_capture.py 2>&1 |
+		grep -E "^(PASS|FAIL|SKIP|GRAPH-END)|flexrun:" | cut -c1-300 | tee -a "$OUT/graphs.log"
+fi
+stamp "done: $fails failed"
+[ $fails -eq 0 ]

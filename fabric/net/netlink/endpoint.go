@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/hello"
 )
 
 // Config says who owns an endpoint. Every field but Rank may be zero.
@@ -45,6 +46,7 @@ type Endpoint struct {
 	dev    int
 	cfg    Config
 	log    hclog.Logger
+	drops  *hello.Drops // connections that did not prove the secret (one WARN a minute)
 	l      net.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -86,6 +88,7 @@ func Open(p net.Provider, dev int, cfg Config) (*Endpoint, error) {
 	if e.log == nil {
 		e.log = hclog.NewNullLogger()
 	}
+	e.drops = &hello.Drops{Log: e.log, What: fmt.Sprintf("%s endpoint of rank %d on %s", cfg.Kind, cfg.Rank, cfg.Host)}
 	e.wg.Add(1)
 	go e.accept()
 	return e, nil
@@ -118,7 +121,7 @@ func (e *Endpoint) accept() {
 			defer e.wg.Done()
 			h, err := e.readHello(r)
 			if err != nil {
-				e.log.Warn("dropped connection", "rank", e.cfg.Rank, "error", err)
+				e.drops.Drop(err)
 				r.Abort(err)
 				r.Close()
 				return
@@ -126,7 +129,7 @@ func (e *Endpoint) accept() {
 			select {
 			case e.slot(h.from) <- arrival{r, h.host}:
 			default:
-				e.log.Warn("dropped a second connection", "rank", e.cfg.Rank, "from", h.from)
+				e.drops.Drop(fmt.Errorf("a second connection from rank %d (a replayed hello?)", h.from))
 				r.Close()
 			}
 		}()
@@ -134,8 +137,8 @@ func (e *Endpoint) accept() {
 }
 
 // readHello receives and checks an accepted connection's hello.
-func (e *Endpoint) readHello(r net.RecvConn) (hello, error) {
-	buf := make([]byte, maxHello)
+func (e *Endpoint) readHello(r net.RecvConn) (helloMsg, error) {
+	buf := make([]byte, hello.MaxBytes)
 	ctx, cancel := context.WithTimeout(e.ctx, helloWait)
 	defer cancel()
 	q, err := r.IRecv([][]byte{buf}, []uint64{helloTag}, nil)
@@ -144,7 +147,7 @@ func (e *Endpoint) readHello(r net.RecvConn) (hello, error) {
 		sizes, err = q.Wait(ctx)
 	}
 	if err != nil {
-		return hello{}, fmt.Errorf("no hello: %w", err)
+		return helloMsg{}, fmt.Errorf("no hello: %w", err)
 	}
 	h, err := checkHello(buf[:sizes[0]], e.cfg, e.Address())
 	if err != nil {
@@ -176,7 +179,7 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, addr []byte) (fabric.L
 	if err != nil {
 		return fail(err)
 	}
-	h := hello{from: e.cfg.Rank, to: peer, host: e.cfg.Host}
+	h := helloMsg{from: e.cfg.Rank, to: peer, host: e.cfg.Host}
 	_, err = s.ISend(h.marshal(e.cfg, addr), helloTag, nil)
 	var q net.Request
 	if err == nil {

@@ -121,7 +121,7 @@ func TestTCPWrongSecret(t *testing.T) {
 	if l, err := e1.Connect(ctx1, 0, e0.Address()); err == nil {
 		t.Fatalf("listener's connect made link %v with a rank that does not hold the secret", l)
 	}
-	if !strings.Contains(logs.String(), "dropped connection") || !strings.Contains(logs.String(), errs.ErrAuth.Error()) {
+	if !strings.Contains(logs.String(), "dropped a connection") || !strings.Contains(logs.String(), errs.ErrAuth.Error()) {
 		t.Errorf("listener logged %q, want a dropped connection for authentication", logs.String())
 	}
 }

@@ -1,7 +1,10 @@
 package launcher
 
 import (
+	"strings"
 	"sync"
+
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // ReportKind says what a BootstrapReport is about.
@@ -138,12 +141,29 @@ func setMap[V any](m *map[int]V, k int, v V) {
 // flexlink, so every rank must join.
 func (e *evidence) anyJoined() bool { return len(e.joined) > 0 }
 
-// mismatch returns the first end a member published as a mismatch.
+// mismatch returns the first end a member published as a mismatch,
+// preferring one that names both calls (a link may see only that a
+// message's size differs; the member that compared the headers says what
+// each rank called).
 func (e *evidence) mismatch() (endReport, bool) {
-	for _, r := range e.ends {
-		if r.Kind == "mismatch" {
+	var first *endReport
+	for i, r := range e.ends {
+		if r.Kind != "mismatch" {
+			continue
+		}
+		if r.ClosedBy >= 0 || strings.Contains(r.Text, mismatchNamesBoth) {
 			return r, true
 		}
+		if first == nil {
+			first = &e.ends[i]
+		}
+	}
+	if first != nil {
+		return *first, true
 	}
 	return endReport{}, false
 }
+
+// mismatchNamesBoth is in the words of a mismatch that names both calls
+// ("collective mismatch: rank 0 called allreduce ..., rank 1 called ...").
+var mismatchNamesBoth = errs.ErrMismatch.Error() + ": rank "

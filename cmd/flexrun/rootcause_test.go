@@ -33,7 +33,7 @@ func TestRootCause(t *testing.T) {
 		name     string
 		runs     int // 50 by default, fewer under -short
 		short    int
-		parallel int // jobs at once (a stopped rank takes the bootstrap's 1.5 s to notice)
+		parallel int // jobs at once (a stopped rank takes the liveness limit, 1.5 s here, to notice)
 		code     int
 		status   string // how the victim's end reads on flexrun's first line
 		spin     []string
@@ -82,6 +82,12 @@ func rootCauseRun(t *testing.T, run int, how string, victim int, after time.Dura
 	defer cancel()
 	args := []string{"-np", itoa(ranks), "--oversubscribe", "--kill-grace", "1s", bins.spin, "-tick", "0", "-env", "FLEXLINK_JOB_ID"}
 	args = append(args, spin...)
+	if how == "SIGSTOP" {
+		// A stopped rank is silent: it is found once the liveness limit
+		// passes (30 s by default, so that a paused flexrun does not end
+		// a healthy job).
+		args = append([]string{"--liveness-timeout", "1500ms"}, args...)
+	}
 	if how == "exit 3" {
 		args = append(args, "-fail-rank", itoa(victim), "-fail-after", after.String(), "-fail-code", "3")
 	}

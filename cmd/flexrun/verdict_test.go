@@ -135,4 +135,3 @@ func TestPausedFlexrun(t *testing.T) {
 		t.Errorf("stderr reports a loss:\n%s", s)
 	}
 }
-

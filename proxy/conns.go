@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/hello"
 )
 
 // Directory publishes and looks up listen handles out of band (the
@@ -40,12 +41,13 @@ const (
 // announced on cts, for the group service to read.
 type conns struct {
 	nic
-	rank int
-	key  func(rank int) string
-	dir  Directory
-	eng  *Engine
-	auth Auth
-	size int // ranks in the communicator
+	rank  int
+	key   func(rank int) string
+	dir   Directory
+	eng   *Engine
+	auth  Auth
+	drops *hello.Drops // connections dropped at hello
+	size  int          // ranks in the communicator
 
 	mu      sync.Mutex
 	changed chan struct{}            // closed and replaced when recv gains a connection or err is set
@@ -72,6 +74,7 @@ func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Au
 		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
 	}
 	c := &conns{nic: nic{p: p, dev: dev, l: l}, rank: rank, key: key, dir: dir, eng: eng, auth: auth, size: size,
+		drops:   &hello.Drops{Log: auth.Log, What: fmt.Sprintf("PXN proxy of rank %d", rank)},
 		changed: make(chan struct{}), send: map[peerKey]net.SendConn{}, recv: map[peerKey]net.RecvConn{}, cts: make(chan peerKey, size)}
 	go c.accept()
 	return c, nil
@@ -88,16 +91,18 @@ func (c *conns) accept() {
 		go func() {
 			hctx, cancel := context.WithTimeout(ctx, helloTimeout)
 			defer cancel()
-			b := make([]byte, helloLen)
+			b := make([]byte, hello.MaxBytes)
 			op := c.eng.Post(hctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{helloTag}, nil) })
 			n, err := op.Wait(hctx)
 			if err != nil {
 				rc.Abort(err)
+				c.drops.Drop(fmt.Errorf("no proxy hello: %w", err))
 				return
 			}
 			peer, err := c.auth.check(b[:n[0]], c.l.Handle(), c.size)
 			if err != nil { // not a member of the job: dropped, the proxy goes on
 				rc.Abort(err)
+				c.drops.Drop(err)
 				return
 			}
 			c.mu.Lock()

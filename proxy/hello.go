@@ -1,17 +1,14 @@
 package proxy
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
-)
 
-// helloLen is a proxy hello's size: the connecting proxy's rank (u64),
-// the connection's kind (u64) and an HMAC-SHA256 proof of the job secret.
-const helloLen = 16 + sha256.Size
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/flexlink/flexlink/fabric/net/hello"
+)
 
 // connKind is what a proxy connection carries.
 type connKind int
@@ -43,49 +40,39 @@ const helloTimeout = 10 * time.Second // as the bootstrap's handshake
 // Auth is what a proxy proves to the proxy it connects to: that it holds
 // the job's secret, for this job and this communicator's listener. Without
 // it a process that reached the listener could pose as any rank and inject
-// data into an all-to-all.
+// data into an all-to-all. The hello is fabric/net/hello's: the connecting
+// proxy's rank, the connection's kind as its extra bytes, and the proof.
 type Auth struct {
 	Secret []byte // the per-job secret (never sent)
 	JobID  string
 	Key    string // the communicator's handle prefix (Config.Key)
+	// Log gets one WARN a minute at most for connections dropped at
+	// hello (a foreign process, a scan); nil: dropped silently.
+	Log hclog.Logger
 }
 
-// proof is the HMAC a proxy computes for connection k to the listener
-// whose handle is handle.
-func (a Auth) proof(k peerKey, handle []byte) []byte {
-	m := hmac.New(sha256.New, a.Secret)
-	for _, part := range [][]byte{[]byte("flexlink proxy hello"), []byte(a.JobID), []byte(a.Key), handle,
-		binary.LittleEndian.AppendUint64(nil, uint64(k.From)), binary.LittleEndian.AppendUint64(nil, uint64(k.Kind))} {
-		m.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(part))))
-		m.Write(part)
-	}
-	return m.Sum(nil)
+func (a Auth) config() hello.Config {
+	return hello.Config{Secret: a.Secret, JobID: a.JobID, Purpose: "flexlink proxy hello", Scope: a.Key, Tag: helloTag}
 }
 
 // hello is the first message a proxy sends on connection k to the
 // listener whose handle is handle.
 func (a Auth) hello(k peerKey, handle []byte) []byte {
-	b := binary.LittleEndian.AppendUint64(nil, uint64(k.From))
-	b = binary.LittleEndian.AppendUint64(b, uint64(k.Kind))
-	return append(b, a.proof(k, handle)...)
+	return a.config().Marshal(hello.Hello{From: k.From, To: -1, Extra: binary.LittleEndian.AppendUint64(nil, uint64(k.Kind))}, handle)
 }
 
 // check returns the connection named by hello b that reached the listener
 // whose handle is handle, among size ranks.
 func (a Auth) check(b, handle []byte, size int) (peerKey, error) {
-	if len(b) != helloLen {
-		return peerKey{}, fmt.Errorf("proxy hello of %d bytes, want %d", len(b), helloLen)
+	h, err := a.config().Parse(b, handle)
+	if err != nil {
+		return peerKey{}, fmt.Errorf("proxy hello: %w", err)
 	}
-	from, kind := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
-	if from >= uint64(size) {
-		return peerKey{}, fmt.Errorf("proxy hello from rank %d of %d", from, size)
+	if h.From < 0 || h.From >= size {
+		return peerKey{}, fmt.Errorf("proxy hello from rank %d of %d", h.From, size)
 	}
-	if kind > uint64(connCTS) {
-		return peerKey{}, fmt.Errorf("proxy hello from rank %d for a connection of kind %d", from, kind)
+	if len(h.Extra) != 8 || binary.LittleEndian.Uint64(h.Extra) > uint64(connCTS) {
+		return peerKey{}, fmt.Errorf("proxy hello from rank %d for a connection of kind %x", h.From, h.Extra)
 	}
-	k := peerKey{From: int(from), Kind: connKind(kind)}
-	if !hmac.Equal(b[16:], a.proof(k, handle)) {
-		return peerKey{}, errors.New("proxy hello without a valid proof of the job secret")
-	}
-	return k, nil
+	return peerKey{From: h.From, Kind: connKind(binary.LittleEndian.Uint64(h.Extra))}, nil
 }

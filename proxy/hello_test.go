@@ -28,11 +28,12 @@ func TestHelloCheck(t *testing.T) {
 		{"other job", Auth{Secret: testSecret, JobID: "job2", Key: "pxn/w/"}.hello(peerKey{3, connGroup}, handle), a, handle, "proof"},
 		{"other communicator", Auth{Secret: testSecret, JobID: "job", Key: "pxn/c1/"}.hello(peerKey{3, connGroup}, handle), a, handle, "proof"},
 		{"other listener", good, a, []byte("listener of rank 1"), "proof"},
-		{"rank changed", flip(0), a, handle, "proof"},
-		{"kind changed", flip(8), a, handle, "proof"},
-		{"proof changed", flip(20), a, handle, "proof"},
+		{"not a hello", flip(0), a, handle, "not a flexlink hello"},
+		{"rank changed", flip(4), a, handle, "proof"},
+		{"kind changed", flip(13), a, handle, "proof"},
+		{"proof changed", flip(len(good) - 1), a, handle, "proof"},
 		{"rank out of range", a.hello(own(8), handle), a, handle, "rank 8 of 8"},
-		{"kind out of range", a.hello(peerKey{3, connCTS + 1}, handle), a, handle, "kind 3"},
+		{"kind out of range", a.hello(peerKey{3, connCTS + 1}, handle), a, handle, "kind 0300000000000000"},
 		{"short", good[:10], a, handle, "10 bytes"},
 		{"empty", nil, a, handle, "0 bytes"},
 	}
@@ -42,7 +43,9 @@ func TestHelloCheck(t *testing.T) {
 			switch {
 			case tc.want == "" && (err != nil || from != peerKey{3, connGroup}):
 				t.Fatalf("check = %v, %v; want rank 3's group stream", from, err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			case tc.want == "proof" && (err == nil || !strings.Contains(err.Error(), "does not prove the job secret")):
+				t.Fatalf("check = %v, %v; want an error saying the proof fails", from, err)
+			case tc.want != "" && tc.want != "proof" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("check = %v, %v; want an error with %q", from, err, tc.want)
 			}
 		})

@@ -81,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, eng: NewEngine(cfg.Rank, 1), credits: NewCredits(cfg.Credits)}
 	p.stage.New = func() any { b := make([]byte, cfg.Chunk); return &b }
 	var err error
-	if p.conns, err = openConns(ctx, cfg.Provider, cfg.Dev, cfg.Rank, len(cfg.Hosts), Auth{Secret: cfg.Auth.Secret, JobID: cfg.Auth.JobID, Key: cfg.Key}, rankKey(cfg.Key), cfg.Dir, p.eng); err != nil {
+	if p.conns, err = openConns(ctx, cfg.Provider, cfg.Dev, cfg.Rank, len(cfg.Hosts), Auth{Secret: cfg.Auth.Secret, JobID: cfg.Auth.JobID, Key: cfg.Key, Log: cfg.Auth.Log}, rankKey(cfg.Key), cfg.Dir, p.eng); err != nil {
 		p.eng.Close()
 		return nil, err
 	}

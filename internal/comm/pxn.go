@@ -65,7 +65,7 @@ func pxnProxy(ctx context.Context, c *Comm) (*proxy.Proxy, error) {
 	px, err := proxy.New(ctx, proxy.Config{
 		Rank: c.rank, Hosts: hostsOf(c), Via: func(s, d int) int { r, _ := plan.Route(s, d); return r.Via },
 		Local: localLinks{c.links}, Provider: p, Dev: devs[0], Dir: w.store, Key: "pxn/" + c.name + "/",
-		Auth: proxy.Auth{Secret: w.secret, JobID: w.jobID},
+		Auth: proxy.Auth{Secret: w.secret, JobID: w.jobID, Log: w.log},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d on %s: PXN proxy: %w", w.store.Rank(), w.host, err)

@@ -146,6 +146,15 @@ func (l *Library) bootstrapTimeout() time.Duration {
 // returns the new handle; with the result InProgress (non-blocking config)
 // or inside a group, initialisation goes on after it returns.
 func (l *Library) InitRank(tid, nranks int, id UniqueID, r int, cfg Config) (uintptr, error) {
+	return l.InitRankEarly(tid, nranks, id, r, cfg, nil)
+}
+
+// InitRankEarly is InitRank that gives made the handle as soon as it
+// exists, before the rank joins the others: NCCL stores the communicator
+// in the caller's ncclComm_t first, so another thread (torch's watchdog)
+// can ncclCommAbort an initialisation that waits for a rank that never
+// comes; the blocked call then fails at once.
+func (l *Library) InitRankEarly(tid, nranks int, id UniqueID, r int, cfg Config, made func(h uintptr)) (uintptr, error) {
 	if nranks < 1 {
 		return 0, fail(InvalidArgument, "ncclCommInitRank: nranks %d must be at least 1", nranks)
 	}
@@ -161,6 +170,9 @@ func (l *Library) InitRank(tid, nranks int, id UniqueID, r int, cfg Config) (uin
 		dev = l.opt.Memory.CurrentDevice()
 	}
 	c := l.newComm(nranks, r, dev, cfg)
+	if made != nil {
+		made(c.handle)
+	}
 	run := func() { c.finish(c.join(info)) }
 	if l.groups.in(tid) {
 		l.groups.deferInit(tid, c, run)

@@ -188,9 +188,12 @@ func initRank(fn string, comm *C.ncclComm_t, nranks C.int, id *C.ncclUniqueId, r
 	}
 	var u capi.UniqueID
 	copy(u[:], unsafe.Slice((*byte)(unsafe.Pointer(id)), capi.UniqueIDBytes))
-	h, err := lib().InitRank(tid(), int(nranks), u, int(rank), c)
-	if h != 0 {
-		*comm = commOf(h)
+	// The handle goes into *comm as soon as it exists, as NCCL does, so
+	// another thread can abort an initialisation that waits for a rank
+	// that never comes; a failed one leaves NULL there.
+	h, err := lib().InitRankEarly(tid(), int(nranks), u, int(rank), c, func(h uintptr) { *comm = commOf(h) })
+	if h == 0 {
+		*comm = nil
 	}
 	return res(err)
 }

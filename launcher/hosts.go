@@ -2,11 +2,13 @@ package launcher
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/flexlink/flexlink/internal/bounded"
 )
 
 // Host is one machine a job may run on, with its capacity.
@@ -81,12 +83,11 @@ func ParseHostList(specs []string) ([]Host, error) {
 
 // ReadHostfile parses the hostfile at path (see ParseHostfile).
 func ReadHostfile(path string) ([]Host, error) {
-	f, err := os.Open(path)
+	b, err := bounded.ReadFile(path, bounded.Hostfile)
 	if err != nil {
 		return nil, fmt.Errorf("hostfile: %w", err)
 	}
-	defer f.Close()
-	return ParseHostfile(f, path)
+	return ParseHostfile(bytes.NewReader(b), path)
 }
 
 // ParseHostfile parses OpenMPI hostfile syntax: one host per line,

@@ -12,6 +12,8 @@ import (
 
 	"github.com/flexlink/flexlink/internal/errs"
 	"github.com/flexlink/flexlink/internal/settings"
+
+	"github.com/flexlink/flexlink/internal/bounded"
 )
 
 // Parse reads a topology in any supported format, told apart by content:
@@ -99,7 +101,7 @@ func stringKeys(v any) any {
 
 // Load reads a topology file (JSON, YAML or NCCL XML).
 func Load(path string) (*Host, error) {
-	data, err := os.ReadFile(path)
+	data, err := bounded.ReadFile(path, bounded.TopologyFile)
 	if err != nil {
 		return nil, fmt.Errorf("load topology: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/flexlink/flexlink/internal/settings"
+
+	"github.com/flexlink/flexlink/internal/bounded"
 )
 
 // jobSecret is the secret of a job started without flexrun. With
@@ -92,7 +94,7 @@ func readKey(path string) ([]byte, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("key file %s has mode %v: others could compute job secrets; chmod 600 it", path, st.Mode().Perm())
 	}
-	b, err := os.ReadFile(path)
+	b, err := bounded.ReadFile(path, bounded.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("key file: %w", err)
 	}

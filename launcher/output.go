@@ -19,8 +19,9 @@ const MaxLine = 1 << 20
 // interleaved with another. flexrun's stdout and stderr are wrapped in one
 // so that forwarded lines and log lines stay apart.
 type LockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer
+	err error // the first write error (a full disk, a closed pipe)
 }
 
 // Locked wraps w, or returns w when it is already a *LockedWriter.
@@ -35,7 +36,19 @@ func Locked(w io.Writer) *LockedWriter {
 func (l *LockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if err != nil && l.err == nil {
+		l.err = err
+	}
+	return n, err
+}
+
+// Err is the first error a write returned, nil while none failed: output
+// was lost, and flexrun says so and fails as coreutils do.
+func (l *LockedWriter) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 // forwarder copies one output stream of one rank.

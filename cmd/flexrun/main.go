@@ -36,12 +36,22 @@ func main() {
 }
 
 // run is flexrun with its process state passed in; it returns the exit code.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	if len(args) > 1 && args[1] == "agent" {
 		return runAgent(ctx, args[2:], stdin, stdout, stderr)
 	}
-	stdout, stderr = launcher.Locked(stdout), launcher.Locked(stderr)
-	code := 0
+	lout, lerr := launcher.Locked(stdout), launcher.Locked(stderr)
+	stdout, stderr = lout, lerr
+	defer func() {
+		// Output that could not be written (a full disk, a closed pipe) is
+		// lost: say so where possible and fail, as coreutils do.
+		if err := lout.Err(); err != nil {
+			fmt.Fprintf(stderr, "flexrun: write error on stdout: %v (output was lost)\n", err)
+		}
+		if (lout.Err() != nil || lerr.Err() != nil) && code == 0 {
+			code = 1
+		}
+	}()
 	app := newApp(stdin, stdout, stderr, &code)
 	if err := app.RunContext(ctx, args); err != nil {
 		err = unknownFlag(err, args[1:], app.Flags)

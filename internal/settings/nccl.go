@@ -30,8 +30,8 @@ type Alias struct {
 // NCCL_DEBUG_FILE are honoured by the C library's logger (ncclHonoured).
 var NCCLAliases = []Alias{
 	{"NCCL_SOCKET_IFNAME", "FLEXLINK_SOCKET_IFNAME", "the same syntax (prefixes, `^` excludes, `=` exact); also the network transport's interfaces, since FLEXLINK_NET_IFNAME falls back on it", same},
-	{"NCCL_IB_HCA", "FLEXLINK_NET_DEVICES", "a list of HCAs: `=` dropped, `mlx5_0:1` kept, a name without a port is its port 1 (`mlx5_0` → `mlx5_0:1`); NCCL's `^` exclusions are refused (flexlink takes the devices to use, exactly)", ibHCA},
-	{"NCCL_NET", "FLEXLINK_NET", "`Socket` → `tcp`, `IB` → `ucx` (any case); another plugin name is refused", ncclNet},
+	{"NCCL_IB_HCA", "FLEXLINK_NET_DEVICES", "a list of HCAs: `=` dropped, `mlx5_0:1` kept, a name without a port is its port 1 (`mlx5_0` → `mlx5_0:1`); a `^` exclusion has no effect (flexlink takes the devices to use, exactly) and gets an INFO line", ibHCA},
+	{"NCCL_NET", "FLEXLINK_NET", "`Socket` → `tcp`, `IB` → `ucx` (any case); another (a plugin's name) has no effect and gets an INFO line", ncclNet},
 	{"NCCL_IB_DISABLE", "FLEXLINK_NET", "`1` → `tcp` (no RDMA provider); `0` → no change", onWord("tcp")},
 	{"NCCL_P2P_DISABLE", "FLEXLINK_GPU_PATH", "`1` → `staged` (GPU buffers through pinned host memory, no peer access between GPUs); `0` → no change", onWord("staged")},
 	{"NCCL_SHM_DISABLE", "FLEXLINK_TRANSPORT", "`1` → `net` (ranks of one host talk through the network transport, not shared memory); `0` → no change", onWord("net")},
@@ -97,6 +97,9 @@ func fromNCCL(env Env, setting string) (string, string, error) {
 			continue
 		}
 		v, err := a.value(env, strings.TrimSpace(raw))
+		if _, ok := err.(noEffect); ok {
+			continue
+		}
 		if err == nil && v != "" {
 			err = lookup(setting).Kind.Check(v)
 		}
@@ -121,6 +124,9 @@ func checkNCCL(env Env) []error {
 			continue
 		}
 		v, err := a.value(env, strings.TrimSpace(raw))
+		if _, ok := err.(noEffect); ok {
+			continue // NCCLNotes says so
+		}
 		if err == nil && v != "" {
 			if err = lookup(a.Setting).Kind.Check(v); err == errBad {
 				err = fmt.Errorf("gives %s=%q: want %s", a.Setting, v, lookup(a.Setting).Kind.Allowed)
@@ -139,6 +145,23 @@ func checkNCCL(env Env) []error {
 // (NCCLNotesOnce). nccl-tests' own NCCL_TESTS_* variables are not NCCL's.
 func NCCLNotes(environ []string) []string {
 	var names []string
+	env := map[string]string{}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	var out []string
+	for _, a := range NCCLAliases {
+		raw := strings.TrimSpace(env[a.NCCL])
+		if raw == "" {
+			continue
+		}
+		if _, err := a.value(Map(env), raw); err != nil {
+			if ne, ok := err.(noEffect); ok {
+				out = append(out, fmt.Sprintf("%s=%s has no effect on flexlink (%s)", a.NCCL, raw, ne.why))
+			}
+		}
+	}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(name, "NCCL_") || strings.HasPrefix(name, "NCCL_TESTS_") ||
@@ -148,15 +171,23 @@ func NCCLNotes(environ []string) []string {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = n + " has no effect on flexlink"
+	for _, n := range names {
+		line := n + " has no effect on flexlink"
 		if why := ncclWhy[n]; why != "" {
-			out[i] += " (" + why + ")"
+			line += " (" + why + ")"
 		}
+		out = append(out, line)
 	}
 	return out
 }
+
+// noEffect is a well-formed NCCL value that asks for something flexlink
+// does not do (an NCCL_IB_HCA exclusion, an NCCL net plugin): the setting
+// is left alone and NCCLNotes says so, rather than failing a job whose
+// environment was written for NCCL.
+type noEffect struct{ why string }
+
+func (n noEffect) Error() string { return n.why }
 
 var notesOnce sync.Once
 
@@ -206,7 +237,7 @@ func ncclNet(_ Env, v string) (string, error) {
 	case "ib":
 		return "ucx", nil
 	}
-	return "", fmt.Errorf("want Socket or IB (flexlink loads no NCCL net plugin)")
+	return "", noEffect{"flexlink loads no NCCL net plugin; FLEXLINK_NET picks tcp or ucx"}
 }
 
 func ncclPXNLevel(_ Env, v string) (string, error) {
@@ -218,7 +249,7 @@ func ncclPXNLevel(_ Env, v string) (string, error) {
 
 func ibHCA(_ Env, v string) (string, error) {
 	if strings.HasPrefix(v, "^") {
-		return "", fmt.Errorf("exclusions (^) are not supported: name the HCAs to use, or set FLEXLINK_NET_DEVICES")
+		return "", noEffect{"exclusions are not supported: name the HCAs to use, or set FLEXLINK_NET_DEVICES"}
 	}
 	var out []string
 	for d := range strings.SplitSeq(strings.TrimPrefix(v, "="), ",") {

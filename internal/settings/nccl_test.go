@@ -2,6 +2,7 @@ package settings
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -93,8 +94,7 @@ func TestNCCLBadValueNamesIt(t *testing.T) {
 		{map[string]string{"NCCL_IB_DISABLE": "true"}, "NCCL_IB_DISABLE", "FLEXLINK_NET"},
 		{map[string]string{"NCCL_PXN_DISABLE": "on"}, "NCCL_PXN_DISABLE", "FLEXLINK_PXN"},
 		{map[string]string{"NCCL_P2P_PXN_LEVEL": "3"}, "NCCL_P2P_PXN_LEVEL", "FLEXLINK_PXN"},
-		{map[string]string{"NCCL_NET": "AWS Libfabric"}, "NCCL_NET", "FLEXLINK_NET"},
-		{map[string]string{"NCCL_IB_HCA": "^mlx5_2"}, "NCCL_IB_HCA", "FLEXLINK_NET_DEVICES"},
+		{map[string]string{"NCCL_IB_HCA": "mlx5_0:x"}, "NCCL_IB_HCA", "FLEXLINK_NET_DEVICES"},
 		{map[string]string{"NCCL_NSOCKS_PERTHREAD": "0"}, "NCCL_NSOCKS_PERTHREAD", "FLEXLINK_NET_SOCKETS"},
 		{map[string]string{"NCCL_NSOCKS_PERTHREAD": "16", "NCCL_SOCKET_NTHREADS": "8"}, "NCCL_NSOCKS_PERTHREAD", "FLEXLINK_NET_SOCKETS"},
 		{map[string]string{"NCCL_SOCKET_NTHREADS": "x"}, "NCCL_SOCKET_NTHREADS", "FLEXLINK_NET_SOCKETS"},
@@ -132,6 +132,27 @@ func TestNCCLNotes(t *testing.T) {
 	}
 	if !strings.Contains(got[1], "GPUDirect RDMA") {
 		t.Errorf("NCCL_NET_GDR_LEVEL's note %q does not say why", got[1])
+	}
+}
+
+// A well-formed NCCL value that asks for what flexlink does not do (an
+// HCA exclusion, a net plugin) leaves the setting alone, is no error (a
+// job written for NCCL must not fail on it), and gets its INFO line.
+func TestNCCLNoEffectValues(t *testing.T) {
+	for _, kv := range []string{"NCCL_IB_HCA=^mlx5_2", "NCCL_NET=AWS Libfabric"} {
+		name, value, _ := strings.Cut(kv, "=")
+		env := WithNCCL(Map(map[string]string{name: value}))
+		if err := Validate(env); err != nil {
+			t.Errorf("%s: Validate = %v, want no error", kv, err)
+		}
+		a := NCCLAliases[slices.IndexFunc(NCCLAliases, func(a Alias) bool { return a.NCCL == name })]
+		if got, def := env.String(a.Setting), lookup(a.Setting).Default; got != def {
+			t.Errorf("%s: %s = %q, want its default %q", kv, a.Setting, got, def)
+		}
+		notes := NCCLNotes([]string{kv})
+		if len(notes) != 1 || !strings.HasPrefix(notes[0], kv+" has no effect on flexlink (") {
+			t.Errorf("%s: notes %q, want one saying it has no effect and why", kv, notes)
+		}
 	}
 }
 

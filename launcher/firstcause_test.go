@@ -1,0 +1,82 @@
+package launcher
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// TestFirstCause: what the ranks and the server reported names the cause
+// before the order of the ends does (a refused rank, a mismatch a member
+// published, a member that closed early, ranks that never joined, a rank
+// that ended before joining), whatever order the ends arrive in; a lost
+// host and a stopped rank still go first; a healthy rank is never the
+// cause.
+func TestFirstCause(t *testing.T) {
+	who := []outcome{{rank: 0, host: "h", pid: 100}, {rank: 1, host: "h", pid: 101}, {rank: 2, host: "h", pid: 102}}
+	failed := func(rank, order, code int) outcome {
+		o := who[rank]
+		o.kind, o.code, o.order, o.how = endStatus, code, order, "exited with status "+strconv.Itoa(code)
+		if code == ExitPeerLost {
+			o.kind = endPeerLost
+		}
+		return o
+	}
+	beforeJoin := func(o outcome) outcome { o.beforeJoin = true; o.how += " before joining the job"; return o }
+	mismatch := func(rank int, text string) endReport {
+		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "mismatch", Text: text, ClosedBy: -1}}
+	}
+	closed := func(rank int) endReport {
+		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "mismatch", Text: "...", ClosedBy: 1, ClosedCalls: 5, InCall: "allreduce #6"}}
+	}
+	both := "rank 0 on h: communicator w (rank 0 of 3): allreduce: collective mismatch: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0)"
+	sizeOnly := "rank 2: recv from rank 1: message 13 has 16 bytes, its buffer 8: collective mismatch"
+	tests := []struct {
+		name  string
+		outs  []outcome
+		ev    evidence
+		code  int
+		lines []string
+	}{
+		{"two calls: the words that name both, not a healthy first failure",
+			[]outcome{failed(2, 1, 3), failed(0, 2, 3), failed(1, 3, 3)},
+			evidence{ends: []endReport{mismatch(2, sizeOnly), mismatch(0, both)}}, 3,
+			[]string{"collective mismatch on communicator w: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0); terminating 1 other rank",
+				"ranks 0, 1, 2 stopped: collective mismatch"}},
+		{"only a link's words: still the mismatch",
+			[]outcome{failed(2, 1, 3)}, evidence{ends: []endReport{mismatch(2, sizeOnly)}}, 3,
+			[]string{"collective mismatch on communicator w: " + sizeOnly + "; terminating 1 other rank", "rank 2 stopped: collective mismatch"}},
+		{"closed early: the closer, who exited 0, with every member that saw it",
+			[]outcome{failed(0, 1, 3), failed(2, 2, 3)},
+			evidence{ends: []endReport{closed(2), closed(0)}, who: who}, 3,
+			[]string{"rank 1 (host h, pid 101) closed communicator w after 5 collectives while ranks 0, 2 were in allreduce #6 (collective mismatch); terminating 1 other rank",
+				"ranks 0, 2 stopped: collective mismatch"}},
+		{"refused at the handshake, over an earlier failure",
+			[]outcome{failed(0, 1, ExitPeerLost), beforeJoin(failed(1, 2, 1))},
+			evidence{refused: map[int]string{1: "rank 1 says the job has 4 ranks, the server 3"}, joined: map[int]bool{0: true, 2: true}}, 1,
+			[]string{"rank 1 (host h, pid 101) exited with status 1 before joining the job: the bootstrap refused it: rank 1 says the job has 4 ranks, the server 3; terminating 1 other rank",
+				"rank 0 stopped: peer rank 1 lost"}},
+		{"never joined, once the bootstrap timeout passed",
+			[]outcome{failed(0, 1, 1), failed(2, 2, 1)},
+			evidence{neverJoined: []outcome{who[1]}, joinTimeout: "2s", joined: map[int]bool{0: true, 2: true}}, 1,
+			[]string{"rank 1 (host h, pid 101) never joined the job within the bootstrap timeout (2s); terminating 1 other rank",
+				"ranks 0, 2 stopped: waiting for rank 1 to join"}},
+		{"ended before joining goes before a status seen first",
+			[]outcome{failed(0, 1, 3), beforeJoin(failed(1, 2, 1))}, evidence{joined: map[int]bool{0: true}}, 1,
+			[]string{"rank 1 (host h, pid 101) exited with status 1 before joining the job; terminating 1 other rank", "rank 0 stopped: peer rank 1 lost"}},
+		{"a stopped rank goes before a mismatch",
+			[]outcome{failed(0, 1, 3), {rank: 2, host: "h", pid: 102, kind: endStopped, code: 147, how: "was stopped by signal 19 (SIGSTOP)", order: 2}},
+			evidence{ends: []endReport{mismatch(0, both)}}, 147,
+			[]string{"rank 2 (host h, pid 102) was stopped by signal 19 (SIGSTOP); terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, outs := range permutations(tc.outs) {
+				v, ok := judge(outs, tc.ev)
+				if !ok || v.cause.code != tc.code || !slices.Equal(v.lines(1), tc.lines) {
+					t.Fatalf("judge(%v):\n got code %d, lines %q\nwant code %d, lines %q", outs, v.cause.code, v.lines(1), tc.code, tc.lines)
+				}
+			}
+		})
+	}
+}

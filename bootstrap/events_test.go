@@ -60,7 +60,9 @@ func TestEvents(t *testing.T) {
 	srv, _ := testServerCfg(t, ServerConfig{Size: 3, OnEvent: l.add})
 	st := dialRanks(t, srv.Addr(), 3, 0, 1)
 	for r := range 2 {
-		l.waitFor(t, "joined", func(ev Event) bool { return ev.Kind == EventJoined && ev.Rank == r && ev.Host == fmt.Sprintf("host-%d", r) })
+		l.waitFor(t, "joined", func(ev Event) bool {
+			return ev.Kind == EventJoined && ev.Rank == r && ev.Host == fmt.Sprintf("host-%d", r)
+		})
 	}
 	// A connection claiming rank 2 of a job of 4 is refused, with why.
 	if _, err := Dial(ctxFor(t, 5*time.Second), dialCfg(srv.Addr(), 2, 4)); !errors.Is(err, errs.ErrMismatch) {
@@ -89,7 +91,9 @@ func TestEvents(t *testing.T) {
 	l.waitFor(t, "left", func(ev Event) bool { return ev.Kind == EventLeft && ev.Rank == 2 })
 	// Rank 1's connection ends without a goodbye: lost, and the job fails.
 	_ = st[1].(*endpoint).tx.(*tcpClient).pc.conn.Close()
-	l.waitFor(t, "lost", func(ev Event) bool { return ev.Kind == EventLost && ev.Rank == 1 && ev.Host == "host-1" && ev.Text != "" })
+	l.waitFor(t, "lost", func(ev Event) bool {
+		return ev.Kind == EventLost && ev.Rank == 1 && ev.Host == "host-1" && ev.Text != ""
+	})
 	l.waitFor(t, "failed", func(ev Event) bool {
 		return ev.Kind == EventFailed && ev.Rank == -1 && errors.Is(ev.Err, errs.ErrPeerLost) && strings.Contains(ev.Text, "rank 1 on host host-1 lost")
 	})

@@ -46,6 +46,8 @@ type family struct {
 	n     int        // live communicators
 	world *rank.Comm // the world communicator
 	srv   *served    // the rendezvous this process serves for it; nil when another does
+	// served: which world ranks' process serves the rendezvous.
+	served servedBy
 }
 
 // join adds a communicator to f and returns f.

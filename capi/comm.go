@@ -41,6 +41,7 @@ type made struct {
 	dc      *rank.DeviceComm
 	gpuDev  *gpu.Device
 	srv     *served
+	served  servedBy // which ranks' process serves the rendezvous (served_by.go)
 	fam     *family // the communicators that share this one's world (abort.go)
 	initErr error
 }
@@ -73,7 +74,7 @@ func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	c.rc, c.dc, c.initErr = rc, dc, err
 	if err == nil && c.fam == nil {
-		c.fam = &family{world: rc, srv: c.srv, n: 1}
+		c.fam = &family{world: rc, srv: c.srv, served: c.served, n: 1}
 	}
 	if err != nil {
 		c.note(err)
@@ -88,8 +89,12 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	}
 }
 
-// note records err as the communicator's last and asynchronous error.
+// note records err as the communicator's last and asynchronous error; a
+// lost rendezvous names the ranks whose process served it.
 func (c *Comm) note(err error) {
+	if c.fam != nil {
+		err = c.fam.served.explain(err)
+	}
 	c.mu.Lock()
 	if c.asyncErr == nil {
 		c.asyncErr = err
@@ -208,6 +213,12 @@ func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
 		l.ids.unserve(srv)
 		c.srv = nil
 		return nil, nil, fmt.Errorf("rank %d of %d on %s: join the rendezvous at %s (served by the process that called ncclGetUniqueId, from its own ncclCommInitRank): %w", c.rank, c.nranks, host, info.Server(), err)
+	}
+	if c.served, err = learnServedBy(ctx, store, info.Server(), host, srv != nil); err != nil {
+		_ = store.Close()
+		l.ids.unserve(srv)
+		c.srv = nil
+		return nil, nil, fmt.Errorf("rank %d of %d: %w", c.rank, c.nranks, err)
 	}
 	rc, err := rank.New(ctx, store, rank.Options{Env: l.env, Host: host, JobID: info.JobID(), Secret: info.Secret, Logger: lg})
 	if err != nil {
@@ -447,16 +458,17 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 		// Another member ended the communicator (aborted, revoked or failed
 		// it, or was lost): report it before the next call fails on it.
 		if err := c.rc.Err(); err != nil {
-			err = fmt.Errorf("communicator rank %d of %d: %w", c.rank, c.nranks, err)
-			c.note(err)
-			ae = err
+			ae = fmt.Errorf("communicator rank %d of %d: %w", c.rank, c.nranks, err)
 		}
 	}
 	if ae == nil && c.dc != nil {
-		if err := c.dc.AsyncError(); err != nil {
-			c.note(err)
-			ae = err
-		}
+		ae = c.dc.AsyncError()
+	}
+	if found := ae != nil && !c.ended.Load(); found {
+		// First heard of here: it is the process's last error too
+		// (ncclGetLastError(NULL)), as NCCL's WARN of it would make it.
+		c.note(ae)
+		l.last.set(c.lastErr())
 	}
 	if ae != nil {
 		return ResultOf(ae), nil

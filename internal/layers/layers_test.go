@@ -12,7 +12,7 @@ import (
 // packages of strictly lower layers (a larger index). Entries that share a
 // line are one layer: they must not import each other.
 var order = [][]string{
-	{"cmd/", "examples", "launcher/clustertest", "proxy/pxntest", "internal/layers"},
+	{"cmd/", "examples", "tests", "launcher/clustertest", "proxy/pxntest", "internal/layers"},
 	{"capi", "launcher", "cmd/flexbench/internal"},
 	{"rank"},
 	{"internal/comm"},

@@ -310,13 +310,13 @@ func (f *flagPlane) close() error {
 		}
 		f.errMem = nil
 	}
-	if f.last != nil {
-		keep(f.last.Close())
-		f.last = nil
+	// Graphs wait on and record last (and may hold capt.ev's record):
+	// they go with the last graph.
+	for _, ev := range []*gpu.Event{f.last, f.capt.ev} {
+		if ev != nil && !f.holds.keep(ev.Close) {
+			keep(ev.Close())
+		}
 	}
-	if f.capt.ev != nil {
-		keep(f.capt.ev.Close())
-		f.capt.ev = nil
-	}
+	f.last, f.capt.ev = nil, nil
 	return first
 }

@@ -278,3 +278,31 @@ func TestCommandBlocksRun(t *testing.T) {
 		t.Errorf("the PyTorch block did not print its ok line:\n%s", out)
 	}
 }
+
+// Every flag of the README's flexrun table is one `flexrun --help` lists.
+func TestFlagTableMatchesHelp(t *testing.T) {
+	flags := knownFlags(t)
+	readme := read(t, "README.md")
+	start := strings.Index(readme, "## flexrun")
+	end := strings.Index(readme[start:], "Coming from mpirun")
+	if start < 0 || end < 0 {
+		t.Fatal("README has no flexrun flag table")
+	}
+	cellRE := regexp.MustCompile("`(--?[a-z][a-z0-9-]*)")
+	n := 0
+	for _, line := range strings.Split(readme[start:start+end], "\n") {
+		if !strings.HasPrefix(line, "| `-") {
+			continue
+		}
+		cell := strings.Split(line, "|")[1]
+		for _, m := range cellRE.FindAllStringSubmatch(cell, -1) {
+			n++
+			if !flags[strings.TrimLeft(m[1], "-")] {
+				t.Errorf("README's flag table shows %s; flexrun --help does not list it", m[1])
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("found %d flags in the table, want the 20 or more it shows", n)
+	}
+}

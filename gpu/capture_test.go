@@ -314,3 +314,87 @@ func mustEvent(t *testing.T, dv *gpu.Device) *gpu.Event {
 	t.Cleanup(func() { e.Close() })
 	return e
 }
+
+// TestFakeCaptureEvents: a capture may wait on an event recorded outside
+// it only as an external wait (a plain one invalidates it, as CUDA's
+// isolation rule); a stream that waits on an event of the capture joins it
+// (a fork), and its work replays with the graph.
+func TestFakeCaptureEvents(t *testing.T) {
+	drv, _ := openFake(t, gpufake.Config{})
+	dv, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := make([]*gpu.Stream, 3)
+	for i := range streams {
+		if streams[i], err = dv.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		defer streams[i].Close()
+	}
+	s, cs, side := streams[0], streams[1], streams[2]
+	eager, fork := mustEvent(t, dv), mustEvent(t, dv)
+	if err := s.Record(eager); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("plain-wait-outside", func(t *testing.T) {
+		if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Wait(eager); !cu.Is(err, cu.ErrorCaptureIsolation) {
+			t.Errorf("plain wait on an event recorded outside: %v, want CUDA_ERROR_STREAM_CAPTURE_ISOLATION", err)
+		}
+		if g, err := cs.EndCapture(); !cu.Is(err, cu.ErrorCaptureInvalidated) {
+			t.Errorf("end capture: %v, want CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", err)
+			if g != nil {
+				g.Close()
+			}
+		}
+	})
+
+	t.Run("external-wait-and-fork", func(t *testing.T) {
+		buf := mustAlloc(t, dv, 64)
+		if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.WaitExternal(eager); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Record(fork); err != nil {
+			t.Fatal(err)
+		}
+		if err := side.Wait(fork); err != nil { // side joins the capture
+			t.Fatal(err)
+		}
+		if ci, err := side.Capture(); err != nil || !ci.Active {
+			t.Fatalf("the forked stream: %+v, %v; want it in the capture", ci, err)
+		}
+		if err := side.Memset(buf, 7); err != nil {
+			t.Fatal(err)
+		}
+		g, err := cs.EndCapture()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if ci, err := side.Capture(); err != nil || ci.Active {
+			t.Fatalf("the forked stream after the capture ended: %+v, %v", ci, err)
+		}
+		got := make([]byte, 64)
+		if err := s.CopyDtoH(got, buf); err != nil || got[0] == 7 {
+			t.Fatalf("the forked stream's memset ran at capture (%v)", err)
+		}
+		x, err := g.Instantiate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		if err := x.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CopyDtoH(got, buf); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{7}, 64)) {
+			t.Fatalf("the replay did not run the forked stream's memset (%v)", err)
+		}
+	})
+}

@@ -262,6 +262,10 @@ func (job Job) withDefaults() Job {
 		job.Stderr = io.Discard
 	}
 	job.Stdout, job.Stderr = Locked(job.Stdout), Locked(job.Stderr)
+	if job.Remote.AgentTimeout <= 0 {
+		// One liveness limit: a host silent as long as a rank may be.
+		job.Remote.AgentTimeout = job.LivenessTimeout
+	}
 	job.Remote = job.Remote.withDefaults()
 	if job.Logger == nil {
 		job.Logger = hclog.NewNullLogger()

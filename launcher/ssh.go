@@ -39,7 +39,7 @@ type Remote struct {
 	// and its acceptance of the job; 0: 30 s.
 	LaunchTimeout time.Duration
 	// AgentTimeout: an agent (or flexrun, seen from the agent) silent this
-	// long counts as lost; 0: 10 s.
+	// long counts as lost; 0: Job.LivenessTimeout under Run, else 10 s.
 	AgentTimeout time.Duration
 	MaxParallel  int    // agents started at once; 0: 64
 	Executable   string // flexrun's own path (for srun without Prefix); "": os.Executable

@@ -84,6 +84,7 @@ type causeWindow struct {
 	evidence evidence         // what the bootstrap server told
 	reports  *reportLedger    // from the bootstrap server; nil: none
 	pendingC <-chan time.Time // end of the window; nil while none is open
+	opened   time.Time        // when the window opened
 	clean    map[int]outcome  // ranks that exited with status 0
 	start    time.Time        // when the ranks were started
 }
@@ -244,6 +245,10 @@ func (s *supervisor) loop(ctx context.Context) {
 			return
 		case <-s.pendingC:
 			s.pendingC = nil
+			if s.causeElsewhere() {
+				s.pendingC = time.After(causePoll)
+				continue
+			}
 			s.judge()
 		}
 	}
@@ -339,9 +344,44 @@ func (s *supervisor) onExit(ex rankExit) {
 		o.kind = endStatus
 	}
 	s.failed = append(s.failed, o)
-	if s.pendingC == nil {
+	s.openWindow()
+}
+
+// openWindow opens the window in which a failure's evidence is
+// collected, unless one is open.
+func (s *supervisor) openWindow() {
+	if s.pendingC == nil && s.cause == nil {
 		s.pendingC = time.After(s.job.CauseGrace)
+		s.opened = time.Now()
 	}
+}
+
+// causePoll is how often a window kept open by causeElsewhere looks again.
+const causePoll = 100 * time.Millisecond
+
+// causeElsewhere reports whether the window should stay open for a cause
+// still to come: every rank that failed so far failed because it lost a
+// peer, and some rank not ended runs on another host, whose loss (a cut
+// network: its agent falls silent) flexrun learns only after
+// Remote.AgentTimeout. Naming one of the consequences at once would blame
+// a healthy rank. It waits at most the agent timeout and a second past
+// the window's opening.
+func (s *supervisor) causeElsewhere() bool {
+	if s.remote == nil || time.Since(s.opened) > s.job.Remote.AgentTimeout+time.Second {
+		return false
+	}
+	s.drainReports()
+	for _, o := range s.failed {
+		if o.kind != endPeerLost && !s.evidence.reporters[o.rank] {
+			return false
+		}
+	}
+	for i, rp := range s.ranks {
+		if !s.exited[i] && rp.agent != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // reportsReady is ready when the bootstrap server has reported something.
@@ -378,9 +418,7 @@ func (s *supervisor) endedBeforeJoin(o outcome) {
 	o.beforeJoin, o.code = true, 1
 	o.how += " before joining the job"
 	s.failed = append(s.failed, o)
-	if s.pendingC == nil {
-		s.pendingC = time.After(s.job.CauseGrace)
-	}
+	s.openWindow()
 }
 
 // withCleanExits adds to outs the ranks that exited 0 and still caused

@@ -118,7 +118,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "prefix", Usage: "flexrun is `DIR`/bin/flexrun or DIR/flexrun on the other hosts (that directory is also put first on the ranks' PATH there)"},
 		durationFlag("connect-timeout", launcher.DefaultConnectTimeout, "ssh -o ConnectTimeout", ""),
 		durationFlag("launch-timeout", launcher.DefaultLaunchTimeout, "how long an agent may take to start and accept the job", ""),
-		durationFlag("agent-timeout", launcher.DefaultAgentTimeout, "a host silent this long is lost (and its agent kills its ranks)", ""),
+		durationFlag("agent-timeout", 0, "a host silent this long is lost (and its agent kills its ranks)", "--liveness-timeout"),
 		&cli.IntFlag{Name: "launch-parallel", Value: launcher.DefaultMaxParallel, Usage: "at most `N` ssh connections opened at once"},
 		&cli.StringFlag{Name: "bootstrap-addr", Usage: "`ADDR` of this machine that ranks on other hosts dial", DefaultText: "the interface that routes to each host"},
 	}

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/flexlink/flexlink/gpu"
@@ -289,6 +291,106 @@ func TestCaptureRefused(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatalf("eager allreduce after the refusal: %v", err)
+			}
+		})
+	}
+}
+
+// TestCapturePreMulAndVMM: a PreMulSum allreduce (host-immediate and
+// device scalars) replays through scratch of the graph's own, freed with
+// the graph; buffers that cannot be IPC-exported (VMM memory) replay
+// without the bounce the eager path takes.
+func TestCapturePreMulAndVMM(t *testing.T) {
+	const n, count = 2, 3000
+	for _, tc := range []struct {
+		name      string
+		residence int // -1: no PreMulSum, VMM buffers
+	}{{"premul-host", ScalarHostImmediate}, {"premul-device", ScalarDevice}, {"vmm", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newDevFixture(t, n, gpufake.Config{})
+			scale := []float32{0.5, 0.25}
+			send := make([]*gpu.Buffer, n)
+			recv := make([]*gpu.Buffer, n)
+			ops := make([]int32, n)
+			for r := range n {
+				send[r], recv[r] = f.alloc(r, 4*count, tc.residence < 0), f.alloc(r, 4*count, tc.residence < 0)
+				var err error
+				switch tc.residence {
+				case ScalarHostImmediate:
+					ops[r], err = f.l.CreatePreMulSum(f.hs[r], float32s(scale[r:r+1]), 0, tc.residence, ncclFloat32)
+				case ScalarDevice:
+					dsc := f.alloc(r, 64, false)
+					f.upload(r, dsc, float32s(scale[r:r+1]))
+					ops[r], err = f.l.CreatePreMulSum(f.hs[r], nil, dsc.Ptr(), tc.residence, ncclFloat32)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			call := func(r int, s uintptr) Call {
+				return Call{Kind: AllReduce, Send: devPtr(send[r]), Recv: devPtr(recv[r]), Count: count, Type: ncclFloat32, Op: ops[r], Stream: s}
+			}
+			// An eager call first: the flag regions and the eager scratch
+			// exist before the capture, so what the graph adds is its own.
+			if err := f.group(func(r int) Call { return call(r, f.ss[r].Handle()) }); err != nil {
+				t.Fatal(err)
+			}
+			free0, _, _ := f.dvs[0].MemInfo()
+			xs, err := f.captureGroup(gpu.CaptureGlobal, func(r int, s uintptr) []Call { return []Call{call(r, s)} })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if free, _, _ := f.dvs[0].MemInfo(); tc.residence >= 0 && free >= free0 {
+				t.Fatalf("%d bytes free after the capture, %d before: no scratch of the graph's own", free, free0)
+			}
+			for k := 1; k <= 4; k++ {
+				in := func(r, i int) float32 { return float32((i*3+r*5+k*7)%23 - 11) }
+				for r := range n {
+					v := make([]float32, count)
+					for i := range v {
+						v[i] = in(r, i)
+					}
+					f.upload(r, send[r], float32s(v))
+				}
+				if k%2 == 0 {
+					err = f.group(func(r int) Call { return call(r, f.ss[r].Handle()) })
+				} else {
+					err = f.replay(xs)
+				}
+				if err != nil {
+					t.Fatalf("round %d: %v", k, err)
+				}
+				for r := range n {
+					for i, g := range fromFloat32s(f.download(r, recv[r], 4*count)) {
+						want := float64(in(0, i)) + float64(in(1, i))
+						if tc.residence >= 0 {
+							want = float64(scale[0])*float64(in(0, i)) + float64(scale[1])*float64(in(1, i))
+						}
+						if float64(g) != want {
+							t.Fatalf("round %d: rank %d element %d = %v, want %v", k, r, i, g, want)
+						}
+					}
+				}
+			}
+			for _, x := range xs {
+				if err := x.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.residence < 0 {
+				return
+			}
+			// The graph's scratch goes on a goroutine: poll, with a bound.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				free, _, _ := f.dvs[0].MemInfo()
+				if free == free0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d bytes free 10 s after the graph went, want %d as before the capture", free, free0)
+				}
+				runtime.Gosched()
 			}
 		})
 	}

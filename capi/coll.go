@@ -221,11 +221,6 @@ func (c *Comm) locate(w *work) error {
 	if c.dc == nil {
 		return fail(InvalidUsage, "device buffers on a communicator without a GPU (no CUDA driver when it was created)")
 	}
-	if capture {
-		if err := w.captureBlocker(); err != nil {
-			return err
-		}
-	}
 	for _, r := range []struct {
 		n   int
 		reg Region

@@ -34,8 +34,10 @@ func (c *Comm) runDevice(w *work) (err error) {
 		}
 	}
 	op := w.op.Op
-	bounceSend := send != nil && w.sendReg.NoIPC
-	bounceRecv := recv != nil && w.recvReg.NoIPC
+	// Under capture only paths that never map the caller's buffers run
+	// (capture.go): memory that cannot be IPC-exported needs no bounce.
+	bounceSend := send != nil && w.sendReg.NoIPC && !w.capture
+	bounceRecv := recv != nil && w.recvReg.NoIPC && !w.capture
 	if !w.op.PreMul && !bounceSend && !bounceRecv {
 		return captureRefused(c.collDevice(w, send, recv, op, s))
 	}
@@ -45,21 +47,29 @@ func (c *Comm) runDevice(w *work) (err error) {
 			return err
 		}
 	}
-	sc, err := c.stage.acquire(dv, s, scalarSlot+alignUp(w.sendN)+alignUp(w.recvN))
-	if err != nil {
-		return fail(UnhandledCudaError, "rank %d: scratch of %d bytes: %w", c.rank, scalarSlot+w.sendN+w.recvN, err)
-	}
-	defer func() {
-		if rerr := c.stage.release(s); rerr != nil && err == nil {
-			err = fail(UnhandledCudaError, "rank %d: record the scratch's last use: %w", c.rank, rerr)
+	need := scalarSlot + alignUp(w.sendN) + alignUp(w.recvN)
+	var sc *gpu.Buffer
+	if w.capture {
+		sc, err = graphScratch(dv, s, need) // the graph's own (stage.go)
+	} else {
+		sc, err = c.stage.acquire(dv, s, need)
+		if err == nil {
+			defer func() {
+				if rerr := c.stage.release(s); rerr != nil && err == nil {
+					err = fail(UnhandledCudaError, "rank %d: record the scratch's last use: %w", c.rank, rerr)
+				}
+			}()
 		}
-	}()
+	}
+	if err != nil {
+		return fail(UnhandledCudaError, "rank %d: scratch of %d bytes: %w", c.rank, need, err)
+	}
 	sendPart := sc.Sub(scalarSlot, w.sendN)
 	switch {
 	case w.op.PreMul && send != nil:
 		if scalar == nil {
 			scalar = sc.Sub(0, w.dt.Size())
-			if err := s.CopyHtoD(scalar, w.op.Scalar); err != nil {
+			if err := c.putScalar(s, scalar, w); err != nil {
 				return fail(UnhandledCudaError, "rank %d: PreMulSum: copy the scalar in: %w", c.rank, err)
 			}
 		}
@@ -167,6 +177,11 @@ func (c *Comm) groupDevice(s *gpu.Stream, ops []rank.DeviceP2P, bounced []bool) 
 			need += alignUp(op.Buf.Len())
 		}
 	}
+	if need > 0 {
+		if ci, err := s.Capture(); err == nil && ci.Active {
+			need = 0 // no bounce under capture (runDevice says why)
+		}
+	}
 	if need == 0 {
 		return captureRefused(c.dc.Group(c.ctx, s, ops...))
 	}
@@ -212,3 +227,22 @@ func (c *Comm) groupDevice(s *gpu.Stream, ops []rank.DeviceP2P, bounced []bool) 
 // cAddr is an address the C caller passed as an integer (device memory, or
 // host memory that is not Go's), as the pointer type the buffer calls take.
 func cAddr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// putScalar writes w's host-immediate PreMulSum scalar into dst for the
+// work enqueued on s. Under capture it is written now, on a stream of its
+// own: a copy node would read the caller's host memory at every replay,
+// long after the call returned, and dst is the graph's own.
+func (c *Comm) putScalar(s *gpu.Stream, dst *gpu.Buffer, w *work) error {
+	if !w.capture {
+		return s.CopyHtoD(dst, w.op.Scalar)
+	}
+	side, err := c.gpuDev.NewStream()
+	if err != nil {
+		return err
+	}
+	defer side.Close()
+	if err := side.CopyHtoD(dst, w.op.Scalar); err != nil {
+		return err
+	}
+	return side.Synchronize()
+}

@@ -101,9 +101,6 @@ type netState struct {
 	start   *gpu.Event     // recorded on the caller's stream after the ready waits
 	hello   hello.Config   // what each connection's first message proves
 	drops   *hello.Drops   // connections dropped by the listeners (one WARN a minute)
-	// helloWait bounds how long an accepted connection may stay silent
-	// (0: hello.DefaultWait; tests lower it).
-	helloWait time.Duration
 
 	// Test hooks: fault is asked at "d2h", "send" (before the table),
 	// "slot" (before each slot) and "h2d" (peer: the other end); onSplit
@@ -297,8 +294,8 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		if nt.conn, err = x.prov.Connect(ctx, x.nicIdx, handle); err != nil {
 			return fmt.Errorf("gpu net part: connect to rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
 		}
-		q, err := x.hello.Send(nt.conn, hello.Hello{From: x.me, To: j}, handle)
-		if err != nil {
+		var q net.Request
+		if q, err = x.hello.Send(nt.conn, hello.Hello{From: x.me, To: j}, handle); err != nil {
 			return fmt.Errorf("gpu net part: hello to rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
 		}
 		hellos = append(hellos, q)
@@ -318,7 +315,7 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 			}
 			return nil
 		}
-		if nr.conn, _, err = x.hello.Accept(ctx, x.lis[j], x.helloWait, want, x.drops); err != nil {
+		if nr.conn, _, err = x.hello.Accept(ctx, x.lis[j], hello.DefaultWait, want, x.drops); err != nil {
 			return fmt.Errorf("gpu net part: accept from rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
 		}
 	}

@@ -126,6 +126,11 @@ func (e *evidence) add(r BootstrapReport) {
 	case ReportEnd:
 		if r.End != nil {
 			e.ends = append(e.ends, endReport{rank: r.Rank, CommEnd: *r.End})
+			if r.End.Kind == "peer-lost" {
+				// It says it failed because a peer was lost: a
+				// consequence, whatever status it then exits with.
+				setMap(&e.reporters, r.Rank, true)
+			}
 		}
 	}
 }

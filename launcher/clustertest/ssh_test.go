@@ -208,20 +208,36 @@ func TestSSHConnectionKilled(t *testing.T) {
 }
 
 // TestSSHNetworkCut: with host 2's NIC down, flexrun loses it (no word
-// within --agent-timeout) and names it; host 2's ranks are gone too (its
-// agent, its sshd, or the ranks themselves notice), and the job ends.
+// within --agent-timeout) and names it first, never a rank of the healthy
+// host (whose collectives fail on the lost peers before the agent's
+// silence is over); host 2's ranks are gone too (its agent, its sshd, or
+// the ranks themselves notice), and the job ends within the agent timeout
+// and a few seconds.
 func TestSSHNetworkCut(t *testing.T) {
 	c := testCluster(t)
 	p, _ := startSpin(t, c)
 	veth := clusterName + "h2r0"
+	cut := time.Now()
 	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
 		t.Fatalf("cut the network: %v %s", err, out)
 	}
 	defer command("ip", "link", "set", veth, "up")
 	code := p.wait(t, 15*time.Second)
-	want := fmt.Sprintf("host %s lost: no word from its agent for 3s", c.hosts[1])
-	if code == 0 || !strings.Contains(p.err.String(), want) {
-		t.Errorf("exit %d, stderr:\n%s\nwant a failure and %q", code, p.err.String(), want)
+	took := p.end.Sub(cut)
+	first := ""
+	for _, l := range strings.Split(p.err.String(), "\n") {
+		if strings.HasPrefix(l, "flexrun: ") {
+			first = l
+			break
+		}
+	}
+	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
+	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for 3s \(ranks 2, 3 gone with it\)`)
+	if code != 1 || !want.MatchString(first) {
+		t.Errorf("exit %d, first line %q, want exit 1 and %q; stderr:\n%s", code, first, want, p.err.String())
+	}
+	if took > 3*time.Second+5*time.Second {
+		t.Errorf("flexrun ended %v after the cut, want within the agent timeout (3 s) and 5 s", took)
 	}
 	c.assertClean(t, 10*time.Second)
 }

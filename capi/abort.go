@@ -3,6 +3,7 @@ package capi
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/flexlink/flexlink/internal/errs"
 	"github.com/flexlink/flexlink/rank"
@@ -26,10 +27,24 @@ func (l *Library) Abort(h uintptr) error {
 	c.aborted = true
 	c.ended.Store(true)
 	c.mu.Unlock()
+	reason := fmt.Errorf("ncclCommAbort: %w", errs.ErrAborted)
+	select {
+	case <-c.ready:
+		// First on every member, so that their calls, and this rank's,
+		// fail naming the abort (not the end of this rank's call).
+		if c.rc != nil {
+			c.rc.Revoke(reason)
+		}
+	default:
+	}
 	c.cancel() // ends this rank's calls in flight, and an initialisation
+	// A call on host buffers that ends now asks the members who has not
+	// called it (withheld.go): let it, over the store, before the
+	// communicator (and maybe the world with its store) is closed.
+	c.prog.settle(stallWait + 100*time.Millisecond)
 	<-c.ready
 	if c.rc != nil {
-		c.rc.Revoke(fmt.Errorf("ncclCommAbort: %w", errs.ErrAborted))
+		c.rc.Revoke(reason)
 	}
 	l.destroyQuiet(c)
 	return nil

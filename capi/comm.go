@@ -31,6 +31,7 @@ type Comm struct {
 	made            // set before ready is closed, read-only after
 	state           // guarded by mu
 	views hostViews // the last host buffers of its calls (run.go)
+	prog  progress  // its collectives counted, for naming withheld ones (withheld.go)
 }
 
 // made is what a communicator's initialisation produced, and the device
@@ -78,6 +79,9 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	}
 	if err != nil {
 		c.note(err)
+	}
+	if err == nil && rc != nil && c.prog.store != nil && c.nranks > 1 {
+		go c.answerStalls()
 	}
 	close(c.ready)
 	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split
@@ -214,6 +218,7 @@ func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
 		c.srv = nil
 		return nil, nil, fmt.Errorf("rank %d of %d on %s: join the rendezvous at %s (served by the process that called ncclGetUniqueId, from its own ncclCommInitRank): %w", c.rank, c.nranks, host, info.Server(), err)
 	}
+	c.prog.store, c.prog.key = store, "w"
 	if c.served, err = learnServedBy(ctx, store, info.Server(), host, srv != nil); err != nil {
 		_ = store.Close()
 		l.ids.unserve(srv)
@@ -292,6 +297,7 @@ func (l *Library) InitAll(ndev int, devices []int) ([]uintptr, error) {
 			ctx, cancel := context.WithTimeout(c.ctx, l.bootstrapTimeout())
 			defer cancel()
 			host, _ := os.Hostname()
+			c.prog.store, c.prog.key = stores[i], "w"
 			rc, err := rank.New(ctx, stores[i], rank.Options{Env: l.env, JobID: info.JobID(), Secret: info.Secret, Logger: commLogger(l.opt.Logger, l.env, host, i)})
 			if err != nil {
 				c.finish(nil, nil, fmt.Errorf("rank %d of %d: %w", i, ndev, err))
@@ -337,16 +343,18 @@ func (l *Library) Split(tid int, h uintptr, color, key int, cfg Config) (uintptr
 	if color < 0 {
 		color = rank.NoColor
 	}
-	return l.child(p, "ncclCommSplit", cfg, color >= 0, func() (*rank.Comm, error) { return p.split(color, key) })
+	return l.child(p, "ncclCommSplit", "c"+fmt.Sprint(color), cfg, color >= 0, func() (*rank.Comm, error) { return p.split(color, key) })
 }
 
 // child makes the communicator that newComm returns from parent p (split
-// or shrink), with its device plane when p has one. In non-blocking mode
+// or shrink), with its device plane when p has one; tag tells apart the
+// children of one call on the members (withheld.go). In non-blocking mode
 // (and when this rank gets a communicator at all: member) it returns at
 // once with ncclInProgress; otherwise it waits. A nil communicator from
 // newComm (a NOCOLOR rank) gives handle 0.
-func (l *Library) child(p *Comm, fn string, cfg Config, member bool, newComm func() (*rank.Comm, error)) (uintptr, error) {
+func (l *Library) child(p *Comm, fn, tag string, cfg Config, member bool, newComm func() (*rank.Comm, error)) (uintptr, error) {
 	c := l.newComm(0, 0, p.dev, cfg)
+	c.prog.store, c.prog.key = p.prog.store, p.prog.childKey(tag)
 	run := func() {
 		sub, err := newComm()
 		if err != nil || sub == nil {

@@ -211,8 +211,18 @@ func (c *Comm) runP2P(ps []p2p) error {
 	return c.rc.Group(c.ctx, host...)
 }
 
-// runColl runs one collective.
-func (c *Comm) runColl(w *work) error {
+// runColl runs one collective. One that ends waiting (its deadline, an
+// abort) names the members that have not called it (withheld.go).
+func (c *Comm) runColl(w *work) (err error) {
+	seq := c.prog.begin(!w.device)
+	if !w.device {
+		defer c.prog.done()
+	}
+	defer func() {
+		if err != nil {
+			err = c.nameWithheld(w.call.Kind, seq, err)
+		}
+	}()
 	if w.device {
 		return c.runDevice(w)
 	}

@@ -55,7 +55,7 @@ func (l *Library) Shrink(tid int, h uintptr, exclude []int, cfg Config, flags ..
 		p.mu.Unlock()
 		p.rc.Revoke(fmt.Errorf("ncclCommShrink with NCCL_SHRINK_ABORT: %w", errs.ErrAborted))
 	}
-	return l.child(p, "ncclCommShrink", cfg, true, func() (*rank.Comm, error) { return p.rc.Shrink(p.ctx, exclude) })
+	return l.child(p, "ncclCommShrink", "s", cfg, true, func() (*rank.Comm, error) { return p.rc.Shrink(p.ctx, exclude) })
 }
 
 // shrinkable refuses a parent that cannot be shrunk: one still

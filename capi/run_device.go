@@ -50,7 +50,7 @@ func (c *Comm) runDevice(w *work) (err error) {
 	need := scalarSlot + alignUp(w.sendN) + alignUp(w.recvN)
 	var sc *gpu.Buffer
 	if w.capture {
-		sc, err = graphScratch(dv, s, need) // the graph's own (stage.go)
+		sc, err = graphScratch(s, need) // the graph's own (stage.go)
 	} else {
 		sc, err = c.stage.acquire(dv, s, need)
 		if err == nil {

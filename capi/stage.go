@@ -1,7 +1,6 @@
 package capi
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/flexlink/flexlink/gpu"
@@ -101,19 +100,7 @@ func (st *stage) free() {
 }
 
 // graphScratch is scratch of n bytes for one call captured on s (a
-// PreMulSum): allocated now, held by the graph being captured (a CUDA user
-// object) and freed when the graph and its instantiations are destroyed.
-// Its reuse needs no event: launches of one instantiation run one after
-// another. (Two instantiations of one graph replayed at once would share
-// it; capture again instead.)
-func graphScratch(dv *gpu.Device, s *gpu.Stream, n int) (*gpu.Buffer, error) {
-	b, err := dv.Alloc(max(alignUp(n), stageAlign))
-	if err != nil {
-		return nil, err
-	}
-	// The release runs on a driver thread, which must not call the driver.
-	if err := s.HoldForGraph(func() { go b.Free() }); err != nil {
-		return nil, errors.Join(err, b.Free())
-	}
-	return b, nil
+// PreMulSum): the graph's own (gpu.Stream.GraphAlloc), freed with it.
+func graphScratch(s *gpu.Stream, n int) (*gpu.Buffer, error) {
+	return s.GraphAlloc(max(alignUp(n), stageAlign))
 }

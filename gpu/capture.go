@@ -214,3 +214,22 @@ func (x *GraphExec) Close() error {
 	x.closed = true
 	return nil
 }
+
+// GraphAlloc returns n bytes of device memory that belong to the graph s
+// is capturing: freed (on a goroutine) once the graph and its
+// instantiations are destroyed, never before. Work captured on s may use
+// it from one replay to the next without events, since launches of one
+// instantiation run one after another (two instantiations of the graph
+// replayed at once would share it). It fails when s is not capturing.
+func (s *Stream) GraphAlloc(n int) (*Buffer, error) {
+	b, err := s.dev.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	// The release runs on a driver thread, which must not call the driver.
+	if err := s.HoldForGraph(func() { go b.Free() }); err != nil {
+		b.Free()
+		return nil, err
+	}
+	return b, nil
+}

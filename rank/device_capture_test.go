@@ -95,14 +95,15 @@ func TestDeviceCommCapture(t *testing.T) {
 			return err
 		}
 		cerr := dc.AllReduce(ctx, sb, rb, count, dtype.Int64, dtype.Sum, cs)
-		// Refused, with the capture still valid: an in-place alltoall.
-		rerr := dc.AllToAll(ctx, sb, sb, count/n, dtype.Int64, cs)
+		// Refused, with the capture still valid: a group of three.
+		p := 1 - c.Rank()
+		rerr := dc.Group(ctx, cs, DeviceSendTo(p, sb.Sub(0, 64)), DeviceSendTo(p, sb.Sub(64, 64)), DeviceRecvFrom(p, rb.Sub(0, 64)))
 		g, err := cs.EndCapture()
 		if err := errors.Join(cerr, err); err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
 		if !errors.Is(rerr, ErrNotCapturable) {
-			return fmt.Errorf("in-place alltoall on a capturing stream: %v, want ErrNotCapturable", rerr)
+			return fmt.Errorf("a group of three on a capturing stream: %v, want ErrNotCapturable", rerr)
 		}
 		x, err := g.Instantiate()
 		if err != nil {

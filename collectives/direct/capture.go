@@ -24,11 +24,12 @@ import (
 //     replay is one more call for them: nothing on the host is frozen in
 //     the graph. Sizes past the eager limits (FLEXLINK_GPU_FLAG_COLL_BYTES)
 //     take the kernels too: they loop over their slots, chunk by chunk.
+//     An in-place alltoall first copies its send blocks into memory of the
+//     graph's own (gpu.Stream.GraphAlloc).
 //
 // What is refused (ErrNotCapturable, before the call touches anything):
 // ranks sharing one GPU on the leader path, a plane with the flag kernels
 // off, the handshake paths (groups of other shapes, more than two ranks),
-// an in-place alltoall (staged through a scratch ordered by host events),
 // alltoallv as one call, and an allreduce that would use the large
 // region's PCIe part (FLEXLINK_GPU_FLAG_PCIE_BLOCKS: its split is planned
 // on the host per call).
@@ -77,9 +78,6 @@ func (p *directPlane) CaptureBlocker(o *plane.Op) string {
 		}
 	case plane.ReduceScatter, plane.AllGather, plane.Broadcast, plane.Reduce:
 	case plane.AllToAll:
-		if overlaps(o.Send, o.Recv) {
-			return "an in-place alltoall, which stages through a scratch buffer ordered by host-side events"
-		}
 	case plane.Group:
 		if !f.p2pShape(o, math.MaxInt) {
 			return "grouped send/recv replays only as one send, one receive, or one send and one receive of the same size between the two ranks of a two-rank communicator (other groups meet the peers through host messages)"
@@ -98,6 +96,20 @@ func (p *directPlane) captured(ctx context.Context, o *plane.Op, s *gpu.Stream) 
 	}
 	if o.Kind != plane.Group && o.Count == 0 {
 		return nil
+	}
+	if o.Kind == plane.AllToAll && overlaps(o.Send, o.Recv) {
+		// In place: the send blocks go to a copy of the graph's own first
+		// (eager calls stage through p.scratch, ordered by events).
+		tmp, err := s.GraphAlloc(o.Send.Len())
+		if err != nil {
+			return err
+		}
+		if err := s.CopyDtoD(tmp, o.Send); err != nil {
+			return err
+		}
+		staged := *o
+		staged.Send = tmp
+		o = &staged
 	}
 	return p.flag.call(ctx, o, s)
 }

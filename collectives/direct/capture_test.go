@@ -37,7 +37,8 @@ func captureCases(n, big int) []devCase {
 				devCase{kind: plane.Reduce, count: count, dt: dtype.BFloat16, op: dtype.Sum, root: n / 2, inPlace: inPlace},
 			)
 		}
-		cs = append(cs, devCase{kind: plane.AllToAll, count: count, dt: dtype.Int32})
+		cs = append(cs, devCase{kind: plane.AllToAll, count: count, dt: dtype.Int32},
+			devCase{kind: plane.AllToAll, count: count, dt: dtype.Int32, inPlace: true})
 	}
 	return append(cs,
 		devCase{kind: plane.AllReduce, count: 1003, dt: dtype.Int32, op: dtype.Prod},
@@ -295,9 +296,6 @@ func TestGPUFakeCaptureRefused(t *testing.T) {
 		{"flag-off", 2, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "0"}, func(ctx context.Context, r *devRank, s *gpu.Stream) error {
 			return r.dc.AllReduce(ctx, r.a.Sub(0, 64), r.b.Sub(0, 64), 16, dtype.Float32, dtype.Sum, s)
 		}, "flag kernels are off"},
-		{"alltoall-in-place", 2, nil, func(ctx context.Context, r *devRank, s *gpu.Stream) error {
-			return r.dc.AllToAll(ctx, r.a.Sub(0, 64), r.a.Sub(0, 64), 8, dtype.Float32, s)
-		}, "in-place alltoall"},
 		{"group-3-ops", 2, nil, func(ctx context.Context, r *devRank, s *gpu.Stream) error {
 			p := 1 - r.c.Rank()
 			return r.dc.Group(ctx, s, plane.SendTo(p, r.a.Sub(0, 64)), plane.SendTo(p, r.a.Sub(64, 64)), plane.RecvFrom(p, r.b.Sub(0, 64)))

@@ -18,7 +18,10 @@
 #     replays with new inputs, each checked);
 #  3. the same at 2 ranks sharing GPU 0 (flexrun --nccl): there the flag
 #     kernels are off, so every capture is refused with ncclInvalidUsage
-#     (expected: the script reports how each check ended, not a verdict).
+#     (expected: the script reports how each check ended, not a verdict);
+#  4. on a machine of 2+ GPUs, with .devbin/direct.test carried:
+#     TestGPUProcsCapture (the flag kernels captured and replayed, one
+#     process per GPU).
 # Each step prints PASS or FAIL (exit 0, no "FAILED", "#wrong" 0); exit 1
 # on any FAIL of steps 1-2. Logs go to $OUT (default /tmp/flexlink-out).
 set -uo pipefail
@@ -86,6 +89,16 @@ if [ -x .devbin/flexrun ] || [ -f .devbin/flexrun.xz ]; then
 	stamp "torch.cuda.graph, 2 ranks on GPU 0 (captures refused there: how each ended)"
 	REPLAYS=10 timeout 240 .devbin/flexrun -np 2 --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib" python3 tests/torch/graph_capture.py 2>&1 |
 		grep -E "^(PASS|FAIL|SKIP|GRAPH-END)|flexrun:" | cut -c1-300 | tee -a "$OUT/graphs.log"
+fi
+ngpu=$(nvidia-smi -L | wc -l)
+if [ "$ngpu" -ge 2 ]; then
+	# The flag kernels under capture need GPUs of their own: a 2+ GPU kind,
+	# with .devbin/direct.test (scripts/gpu-build.sh) carried.
+	[ -x .devbin/direct.test ] || { [ -f .devbin/direct.test.xz ] && xz -d -k .devbin/direct.test.xz && chmod +x .devbin/direct.test; }
+	if [ -x .devbin/direct.test ]; then
+		stamp "TestGPUProcsCapture on $ngpu GPUs"
+		step TestGPUProcsCapture timeout 300 env FLEXLINK_REQUIRE_GPU=1 .devbin/direct.test -test.run 'TestGPUProcsCapture$' -test.v -test.timeout 290s
+	fi
 fi
 stamp "done: $fails failed"
 [ $fails -eq 0 ]

@@ -123,68 +123,73 @@ func TestGPUFakeCapture(t *testing.T) {
 	}
 }
 
-// replayCase captures c on every rank, then replays it three times with
-// new inputs, an eager call of c (other inputs) after the first and the
-// second replay, checking every output.
+// replayCase runs captureRounds of c on every rank at once and fails on
+// any error or wrong element.
 func replayCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase, m gpu.CaptureMode) {
 	t.Helper()
-	graphs := make([]*captured, len(rs))
-	bufs := make([][2]*gpu.Buffer, len(rs))
-	errs := onRanks(rs, func(r *devRank) error {
-		send, recv, _, err := prepDevCase(r, c)
-		if err != nil {
-			return err
-		}
-		if err := r.s.Synchronize(); err != nil {
-			return err
-		}
-		bufs[r.c.Rank()] = [2]*gpu.Buffer{send, recv}
-		graphs[r.c.Rank()], err = captureCall(r, m, func(s *gpu.Stream) error { return callDev(ctx, r.dc, c, send, recv, s) })
+	wrong := make([]int, len(rs))
+	errs := onRanks(rs, func(r *devRank) (err error) {
+		wrong[r.c.Rank()], err = captureRounds(ctx, r, c, m, 5)
 		return err
 	})
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("%v: capture on rank %d: %v", c, r, err)
+			t.Fatalf("%v: rank %d: %v", c, r, err)
+		}
+		if wrong[r] != 0 {
+			t.Errorf("%v: rank %d: %d wrong elements over the rounds", c, r, wrong[r])
 		}
 	}
-	defer onRanks(rs, func(r *devRank) error { return graphs[r.c.Rank()].close() })
-	for k := 1; k <= 5; k++ {
+}
+
+// captureRounds is one rank's side of a capture case (every rank runs it
+// at once): it captures c in mode m on a stream of its own, then runs
+// rounds rounds on r.s, each with new inputs, a replay in the odd ones and
+// an eager call of c in the even ones, and returns how many elements were
+// wrong over all of them.
+func captureRounds(ctx context.Context, r *devRank, c devCase, m gpu.CaptureMode, rounds int) (wrong int, err error) {
+	send, recv, _, err := prepDevCase(r, c)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.s.Synchronize(); err != nil {
+		return 0, err
+	}
+	g, err := captureCall(r, m, func(s *gpu.Stream) error { return callDev(ctx, r.dc, c, send, recv, s) })
+	if err != nil {
+		return 0, fmt.Errorf("capture: %w", err)
+	}
+	defer g.close()
+	for k := 1; k <= rounds; k++ {
 		v := c
 		v.shift = 3 * k
-		eager := k%2 == 0
-		wrong := make([]int, len(rs))
-		errs := onRanks(rs, func(r *devRank) error {
-			send, recv, host, err := prepDevCase(r, v)
-			if err != nil {
-				return err
-			}
-			if eager {
-				err = callDev(ctx, r.dc, v, send, recv, r.s)
-			} else {
-				err = graphs[r.c.Rank()].x.Launch(r.s)
-			}
-			if err != nil {
-				return err
-			}
-			if b := bufs[r.c.Rank()]; b[0].Ptr() != send.Ptr() || b[1].Ptr() != recv.Ptr() {
-				return fmt.Errorf("the case's buffers moved between capture and replay (test)")
-			}
-			wrong[r.c.Rank()], err = checkDevCase(r, v, send, recv, host)
-			return err
-		})
+		s2, r2, host, err := prepDevCase(r, v)
+		if err != nil {
+			return wrong, err
+		}
+		if s2.Ptr() != send.Ptr() || r2.Ptr() != recv.Ptr() {
+			return wrong, fmt.Errorf("the case's buffers moved between capture and replay (test)")
+		}
 		what := "replay"
-		if eager {
+		if k%2 == 0 {
 			what = "eager call"
+			err = callDev(ctx, r.dc, v, send, recv, r.s)
+		} else {
+			err = g.x.Launch(r.s)
 		}
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("%v: %s %d on rank %d: %v", v, what, k, r, err)
-			}
-			if wrong[r] != 0 {
-				t.Errorf("%v: %s %d on rank %d: %d wrong elements", v, what, k, r, wrong[r])
-			}
+		if err != nil {
+			return wrong, fmt.Errorf("%s %d: %w", what, k, err)
 		}
+		w, err := checkDevCase(r, v, send, recv, host)
+		if err != nil {
+			return wrong, fmt.Errorf("%s %d: %w", what, k, err)
+		}
+		if w != 0 {
+			fmt.Printf("rank %d %v: %s %d: %d wrong elements\n", r.c.Rank(), v, what, k, w)
+		}
+		wrong += w
 	}
+	return wrong, nil
 }
 
 // TestGPUFakeCaptureGroup: grouped send/recv under capture on two ranks:

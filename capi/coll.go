@@ -213,7 +213,7 @@ func (c *Comm) locate(w *work) error {
 	}
 	w.capture = capture
 	if !w.device {
-		if capture {
+		if capture && (w.sendN > 0 || w.recvN > 0) { // count 0 is nothing to do, captured or not (as NCCL)
 			return refuse(InvalidUsage, "host buffers on a stream that is capturing a CUDA graph: the call would run on the host now, not when the graph is replayed")
 		}
 		return nil

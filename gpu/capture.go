@@ -99,9 +99,9 @@ func (s *Stream) EndCapture() (*Graph, error) {
 	return &Graph{dev: s.dev, h: g}, nil
 }
 
-// RecordExternal records e on s so that, in a capture, the graph records
-// e at each replay (an event record node) and work outside the graph can
-// wait for it; outside a capture it is Record.
+// RecordExternal records e on s, which must be capturing: the graph
+// records e at each replay (an event record node), and work outside the
+// graph can wait for it. (The driver refuses the flag outside a capture.)
 func (s *Stream) RecordExternal(e *Event) error {
 	if e.dev != s.dev {
 		return fmt.Errorf("%s: record an event of %s", s.dev, e.dev)
@@ -109,9 +109,10 @@ func (s *Stream) RecordExternal(e *Event) error {
 	return s.enqueue("record event", func(api cu.API) error { return api.EventRecordWithFlags(e.h, s.h, cu.EventRecordExternal) })
 }
 
-// WaitExternal makes s wait for e, which may have been recorded outside
-// s's capture: in a capture, each replay waits for e's latest record at
-// the time of the replay (an event wait node); outside one it is Wait.
+// WaitExternal makes s, which must be capturing, wait for e, which may
+// have been recorded outside the capture: each replay waits for e's
+// latest record at the time of the replay (an event wait node). (The
+// driver refuses the flag outside a capture.)
 func (s *Stream) WaitExternal(e *Event) error {
 	return s.enqueue("wait for event", func(api cu.API) error { return api.StreamWaitEventFlags(s.h, e.h, cu.EventWaitExternal) })
 }

@@ -89,12 +89,12 @@ type API interface {
 	// mode and returns the one it had: library code sets Relaxed around
 	// its own potentially unsafe calls and restores the old mode after.
 	ThreadExchangeStreamCaptureMode(m CaptureMode) (CaptureMode, error)
-	// EventRecordWithFlags records e on s; with EventRecordExternal, in a
-	// capture, as an event record node (the event is recorded at each
-	// replay, and can be waited on outside the graph).
+	// EventRecordWithFlags records e on s; with EventRecordExternal (only
+	// in a capture) as an event record node: the event is recorded at each
+	// replay, and can be waited on outside the graph.
 	EventRecordWithFlags(e Event, s Stream, flags uint32) error
-	// StreamWaitEventFlags makes s wait for e; with EventWaitExternal, in a
-	// capture, as an event wait node on an event recorded outside it.
+	// StreamWaitEventFlags makes s wait for e; with EventWaitExternal (only
+	// in a capture) as an event wait node on an event recorded outside it.
 	StreamWaitEventFlags(s Stream, e Event, flags uint32) error
 	// LaunchHostFunc enqueues fn on s: it runs on a driver thread once the
 	// work before it is done, and the stream waits for it. fn must not

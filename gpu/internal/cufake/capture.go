@@ -20,7 +20,7 @@ import (
 //     invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_ISOLATION); an
 //     external wait (CU_EVENT_WAIT_EXTERNAL) is a wait node, and an
 //     external record (CU_EVENT_RECORD_EXTERNAL) a record node that records
-//     the event at each replay.
+//     the event at each replay; both flags are invalid outside a capture.
 //   - Capture modes: a potentially unsafe call (cuMemAlloc, cuMemFree,
 //     cuMemHostAlloc, cuStreamSynchronize, cuStreamQuery, cuEventQuery,
 //     cuEventSynchronize) fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED

@@ -83,6 +83,9 @@ func (f *Fake) streamWait(fn string, s cu.Stream, e cu.Event, external bool) err
 	if c != nil && c.invalidated != "" {
 		return fail(fn, cu.ErrorCaptureInvalidated, "capture %d was invalidated: %s", c.id, c.invalidated)
 	}
+	if c == nil && external {
+		return fail(fn, cu.ErrorInvalidValue, "CU_EVENT_WAIT_EXTERNAL outside a capture")
+	}
 	if ev.capture != 0 {
 		var from *capture
 		for _, sc := range f.capt.streams {
@@ -161,6 +164,9 @@ func (f *Fake) eventRecord(fn string, e cu.Event, s cu.Stream, external bool) er
 	}
 	if ev.dev != dev {
 		return fail(fn, cu.ErrorInvalidHandle, "event of device %d recorded on a stream of device %d", ev.dev, dev)
+	}
+	if f.capturing(s) == nil && external {
+		return fail(fn, cu.ErrorInvalidValue, "CU_EVENT_RECORD_EXTERNAL outside a capture")
 	}
 	if c := f.capturing(s); c != nil && !external {
 		if c.invalidated != "" {

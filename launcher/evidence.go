@@ -38,11 +38,18 @@ type CommEnd struct {
 	Kind string // mismatch, peer-lost, timeout, closed, not-supported, aborted
 	Text string // the member's error
 	// ClosedBy is the world rank that closed the communicator while the
-	// reporting member was in a later collective, InCall ("allreduce #7");
-	// -1 for every other end. ClosedCalls is the collectives it made.
+	// reporting member was in a later collective; -1 for every other end.
+	// ClosedCalls is the collectives it made.
 	ClosedBy    int
 	ClosedCalls uint64
-	InCall      string
+	// InCall is the collective the member was in ("allreduce #7"; "":
+	// none or not said).
+	InCall string
+	// Members are the communicator's world ranks (nil: not said).
+	Members []int
+	// Echo: the member repeats an end another member published (it failed
+	// because of it): evidence of who failed on it, never its origin.
+	Echo bool
 	// Dup: another member's reason was published first (this one was
 	// refused: the reason is write-once), still evidence of what this
 	// member saw.
@@ -94,7 +101,8 @@ type evidence struct {
 	// never joined while others did, and whether the failure came once
 	// the bootstrap timeout had passed (so they are the likely cause).
 	neverJoined []outcome
-	joinTimeout string // the bootstrap timeout, when it had passed
+	joinTimeout string    // the bootstrap timeout, when it had passed
+	running     []outcome // ranks not ended (and not stopped) when judged
 	// who is every rank's identity (rank, host, pid), by rank: a cause
 	// may be a rank that has not failed (a closer that exited 0).
 	who []outcome
@@ -153,7 +161,7 @@ func (e *evidence) anyJoined() bool { return len(e.joined) > 0 }
 func (e *evidence) mismatch() (endReport, bool) {
 	var first *endReport
 	for i, r := range e.ends {
-		if r.Kind != "mismatch" {
+		if r.Kind != "mismatch" || r.Echo {
 			continue
 		}
 		if r.ClosedBy >= 0 || strings.Contains(r.Text, mismatchNamesBoth) {

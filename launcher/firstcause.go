@@ -18,7 +18,10 @@ import (
 //     collective on it, or two ranks that called different collectives;
 //     the ranks it names are the cause, every rank that failed on it a
 //     consequence;
-//  3. ranks still running that never joined, once the bootstrap timeout
+//  3. ranks still running that did not take part in a collective that
+//     every failed rank timed out in (FLEXLINK_TIMEOUT, the caller's
+//     deadline, a torch group timeout): they withheld it;
+//  4. ranks still running that never joined, once the bootstrap timeout
 //     has passed: the others failed waiting for them.
 //
 // A lost host and a stopped rank still go first: either makes the others
@@ -41,6 +44,9 @@ func firstCause(outs []outcome, ev evidence) (verdict, bool) {
 	}
 	if m, ok := ev.mismatch(); ok {
 		return mismatchVerdict(m, outs, ev, firstFailed), true
+	}
+	if v, ok := withheld(outs, ev, firstFailed); ok {
+		return v, true
 	}
 	if len(ev.neverJoined) > 0 && ev.joinTimeout != "" {
 		nj := ev.neverJoined
@@ -82,7 +88,8 @@ func mismatchVerdict(m endReport, outs []outcome, ev evidence, firstFailed outco
 		var in []int
 		call := m.InCall
 		for _, e := range ev.ends {
-			if e.Kind == "mismatch" && e.Comm == m.Comm && e.ClosedBy == m.ClosedBy && !slices.Contains(in, e.rank) {
+			same := e.ClosedBy == m.ClosedBy || e.Echo && e.InCall == m.InCall
+			if e.Kind == "mismatch" && e.Comm == m.Comm && same && e.rank != m.ClosedBy && !slices.Contains(in, e.rank) {
 				in = append(in, e.rank)
 			}
 		}
@@ -109,4 +116,73 @@ func mismatchVerdict(m endReport, outs []outcome, ev evidence, firstFailed outco
 	v.first = fmt.Sprintf("collective mismatch on communicator %s: %s", m.Comm, text)
 	v.consequences = others(outs, func(int) bool { return false })
 	return v
+}
+
+// withheld names the ranks that kept a collective waiting: every rank
+// that failed timed out in it (or failed because it lost a peer), and
+// ranks still running, members of its communicator, said nothing (they
+// were not in it, or they would have timed out too).
+func withheld(outs []outcome, ev evidence, firstFailed outcome) (verdict, bool) {
+	timedOut := map[int]endReport{}
+	said := map[int]bool{}
+	var first *endReport
+	for i, e := range ev.ends {
+		said[e.rank] = true
+		if e.Kind != "timeout" {
+			continue
+		}
+		if _, ok := timedOut[e.rank]; !ok {
+			timedOut[e.rank] = e
+		}
+		if first == nil && !e.Echo {
+			first = &ev.ends[i]
+		}
+	}
+	if first == nil {
+		return verdict{}, false
+	}
+	for _, o := range outs {
+		if _, ok := timedOut[o.rank]; !ok && o.kind != endPeerLost && !ev.reporters[o.rank] {
+			return verdict{}, false // a failure of another kind
+		}
+	}
+	var suspects []outcome
+	for _, r := range ev.running {
+		if !said[r.rank] && (first.Members == nil || slices.Contains(first.Members, r.rank)) {
+			suspects = append(suspects, r)
+		}
+	}
+	if len(suspects) == 0 {
+		return verdict{}, false
+	}
+	var waited, rs []int
+	for r, e := range timedOut {
+		if e.Comm == first.Comm {
+			waited = append(waited, r)
+		}
+	}
+	slices.Sort(waited)
+	for _, o := range suspects {
+		rs = append(rs, o.rank)
+	}
+	call := first.InCall
+	if call == "" {
+		call = "a collective"
+	}
+	v := verdict{cause: suspects[0], noRank: len(suspects) > 1}
+	v.cause.code = max(firstFailed.code, 1)
+	whoWaited := "rank " + joinInts(waited)
+	if len(waited) > 1 {
+		whoWaited = "ranks " + joinInts(waited)
+	}
+	if len(suspects) == 1 {
+		s := suspects[0]
+		v.first = fmt.Sprintf("rank %d (host %s, pid %d) did not take part in %s on communicator %s: %s timed out waiting for it", s.rank, s.host, s.pid, call, first.Comm, whoWaited)
+		v.why = fmt.Sprintf("timed out waiting for rank %d", s.rank)
+	} else {
+		v.first = fmt.Sprintf("ranks %s did not take part in %s on communicator %s: %s timed out waiting for them", joinInts(rs), call, first.Comm, whoWaited)
+		v.why = fmt.Sprintf("timed out waiting for ranks %s", joinInts(rs))
+	}
+	v.consequences = others(outs, func(r int) bool { return slices.Contains(rs, r) })
+	return v, true
 }

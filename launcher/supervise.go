@@ -450,9 +450,12 @@ func (s *supervisor) withCleanExits(outs []outcome) []outcome {
 func (s *supervisor) evidenceOfJoins() {
 	ev := &s.evidence
 	ev.who = make([]outcome, len(s.ranks))
-	ev.neverJoined, ev.joinTimeout = nil, ""
+	ev.neverJoined, ev.joinTimeout, ev.running = nil, "", nil
 	for i, rp := range s.ranks {
 		ev.who[i] = outcome{rank: rp.p.Rank, host: rp.p.Host, pid: rp.pid}
+		if !s.exited[i] {
+			ev.running = append(ev.running, ev.who[i])
+		}
 		if !s.exited[i] && ev.anyJoined() && !ev.joined[rp.p.Rank] {
 			ev.neverJoined = append(ev.neverJoined, ev.who[i])
 		}

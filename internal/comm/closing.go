@@ -44,6 +44,7 @@ type closing struct {
 	self    atomic.Bool // this rank is closing c (its close barrier is no later call)
 	closer  atomic.Pointer[closeRecord]
 	current atomic.Pointer[collectives.Call] // nil between collectives
+	failed  atomic.Pointer[collectives.Call] // the last collective that failed here
 }
 
 // announceClose publishes c's close record (best effort, bounded; the key
@@ -80,6 +81,9 @@ func (c *Comm) observeCall(log collectives.Observer) collectives.Observer {
 		if ci.Op != collectives.OpSendRecv {
 			if ci.End {
 				c.closing.current.Store(nil)
+				if ci.Err != nil {
+					c.closing.failed.Store(&ci)
+				}
 			} else {
 				c.closing.current.Store(&ci)
 				c.checkClosed()
@@ -129,12 +133,17 @@ type EndReport struct {
 	Kind string // the sentinel class: mismatch, peer-lost, timeout, closed, not-supported, aborted
 	Text string // the member's error
 	// ClosedBy, for a member that closed the communicator while this one
-	// was in a later collective: the closer's world rank (else -1), the
-	// collectives it made, and the call this member was in ("allreduce
-	// #7").
+	// was in a later collective: the closer's world rank (else -1), and
+	// the collectives it made.
 	ClosedBy    int
 	ClosedCalls uint64
-	InCall      string
+	// InCall is the collective the member was in when it ended the
+	// communicator ("allreduce #7"; "" when it was in none).
+	InCall string
+	// Members are the communicator's world ranks (nil: not said).
+	Members []int
+	// Echo: the member repeats an end another member published first.
+	Echo bool
 }
 
 // DecodeEnd reads a put of key and value as a communicator's end; ok is
@@ -148,9 +157,9 @@ func DecodeEnd(key string, value []byte) (EndReport, bool) {
 	if json.Unmarshal(value, &rec) != nil {
 		return EndReport{}, false
 	}
-	r := EndReport{Comm: name, Kind: rec.Kind, Text: rec.Text, ClosedBy: -1}
+	r := EndReport{Comm: name, Kind: rec.Kind, Text: rec.Text, ClosedBy: -1, InCall: rec.InCall, Members: rec.Members, Echo: rec.Echo}
 	if rec.Closed != nil {
-		r.ClosedBy, r.ClosedCalls, r.InCall = rec.Closed.World, rec.Closed.Calls, rec.InCall
+		r.ClosedBy, r.ClosedCalls = rec.Closed.World, rec.Closed.Calls
 	}
 	return r, true
 }

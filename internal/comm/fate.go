@@ -133,6 +133,14 @@ type endRecord struct {
 	// was in InCall, a later collective (closing.go).
 	Closed *closeRecord `json:"closed,omitempty"`
 	InCall string       `json:"in_call,omitempty"`
+	// Members are the communicator's world ranks (a launcher that reads
+	// the record names only members), By the publisher's world rank.
+	Members []int `json:"members,omitempty"`
+	By      int   `json:"by"`
+	// Echo: the member only repeats an end another member published (it
+	// failed because of it); the key keeps the first, a launcher watching
+	// the store hears every member's.
+	Echo bool `json:"echo,omitempty"`
 }
 
 // remoteError is a reason read from the store: its text, and the sentinel
@@ -163,11 +171,20 @@ const publishWait = 5 * time.Second
 // publish tells the other members that c ended with err (best effort,
 // bounded: a store that cannot take it has failed, and then every member
 // learns that from the store itself).
-func (c *Comm) publish(err error) {
-	rec := endRecord{Kind: "aborted", Text: err.Error()}
+func (c *Comm) publish(err error) { c.publishRecord(err, false) }
+
+// echo publishes, as this member's, an end it learnt from another member
+// (refused by the write-once key; seen by a launcher that watches the
+// store: which members failed on it, and in which call).
+func (c *Comm) echo(err error) { c.publishRecord(err, true) }
+
+func (c *Comm) publishRecord(err error, echo bool) {
+	rec := endRecord{Kind: "aborted", Text: err.Error(), Members: c.members, By: c.WorldRank(), Echo: echo}
 	var ce *closedEarly
 	if errors.As(err, &ce) {
 		rec.Closed, rec.InCall = &ce.rec, ce.call
+	} else if ci := c.closing.failed.Load(); ci != nil {
+		rec.InCall = fmt.Sprintf("%s #%d", ci.Op, ci.Seq) // the collective that failed here
 	}
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {

@@ -26,6 +26,7 @@
 //	count             calls AllReduce with 2 elements where the others use 1
 //	dtype             calls AllReduce on float32 where the others use float64
 //	root              every rank calls Broadcast at -bad-at, this one with root 1, the others root 0
+//	withhold          never makes the call: it waits (at most 5 minutes) to be killed
 package main
 
 import (
@@ -159,6 +160,9 @@ func misbehave(ctx context.Context, comm *rank.Comm, how string) error {
 	case "dtype":
 		b := []float32{1}
 		return comm.AllReduce(ctx, rank.Of(b), rank.Of(b), dtype.Sum)
+	case "withhold":
+		time.Sleep(5 * time.Minute) // flexrun ends it
+		os.Exit(0)
 	}
 	return fmt.Errorf("-bad %q: unknown", how)
 }

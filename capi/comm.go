@@ -470,7 +470,11 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 		}
 	}
 	if ae == nil && c.dc != nil {
-		ae = c.dc.AsyncError()
+		if ae = c.dc.AsyncError(); ae != nil && !c.ended.Load() {
+			// Calls on device buffers end on the device: one that timed
+			// out there names the members behind this rank's last.
+			ae = c.nameWithheld(c.prog.latest(), ae)
+		}
 	}
 	if found := ae != nil && !c.ended.Load(); found {
 		// First heard of here: it is the process's last error too

@@ -214,13 +214,13 @@ func (c *Comm) runP2P(ps []p2p) error {
 // runColl runs one collective. One that ends waiting (its deadline, an
 // abort) names the members that have not called it (withheld.go).
 func (c *Comm) runColl(w *work) (err error) {
-	seq := c.prog.begin(!w.device)
+	seq := c.prog.begin(w.call.Kind, !w.device)
 	if !w.device {
 		defer c.prog.done()
 	}
 	defer func() {
 		if err != nil {
-			err = c.nameWithheld(w.call.Kind, seq, err)
+			err = c.nameWithheld(seq, err)
 		}
 	}()
 	if w.device {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexlink/flexlink/bootstrap"
@@ -32,17 +33,16 @@ import (
 // a number wins, keys being write-once), answers are under the request's
 // number and the member's rank.
 
-// progress is a communicator's part in naming withheld collectives.
+// progress is a communicator's part in naming withheld collectives. A
+// call counts itself with atomics only: the per-call path takes no lock.
 type progress struct {
-	store bootstrap.Store // the world's store; nil: nothing is asked
-	key   string          // the communicator's name in the store, the same on every member
-	calls uint64          // collectives this rank has started on it (under mu)
-	kids  uint64          // splits and shrinks made from it, which name theirs (under mu)
-	asked uint64          // the last request seen (under mu)
-
-	mu   sync.Mutex
-	busy int           // calls on host buffers in flight
-	idle chan struct{} // closed when busy drops to 0
+	store bootstrap.Store  // the world's store; nil: nothing is asked
+	key   string           // the communicator's name in the store, the same on every member
+	calls atomic.Uint64    // collectives this rank has started on it
+	kinds [64]atomic.Int32 // the last ones' kinds, by number
+	busy  atomic.Int32     // calls on host buffers in flight
+	kids  atomic.Uint64    // splits and shrinks made from it, which name theirs
+	asked atomic.Uint64    // the last request seen
 }
 
 // stallWait bounds the question: an abort with a call in flight waits for
@@ -62,50 +62,33 @@ type stallAnswer struct {
 // childKey is the store name of the next communicator split or shrunk
 // from this one; tag tells the children of one split apart (its color).
 func (p *progress) childKey(tag string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.kids++
-	return p.key + "/" + strconv.FormatUint(p.kids, 10) + tag
+	return p.key + "/" + strconv.FormatUint(p.kids.Add(1), 10) + tag
 }
 
 // begin counts a collective this rank starts and returns its number; a
 // call on host buffers (host) is in flight until done.
-func (p *progress) begin(host bool) uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.calls++
+func (p *progress) begin(kind Kind, host bool) uint64 {
 	if host {
-		if p.busy == 0 {
-			p.idle = make(chan struct{})
-		}
-		p.busy++
+		p.busy.Add(1)
 	}
-	return p.calls
+	seq := p.calls.Add(1)
+	p.kinds[seq%uint64(len(p.kinds))].Store(int32(kind))
+	return seq
 }
+
+// latest is the number of the last collective this rank started.
+func (p *progress) latest() uint64 { return p.calls.Load() }
 
 // done ends a call on host buffers that begin counted.
-func (p *progress) done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.busy--
-	if p.busy == 0 {
-		close(p.idle)
-	}
-}
+func (p *progress) done() { p.busy.Add(-1) }
 
 // settle waits, at most limit, for the calls on host buffers in flight
-// to end (and name what was withheld).
+// to end (and name what was withheld): ncclCommAbort's wait, checked
+// every millisecond, so that the calls take no lock to say they are done.
 func (p *progress) settle(limit time.Duration) {
-	p.mu.Lock()
-	idle := p.idle
-	busy := p.busy
-	p.mu.Unlock()
-	if busy == 0 {
-		return
-	}
-	select {
-	case <-idle:
-	case <-time.After(limit):
+	deadline := time.Now().Add(limit)
+	for p.busy.Load() > 0 && time.Now().Before(deadline) {
+		<-time.After(time.Millisecond)
 	}
 }
 
@@ -117,10 +100,10 @@ func (c *Comm) answerStalls() {
 		if err != nil {
 			return // c was destroyed, or the store ended
 		}
-		p.mu.Lock()
-		p.asked = max(p.asked, k)
-		ans := stallAnswer{Calls: p.calls}
-		p.mu.Unlock()
+		if k > p.asked.Load() {
+			p.asked.Store(k)
+		}
+		ans := stallAnswer{Calls: p.calls.Load()}
 		var req stallRequest
 		if json.Unmarshal(b, &req) != nil || req.Rank == c.rank {
 			continue
@@ -138,11 +121,11 @@ func answerKey(comm string, k uint64, r int) string {
 
 // nameWithheld adds to err, the end of this rank's collective number seq
 // by a timeout or an abort, the members that have not called it.
-func (c *Comm) nameWithheld(kind Kind, seq uint64, err error) error {
+func (c *Comm) nameWithheld(seq uint64, err error) error {
 	if !endedWaiting(err) {
 		return err
 	}
-	behind := c.askBehind(kind, seq)
+	behind := c.askBehind(seq)
 	if len(behind) == 0 {
 		return err
 	}
@@ -156,21 +139,29 @@ func endedWaiting(err error) bool {
 		errors.Is(err, errs.ErrTimeout) || errors.Is(err, errs.ErrAborted)
 }
 
+// callName is collective number seq of this rank as the errors name it
+// ("AllReduce #5"); "collective #5" once its kind is forgotten.
+func (p *progress) callName(seq uint64) string {
+	calls := p.calls.Load()
+	if seq == 0 || seq > calls || calls-seq >= uint64(len(p.kinds)) {
+		return "collective #" + strconv.FormatUint(seq, 10)
+	}
+	return strings.TrimPrefix(Kind(p.kinds[seq%uint64(len(p.kinds))].Load()).String(), "nccl") + " #" + strconv.FormatUint(seq, 10)
+}
+
 // askBehind asks every other member how many collectives it has called
-// and returns, for each one short of seq, what it has not called. Members
-// that do not answer within stallWait are not named.
-func (c *Comm) askBehind(kind Kind, seq uint64) []string {
+// and returns, for each one short of seq, the first of this rank's calls
+// it has not made. Members that do not answer within stallWait are not
+// named.
+func (c *Comm) askBehind(seq uint64) []string {
 	p := &c.prog
 	if p.store == nil || c.nranks < 2 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stallWait)
 	defer cancel()
-	name := strings.TrimPrefix(kind.String(), "nccl")
-	req, _ := json.Marshal(stallRequest{Rank: c.rank, Call: name, Seq: seq})
-	p.mu.Lock()
-	k := p.asked + 1
-	p.mu.Unlock()
+	req, _ := json.Marshal(stallRequest{Rank: c.rank, Call: p.callName(seq), Seq: seq})
+	k := p.asked.Load() + 1
 	for tries := 0; ; k, tries = k+1, tries+1 {
 		err := p.store.Put(ctx, p.key+"/stall/"+strconv.FormatUint(k, 10), req)
 		if err == nil {
@@ -205,7 +196,7 @@ func (c *Comm) askBehind(kind Kind, seq uint64) []string {
 			if n > 0 {
 				last = "#" + strconv.FormatInt(n, 10)
 			}
-			behind = append(behind, fmt.Sprintf("rank %d has not called %s #%d (its last collective on this communicator: %s)", r, name, seq, last))
+			behind = append(behind, fmt.Sprintf("rank %d has not called %s (its last collective on this communicator: %s)", r, p.callName(uint64(n)+1), last))
 		}
 	}
 	return behind

@@ -16,9 +16,11 @@
 #     (torch.cuda.graph of all_reduce, all_gather_into_tensor,
 #     reduce_scatter_tensor, all_to_all_single, broadcast, reduce; REPLAYS
 #     replays with new inputs, each checked);
-#  3. the same at 2 ranks sharing GPU 0 (flexrun --nccl): there the flag
-#     kernels are off, so every capture is refused with ncclInvalidUsage
-#     (expected: the script reports how each check ended, not a verdict);
+#  3. nccl-tests -G 10 -c 1 with 2 MPI ranks on GPU 0 (every binary) and 4
+#     (all_reduce), and graph_capture.py at 2 ranks (flexrun --nccl): ranks
+#     sharing a GPU replay on the flag kernels, each call waiting for the
+#     other process's time slice without MPS (slow, milliseconds a call;
+#     right);
 #  4. on a machine of 2+ GPUs, with .devbin/direct.test carried:
 #     TestGPUProcsCapture (the flag kernels captured and replayed, one
 #     process per GPU).
@@ -86,10 +88,17 @@ step "graph_capture.py flexlink" timeout 240 env LD_PRELOAD=$LIB python3 tests/t
 
 if [ -x .devbin/flexrun ] || [ -f .devbin/flexrun.xz ]; then
 	[ -x .devbin/flexrun ] || { xz -d -k .devbin/flexrun.xz && chmod +x .devbin/flexrun; }
-	stamp "torch.cuda.graph, 2 ranks on GPU 0 (captures refused there: how each ended)"
-	REPLAYS=10 timeout 240 .devbin/flexrun -np 2 --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib" python3 tests/torch/graph_capture.py 2>&1 |
-		grep -E "^(PASS|FAIL|SKIP|GRAPH-END)|flexrun:" | cut -c1-300 | tee -a "$OUT/graphs.log"
+	stamp "torch.cuda.graph, 2 ranks on GPU 0"
+	step "graph_capture.py flexlink 2 ranks" env REPLAYS=100 timeout 240 .devbin/flexrun -np 2 --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib" python3 tests/torch/graph_capture.py
 fi
+
+stamp "nccl-tests -G 10 -c 1, MPI ranks on GPU 0 (ours; NCCL refuses two ranks on one GPU)"
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE)
+for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+	[ -x $B/${t}_perf ] || continue
+	step "${t}_perf -G 10, 2 MPI ranks" timeout 180 "${MPIRUN[@]}" -np 2 $B/${t}_perf -b 8 -e 1M -f 8 -g 1 -G 10 -c 1 -n 5 -w 2
+done
+step "all_reduce_perf -G 10, 4 MPI ranks" timeout 240 "${MPIRUN[@]}" -np 4 $B/all_reduce_perf -b 8 -e 1M -f 8 -g 1 -G 10 -c 1 -n 5 -w 2
 ngpu=$(nvidia-smi -L | wc -l)
 if [ "$ngpu" -ge 2 ]; then
 	# The flag kernels under capture need GPUs of their own: a 2+ GPU kind,

@@ -27,9 +27,14 @@ import (
 //     An in-place alltoall first copies its send blocks into memory of the
 //     graph's own (gpu.Stream.GraphAlloc).
 //
+// Ranks that share a GPU run their eager calls on other paths (the leader
+// path, the event protocol) but keep the flag kernels for captured calls
+// (setup.go): on one GPU without MPS each kernel waits for the other
+// process's time slice, so a replayed call takes milliseconds, but it is
+// right.
+//
 // What is refused (ErrNotCapturable, before the call touches anything):
-// ranks sharing one GPU on the leader path, a plane with the flag kernels
-// off, the handshake paths (groups of other shapes, more than two ranks),
+// a plane with the flag kernels off, the handshake paths (groups of other shapes, more than two ranks),
 // alltoallv as one call, and an allreduce that would use the large
 // region's PCIe part (FLEXLINK_GPU_FLAG_PCIE_BLOCKS: its split is planned
 // on the host per call).
@@ -63,12 +68,9 @@ func (p *directPlane) CaptureBlocker(o *plane.Op) string {
 		}
 		return ""
 	}
-	if p.shared != nil {
-		return "its ranks share one GPU, where rank 0 runs every call after host messages (FLEXLINK_GPU_SHARED=leader)"
-	}
 	f := p.flag
 	if f == nil {
-		return "the flag kernels are off on this communicator (FLEXLINK_GPU_FLAG_BYTES=0, ranks sharing a GPU, or more than 8 ranks), and its other paths meet the peers through host messages at every call"
+		return "the flag kernels are off on this communicator (FLEXLINK_GPU_FLAG_BYTES=0 or more than 8 ranks), and its other paths meet the peers through host messages at every call"
 	}
 	b := o.Count * o.DT.Size()
 	switch o.Kind {

@@ -444,3 +444,33 @@ func TestGPUFakeCaptureLifetime(t *testing.T) {
 		}
 	})
 }
+
+// TestGPUFakeCaptureShared: ranks that share one GPU run eager calls on
+// the leader path (or the event protocol) and captured calls on the flag
+// kernels, which they keep for captures only: every capture case replays
+// right between eager calls, and no eager call takes a flag kernel.
+func TestGPUFakeCaptureShared(t *testing.T) {
+	for _, tc := range []struct {
+		n      int
+		shared string
+	}{{2, "leader"}, {3, "leader"}, {2, "events"}} {
+		t.Run(fmt.Sprintf("%dranks-%s", tc.n, tc.shared), func(t *testing.T) {
+			const big = 20_000
+			rs := sharedRanks(t, tc.n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_SHARED": tc.shared}, tc.n*big*8)
+			for _, r := range rs {
+				if f := r.dc.Plane().(*directPlane).flag; f == nil || !f.captureOnly {
+					t.Fatalf("rank %d: flag plane %v, want one for captures only", r.c.Rank(), f != nil)
+				}
+			}
+			ctx := testCtx(t, 120*time.Second)
+			for _, c := range captureCases(tc.n, big) {
+				replayCase(ctx, t, rs, c, gpu.CaptureGlobal)
+			}
+			for _, r := range rs {
+				if f := r.dc.Plane().(*directPlane).flag; f.calls != 0 {
+					t.Errorf("rank %d: %d eager calls took the flag kernels on a shared GPU", r.c.Rank(), f.calls)
+				}
+			}
+		})
+	}
+}

@@ -95,8 +95,11 @@ type flagPlane struct {
 	stats    *linkStats // the flag calls' bytes per link, for LinkShares
 	w        flagWatch
 	capt     flagCapture // CUDA graph capture (capture.go)
-	holds    graphHolds  // the graphs that hold this plane's device memory (capture.go)
-	leak     bool        // Close could not agree with the peers: keep the regions (peers may still write)
+	// captureOnly: the ranks share a GPU, where eager calls take other
+	// paths (setup.go); only captured calls run here.
+	captureOnly bool
+	holds       graphHolds // the graphs that hold this plane's device memory (capture.go)
+	leak        bool       // Close could not agree with the peers: keep the regions (peers may still write)
 }
 
 // flagLimits are the largest calls the flag plane takes (bytes); every
@@ -162,7 +165,7 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 // is at most collBytes, broadcasts and reduces of at most rootedFactor
 // times collBytes.
 func (f *flagPlane) takes(o *plane.Op) bool {
-	if f == nil {
+	if f == nil || f.captureOnly {
 		return false
 	}
 	b := o.Count * o.DT.Size()
@@ -185,7 +188,7 @@ func (f *flagPlane) takes(o *plane.Op) bool {
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
 func (f *flagPlane) p2p(o *plane.Op) bool {
-	if f == nil {
+	if f == nil || f.captureOnly {
 		return false
 	}
 	return f.p2pShape(o, f.lim.collBytes)

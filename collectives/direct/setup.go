@@ -19,14 +19,18 @@ import (
 // peers'. It is
 // collective and runs under the communicator's queue.
 func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
+	captureOnly := false
 	if r1, r2, ok := SharedGPU(bus); ok && cfg.Flag.Bytes != 0 {
 		// The flag kernels wait inside the GPU for their peers' kernels; two
 		// processes on one GPU time-slice, so each call would wait for the
 		// other's slice (about 2 ms a call, measured on one H100). Ranks
 		// that share a GPU take the paths ordered by events and copy
-		// engines instead. Every rank sees the same bus ids, so all agree.
-		h.Log().Info("gpu flag kernels off: ranks share a GPU", "ranks", fmt.Sprintf("%d,%d", r1, r2), "gpu", bus[r1])
-		cfg.Flag.Bytes = 0
+		// engines instead; the flag kernels serve only calls captured in a
+		// CUDA graph (capture.go), where nothing else can run: slow without
+		// MPS, but right. Every rank sees the same bus ids, so all agree.
+		h.Log().Info("gpu flag kernels for CUDA graph captures only: ranks share a GPU", "ranks", fmt.Sprintf("%d,%d", r1, r2), "gpu", bus[r1])
+		captureOnly = true
+		cfg.Flag.PCIeBlocks = 0
 	}
 	dp, err := newDirectPlane(h, dev, cfg)
 	if err != nil {
@@ -58,6 +62,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
 	}
 	if err == nil && dp.flag != nil {
+		dp.flag.captureOnly = captureOnly
 		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {

@@ -29,6 +29,17 @@ func TestFirstCause(t *testing.T) {
 	closed := func(rank int) endReport {
 		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "mismatch", Text: "...", ClosedBy: 1, ClosedCalls: 5, InCall: "allreduce #6"}}
 	}
+	timedOut := func(rank int, echo bool) endReport {
+		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "timeout", Text: "...", ClosedBy: -1, InCall: "allreduce #6", Members: []int{0, 1, 2}, Echo: echo}}
+	}
+	sub := func(e endReport) endReport { e.Comm, e.Members = "w.0", []int{0, 2}; return e }
+	reported := func(rs ...BootstrapReport) evidence {
+		var ev evidence
+		for _, r := range rs {
+			ev.add(r)
+		}
+		return ev
+	}
 	both := "rank 0 on h: communicator w (rank 0 of 3): allreduce: collective mismatch: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0)"
 	sizeOnly := "rank 2: recv from rank 1: message 13 has 16 bytes, its buffer 8: collective mismatch"
 	tests := []struct {
@@ -64,6 +75,19 @@ func TestFirstCause(t *testing.T) {
 		{"ended before joining goes before a status seen first",
 			[]outcome{failed(0, 1, 3), beforeJoin(failed(1, 2, 1))}, evidence{joined: map[int]bool{0: true}}, 1,
 			[]string{"rank 1 (host h, pid 101) exited with status 1 before joining the job; terminating 1 other rank", "rank 0 stopped: peer rank 1 lost"}},
+		{"withheld: the running member that said nothing, not the ranks that timed out",
+			[]outcome{failed(2, 1, 3), failed(0, 2, 3)},
+			evidence{ends: []endReport{timedOut(2, false), timedOut(0, true)}, running: []outcome{who[1]}, who: who}, 3,
+			[]string{"rank 1 (host h, pid 101) did not take part in allreduce #6 on communicator w: ranks 0, 2 timed out waiting for it; terminating 1 other rank",
+				"ranks 0, 2 stopped: timed out waiting for rank 1"}},
+		{"withheld: a running rank that is no member is not named",
+			[]outcome{failed(2, 1, 3), failed(0, 2, 3)},
+			evidence{ends: []endReport{sub(timedOut(2, false)), sub(timedOut(0, true))}, running: []outcome{who[1]}, who: who}, 3,
+			[]string{"rank 2 (host h, pid 102) exited with status 3; terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
+		{"a member that published a lost peer is a consequence, whatever its status",
+			[]outcome{failed(0, 1, 1), failed(2, 2, 3)},
+			reported(BootstrapReport{Kind: ReportEnd, Rank: 0, End: &CommEnd{Comm: "w", Kind: "peer-lost", ClosedBy: -1}}), 3,
+			[]string{"rank 2 (host h, pid 102) exited with status 3; terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
 		{"a stopped rank goes before a mismatch",
 			[]outcome{failed(0, 1, 3), {rank: 2, host: "h", pid: 102, kind: endStopped, code: 147, how: "was stopped by signal 19 (SIGSTOP)", order: 2}},
 			evidence{ends: []endReport{mismatch(0, both)}}, 147,

@@ -15,6 +15,7 @@ on the whole batch, and prints "torch_train: ok, N ranks on H hosts" on
 rank 0. Any failure exits non-zero.
 """
 import argparse
+import gc
 import os
 import socket
 
@@ -67,6 +68,13 @@ def main():
 
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
+    # DDP's reducer is freed before its process group: freed after it
+    # (when main returns), torch 1.13's gloo left 1 or 2 ranks of 4 hung
+    # at exit in half the runs on two emulated nodes (0 of 7 runs since);
+    # the barrier has every rank done with the group before any ends it.
+    del ddp, opt
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         print(f"torch_train: ok, {world} ranks on {len(set(hosts))} hosts ({backend})", flush=True)

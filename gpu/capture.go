@@ -234,3 +234,28 @@ func (s *Stream) GraphAlloc(n int) (*Buffer, error) {
 	}
 	return b, nil
 }
+
+// WaitCond is the condition of Stream.WaitValue32.
+type WaitCond uint32
+
+const (
+	WaitGEQ WaitCond = cu.WaitValueGEQ // (int32)(word - v) >= 0: a counter reached v
+	WaitEQ  WaitCond = cu.WaitValueEQ  // word == v
+	WaitAND WaitCond = cu.WaitValueAND // word & v != 0
+	WaitNOR WaitCond = cu.WaitValueNOR // ^(word | v) != 0
+)
+
+// WriteValue32 enqueues a store of v to the 32-bit word at addr (device
+// memory, Buffer.Ptr, or host memory mapped for the device,
+// HostMem.DevicePtr), once the work before it on s is done. In a capture
+// it is a node that stores at every replay.
+func (s *Stream) WriteValue32(addr uintptr, v uint32) error {
+	return s.enqueue("write value", func(api cu.API) error { return api.StreamWriteValue32(s.h, cu.DevPtr(addr), v, 0) })
+}
+
+// WaitValue32 makes the work enqueued on s after it wait until the word at
+// addr satisfies c against v; the host does not block. In a capture it is
+// a node that waits at every replay.
+func (s *Stream) WaitValue32(addr uintptr, v uint32, c WaitCond) error {
+	return s.enqueue("wait for value", func(api cu.API) error { return api.StreamWaitValue32(s.h, cu.DevPtr(addr), v, uint32(c)) })
+}

@@ -398,3 +398,85 @@ func TestFakeCaptureEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestFakeStreamValues: a stream waits for a word another stream (or a
+// replayed graph) writes, with each condition; captured writes and waits
+// are nodes that act at every replay.
+func TestFakeStreamValues(t *testing.T) {
+	drv, _ := openFake(t, gpufake.Config{})
+	dv, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	flag := mustAlloc(t, dv, 64)
+	if err := a.Memset(flag, 0); err != nil {
+		t.Fatal(err)
+	}
+	w := flag.Ptr()
+	for _, tc := range []struct {
+		cond   gpu.WaitCond
+		write  uint32
+		waitOn uint32
+	}{{gpu.WaitGEQ, 5, 4}, {gpu.WaitEQ, 9, 9}, {gpu.WaitAND, 6, 2}, {gpu.WaitNOR, 0, 1}} {
+		// The writer runs on another goroutine: the waiting stream (this
+		// goroutine, on the fake) blocks until it has written.
+		done := make(chan error, 1)
+		go func() { done <- b.WriteValue32(w, tc.write) }()
+		if err := a.WaitValue32(w, tc.waitOn, tc.cond); err != nil {
+			t.Fatalf("cond %d: %v", tc.cond, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Captured: a graph that waits for the word to reach k, then writes
+	// k+100 next to it; the host side bumps the word through a copy.
+	cs, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(cs.WaitValue32(w, 1000, gpu.WaitGEQ), cs.WriteValue32(w+4, 77)); err != nil {
+		t.Fatal(err)
+	}
+	g, err := cs.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	x, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	for k := uint32(1); k <= 2; k++ {
+		if err := a.Memset(flag.Sub(0, 8), 0); err != nil { // the word and the node's target
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- x.Launch(a) }()
+		if err := b.WriteValue32(w, 1000*k); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("replay %d: %v", k, err)
+		}
+		got := make([]byte, 4)
+		if err := b.CopyDtoH(got, flag.Sub(4, 4)); err != nil || got[0] != 77 {
+			t.Fatalf("replay %d: the write node left %v (%v)", k, got, err)
+		}
+	}
+}

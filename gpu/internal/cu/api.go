@@ -118,4 +118,11 @@ type API interface {
 	GraphLaunch(x GraphExec, s Stream) error     // (ctx)
 	GraphDestroy(g Graph) error
 	GraphExecDestroy(x GraphExec) error
+
+	// StreamWriteValue32 enqueues a store of v to the 32-bit word at addr
+	// (device memory, or host memory mapped for the device);
+	// StreamWaitValue32 makes s wait until the word at addr satisfies v
+	// under flags (WaitValueGEQ, …). Both are nodes in a capture.
+	StreamWriteValue32(s Stream, addr DevPtr, v uint32, flags uint32) error
+	StreamWaitValue32(s Stream, addr DevPtr, v uint32, flags uint32) error
 }

@@ -60,9 +60,18 @@ const (
 	GraphUserObjectMove   = 0x1 // CU_GRAPH_USER_OBJECT_MOVE: the caller's references pass to the graph
 )
 
+// Conditions of cuStreamWaitValue32 (CUstreamWaitValue_flags).
+const (
+	WaitValueGEQ = 0x0 // (int32)(*addr - value) >= 0
+	WaitValueEQ  = 0x1 // *addr == value
+	WaitValueAND = 0x2 // (*addr & value) != 0
+	WaitValueNOR = 0x3 // ~(*addr | value) != 0
+)
+
 // Results of the capture calls (values from cuda.h).
 const (
 	ErrorIllegalState           Result = 401
+	ErrorLaunchTimeout          Result = 702 // CUDA_ERROR_LAUNCH_TIMEOUT
 	ErrorCaptureUnsupported     Result = 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 	ErrorCaptureInvalidated     Result = 901 // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 	ErrorCaptureMerge           Result = 902

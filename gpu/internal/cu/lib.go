@@ -79,6 +79,8 @@ const (
 	sGraphLaunch
 	sGraphDestroy
 	sGraphExecDestroy
+	sStreamWriteValue32
+	sStreamWaitValue32
 	numSyms
 )
 
@@ -149,6 +151,8 @@ func symbols() [numSyms][]string {
 		sGraphLaunch:                     {"cuGraphLaunch"},
 		sGraphDestroy:                    {"cuGraphDestroy"},
 		sGraphExecDestroy:                {"cuGraphExecDestroy"},
+		sStreamWriteValue32:              {"cuStreamWriteValue32_v2", "cuStreamWriteValue32"},
+		sStreamWaitValue32:               {"cuStreamWaitValue32_v2", "cuStreamWaitValue32"},
 	}
 }
 

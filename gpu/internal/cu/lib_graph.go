@@ -159,3 +159,11 @@ func (l *Lib) GraphLaunch(x GraphExec, s Stream) error {
 
 func (l *Lib) GraphDestroy(g Graph) error         { return l.call(sGraphDestroy, uintptr(g)) }
 func (l *Lib) GraphExecDestroy(x GraphExec) error { return l.call(sGraphExecDestroy, uintptr(x)) }
+
+func (l *Lib) StreamWriteValue32(s Stream, addr DevPtr, v uint32, flags uint32) error {
+	return l.call(sStreamWriteValue32, uintptr(s), uintptr(addr), uintptr(v), uintptr(flags))
+}
+
+func (l *Lib) StreamWaitValue32(s Stream, addr DevPtr, v uint32, flags uint32) error {
+	return l.call(sStreamWaitValue32, uintptr(s), uintptr(addr), uintptr(v), uintptr(flags))
+}

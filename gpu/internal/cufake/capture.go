@@ -31,6 +31,7 @@ import (
 //     Synchronising or querying a capturing stream fails in every mode and
 //     invalidates its capture. The fake has no synchronous cuMemcpy: the
 //     API has none.
+//   - Stream memory operations (memops.go) are nodes too.
 //   - cuStreamEndCapture returns the graph (an error when invalidated);
 //     cuGraphLaunch replays its nodes in capture order on the caller's
 //     goroutine, kernels through their host implementations, so ranks'

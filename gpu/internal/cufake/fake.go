@@ -267,6 +267,8 @@ func errText(code cu.Result) (name, desc string) {
 		return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"
 	case cu.ErrorNotSupported:
 		return "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"
+	case cu.ErrorLaunchTimeout:
+		return "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"
 	case cu.ErrorIllegalState:
 		return "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"
 	case cu.ErrorCaptureUnsupported:

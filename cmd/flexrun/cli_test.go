@@ -151,6 +151,13 @@ func TestCommandLineErrors(t *testing.T) {
 		{"negative duration", []string{"--kill-grace", "-5s", "true"}, 2, `invalid value "-5s" for flag -kill-grace: want a duration of 0 or more`, nil},
 		{"negative -np", []string{"-np", "-1", "true"}, 1, "-np -1: want 1 or more", nil},
 		{"no ssh parallelism", []string{"--launch-parallel", "0", "true"}, 1, "--launch-parallel 0: want 1 or more", nil},
+		// A zero that would silently mean "the default" is refused.
+		{"zero bootstrap timeout", []string{"--bootstrap-timeout", "0s", "true"}, 1, "flexrun: --bootstrap-timeout 0s: want more than 0", nil},
+		{"zero liveness timeout", []string{"--liveness-timeout", "0", "true"}, 1, "flexrun: --liveness-timeout 0s: want more than 0", nil},
+		{"zero kill grace", []string{"--kill-grace", "0", "true"}, 1, "flexrun: --kill-grace 0s: want more than 0", nil},
+		{"zero agent timeout", []string{"--agent-timeout", "0s", "true"}, 1, "flexrun: --agent-timeout 0s: want more than 0", nil},
+		{"zero chunk bytes", []string{"-np", "1", "true"}, 1, `flexrun: bad setting: FLEXLINK_CHUNK_BYTES="0": want a size in bytes of 1 or more`, []string{"FLEXLINK_CHUNK_BYTES=0"}},
+		{"zero liveness setting", []string{"-np", "1", "true"}, 1, `FLEXLINK_LIVENESS_TIMEOUT="0": want a duration of more than 0`, []string{"FLEXLINK_LIVENESS_TIMEOUT=0"}},
 		{"bad settings", []string{"-np", "1", "true"}, 1, "flexrun: 2 bad settings:\n  FLEXLINK_TIMEOUT=\"notaduration\": want a duration", []string{"FLEXLINK_TIMEOUT=notaduration", "FLEXLINK_LINKS=bogus"}},
 		{"bad setting through -x", []string{"-np", "1", "-x", "FLEXLINK_ALGO=tree", "true"}, 1, `flexrun: bad setting: FLEXLINK_ALGO="tree": want one of auto, ring, rd`, nil},
 	}

@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"crypto/hmac"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -64,7 +63,7 @@ func (e *endpoint) dial(ctx context.Context, peer int, name string) (l fabric.Li
 	if err != nil {
 		return nil, fmt.Errorf("read proof from pid %d: %w", pid, lostIfGone(err))
 	}
-	if len(m2) != m2Body+macBytes || !hmac.Equal(m2[m2Body:], proof(e.cfg.Secret, "listener", m1, m2[:m2Body])) {
+	if len(m2) != m2Body+macBytes || !validProof(m2[m2Body:], e.cfg.Secret, "listener", m1, m2[:m2Body]) {
 		return nil, fmt.Errorf("process %d at shm socket @%s did not prove job membership: %w", pid, name, errs.ErrAuth)
 	}
 	okL := e.cma.canPull(e.log, peer, pid, binary.LittleEndian.Uint64(m2[nonceBytes:m2Body]), m2[:nonceBytes])
@@ -114,9 +113,22 @@ func (e *endpoint) acceptLoop() {
 	}, func(err error) {
 		e.log.Error("accept on shm socket failed; no more links can be made", "socket", e.name, "error", err)
 	}, func(_ *net.UnixConn, err error) {
-		e.log.Warn("dropped shm connection", "socket", e.name, "error", err)
+		if u := (unproven{}); errors.As(err, &u) {
+			e.drops.Drop(u.err)
+			return
+		}
+		e.log.Warn("dropped shm connection from a rank of the job", "socket", e.name, "error", err)
 	})
 }
+
+// unproven is the error of a connection dropped before its dialer proved
+// the job secret: a foreign or stale process, or a scan. Such drops are
+// counted and warned about at most once a minute (endpoint.drops); a
+// dialer that proved itself and then failed is warned about each time.
+type unproven struct{ err error }
+
+func (u unproven) Error() string { return u.err.Error() }
+func (u unproven) Unwrap() error { return u.err }
 
 // answer runs the listener's side of the handshake up to mapping the
 // segment; Connect sends the confirmation.
@@ -124,25 +136,25 @@ func (e *endpoint) answer(conn *net.UnixConn) (int, *accepted, error) {
 	conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	pid, err := peerCred(conn)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, unproven{err}
 	}
 	m1, fds, err := readPacket(conn)
 	closeFds(fds)
 	if err != nil {
-		return 0, nil, fmt.Errorf("pid %d: read hello: %w", pid, err)
+		return 0, nil, unproven{fmt.Errorf("pid %d: read hello: %w", pid, err)}
 	}
 	h, err := parseHello(m1)
 	switch {
 	case err != nil:
-		return 0, nil, fmt.Errorf("pid %d: %w", pid, err)
+		return 0, nil, unproven{fmt.Errorf("pid %d: %w", pid, err)}
 	case h.job != e.cfg.JobID || h.comm != e.cfg.Comm:
-		return 0, nil, fmt.Errorf("pid %d: hello for job %q communicator %q, this is job %q communicator %q",
-			pid, h.job, h.comm, e.cfg.JobID, e.cfg.Comm)
+		return 0, nil, unproven{fmt.Errorf("pid %d: hello for job %q communicator %q, this is job %q communicator %q",
+			pid, h.job, h.comm, e.cfg.JobID, e.cfg.Comm)}
 	case h.to != e.cfg.Rank || h.from < 0 || h.from >= h.to:
-		return 0, nil, fmt.Errorf("pid %d: hello from rank %d to rank %d reached rank %d", pid, h.from, h.to, e.cfg.Rank)
+		return 0, nil, unproven{fmt.Errorf("pid %d: hello from rank %d to rank %d reached rank %d", pid, h.from, h.to, e.cfg.Rank)}
 	}
 	if err := checkRingBytes(h.ringBytes); err != nil {
-		return 0, nil, fmt.Errorf("rank %d (pid %d): %w", h.from, pid, err)
+		return 0, nil, unproven{fmt.Errorf("rank %d (pid %d): %w", h.from, pid, err)}
 	}
 	nonce := newNonce()
 	var probe *probeWord // read by the dialer before M3
@@ -152,16 +164,16 @@ func (e *endpoint) answer(conn *net.UnixConn) (int, *accepted, error) {
 		binary.LittleEndian.PutUint64(m2[nonceBytes:], probe.addr())
 	}
 	if _, err := conn.Write(append(m2, proof(e.cfg.Secret, "listener", m1, m2)...)); err != nil {
-		return 0, nil, fmt.Errorf("rank %d (pid %d): send proof: %w", h.from, pid, err)
+		return 0, nil, unproven{fmt.Errorf("rank %d (pid %d): send proof: %w", h.from, pid, err)}
 	}
 	m3, fds, err := readPacket(conn)
 	runtime.KeepAlive(probe)
 	if err != nil {
-		return 0, nil, fmt.Errorf("rank %d (pid %d): read proof: %w", h.from, pid, err)
+		return 0, nil, unproven{fmt.Errorf("rank %d (pid %d): read proof: %w", h.from, pid, err)}
 	}
 	defer closeFds(fds)
-	if len(m3) != 1+macBytes || m3[0] > 1 || !hmac.Equal(m3[1:], proof(e.cfg.Secret, "dialer", m1, m2, m3[:1])) {
-		return 0, nil, fmt.Errorf("rank %d (pid %d) did not prove job membership: %w", h.from, pid, errs.ErrAuth)
+	if len(m3) != 1+macBytes || m3[0] > 1 || !validProof(m3[1:], e.cfg.Secret, "dialer", m1, m2, m3[:1]) {
+		return 0, nil, unproven{fmt.Errorf("rank %d (pid %d) did not prove job membership: %w", h.from, pid, errs.ErrAuth)}
 	}
 	if len(fds) != 1 {
 		return 0, nil, fmt.Errorf("rank %d (pid %d) passed %d descriptors, want 1", h.from, pid, len(fds))

@@ -1,9 +1,7 @@
 package shm
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flexlink/flexlink/internal/auth"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -19,12 +18,15 @@ import (
 // abstract namespace (nothing on disk), dialed by the lower rank:
 //
 //	M1 dialer→listener  hello: magic, from, to, ring bytes, probeD, nonceD, job, comm
-//	M2 listener→dialer  nonceL, probeL, HMAC(secret, "listener" | M1 | nonceL | probeL)
-//	M3 dialer→listener  okL, HMAC(secret, "dialer" | M1 | nonceL | probeL | okL) + the memfd (SCM_RIGHTS)
+//	M2 listener→dialer  nonceL, probeL, Proof("flexlink shm listener", M1, nonceL | probeL)
+//	M3 dialer→listener  okL, Proof("flexlink shm dialer", M1, nonceL | probeL, okL) + the memfd (SCM_RIGHTS)
 //	M4 listener→dialer  0, okD once the listener's Connect has taken the link
 //
 // Each side proves it holds the job secret before the other acts on
-// anything it sent; the memfd goes only to a listener that proved it. The
+// anything it sent (Proof is auth.Proof keyed with the job secret, over the
+// nonces each side chose, so a recorded handshake proves nothing later);
+// the memfd goes only to a listener that proved it. A connection that does
+// not prove itself is dropped with one rate-limited WARN (auth.Drops). The
 // socket then stays open: its end of file tells each side the other is gone.
 //
 // probeD and probeL are the addresses of each side's copy of its nonce
@@ -33,9 +35,9 @@ import (
 // okL / okD (1 or 0) whether that worked, which decides whether the other
 // may send it single-copy frames (cma.go).
 const (
-	helloMagic = "FLXSHM02"
+	helloMagic = "FLXSHM03"
 	nonceBytes = 32
-	macBytes   = sha256.Size
+	macBytes   = auth.Size
 	maxPacket  = 1024
 )
 
@@ -87,16 +89,15 @@ func parseHello(b []byte) (*hello, error) {
 	return h, nil
 }
 
-// proof is the HMAC that proves role's side holds the secret; rest are the
-// fields of M2 and M3 before their MACs.
+// proof proves that role's side ("listener", "dialer") holds the secret;
+// rest are the fields of M2 and M3 before their proofs.
 func proof(secret []byte, role string, m1 []byte, rest ...[]byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("flexlink shm " + role + "\x00"))
-	m.Write(m1)
-	for _, b := range rest {
-		m.Write(b)
-	}
-	return m.Sum(nil)
+	return auth.Proof(secret, "flexlink shm "+role, append([][]byte{m1}, rest...)...)
+}
+
+// validProof reports whether p is proof(secret, role, m1, rest...).
+func validProof(p, secret []byte, role string, m1 []byte, rest ...[]byte) bool {
+	return auth.Valid(p, secret, "flexlink shm "+role, append([][]byte{m1}, rest...)...)
 }
 
 // m2Body is the part of M2 before its MAC: nonceL and probeL.

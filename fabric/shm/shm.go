@@ -14,7 +14,8 @@
 //
 // Connecting: every endpoint listens on an abstract unix socket with a
 // random name (its Address); the lower rank of a pair dials the higher, both
-// prove they hold the job secret (HMAC), and the dialer passes the memfd.
+// prove they hold the job secret (auth.Proof), and the dialer passes the memfd;
+// a connection that does not is dropped with one rate-limited WARN.
 // The segment never has a name in /dev/shm, so nothing is left behind when
 // a process dies; the socket stays open and tells each side at once when
 // the other goes away.
@@ -35,6 +36,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/internal/lobby"
+	"github.com/flexlink/flexlink/internal/auth"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -68,6 +70,7 @@ type endpoint struct {
 	name      string // abstract socket name, without the leading '@'
 	ln        *net.UnixListener
 	lb        *lobby.Lobby[*net.UnixConn, *accepted]
+	drops     *auth.Drops // connections that did not prove the secret (one WARN a minute)
 }
 
 // NewEndpoint starts listening for this rank's shared-memory links.
@@ -103,6 +106,7 @@ func NewEndpoint(cfg fabric.EndpointConfig) (fabric.Endpoint, error) {
 		name: fmt.Sprintf("flexlink-%s-%x", sanitize(cfg.JobID, 40), rnd),
 		lb:   lobby.New[*net.UnixConn, *accepted](),
 	}
+	e.drops = &auth.Drops{Log: e.log, What: fmt.Sprintf("shm socket @%s of rank %d on %s", e.name, cfg.Rank, cfg.Host)}
 	e.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + e.name, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: listen on shm socket @%s: %w", cfg.Rank, e.name, err)

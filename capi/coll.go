@@ -72,10 +72,9 @@ func (l *Library) Coll(tid int, h uintptr, call Call) error {
 		l.log.Trace("deferred to the group's end", "call", fn, "tid", tid, "rank", w.c.rank)
 		return nil
 	}
-	if err := w.c.runAllOne(w); err != nil {
-		return err
-	}
-	return nil
+	err = w.c.runAllOne(w)
+	l.freeWork(w)
+	return err
 }
 
 // checkCall finds the communicator and checks call against it; a nil work
@@ -113,7 +112,7 @@ func (c *Comm) runAllOne(w *work) error {
 // check validates call's arguments against the communicator.
 func (c *Comm) check(call Call) (*work, error) {
 	fn := call.Kind.String()
-	w := &work{c: c, call: call}
+	w := c.lib.newWork(c, call)
 	dt, err := DataType(call.Type)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", fn, err)

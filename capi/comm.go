@@ -32,6 +32,9 @@ type Comm struct {
 	state           // guarded by mu
 	views hostViews // the last host buffers of its calls (run.go)
 	prog  progress  // its collectives counted, for naming withheld ones (withheld.go)
+	// stream is the caller's stream of the last call on device buffers,
+	// wrapped (run.go).
+	stream atomic.Pointer[gpu.Stream]
 }
 
 // made is what a communicator's initialisation produced, and the device
@@ -43,7 +46,7 @@ type made struct {
 	gpuDev  *gpu.Device
 	srv     *served
 	served  servedBy // which ranks' process serves the rendezvous (served_by.go)
-	fam     *family // the communicators that share this one's world (abort.go)
+	fam     *family  // the communicators that share this one's world (abort.go)
 	initErr error
 }
 

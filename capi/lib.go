@@ -78,6 +78,8 @@ type Library struct {
 	// closing counts the device-plane closes that ncclCommDestroy left
 	// running in the background (comm.go).
 	closing sync.WaitGroup
+	// works are the checked calls run outside a group, reused (run.go).
+	works sync.Pool
 }
 
 // New returns a Library.

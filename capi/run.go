@@ -93,6 +93,35 @@ func hostBytes(p unsafe.Pointer, n int) []byte {
 	return unsafe.Slice((*byte)(p), n)
 }
 
+// newWork is a work for call on c, reused from one that ran outside a
+// group (freeWork), so a call allocates none.
+func (l *Library) newWork(c *Comm, call Call) *work {
+	w, _ := l.works.Get().(*work)
+	if w == nil {
+		w = new(work)
+	}
+	*w = work{c: c, call: call}
+	return w
+}
+
+// freeWork gives back w once its call has returned (nothing keeps it).
+func (l *Library) freeWork(w *work) {
+	*w = work{}
+	l.works.Put(w)
+}
+
+// wrapStream is the caller's stream h as a gpu.Stream: the last call's
+// when the same (a program calls on one stream again and again), so a
+// call makes none.
+func (c *Comm) wrapStream(h uintptr) *gpu.Stream {
+	if s := c.stream.Load(); s != nil && s.Handle() == h {
+		return s
+	}
+	s := c.gpuDev.WrapStream(h)
+	c.stream.Store(s)
+	return s
+}
+
 // hostData is the caller's n bytes of host memory at p as w's elements.
 func (w *work) hostData(p unsafe.Pointer, n int) rank.Data { return w.c.views.data(p, n, w.dt) }
 
@@ -148,7 +177,7 @@ func (c *Comm) runP2P(ps []p2p) error {
 	var bounced []bool // devOps[i]'s buffer cannot be IPC-exported
 	var stream *gpu.Stream
 	if dev {
-		stream = c.gpuDev.WrapStream(ps[0].w.call.Stream)
+		stream = c.wrapStream(ps[0].w.call.Stream)
 	}
 	for _, p := range ps {
 		if p.peer == c.rank {

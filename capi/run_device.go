@@ -21,7 +21,7 @@ import (
 func (c *Comm) runDevice(w *work) (err error) {
 	call := w.call
 	dv := c.gpuDev
-	s := dv.WrapStream(call.Stream)
+	s := c.wrapStream(call.Stream)
 	var send, recv *gpu.Buffer
 	if w.sendN > 0 {
 		if send, err = c.lib.mem.buffer(dv, w.sendReg, call.Send, w.sendN); err != nil {

@@ -1,0 +1,128 @@
+package launcher
+
+import (
+	"slices"
+	"time"
+)
+
+// The cause window's evidence: what the bootstrap server reported, the
+// ranks that exited 0 but still caused a failure, and when to judge.
+
+// openWindow opens the window in which a failure's evidence is
+// collected, unless one is open.
+func (s *supervisor) openWindow() {
+	if s.pendingC == nil && s.cause == nil {
+		s.pendingC = time.After(s.job.CauseGrace)
+		s.opened = time.Now()
+	}
+}
+
+// causePoll is how often a window kept open by causeElsewhere looks again.
+const causePoll = 100 * time.Millisecond
+
+// causeElsewhere reports whether the window should stay open for a cause
+// still to come: every rank that failed so far failed because it lost a
+// peer, and some rank not ended runs on another host, whose loss (a cut
+// network: its agent falls silent) flexrun learns only after
+// Remote.AgentTimeout. Naming one of the consequences at once would blame
+// a healthy rank. It waits at most the agent timeout and a second past
+// the window's opening.
+func (s *supervisor) causeElsewhere() bool {
+	if s.remote == nil || time.Since(s.opened) > s.job.Remote.AgentTimeout+time.Second {
+		return false
+	}
+	s.drainReports()
+	for _, o := range s.failed {
+		if o.kind != endPeerLost && !s.evidence.reporters[o.rank] {
+			return false
+		}
+	}
+	for i, rp := range s.ranks {
+		if !s.exited[i] && rp.agent != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// reportsReady is ready when the bootstrap server has reported something.
+func (s *supervisor) reportsReady() <-chan struct{} {
+	if s.reports == nil {
+		return nil
+	}
+	return s.reports.ready
+}
+
+// drainReports adds what the bootstrap server reported since the last
+// look to the evidence. A rank joining after another exited 0 before
+// joining dooms the job: that fails it.
+func (s *supervisor) drainReports() {
+	if s.reports == nil {
+		return
+	}
+	for _, r := range s.reports.take() {
+		s.evidence.add(r)
+		if r.Kind != ReportJoined || s.cause != nil {
+			continue
+		}
+		for rank, o := range s.clean {
+			if !s.evidence.joined[rank] && !slices.ContainsFunc(s.failed, func(f outcome) bool { return f.rank == rank }) {
+				s.endedBeforeJoin(o)
+			}
+		}
+	}
+}
+
+// endedBeforeJoin fails the job for o, a rank that exited 0 before it
+// joined while others joined: they cannot go on without it.
+func (s *supervisor) endedBeforeJoin(o outcome) {
+	o.beforeJoin, o.code = true, 1
+	o.how += " before joining the job"
+	s.failed = append(s.failed, o)
+	s.openWindow()
+}
+
+// withCleanExits adds to outs the ranks that exited 0 and still caused
+// the failure: the server found them lost (their connection ended before
+// their goodbye: they exited without closing the job).
+func (s *supervisor) withCleanExits(outs []outcome) []outcome {
+	for rank, o := range s.clean {
+		if slices.ContainsFunc(outs, func(f outcome) bool { return f.rank == rank }) {
+			continue
+		}
+		if _, lost := s.evidence.lost[rank]; lost && !s.evidence.left[rank] {
+			o.code = 1
+			o.how += " without closing the job (its bootstrap connection ended before its goodbye)"
+			outs = append(outs, o)
+		}
+	}
+	for i, o := range outs {
+		if s.evidence.anyJoined() && !s.evidence.joined[o.rank] && o.kind != endHost && !o.beforeJoin {
+			outs[i].beforeJoin = true
+			outs[i].how += " before joining the job"
+		}
+	}
+	return outs
+}
+
+// evidenceOfJoins fills in who the ranks are, and, when the program uses
+// the job's store, the ranks still running that never joined it and
+// whether the bootstrap timeout has passed.
+func (s *supervisor) evidenceOfJoins() {
+	ev := &s.evidence
+	ev.who = make([]outcome, len(s.ranks))
+	ev.neverJoined, ev.joinTimeout, ev.running = nil, "", nil
+	for i, rp := range s.ranks {
+		ev.who[i] = outcome{rank: rp.p.Rank, host: rp.p.Host, pid: rp.pid}
+		if !s.exited[i] {
+			ev.running = append(ev.running, ev.who[i])
+		}
+		if !s.exited[i] && ev.anyJoined() && !ev.joined[rp.p.Rank] {
+			ev.neverJoined = append(ev.neverJoined, ev.who[i])
+		}
+	}
+	if d := s.job.BootstrapTimeout; !s.start.IsZero() && time.Since(s.start) >= d*9/10 {
+		ev.joinTimeout = d.String()
+	}
+}
+

@@ -125,4 +125,3 @@ func (s *supervisor) evidenceOfJoins() {
 		ev.joinTimeout = d.String()
 	}
 }
-

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/settings"
@@ -79,4 +80,50 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 	}
 	tb.Cleanup(func() { _ = l.Destroy(hs[0]); drv.Close() })
 	return l, hs[0], mem, dv
+}
+
+// TestFastPathNoAllocs: the library's own steps of a call on buffers it
+// has seen make no heap allocation: finding the communicator and that it
+// is healthy, locating a buffer by its allocation's id, its Buffer, the
+// caller's stream, a host buffer's view, and the checked call itself.
+func TestFastPathNoAllocs(t *testing.T) {
+	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
+	l, h, _, dv := oneDeviceRank(t, mem)
+	buf, err := dv.Alloc(4 * 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.add(buf, 0)
+	s, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := l.handles.get(h)
+	host := make([]float32, 8)
+	hp := unsafe.Pointer(&host[0])
+	p := devPtr(buf)
+	steps := []struct {
+		name string
+		f    func()
+	}{
+		{"the communicator", func() { _, _ = l.handles.comm(h, "ncclAllReduce") }},
+		{"healthy", func() { _ = c.usable("ncclAllReduce") }},
+		{"locate", func() { _, _ = l.opt.Memory.Locate(buf.Ptr() + 16) }},
+		{"buffer", func() {
+			r, _ := l.opt.Memory.Locate(buf.Ptr())
+			_, _ = l.mem.buffer(dv, r, p, 32)
+		}},
+		{"stream", func() { _ = c.wrapStream(s.Handle()) }},
+		{"host view", func() { _ = c.views.data(hp, 32, dtype.Float32) }},
+		{"work", func() { l.freeWork(l.newWork(c, Call{Kind: AllReduce})) }},
+	}
+	for _, st := range steps {
+		st.f() // the first time may allocate (a new allocation, stream, view)
+		if n := testing.AllocsPerRun(200, st.f); n != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", st.name, n)
+		}
+	}
+	if got := mem.locates.Load(); got != 1 {
+		t.Errorf("Locate asked %d times for one allocation, want 1", got)
+	}
 }

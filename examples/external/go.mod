@@ -18,4 +18,6 @@ require (
 
 // Until github.com/flexlink/flexlink is published, build against a
 // checkout: this example sits two directories below the repository root.
+// When flexlink's own requirements change, run `go mod tidy` here
+// (tests/readme builds this module and fails on a stale go.sum).
 replace github.com/flexlink/flexlink => ../..

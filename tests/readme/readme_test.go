@@ -306,3 +306,24 @@ func TestFlagTableMatchesHelp(t *testing.T) {
 		t.Errorf("found %d flags in the table, want the 20 or more it shows", n)
 	}
 }
+
+// Every link to a section of the README (#anchor) names one of its
+// headings, as GitHub makes anchors of them.
+func TestAnchorsExist(t *testing.T) {
+	readme := read(t, "README.md")
+	slugs := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ (.+)$`).FindAllStringSubmatch(readme, -1) {
+		s := strings.ToLower(m[1])
+		s = regexp.MustCompile(`[^a-z0-9 _-]`).ReplaceAllString(s, "")
+		slugs[strings.ReplaceAll(s, " ", "-")] = true
+	}
+	links := regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(readme, -1)
+	if len(links) == 0 {
+		t.Fatal("no section links found")
+	}
+	for _, l := range links {
+		if !slugs[l[1]] {
+			t.Errorf("README links to #%s, which no heading makes", l[1])
+		}
+	}
+}

@@ -152,7 +152,11 @@ func (e *endpoint) collective(ctx context.Context, kind collKind, root int, data
 		e.mu.Lock()
 		delete(e.colls, seq)
 		e.mu.Unlock()
-		return collResMsg{}, ctxError(ctx, what)
+		err := ctxError(ctx, what)
+		if who := e.whoMissing(seq); who != "" {
+			err = fmt.Errorf("%w (%s)", err, who)
+		}
+		return collResMsg{}, err
 	}
 }
 

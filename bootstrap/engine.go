@@ -116,6 +116,10 @@ func (e *engine) handle(rank int, msg message) {
 		}
 		e.put(rank, m)
 	case getMsg:
+		if text, ok := e.waitingFor(m.Key); ok {
+			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Value: []byte(text)}))
+			return
+		}
 		if v, ok := e.kv[m.Key]; ok {
 			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Value: v}))
 			return

@@ -49,6 +49,9 @@ func NextLoss(ctx context.Context, s Store, k int) (Loss, error) {
 
 // reservedKey refuses a rank's put under the keys the store writes.
 func reservedKey(key string) error {
+	if strings.HasPrefix(key, waitingPrefix) {
+		return fmt.Errorf("key %q is reserved for the store's answers: %w", key, errs.ErrNotSupported)
+	}
 	if strings.HasPrefix(key, lossPrefix) {
 		return fmt.Errorf("key %q is reserved for the store's loss records: %w", key, errs.ErrNotSupported)
 	}

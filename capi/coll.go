@@ -199,7 +199,10 @@ func (c *Comm) locate(w *work) error {
 	if w.sendN > 0 {
 		w.sendReg, sd = mem.Locate(uintptr(w.call.Send))
 	}
-	if w.recvN > 0 {
+	switch {
+	case w.recvN > 0 && w.sendN > 0 && w.call.Recv == w.call.Send: // in place: one driver query
+		w.recvReg, rd = w.sendReg, sd
+	case w.recvN > 0:
 		w.recvReg, rd = mem.Locate(uintptr(w.call.Recv))
 	}
 	if w.sendN > 0 && w.recvN > 0 && sd != rd {

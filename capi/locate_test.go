@@ -218,3 +218,31 @@ func TestLocateConcurrent(t *testing.T) {
 		t.Errorf("Locate asked %d times for %d allocations by 4 threads, want %d to %d", n, len(bufs), len(bufs), 4*len(bufs))
 	}
 }
+
+// TestLocateInPlace: an in-place call (send and receive the same pointer,
+// as PyTorch's all_reduce) asks the driver about its buffer once.
+func TestLocateInPlace(t *testing.T) {
+	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
+	l, h, _, dv := oneDeviceRank(t, mem)
+	buf, err := dv.Alloc(4 * 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.add(buf, 0)
+	s, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 10
+	for range calls {
+		if err := l.Coll(1, h, Call{Kind: AllReduce, Send: devPtr(buf), Recv: devPtr(buf), Count: 64, Type: ncclFloat32, Stream: s.Handle()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := mem.identifies.Load(); got != calls {
+		t.Errorf("Identify asked %d times for %d in-place calls, want %d", got, calls, calls)
+	}
+	if got := mem.locates.Load(); got != 1 {
+		t.Errorf("Locate asked %d times, want 1", got)
+	}
+}

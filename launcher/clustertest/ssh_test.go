@@ -242,6 +242,41 @@ func TestSSHNetworkCut(t *testing.T) {
 	c.assertClean(t, 10*time.Second)
 }
 
+// TestSSHNetworkCutLinksFirst: the cut is seen first by the healthy
+// host's ranks (their links to the cut host time out after 2 s, long
+// before the agent's 12 s of silence): they fail on the lost peers, and
+// flexrun waits for the host's fate instead of naming one of them.
+func TestSSHNetworkCutLinksFirst(t *testing.T) {
+	c := testCluster(t)
+	args := []string{"--agent-timeout", "12s", "--kill-grace", "1s", "-x", "FLEXLINK_NET_TIMEOUT=2s", "-H", c.hosts[0] + ":2," + c.hosts[1] + ":2"}
+	p := c.flexrun(t, nil, append(args, st.bins.spin)...)
+	p.waitLines(t, joinedRE, 4, 30*time.Second)
+	veth := clusterName + "h2r0"
+	cut := time.Now()
+	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
+		t.Fatalf("cut the network: %v %s", err, out)
+	}
+	defer command("ip", "link", "set", veth, "up")
+	code := p.wait(t, 40*time.Second)
+	took := p.end.Sub(cut)
+	first := ""
+	for _, l := range strings.Split(p.err.String(), "\n") {
+		if strings.HasPrefix(l, "flexrun: ") {
+			first = l
+			break
+		}
+	}
+	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
+	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for 12s \(ranks 2, 3 gone with it\)`)
+	if !want.MatchString(first) {
+		t.Errorf("exit %d, first line %q, want %q; stderr:\n%s", code, first, want, p.err.String())
+	}
+	if took > 12*time.Second+5*time.Second {
+		t.Errorf("flexrun ended %v after the cut, want within the agent timeout (12 s) and 5 s", took)
+	}
+	c.assertClean(t, 10*time.Second)
+}
+
 // TestSSHPreflight: a host that cannot run the job is reported by name
 // before any rank runs anywhere.
 func TestSSHPreflight(t *testing.T) {

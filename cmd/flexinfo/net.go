@@ -35,7 +35,11 @@ func netCommand(out io.Writer, env settings.Env) *cli.Command {
 			defer p.Close()
 			devs := p.Devices()
 			local, _ := env.Int("FLEXLINK_LOCAL_RANK")
-			sel, err := transports.SelectDevices(devs, cfg.Devices, cfg.PXN >= 0, max(local, 0))
+			own, err := transports.OwnOf(cfg, env, "", max(local, 0))
+			if err != nil {
+				return err
+			}
+			sel, err := transports.SelectDevices(devs, cfg.Devices, own)
 			if err != nil {
 				return err
 			}

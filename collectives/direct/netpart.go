@@ -156,7 +156,7 @@ func openNet(env settings.Env, log hclog.Logger) (net.Provider, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	devs, err := transports.SelectDevices(p.Devices(), nc.Devices, false, 0)
+	devs, err := transports.SelectDevices(p.Devices(), nc.Devices, nil)
 	if err == nil && len(devs) == 0 {
 		err = fmt.Errorf("the network transport found no NIC (FLEXLINK_NET_IFNAME=%q)", nc.IfName)
 	}

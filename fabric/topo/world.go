@@ -14,6 +14,10 @@ import (
 type Member struct {
 	Host *Host `json:"host"`
 	GPU  int   `json:"gpu"`
+	// NICs, when set, are the rank's own NICs (indexes into Host.NICs) as
+	// it chose them at run time (what it published); nil: assigned as
+	// RankNICs says.
+	NICs []int `json:"nics,omitempty"`
 }
 
 // World is the topology of a job: for every rank, its host and GPU. It is
@@ -77,35 +81,48 @@ func NewWorld(members []Member) (*World, error) {
 	return w, nil
 }
 
-// assignNICs fills w.nics: a rank with a GPU takes its GPU's NICs
-// (AssignNICs over the host's railed NICs, in the host's NIC order); a
-// rank without one (or on a host whose GPUs have no NIC) takes the i-th
-// railed NIC modulo their number, i its index among its host's ranks.
+// assignNICs fills w.nics: a member's own NICs when it has them, else
+// OwnNICs over its host's railed NICs.
 func (w *World) assignNICs() {
 	w.nics = make([][]int, len(w.members))
-	byHost := map[*Host][][]int{}
 	local := map[*Host]int{}
 	for r, m := range w.members {
-		h := m.Host
-		railed := RailNICs(h)
-		i := local[h]
-		local[h]++
-		if len(railed) == 0 {
+		i := local[m.Host]
+		local[m.Host]++
+		if m.NICs != nil {
+			w.nics[r] = m.NICs
 			continue
 		}
-		if g := w.gpuPos[r]; g >= 0 {
-			a, ok := byHost[h]
-			if !ok {
-				a = AssignNICs(h, railed)
-				byHost[h] = a
-			}
-			if len(a[g]) > 0 {
-				w.nics[r] = a[g]
-				continue
+		gpu := -1
+		if w.gpuPos[r] >= 0 {
+			gpu = m.GPU
+		}
+		w.nics[r] = OwnNICs(m.Host, RailNICs(m.Host), gpu, i)
+	}
+}
+
+// OwnNICs is a rank's own NICs among cands (indexes into h.NICs, in the
+// host's order) from what the rank knows of itself: a rank driving GPU
+// gpu (GPU.Index) takes its GPU's NICs as AssignNICs hands out cands; a
+// rank without one (gpu -1, a GPU h does not list, or one no candidate is
+// near) takes the local-th candidate modulo their number, local being its
+// index among the host's ranks. nil when cands is empty. Every rank of a
+// host computes the same hand-out, so the runtime (fabric/transports) and
+// the planners (RankNICs) agree.
+func OwnNICs(h *Host, cands []int, gpu, local int) []int {
+	if len(cands) == 0 {
+		return nil
+	}
+	if gpu >= 0 {
+		for pos := range h.GPUs {
+			if h.GPUs[pos].Index == gpu {
+				if a := AssignNICs(h, cands)[pos]; len(a) > 0 {
+					return a
+				}
 			}
 		}
-		w.nics[r] = []int{railed[i%len(railed)]}
 	}
+	return []int{cands[local%len(cands)]}
 }
 
 // RailNICs lists the NICs of h that have a rail, in the host's NIC order.

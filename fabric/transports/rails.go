@@ -7,6 +7,8 @@ import (
 
 	"github.com/flexlink/flexlink/fabric/balance"
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/topo"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // Rail is one network endpoint a rank opened and publishes: the provider's
@@ -37,14 +39,25 @@ func Subnet(name string) string {
 	return ""
 }
 
+// Own is what a rank knows of its place on its host, from which
+// SelectDevices picks its own NICs (FLEXLINK_PXN 0-2).
+type Own struct {
+	LocalRank int        // index among the ranks of its host
+	GPU       int        // the GPU it drives (GPU.Index, FLEXLINK_GPU); -1: none
+	Host      *topo.Host // this host's topology (topo.Local); nil: unknown
+}
+
 // SelectDevices picks the devices of p this rank opens endpoints on:
 //
 //   - devices (FLEXLINK_NET_DEVICES, a comma list of device names): exactly
 //     those, in the list's order; a name p does not have is an error;
-//   - else, own: the localRank-th device modulo their number (the rank's
-//     own rail, as PXN sees it on hosts without GPUs);
+//   - else, with own (PXN): the rank's own NICs as the topology planner
+//     hands them out (topo.OwnNICs over the host's railed NICs that p
+//     has: a GPU's nearest NICs, every GPU its own where there are as
+//     many), its primary NIC first, when own.Host is known and names
+//     them; otherwise the own.LocalRank-th device modulo their number;
 //   - else every device.
-func SelectDevices(devs []net.Device, devices string, own bool, localRank int) ([]int, error) {
+func SelectDevices(devs []net.Device, devices string, own *Own) ([]int, error) {
 	if len(devs) == 0 {
 		return nil, nil
 	}
@@ -60,14 +73,73 @@ func SelectDevices(devs []net.Device, devices string, own bool, localRank int) (
 		}
 		return out, nil
 	}
-	if own {
-		return []int{localRank % len(devs)}, nil
+	if own != nil {
+		if out := plannedDevices(devs, *own); len(out) > 0 {
+			return out, nil
+		}
+		return []int{own.LocalRank % len(devs)}, nil
 	}
 	out := make([]int, len(devs))
 	for i := range out {
 		out[i] = i
 	}
 	return out, nil
+}
+
+// OwnOf is what SelectDevices needs of this rank (nil without PXN,
+// cfg.PXN < 0): its local rank, the GPU it drives (FLEXLINK_GPU; unset:
+// none) and, when it drives one or FLEXLINK_TOPO_FILE is set, its host's
+// topology (topo.Local; a rank without a GPU deals the host's NICs by
+// local rank, as the provider lists them, unless a file says more). A
+// topology that cannot be read leaves Host nil, with the error returned
+// for the caller to log: the rank then falls back to its local rank.
+func OwnOf(cfg NetConfig, env settings.Env, hostname string, localRank int) (*Own, error) {
+	if cfg.PXN < 0 {
+		return nil, nil
+	}
+	own := &Own{LocalRank: localRank, GPU: -1}
+	if strings.TrimSpace(env.String("FLEXLINK_GPU")) != "" {
+		g, err := env.Int("FLEXLINK_GPU")
+		if err != nil {
+			return own, err
+		}
+		own.GPU = g
+	}
+	if own.GPU < 0 && env.String("FLEXLINK_TOPO_FILE") == "" {
+		return own, nil
+	}
+	h, err := topo.Local(env, topo.Options{Hostname: hostname})
+	if err != nil {
+		return own, fmt.Errorf("own NIC: host topology: %w", err)
+	}
+	own.Host = h
+	return own, nil
+}
+
+// plannedDevices is own's NICs as topo.OwnNICs gives them, as indexes
+// into devs; nil when the topology is unknown or names none of devs.
+func plannedDevices(devs []net.Device, own Own) []int {
+	h := own.Host
+	if h == nil {
+		return nil
+	}
+	devOf := map[int]int{} // NIC index -> device index
+	var cands []int
+	for _, n := range topo.RailNICs(h) {
+		nic := h.NICs[n]
+		for i, d := range devs {
+			if d.Name == nic.Name || (nic.Netdev != "" && d.Name == nic.Netdev) {
+				devOf[n] = i
+				cands = append(cands, n)
+				break
+			}
+		}
+	}
+	var out []int
+	for _, n := range topo.OwnNICs(h, cands, own.GPU, own.LocalRank) {
+		out = append(out, devOf[n])
+	}
+	return out
 }
 
 func deviceIndex(devs []net.Device, name string) int {

@@ -91,9 +91,9 @@ func hostsOf(c *Comm) []string {
 }
 
 // pxnPlan builds the topology PXN needs from what the ranks published:
-// every host's NICs are its ranks' own NICs in local-rank order (one NIC
-// per rank, the FLEXLINK_PXN selection, each listed once, so local rank i
-// owns the i-th as SelectDevices gave it), each on the rail of its subnet
+// every host's NICs are its ranks' first own NICs (the FLEXLINK_PXN
+// selection, SelectDevices), each listed once and owned by the ranks that
+// opened it (two ranks whose GPUs share a NIC both own it), each on the rail of its subnet
 // (rails numbered in the order of the sorted subnets of the job); the
 // ranks have no GPUs (host buffers).
 func pxnPlan(c *Comm) (*pxn.Plan, error) {
@@ -121,10 +121,12 @@ func pxnPlan(c *Comm) (*pxn.Plan, error) {
 			hosts[name] = h
 		}
 		r := w.net.rails[m][0]
-		if !slices.ContainsFunc(h.NICs, func(n topo.NIC) bool { return n.Name == r.Name }) {
+		nic := slices.IndexFunc(h.NICs, func(n topo.NIC) bool { return n.Name == r.Name })
+		if nic < 0 {
+			nic = len(h.NICs)
 			h.NICs = append(h.NICs, topo.NIC{Name: r.Name, Netdev: r.Name, NUMANode: -1, Rail: slices.Index(subnets, r.Subnet)})
 		}
-		members[i] = topo.Member{Host: h, GPU: -1}
+		members[i] = topo.Member{Host: h, GPU: -1, NICs: []int{nic}}
 	}
 	tw, err := topo.NewWorld(members)
 	if err != nil {

@@ -90,7 +90,8 @@ type endpoints map[string]fabric.Endpoint
 // netState is the process's network transport: the provider is opened the
 // first time a communicator has a member on another host (or
 // FLEXLINK_TRANSPORT=net), and closed with the world. devs are the device
-// indices this rank opens endpoints on (transports.SelectDevices), rails
+// indices this rank opens endpoints on (transports.SelectDevices: with PXN
+// its own NICs as the topology planner assigns them), rails
 // every world rank's published rails (filled by New's exchange).
 type netState struct {
 	cfg   transports.NetConfig
@@ -110,7 +111,11 @@ func (w *world) provider() (net.Provider, []int, error) {
 	if n.p == nil && n.err == nil {
 		n.p, n.err = transports.OpenNet(n.cfg, w.env, w.log)
 		if n.err == nil {
-			n.devs, n.err = transports.SelectDevices(n.p.Devices(), n.cfg.Devices, n.cfg.PXN >= 0, w.localRank())
+			own, err := transports.OwnOf(n.cfg, w.env, w.host, w.localRank())
+			if err != nil {
+				w.log.Info("PXN: own NIC by local rank, not by the topology", "why", err)
+			}
+			n.devs, n.err = transports.SelectDevices(n.p.Devices(), n.cfg.Devices, own)
 		}
 		if n.err != nil {
 			n.err = fmt.Errorf("rank %d on %s: network transport: %w", w.store.Rank(), w.host, n.err)

@@ -473,13 +473,15 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 		}
 	}
 	if ae == nil && c.dc != nil {
-		if ae = c.dc.AsyncError(); ae != nil && !c.ended.Load() {
-			// Calls on device buffers end on the device: one that timed
-			// out there names the members behind this rank's last.
-			ae = c.nameWithheld(c.prog.latest(), ae)
-		}
+		ae = c.dc.AsyncError()
 	}
 	if found := ae != nil && !c.ended.Load(); found {
+		// Calls on device buffers end on the device: one that timed out
+		// there (or whose communicator another member's timeout ended)
+		// names the members behind this rank's last collective.
+		if c.dc != nil {
+			ae = c.nameWithheld(c.prog.latest(), ae)
+		}
 		// First heard of here: it is the process's last error too
 		// (ncclGetLastError(NULL)), as NCCL's WARN of it would make it.
 		c.note(ae)

@@ -37,7 +37,9 @@ func firstCause(outs []outcome, ev evidence) (verdict, bool) {
 		}
 	}
 	for _, o := range outs {
-		if why, ok := ev.refused[o.rank]; ok {
+		// (A refusal is unauthenticated: it counts only for a rank that
+		// never joined.)
+		if why, ok := ev.refused[o.rank]; ok && !ev.joined[o.rank] {
 			o.how += ": the bootstrap refused it: " + why
 			return verdict{cause: o, consequences: others(outs, func(r int) bool { return r == o.rank })}, true
 		}

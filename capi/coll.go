@@ -209,19 +209,30 @@ func (c *Comm) locate(w *work) error {
 		return fail(InvalidArgument, "send buffer %p and receive buffer %p: one is device memory and the other is not", w.call.Send, w.call.Recv)
 	}
 	w.device = sd || rd
-	capture, err := c.capturing(w.call.Stream)
-	if err != nil {
-		return err
-	}
-	w.capture = capture
 	if !w.device {
-		if capture && (w.sendN > 0 || w.recvN > 0) { // count 0 is nothing to do, captured or not (as NCCL)
+		if w.sendN == 0 && w.recvN == 0 {
+			return nil // count 0 is nothing to do, captured or not (as NCCL)
+		}
+		capture, err := c.capturing(w.call.Stream)
+		if err != nil {
+			return err
+		}
+		if capture {
 			return refuse(InvalidUsage, "host buffers on a stream that is capturing a CUDA graph: the call would run on the host now, not when the graph is replayed")
 		}
 		return nil
 	}
 	if c.dc == nil {
 		return fail(InvalidUsage, "device buffers on a communicator without a GPU (no CUDA driver when it was created)")
+	}
+	// The DeviceComm checks every device call's capture itself; only the
+	// calls that go through this library's scratch need it here
+	// (run_device.go): one driver query per call, not two.
+	if w.op.PreMul || w.sendN > 0 && w.sendReg.NoIPC || w.recvN > 0 && w.recvReg.NoIPC {
+		var err error
+		if w.capture, err = c.capturing(w.call.Stream); err != nil {
+			return err
+		}
 	}
 	for _, r := range []struct {
 		n   int

@@ -245,6 +245,8 @@ func TestCommandBlocksRun(t *testing.T) {
 	for _, b := range blocks(read(t, "README.md")) {
 		switch b.mark {
 		case "run":
+		case "run module":
+			continue // TestModuleRecipe
 		case "run torch":
 			if exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() != nil {
 				testenv.Missing(t, "PyTorch", "/usr/bin/python3 cannot import torch (apt-get install python3-torch)")
@@ -255,8 +257,8 @@ func TestCommandBlocksRun(t *testing.T) {
 		n++
 		script.WriteString("cd " + root + "\necho '### README line " + strconv.Itoa(b.line) + "'\n" + b.text + "\n")
 	}
-	if n < 3 {
-		t.Fatalf("found %d blocks marked to run, want the README's 3 or more", n)
+	if n < 4 {
+		t.Fatalf("found %d blocks marked to run, want the README's 4 or more", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -267,7 +269,7 @@ func TestCommandBlocksRun(t *testing.T) {
 		t.Fatalf("the README's blocks: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"weights identical on all 2 ranks", "weights identical on all 4 ranks", // train
+		"weights identical on all 2 ranks", "weights identical on all 4 ranks", // train (make demo: 4)
 		"external: 4 ranks agree (sum of ranks 6, even ranks 2)", // examples/external, the README's words
 	} {
 		if !strings.Contains(string(out), want) {
@@ -325,5 +327,49 @@ func TestAnchorsExist(t *testing.T) {
 		if !slugs[l[1]] {
 			t.Errorf("README links to #%s, which no heading makes", l[1])
 		}
+	}
+}
+
+// The README's recipe for another module ("run module") runs as written
+// in a fresh module, myproject, holding examples/external's program, with
+// a checkout of flexlink beside it (a link to this repository): the
+// module builds, and its program runs as a world of one.
+func TestModuleRecipe(t *testing.T) {
+	var recipe string
+	for _, b := range blocks(read(t, "README.md")) {
+		if b.mark == "run module" {
+			recipe = b.text
+		}
+	}
+	if recipe == "" {
+		t.Fatal("README has no block marked readme-test: run module")
+	}
+	dir := t.TempDir()
+	root, _ := filepath.Abs(repo)
+	if err := os.Symlink(root, filepath.Join(dir, "flexlink")); err != nil {
+		t.Fatal(err)
+	}
+	proj := filepath.Join(dir, "myproject")
+	if err := os.Mkdir(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := read(t, "examples/external/main.go")
+	if err := os.WriteFile(filepath.Join(proj, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "go.mod"), []byte("module example.com/myproject\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set -euo pipefail\n"+recipe+"\ngo build -o myproject . && ./myproject")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's module recipe: %v\n%s", err, out)
+	}
+	if want := "external: 1 ranks agree (sum of ranks 0, even ranks 0)"; !strings.Contains(string(out), want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }

@@ -69,7 +69,11 @@ int fl_identify(uintptr_t p, unsigned long long *id) {
   unsigned long long buffer = 0;
   int attrs[] = {attr_memory_type, attr_buffer_id};
   void *data[] = {&type, &buffer};
-  if (fl_pointer_get_attributes(2, attrs, data, p) != 0 || type != memorytype_device) return 0;
+  if (fl_pointer_get_attributes(2, attrs, data, p) != 0) {
+    buffer = 0; // a driver without buffer ids: the call is refused by name later
+    if (fl_pointer_get_attributes(1, attrs, data, p) != 0) return 0;
+  }
+  if (type != memorytype_device) return 0;
   *id = buffer;
   return 1;
 }
@@ -80,8 +84,9 @@ int fl_identify(uintptr_t p, unsigned long long *id) {
 // cuMemCreate/cuMemMap, as PyTorch's expandable_segments, and
 // stream-ordered pools cannot; a driver that cannot say reports 1, and an
 // export that then fails is an error), in one driver call. An attribute
-// the driver does not know fails the whole call: then the ones every
-// driver since CUDA 11.3 knows are asked again without it.
+// the driver does not know fails the whole call: then it is asked again
+// without the IPC capability (taken as 1), then without the buffer id
+// (taken as 0, which the library refuses by name).
 int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size, unsigned long long *id, int *ipc) {
   unsigned int type = 0;
   int ordinal = -1, capable = 1;
@@ -92,7 +97,10 @@ int fl_locate(uintptr_t p, int *dev, uintptr_t *base, size_t *size, unsigned lon
   void *data[] = {&type, &ordinal, &start, &length, &buffer, &capable};
   if (fl_pointer_get_attributes(6, attrs, data, p) != 0) {
     capable = 1;
-    if (fl_pointer_get_attributes(5, attrs, data, p) != 0) return 0;
+    if (fl_pointer_get_attributes(5, attrs, data, p) != 0) {
+      buffer = 0;
+      if (fl_pointer_get_attributes(4, attrs, data, p) != 0) return 0;
+    }
   }
   if (type != memorytype_device || ordinal < 0 || start == 0 || length == 0) return 0;
   *dev = ordinal;

@@ -34,10 +34,11 @@ import (
 // right.
 //
 // What is refused (ErrNotCapturable, before the call touches anything):
-// a plane with the flag kernels off, the handshake paths (groups of other shapes, more than two ranks),
-// alltoallv as one call, and an allreduce that would use the large
-// region's PCIe part (FLEXLINK_GPU_FLAG_PCIE_BLOCKS: its split is planned
-// on the host per call).
+// a plane with the flag kernels off, the handshake paths (groups of other
+// shapes, send/recv beyond two ranks), alltoallv as one call, and an
+// allreduce that would use the large region's PCIe part
+// (FLEXLINK_GPU_FLAG_PCIE_BLOCKS: its split is planned on the host per
+// call).
 //
 // Order. A rank's flag kernels must run one after another, replays and
 // eager calls alike. Every flag call ends by recording flagPlane.last; in
@@ -46,14 +47,16 @@ import (
 // (WaitExternal), so each replay waits for the latest flag call enqueued
 // before it and records its own end; once a plane has captured, every
 // eager flag call waits on last too, whatever its stream. Two streams of
-// one capture are joined with an event of the capture (capEv).
+// one capture are joined with an event recorded in the capture
+// (flagCapture.ev).
 //
 // Lifetime. A capture that holds a flag call holds the plane's device
-// memory (its regions, the peers' regions mapped here, the error word) for
-// the graph's life, through a CUDA user object: Close and Release hand
-// what a graph still holds to it, and the last graph's destruction frees
-// it (graphHolds). Replaying a graph after its communicator is destroyed
-// is an error, as in NCCL: the kernels wait for peers that do not come.
+// memory (its regions, the peers' regions mapped here, the error word, the
+// order events) for the graph's life, through a CUDA user object: Close
+// and Release hand what a graph still uses to it, and the last graph's
+// destruction frees it (graphHolds). Replaying a graph after its
+// communicator is destroyed is not supported, as in NCCL (nothing watches
+// for a lost peer any more).
 //
 // Host bookkeeping the graph cannot update is not assumed per call: the
 // PCIe part is off, LinkShares describes the last eager call, and the call

@@ -19,9 +19,9 @@ type Directory interface {
 
 // Network tags of the proxy's connections. The messages of all-to-all
 // and group connections are tagged with their original sender's rank;
-// these two take the top of the 20 bits every provider carries (the ucx
-// provider leaves no more to its users), so communicators hold fewer
-// than maxRanks ranks.
+// these two take the top of 20 bits, the narrowest provider's tag width
+// (ucx; New checks the provider's: net.CheckTags), so communicators hold
+// fewer than maxRanks ranks.
 const (
 	// helloTag marks the first message of a proxy connection: the
 	// sender's rank and its proof of the job secret (hello.go), so the
@@ -31,6 +31,8 @@ const (
 	// ctsTag marks a destination's clear-to-send (cts.go).
 	ctsTag   = 1<<20 - 2
 	maxRanks = 1<<20 - 2
+	// maxTag is the largest tag of a proxy connection.
+	maxTag = helloTag
 )
 
 // conns holds one proxy's network connections: a listener on its own NIC

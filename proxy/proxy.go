@@ -68,6 +68,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if len(cfg.Auth.Secret) == 0 {
 		return nil, fmt.Errorf("rank %d proxy: no job secret (its connections must prove it)", cfg.Rank)
 	}
+	if err := net.CheckTags(cfg.Provider, maxTag, "the PXN proxy (FLEXLINK_PXN; FLEXLINK_NET picks the provider)"); err != nil {
+		return nil, fmt.Errorf("rank %d proxy: %w", cfg.Rank, err)
+	}
 	devs := cfg.Provider.Devices()
 	if cfg.Dev < 0 || cfg.Dev >= len(devs) {
 		return nil, fmt.Errorf("rank %d proxy: device %d of %d", cfg.Rank, cfg.Dev, len(devs))

@@ -231,6 +231,9 @@ func (x *netState) offer(ctx context.Context, b []byte) error {
 	if x.prov, x.nicIdx, err = x.openNIC(x.c.Log()); err != nil {
 		return fmt.Errorf("gpu net part (FLEXLINK_LINKS names net; its NIC: FLEXLINK_NET, FLEXLINK_NET_IFNAME, FLEXLINK_NET_DEVICES): %w", err)
 	}
+	if err = net.CheckTags(x.prov, netTagMax, "the gpu net part (FLEXLINK_LINKS names net; FLEXLINK_NET picks the provider)"); err != nil {
+		return fmt.Errorf("gpu net part of rank %d on %s: %w", x.me, x.c.Host(), err)
+	}
 	x.lis = make([]net.Listener, x.n)
 	for j := 0; j < x.n; j++ {
 		if j == x.me {
@@ -254,7 +257,7 @@ type jobAuth interface {
 
 // netHelloTag is the tag of a connection's hello, before the net part's
 // other tags (netpart_wire.go).
-const netHelloTag = uint64(0x6e6574_6865_0000)
+const netHelloTag = uint64(1 << 16)
 
 // netHello is what the net part's connections of communicator id prove.
 func netHello(secret []byte, jobID string, id uint64) hello.Config {

@@ -25,12 +25,15 @@ import (
 // entries, then offset and length in the receiver's recv per entry), then
 // one message per slot, in order.
 
-// Message tags of the net part ("net" and "tb", "sl" | slot; "pr" | probe
-// at setup).
+// Message tags of the net part: a kind in bits 16-19 and an index (slot,
+// probe) below, so every tag fits the 20 bits the narrowest provider (ucx)
+// carries; openNet checks the provider's width (net.CheckTags). The hello
+// is kind 1 (netHelloTag).
 const (
-	netTagTable = uint64(0x6e6574_7462_0000)
-	netTagSlot  = uint64(0x6e6574_736c_0000)
-	netTagProbe = uint64(0x6e6574_7072_0000)
+	netTagTable = uint64(2 << 16)
+	netTagSlot  = uint64(3 << 16) // | slot, below pcie.Slots
+	netTagProbe = uint64(4 << 16) // | probe, below netProbes
+	netTagMax   = netTagProbe | (1<<16 - 1)
 )
 
 // netSend is one call's net part toward a peer on the wire.

@@ -18,7 +18,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // MaxHandleBytes bounds a listen handle, as NCCL_NET_HANDLE_MAXSIZE does.
@@ -56,6 +59,11 @@ type Device struct {
 type Provider interface {
 	Name() string
 	Devices() []Device
+	// TagBits is how many low bits of a message tag the provider carries
+	// (tcp 64, ucx 20: it keeps the rest for matching). ISend and IRecv
+	// refuse a larger tag with an error wrapping errs.ErrNotSupported;
+	// callers check their largest tag once, up front, with CheckTags.
+	TagBits() int
 	// Listen opens a listening endpoint on device dev. The Handle it
 	// returns is published to the peer out of band.
 	Listen(ctx context.Context, dev int) (Listener, error)
@@ -135,6 +143,30 @@ type RecvConn interface {
 type Request interface {
 	Test() (done bool, sizes []int, err error)
 	Wait(ctx context.Context) (sizes []int, err error)
+}
+
+// MaxTag is the largest tag a provider that carries bits bits of tag
+// (Provider.TagBits) takes.
+func MaxTag(bits int) uint64 {
+	if bits >= 64 {
+		return ^uint64(0)
+	}
+	if bits <= 0 {
+		return 0
+	}
+	return 1<<bits - 1
+}
+
+// CheckTags returns nil when every tag up to max fits p's tag width, and
+// otherwise an error wrapping errs.ErrNotSupported that names what needs
+// the tags (the caller, and the setting that chose it), the bits it needs
+// and the provider's.
+func CheckTags(p Provider, max uint64, what string) error {
+	if max <= MaxTag(p.TagBits()) {
+		return nil
+	}
+	return fmt.Errorf("%s needs message tags up to %#x (%d bits); the %s provider carries %d bits of tag: %w",
+		what, max, bits.Len64(max), p.Name(), p.TagBits(), errs.ErrNotSupported)
 }
 
 // ErrBadHandle reports a handle that is not one this provider made.

@@ -78,6 +78,9 @@ func Open(p net.Provider, dev int, cfg Config) (*Endpoint, error) {
 	if cfg.Kind == "" {
 		cfg.Kind = fabric.KindNet
 	}
+	if err := net.CheckTags(p, maxTag, "netlink (FLEXLINK_NET picks the provider)"); err != nil {
+		return nil, fmt.Errorf("%s endpoint of rank %d on %s: %w", cfg.Kind, cfg.Rank, cfg.Host, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := p.Listen(ctx, dev)
 	if err != nil {

@@ -18,6 +18,9 @@ import (
 const (
 	helloTag   = 3 // every tag fits the 20 bits the ucx provider leaves
 	confirmTag = 4 // the empty message after the hello
+	// maxTag is the largest tag a netlink connection carries (Open
+	// checks the provider's width: net.CheckTags).
+	maxTag = confirmTag
 )
 
 // helloConfig is what the hellos of cfg's links prove.

@@ -239,6 +239,41 @@ func testWrongTag(t *testing.T, e *Env) {
 	}
 }
 
+// testTagWidth: the provider declares its tag width (TagBits, 1..64);
+// the largest tag of that width and its neighbours below travel (in one
+// multi-receive), and with fewer than 64 bits, one more is refused by
+// ISend and IRecv with ErrNotSupported, so what CheckTags promises holds.
+func testTagWidth(t *testing.T, e *Env) {
+	bits := e.A.TagBits()
+	if bits < 1 || bits > 64 || e.B.TagBits() != bits {
+		t.Fatalf("TagBits %d and %d: want one width in 1..64", bits, e.B.TagBits())
+	}
+	max := net.MaxTag(bits)
+	s, r := e.Pair()
+	tags := []uint64{max, max - 1, max >> 1}
+	bufs := make([][]byte, len(tags))
+	for i := range bufs {
+		bufs[i] = make([]byte, 100)
+	}
+	q := Recv(t, r, bufs, tags)
+	for i, tag := range tags {
+		AwaitOK(t, Send(t, s, Pattern(uint64(i), 100), tag), fmt.Sprintf("send tag %#x", tag))
+	}
+	AwaitOK(t, q, "recv the widest tags")
+	for i := range tags {
+		Check(t, fmt.Sprintf("tag %#x", tags[i]), bufs[i], uint64(i))
+	}
+	if bits == 64 {
+		return
+	}
+	if _, err := s.ISend(nil, max+1, nil); !errors.Is(err, errs.ErrNotSupported) {
+		t.Errorf("ISend with tag %#x over %d bits: %v, want ErrNotSupported", max+1, bits, err)
+	}
+	if _, err := r.IRecv([][]byte{make([]byte, 1)}, []uint64{max + 1}, nil); !errors.Is(err, errs.ErrNotSupported) {
+		t.Errorf("IRecv with tag %#x over %d bits: %v, want ErrNotSupported", max+1, bits, err)
+	}
+}
+
 // testBadRecvArgs: malformed receives are refused, not posted.
 func testBadRecvArgs(t *testing.T, e *Env) {
 	_, r := e.Pair()

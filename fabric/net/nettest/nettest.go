@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) net.Provider, opts ...Option) {
 	t.Run("TooLong", func(t *testing.T) { testTooLong(t, env(t)) })
 	t.Run("WrongTag", func(t *testing.T) { testWrongTag(t, env(t)) })
 	t.Run("BadRecvArgs", func(t *testing.T) { testBadRecvArgs(t, env(t)) })
+	t.Run("TagWidth", func(t *testing.T) { testTagWidth(t, env(t)) })
 	t.Run("Abort", func(t *testing.T) { testAbort(t, env) })
 	t.Run("GarbageHandles", func(t *testing.T) { testGarbageHandles(t, env(t)) })
 	if !c.noJunk {

@@ -117,6 +117,9 @@ func New(opt Options) (*Provider, error) {
 
 func (p *Provider) Name() string { return "tcp" }
 
+// TagBits is 64: a frame header carries the whole tag.
+func (p *Provider) TagBits() int { return 64 }
+
 // Devices returns a copy of the device list.
 func (p *Provider) Devices() []fnet.Device { return append([]fnet.Device(nil), p.devs...) }
 

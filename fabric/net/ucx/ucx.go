@@ -139,6 +139,10 @@ func Open(opts Options) (*Provider, error) {
 
 func (p *Provider) Name() string { return "ucx" }
 
+// TagBits is UserTagBits: the rest of a UCP tag is the connection id and
+// the sequence number (see Tags above).
+func (p *Provider) TagBits() int { return UserTagBits }
+
 // Version is the loaded UCX's version string.
 func (p *Provider) Version() string { return p.lib.Version() }
 

@@ -41,6 +41,7 @@ func lib() *capi.Library {
 		// or the last ncclResetDebugInit (debugEnv).
 		takeDebugEnv()
 		env := settings.Env(libEnv)
+		startProfile(env)
 		opt := capi.Options{Env: env}
 		if C.fl_cuda_open() != 0 {
 			opt.Memory = cudaMemory{}

@@ -70,6 +70,8 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_PCIE_SHARE":             {[]string{"0", "0.1", "0.5"}, []string{"0.6", "-0.1", "NaN", "half"}},
 	"FLEXLINK_GPU_NET_SHARE":          {[]string{"0", "0.01", "0.5"}, []string{"0.6", "-0.1", "NaN", "some"}},
 	"FLEXLINK_GPU_PTX":                {[]string{"k.ptx"}, nil},
+	"FLEXLINK_CPU_PROFILE":            {[]string{"/tmp/p.prof"}, nil},
+	"FLEXLINK_CPU_PROFILE_SECONDS":    {[]string{"5"}, []string{"0", "x"}},
 	"FLEXLINK_GPU_KERNELS":            {[]string{"gpu/kernels/fatbin"}, nil},
 	"FLEXLINK_REQUIRE_GPU":            {[]string{"1", "0", "yes", "OFF", "true"}, []string{"2", "maybe"}},
 	"FLEXLINK_REQUIRE_SYSTEM":         {[]string{"on", "false"}, []string{"y"}},

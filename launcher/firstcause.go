@@ -143,8 +143,16 @@ func withheld(outs []outcome, ev evidence, firstFailed outcome) (verdict, bool) 
 	if first == nil {
 		return verdict{}, false
 	}
+	// Every failed rank was in that call (it timed out in it, or failed
+	// in it on the news of another's end or of a link the withholder
+	// closed as the communicator ended), or failed on a lost peer.
+	inCall := func(r int) bool {
+		return slices.ContainsFunc(ev.ends, func(e endReport) bool {
+			return e.rank == r && e.Comm == first.Comm && e.InCall == first.InCall
+		})
+	}
 	for _, o := range outs {
-		if _, ok := timedOut[o.rank]; !ok && o.kind != endPeerLost && !ev.reporters[o.rank] {
+		if _, ok := timedOut[o.rank]; !ok && !inCall(o.rank) && o.kind != endPeerLost && !ev.reporters[o.rank] {
 			return verdict{}, false // a failure of another kind
 		}
 	}
@@ -157,10 +165,12 @@ func withheld(outs []outcome, ev evidence, firstFailed outcome) (verdict, bool) 
 	if len(suspects) == 0 {
 		return verdict{}, false
 	}
+	// Who waited: every member that ended in that call (timed out, or
+	// failed in it on the news of another's end).
 	var waited, rs []int
-	for r, e := range timedOut {
-		if e.Comm == first.Comm {
-			waited = append(waited, r)
+	for _, e := range ev.ends {
+		if e.Comm == first.Comm && e.InCall == first.InCall && !slices.Contains(waited, e.rank) {
+			waited = append(waited, e.rank)
 		}
 	}
 	slices.Sort(waited)

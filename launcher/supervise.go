@@ -274,6 +274,7 @@ func (s *supervisor) judge() {
 				code: 128 + int(sig), how: stoppedHow(sig), order: s.seen, at: time.Now()})
 		}
 	}
+	s.logEvidence(outs)
 	v, _ := judge(outs, s.evidence)
 	c := v.cause
 	others := s.alive

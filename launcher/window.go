@@ -125,3 +125,17 @@ func (s *supervisor) evidenceOfJoins() {
 		ev.joinTimeout = d.String()
 	}
 }
+
+// logEvidence writes, at DEBUG, what the verdict is judged from.
+func (s *supervisor) logEvidence(outs []outcome) {
+	if !s.job.Logger.IsDebug() {
+		return
+	}
+	for _, o := range outs {
+		s.job.Logger.Debug("judging: end", "rank", o.rank, "how", o.how, "order", o.order)
+	}
+	for _, e := range s.evidence.ends {
+		s.job.Logger.Debug("judging: communicator end", "rank", e.rank, "comm", e.Comm, "kind", e.Kind, "in_call", e.InCall, "echo", e.Echo, "closed_by", e.ClosedBy)
+	}
+	s.job.Logger.Debug("judging: evidence", "lost", s.evidence.lost, "reporters", s.evidence.reporters, "refused", s.evidence.refused, "joined", len(s.evidence.joined), "running", len(s.evidence.running))
+}

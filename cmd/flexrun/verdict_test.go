@@ -61,7 +61,7 @@ func TestVerdict(t *testing.T) {
 		{name: "wrong world size", np: 3, bad: "wrong-size", code: 1,
 			first: `^rank 1 ` + host + ` exited with status 1 before joining the job: the bootstrap refused it: rank 1 says the job has 4 ranks, the server 3; terminating 2 other ranks$`, within: fast},
 		{name: "withholds a collective", np: 3, bad: "withhold", flags: []string{"-x", "FLEXLINK_TIMEOUT=1s"}, code: 3,
-			first:  `^rank 1 ` + host + ` did not take part in allreduce #6 on communicator w: ranks 0, 2 timed out waiting for it$`,
+			first:  `^rank 1 ` + host + ` did not take part in allreduce #6 on communicator w: (ranks 0, 2|rank 0|rank 2) timed out waiting for it$`,
 			second: `^ranks 0, 2 stopped: timed out waiting for rank 1$`, within: time.Second + fast},
 		{name: "never joins", np: 3, bad: "never-join", flags: []string{"--bootstrap-timeout", "2s"}, code: 1,
 			first:  `^rank 1 ` + host + ` never joined the job within the bootstrap timeout \(2s\)$`,

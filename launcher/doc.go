@@ -35,6 +35,19 @@
 // and the agent kills its ranks when flexrun goes away. See
 // docs/LAUNCH.md.
 //
+// # Naming the cause
+//
+// When a rank fails, flexrun collects the evidence for a short window
+// (Deadlines.CauseGrace) and names the first cause on one line, the
+// ranks that failed because of it on a second (judge.go, firstcause.go):
+// how each rank ended (reaped here in the kernel's order, or reported by
+// its agent) and what the bootstrap server saw (BootstrapReport: who
+// joined, said goodbye, was lost or refused, and every communicator's
+// end as its members published it, with the call they were in). Silence
+// counts only after Deadlines.LivenessTimeout (FLEXLINK_LIVENESS_TIMEOUT),
+// so a paused flexrun does not end a healthy job. docs/ERRORS.md lists
+// every verdict.
+//
 // # Environment of a rank
 //
 // flexrun's environment, with -x VAR=value applied, plus:

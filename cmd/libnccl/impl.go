@@ -240,7 +240,10 @@ func xCommFinalize(c C.ncclComm_t) C.ncclResult_t {
 	return res(lib().Finalize(handle(c)))
 }
 
-func xCommDestroy(c C.ncclComm_t) C.ncclResult_t { return res(lib().Destroy(handle(c))) }
+func xCommDestroy(c C.ncclComm_t) C.ncclResult_t {
+	profileStop() // FLEXLINK_CPU_PROFILE (profile.go)
+	return res(lib().Destroy(handle(c)))
+}
 func xCommAbort(c C.ncclComm_t) C.ncclResult_t {
 	if c == nil {
 		return C.ncclResult_t(0) // NCCL: aborting NULL is a no-op

@@ -4,16 +4,21 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
+// profileStop ends the profile startProfile began (nil: none running).
+var profileStop = func() {}
+
 // startProfile writes a CPU profile of the library's Go code to
-// FLEXLINK_CPU_PROFILE for FLEXLINK_CPU_PROFILE_SECONDS from the first
-// NCCL call (a program linked against libnccl has no other place to stop
-// it: a C library gets no exit hook). For finding where a call's host
-// time goes (`go tool pprof libnccl.so.2 FILE`).
+// FLEXLINK_CPU_PROFILE from the first NCCL call until
+// FLEXLINK_CPU_PROFILE_SECONDS have passed or a communicator is destroyed,
+// whichever comes first (a C library gets no exit hook). For finding where
+// a call's host time goes (`go tool pprof FILE`). Set once, from lib's
+// sync.Once, before any communicator exists.
 func startProfile(env settings.Env) {
 	path := env.String("FLEXLINK_CPU_PROFILE")
 	if path == "" {
@@ -34,8 +39,12 @@ func startProfile(env settings.Env) {
 		f.Close()
 		return
 	}
-	time.AfterFunc(time.Duration(secs)*time.Second, func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	})
+	var once sync.Once
+	profileStop = func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+	time.AfterFunc(time.Duration(secs)*time.Second, profileStop)
 }

@@ -181,6 +181,9 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	if o.Capture != 0 {
 		return p.captured(ctx, o, s) // CaptureBlocker took it (capture.go)
 	}
+	if p.n == 1 && o.Kind != plane.Group && o.Kind != plane.AllToAllv {
+		return selfCopy(o, s) // one rank: no peer to meet, no event to record (a copy, or nothing in place)
+	}
 	if p.shared != nil && o.Kind != plane.Group { // Group keeps the event protocol
 		return p.shared.do(ctx, o, s)
 	}

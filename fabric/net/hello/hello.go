@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/flexlink/flexlink/fabric/net"
@@ -142,12 +143,17 @@ func (c Config) Receive(ctx context.Context, r net.RecvConn, handle []byte, wait
 
 // Accept takes connections on l until one's hello proves the secret and
 // passes want (nil: any); it returns that connection and its hello. Every
-// other connection is aborted and reported to drops (may be nil). The
+// other connection it took is aborted and reported to drops (may be nil)
+// before it returns, those whose hello was still awaited included. The
 // hellos of connections that arrive together are awaited side by side,
 // each for at most wait (DefaultWait when 0). Accept returns an error only
 // when ctx ends or the listener fails; connections still waiting for their
 // hello are then dropped too.
 func (c Config) Accept(ctx context.Context, l net.Listener, wait time.Duration, want func(Hello) error, drops *Drops) (net.RecvConn, Hello, error) {
+	// Every connection taken here is reported before Accept returns:
+	// cancel ends the hellos still awaited, then judging is waited for.
+	var judging sync.WaitGroup
+	defer judging.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	handle := l.Handle()
@@ -170,6 +176,7 @@ func (c Config) Accept(ctx context.Context, l net.Listener, wait time.Duration, 
 			case conns <- r:
 			case <-ctx.Done():
 				r.Close()
+				drops.Drop(errors.New("taken while the listener's peer was found: not heard"))
 				failed <- ctx.Err()
 				return
 			}
@@ -178,16 +185,22 @@ func (c Config) Accept(ctx context.Context, l net.Listener, wait time.Duration, 
 	for {
 		select {
 		case r := <-conns:
+			judging.Add(1)
 			go func() {
+				defer judging.Done()
 				h, err := c.Receive(ctx, r, handle, wait)
 				if err == nil && want != nil {
 					err = want(h)
 				}
 				select {
 				case got <- result{r, h, err}:
-				case <-ctx.Done(): // Accept has returned: not the one
+				case <-ctx.Done(): // Accept is returning: not the one
 					r.Abort(fmt.Errorf("dropped: %w", context.Cause(ctx)))
 					r.Close()
+					if err == nil {
+						err = errors.New("another connection to this listener proved itself first")
+					}
+					drops.Drop(err)
 				}
 			}()
 		case res := <-got:

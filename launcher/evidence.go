@@ -155,19 +155,24 @@ func setMap[V any](m *map[int]V, k int, v V) {
 func (e *evidence) anyJoined() bool { return len(e.joined) > 0 }
 
 // mismatch returns the first end a member published as a mismatch,
-// preferring one that names both calls (a link may see only that a
+// preferring words that name both calls (a link may see only that a
 // message's size differs; the member that compared the headers says what
-// each rank called).
+// each rank called, maybe only in its echo of the first member's end,
+// after "local error:"). Text is then cut to those words.
 func (e *evidence) mismatch() (endReport, bool) {
 	var first *endReport
 	for i, r := range e.ends {
-		if r.Kind != "mismatch" || r.Echo {
+		if r.Kind != "mismatch" {
 			continue
 		}
-		if r.ClosedBy >= 0 || strings.Contains(r.Text, mismatchNamesBoth) {
+		if r.ClosedBy >= 0 && !r.Echo {
 			return r, true
 		}
-		if first == nil {
+		if j := strings.Index(r.Text, mismatchNamesBoth); j >= 0 {
+			r.Text = balanced(r.Text[j+len(errs.ErrMismatch.Error())+2:])
+			return r, true
+		}
+		if first == nil && !r.Echo {
 			first = &e.ends[i]
 		}
 	}
@@ -175,6 +180,25 @@ func (e *evidence) mismatch() (endReport, bool) {
 		return *first, true
 	}
 	return endReport{}, false
+}
+
+// balanced drops the closing parentheses at the end of s that close
+// nothing in it (words cut out of "a (local error: b)").
+func balanced(s string) string {
+	depth := 0
+	for _, c := range s {
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		}
+	}
+	for depth < 0 && strings.HasSuffix(s, ")") {
+		s = s[:len(s)-1]
+		depth++
+	}
+	return s
 }
 
 // mismatchNamesBoth is in the words of a mismatch that names both calls

@@ -3,9 +3,6 @@ package launcher
 import (
 	"fmt"
 	"slices"
-	"strings"
-
-	"github.com/flexlink/flexlink/internal/errs"
 )
 
 // firstCause names a cause from what the ranks and the bootstrap server
@@ -109,13 +106,10 @@ func mismatchVerdict(m endReport, outs []outcome, ev evidence, firstFailed outco
 	}
 	// Two ranks called different collectives: the member's words name
 	// both calls; the cause is no one rank.
-	text := m.Text
-	if _, rest, ok := strings.Cut(text, errs.ErrMismatch.Error()+": "); ok {
-		text = rest
-	}
+	// (mismatch has cut words that name both calls to them.)
 	v.cause, v.noRank = firstFailed, true
 	v.cause.code = max(firstFailed.code, 1)
-	v.first = fmt.Sprintf("collective mismatch on communicator %s: %s", m.Comm, text)
+	v.first = fmt.Sprintf("collective mismatch on communicator %s: %s", m.Comm, m.Text)
 	v.consequences = others(outs, func(int) bool { return false })
 	return v
 }

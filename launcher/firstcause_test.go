@@ -26,6 +26,7 @@ func TestFirstCause(t *testing.T) {
 	mismatch := func(rank int, text string) endReport {
 		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "mismatch", Text: text, ClosedBy: -1}}
 	}
+	echoed := func(rank int, text string) endReport { e := mismatch(rank, text); e.Echo = true; return e }
 	closed := func(rank int) endReport {
 		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "mismatch", Text: "...", ClosedBy: 1, ClosedCalls: 5, InCall: "allreduce #6"}}
 	}
@@ -54,6 +55,11 @@ func TestFirstCause(t *testing.T) {
 			evidence{ends: []endReport{mismatch(2, sizeOnly), mismatch(0, both)}}, 3,
 			[]string{"collective mismatch on communicator w: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0); terminating 1 other rank",
 				"ranks 0, 1, 2 stopped: collective mismatch"}},
+		{"both calls only in an echo's local error: those words",
+			[]outcome{failed(0, 1, 3), failed(1, 2, 3)},
+			evidence{ends: []endReport{mismatch(0, sizeOnly), echoed(1, sizeOnly+" (local error: rank 1: allreduce count=2: collective mismatch: rank 0 called allreduce count=1, rank 1 called allreduce count=2 (differs: count; seen by rank 1))")}}, 3,
+			[]string{"collective mismatch on communicator w: rank 0 called allreduce count=1, rank 1 called allreduce count=2 (differs: count; seen by rank 1); terminating 1 other rank",
+				"ranks 0, 1 stopped: collective mismatch"}},
 		{"only a link's words: still the mismatch",
 			[]outcome{failed(2, 1, 3)}, evidence{ends: []endReport{mismatch(2, sizeOnly)}}, 3,
 			[]string{"collective mismatch on communicator w: " + sizeOnly + "; terminating 1 other rank", "rank 2 stopped: collective mismatch"}},

@@ -169,7 +169,7 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 			// the one to report.
 			err = fmt.Errorf("%w (local error: %v)", fe, err)
 		}
-		c.echo(fe)
+		c.echo(err) // with this rank's own view: a launcher may learn more from it
 	} else {
 		err = fmt.Errorf("rank %d on %s: communicator %s (rank %d of %d): %s: %w", c.WorldRank(), c.world.host, c.name, c.rank, c.size, what, err)
 		c.publish(err)

@@ -26,12 +26,14 @@ typedef int (*pointer_get_attributes_fn)(unsigned num, int *attributes, void **d
 typedef int (*ctx_get_device_fn)(int *dev);
 typedef int (*stream_is_capturing_fn)(void *stream, int *status);
 typedef int (*stream_synchronize_fn)(void *stream);
+typedef int (*exchange_capture_mode_fn)(int *mode);
 typedef int (*init_fn)(unsigned flags);
 
 static pointer_get_attributes_fn fl_pointer_get_attributes;
 static ctx_get_device_fn fl_ctx_get_device;
 static stream_is_capturing_fn fl_stream_is_capturing;
 static stream_synchronize_fn fl_stream_synchronize;
+static exchange_capture_mode_fn fl_exchange_capture_mode; // optional (CUDA 10.1+)
 
 enum {
   attr_memory_type = 2,    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
@@ -51,6 +53,7 @@ int fl_cuda_open(void) {
   fl_ctx_get_device = (ctx_get_device_fn)dlsym(h, "cuCtxGetDevice");
   fl_stream_is_capturing = (stream_is_capturing_fn)dlsym(h, "cuStreamIsCapturing");
   fl_stream_synchronize = (stream_synchronize_fn)dlsym(h, "cuStreamSynchronize");
+  fl_exchange_capture_mode = (exchange_capture_mode_fn)dlsym(h, "cuThreadExchangeStreamCaptureMode");
   if (!init || !fl_pointer_get_attributes || !fl_ctx_get_device || !fl_stream_is_capturing || !fl_stream_synchronize) return 0;
   if (init(0) != 0) return 0;
   return 1;
@@ -123,4 +126,16 @@ int fl_capturing(void *stream) {
   return status != 0;
 }
 
-int fl_synchronize(void *stream) { return fl_stream_synchronize(stream); }
+// fl_synchronize waits for the caller's stream (a call on host buffers
+// runs on the host once the stream's earlier work is done). The thread is
+// in relaxed capture mode for it: a synchronisation is "unsafe" during a
+// global-mode capture, and one made here while another thread captures
+// (PyTorch's default mode) would invalidate that capture.
+int fl_synchronize(void *stream) {
+  enum { capture_mode_relaxed = 2 }; // CU_STREAM_CAPTURE_MODE_RELAXED
+  int mode = capture_mode_relaxed;
+  int swapped = fl_exchange_capture_mode && fl_exchange_capture_mode(&mode) == 0;
+  int r = fl_stream_synchronize(stream);
+  if (swapped) fl_exchange_capture_mode(&mode);
+  return r;
+}

@@ -251,7 +251,8 @@ func (s *supervisor) loop(ctx context.Context) {
 			s.judge()
 		}
 	}
-	s.judge() // every rank ended within the window
+	s.awaitClean() // the server's word on a rank that exited 0 may trail its peers' ends
+	s.judge()      // every rank ended within the window
 }
 
 // judge names the cause of the failures collected in the window (adding

@@ -20,6 +20,42 @@ func (s *supervisor) openWindow() {
 // causePoll is how often a window kept open by causeElsewhere looks again.
 const causePoll = 100 * time.Millisecond
 
+// cleanWait bounds how long flexrun waits for the bootstrap server's word
+// on a rank that exited 0 (cleanPending).
+const cleanWait = 2 * time.Second
+
+// cleanPending reports whether the verdict should wait for the bootstrap
+// server's word on a rank that exited 0: every failure so far is a lost
+// peer's consequence, and a rank that exited 0 after joining has neither
+// said goodbye nor been found lost yet. Its process's sockets closed when
+// it exited, so its peers' links and the server see the end together, but
+// the server's report can trail a peer's exit on a loaded host; judging
+// before it would name the peer, a consequence, as the cause.
+func (s *supervisor) cleanPending() bool {
+	s.drainReports()
+	if len(s.failed) == 0 || s.cause != nil {
+		return false
+	}
+	for _, o := range s.failed {
+		if o.kind != endPeerLost && !s.evidence.reporters[o.rank] {
+			return false
+		}
+	}
+	for rank := range s.clean {
+		if _, lost := s.evidence.lost[rank]; s.evidence.joined[rank] && !s.evidence.left[rank] && !lost {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitClean waits, at most cleanWait, while cleanPending.
+func (s *supervisor) awaitClean() {
+	for end := time.Now().Add(cleanWait); time.Now().Before(end) && s.cleanPending(); {
+		time.Sleep(causePoll / 5)
+	}
+}
+
 // causeElsewhere reports whether the window should stay open for a cause
 // still to come: every rank that failed so far failed because it lost a
 // peer, and some rank not ended runs on another host, whose loss (a cut
@@ -28,6 +64,9 @@ const causePoll = 100 * time.Millisecond
 // a healthy rank. It waits at most the agent timeout and a second past
 // the window's opening.
 func (s *supervisor) causeElsewhere() bool {
+	if time.Since(s.opened) < cleanWait && s.cleanPending() {
+		return true
+	}
 	if s.remote == nil || time.Since(s.opened) > s.job.Remote.AgentTimeout+time.Second {
 		return false
 	}

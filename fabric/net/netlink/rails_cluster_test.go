@@ -22,7 +22,7 @@ import (
 // subnet of its own.
 const (
 	railsCluster = "nnet"
-	railsNet     = "10.82"
+	railsNet     = "10.88" // not 10.82: launcher/clustertest's TestNetTransport runs beside it in make test
 )
 
 var (

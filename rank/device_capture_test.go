@@ -11,7 +11,6 @@ import (
 
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
-	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestDeviceCommCapture: the public API's capture on the fake driver. Two
@@ -23,22 +22,7 @@ import (
 // ErrNotCapturable and the DeviceComm goes on.
 func TestDeviceCommCapture(t *testing.T) {
 	const n, count = 2, 5000
-	drv, err := gpufake.Open(gpufake.Config{Devices: n, MemPerDevice: 2 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
-	noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
-		ctx := context.Background()
-		dev, err := drv.Device(c.Rank())
-		if err != nil {
-			return err
-		}
-		s, err := dev.NewStream()
-		if err != nil {
-			return err
-		}
-		defer s.Close()
+	gpuWorld(t, n, func(ctx context.Context, c *Comm, dev *gpu.Device, s *gpu.Stream) error {
 		cs, err := dev.NewStream()
 		if err != nil {
 			return err
@@ -157,7 +141,7 @@ func TestDeviceCommCapture(t *testing.T) {
 		// The graph's destructor frees on a goroutine: poll the
 		// accounting, with a bound.
 		return pollUsed(dev, base+2*8*count)
-	}))
+	})
 }
 
 // pollUsed waits until dev's allocated bytes are want, polling (and

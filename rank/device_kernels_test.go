@@ -16,6 +16,29 @@ import (
 // host-buffer collectives load none; a float32 allreduce loads the
 // float32 family and no other dtype's; an int64 one then adds int64's.
 
+// gpuWorld runs body on every rank of an n-rank world (gpuVars), rank r
+// on fake GPU r (2 GiB each) with a stream of its own.
+func gpuWorld(t *testing.T, n int, body func(ctx context.Context, c *Comm, dev *gpu.Device, s *gpu.Stream) error) {
+	t.Helper()
+	drv, err := gpufake.Open(gpufake.Config{Devices: n, MemPerDevice: 2 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
+		dev, err := drv.Device(c.Rank())
+		if err != nil {
+			return err
+		}
+		s, err := dev.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return body(context.Background(), c, dev, s)
+	}))
+}
+
 // families lists the kernel families dev has loaded.
 func families(dev *gpu.Device) []string {
 	var out []string
@@ -67,22 +90,7 @@ func everyCollective(ctx context.Context, dc *DeviceComm, s *gpu.Stream) error {
 
 func TestKernelsLoadedLazily(t *testing.T) {
 	t.Run("one rank loads none", func(t *testing.T) {
-		drv, err := gpufake.Open(gpufake.Config{Devices: 1, MemPerDevice: 1 << 30})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer drv.Close()
-		noErrors(t, runWorldEnv(t, 1, gpuVars, func(c *Comm) error {
-			ctx := context.Background()
-			dev, err := drv.Device(0)
-			if err != nil {
-				return err
-			}
-			s, err := dev.NewStream()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
+		gpuWorld(t, 1, func(ctx context.Context, c *Comm, dev *gpu.Device, s *gpu.Stream) error {
 			dc, err := c.Device(ctx, dev)
 			if err != nil {
 				return err
@@ -95,26 +103,10 @@ func TestKernelsLoadedLazily(t *testing.T) {
 				return fmt.Errorf("a one-rank communicator loaded kernel families %v, want none", f)
 			}
 			return nil
-		}))
+		})
 	})
 	t.Run("host buffers load none, a dtype loads its family", func(t *testing.T) {
-		const n = 2
-		drv, err := gpufake.Open(gpufake.Config{Devices: n, MemPerDevice: 1 << 30})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer drv.Close()
-		noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
-			ctx := context.Background()
-			dev, err := drv.Device(c.Rank())
-			if err != nil {
-				return err
-			}
-			s, err := dev.NewStream()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
+		gpuWorld(t, 2, func(ctx context.Context, c *Comm, dev *gpu.Device, s *gpu.Stream) error {
 			dc, err := c.Device(ctx, dev)
 			if err != nil {
 				return err
@@ -158,6 +150,6 @@ func TestKernelsLoadedLazily(t *testing.T) {
 				}
 			}
 			return nil
-		}))
+		})
 	})
 }

@@ -236,22 +236,7 @@ func TestDeviceCommsConcurrent(t *testing.T) {
 // after Resume small and large allreduces are right and the memory is back.
 func TestDeviceCommSuspend(t *testing.T) {
 	const n = 2
-	drv, err := gpufake.Open(gpufake.Config{Devices: n, MemPerDevice: 2 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
-	noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
-		ctx := context.Background()
-		dev, err := drv.Device(c.Rank())
-		if err != nil {
-			return err
-		}
-		s, err := dev.NewStream()
-		if err != nil {
-			return err
-		}
-		defer s.Close()
+	gpuWorld(t, n, func(ctx context.Context, c *Comm, dev *gpu.Device, s *gpu.Stream) error {
 		base, err := used(dev)
 		if err != nil {
 			return err
@@ -303,5 +288,5 @@ func TestDeviceCommSuspend(t *testing.T) {
 		// The host communicator was never broken.
 		x := []float64{float64(c.Rank())}
 		return c.AllReduce(ctx, Of(x), Of(x), dtype.Sum)
-	}))
+	})
 }

@@ -49,10 +49,17 @@ func (s *supervisor) cleanPending() bool {
 	return false
 }
 
-// awaitClean waits, at most cleanWait, while cleanPending.
+// awaitClean waits, at most cleanWait, while cleanPending, looking again
+// each time the bootstrap server reports something.
 func (s *supervisor) awaitClean() {
-	for end := time.Now().Add(cleanWait); time.Now().Before(end) && s.cleanPending(); {
-		time.Sleep(causePoll / 5)
+	limit := time.NewTimer(cleanWait)
+	defer limit.Stop()
+	for s.cleanPending() {
+		select {
+		case <-s.reportsReady():
+		case <-limit.C:
+			return
+		}
 	}
 }
 

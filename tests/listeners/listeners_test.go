@@ -58,9 +58,6 @@ func (s *syncBuffer) String() string {
 // and only then lets the job run more checked rounds: it must exit 0 with
 // #wrong 0 on every rank.
 func TestForeignConnections(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 4-rank job and waits out hello deadlines (about 20 s)")
-	}
 	bin := t.TempDir()
 	if out, err := exec.Command("go", "build", "-o", bin+"/", "github.com/flexlink/flexlink/cmd/flexrun",
 		"github.com/flexlink/flexlink/tests/listeners/testdata/job").CombinedOutput(); err != nil {

@@ -235,9 +235,6 @@ func TestCommandBlocksCheck(t *testing.T) {
 // each failing command failing the test. "run torch" blocks need a
 // python3 with torch at the path they name.
 func TestCommandBlocksRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the README's examples")
-	}
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n")
 	root, _ := filepath.Abs(repo)

@@ -93,6 +93,7 @@ type directPlane struct {
 	modes    moveModes    // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
 	scratch  scratchSet   // the push allreduce's scratch, the in-place all-to-all staging (ops.go)
 	chunkMax int          // FLEXLINK_GPU_CHUNK_BYTES
+	split    *callPlan    // the running call's split (split.go): the pushes read it
 	shared   *sharedState // every rank on one GPU: the leader path (shared.go); nil otherwise
 }
 
@@ -199,19 +200,16 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	peers := p.peersOf(o)
 	p.seq.calls++
 	call := p.seq.calls
-	push := o.Kind == plane.AllReduce && p.pushPlan(o).ok
+	cp := p.planSplit(o, peers) // the call's split, once (split.go)
+	push := cp.Push.ok
 	if push {
 		defer p.scratch.used(s, &err) // the peers' pushes into this rank's scratch, and this rank's into theirs, run on s (lanes joined)
-		if err := p.prepPush(o); err != nil {
+		if err := p.prepPush(o, cp.Push); err != nil {
 			return err
 		}
 	}
 	p.stats.begin()
-	b := 0
-	if p.px.tx != nil && o.Kind != plane.Group {
-		b = p.pushBytes(o)
-	}
-	if err := p.px.begin(peers, call, b); err != nil {
+	if err := p.px.begin(peers, call, cp); err != nil {
 		return err
 	}
 	// Records are noted before they happen and waits after, so the trace
@@ -219,7 +217,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	if err := p.ev.recordReady(s, call); err != nil {
 		return err
 	}
-	out, inLen, err := p.readyMessages(o, peers, call)
+	out, inLen, err := p.readyMessages(o, peers, call, push)
 	if err != nil {
 		return err
 	}
@@ -236,7 +234,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		return err
 	}
 	if push {
-		err = p.allReducePush(ctx, o, s, in, peers, call)
+		err = p.allReducePush(ctx, o, s, in, peers, call, cp.Push)
 	} else {
 		err = p.work(o, s, in)
 	}
@@ -271,6 +269,21 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	}
 	p.stats.end()
 	return nil
+}
+
+// planSplit computes o's split (split.go) once for the call, after the
+// pairs' finished probes are fed back, and keeps it for the pushes.
+func (p *directPlane) planSplit(o *plane.Op, peers []int) *callPlan {
+	p.px.settle(peers)
+	in := splitIn{Kind: o.Kind, Count: o.Count, Size: o.DT.Size(), N: p.n, Me: p.me, Pull: p.modes.pulls(o),
+		ARMode: p.modes.arMode, ChunkMax: p.chunkMax, Links: p.px.links(), Staging: p.px.staging,
+		MinSlot: p.px.minSlot, PCIeFixed: p.px.fixed, NetFixed: -1}
+	if nx := p.px.nx; nx != nil {
+		in.NetMinPart, in.NetFixed = nx.minPart, nx.fixed
+	}
+	cp := planCall(in, p.px.shares)
+	p.split = &cp
+	return p.split
 }
 
 // rotated lists the peers from the next rank on: Rank()+1, Rank()+2, ...
@@ -367,7 +380,7 @@ const (
 // the one expected from it: the header, then descriptors of the buffers the
 // peer may touch (send and recv for a collective; for a Group, this rank's
 // sends to that peer, which the peer pulls).
-func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64) (out [][]byte, inLen []int, err error) {
+func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64, push bool) (out [][]byte, inLen []int, err error) {
 	out, inLen = make([][]byte, p.n), make([]int, p.n)
 	hdr := make([]byte, readyHeader)
 	le := binary.LittleEndian
@@ -391,7 +404,7 @@ func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64) (out 
 		mine := []*gpu.Buffer{o.Send, o.Recv}
 		if o.Kind == plane.AllReduce {
 			var scr *gpu.Buffer
-			if p.pushPlan(o).ok {
+			if push {
 				scr = p.scratch.push.buf
 			}
 			mine = append(mine, scr)

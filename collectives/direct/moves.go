@@ -141,36 +141,6 @@ func (p *directPlane) allToAll(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 	})
 }
 
-// pushBytes is how many bytes o pushes to each peer over the copy lanes,
-// the B a split divides. It mirrors the choices of the pushes here and of allReduce:
-// allgather and alltoall blocks once the pushes together reach fanOutMin,
-// the read allreduce's own block when it is pipelined. Pushes that stay on
-// the caller's stream are small and never split; the push allreduce keeps
-// NVLink only (its scratch pushes are ordered by per-chunk events that a
-// PCIe part would need too), and so do pull allgathers and alltoalls
-// (below), which push nothing.
-func (p *directPlane) pushBytes(o *plane.Op) int {
-	sz := o.DT.Size()
-	switch o.Kind {
-	case plane.AllGather, plane.AllToAll:
-		if p.modes.pulls(o) {
-			return 0 // kernels read the peers' blocks over NVLink: nothing to split
-		}
-		if blk := o.Count * sz; (p.n-1)*blk >= fanOutMin {
-			return blk
-		}
-	case plane.AllReduce:
-		if p.pushPlan(o).ok {
-			return 0
-		}
-		lo, hi := blockRange(o.Count, p.n, p.me, sz)
-		if hi-lo > p.chunkElems((hi-lo)*sz, sz) && p.n > 1 {
-			return (hi - lo) * sz
-		}
-	}
-	return 0
-}
-
 // pushSplit enqueues dst = src toward peer j: the head on the copy lanes
 // of group g (p.split), the tail, this push's PCIe part, staged D2H. off is
 // dst's offset in the peer's recv buffer (the receiver's H2D target). Both
@@ -181,13 +151,15 @@ func (p *directPlane) pushSplit(j, g, off int, dst, src *gpu.Buffer, after *gpu.
 }
 
 // pushSplitWith is pushSplit with the NVLink head enqueued by nvlink; it
-// returns the head's length. With the net part on (netpart.go) the bytes
-// just before the PCIe tail are the net part: head | net | pcie.
+// returns the head's length. The call's split (split.go) gives the
+// ranges: head | net | pcie.
 func (p *directPlane) pushSplitWith(j, off int, dst, src *gpu.Buffer, after *gpu.Event, nvlink func(dst, src *gpu.Buffer) error) (int, error) {
 	n := dst.Len()
-	q := p.px.take(j, n)
-	r := p.px.nx.take(p.px.txTo(j), n, n-q)
-	h := n - q - r
+	part, err := p.split.take(j, off, n)
+	if err != nil {
+		return 0, err
+	}
+	q, r, h := part.PCIe, part.Net, part.Head()
 	if h > 0 {
 		if err := nvlink(dst.Sub(0, h), src.Sub(0, h)); err != nil {
 			return 0, err

@@ -14,10 +14,11 @@ import (
 // One call's net part, in the order do() runs it (netpart.go says what it
 // is; the pcie*.go steps call the first ones):
 //
-//	reset, plan    with the PCIe part's begin: the pair's planner's net share
+//	begin          with the PCIe part's begin: the net part of the call's
+//	               split (split.go)
 //	readyWords,    the net words of the ready messages: announcement and
 //	ready          the report on the peer's last timed net part
-//	take, stage    during the work (pushSplitWith): D2H into the staging
+//	stage          during the work (pushSplitWith): D2H into the staging
 //	run            after the work: the wire and the H2D copies (netpart_wire.go)
 
 // The net words of a ready message (direct.go): whether this rank sends
@@ -26,48 +27,25 @@ import (
 // the PCIe words').
 const netWords = 2 * 8
 
-// reset starts a call of b bytes toward t's peer with no net part.
-func (x *netState) reset(t *pcieTx, b int) {
+// begin starts a call of b bytes toward t's peer with the net part pl
+// (planCall's; zero: none), and logs the share at INFO once per size
+// class and again when it moves by half a percent (as the PCIe share's
+// log).
+func (x *netState) begin(t *pcieTx, b int, pl pcie.Plan) {
 	if x == nil || t.net == nil {
 		return
 	}
 	nt := t.net
-	nt.txCall = txCall{bytes: b, slot: -1, segs: nt.segs[:0]}
-}
-
-// plan sizes the net part of t's call (reset gave its bytes): the share
-// FLEXLINK_GPU_NET_SHARE fixes, else the planner's share of the net link,
-// at most netMaxShare, whole pages, at most the staging, in slots of at
-// least minSlot (the PCIe part's).
-func (x *netState) plan(t *pcieTx, minSlot int) {
-	if x == nil || t.net == nil || t.net.bytes == 0 {
+	nt.txCall = txCall{bytes: b, slot: -1, segs: nt.segs[:0], plan: pl.Bytes, capBytes: pl.Cap, slotBytes: pl.SlotBytes}
+	if b == 0 || nt.plan == 0 && b < t.planner.Threshold() {
 		return
 	}
-	nt := t.net
-	f := x.fixed
-	if f < 0 {
-		f = 0
-		for _, sh := range t.planner.Shares(nt.bytes) {
-			if sh.Link == linkNet {
-				f = sh.Fraction
-			}
-		}
-	}
-	if x.fixed < 0 && f*float64(nt.bytes) < float64(x.minPart) {
-		f = 0 // too small to pay for its fixed host work (netMinPart)
-	}
-	nt.setPlan(nt.bytes, math.Min(f, netMaxShare), x.staging, minSlot)
-	if nt.plan == 0 && nt.bytes < t.planner.Threshold() {
-		return
-	}
-	// INFO once per size class, and again when the share moves by half a
-	// percent (as the PCIe share's log).
-	class, share := bits.Len(uint(nt.bytes)), float64(nt.plan)/float64(nt.bytes)
+	class, share := bits.Len(uint(b)), float64(nt.plan)/float64(b)
 	if old, ok := nt.logged[class]; ok && math.Abs(old-share) < 0.005 {
 		return
 	}
 	nt.logged[class] = share
-	x.c.Log().Info("gpu net share", "peer", t.peer, "push_bytes", nt.bytes, "net", round3(share), "nic", x.nic(),
+	x.c.Log().Info("gpu net share", "peer", t.peer, "push_bytes", b, "net", round3(share), "nic", x.nic(),
 		"by", x.by(), "observed", t.observed)
 }
 
@@ -80,22 +58,6 @@ func (x *netState) stagedBytes(t *pcieTx) int {
 		return 0
 	}
 	return t.net.staged
-}
-
-// take returns the net part of the next push of n bytes toward t's peer,
-// at most room (the bytes ahead of the push's PCIe part): the bytes pushed
-// so far times the planned share, to a page, less what is staged (Plan.Due,
-// as for PCIe).
-func (x *netState) take(t *pcieTx, n, room int) int {
-	if x == nil || t == nil || t.net == nil {
-		return 0
-	}
-	nt := t.net
-	nt.pushed += n
-	if nt.plan == 0 || len(nt.segs) == pcieMaxSegs {
-		return 0
-	}
-	return min(room, pcie.Plan{Bytes: nt.plan, Cap: nt.capBytes, SlotBytes: nt.slotBytes}.Due(nt.pushed, nt.bytes, nt.staged, n))
 }
 
 // stage copies src D2H into the net staging toward t's peer, slot by slot,

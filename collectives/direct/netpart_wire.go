@@ -40,6 +40,7 @@ const (
 type netSend struct {
 	j           int
 	t           *netTx
+	pushed      int // bytes the call's pushes carried toward the peer (for onSplit)
 	hdr         []byte
 	slots, next int // slots to send; the next to send
 	reqs        []net.Request
@@ -75,7 +76,7 @@ func (x *netState) run(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, px 
 	var recvs []*netRecv
 	for _, j := range peers {
 		if t := px.txTo(j); t != nil && x.planned(t) {
-			sends = append(sends, &netSend{j: j, t: t.net})
+			sends = append(sends, &netSend{j: j, t: t.net, pushed: px.pushed(t)})
 		}
 		if r := px.rxFrom(j); r != nil && x.expects(r) {
 			r.net.expect = false
@@ -194,7 +195,7 @@ func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 	sd.slots = (nt.staged + nt.slotBytes - 1) / nt.slotBytes
 	if f := x.onSplit; f != nil {
 		f(pcieSplitRec{from: x.me, to: sd.j, call: call, slotBytes: nt.slotBytes, segs: append([]pcieSeg(nil), nt.segs...),
-			bytes: nt.bytes, pushed: nt.pushed})
+			bytes: nt.bytes, pushed: sd.pushed})
 	}
 	if f := x.fault; f != nil {
 		if err := f("send", sd.j); err != nil {

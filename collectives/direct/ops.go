@@ -104,7 +104,11 @@ func blockRange(count, n, r, sz int) (lo, hi int) {
 // calls cost more host time than the overlap saves GPU time (measured on
 // 2×H200: a 4 MiB allreduce in 1 MiB chunks took 56 µs).
 func (p *directPlane) chunkElems(blockBytes, sz int) int {
-	cs := min(p.chunkMax, max(blockBytes/8, p.chunkMax/4))
+	return chunkElems(p.chunkMax, blockBytes, sz)
+}
+
+func chunkElems(chunkMax, blockBytes, sz int) int {
+	cs := min(chunkMax, max(blockBytes/8, chunkMax/4))
 	cs = max(blockAlign, cs/blockAlign*blockAlign)
 	return cs / sz
 }
@@ -269,27 +273,6 @@ type pushGeom struct {
 	ce  int // elements per chunk
 }
 
-// pushPlan decides, identically on every rank, whether o uses the push
-// allreduce and with what geometry.
-func (p *directPlane) pushPlan(o *plane.Op) pushGeom {
-	if p.n < 2 || p.modes.arMode == "read" {
-		return pushGeom{}
-	}
-	sz := o.DT.Size()
-	lo, hi := blockRange(o.Count, p.n, 0, sz)
-	per := hi - lo
-	blockBytes := per * sz
-	if blockBytes == 0 || (p.n-1)*blockBytes > scratchCap || p.modes.arMode == "auto" && blockBytes < pushMinBlock {
-		return pushGeom{}
-	}
-	ce := p.chunkElems(blockBytes, sz)
-	if (per+ce-1)/ce > pushChunks {
-		g := max(1, blockAlign/sz)
-		ce = ((per+pushChunks-1)/pushChunks + g - 1) / g * g
-	}
-	return pushGeom{ok: true, per: per, ce: ce}
-}
-
 // slotOf is the scratch slot on rank to that rank from holds.
 func slotOf(from, to int) int {
 	if from < to {
@@ -301,8 +284,7 @@ func slotOf(from, to int) int {
 // prepPush grows the scratch to what o needs and, before this call's ready
 // message goes out, makes the group-0 lanes wait until every peer's
 // previous allreduce has finished reading its scratch (see above).
-func (p *directPlane) prepPush(o *plane.Op) error {
-	g := p.pushPlan(o)
+func (p *directPlane) prepPush(o *plane.Op, g pushGeom) error {
 	if err := p.scratch.push.grow(p.dev, (p.n-1)*g.per*o.DT.Size()); err != nil {
 		return err
 	}
@@ -425,8 +407,7 @@ func (sc *pushScratch) close() error {
 
 // allReducePush runs steps 1-3 above; s already waits on every peer's
 // ready event.
-func (p *directPlane) allReducePush(ctx context.Context, o *plane.Op, s *gpu.Stream, in [][]byte, peers []int, call uint64) error {
-	g := p.pushPlan(o)
+func (p *directPlane) allReducePush(ctx context.Context, o *plane.Op, s *gpu.Stream, in [][]byte, peers []int, call uint64, g pushGeom) error {
 	sz := o.DT.Size()
 	recvs, err := p.remotes(in, 1)
 	if err != nil {

@@ -84,6 +84,7 @@ type pcieState struct {
 	lanes *laneSet   // the copy lanes whose NVLink parts the probes time
 	stats *linkStats // counts the staged bytes
 	call  uint64     // this call's number (begin), for the trace
+	plan  *callPlan  // this call's split (begin)
 
 	tx []*pcieTx // by peer: this rank sending to it (nil: no PCIe toward it)
 	rx []*pcieRx // by peer: this rank receiving from it
@@ -128,7 +129,6 @@ type txCall struct {
 	plan      int // planned PCIe bytes
 	capBytes  int // most PCIe bytes this call can stage
 	slotBytes int
-	pushed    int  // bytes of pushes seen so far
 	staged    int  // PCIe bytes staged so far
 	slot      int  // slot being filled, -1: none
 	used      bool // the D2H stream has copies since the last join

@@ -3,7 +3,6 @@ package direct
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
@@ -13,10 +12,12 @@ import (
 // One call's PCIe share, in the order do() runs it (the protocol and why
 // it is safe are in pcie.go):
 //
-//	begin          plan each peer's split (before the ready message)
+//	settle, links, feed back finished probes; the pairs' links and
+//	shares         planner shares for the call's split (split.go)
+//	begin          take each peer's split (before the ready message)
 //	readyWords     announce it in the ready message
 //	ready          read the peers' announcements; start timings
-//	take, stage    during the work (the plane's pushSplit): head on the
+//	stage          during the work (the plane's pushSplit): head on the
 //	               copy lanes, tail staged D2H
 //	finish         after the work: record the last slot, join the D2H streams
 //	doneMessage    the staging table for the receiver
@@ -35,50 +36,80 @@ type pcieSplitRec struct {
 	pushed    int // sender: bytes the pushes carried
 }
 
-// begin plans call's PCIe part toward every peer: b bytes each (the
-// plane's pushBytes; 0 for a Group).
-func (x *pcieState) begin(peers []int, call uint64, b int) error {
-	x.call = call
+// settle, before a call's split is planned, feeds back every finished
+// probe toward the call's peers, so the shares the split asks for see it.
+func (x *pcieState) settle(peers []int) {
+	for _, j := range peers {
+		if t := x.txTo(j); t != nil {
+			x.probeSettle(t)
+		}
+	}
+}
+
+// links is, by peer, the staged links this rank's pair toward it has
+// (planCall's Links; nil when no pair has PCIe).
+func (x *pcieState) links() []pairLinks {
 	if x.tx == nil {
 		return nil
 	}
+	out := make([]pairLinks, x.n)
+	for j, t := range x.tx {
+		if t != nil {
+			out[j] = pairLinks{PCIe: true, Net: t.net != nil}
+		}
+	}
+	return out
+}
+
+// shares is the pair planner's PCIe and net fractions of a push of b
+// bytes toward peer j (planCall's sharesFunc).
+func (x *pcieState) shares(j, b int) (pc, nt float64) {
+	for _, sh := range x.tx[j].planner.Shares(b) {
+		switch sh.Link {
+		case linkPCIe:
+			pc = sh.Fraction
+		case linkNet:
+			nt = sh.Fraction
+		}
+	}
+	return pc, nt
+}
+
+// begin takes call's split (planCall) toward every peer: the sizes of the
+// PCIe and net parts, the probes armed and the shares logged.
+func (x *pcieState) begin(peers []int, call uint64, cp *callPlan) error {
+	x.call, x.plan = call, cp
+	if x.tx == nil {
+		return nil
+	}
+	b := cp.Bytes
 	for _, j := range peers {
 		t := x.tx[j]
 		if t == nil {
 			continue
 		}
+		ps := &cp.To[j]
 		t.txCall = txCall{bytes: b, slot: -1, segs: t.segs[:0]}
-		x.nx.reset(t, b)
-		x.probeSettle(t)
+		x.nx.begin(t, b, ps.Net)
 		if b == 0 {
 			continue
 		}
-		f, by := x.fixed, "FLEXLINK_PCIE_SHARE"
-		if f < 0 {
-			f, by = 0, "balancer"
-			for _, sh := range t.planner.Shares(b) {
-				if sh.Link == linkPCIe {
-					f = sh.Fraction
-				}
-			}
-		}
-		t.setPlan(b, math.Min(f, pcieMaxShare), x.staging, x.minSlot)
-		x.nx.plan(t, x.minSlot)
+		t.plan, t.capBytes, t.slotBytes = ps.PCIe.Bytes, ps.PCIe.Cap, ps.PCIe.SlotBytes
 		x.probeArm(t)
 		if t.plan > 0 || b >= t.planner.Threshold() {
+			by := "FLEXLINK_PCIE_SHARE"
+			if x.fixed < 0 {
+				by = "balancer"
+			}
 			x.logShare(t, by)
 		}
 	}
 	return nil
 }
 
-// setPlan sizes the PCIe part for b bytes and share f: whole pages, at most
-// the staging buffer, in at most pcieSlots slots of at least minSlot
-// (smaller copies waste PCIe bandwidth) unless the part is smaller still.
-func (t *txCall) setPlan(b int, f float64, staging, minSlot int) {
-	p := pcie.Size(b, f, staging, minSlot)
-	t.plan, t.capBytes, t.slotBytes = p.Bytes, p.Cap, p.SlotBytes
-}
+// pushed is the bytes the call's pushes have carried toward t's peer so
+// far.
+func (x *pcieState) pushed(t *pcieTx) int { return x.plan.To[t.peer].pushed }
 
 // readyWords writes the PCIe words of this rank's ready message to
 // peer j (see direct.go): announce, timed-push sequence number,
@@ -147,25 +178,6 @@ func (x *pcieState) ready(s *gpu.Stream, in [][]byte, peers []int) error {
 		return err
 	}
 	return x.probeStart(s, peers)
-}
-
-// take returns the PCIe part of the next push of n bytes to peer j:
-// the bytes pushed so far times the planned share, rounded up to a page,
-// less what is staged already. Rounding the running total (not each part)
-// makes the parts add up to the plan however the call cuts its pushes, and
-// rounding it up keeps the last push's part within that push (it is at
-// most its share of the push) as long as every earlier push is at least
-// two pages, which the algorithms' chunks are.
-func (x *pcieState) take(j, n int) int {
-	t := x.txTo(j)
-	if t == nil {
-		return 0
-	}
-	t.pushed += n
-	if t.plan == 0 || len(t.segs) == pcieMaxSegs {
-		return 0
-	}
-	return pcie.Plan{Bytes: t.plan, Cap: t.capBytes, SlotBytes: t.slotBytes}.Due(t.pushed, t.bytes, t.staged, n)
 }
 
 // stage copies src D2H into the staging buffer toward j, slot by slot,
@@ -241,7 +253,7 @@ func (x *pcieState) finish(s *gpu.Stream) error {
 		}
 		if f := x.onSplit; f != nil {
 			f(pcieSplitRec{from: x.me, to: t.peer, call: x.call, slotBytes: t.slotBytes,
-				segs: append([]pcieSeg(nil), t.segs...), bytes: t.bytes, pushed: t.pushed})
+				segs: append([]pcieSeg(nil), t.segs...), bytes: t.bytes, pushed: x.pushed(t)})
 		}
 	}
 	x.probeDone()

@@ -182,7 +182,7 @@ func (x *pcieState) probeDone() {
 		if t != nil && t.probe.s.Armed() {
 			nb := x.nx.stagedBytes(t)
 			t.probe.far, t.probe.net = t.staged, nb
-			t.probe.s.Close(t.pushed-t.staged-nb, t.staged)
+			t.probe.s.Close(x.pushed(t)-t.staged-nb, t.staged)
 		}
 	}
 }

@@ -1,0 +1,238 @@
+package direct
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/fabric/pcie"
+)
+
+// One call's split: which bytes of each push go over NVLink, the PCIe
+// share and the net share. planCall is a pure function of the call's
+// shape, the links of each pair and the balancer's shares; do() runs it
+// once per call and every part reads the result: the push allreduce's
+// geometry, the ready message, the PCIe and net parts' plans, and each
+// push of the algorithms (pushSplitWith takes its ranges from it).
+//
+// A push of Len bytes toward a peer is cut head | net | pcie: the head
+// goes over the copy lanes, the net part (staged D2H, sent over the NIC)
+// is the bytes just before the PCIe tail (staged D2H, read by the peer
+// over PCIe). Each part's size is the running total of the bytes pushed to
+// the peer so far times its planned share, rounded up to a page, less what
+// is staged already (pcie.Plan.Due), so the parts add up to the plan
+// however the algorithm cuts its pushes.
+
+// splitIn is what a call's split depends on.
+type splitIn struct {
+	Kind     plane.Kind
+	Count    int // o.Count (elements)
+	Size     int // bytes per element
+	N, Me    int
+	Pull     bool   // an allgather or alltoall this rank pulls (moveModes.pulls): nothing pushed
+	ARMode   string // FLEXLINK_GPU_ALLREDUCE: auto, push or read
+	ChunkMax int    // FLEXLINK_GPU_CHUNK_BYTES
+
+	// Links[j] is what this rank's pair toward rank j has beyond NVLink
+	// (nil, or the zero value: NVLink only).
+	Links   []pairLinks
+	Staging int // bytes of a staging buffer (PCIe and net alike)
+	MinSlot int // smallest slot (pcie.MinSlot; tests lower it)
+	// NetMinPart is the smallest net part a balancer share may give
+	// (netMinPart); a fixed share is not cut.
+	NetMinPart int
+	// PCIeFixed and NetFixed are FLEXLINK_PCIE_SHARE and
+	// FLEXLINK_GPU_NET_SHARE; < 0: the balancer's share.
+	PCIeFixed, NetFixed float64
+}
+
+// pairLinks says which staged links a pair has.
+type pairLinks struct{ PCIe, Net bool }
+
+// sharesFunc is the balancer's fractions of a push of b bytes toward peer
+// for the PCIe and the net link (the pair's planner; 0 for a link it does
+// not give a share).
+type sharesFunc func(peer, b int) (pcie, net float64)
+
+// callPlan is one call's split.
+type callPlan struct {
+	Push  pushGeom    // the push allreduce's geometry (Push.ok false: not this call)
+	Bytes int         // B: bytes this rank pushes to each peer over the copy lanes (0: nothing to split)
+	To    []peerSplit // by rank (empty for me)
+}
+
+// peerSplit is the split toward one peer.
+type peerSplit struct {
+	PCIe, Net pcie.Plan  // the parts' sizes (Bytes 0: none)
+	Pushes    []pushPart // in the order the algorithm pushes them
+	next      int        // pushes taken so far (take)
+	pushed    int        // their bytes
+}
+
+// pushPart is one push toward a peer: Len bytes for offset Off of the
+// peer's recv buffer, of which [Len-PCIe-Net, Len-PCIe) go over the net
+// part and [Len-PCIe, Len) over PCIe; the head over NVLink.
+type pushPart struct {
+	Off, Len  int
+	Net, PCIe int
+}
+
+// Head is the NVLink part's length.
+func (x pushPart) Head() int { return x.Len - x.Net - x.PCIe }
+
+// planCall splits the call in; shares is asked only for pairs with a
+// staged link and a balancer-chosen share.
+func planCall(in splitIn, shares sharesFunc) callPlan {
+	cp := callPlan{To: make([]peerSplit, in.N)}
+	if in.Kind == plane.AllReduce {
+		cp.Push = pushGeomOf(in)
+	}
+	var pushes func(j int) []pushPart
+	cp.Bytes, pushes = pushesOf(in, cp.Push.ok)
+	if cp.Bytes == 0 {
+		return cp
+	}
+	for j := range in.N {
+		if j == in.Me {
+			continue
+		}
+		ps := &cp.To[j]
+		ps.Pushes = pushes(j)
+		var l pairLinks
+		if j < len(in.Links) {
+			l = in.Links[j]
+		}
+		if !l.PCIe {
+			continue // the net part rides with the PCIe pairs
+		}
+		fp, fn := in.PCIeFixed, in.NetFixed
+		if fp < 0 || l.Net && fn < 0 {
+			bp, bn := shares(j, cp.Bytes)
+			if fp < 0 {
+				fp = bp
+			}
+			if l.Net && fn < 0 {
+				fn = bn
+				if fn*float64(cp.Bytes) < float64(in.NetMinPart) {
+					fn = 0 // too small to pay for its fixed host work (netMinPart)
+				}
+			}
+		}
+		ps.PCIe = pcie.Size(cp.Bytes, math.Min(fp, pcieMaxShare), in.Staging, in.MinSlot)
+		if l.Net {
+			ps.Net = pcie.Size(cp.Bytes, math.Min(fn, netMaxShare), in.Staging, in.MinSlot)
+		}
+		cutPushes(ps, cp.Bytes)
+	}
+	return cp
+}
+
+// cutPushes gives each of ps's pushes its PCIe and net parts: each part's
+// running total to a page (pcie.Plan.Due), no part once its staging table
+// is full (pcie.MaxSegs entries, pieces that continue the last one merged
+// into it), the net part at most what the PCIe tail leaves.
+func cutPushes(ps *peerSplit, b int) {
+	var pushed int
+	var pc, nt segCount
+	for i := range ps.Pushes {
+		x := &ps.Pushes[i]
+		pushed += x.Len
+		if ps.PCIe.Bytes > 0 && pc.n < pcieMaxSegs {
+			x.PCIe = ps.PCIe.Due(pushed, b, pc.staged, x.Len)
+		}
+		if ps.Net.Bytes > 0 && nt.n < pcieMaxSegs {
+			x.Net = min(x.Len-x.PCIe, ps.Net.Due(pushed, b, nt.staged, x.Len))
+		}
+		nt.add(x.Off+x.Head(), x.Net)
+		pc.add(x.Off+x.Len-x.PCIe, x.PCIe)
+	}
+}
+
+// segCount follows a staging table's length as pieces are staged.
+type segCount struct{ n, staged, end int }
+
+func (c *segCount) add(off, n int) {
+	if n == 0 {
+		return
+	}
+	if c.n == 0 || c.end != off {
+		c.n++
+	}
+	c.staged, c.end = c.staged+n, off+n
+}
+
+// pushesOf is B, the bytes this rank pushes to each peer over the copy
+// lanes, and the pushes toward peer j in the algorithm's order. It mirrors
+// the algorithms' choices (moves.go, ops.go): an allgather's or alltoall's
+// block once the pushes together reach fanOutMin (one push per peer, into
+// block Me of its recv); the read allreduce's own block when it is
+// pipelined (one push per chunk). Pushes that stay on the caller's stream
+// are small and never split; the push allreduce keeps NVLink only (its
+// scratch pushes are ordered by per-chunk events that a staged part would
+// need too), and so do pull allgathers and alltoalls, which push nothing.
+func pushesOf(in splitIn, pushAllReduce bool) (int, func(j int) []pushPart) {
+	sz := in.Size
+	switch in.Kind {
+	case plane.AllGather, plane.AllToAll:
+		blk := in.Count * sz
+		if in.Pull || (in.N-1)*blk < fanOutMin || blk == 0 {
+			return 0, nil
+		}
+		return blk, func(int) []pushPart { return []pushPart{{Off: in.Me * blk, Len: blk}} }
+	case plane.AllReduce:
+		if pushAllReduce || in.N < 2 {
+			return 0, nil
+		}
+		lo, hi := blockRange(in.Count, in.N, in.Me, sz)
+		ce := chunkElems(in.ChunkMax, (hi-lo)*sz, sz)
+		if hi-lo <= ce {
+			return 0, nil
+		}
+		return (hi - lo) * sz, func(int) []pushPart {
+			var out []pushPart
+			for a := lo; a < hi; a += ce {
+				out = append(out, pushPart{Off: a * sz, Len: (min(hi, a+ce) - a) * sz})
+			}
+			return out
+		}
+	}
+	return 0, nil
+}
+
+// pushGeomOf decides, identically on every rank, whether an allreduce uses
+// the push allreduce and with what geometry.
+func pushGeomOf(in splitIn) pushGeom {
+	if in.N < 2 || in.ARMode == "read" {
+		return pushGeom{}
+	}
+	sz := in.Size
+	lo, hi := blockRange(in.Count, in.N, 0, sz)
+	per := hi - lo
+	blockBytes := per * sz
+	if blockBytes == 0 || (in.N-1)*blockBytes > scratchCap || in.ARMode == "auto" && blockBytes < pushMinBlock {
+		return pushGeom{}
+	}
+	ce := chunkElems(in.ChunkMax, blockBytes, sz)
+	if (per+ce-1)/ce > pushChunks {
+		g := max(1, blockAlign/sz)
+		ce = ((per+pushChunks-1)/pushChunks + g - 1) / g * g
+	}
+	return pushGeom{ok: true, per: per, ce: ce}
+}
+
+// take is the next planned push toward peer j, which must be Len n bytes
+// at offset off of j's recv: an algorithm that pushes what the plan did
+// not foresee is a bug, and fails the call rather than stage wrong bytes.
+func (cp *callPlan) take(j, off, n int) (pushPart, error) {
+	if j >= len(cp.To) {
+		return pushPart{}, fmt.Errorf("push toward rank %d outside the call's plan (a bug)", j)
+	}
+	ps := &cp.To[j]
+	if ps.next >= len(ps.Pushes) || ps.Pushes[ps.next].Off != off || ps.Pushes[ps.next].Len != n {
+		return pushPart{}, fmt.Errorf("push %d toward rank %d (%d bytes at %d) is not the call's plan %v (a bug)", ps.next, j, n, off, ps.Pushes)
+	}
+	x := ps.Pushes[ps.next]
+	ps.next++
+	ps.pushed += n
+	return x, nil
+}

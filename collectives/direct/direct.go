@@ -11,6 +11,7 @@ import (
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/nvlink"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
 )
 
@@ -30,7 +31,9 @@ import (
 //   - eventSet (events.go): the protocol's IPC events;
 //   - nvlink.Window (fabric/nvlink): the peers' buffers, mapped;
 //   - laneSet (lanes.go): the copy lanes and how a push uses them;
-//   - pcieState (pcie*.go): the PCIe share of large pushes;
+//   - callPlan (split.go): the call's split over the links, computed once;
+//   - pcieshare.Share (fabric/pcieshare) and netState (netpart*.go): the
+//     PCIe and net shares of large pushes, driven through linkShare;
 //   - flagPlane (flag*.go): the flag kernels, which bypass this protocol;
 //   - linkStats (stats.go): the bytes per link for LinkShares;
 //   - callSeq, moveModes, pushScratch: call numbers, the allgather and
@@ -47,7 +50,7 @@ import (
 //  3. s waits on every peer's ready_j (their opened IPC events): the work
 //     below touches peer memory only once the peer's earlier work is done.
 //  4. the work is enqueued on s (and on i's copy streams, joined back to s;
-//     the PCIe share of large pushes is staged D2H, see pcie.go).
+//     the PCIe share of large pushes is staged D2H, see fabric/pcieshare).
 //  5. s records done_i→j for every peer j: "i has finished reading j's
 //     buffers and writing into them" (apart from the staged PCIe part).
 //  6. i sends each peer a "done" message (with the staging table, if any)
@@ -83,12 +86,13 @@ import (
 // of every record and wait.
 type directPlane struct {
 	*peers
-	ipc      *nvlink.Window // peers' buffers mapped here, this rank's exported
-	ev       *eventSet      // the protocol's IPC events
-	lanes    *laneSet       // copy lanes toward each peer
-	px       *pcieState     // the PCIe share of large pushes (pcie*.go)
-	flag     *flagPlane     // the flag kernels (flag*.go); nil when off
-	stats    *linkStats     // bytes per link, for LinkShares
+	ipc      *nvlink.Window   // peers' buffers mapped here, this rank's exported
+	ev       *eventSet        // the protocol's IPC events
+	lanes    *laneSet         // copy lanes toward each peer
+	px       *pcieshare.Share // the PCIe share of large pushes (fabric/pcieshare, pcie.go)
+	nx       *netState        // the net part riding with the PCIe pairs (netpart*.go); nil: off
+	flag     *flagPlane       // the flag kernels (flag*.go); nil when off
+	stats    *linkStats       // bytes per link, for LinkShares
 	seq      callSeq
 	modes    moveModes    // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
 	scratch  scratchSet   // the push allreduce's scratch, the in-place all-to-all staging (ops.go)
@@ -125,7 +129,7 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 	pr := &peers{c: c, dev: dev, n: n, me: c.Rank()}
 	stats := &linkStats{}
 	p = &directPlane{peers: pr, chunkMax: cfg.ChunkBytes, modes: modes, stats: stats,
-		ipc: nvlink.NewWindow(dev, n, c.PeerHost), px: &pcieState{peers: pr, stats: stats},
+		ipc: nvlink.NewWindow(dev, n, c.PeerHost),
 		seq: callSeq{pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}}
 	p.scratch.push.held, p.scratch.stage.held = &p.scratch.bytes, &p.scratch.bytes
 	made := p // p is nil in the deferred call after "return nil, err"
@@ -134,10 +138,12 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 			made.close()
 		}
 	}()
-	if err = p.px.settings(cfg.PCIe); err != nil {
+	st, err := pcieSettings(cfg.PCIe)
+	if err != nil {
 		return nil, err
 	}
-	if p.px.nx, err = newNetState(pr, cfg.Net, cfg.PCIe, stats); err != nil {
+	p.px = newPCIe(pr, st, cfg.CopyStreams, func() *laneSet { return p.lanes }, stats)
+	if p.nx, err = newNetState(pr, p.px, cfg.Net, cfg.PCIe, stats); err != nil {
 		return nil, err
 	}
 	if p.ev, err = newEventSet(pr); err != nil {
@@ -146,7 +152,6 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 	if p.lanes, err = newLaneSet(pr, cfg.CopyStreams, stats); err != nil {
 		return nil, err
 	}
-	p.px.lanes = p.lanes
 	return p, nil
 }
 
@@ -160,7 +165,10 @@ func (p *directPlane) close() error {
 	if p.lanes != nil {
 		keep(p.lanes.close())
 	}
-	keep(p.px.close())
+	keep(p.nx.close()) // before the PCIe share: it rides with its pairs
+	if p.px != nil {
+		keep(p.px.Close())
+	}
 	if p.flag != nil {
 		keep(p.flag.close())
 		p.flag = nil
@@ -209,9 +217,8 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		}
 	}
 	p.stats.begin()
-	if err := p.px.begin(peers, call, cp); err != nil {
-		return err
-	}
+	p.px.Begin(peers, call, sharePlan{cp})
+	p.nx.begin(peers, cp)
 	// Records are noted before they happen and waits after, so the trace
 	// test sees every overlap the protocol might allow.
 	if err := p.ev.recordReady(s, call); err != nil {
@@ -230,7 +237,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 			return err
 		}
 	}
-	if err := p.px.ready(s, in, peers); err != nil {
+	if err := p.readyShares(s, in, peers); err != nil {
 		return err
 	}
 	if push {
@@ -238,11 +245,16 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	} else {
 		err = p.work(o, s, in)
 	}
-	if err == nil {
-		err = p.px.finish(s)
+	shares := p.shares()
+	for _, sh := range shares {
+		if err == nil {
+			err = sh.Complete(s)
+		}
 	}
-	if err == nil {
-		err = p.px.nx.run(ctx, s, o.Recv, p.px, peers) // the net part's wire (netpart_wire.go)
+	for _, sh := range shares {
+		if err == nil {
+			err = sh.Send(ctx, s, o.Recv, peers) // the net part's wire (netpart_wire.go)
+		}
 	}
 	if err != nil {
 		return err
@@ -251,7 +263,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		if err := p.ev.recordDone(s, j, call); err != nil {
 			return err
 		}
-		out[j], inLen[j] = p.px.doneMessage(j, call, out[j][:0]), p.px.doneLen(j)
+		out[j], inLen[j] = p.px.DoneMessage(j, call, out[j][:0]), p.px.DoneLen(j)
 	}
 	if in, err = p.exchange(ctx, phaseDone, o, peers, out, inLen); err != nil {
 		return err
@@ -264,8 +276,10 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		p.seq.lastDone[j] = theirs
 		p.seq.pairSeq[j]++
 	}
-	if err := p.px.receive(s, o.Recv, in, peers); err != nil {
-		return err
+	for _, sh := range shares {
+		if err := sh.Receive(s, o.Recv, in, peers); err != nil {
+			return err
+		}
 	}
 	p.stats.end()
 	return nil
@@ -274,14 +288,14 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 // planSplit computes o's split (split.go) once for the call, after the
 // pairs' finished probes are fed back, and keeps it for the pushes.
 func (p *directPlane) planSplit(o *plane.Op, peers []int) *callPlan {
-	p.px.settle(peers)
+	p.px.Settle(peers)
 	in := splitIn{Kind: o.Kind, Count: o.Count, Size: o.DT.Size(), N: p.n, Me: p.me, Pull: p.modes.pulls(o),
-		ARMode: p.modes.arMode, ChunkMax: p.chunkMax, Links: p.px.links(), Staging: p.px.staging,
-		MinSlot: p.px.minSlot, PCIeFixed: p.px.fixed, NetFixed: -1}
-	if nx := p.px.nx; nx != nil {
+		ARMode: p.modes.arMode, ChunkMax: p.chunkMax, Links: p.links(), Staging: p.px.Staging,
+		MinSlot: p.px.MinSlot, PCIeFixed: p.px.Fixed, NetFixed: -1}
+	if nx := p.nx; nx != nil {
 		in.NetMinPart, in.NetFixed = nx.minPart, nx.fixed
 	}
-	cp := planCall(in, p.px.shares)
+	cp := planCall(in, p.px.Shares)
 	p.split = &cp
 	return p.split
 }
@@ -358,7 +372,7 @@ func (p *directPlane) LinkShares() map[string]float64 { return p.stats.shares() 
 // A ready message is readyHeader bytes, then one descriptor per buffer the
 // peer may touch. Header words: call number, kind/dtype/op (bit 24: this
 // rank pulls, moves.go), count, root,
-// then four words of the PCIe share (pcie_call.go): whether this rank's
+// then four words of the PCIe share (fabric/pcieshare, ReadyWords): whether this rank's
 // done message to the peer carries a staging table, the sequence number of
 // this call's timed push to the peer (0: not timed), and this rank's report
 // on the peer's last timed push to it (sequence number, nanoseconds); then
@@ -373,7 +387,7 @@ const (
 	phasePushed = 3
 	readyHeader = pcieAt + pcieWords + netWords // see above
 	pcieAt      = 4 * 8                         // header bytes 32..63: the PCIe words, 64..79: the net words
-	pcieWords   = 4 * 8
+	pcieWords   = pcieshare.Words
 )
 
 // readyMessages builds the "ready" message for each peer and the length of
@@ -416,7 +430,7 @@ func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64, push 
 	for _, j := range peers {
 		m := make([]byte, readyHeader+len(bufs[j])*nvlink.DescBytes)
 		copy(m, hdr)
-		p.px.readyWords(j, m[pcieAt:readyHeader])
+		p.nx.readyWords(j, m[pcieAt+pcieWords:readyHeader], p.px.ReadyWords(j, m[pcieAt:pcieAt+pcieWords]))
 		for k, b := range bufs[j] {
 			d, err := p.ipc.Describe(b)
 			if err != nil {

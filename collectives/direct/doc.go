@@ -17,12 +17,14 @@
 //	                             opened, recorded and waited on
 //	laneSet      lanes.go        the copy lanes toward each peer (over
 //	                             fabric/nvlink.Lanes) and how a push uses them
-//	pcieState    pcie.go pcie_call.go pcie_probe.go
-//	                             the PCIe share: setting up the pairs'
-//	                             staging (over fabric/pcie.Tx and Rx), one
-//	                             call's split (send and receive side), the
-//	                             timing events and the balancer feedback
-//	                             (over fabric/balance.Sample)
+//	callPlan     split.go        one call's split, a pure function run once
+//	                             per call: which bytes of each push go over
+//	                             NVLink, PCIe and the net part
+//	pcieshare.Share  (fabric/pcieshare; wired in pcie.go)
+//	                             the PCIe share: the pairs' staging, one
+//	                             call's part (send and receive side), the
+//	                             timing probes and the planners; driven,
+//	                             with the net part, through linkShare
 //	netState     netpart.go netpart_call.go netpart_wire.go
 //	             the net part (FLEXLINK_LINKS=nvlink,pcie,net): the NIC's
 //	             loopback as a third share of large pushes, staged like
@@ -42,7 +44,8 @@
 //
 // fabric/nvlink and fabric/pcie hold the links' machinery without plane
 // logic (the IPC window cache and the copy streams; the pinned staging
-// buffers, their slot events and the sizing of a call's part), and
-// fabric/balance the planner and the timing samples that feed it. New (setup.go) builds the plane and
+// buffers, their slot events and the sizing of a call's part),
+// fabric/pcieshare the PCIe share, and fabric/balance the planner and the
+// timing samples that feed it. New (setup.go) builds the plane and
 // runs its one setup exchange; ReadConfig (config.go) reads its settings.
 package direct

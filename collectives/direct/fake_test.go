@@ -405,7 +405,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 			var log []traceRec
 			for _, r := range rs {
 				pl := r.dc.Plane().(*directPlane)
-				pl.px.minSlot = 4096
+				pl.px.MinSlot = 4096
 				pl.trace = func(x traceRec) {
 					mu.Lock()
 					log = append(log, x)

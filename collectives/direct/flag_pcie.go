@@ -209,3 +209,5 @@ func (x *flagPCIe) close(save bool) error {
 	}
 	return first
 }
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

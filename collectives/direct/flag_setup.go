@@ -9,6 +9,7 @@ import (
 
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
 )
 
@@ -69,7 +70,7 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 // px allow one, and writes its part of the setup exchange into b: the
 // limits and the configured region layouts, which every rank must share.
 // The regions themselves are made on first use (flag_lazy.go).
-func (f *flagPlane) setup(b []byte, px pcieSettings, pcieBlocks int) (err error) {
+func (f *flagPlane) setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err error) {
 	if f.errMem, err = f.dev.AllocHost(16); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
 	}
@@ -151,8 +152,8 @@ func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, time
 // flagPCIeBlocks is FLEXLINK_GPU_FLAG_PCIE_BLOCKS (n) as it applies: 0
 // when the PCIe part is off for this plane (more than two ranks,
 // FLEXLINK_LINKS without pcie, no staging).
-func (f *flagPlane) pcieBlocks(n int, px pcieSettings) (int, error) {
-	if f.n != 2 || px.staging == 0 {
+func (f *flagPlane) pcieBlocks(n int, px pcieshare.Settings) (int, error) {
+	if f.n != 2 || px.Staging == 0 {
 		return 0, nil
 	}
 	return n, nil
@@ -161,7 +162,7 @@ func (f *flagPlane) pcieBlocks(n int, px pcieSettings) (int, error) {
 // offerPCIe makes this rank's PCIe part's inbox and times array (when the
 // part is on here: pcieBlocks, px) and writes its part of the setup blob
 // into b.
-func (f *flagPlane) offerPCIe(b []byte, px pcieSettings, pcieBlocks int) error {
+func (f *flagPlane) offerPCIe(b []byte, px pcieshare.Settings, pcieBlocks int) error {
 	large := f.conf[1]
 	if f.lim.maxBytes < flagSmallMax {
 		return nil // no call reaches the large region
@@ -175,7 +176,7 @@ func (f *flagPlane) offerPCIe(b []byte, px pcieSettings, pcieBlocks int) error {
 		return nil
 	}
 	x := &flagPCIe{peers: f.peers, blocks: blocks, slot: large.SlotBytes, nvcap: nvcap,
-		bal: flagBalancer{logged: map[int]float64{}, fixed: px.fixed, dir: px.cacheDir}}
+		bal: flagBalancer{logged: map[int]float64{}, fixed: px.Fixed, dir: px.CacheDir}}
 	ctl := gpu.FlagCtl{Layout: large, HostSlot: x.slot, HostBlocks: blocks}
 	if x.inbox, err = f.dev.NewSharedHost(ctl.InboxBytes(f.n)); err != nil {
 		f.c.Log().Warn("gpu flag allreduce: no pcie inbox, NVLink only", "error", err)

@@ -166,21 +166,21 @@ func (p *directPlane) pushSplitWith(j, off int, dst, src *gpu.Buffer, after *gpu
 		}
 	}
 	if r > 0 {
-		if err := p.px.nx.stage(p.px.txTo(j), off+h, src.Sub(h, r), after); err != nil {
+		if err := p.nx.Stage(j, off+h, src.Sub(h, r), after); err != nil {
 			return 0, err
 		}
 	}
 	if q == 0 {
 		return h, nil
 	}
-	return h, p.px.stage(j, off+n-q, src.Sub(n-q, q), after)
+	return h, p.px.Stage(j, off+n-q, src.Sub(n-q, q), after)
 }
 
 // joinCopies makes s wait for every lane used since the last join (first
 // timing the lanes of pushes whose NVLink part is measured, see
-// pcie_probe.go).
+// fabric/pcieshare: Probe).
 func (p *directPlane) joinCopies(s *gpu.Stream) error {
-	if err := p.px.probeLaneEnds(); err != nil {
+	if err := p.px.Probe(); err != nil {
 		return err
 	}
 	return p.lanes.join(s)

@@ -15,6 +15,7 @@ import (
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/hello"
 	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/fabric/transports"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/internal/settings"
@@ -36,10 +37,10 @@ import (
 //     (FLEXLINK_PCIE_STAGING_BYTES), and the sizing of a part (pcie.Size,
 //     Plan.Due: whole pages, at most the staging, at most pcie.Slots
 //     slots);
-//   - the pair's planner (pcie.go plannerFor), which gets the net link as
+//   - the pair's planner (fabric/pcieshare Open), which gets the net link as
 //     its third link, its profile measured over the pair's connection at
 //     setup (profile, stage 1), and the pair's timing probe
-//     (pcie_probe.go, stage 2): the receiver times the net part from the
+//     (fabric/pcieshare probe.go, stage 2): the receiver times the net part from the
 //     same t0 as the PCIe part and reports both in its next ready message,
 //     so one Observe carries NVLink, PCIe and net together;
 //   - the ready message (direct.go): two more words, the announcement of
@@ -90,6 +91,10 @@ import (
 // is aborted, so the peers' requests fail at once instead of waiting.
 type netState struct {
 	*peers
+	px      *pcieshare.Share // the PCIe share whose pairs it rides with
+	tx      []*netTx         // by peer: this rank's sending side (nil: none)
+	rx      []*netRx         // by peer: this rank's receiving side
+	plan    *callPlan        // this call's split (begin)
 	prov    net.Provider
 	nicIdx  int     // the provider's device the part sends from
 	fixed   float64 // FLEXLINK_GPU_NET_SHARE; < 0: the planner decides
@@ -106,7 +111,7 @@ type netState struct {
 	// "slot" (before each slot) and "h2d" (peer: the other end); onSplit
 	// sees each side's view of a pair's table.
 	fault   func(where string, peer int) error
-	onSplit func(pcieSplitRec)
+	onSplit func(pcieshare.SplitRec)
 }
 
 // netTx is this rank's sending side of the net part toward one peer.
@@ -114,9 +119,14 @@ type netTx struct {
 	*pcie.Tx // staging (never shared), D2H stream, join event, slot events
 	conn     net.SendConn
 	logged   map[int]float64
-	report   uint64 // the peer's report on the last timed push (ns; ready words)
-	txCall          // this call's part (plan resets it)
+	report   uint64         // the peer's report on the last timed push (ns; ready words)
+	part     pcieshare.Part // this call's part (begin resets it)
 }
+
+// The pair's probe (fabric/pcieshare) asks these of the net part.
+func (nt *netTx) Planned() bool  { return nt.part.Plan.Bytes > 0 }
+func (nt *netTx) Staged() int    { return nt.part.Staged }
+func (nt *netTx) Report() uint64 { return nt.report }
 
 // netRx is this rank's receiving side of the net part from one peer.
 type netRx struct {
@@ -127,6 +137,20 @@ type netRx struct {
 	end      *gpu.Event // timing: the end of a timed part's H2D copies
 	timed    bool       // end is recorded for the pending probe
 }
+
+func (nr *netRx) Expects() bool { return nr.expect }
+
+// TimedEnd is the end event of the net part in the pending probe (nil:
+// none was timed).
+func (nr *netRx) TimedEnd() *gpu.Event {
+	if !nr.timed {
+		return nil
+	}
+	return nr.end
+}
+
+// Untime ends the pending probe's net timing.
+func (nr *netRx) Untime() { nr.timed = false }
 
 // Defaults of the net link in the planner: a NIC that reports no speed
 // (loopback, veth) is taken for 10 Gbit/s, and every part pays the host's
@@ -169,7 +193,7 @@ func openNet(env settings.Env, log hclog.Logger) (net.Provider, int, error) {
 
 // newNetState is the net part when FLEXLINK_LINKS names net (nil, the
 // part off, otherwise: an empty FLEXLINK_LINKS keeps it off).
-func newNetState(pr *peers, cfg NetConfig, pc PCIeConfig, stats *linkStats) (*netState, error) {
+func newNetState(pr *peers, px *pcieshare.Share, cfg NetConfig, pc PCIeConfig, stats *linkStats) (*netState, error) {
 	named := false
 	for _, k := range strings.Split(pc.Links, ",") {
 		named = named || fabric.Kind(strings.ToLower(strings.TrimSpace(k))) == fabric.KindNet
@@ -189,7 +213,7 @@ func newNetState(pr *peers, cfg NetConfig, pc PCIeConfig, stats *linkStats) (*ne
 		return nil, nil // no PCIe staging: no pair has a planner for the net part
 	}
 	stats.net = true
-	return &netState{peers: pr, fixed: cfg.Share, minPart: netMinPart, staging: pcie.RoundStaging(pc.StagingBytes), stats: stats, openNIC: cfg.Open}, nil
+	return &netState{peers: pr, px: px, tx: make([]*netTx, pr.n), rx: make([]*netRx, pr.n), fixed: cfg.Share, minPart: netMinPart, staging: pcie.RoundStaging(pc.StagingBytes), stats: stats, openNIC: cfg.Open}, nil
 }
 
 // spec is the net link's prior for the pairs' planners.
@@ -272,7 +296,7 @@ func netHello(secret []byte, jobID string, id uint64) hello.Config {
 // dropped; see "Who may connect"). A connection is usable before it is
 // accepted, so no rank waits for another's order. blobs[r] is rank r's
 // part of the exchange.
-func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err error) {
+func (x *netState) open(ctx context.Context, blobs [][]byte) (err error) {
 	if x == nil {
 		return nil
 	}
@@ -280,7 +304,8 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 	ctx, cancel := x.jobCtx(ctx)
 	defer cancel()
 	var hellos []net.Request
-	for j, t := range px.tx {
+	for j := range x.n {
+		t := x.px.Tx(j)
 		if t == nil {
 			continue
 		}
@@ -288,8 +313,8 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		if h[0] == 0 || int(h[0]) > net.MaxHandleBytes {
 			return fmt.Errorf("gpu net part: rank %d on %s offered no listener (FLEXLINK_LINKS differs between ranks?)", j, x.c.PeerHost(j))
 		}
-		nt := &netTx{logged: map[int]float64{}, txCall: txCall{slot: -1}}
-		t.net = nt
+		nt := &netTx{logged: map[int]float64{}, part: pcieshare.Part{Slot: -1}}
+		x.tx[j], t.Rider = nt, nt
 		if nt.Tx, err = pcie.NewTx(x.peers.dev, x.staging); err != nil {
 			return fmt.Errorf("gpu net part toward rank %d: %w", j, err)
 		}
@@ -303,12 +328,13 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		}
 		hellos = append(hellos, q)
 	}
-	for j, r := range px.rx {
+	for j := range x.n {
+		r := x.px.Rx(j)
 		if r == nil {
 			continue
 		}
 		nr := &netRx{}
-		r.net = nr
+		x.rx[j], r.Rider = nr, nr
 		if nr.Tx, err = pcie.NewTx(x.peers.dev, x.staging); err != nil {
 			return fmt.Errorf("gpu net part from rank %d: %w", j, err)
 		}
@@ -328,7 +354,7 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		}
 	}
 	x.c.Log().Info("gpu net link", "nic", x.nic(), "staging", x.staging, "shares", x.by())
-	return x.profile(ctx, px)
+	return x.profile(ctx)
 }
 
 // netProbeBytes and netProbes: stage 1 of the net link's planner, a few
@@ -347,30 +373,31 @@ const (
 // memory; the D2H and H2D copies and the host's wait for them are what
 // stage 2 (the timed pushes) adds. Every rank posts its receives before it
 // sends, so no rank waits on another's order.
-func (x *netState) profile(ctx context.Context, px *pcieState) error {
+func (x *netState) profile(ctx context.Context) error {
 	var recvs []net.Request
-	for j, r := range px.rx {
+	for j, r := range x.rx {
 		if r == nil {
 			continue
 		}
-		m := r.net.Mem.Bytes()[:min(netProbeBytes, x.staging)]
+		m := r.Mem.Bytes()[:min(netProbeBytes, x.staging)]
 		for i := range netProbes {
-			q, err := r.net.conn.IRecv([][]byte{m}, []uint64{netTagProbe | uint64(i)}, nil)
+			q, err := r.conn.IRecv([][]byte{m}, []uint64{netTagProbe | uint64(i)}, nil)
 			if err != nil {
 				return fmt.Errorf("gpu net part: probe from rank %d over net (%s): %w", j, x.nic(), err)
 			}
 			recvs = append(recvs, q)
 		}
 	}
-	for j, t := range px.tx {
-		if t == nil {
+	for j, nt := range x.tx {
+		if nt == nil {
 			continue
 		}
-		m := t.net.Mem.Bytes()[:min(netProbeBytes, x.staging)]
+		t := x.px.Tx(j)
+		m := nt.Mem.Bytes()[:min(netProbeBytes, x.staging)]
 		best := time.Duration(math.MaxInt64)
 		for i := range netProbes {
 			start := time.Now()
-			q, err := t.net.conn.ISend(m, netTagProbe|uint64(i), nil)
+			q, err := nt.conn.ISend(m, netTagProbe|uint64(i), nil)
 			if err == nil {
 				_, err = q.Wait(ctx)
 			}
@@ -380,15 +407,15 @@ func (x *netState) profile(ctx context.Context, px *pcieState) error {
 			best = min(best, time.Since(start))
 		}
 		x.c.Log().Info("gpu net probe", "peer", j, "bytes", len(m), "gbps", round3(float64(len(m))/best.Seconds()/1e9),
-			"us", best.Microseconds(), "used", !t.cached)
-		if t.cached {
+			"us", best.Microseconds(), "used", !t.Cached)
+		if t.Cached {
 			continue
 		}
-		pl, err := balance.NewPlanner(t.planner.Links(), []balance.Probe{{Link: linkNet, Bytes: int64(len(m)), Duration: best}}, balance.Config{})
+		pl, err := balance.NewPlanner(t.Planner.Links(), []balance.Probe{{Link: linkNet, Bytes: int64(len(m)), Duration: best}}, balance.Config{})
 		if err != nil {
 			return err
 		}
-		t.planner = pl
+		t.Planner = pl
 	}
 	for _, q := range recvs {
 		if _, err := q.Wait(ctx); err != nil {
@@ -434,50 +461,51 @@ func (x *netState) jobCtx(ctx context.Context) (context.Context, context.CancelF
 
 // abort fails every connection of the net part with err (the peers' pending
 // requests fail at once) after a call failed in it.
-func (x *netState) abort(tx []*pcieTx, rx []*pcieRx, err error) {
-	for _, t := range tx {
-		if t != nil && t.net != nil && t.net.conn != nil {
-			t.net.conn.Abort(err)
+func (x *netState) abort(err error) {
+	for _, t := range x.tx {
+		if t != nil && t.conn != nil {
+			t.conn.Abort(err)
 		}
 	}
-	for _, r := range rx {
-		if r != nil && r.net != nil && r.net.conn != nil {
-			r.net.conn.Abort(err)
+	for _, r := range x.rx {
+		if r != nil && r.conn != nil {
+			r.conn.Abort(err)
 		}
 	}
 }
 
 // close closes the connections (so the provider no longer touches the
-// staging), the staging, the timing events and the provider.
-func (x *netState) close(tx []*pcieTx, rx []*pcieRx) error {
+// staging), the staging, the timing events and the provider; before the
+// PCIe share closes.
+func (x *netState) close() error {
 	if x == nil {
 		return nil
 	}
 	var errs []error
 	x.closeListeners()
-	for _, t := range tx {
-		if t == nil || t.net == nil {
+	for j, t := range x.tx {
+		if t == nil {
 			continue
 		}
-		if t.net.conn != nil {
-			t.net.conn.Close()
+		if t.conn != nil {
+			t.conn.Close()
 		}
-		if t.net.Tx != nil {
-			errs = append(errs, t.net.Tx.Close())
+		if t.Tx != nil {
+			errs = append(errs, t.Tx.Close())
 		}
-		t.net = nil
+		x.tx[j] = nil
 	}
-	for _, r := range rx {
-		if r == nil || r.net == nil {
+	for j, r := range x.rx {
+		if r == nil {
 			continue
 		}
-		if r.net.conn != nil {
-			r.net.conn.Close()
+		if r.conn != nil {
+			r.conn.Close()
 		}
-		if r.net.Tx != nil {
-			errs = append(errs, closeEvents([]*gpu.Event{r.net.end}, r.net.Tx.Close()))
+		if r.Tx != nil {
+			errs = append(errs, pcieshare.CloseEvents([]*gpu.Event{r.end}, r.Tx.Close()))
 		}
-		r.net = nil
+		x.rx[j] = nil
 	}
 	if x.start != nil {
 		errs = append(errs, x.start.Close())

@@ -200,7 +200,7 @@ func TestGPUFakeNetForeignConnections(t *testing.T) {
 		"FLEXLINK_GPU_NET_SHARE": "0.25"}, 2*fakeBig*8, in)
 
 	for _, r := range rs {
-		nx := r.dc.Plane().(*directPlane).px.nx
+		nx := r.dc.Plane().(*directPlane).nx
 		// garbage, the replay and the other job are judged; the silent one
 		// is dropped when the real peer wins (or at its deadline)
 		if got := nx.drops.Count(); got < 3 {

@@ -15,6 +15,7 @@ import (
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
@@ -39,8 +40,8 @@ func netEnv(env map[string]string) map[string]string {
 func (l *splitLog) attachNet(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
-		pl.px.minSlot = minSlot
-		pl.px.nx.onSplit = func(x pcieSplitRec) {
+		pl.px.MinSlot = minSlot
+		pl.nx.onSplit = func(x pcieshare.SplitRec) {
 			l.mu.Lock()
 			l.recs = append(l.recs, x)
 			l.mu.Unlock()
@@ -103,8 +104,8 @@ func TestGPUFakeNetSplit(t *testing.T) {
 				}
 				staged := 0
 				for _, x := range netLog.recs {
-					for _, sg := range x.segs {
-						if x.from == r.c.Rank() && !x.receiver {
+					for _, sg := range x.Segs {
+						if x.From == r.c.Rank() && !x.Receiver {
 							staged += sg.N
 						}
 					}
@@ -125,7 +126,7 @@ func TestGPUFakeNetSettings(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		for _, links := range []string{"", "nvlink,pcie"} {
 			rs := fakeRanks(t, 2, gpufake.Config{}, map[string]string{"FLEXLINK_LINKS": links, "FLEXLINK_GPU_NET_SHARE": "0.5"}, 2*fakeBig*8)
-			if pl := rs[0].dc.Plane().(*directPlane); pl.px.nx != nil || pl.px.tx[1].net != nil {
+			if pl := rs[0].dc.Plane().(*directPlane); pl.nx != nil || pl.px.Tx(1).Rider != nil {
 				t.Fatalf("FLEXLINK_LINKS=%q: the net part is on", links)
 			}
 			sweep(t, rs, []devCase{{kind: plane.AllGather, count: fakeBig, dt: dtype.Float32}})
@@ -154,7 +155,7 @@ func TestGPUFakeNetSettings(t *testing.T) {
 // what links of these rates (bytes/s, 1 µs each) would take.
 func emulateRates(rs []*devRank, rates map[int]float64) {
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).px.emulate = func(_ int, obs []balance.Observation) {
+		r.dc.Plane().(*directPlane).px.Emulate = func(_ int, obs []balance.Observation) {
 			for i, o := range obs {
 				obs[i].Duration = time.Microsecond + time.Duration(float64(o.Bytes)/rates[o.Link]*1e9)
 			}
@@ -168,13 +169,14 @@ func emulateRates(rs []*devRank, rates map[int]float64) {
 // small, so that pushes of a few MiB (fast on the fake driver) split.
 func forceNetProbe(t *testing.T, rs []*devRank) {
 	specs := []balance.LinkSpec{
-		{ID: linkNVLink, Kind: fabric.KindNVLink, Bandwidth: nvlinkPriorBW, Latency: time.Microsecond},
-		{ID: linkPCIe, Kind: fabric.KindPCIe, Bandwidth: pciePriorBW, Latency: time.Microsecond},
-		{ID: linkNet, Kind: fabric.KindNet, Bandwidth: pciePriorBW, Latency: time.Microsecond},
+		{ID: linkNVLink, Kind: fabric.KindNVLink, Bandwidth: pcieshare.NVLinkPriorBW, Latency: time.Microsecond},
+		{ID: linkPCIe, Kind: fabric.KindPCIe, Bandwidth: pcieshare.PCIePriorBW, Latency: time.Microsecond},
+		{ID: linkNet, Kind: fabric.KindNet, Bandwidth: pcieshare.PCIePriorBW, Latency: time.Microsecond},
 	}
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).px.nx.minPart = 0 // the test's pushes are 4 MiB
-		for _, tx := range r.dc.Plane().(*directPlane).px.tx {
+		r.dc.Plane().(*directPlane).nx.minPart = 0 // the test's pushes are 4 MiB
+		for j := range r.c.Size() {
+			tx := r.dc.Plane().(*directPlane).px.Tx(j)
 			if tx == nil {
 				continue
 			}
@@ -182,7 +184,7 @@ func forceNetProbe(t *testing.T, rs []*devRank) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tx.planner = pl
+			tx.Planner = pl
 		}
 	}
 }
@@ -205,7 +207,7 @@ func TestGPUFakeNetBalancer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := fakeRanks(t, 2, gpufake.Config{}, netEnv(nil), 2*big*4)
 			forceNetProbe(t, rs)
-			if thr := rs[0].dc.Plane().(*directPlane).px.tx[1].planner.Threshold(); thr >= big*4 {
+			if thr := rs[0].dc.Plane().(*directPlane).px.Tx(1).Planner.Threshold(); thr >= big*4 {
 				t.Fatalf("threshold %d bytes: the test assumes it below %d", thr, big*4)
 			}
 			emulateRates(rs, map[int]float64{linkNVLink: 391e9, linkPCIe: 50e9, linkNet: tc.netRate})
@@ -230,8 +232,8 @@ func TestGPUFakeNetBalancer(t *testing.T) {
 				t.Fatalf("after %d calls at %g B/s: LinkShares %v, want net in [%g, %g]", calls, tc.netRate, last, tc.lo, tc.hi)
 			}
 			for _, r := range rs {
-				if tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]; tx.observed < 3 {
-					t.Errorf("rank %d: %d observations in %d calls", r.c.Rank(), tx.observed, calls)
+				if tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank()); tx.Observed < 3 {
+					t.Errorf("rank %d: %d observations in %d calls", r.c.Rank(), tx.Observed, calls)
 				}
 			}
 			t.Logf("net at %g B/s: first call %v, last %v", tc.netRate, first, last)
@@ -249,7 +251,7 @@ func TestGPUFakeNetMinPart(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, netEnv(nil), 2*big*4)
 	forceNetProbe(t, rs)
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).px.nx.minPart = netMinPart
+		r.dc.Plane().(*directPlane).nx.minPart = netMinPart
 	}
 	for i := range 3 {
 		sweep(t, rs, []devCase{{kind: plane.AllGather, count: big, dt: dtype.Float32}})
@@ -277,13 +279,13 @@ func TestGPUFakeNetPeerDies(t *testing.T) {
 			env := netEnv(map[string]string{"FLEXLINK_GPU_NET_SHARE": "0.25", "FLEXLINK_GPU_CHUNK_BYTES": "65536"})
 			rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*fakeBig*8)
 			for _, r := range rs {
-				r.dc.Plane().(*directPlane).px.minSlot = 4096 // parts of several slots
+				r.dc.Plane().(*directPlane).px.MinSlot = 4096 // parts of several slots
 			}
 			dead := make(chan struct{})
 			var once sync.Once
 			released := make(chan struct{})
 			t.Cleanup(func() { once.Do(func() { close(released) }) })
-			nx := rs[1].dc.Plane().(*directPlane).px.nx
+			nx := rs[1].dc.Plane().(*directPlane).nx
 			seen := 0
 			nx.fault = func(at string, peer int) error {
 				if at != tc.where {
@@ -343,10 +345,10 @@ func TestGPUFakeNetProfile(t *testing.T) {
 	env := netEnv(map[string]string{"FLEXLINK_GPU_NET_SHARE": "0.2", "FLEXLINK_CACHE_DIR": dir})
 	rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 	for _, r := range rs {
-		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
-		st := tx.planner.State()
-		if len(st.Links) != 3 || st.Links[2].Spec.Kind != fabric.KindNet || tx.cached {
-			t.Fatalf("rank %d: planner links %+v (cached %v), want nvlink, pcie, net from priors", r.c.Rank(), st.Links, tx.cached)
+		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		st := tx.Planner.State()
+		if len(st.Links) != 3 || st.Links[2].Spec.Kind != fabric.KindNet || tx.Cached {
+			t.Fatalf("rank %d: planner links %+v (cached %v), want nvlink, pcie, net from priors", r.c.Rank(), st.Links, tx.Cached)
 		}
 		if got, prior := st.Links[2].SecondsPerByte, 1/netPriorBW; got == prior || got <= 0 {
 			t.Errorf("rank %d: net profile %g s/B: the setup probe did not replace the prior (%g)", r.c.Rank(), got, prior)
@@ -356,15 +358,15 @@ func TestGPUFakeNetProfile(t *testing.T) {
 	keys := make([]string, 2)
 	states := make([]balance.State, 2)
 	for _, r := range rs {
-		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
+		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
 		measured := false
-		for _, c := range tx.planner.State().Classes {
+		for _, c := range tx.Planner.State().Classes {
 			measured = measured || c.Links[linkNet].N > 0
 		}
-		if tx.observed < 2 || !measured {
-			t.Errorf("rank %d: %d observations, net measured %v", r.c.Rank(), tx.observed, measured)
+		if tx.Observed < 2 || !measured {
+			t.Errorf("rank %d: %d observations, net measured %v", r.c.Rank(), tx.Observed, measured)
 		}
-		keys[r.c.Rank()] = tx.key
+		keys[r.c.Rank()] = tx.Key
 	}
 	ctx := testCtx(t, 20*time.Second)
 	closeRanks(t, ctx, rs)
@@ -377,8 +379,8 @@ func TestGPUFakeNetProfile(t *testing.T) {
 	}
 	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	for _, r := range rs2 {
-		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
-		if !tx.cached || fmt.Sprint(tx.planner.State()) != fmt.Sprint(states[r.c.Rank()]) {
+		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		if !tx.Cached || fmt.Sprint(tx.Planner.State()) != fmt.Sprint(states[r.c.Rank()]) {
 			t.Errorf("rank %d did not start from its cached profile (the setup probe must not replace it)", r.c.Rank())
 		}
 	}

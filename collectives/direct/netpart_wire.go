@@ -9,6 +9,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/internal/errs"
 	"github.com/flexlink/flexlink/internal/pause"
@@ -51,11 +52,11 @@ type netSend struct {
 type netRecv struct {
 	j      int
 	r      *netRx
-	pr     *rxProbe // the pair's probe: its end is timed when armed
+	pr     *pcieshare.Rx // the pair's PCIe side: the net part's end is timed when its probe is armed
 	hdr    []byte
 	hreq   net.Request
 	sb     int
-	segs   []pcieSeg
+	segs   []pcie.Seg
 	reqs   []net.Request // one per slot, once the table is in
 	next   int           // the next slot to copy H2D
 	cur    [3]int        // H2D cursor: entry, bytes of it done, staging offset
@@ -63,24 +64,21 @@ type netRecv struct {
 	done   bool
 }
 
-// run moves this call's net parts over the wire (after the PCIe part's
-// finish, before the done handshake): sends toward every peer with a
+// Send moves this call's net parts over the wire (after the PCIe share's
+// Complete, before the done handshake): sends toward every peer with a
 // planned part, receives from every peer that announced one, H2D into recv
 // as slots land; s then waits for the D2H and H2D copies. On error every
 // connection of the part is aborted.
-func (x *netState) run(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, px *pcieState, peers []int) error {
-	if x == nil {
-		return nil
-	}
+func (x *netState) Send(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, peers []int) error {
 	var sends []*netSend
 	var recvs []*netRecv
 	for _, j := range peers {
-		if t := px.txTo(j); t != nil && x.planned(t) {
-			sends = append(sends, &netSend{j: j, t: t.net, pushed: px.pushed(t)})
+		if nt := x.tx[j]; nt != nil && nt.Planned() {
+			sends = append(sends, &netSend{j: j, t: nt, pushed: x.plan.To[j].pushed})
 		}
-		if r := px.rxFrom(j); r != nil && x.expects(r) {
-			r.net.expect = false
-			recvs = append(recvs, &netRecv{j: j, r: r.net, pr: &r.probe})
+		if r := x.rx[j]; r != nil && r.expect {
+			r.expect = false
+			recvs = append(recvs, &netRecv{j: j, r: r, pr: x.px.Rx(j)})
 		}
 	}
 	if len(sends)+len(recvs) == 0 {
@@ -88,9 +86,9 @@ func (x *netState) run(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, px 
 	}
 	ctx, cancel := x.jobCtx(ctx)
 	defer cancel()
-	err := x.wire(ctx, s, recv, px.call, sends, recvs)
+	err := x.wire(ctx, s, recv, x.px.Call(), sends, recvs)
 	if err != nil {
-		x.abort(px.tx, px.rx, err)
+		x.abort(err)
 	}
 	return err
 }
@@ -179,9 +177,10 @@ func (x *netState) stalled(sends []*netSend, recvs []*netRecv, err error) error 
 // rank's call number, for the tests' logs).
 func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 	nt := sd.t
-	nt.sealed = true
-	if nt.used {
-		if err := nt.Stream.Record(nt.Slots[nt.slot]); err != nil {
+	pt := &nt.part
+	pt.Sealed = true
+	if pt.Used {
+		if err := nt.Stream.Record(nt.Slots[pt.Slot]); err != nil {
 			return err
 		}
 		if err := nt.Stream.Record(nt.End); err != nil {
@@ -190,12 +189,13 @@ func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 		if err := s.Wait(nt.End); err != nil {
 			return err
 		}
-		nt.used = false
+		pt.Used = false
 	}
-	sd.slots = (nt.staged + nt.slotBytes - 1) / nt.slotBytes
+	sb := pt.Plan.SlotBytes
+	sd.slots = (pt.Staged + sb - 1) / sb
 	if f := x.onSplit; f != nil {
-		f(pcieSplitRec{from: x.me, to: sd.j, call: call, slotBytes: nt.slotBytes, segs: append([]pcieSeg(nil), nt.segs...),
-			bytes: nt.bytes, pushed: sd.pushed})
+		f(pcieshare.SplitRec{From: x.me, To: sd.j, Call: call, SlotBytes: sb, Segs: append([]pcie.Seg(nil), pt.Segs...),
+			Bytes: pt.Bytes, Pushed: sd.pushed})
 	}
 	if f := x.fault; f != nil {
 		if err := f("send", sd.j); err != nil {
@@ -204,9 +204,9 @@ func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 	}
 	le := binary.LittleEndian
 	b := le.AppendUint64(nil, call)
-	b = le.AppendUint64(b, uint64(nt.slotBytes))
-	b = le.AppendUint64(b, uint64(len(nt.segs)))
-	for _, sg := range nt.segs {
+	b = le.AppendUint64(b, uint64(sb))
+	b = le.AppendUint64(b, uint64(len(pt.Segs)))
+	for _, sg := range pt.Segs {
 		b = le.AppendUint64(b, uint64(sg.Off))
 		b = le.AppendUint64(b, uint64(sg.N))
 	}
@@ -236,8 +236,9 @@ func (x *netState) stepSend(sd *netSend) (progress bool, err error) {
 				return false, err
 			}
 		}
-		lo := sd.next * nt.slotBytes
-		req, err := nt.conn.ISend(nt.Mem.Bytes()[lo:min(lo+nt.slotBytes, nt.staged)], netTagSlot|uint64(sd.next), nil)
+		sb := nt.part.Plan.SlotBytes
+		lo := sd.next * sb
+		req, err := nt.conn.ISend(nt.Mem.Bytes()[lo:min(lo+sb, nt.part.Staged)], netTagSlot|uint64(sd.next), nil)
 		if err != nil {
 			return false, err
 		}
@@ -273,7 +274,7 @@ func (x *netState) stepRecv(s *gpu.Stream, recv *gpu.Buffer, rc *netRecv) (progr
 			}
 			r.busy = false
 		}
-		rc.hdr = make([]byte, pcieTableHeader+pcieMaxSegs*16)
+		rc.hdr = make([]byte, pcie.TableBytes)
 		rc.hreq, err = r.conn.IRecv([][]byte{rc.hdr}, []uint64{netTagTable}, nil)
 		rc.posted = true
 		return true, err
@@ -363,9 +364,9 @@ func (x *netState) endRecv(s *gpu.Stream, rc *netRecv) error {
 	r := rc.r
 	rc.done = true
 	if f := x.onSplit; f != nil {
-		f(pcieSplitRec{from: rc.j, to: x.me, call: binary.LittleEndian.Uint64(rc.hdr), receiver: true, slotBytes: rc.sb, segs: rc.segs})
+		f(pcieshare.SplitRec{From: rc.j, To: x.me, Call: binary.LittleEndian.Uint64(rc.hdr), Receiver: true, SlotBytes: rc.sb, Segs: rc.segs})
 	}
-	if rc.pr.state == probeArmed {
+	if rc.pr.Timing() {
 		if r.end == nil {
 			r.end, _ = x.peers.dev.NewEvent(true) // no event: the part goes untimed and the sender drops the sample
 		}
@@ -392,22 +393,22 @@ func (x *netState) parseTable(rc *netRecv, n int, recv *gpu.Buffer) error {
 	bad := func(why string, a ...any) error {
 		return fmt.Errorf("rank %d sent a net staging table that %s: %w", rc.j, fmt.Sprintf(why, a...), errs.ErrMismatch)
 	}
-	if n < pcieTableHeader {
+	if n < pcie.TableHeader {
 		return bad("has %d bytes", n)
 	}
 	sb, k := int(le.Uint64(m[8:])), int(le.Uint64(m[16:]))
-	if k > pcieMaxSegs || n != pcieTableHeader+16*k {
-		return bad("has %d entries in %d bytes (at most %d)", k, n, pcieMaxSegs)
+	if k > pcie.MaxSegs || n != pcie.TableHeader+16*k {
+		return bad("has %d entries in %d bytes (at most %d)", k, n, pcie.MaxSegs)
 	}
 	staging := rc.r.Mem.Len()
 	if k > 0 && (sb <= 0 || sb > staging) {
 		return bad("has slots of %d bytes", sb)
 	}
-	rc.sb, rc.segs = sb, make([]pcieSeg, k)
+	rc.sb, rc.segs = sb, make([]pcie.Seg, k)
 	total := 0
 	for i := range rc.segs {
-		e := m[pcieTableHeader+16*i:]
-		sg := pcieSeg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
+		e := m[pcie.TableHeader+16*i:]
+		sg := pcie.Seg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
 		if sg.Off < 0 || sg.N <= 0 || recv == nil || sg.Off > recv.Len()-sg.N {
 			return bad("puts %d bytes at offset %d of the recv buffer", sg.N, sg.Off)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/comm"
 	"github.com/flexlink/flexlink/internal/settings"
@@ -29,14 +30,14 @@ import (
 // splitLog collects every rank's view of every staging table.
 type splitLog struct {
 	mu   sync.Mutex
-	recs []pcieSplitRec
+	recs []pcieshare.SplitRec
 }
 
 func (l *splitLog) attach(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
-		pl.px.minSlot = minSlot
-		pl.px.onSplit = func(x pcieSplitRec) {
+		pl.px.MinSlot = minSlot
+		pl.px.OnSplit = func(x pcieshare.SplitRec) {
 			l.mu.Lock()
 			l.recs = append(l.recs, x)
 			l.mu.Unlock()
@@ -54,11 +55,11 @@ func (l *splitLog) check(t *testing.T, share float64, staging int) int {
 		from, to int
 		call     uint64
 	}
-	send, recv := map[key]pcieSplitRec{}, map[key]pcieSplitRec{}
+	send, recv := map[key]pcieshare.SplitRec{}, map[key]pcieshare.SplitRec{}
 	for _, x := range l.recs {
-		k := key{x.from, x.to, x.call}
+		k := key{x.From, x.To, x.Call}
 		m := send
-		if x.receiver {
+		if x.Receiver {
 			m = recv
 		}
 		if _, dup := m[k]; dup {
@@ -72,19 +73,19 @@ func (l *splitLog) check(t *testing.T, share float64, staging int) int {
 		if !ok {
 			t.Fatalf("%+v: the receiver saw no table", k)
 		}
-		if r.slotBytes != s.slotBytes || fmt.Sprint(r.segs) != fmt.Sprint(s.segs) {
-			t.Fatalf("%+v: sender's table (%d, %v) != receiver's (%d, %v)", k, s.slotBytes, s.segs, r.slotBytes, r.segs)
+		if r.SlotBytes != s.SlotBytes || fmt.Sprint(r.Segs) != fmt.Sprint(s.Segs) {
+			t.Fatalf("%+v: sender's table (%d, %v) != receiver's (%d, %v)", k, s.SlotBytes, s.Segs, r.SlotBytes, r.Segs)
 		}
-		if s.pushed != s.bytes {
-			t.Errorf("%+v: pushes carried %d bytes, the plan was made for %d", k, s.pushed, s.bytes)
+		if s.Pushed != s.Bytes {
+			t.Errorf("%+v: pushes carried %d bytes, the plan was made for %d", k, s.Pushed, s.Bytes)
 		}
 		staged := 0
-		for _, sg := range s.segs {
+		for _, sg := range s.Segs {
 			staged += sg.N
 		}
-		want := min(int(share*float64(s.bytes))/pcieAlign*pcieAlign, staging)
+		want := min(int(share*float64(s.Bytes))/pcieAlign*pcieAlign, staging)
 		if staged != want {
-			t.Errorf("%+v: %d bytes staged of %d, want %d (share %g, staging %d)", k, staged, s.bytes, want, share, staging)
+			t.Errorf("%+v: %d bytes staged of %d, want %d (share %g, staging %d)", k, staged, s.Bytes, want, share, staging)
 		}
 		total += staged
 	}
@@ -148,7 +149,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 			env["FLEXLINK_PCIE_SHARE"] = "0.5" // even a forced share changes nothing
 			rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 			for _, r := range rs {
-				if pl := r.dc.Plane().(*directPlane); pl.px.tx != nil || pl.px.rx != nil {
+				if pl := r.dc.Plane().(*directPlane); pl.px.On() {
 					t.Fatalf("rank %d has pcie staging", r.c.Rank())
 				}
 			}
@@ -178,7 +179,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("below", func(t *testing.T) {
 		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*fakeBig*8)
-		thr := rs[0].dc.Plane().(*directPlane).px.tx[1].planner.Threshold()
+		thr := rs[0].dc.Plane().(*directPlane).px.Tx(1).Planner.Threshold()
 		if thr <= 4*fakeBig*2 {
 			t.Fatalf("threshold %d bytes: the sweep's pushes reach %d", thr, 4*fakeBig*2)
 		}
@@ -195,7 +196,7 @@ func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("above", func(t *testing.T) {
 		const big = 10 << 20 // float32 per rank: a 40 MiB push
 		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*big*4)
-		if thr := rs[0].dc.Plane().(*directPlane).px.tx[1].planner.Threshold(); thr >= big*4 {
+		if thr := rs[0].dc.Plane().(*directPlane).px.Tx(1).Planner.Threshold(); thr >= big*4 {
 			t.Fatalf("threshold %d bytes: the test assumes it below %d", thr, big*4)
 		}
 		var log splitLog
@@ -211,10 +212,10 @@ func TestGPUFakePCIeThreshold(t *testing.T) {
 	})
 }
 
-func slicesFilterSender(recs []pcieSplitRec) []pcieSplitRec {
-	var out []pcieSplitRec
+func slicesFilterSender(recs []pcieshare.SplitRec) []pcieshare.SplitRec {
+	var out []pcieshare.SplitRec
 	for _, x := range recs {
-		if !x.receiver {
+		if !x.Receiver {
 			out = append(out, x)
 		}
 	}
@@ -242,11 +243,11 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 	}
 	keys := make([]string, 2)
 	for _, r := range rs {
-		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
-		if tx.observed < 2 {
-			t.Errorf("rank %d: %d observations fed back in 8 calls", r.c.Rank(), tx.observed)
+		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		if tx.Observed < 2 {
+			t.Errorf("rank %d: %d observations fed back in 8 calls", r.c.Rank(), tx.Observed)
 		}
-		keys[r.c.Rank()] = tx.key
+		keys[r.c.Rank()] = tx.Key
 	}
 	closeRanks(t, ctx, rs)
 	for r, key := range keys {
@@ -261,9 +262,9 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 	// The next communicator over the same GPUs restores the profile.
 	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	for _, r := range rs2 {
-		tx := r.dc.Plane().(*directPlane).px.tx[1-r.c.Rank()]
-		st, _ := balance.LoadProfile(dir, tx.key)
-		if fmt.Sprint(tx.planner.State()) != fmt.Sprint(st) {
+		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		st, _ := balance.LoadProfile(dir, tx.Key)
+		if fmt.Sprint(tx.Planner.State()) != fmt.Sprint(st) {
 			t.Errorf("rank %d did not start from its cached profile", r.c.Rank())
 		}
 	}

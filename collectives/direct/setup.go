@@ -8,6 +8,7 @@ import (
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
 )
 
@@ -15,7 +16,7 @@ import (
 // use it (each rank's Blocker said ""). bus[r] is rank r's GPU PCI bus id.
 // It runs one all-gather over the host links: every rank's IPC event
 // handles (events.go), the references of its PCIe staging buffers
-// (pcie.go) and its flag regions (flag_setup.go); then each rank opens its
+// (fabric/pcieshare) and its flag regions (flag_setup.go); then each rank opens its
 // peers'. It is
 // collective and runs under the communicator's queue.
 func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
@@ -45,25 +46,25 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	}
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
-	pcBytes := pcieBlobBytes(n)
-	nxBytes := dp.px.nx.blobBytes() // the net part's listen handles (netpart.go); 0 when off
+	pcBytes := pcieshare.BlobBytes(n)
+	nxBytes := dp.nx.blobBytes() // the net part's listen handles (netpart.go); 0 when off
 	// The first byte marks a rank that reached this point (openPeers
 	// reads each rank's record after it).
 	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes+nxBytes)
 	blob[0] = 1
 	err = dp.ev.putHandles(blob[1:])
 	if err == nil {
-		err = dp.px.offer(blob[1+evBytes:])
+		err = dp.px.Offer(blob[1+evBytes:])
 	}
 	if err == nil {
-		err = dp.px.nx.offer(ctx, blob[len(blob)-nxBytes:])
+		err = dp.nx.offer(ctx, blob[len(blob)-nxBytes:])
 	}
 	if err == nil {
 		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
 	}
 	if err == nil && dp.flag != nil {
 		dp.flag.captureOnly = captureOnly
-		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.pcieSettings, cfg.Flag.PCIeBlocks)
+		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.Settings, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {
 		dp.close()
@@ -81,10 +82,10 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	}
 	err = dp.ev.openPeers(all, len(blob))
 	if err == nil {
-		err = dp.px.open(ctx, pcie, bus)
+		err = dp.openPCIe(ctx, pcie, bus)
 	}
 	if err == nil {
-		err = dp.px.nx.open(ctx, nets, dp.px)
+		err = dp.nx.open(ctx, nets)
 	}
 	if err == nil && dp.flag != nil {
 		var off bool

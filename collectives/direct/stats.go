@@ -1,6 +1,10 @@
 package direct
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/flexlink/flexlink/fabric/pcieshare"
+)
 
 // linkStats counts the bytes a call pushes over each link (NVLink, PCIe,
 // and the NIC when the net part is on) and keeps the last finished call's
@@ -16,9 +20,9 @@ type linkStats struct {
 }
 
 const (
-	linkNVLink = 0 // link ids, in linkStats and for the planners
-	linkPCIe   = 1
-	linkNet    = 2
+	linkNVLink = pcieshare.LinkNVLink // link ids, in linkStats and for the planners
+	linkPCIe   = pcieshare.LinkPCIe
+	linkNet    = pcieshare.LinkRider // the net part rides with the PCIe pairs
 )
 
 func (st *linkStats) begin() { st.cur = [3]int64{} }

@@ -21,7 +21,7 @@ var order = [][]string{
 	{"collectives/plane", "proxy/pxn"},
 	{"collectives"},
 	{"fabric/transports"},
-	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink", "fabric/net/ucx/ucxtest"},
+	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink", "fabric/net/ucx/ucxtest", "fabric/pcieshare"},
 	{"fabric/shm", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",
 		"fabric/net/tcp", "fabric/net/ucx", "fabric/net/nettest", "fabric/net/hello"},
 	{"fabric/net", "fabric/internal", "fabric/net/ucx/internal"},

@@ -1,4 +1,4 @@
-package direct
+package pcieshare
 
 import (
 	"cmp"
@@ -77,10 +77,14 @@ type rxProbe struct {
 	pcie    bool // end follows a PCIe part (a net part alone may be timed)
 }
 
+// Timing reports whether the pair's probe times this call's parts from
+// the peer (a rider times its part's end when it does).
+func (r *Rx) Timing() bool { return r.probe.state == probeArmed }
+
 // probeSettle, at the start of a call with t's peer, feeds back a pending
 // NVLink-only probe whose events have completed, and ages out one whose
 // report does not come.
-func (x *pcieState) probeSettle(t *pcieTx) {
+func (x *Share) probeSettle(t *Tx) {
 	pr := &t.probe
 	if !pr.s.Settle() {
 		return
@@ -89,55 +93,55 @@ func (x *pcieState) probeSettle(t *pcieTx) {
 	if !done {
 		return
 	}
-	x.observe(t, pr.s.Observations(linkNVLink, linkPCIe, d, ok, 0))
+	x.observe(t, pr.s.Observations(LinkNVLink, LinkPCIe, d, ok, 0))
 	pr.s.Done()
 }
 
 // probeArm starts timing this call's push to t's peer when it is worth it
 // (at or above the planner's threshold, or split) and no probe is out.
-func (x *pcieState) probeArm(t *pcieTx) {
+func (x *Share) probeArm(t *Tx, rider bool) {
 	pr := &t.probe
-	split := t.plan > 0 || x.nx.planned(t)
-	if !pr.s.Idle() || t.bytes == 0 || !split && t.bytes < t.planner.Threshold() {
+	split := t.part.Plan.Bytes > 0 || rider
+	if !pr.s.Idle() || t.part.Bytes == 0 || !split && t.part.Bytes < t.Planner.Threshold() {
 		return
 	}
 	if pr.t0 == nil {
 		var err error
-		if pr.t0, err = x.dev.NewEvent(true); err != nil {
-			x.c.Log().Debug("gpu pcie: no timing events", "error", err)
+		if pr.t0, err = x.Dev.NewEvent(true); err != nil {
+			x.Host.Log().Debug("gpu pcie: no timing events", "error", err)
 			return
 		}
-		for range 2 * x.lanes.width {
-			e, err := x.dev.NewEvent(true)
+		for range x.LaneCount {
+			e, err := x.Dev.NewEvent(true)
 			if err != nil {
-				x.c.Log().Debug("gpu pcie: no timing events", "error", err)
+				x.Host.Log().Debug("gpu pcie: no timing events", "error", err)
 				break // lanes without an event are simply not timed
 			}
 			pr.lanes = append(pr.lanes, e)
 		}
 		pr.used = make([]bool, len(pr.lanes))
 	}
-	pr.s.Arm(t.bytes, split)
+	pr.s.Arm(t.part.Bytes, split)
 	clear(pr.used)
 }
 
 // probeStart records t0 on s for every probe armed in this call, as
 // sender or as receiver.
-func (x *pcieState) probeStart(s *gpu.Stream, peers []int) error {
+func (x *Share) probeStart(s *gpu.Stream, peers []int) error {
 	for _, j := range peers {
-		if t := x.txTo(j); t != nil && t.probe.s.Armed() {
+		if t := x.Tx(j); t != nil && t.probe.s.Armed() {
 			if err := s.Record(t.probe.t0); err != nil {
 				return err
 			}
 		}
-		r := x.rxFrom(j)
+		r := x.Rx(j)
 		if r == nil || r.probe.state != probeArmed {
 			continue
 		}
 		if r.probe.t0 == nil {
-			t0, err := x.dev.NewEvent(true)
+			t0, err := x.Dev.NewEvent(true)
 			if err == nil {
-				r.probe.end, err = x.dev.NewEvent(true)
+				r.probe.end, err = x.Dev.NewEvent(true)
 			}
 			if err != nil {
 				if t0 != nil {
@@ -155,14 +159,14 @@ func (x *pcieState) probeStart(s *gpu.Stream, peers []int) error {
 	return nil
 }
 
-// probeLaneEnds, as the work joins the copy lanes, records a timing event
-// on every lane used toward a peer whose push is timed.
-func (x *pcieState) probeLaneEnds() error {
+// Probe, as the work joins the copy lanes, records a timing event on
+// every lane used toward a peer whose push is timed.
+func (x *Share) Probe() error {
 	for _, t := range x.tx {
 		if t == nil || !t.probe.s.Armed() {
 			continue
 		}
-		l := x.lanes.peers[t.peer]
+		l := x.Lanes(t.Peer)
 		for k := 0; k < l.Len(); k++ {
 			if !l.Used(k) || k >= len(t.probe.lanes) {
 				continue
@@ -177,19 +181,22 @@ func (x *pcieState) probeLaneEnds() error {
 }
 
 // probeDone closes this call's armed sender probes: the bytes are known.
-func (x *pcieState) probeDone() {
+func (x *Share) probeDone() {
 	for _, t := range x.tx {
 		if t != nil && t.probe.s.Armed() {
-			nb := x.nx.stagedBytes(t)
-			t.probe.far, t.probe.net = t.staged, nb
-			t.probe.s.Close(x.pushed(t)-t.staged-nb, t.staged)
+			nb := 0
+			if t.Rider != nil {
+				nb = t.Rider.Staged()
+			}
+			t.probe.far, t.probe.net = t.part.Staged, nb
+			t.probe.s.Close(x.plan.Pushed(t.Peer)-t.part.Staged-nb, t.part.Staged)
 		}
 	}
 }
 
 // probeReceived marks the end of a timed PCIe part on the receiver, after
 // its H2D copies are enqueued.
-func (x *pcieState) probeReceived(r *pcieRx) error {
+func (x *Share) probeReceived(r *Rx) error {
 	if r.probe.state != probeArmed {
 		return nil
 	}
@@ -202,7 +209,7 @@ func (x *pcieState) probeReceived(r *pcieRx) error {
 // parts once their events have completed, (seq, 0, 0) when it cannot be
 // timed, (0, 0, 0) when nothing is due. A part the call did not have
 // reports 0.
-func (x *pcieState) probeReport(r *pcieRx) (seq, ns, netNs uint64) {
+func (x *Share) probeReport(r *Rx) (seq, ns, netNs uint64) {
 	pr := &r.probe
 	if pr.state != probePending {
 		return 0, 0, 0
@@ -211,7 +218,9 @@ func (x *pcieState) probeReport(r *pcieRx) (seq, ns, netNs uint64) {
 	if pr.pcie {
 		ends[0] = pr.end
 	}
-	ends[1] = r.net.timedEnd()
+	if r.Rider != nil {
+		ends[1] = r.Rider.TimedEnd()
+	}
 	var failed error
 	for _, e := range ends {
 		if e == nil {
@@ -224,7 +233,9 @@ func (x *pcieState) probeReport(r *pcieRx) (seq, ns, netNs uint64) {
 		failed = cmp.Or(failed, err)
 	}
 	pr.state, pr.pcie = probeIdle, false
-	r.net.untime()
+	if r.Rider != nil {
+		r.Rider.Untime()
+	}
 	if failed != nil {
 		return pr.seq, 0, 0
 	}
@@ -244,7 +255,7 @@ func (x *pcieState) probeReport(r *pcieRx) (seq, ns, netNs uint64) {
 // probeReported takes the receiver's report on t's pending probe: with the
 // sender's own NVLink timing it is one observation for the planner, of
 // the NVLink, PCIe and net parts together.
-func (x *pcieState) probeReported(t *pcieTx, seq, ns, netNs uint64) {
+func (x *Share) probeReported(t *Tx, seq, ns, netNs uint64) {
 	pr := &t.probe
 	if !pr.s.Reported(seq) {
 		return
@@ -253,9 +264,9 @@ func (x *pcieState) probeReported(t *pcieTx, seq, ns, netNs uint64) {
 	if !done || ns == 0 && (pr.net == 0 || pr.far > 0) || pr.net > 0 && netNs == 0 {
 		return // untimed, or (rarely) the lanes are still busy: drop it whole
 	}
-	obs := pr.s.Observations(linkNVLink, linkPCIe, d, ok, time.Duration(ns))
+	obs := pr.s.Observations(LinkNVLink, LinkPCIe, d, ok, time.Duration(ns))
 	if pr.net > 0 {
-		obs = append(obs, balance.Observation{Link: linkNet, Bytes: int64(pr.net), Duration: time.Duration(netNs)})
+		obs = append(obs, balance.Observation{Link: LinkRider, Bytes: int64(pr.net), Duration: time.Duration(netNs)})
 	}
 	x.observe(t, obs)
 }
@@ -263,7 +274,7 @@ func (x *pcieState) probeReported(t *pcieTx, seq, ns, netNs uint64) {
 // laneTime is the NVLink part's duration: from t0 to the last timed lane.
 // done is false while an event is still pending; ok is false when no lane
 // was timed.
-func (x *pcieState) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
+func (x *Share) laneTime(t *Tx) (d time.Duration, ok, done bool) {
 	pr := &t.probe
 	var ends []time.Duration
 	for k, used := range pr.used {
@@ -287,29 +298,29 @@ func (x *pcieState) laneTime(t *pcieTx) (d time.Duration, ok, done bool) {
 	return d, ok, true
 }
 
-func (x *pcieState) observe(t *pcieTx, obs []balance.Observation) {
+func (x *Share) observe(t *Tx, obs []balance.Observation) {
 	if len(obs) == 0 {
 		return
 	}
-	if x.emulate != nil {
-		x.emulate(t.peer, obs)
+	if x.Emulate != nil {
+		x.Emulate(t.Peer, obs)
 	}
-	t.planner.Observe(t.probe.s.Bytes(), obs)
-	t.observed++
-	x.c.Log().Debug("gpu pcie observed", "peer", t.peer, "bytes", t.probe.s.Bytes(), "parts", obs)
+	t.Planner.Observe(t.probe.s.Bytes(), obs)
+	t.Observed++
+	x.Host.Log().Debug("gpu pcie observed", "peer", t.Peer, "bytes", t.probe.s.Bytes(), "parts", obs)
 }
 
 // logShare logs the split in force toward t's peer at INFO, once per size
 // class and again whenever it moves by half a percent or more.
-func (x *pcieState) logShare(t *pcieTx, by string) {
-	class := bits.Len(uint(t.bytes))
-	share := float64(t.plan) / float64(t.bytes)
+func (x *Share) logShare(t *Tx, by string) {
+	class := bits.Len(uint(t.part.Bytes))
+	share := float64(t.part.Plan.Bytes) / float64(t.part.Bytes)
 	if old, ok := t.logged[class]; ok && math.Abs(old-share) < 0.005 {
 		return
 	}
 	t.logged[class] = share
-	x.c.Log().Info("gpu pcie share", "peer", t.peer, "push_bytes", t.bytes,
-		"nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", t.observed)
+	x.Host.Log().Info("gpu pcie share", "peer", t.Peer, "push_bytes", t.part.Bytes,
+		"nvlink", round3(1-share), "pcie", round3(share), "by", by, "observed", t.Observed)
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

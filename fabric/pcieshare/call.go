@@ -1,0 +1,393 @@
+package pcieshare
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/flexlink/flexlink/fabric/pcie"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
+)
+
+// One call's PCIe share, in the order the plane runs it (share.go says
+// why it is safe):
+//
+//	Settle         feed back finished probes (before the split is planned)
+//	Shares         the pair planners' shares, for the plane's split
+//	Begin          take each peer's part of the split (before the ready message)
+//	ReadyWords     announce it in the ready message
+//	Ready          read the peers' announcements; start timings
+//	Stage          during the work: a push's tail staged D2H
+//	Probe          as the work joins the lanes: time the timed pushes' lanes
+//	Complete       after the work: record the last slot, join the D2H streams
+//	DoneMessage    the staging table for the receiver
+//	DoneLen,       after the done handshake: H2D out of the peers' staging
+//	Receive        (the receiving side, below)
+
+// Words is the length of the share's words in a ready message:
+// whether this rank's done message to the peer carries a staging table,
+// the sequence number of this call's timed push to the peer (0: not
+// timed), and this rank's report on the peer's last timed push to it
+// (sequence number, nanoseconds).
+const Words = 4 * 8
+
+// Plan is one call's split as the share reads it (the plane's per-call
+// split, computed once before Begin).
+type Plan interface {
+	Bytes() int                                 // B: bytes pushed to each peer over the copy lanes (0: none)
+	PCIe(peer int) (part pcie.Plan, rider bool) // the PCIe part toward peer; whether the rider has one
+	Pushed(peer int) int                        // bytes the call's pushes have carried toward peer so far
+}
+
+// Settle, before a call's split is planned, feeds back every finished
+// probe toward the call's peers, so the shares the split asks for see it.
+func (x *Share) Settle(peers []int) {
+	for _, j := range peers {
+		if t := x.Tx(j); t != nil {
+			x.probeSettle(t)
+		}
+	}
+}
+
+// Shares is the pair planner's PCIe and rider fractions of a push of b
+// bytes toward peer j (0 for a link it gives nothing).
+func (x *Share) Shares(j, b int) (pc, rider float64) {
+	for _, sh := range x.tx[j].Planner.Shares(b) {
+		switch sh.Link {
+		case LinkPCIe:
+			pc = sh.Fraction
+		case LinkRider:
+			rider = sh.Fraction
+		}
+	}
+	return pc, rider
+}
+
+// Begin takes call's split toward every peer: the sizes of the PCIe
+// parts, the probes armed and the shares logged.
+func (x *Share) Begin(peers []int, call uint64, p Plan) {
+	x.call, x.plan = call, p
+	if x.tx == nil {
+		return
+	}
+	b := p.Bytes()
+	for _, j := range peers {
+		t := x.tx[j]
+		if t == nil {
+			continue
+		}
+		pl, rider := p.PCIe(j)
+		if b == 0 {
+			pl = pcie.Plan{}
+		}
+		t.part.Reset(b, pl)
+		if b == 0 {
+			continue
+		}
+		x.probeArm(t, rider)
+		if pl.Bytes > 0 || b >= t.Planner.Threshold() {
+			by := "FLEXLINK_PCIE_SHARE"
+			if x.Fixed < 0 {
+				by = "balancer"
+			}
+			x.logShare(t, by)
+		}
+	}
+}
+
+// ReadyWords writes the share's words (Words) of this rank's ready message
+// to peer j: announce, timed-push sequence number, and the report on j's
+// last timed push to this rank. It returns the report's rider part (ns),
+// which the rider's words carry.
+func (x *Share) ReadyWords(j int, w []byte) (riderNs uint64) {
+	le := binary.LittleEndian
+	t := x.Tx(j)
+	if t != nil && t.part.Plan.Bytes > 0 {
+		le.PutUint64(w[0:], 1)
+	}
+	if t != nil && t.probe.s.Armed() && t.probe.s.Remote() {
+		le.PutUint64(w[8:], t.probe.s.Seq())
+	}
+	if r := x.Rx(j); r != nil {
+		seq, ns, rns := x.probeReport(r)
+		le.PutUint64(w[16:], seq)
+		le.PutUint64(w[24:], ns)
+		riderNs = rns
+	}
+	return riderNs
+}
+
+// Ready reads the share's words of the peers' ready messages (words(j):
+// peer j's) and, on s (which now waits on every peer's ready event),
+// starts this call's timings. The rider reads its words first.
+func (x *Share) Ready(s *gpu.Stream, peers []int, words func(j int) []byte) error {
+	le := binary.LittleEndian
+	for _, j := range peers {
+		w := words(j)
+		r := x.Rx(j)
+		if r == nil {
+			if le.Uint64(w) != 0 {
+				return fmt.Errorf("rank %d on %s announces a pcie part, but this rank has no mapping of its staging buffer: %w",
+					j, x.Host.PeerHost(j), errs.ErrMismatch)
+			}
+		} else {
+			r.expect = le.Uint64(w) == 1
+			if seq := le.Uint64(w[8:]); seq != 0 && (r.expect || r.Rider != nil && r.Rider.Expects()) {
+				r.probe.seq, r.probe.state = seq, probeArmed
+			}
+		}
+		if t := x.Tx(j); t != nil {
+			var rns uint64
+			if t.Rider != nil {
+				rns = t.Rider.Report()
+			}
+			x.probeReported(t, le.Uint64(w[16:]), le.Uint64(w[24:]), rns)
+		}
+	}
+	return x.probeStart(s, peers)
+}
+
+// Stage copies src D2H into the staging buffer toward j, slot by slot,
+// recording a slot's event when the copies move past it, and notes where
+// the bytes go (off in j's recv). after (nil: none) is the event the
+// copies wait for.
+func (x *Share) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
+	t := x.tx[j]
+	if t.part.Sealed {
+		return fmt.Errorf("rank %d: pcie part toward rank %d staged after the call's copies were joined (a bug)", x.Me, j)
+	}
+	if f := x.Fault; f != nil {
+		if err := f("d2h", j); err != nil {
+			return fmt.Errorf("pcie part toward rank %d: %w", j, err)
+		}
+	}
+	if err := t.part.Fill(t.Tx, off, src, after, func() error { return x.recordSlot(t) }); err != nil {
+		return fmt.Errorf("pcie part toward rank %d: %w", j, err)
+	}
+	if x.Count != nil {
+		x.Count(src.Len())
+	}
+	return nil
+}
+
+// Fill enqueues src's D2H into tx's staging on its stream, after the event
+// after (nil: none), slot by slot: before the copies move into a new slot
+// it calls record, which records the event of the slot being filled (if
+// any, p.Slot ≥ 0). The piece goes to offset off of the peer's recv.
+func (p *Part) Fill(tx *pcie.Tx, off int, src *gpu.Buffer, after *gpu.Event, record func() error) error {
+	if after != nil {
+		if err := tx.Stream.Wait(after); err != nil {
+			return err
+		}
+	}
+	mem := tx.Mem.Bytes()
+	sb := p.Plan.SlotBytes
+	for pos := 0; pos < src.Len(); {
+		k := p.Staged / sb
+		if k != p.Slot {
+			if err := record(); err != nil {
+				return err
+			}
+			p.Slot = k
+		}
+		m := min(src.Len()-pos, (k+1)*sb-p.Staged)
+		if err := tx.Stream.CopyDtoH(mem[p.Staged:p.Staged+m], src.Sub(pos, m)); err != nil {
+			return err
+		}
+		pos += m
+		p.Staged += m
+	}
+	p.Segs = AppendSeg(p.Segs, off, src.Len())
+	p.Used = true
+	return nil
+}
+
+// recordSlot records the event of the slot t is filling, if any.
+func (x *Share) recordSlot(t *Tx) error {
+	if t.part.Slot < 0 {
+		return nil
+	}
+	x.note(Trace{Owner: x.Me, To: t.Peer, Slot: t.part.Slot, Call: x.call})
+	return t.Stream.Record(t.Slots[t.part.Slot])
+}
+
+// Complete, after the work, records the last slot of every peer's PCIe
+// part and makes s wait for the D2H copies (they read this rank's send
+// buffer, which the caller may reuse once s passes the call).
+func (x *Share) Complete(s *gpu.Stream) error {
+	for _, t := range x.tx {
+		if t == nil || t.part.Sealed {
+			continue
+		}
+		t.part.Sealed = true
+		if !t.part.Used {
+			continue
+		}
+		if err := x.recordSlot(t); err != nil {
+			return err
+		}
+		t.part.Slot, t.part.Used = -1, false
+		if err := t.Stream.Record(t.End); err != nil {
+			return err
+		}
+		if err := s.Wait(t.End); err != nil {
+			return err
+		}
+		if f := x.OnSplit; f != nil {
+			f(SplitRec{From: x.Me, To: t.Peer, Call: x.call, SlotBytes: t.part.Plan.SlotBytes,
+				Segs: append([]pcie.Seg(nil), t.part.Segs...), Bytes: t.part.Bytes, Pushed: x.plan.Pushed(t.Peer)})
+		}
+	}
+	x.probeDone()
+	return nil
+}
+
+// Send has nothing to send: the staging tables ride in the plane's done
+// messages (DoneMessage), after which the receivers read the staging.
+func (x *Share) Send(context.Context, *gpu.Stream, *gpu.Buffer, []int) error { return nil }
+
+// DoneMessage appends this rank's done message to peer j to b: the call
+// number and, when this rank announced a PCIe part to j, the staging
+// table: slot size, entries, then (offset in j's recv, length) per entry,
+// padded to pcie.MaxSegs entries so that j, which knows only that a table
+// comes, can post its receive with the exact length.
+func (x *Share) DoneMessage(j int, call uint64, b []byte) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint64(b, call)
+	t := x.Tx(j)
+	if t == nil || t.part.Plan.Bytes == 0 {
+		return b
+	}
+	b = le.AppendUint64(b, uint64(t.part.Plan.SlotBytes))
+	b = le.AppendUint64(b, uint64(len(t.part.Segs)))
+	for _, sg := range t.part.Segs {
+		b = le.AppendUint64(b, uint64(sg.Off))
+		b = le.AppendUint64(b, uint64(sg.N))
+	}
+	return append(b, make([]byte, pcie.TableBytes-len(b))...)
+}
+
+// The receiving side of a call's PCIe share: the done message's length,
+// and, after the done handshake, the H2D copies out of the peers' staging
+// buffers, each slot after the sender's slot event (share.go says why
+// that is enough).
+
+// DoneLen is the length of peer j's done message to this rank: its call
+// number, plus the staging table when it announced one.
+func (x *Share) DoneLen(j int) int {
+	if r := x.Rx(j); r != nil && r.expect {
+		return pcie.TableBytes
+	}
+	return 8
+}
+
+// Receive, after the done handshake, copies every announced PCIe part out
+// of the peers' staging buffers into recv (done[j]: peer j's done
+// message): per slot, the copy stream waits on the sender's slot event,
+// then copies H2D; s then waits for the copies.
+func (x *Share) Receive(s *gpu.Stream, recv *gpu.Buffer, done [][]byte, peers []int) error {
+	for _, j := range peers {
+		r := x.Rx(j)
+		if r != nil && r.probe.state == probeArmed && !r.expect {
+			r.probe.state = probePending // a rider part alone was timed
+		}
+		if r == nil || !r.expect {
+			continue
+		}
+		r.expect = false
+		sb, segs, err := x.ParseTable(j, done[j], r, recv)
+		if err != nil {
+			return err
+		}
+		call := binary.LittleEndian.Uint64(done[j])
+		if f := x.OnSplit; f != nil {
+			f(SplitRec{From: j, To: x.Me, Call: call, Receiver: true, SlotBytes: sb, Segs: segs})
+		}
+		if err := x.unstage(j, r, recv, sb, segs, call); err != nil {
+			return err
+		}
+		if err := x.probeReceived(r); err != nil {
+			return err
+		}
+		if err := r.Stream.Record(r.End); err != nil {
+			return err
+		}
+		if err := s.Wait(r.End); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unstage enqueues the H2D copies of one peer's staging table.
+func (x *Share) unstage(j int, r *Rx, recv *gpu.Buffer, sb int, segs []pcie.Seg, call uint64) error {
+	mem := r.Mem.Bytes()
+	slot, soff := -1, 0
+	for _, sg := range segs {
+		for pos := 0; pos < sg.N; {
+			k := soff / sb
+			if k != slot {
+				if err := r.Stream.Wait(r.Slots[k]); err != nil {
+					return err
+				}
+				x.note(Trace{Owner: j, To: x.Me, Slot: k, Call: call, Wait: true})
+				slot = k
+			}
+			if f := x.Fault; f != nil {
+				if err := f("h2d", j); err != nil {
+					return fmt.Errorf("pcie part from rank %d: %w", j, err)
+				}
+			}
+			m := min(sg.N-pos, (k+1)*sb-soff)
+			if err := r.Stream.CopyHtoD(recv.Sub(sg.Off+pos, m), mem[soff:soff+m]); err != nil {
+				return fmt.Errorf("pcie part from rank %d: %w", j, err)
+			}
+			pos += m
+			soff += m
+		}
+	}
+	return nil
+}
+
+// ParseTable reads and checks peer j's staging table m: every piece must
+// lie inside recv and the staging buffer, in at most pcie.Slots slots. A
+// table that does not fit is a protocol error, never a partial copy.
+func (x *Share) ParseTable(j int, m []byte, r *Rx, recv *gpu.Buffer) (int, []pcie.Seg, error) {
+	le := binary.LittleEndian
+	sb, n := int(le.Uint64(m[8:])), int(le.Uint64(m[16:]))
+	bad := func(why string, a ...any) error {
+		return fmt.Errorf("rank %d on %s sent a pcie staging table that %s: %w", j, x.Host.PeerHost(j), fmt.Sprintf(why, a...), errs.ErrMismatch)
+	}
+	if n > pcie.MaxSegs {
+		return 0, nil, bad("has %d entries (at most %d)", n, pcie.MaxSegs)
+	}
+	if n > 0 && (sb <= 0 || sb > r.Mem.Len()) {
+		return 0, nil, bad("has slots of %d bytes", sb)
+	}
+	segs := make([]pcie.Seg, n)
+	total := 0
+	for i := range segs {
+		e := m[pcie.TableHeader+16*i:]
+		sg := pcie.Seg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
+		if sg.Off < 0 || sg.N <= 0 || sg.Off > recv.Len()-sg.N {
+			return 0, nil, bad("puts %d bytes at offset %d of a %d-byte buffer", sg.N, sg.Off, recv.Len())
+		}
+		total += sg.N
+		segs[i] = sg
+	}
+	if total > r.Mem.Len() || n > 0 && (total+sb-1)/sb > pcie.Slots {
+		return 0, nil, bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, r.Mem.Len(), pcie.Slots)
+	}
+	return sb, segs, nil
+}
+
+// AppendSeg adds the staged range [off, off+n) of a push to segs, merging
+// it into the last segment when it continues it.
+func AppendSeg(segs []pcie.Seg, off, n int) []pcie.Seg {
+	if k := len(segs) - 1; k >= 0 && segs[k].Off+segs[k].N == off {
+		segs[k].N += n
+		return segs
+	}
+	return append(segs, pcie.Seg{Off: off, N: n})
+}

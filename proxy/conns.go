@@ -20,7 +20,8 @@ type Directory interface {
 // Network tags of the proxy's connections. The messages of all-to-all
 // and group connections are tagged with their original sender's rank;
 // these two take the top of 20 bits, the narrowest provider's tag width
-// (ucx; New checks the provider's: net.CheckTags), so communicators hold
+// (ucx; New checks the provider's through the connection layer,
+// fabric/net/hello: net.CheckTags), so communicators hold
 // fewer than maxRanks ranks.
 const (
 	// helloTag marks the first message of a proxy connection and the

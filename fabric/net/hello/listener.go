@@ -22,16 +22,17 @@ func (x *Listener) Handle() []byte { return x.l.Handle() }
 // Close stops listening; connections handed over stay open.
 func (x *Listener) Close() error { return x.l.Close() }
 
-// judge receives r's hello and confirmation; a connection that fails is
-// aborted, closed and counted.
+// judge receives r's hello and confirmation.
 func (x *Listener) judge(ctx context.Context, r net.RecvConn, want func(Hello) error) (Hello, error) {
 	return x.layer.o.Receive(ctx, r, x.l.Handle(), x.layer.o.Wait, want)
 }
 
+// drop counts r as dropped, then aborts it (so its dialer learns of the
+// drop only once it is counted) and closes it.
 func (x *Listener) drop(r net.RecvConn, why error) {
+	x.layer.o.Drops.Drop(why)
 	r.Abort(fmt.Errorf("dropped: %w", why))
 	r.Close()
-	x.layer.o.Drops.Drop(why)
 }
 
 // Serve takes connections until ctx ends or the listener fails (Close),

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/flexlink/flexlink/internal/ports"
 )
 
 const defaultHandshakeTimeout = 10 * time.Second
@@ -47,7 +50,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := listen(cfg.Addr, cfg.Ports)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: server: listen %s: %w", cfg.Addr, err)
 	}
@@ -57,6 +60,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	go s.acceptLoop()
 	log.Debug("serving", "addr", s.Addr(), "size", cfg.Size, "job", cfg.JobID)
 	return s, nil
+}
+
+// listen listens on addr, or, when addr's port is 0 and r is a range, on
+// the first free port of r at addr's host.
+func listen(addr string, r ports.Range) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port != "0" || r.IsZero() {
+		return net.Listen("tcp", addr)
+	}
+	return r.Listen(context.Background(), "tcp", host)
 }
 
 // Addr returns the host:port actually bound.

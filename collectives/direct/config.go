@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric/balance"
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/netshare"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -48,7 +49,7 @@ type PCIeConfig struct {
 	CacheDir     string  // where link profiles are cached ("" : none)
 }
 
-// NetConfig holds the net part's settings (netpart.go): the NIC loopback
+// NetConfig holds the net part's settings (fabric/netshare): the NIC loopback
 // path as a third link of large pushes, on when FLEXLINK_LINKS names net.
 type NetConfig struct {
 	Share float64 // FLEXLINK_GPU_NET_SHARE; -1: the balancer decides
@@ -142,12 +143,12 @@ func ReadConfig(env settings.Env) (Config, error) {
 	c.Net.Share = -1
 	if v := strings.TrimSpace(env.String("FLEXLINK_GPU_NET_SHARE")); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > netMaxShare {
-			return c, fmt.Errorf("FLEXLINK_GPU_NET_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, netMaxShare)
+		if err != nil || f < 0 || f > netshare.MaxShare {
+			return c, fmt.Errorf("FLEXLINK_GPU_NET_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, netshare.MaxShare)
 		}
 		c.Net.Share = f
 	}
-	c.Net.Open = func(log hclog.Logger) (net.Provider, int, error) { return openNet(env, log) }
+	c.Net.Open = func(log hclog.Logger) (net.Provider, int, error) { return netshare.OpenNIC(env, log) }
 	if dir, err := balance.CacheDir(env); err == nil {
 		c.PCIe.CacheDir = dir
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/netshare"
 	"github.com/flexlink/flexlink/fabric/nvlink"
 	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
@@ -32,8 +33,9 @@ import (
 //   - nvlink.Window (fabric/nvlink): the peers' buffers, mapped;
 //   - laneSet (lanes.go): the copy lanes and how a push uses them;
 //   - callPlan (split.go): the call's split over the links, computed once;
-//   - pcieshare.Share (fabric/pcieshare) and netState (netpart*.go): the
-//     PCIe and net shares of large pushes, driven through linkShare;
+//   - pcieshare.Share and netshare.Share (fabric/pcieshare, fabric/netshare;
+//     wired in pcie.go, netpart.go): the PCIe and net shares of large
+//     pushes, driven through linkShare;
 //   - flagPlane (flag*.go): the flag kernels, which bypass this protocol;
 //   - linkStats (stats.go): the bytes per link for LinkShares;
 //   - callSeq, moveModes, pushScratch: call numbers, the allgather and
@@ -90,7 +92,7 @@ type directPlane struct {
 	ev       *eventSet        // the protocol's IPC events
 	lanes    *laneSet         // copy lanes toward each peer
 	px       *pcieshare.Share // the PCIe share of large pushes (fabric/pcieshare, pcie.go)
-	nx       *netState        // the net part riding with the PCIe pairs (netpart*.go); nil: off
+	nx       *netshare.Share  // the net part riding with the PCIe pairs (fabric/netshare, netpart.go); nil: off
 	flag     *flagPlane       // the flag kernels (flag*.go); nil when off
 	stats    *linkStats       // bytes per link, for LinkShares
 	seq      callSeq
@@ -143,7 +145,7 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 		return nil, err
 	}
 	p.px = newPCIe(pr, st, cfg.CopyStreams, func() *laneSet { return p.lanes }, stats)
-	if p.nx, err = newNetState(pr, p.px, cfg.Net, cfg.PCIe, stats); err != nil {
+	if p.nx, err = newNetShare(pr, p.px, cfg.Net, cfg.PCIe, stats); err != nil {
 		return nil, err
 	}
 	if p.ev, err = newEventSet(pr); err != nil {
@@ -165,7 +167,7 @@ func (p *directPlane) close() error {
 	if p.lanes != nil {
 		keep(p.lanes.close())
 	}
-	keep(p.nx.close()) // before the PCIe share: it rides with its pairs
+	keep(p.nx.Close()) // before the PCIe share: it rides with its pairs
 	if p.px != nil {
 		keep(p.px.Close())
 	}
@@ -218,7 +220,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	}
 	p.stats.begin()
 	p.px.Begin(peers, call, sharePlan{cp})
-	p.nx.begin(peers, cp)
+	p.nx.Begin(peers, sharePlan{cp})
 	// Records are noted before they happen and waits after, so the trace
 	// test sees every overlap the protocol might allow.
 	if err := p.ev.recordReady(s, call); err != nil {
@@ -253,7 +255,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	}
 	for _, sh := range shares {
 		if err == nil {
-			err = sh.Send(ctx, s, o.Recv, peers) // the net part's wire (netpart_wire.go)
+			err = sh.Send(ctx, s, o.Recv, peers) // the net part's wire (fabric/netshare)
 		}
 	}
 	if err != nil {
@@ -293,7 +295,7 @@ func (p *directPlane) planSplit(o *plane.Op, peers []int) *callPlan {
 		ARMode: p.modes.arMode, ChunkMax: p.chunkMax, Links: p.links(), Staging: p.px.Staging,
 		MinSlot: p.px.MinSlot, PCIeFixed: p.px.Fixed, NetFixed: -1}
 	if nx := p.nx; nx != nil {
-		in.NetMinPart, in.NetFixed = nx.minPart, nx.fixed
+		in.NetMinPart, in.NetFixed = nx.MinPart, nx.Fixed
 	}
 	cp := planCall(in, p.px.Shares)
 	p.split = &cp
@@ -376,7 +378,7 @@ func (p *directPlane) LinkShares() map[string]float64 { return p.stats.shares() 
 // done message to the peer carries a staging table, the sequence number of
 // this call's timed push to the peer (0: not timed), and this rank's report
 // on the peer's last timed push to it (sequence number, nanoseconds); then
-// two of the net part (netpart_call.go): whether a net part follows, and
+// two of the net part (fabric/netshare, ReadyWords): whether a net part follows, and
 // the report's nanoseconds for the net part.
 
 // Message phases, in the first tag word.
@@ -385,8 +387,8 @@ const (
 	phaseReady  = 1
 	phaseDone   = 2
 	phasePushed = 3
-	readyHeader = pcieAt + pcieWords + netWords // see above
-	pcieAt      = 4 * 8                         // header bytes 32..63: the PCIe words, 64..79: the net words
+	readyHeader = pcieAt + pcieWords + netshare.Words // see above
+	pcieAt      = 4 * 8                               // header bytes 32..63: the PCIe words, 64..79: the net words
 	pcieWords   = pcieshare.Words
 )
 
@@ -430,7 +432,7 @@ func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64, push 
 	for _, j := range peers {
 		m := make([]byte, readyHeader+len(bufs[j])*nvlink.DescBytes)
 		copy(m, hdr)
-		p.nx.readyWords(j, m[pcieAt+pcieWords:readyHeader], p.px.ReadyWords(j, m[pcieAt:pcieAt+pcieWords]))
+		p.nx.ReadyWords(j, m[pcieAt+pcieWords:readyHeader], p.px.ReadyWords(j, m[pcieAt:pcieAt+pcieWords]))
 		for k, b := range bufs[j] {
 			d, err := p.ipc.Describe(b)
 			if err != nil {

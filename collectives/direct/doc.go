@@ -20,16 +20,15 @@
 //	callPlan     split.go        one call's split, a pure function run once
 //	                             per call: which bytes of each push go over
 //	                             NVLink, PCIe and the net part
-//	pcieshare.Share  (fabric/pcieshare; wired in pcie.go)
-//	                             the PCIe share: the pairs' staging, one
-//	                             call's part (send and receive side), the
-//	                             timing probes and the planners; driven,
-//	                             with the net part, through linkShare
-//	netState     netpart.go netpart_call.go netpart_wire.go
-//	             the net part (FLEXLINK_LINKS=nvlink,pcie,net): the NIC's
-//	             loopback as a third share of large pushes, staged like
-//	             the PCIe part but carried over a fabric/net connection;
-//	             it rides with the PCIe pairs (their planner and probe)
+//	pcieshare.Share  pcie.go     the PCIe share (fabric/pcieshare): the
+//	                             pairs' staging, one call's part, the timing
+//	                             probes and the planners; its settings and
+//	                             wiring here, and linkShare, the interface
+//	                             the call drives the shares through
+//	netshare.Share   netpart.go  the net part (fabric/netshare,
+//	                             FLEXLINK_LINKS=nvlink,pcie,net): the NIC's
+//	                             loopback as a third share, riding with the
+//	                             PCIe pairs; whether it is on, here
 //	flagPlane    flag.go flag_call.go flag_setup.go
 //	                             the flag kernels: limits, regions, abort
 //	                             watcher, one call, setup

@@ -22,6 +22,8 @@ import (
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/comm"
 	"github.com/flexlink/flexlink/internal/settings"
+
+	"github.com/flexlink/flexlink/fabric/netshare"
 )
 
 // listenHook is a provider whose listeners are shown to a test as soon as
@@ -137,7 +139,7 @@ func fakeNetRanks(t *testing.T, n int, env map[string]string, bufBytes int, in *
 					if err != nil {
 						return p, dev, err
 					}
-					return listenHook{p, func(l net.Listener) { in.attack(ctx, l, netHello(secret, job, c.ID()), r, 1-r) }}, dev, nil
+					return listenHook{p, func(l net.Listener) { in.attack(ctx, l, netshare.Hello(secret, job, c.ID()), r, 1-r) }}, dev, nil
 				}
 				fast := plane.Candidate{
 					Blocker: func(bus []string) string { return Blocker(c, dev, bus) },
@@ -203,7 +205,7 @@ func TestGPUFakeNetForeignConnections(t *testing.T) {
 		nx := r.dc.Plane().(*directPlane).nx
 		// garbage, the replay and the other job are judged; the silent one
 		// is dropped when the real peer wins (or at its deadline)
-		if got := nx.drops.Count(); got < 3 {
+		if got := nx.Drops().Count(); got < 3 {
 			t.Errorf("rank %d: %d connections dropped, want at least 3 (garbage, replayed, other job)", r.c.Rank(), got)
 		}
 	}
@@ -213,7 +215,7 @@ func TestGPUFakeNetForeignConnections(t *testing.T) {
 		}
 		for i, s := range cs {
 			// a dropped connection fails the intruder's next send
-			q, err := s.ISend(make([]byte, 1<<20), netTagSlot, nil)
+			q, err := s.ISend(make([]byte, 1<<20), netshare.TagSlot, nil)
 			if err == nil {
 				_, err = q.Wait(ctx)
 			}

@@ -17,6 +17,8 @@ import (
 	"github.com/flexlink/flexlink/fabric/balance"
 	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu/gpufake"
+
+	"github.com/flexlink/flexlink/fabric/netshare"
 )
 
 // The net part (netpart*.go) on the fake driver: the bytes between the
@@ -41,7 +43,7 @@ func (l *splitLog) attachNet(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
 		pl.px.MinSlot = minSlot
-		pl.nx.onSplit = func(x pcieshare.SplitRec) {
+		pl.nx.OnSplit = func(x pcieshare.SplitRec) {
 			l.mu.Lock()
 			l.recs = append(l.recs, x)
 			l.mu.Unlock()
@@ -174,7 +176,7 @@ func forceNetProbe(t *testing.T, rs []*devRank) {
 		{ID: linkNet, Kind: fabric.KindNet, Bandwidth: pcieshare.PCIePriorBW, Latency: time.Microsecond},
 	}
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).nx.minPart = 0 // the test's pushes are 4 MiB
+		r.dc.Plane().(*directPlane).nx.MinPart = 0 // the test's pushes are 4 MiB
 		for j := range r.c.Size() {
 			tx := r.dc.Plane().(*directPlane).px.Tx(j)
 			if tx == nil {
@@ -251,12 +253,12 @@ func TestGPUFakeNetMinPart(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, netEnv(nil), 2*big*4)
 	forceNetProbe(t, rs)
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).nx.minPart = netMinPart
+		r.dc.Plane().(*directPlane).nx.MinPart = netshare.DefaultMinPart
 	}
 	for i := range 3 {
 		sweep(t, rs, []devCase{{kind: plane.AllGather, count: big, dt: dtype.Float32}})
 		if ls := rs[0].dc.LinkShares(); ls["net"] != 0 {
-			t.Fatalf("call %d: LinkShares %v, want no net part under %d bytes", i, ls, netMinPart)
+			t.Fatalf("call %d: LinkShares %v, want no net part under %d bytes", i, ls, netshare.DefaultMinPart)
 		}
 	}
 }
@@ -287,14 +289,14 @@ func TestGPUFakeNetPeerDies(t *testing.T) {
 			t.Cleanup(func() { once.Do(func() { close(released) }) })
 			nx := rs[1].dc.Plane().(*directPlane).nx
 			seen := 0
-			nx.fault = func(at string, peer int) error {
+			nx.Fault = func(at string, peer int) error {
 				if at != tc.where {
 					return nil
 				}
 				if seen++; at == "slot" && seen < 2 {
 					return nil // the first slot goes out
 				}
-				nx.prov.Close() // what the kernel does to a dead process's sockets
+				nx.Provider().Close() // what the kernel does to a dead process's sockets
 				close(dead)
 				<-released // and it does nothing more
 				return errors.New("rank 1 died")
@@ -350,7 +352,7 @@ func TestGPUFakeNetProfile(t *testing.T) {
 		if len(st.Links) != 3 || st.Links[2].Spec.Kind != fabric.KindNet || tx.Cached {
 			t.Fatalf("rank %d: planner links %+v (cached %v), want nvlink, pcie, net from priors", r.c.Rank(), st.Links, tx.Cached)
 		}
-		if got, prior := st.Links[2].SecondsPerByte, 1/netPriorBW; got == prior || got <= 0 {
+		if got, prior := st.Links[2].SecondsPerByte, 1/netshare.PriorBW; got == prior || got <= 0 {
 			t.Errorf("rank %d: net profile %g s/B: the setup probe did not replace the prior (%g)", r.c.Rank(), got, prior)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/netshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
@@ -36,7 +37,10 @@ type linkShare interface {
 	Receive(s *gpu.Stream, recv *gpu.Buffer, done [][]byte, peers []int) error
 }
 
-var _ linkShare = (*pcieshare.Share)(nil)
+var (
+	_ linkShare = (*pcieshare.Share)(nil)
+	_ linkShare = (*netshare.Share)(nil)
+)
 
 // The staging machinery's constants (fabric/pcie).
 const (
@@ -67,7 +71,7 @@ func (p *directPlane) openPCIe(ctx context.Context, blobs [][]byte, bus []string
 	}
 	var rider *balance.LinkSpec
 	if p.nx != nil {
-		sp := p.nx.spec()
+		sp := p.nx.Spec()
 		rider = &sp
 	}
 	return p.px.Open(ctx, blobs, bus, agree, rider)
@@ -125,6 +129,8 @@ func (sp sharePlan) PCIe(j int) (pcie.Plan, bool) {
 	return sp.To[j].PCIe, sp.To[j].Net.Bytes > 0
 }
 
+func (sp sharePlan) Net(j int) pcie.Plan { return sp.To[j].Net }
+
 func (sp sharePlan) Pushed(j int) int { return sp.To[j].pushed }
 
 // shares are the staged shares a call drives: the PCIe share and, when on,
@@ -145,7 +151,7 @@ func (p *directPlane) links() []pairLinks {
 	out := make([]pairLinks, p.n)
 	for j := range out {
 		if p.px.Tx(j) != nil {
-			out[j] = pairLinks{PCIe: true, Net: p.nx != nil && p.nx.tx[j] != nil}
+			out[j] = pairLinks{PCIe: true, Net: p.nx.Has(j)}
 		}
 	}
 	return out
@@ -157,12 +163,12 @@ func (p *directPlane) links() []pairLinks {
 // event.
 func (p *directPlane) readyShares(s *gpu.Stream, in [][]byte, peers []int) error {
 	for _, j := range peers {
-		if err := p.nx.ready(j, in[j][pcieAt+pcieWords:readyHeader]); err != nil {
+		if err := p.nx.Ready(j, in[j][pcieAt+pcieWords:readyHeader]); err != nil {
 			return err
 		}
 	}
 	if err := p.px.Ready(s, peers, func(j int) []byte { return in[j][pcieAt : pcieAt+pcieWords] }); err != nil {
 		return err
 	}
-	return p.nx.startOn(s, peers)
+	return p.nx.StartOn(s, peers)
 }

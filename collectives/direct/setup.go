@@ -47,7 +47,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
 	pcBytes := pcieshare.BlobBytes(n)
-	nxBytes := dp.nx.blobBytes() // the net part's listen handles (netpart.go); 0 when off
+	nxBytes := dp.nx.BlobBytes() // the net part's listen handles (fabric/netshare); 0 when off
 	// The first byte marks a rank that reached this point (openPeers
 	// reads each rank's record after it).
 	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes+nxBytes)
@@ -57,7 +57,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		err = dp.px.Offer(blob[1+evBytes:])
 	}
 	if err == nil {
-		err = dp.nx.offer(ctx, blob[len(blob)-nxBytes:])
+		err = dp.nx.Offer(ctx, blob[len(blob)-nxBytes:])
 	}
 	if err == nil {
 		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
@@ -85,7 +85,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		err = dp.openPCIe(ctx, pcie, bus)
 	}
 	if err == nil {
-		err = dp.nx.open(ctx, nets)
+		err = dp.nx.Open(ctx, nets)
 	}
 	if err == nil && dp.flag != nil {
 		var off bool

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/fabric/netshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 )
 
@@ -39,7 +40,7 @@ type splitIn struct {
 	Staging int // bytes of a staging buffer (PCIe and net alike)
 	MinSlot int // smallest slot (pcie.MinSlot; tests lower it)
 	// NetMinPart is the smallest net part a balancer share may give
-	// (netMinPart); a fixed share is not cut.
+	// (netshare.DefaultMinPart); a fixed share is not cut.
 	NetMinPart int
 	// PCIeFixed and NetFixed are FLEXLINK_PCIE_SHARE and
 	// FLEXLINK_GPU_NET_SHARE; < 0: the balancer's share.
@@ -114,13 +115,13 @@ func planCall(in splitIn, shares sharesFunc) callPlan {
 			if l.Net && fn < 0 {
 				fn = bn
 				if fn*float64(cp.Bytes) < float64(in.NetMinPart) {
-					fn = 0 // too small to pay for its fixed host work (netMinPart)
+					fn = 0 // too small to pay for its fixed host work (netshare.DefaultMinPart)
 				}
 			}
 		}
 		ps.PCIe = pcie.Size(cp.Bytes, math.Min(fp, pcieMaxShare), in.Staging, in.MinSlot)
 		if l.Net {
-			ps.Net = pcie.Size(cp.Bytes, math.Min(fn, netMaxShare), in.Staging, in.MinSlot)
+			ps.Net = pcie.Size(cp.Bytes, math.Min(fn, netshare.MaxShare), in.Staging, in.MinSlot)
 		}
 		cutPushes(ps, cp.Bytes)
 	}

@@ -20,6 +20,7 @@ var order = [][]string{
 	{"collectives/direct", "collectives/staged", "proxy"},
 	{"collectives/plane", "proxy/pxn"},
 	{"collectives"},
+	{"fabric/netshare"},
 	{"fabric/transports"},
 	{"fabric/multilink", "fabric/linktest", "fabric/net/netlink", "fabric/net/ucx/ucxtest", "fabric/pcieshare"},
 	{"fabric/shm", "fabric/nvlink", "fabric/pcie", "fabric/fake", "fabric/topo", "fabric/balance",

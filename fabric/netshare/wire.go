@@ -1,4 +1,4 @@
-package direct
+package netshare
 
 import (
 	"context"
@@ -30,18 +30,18 @@ import (
 // probe) below, so every tag fits the 20 bits the narrowest provider (ucx)
 // carries; offer checks the provider's width (the connection layer,
 // fabric/net/hello, with net.CheckTags). The hello and its confirmation
-// are kind 1 (netHelloTag).
+// are kind 1 (helloTag).
 const (
-	netTagTable = uint64(2 << 16)
-	netTagSlot  = uint64(3 << 16) // | slot, below pcie.Slots
-	netTagProbe = uint64(4 << 16) // | probe, below netProbes
-	netTagMax   = netTagProbe | (1<<16 - 1)
+	tagTable = uint64(2 << 16)
+	TagSlot  = uint64(3 << 16) // | slot, below pcie.Slots
+	tagProbe = uint64(4 << 16) // | probe, below probes
+	tagMax   = tagProbe | (1<<16 - 1)
 )
 
-// netSend is one call's net part toward a peer on the wire.
-type netSend struct {
+// wireSend is one call's net part toward a peer on the wire.
+type wireSend struct {
 	j           int
-	t           *netTx
+	t           *txSide
 	pushed      int // bytes the call's pushes carried toward the peer (for onSplit)
 	hdr         []byte
 	slots, next int // slots to send; the next to send
@@ -49,10 +49,10 @@ type netSend struct {
 	done        bool
 }
 
-// netRecv is one call's net part from a peer on the wire.
-type netRecv struct {
+// wireRecv is one call's net part from a peer on the wire.
+type wireRecv struct {
 	j      int
-	r      *netRx
+	r      *rxSide
 	pr     *pcieshare.Rx // the pair's PCIe side: the net part's end is timed when its probe is armed
 	hdr    []byte
 	hreq   net.Request
@@ -70,16 +70,16 @@ type netRecv struct {
 // planned part, receives from every peer that announced one, H2D into recv
 // as slots land; s then waits for the D2H and H2D copies. On error every
 // connection of the part is aborted.
-func (x *netState) Send(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, peers []int) error {
-	var sends []*netSend
-	var recvs []*netRecv
+func (x *Share) Send(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, peers []int) error {
+	var sends []*wireSend
+	var recvs []*wireRecv
 	for _, j := range peers {
 		if nt := x.tx[j]; nt != nil && nt.Planned() {
-			sends = append(sends, &netSend{j: j, t: nt, pushed: x.plan.To[j].pushed})
+			sends = append(sends, &wireSend{j: j, t: nt, pushed: x.plan.Pushed(j)})
 		}
 		if r := x.rx[j]; r != nil && r.expect {
 			r.expect = false
-			recvs = append(recvs, &netRecv{j: j, r: r, pr: x.px.Rx(j)})
+			recvs = append(recvs, &wireRecv{j: j, r: r, pr: x.PCIe.Rx(j)})
 		}
 	}
 	if len(sends)+len(recvs) == 0 {
@@ -87,14 +87,14 @@ func (x *netState) Send(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, pe
 	}
 	ctx, cancel := x.jobCtx(ctx)
 	defer cancel()
-	err := x.wire(ctx, s, recv, x.px.Call(), sends, recvs)
+	err := x.wire(ctx, s, recv, x.PCIe.Call(), sends, recvs)
 	if err != nil {
 		x.abort(err)
 	}
 	return err
 }
 
-func (x *netState) wire(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, call uint64, sends []*netSend, recvs []*netRecv) error {
+func (x *Share) wire(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, call uint64, sends []*wireSend, recvs []*wireRecv) error {
 	for _, sd := range sends {
 		if err := x.startSend(s, sd, call); err != nil {
 			return x.wireErr("toward", sd.j, err)
@@ -149,13 +149,13 @@ func (x *netState) wire(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, ca
 }
 
 // wireErr names the peer and the link of a failed net part.
-func (x *netState) wireErr(dir string, j int, err error) error {
-	return fmt.Errorf("gpu net part %s rank %d on %s over net (%s): %w", dir, j, x.c.PeerHost(j), x.nic(), err)
+func (x *Share) wireErr(dir string, j int, err error) error {
+	return fmt.Errorf("gpu net part %s rank %d on %s over net (%s): %w", dir, j, x.Host.PeerHost(j), x.nicName(), err)
 }
 
 // stalled is the error of a wire loop whose context ended (the call's
 // deadline, or the job's abort, whose reason it carries).
-func (x *netState) stalled(sends []*netSend, recvs []*netRecv, err error) error {
+func (x *Share) stalled(sends []*wireSend, recvs []*wireRecv, err error) error {
 	var to, from []int
 	for _, sd := range sends {
 		if !sd.done {
@@ -167,16 +167,16 @@ func (x *netState) stalled(sends []*netSend, recvs []*netRecv, err error) error 
 			from = append(from, rc.j)
 		}
 	}
-	if jerr := x.c.JobErr(); jerr != nil {
+	if jerr := x.Host.JobErr(); jerr != nil {
 		err = jerr
 	}
-	return fmt.Errorf("gpu net part over net (%s) unfinished toward ranks %v and from ranks %v: %w", x.nic(), to, from, err)
+	return fmt.Errorf("gpu net part over net (%s) unfinished toward ranks %v and from ranks %v: %w", x.nicName(), to, from, err)
 }
 
 // startSend seals the part toward sd's peer (the last slot's event, the
 // D2H stream joined into s) and posts its staging table (with call, this
 // rank's call number, for the tests' logs).
-func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
+func (x *Share) startSend(s *gpu.Stream, sd *wireSend, call uint64) error {
 	nt := sd.t
 	pt := &nt.part
 	pt.Sealed = true
@@ -194,11 +194,11 @@ func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 	}
 	sb := pt.Plan.SlotBytes
 	sd.slots = (pt.Staged + sb - 1) / sb
-	if f := x.onSplit; f != nil {
-		f(pcieshare.SplitRec{From: x.me, To: sd.j, Call: call, SlotBytes: sb, Segs: append([]pcie.Seg(nil), pt.Segs...),
+	if f := x.OnSplit; f != nil {
+		f(pcieshare.SplitRec{From: x.Me, To: sd.j, Call: call, SlotBytes: sb, Segs: append([]pcie.Seg(nil), pt.Segs...),
 			Bytes: pt.Bytes, Pushed: sd.pushed})
 	}
-	if f := x.fault; f != nil {
+	if f := x.Fault; f != nil {
 		if err := f("send", sd.j); err != nil {
 			return err
 		}
@@ -212,7 +212,7 @@ func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 		b = le.AppendUint64(b, uint64(sg.N))
 	}
 	sd.hdr = b
-	req, err := nt.conn.ISend(sd.hdr, netTagTable, nil)
+	req, err := nt.conn.ISend(sd.hdr, tagTable, nil)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (x *netState) startSend(s *gpu.Stream, sd *netSend, call uint64) error {
 
 // stepSend posts every slot whose D2H has finished and collects finished
 // sends; it reports progress.
-func (x *netState) stepSend(sd *netSend) (progress bool, err error) {
+func (x *Share) stepSend(sd *wireSend) (progress bool, err error) {
 	nt := sd.t
 	for sd.next < sd.slots {
 		fin, err := nt.Slots[sd.next].Done()
@@ -232,14 +232,14 @@ func (x *netState) stepSend(sd *netSend) (progress bool, err error) {
 		if !fin {
 			break
 		}
-		if f := x.fault; f != nil {
+		if f := x.Fault; f != nil {
 			if err := f("slot", sd.j); err != nil {
 				return false, err
 			}
 		}
 		sb := nt.part.Plan.SlotBytes
 		lo := sd.next * sb
-		req, err := nt.conn.ISend(nt.Mem.Bytes()[lo:min(lo+sb, nt.part.Staged)], netTagSlot|uint64(sd.next), nil)
+		req, err := nt.conn.ISend(nt.Mem.Bytes()[lo:min(lo+sb, nt.part.Staged)], TagSlot|uint64(sd.next), nil)
 		if err != nil {
 			return false, err
 		}
@@ -265,7 +265,7 @@ func (x *netState) stepSend(sd *netSend) (progress bool, err error) {
 // stepRecv advances the part from rc's peer: post the table's receive once
 // the staging is free, then the slots' receives, then each slot's H2D as
 // it lands; at the end s waits for the copies.
-func (x *netState) stepRecv(s *gpu.Stream, recv *gpu.Buffer, rc *netRecv) (progress bool, err error) {
+func (x *Share) stepRecv(s *gpu.Stream, recv *gpu.Buffer, rc *wireRecv) (progress bool, err error) {
 	r := rc.r
 	if !rc.posted {
 		if r.busy { // the last call's H2D copies out of the staging
@@ -276,7 +276,7 @@ func (x *netState) stepRecv(s *gpu.Stream, recv *gpu.Buffer, rc *netRecv) (progr
 			r.busy = false
 		}
 		rc.hdr = make([]byte, pcie.TableBytes)
-		rc.hreq, err = r.conn.IRecv([][]byte{rc.hdr}, []uint64{netTagTable}, nil)
+		rc.hreq, err = r.conn.IRecv([][]byte{rc.hdr}, []uint64{tagTable}, nil)
 		rc.posted = true
 		return true, err
 	}
@@ -295,7 +295,7 @@ func (x *netState) stepRecv(s *gpu.Stream, recv *gpu.Buffer, rc *netRecv) (progr
 		rc.reqs = []net.Request{}
 		mem := r.Mem.Bytes()
 		for lo := 0; lo < total; lo += rc.sb {
-			req, err := r.conn.IRecv([][]byte{mem[lo:min(lo+rc.sb, total)]}, []uint64{netTagSlot | uint64(lo/rc.sb)}, nil)
+			req, err := r.conn.IRecv([][]byte{mem[lo:min(lo+rc.sb, total)]}, []uint64{TagSlot | uint64(lo/rc.sb)}, nil)
 			if err != nil {
 				return false, err
 			}
@@ -327,7 +327,7 @@ func (x *netState) stepRecv(s *gpu.Stream, recv *gpu.Buffer, rc *netRecv) (progr
 }
 
 // total is the bytes the table stages.
-func (rc *netRecv) total() int {
+func (rc *wireRecv) total() int {
 	n := 0
 	for _, sg := range rc.segs {
 		n += sg.N
@@ -336,8 +336,8 @@ func (rc *netRecv) total() int {
 }
 
 // unstage enqueues the H2D copies of slot rc.next into recv.
-func (x *netState) unstage(rc *netRecv, recv *gpu.Buffer) error {
-	if f := x.fault; f != nil {
+func (x *Share) unstage(rc *wireRecv, recv *gpu.Buffer) error {
+	if f := x.Fault; f != nil {
 		if err := f("h2d", rc.j); err != nil {
 			return err
 		}
@@ -361,15 +361,15 @@ func (x *netState) unstage(rc *netRecv, recv *gpu.Buffer) error {
 
 // endRecv, after the last slot's H2D, times the part when the pair's probe
 // is armed, joins the H2D stream into s and marks the staging busy.
-func (x *netState) endRecv(s *gpu.Stream, rc *netRecv) error {
+func (x *Share) endRecv(s *gpu.Stream, rc *wireRecv) error {
 	r := rc.r
 	rc.done = true
-	if f := x.onSplit; f != nil {
-		f(pcieshare.SplitRec{From: rc.j, To: x.me, Call: binary.LittleEndian.Uint64(rc.hdr), Receiver: true, SlotBytes: rc.sb, Segs: rc.segs})
+	if f := x.OnSplit; f != nil {
+		f(pcieshare.SplitRec{From: rc.j, To: x.Me, Call: binary.LittleEndian.Uint64(rc.hdr), Receiver: true, SlotBytes: rc.sb, Segs: rc.segs})
 	}
 	if rc.pr.Timing() {
 		if r.end == nil {
-			r.end, _ = x.peers.dev.NewEvent(true) // no event: the part goes untimed and the sender drops the sample
+			r.end, _ = x.Dev.NewEvent(true) // no event: the part goes untimed and the sender drops the sample
 		}
 		if r.end != nil {
 			if err := r.Stream.Record(r.end); err != nil {
@@ -388,7 +388,7 @@ func (x *netState) endRecv(s *gpu.Stream, rc *netRecv) error {
 // parseTable reads and checks the staging table of n bytes in rc.hdr: every
 // piece inside recv and the staging, in at most pcie.Slots slots. A table
 // that does not fit is a protocol error, never a partial copy.
-func (x *netState) parseTable(rc *netRecv, n int, recv *gpu.Buffer) error {
+func (x *Share) parseTable(rc *wireRecv, n int, recv *gpu.Buffer) error {
 	le := binary.LittleEndian
 	m := rc.hdr[:n]
 	bad := func(why string, a ...any) error {

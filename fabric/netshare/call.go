@@ -1,4 +1,4 @@
-package direct
+package netshare
 
 import (
 	"encoding/binary"
@@ -11,37 +11,37 @@ import (
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
-// One call's net part, in the order do() runs it (netpart.go says what it
-// is):
+// One call's net part, in the order the plane runs it (share.go says
+// what it is):
 //
-//	begin          with the PCIe share's Begin: the net parts of the call's
-//	               split (split.go)
-//	readyWords,    the net words of the ready messages: announcement and
-//	ready          the report on the peer's last timed net part
-//	Stage          during the work (pushSplitWith): D2H into the staging
-//	Send           after the work: the wire and the H2D copies (netpart_wire.go)
+//	Begin          with the PCIe share's Begin: the net parts of the call's split
+//	ReadyWords,    the net words of the ready messages: announcement and
+//	Ready          the report on the peer's last timed net part
+//	StartOn        the event after which H2D copies may write recv
+//	Stage          during the work: D2H into the staging
+//	Send           after the work: the wire and the H2D copies (wire.go)
 
-// The net words of a ready message (direct.go): whether this rank sends
+// Words is the length of the net words of a ready message: whether this rank sends
 // the peer a net part in this call, and its report on the peer's last
 // timed net part (nanoseconds from the pair's t0; the sequence number is
 // the PCIe words').
-const netWords = 2 * 8
+const Words = 2 * 8
 
-// begin takes the net parts of the call's split toward every peer (cp:
-// planCall's), and logs each share at INFO once per size class and again
+// Begin takes the net parts of the call's split toward every peer, and
+// logs each share at INFO once per size class and again
 // when it moves by half a percent (as the PCIe share's log).
-func (x *netState) begin(peers []int, cp *callPlan) {
+func (x *Share) Begin(peers []int, p Plan) {
 	if x == nil {
 		return
 	}
-	x.plan = cp
-	b := cp.Bytes
+	x.plan = p
+	b := p.Bytes()
 	for _, j := range peers {
-		nt, t := x.tx[j], x.px.Tx(j)
+		nt, t := x.tx[j], x.PCIe.Tx(j)
 		if nt == nil {
 			continue
 		}
-		pl := cp.To[j].Net
+		pl := p.Net(j)
 		if b == 0 {
 			pl = pcie.Plan{}
 		}
@@ -54,7 +54,7 @@ func (x *netState) begin(peers []int, cp *callPlan) {
 			continue
 		}
 		nt.logged[class] = share
-		x.c.Log().Info("gpu net share", "peer", j, "push_bytes", b, "net", round3(share), "nic", x.nic(),
+		x.Host.Log().Info("gpu net share", "peer", j, "push_bytes", b, "net", round3(share), "nic", x.nicName(),
 			"by", x.by(), "observed", t.Observed)
 	}
 }
@@ -62,12 +62,12 @@ func (x *netState) begin(peers []int, cp *callPlan) {
 // Stage copies src D2H into the net staging toward peer j, slot by slot,
 // recording a slot's event when the copies move past it, and notes where
 // the bytes go (off in the peer's recv).
-func (x *netState) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
+func (x *Share) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 	nt := x.tx[j]
 	if nt.part.Sealed {
-		return fmt.Errorf("rank %d: net part toward rank %d staged after the call's copies were joined (a bug)", x.me, j)
+		return fmt.Errorf("rank %d: net part toward rank %d staged after the call's copies were joined (a bug)", x.Me, j)
 	}
-	if f := x.fault; f != nil {
+	if f := x.Fault; f != nil {
 		if err := f("d2h", j); err != nil {
 			return fmt.Errorf("net part toward rank %d: %w", j, err)
 		}
@@ -81,20 +81,20 @@ func (x *netState) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 	if err := nt.part.Fill(nt.Tx, off, src, after, record); err != nil {
 		return fmt.Errorf("net part toward rank %d: %w", j, err)
 	}
-	x.stats.add(linkNet, src.Len())
+	x.count(src.Len())
 	return nil
 }
 
-// The net part's wire does its work in Send (netpart_wire.go): it seals
+// The net part's wire does its work in Send (wire.go): it seals
 // its parts there, and its receives end there too.
-func (x *netState) Probe() error                                            { return nil }
-func (x *netState) Complete(*gpu.Stream) error                              { return nil }
-func (x *netState) Receive(*gpu.Stream, *gpu.Buffer, [][]byte, []int) error { return nil }
+func (x *Share) Probe() error                                            { return nil }
+func (x *Share) Complete(*gpu.Stream) error                              { return nil }
+func (x *Share) Receive(*gpu.Stream, *gpu.Buffer, [][]byte, []int) error { return nil }
 
-// readyWords writes the net words of this rank's ready message to peer j:
+// ReadyWords writes the net words of this rank's ready message to peer j:
 // the announcement of a net part and ns, this rank's report on j's last
 // timed net part (from the pair's probe, fabric/pcieshare).
-func (x *netState) readyWords(j int, w []byte, ns uint64) {
+func (x *Share) ReadyWords(j int, w []byte, ns uint64) {
 	if x == nil {
 		return
 	}
@@ -104,10 +104,10 @@ func (x *netState) readyWords(j int, w []byte, ns uint64) {
 	binary.LittleEndian.PutUint64(w[8:], ns)
 }
 
-// ready reads the net words of peer j's ready message w: whether a net
+// Ready reads the net words of peer j's ready message w: whether a net
 // part comes from it and its report on this rank's last timed net part,
 // before the PCIe words are read.
-func (x *netState) ready(j int, w []byte) error {
+func (x *Share) Ready(j int, w []byte) error {
 	le := binary.LittleEndian
 	announced := le.Uint64(w) == 1
 	if x == nil || x.rx[j] == nil {
@@ -124,10 +124,10 @@ func (x *netState) ready(j int, w []byte) error {
 	return nil
 }
 
-// startOn records, on s (which now waits on every peer's ready event), the
+// StartOn records, on s (which now waits on every peer's ready event), the
 // event after which the H2D copies of this call's net parts may write into
 // this rank's recv buffer, when some peer announced one.
-func (x *netState) startOn(s *gpu.Stream, peers []int) error {
+func (x *Share) StartOn(s *gpu.Stream, peers []int) error {
 	if x == nil {
 		return nil
 	}
@@ -135,7 +135,7 @@ func (x *netState) startOn(s *gpu.Stream, peers []int) error {
 		if r := x.rx[j]; r != nil && r.expect {
 			if x.start == nil {
 				var err error
-				if x.start, err = x.peers.dev.NewEvent(false); err != nil {
+				if x.start, err = x.Dev.NewEvent(false); err != nil {
 					return err
 				}
 			}
@@ -144,3 +144,5 @@ func (x *netState) startOn(s *gpu.Stream, peers []int) error {
 	}
 	return nil
 }
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

@@ -177,10 +177,12 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 func netipZero() netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0) }
 
 // rendezvous are the ids this process made (ncclGetUniqueId), by nonce,
-// and the servers of those in use.
+// and the servers of those in use; and, under flexrun, the process's word
+// to flexrun's store about its communicators' ends (report.go).
 type rendezvous struct {
 	mu     sync.Mutex
 	served map[[nonceBytes]byte]*served
+	report jobReport
 }
 
 // served is the rendezvous of an id this process made: its server starts

@@ -1,0 +1,142 @@
+package capi
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/comm/join"
+	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/settings"
+)
+
+// Under flexrun (flexrun --nccl: a PyTorch job), this library's
+// communicators meet on rendezvous of their own, which flexrun does not
+// see: without a word from the ranks, flexrun's verdict on a failed job
+// has only the order in which the processes ended, and names the first
+// rank that gave up waiting, a healthy one. So a process that flexrun
+// started (FLEXLINK_RANK and FLEXLINK_BOOTSTRAP in its environment) tells
+// flexrun's store why a communicator ended, in the form flexlink's own
+// ranks do (comm.EncodeEnd): it joins the store as a reporter
+// (join.DialReporter) at its first report, and says goodbye reportLinger
+// after its last. A process that never reports never joins, so a healthy
+// PyTorch job that exits without tearing NCCL down is not "a rank that
+// exited without closing the job".
+
+// jobReport is this process's connection to flexrun's store for reports.
+type jobReport struct {
+	mu    sync.Mutex
+	state reportState
+	rep   join.Reporter // while open
+	shut  *time.Timer   // says goodbye reportLinger after the last report
+}
+
+type reportState int
+
+const (
+	reportIdle reportState = iota // not joined yet
+	reportOpen                    // joined: reports go out
+	reportShut                    // said goodbye, or could not join: reports are dropped
+)
+
+const (
+	// reportDial bounds joining flexrun's store, and each put.
+	reportDial = 5 * time.Second
+	// reportLinger: the goodbye follows the last report by this much, so
+	// that the reports of several communicators ending together share one
+	// join (a rank joins the store at most once).
+	reportLinger = time.Second
+	// reportWait is how long a failing call waits for its report to
+	// leave: the process may exit as soon as the call returns (torch's
+	// watchdog ends it), and a report still queued then is lost. Small
+	// enough for ncclCommAbort's budget (torch wants it back within 1 s).
+	reportWait = 300 * time.Millisecond
+)
+
+// publish sends e to flexrun's store when this process is one of
+// flexrun's ranks; the channel is closed once e has left (or there was
+// nothing to do, or it could not be sent: reports are best effort).
+func (j *jobReport) publish(env settings.Env, log hclog.Logger, e comm.EndReport) <-chan struct{} {
+	done := make(chan struct{})
+	if _, ok := join.LauncherRank(env); !ok {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		switch j.state {
+		case reportShut:
+			log.Debug("report to flexrun dropped: this process has said goodbye to its store", "comm", e.Comm, "error", e.Text)
+			return
+		case reportIdle:
+			ctx, cancel := context.WithTimeout(context.Background(), reportDial)
+			rep, err := join.DialReporter(ctx, env, log.Named("report"))
+			cancel()
+			if err != nil {
+				j.state = reportShut
+				log.Debug("cannot report to flexrun", "error", err)
+				return
+			}
+			j.rep, j.state = rep, reportOpen
+		}
+		key, value := comm.EncodeEnd(j.rep.Rank, e)
+		ctx, cancel := context.WithTimeout(context.Background(), reportDial)
+		err := j.rep.Store.Put(ctx, key, value)
+		cancel()
+		// errs.ErrMismatch: another member's end came first under the key
+		// (keys are write-once); flexrun heard this one too.
+		if err != nil && !errors.Is(err, errs.ErrMismatch) {
+			log.Debug("report to flexrun", "comm", e.Comm, "error", err)
+		}
+		if j.shut == nil {
+			j.shut = time.AfterFunc(reportLinger, j.close)
+		} else {
+			j.shut.Reset(reportLinger)
+		}
+	}()
+	return done
+}
+
+// close says goodbye to flexrun's store; later reports are dropped.
+func (j *jobReport) close() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state == reportOpen {
+		_ = j.rep.Store.Close()
+	}
+	j.state = reportShut
+}
+
+// reportEnd publishes e to flexrun (when under flexrun) and waits at most
+// reportWait for it to leave.
+func (c *Comm) reportEnd(e comm.EndReport) {
+	e.Comm = c.reportName()
+	e.ClosedBy = -1
+	if e.Members == nil {
+		e.Members = c.prog.jobMembers()
+	}
+	wait := time.NewTimer(reportWait)
+	defer wait.Stop()
+	select {
+	case <-c.lib.ids.report.publish(c.lib.env, c.lib.log, e):
+	case <-wait.C:
+	}
+}
+
+// reportName names the communicator to flexrun, the same on every member
+// and apart from every other communicator of the job: its rendezvous'
+// address (one per ncclUniqueId) and its place among the communicators
+// split or shrunk from it.
+func (c *Comm) reportName() string {
+	addr := "?"
+	if c.fam != nil {
+		addr = c.fam.served.addr
+	}
+	return "nccl@" + addr + "/" + c.prog.key
+}

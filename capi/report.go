@@ -22,34 +22,39 @@ import (
 // started (FLEXLINK_RANK and FLEXLINK_BOOTSTRAP in its environment) tells
 // flexrun's store why a communicator ended, in the form flexlink's own
 // ranks do (comm.EncodeEnd): it joins the store as a reporter
-// (join.DialReporter) at its first report, and says goodbye reportLinger
-// after its last. A process that never reports never joins, so a healthy
+// (join.DialReporter) at its first report, and says goodbye as soon as
+// it has published. A process that never reports never joins, so a healthy
 // PyTorch job that exits without tearing NCCL down is not "a rank that
 // exited without closing the job".
 
 // jobReport is this process's connection to flexrun's store for reports.
+// A rank joins the store at most once, and a rank that leaves it without
+// its goodbye (its process exits) fails the job's store for every later
+// report: so one sender joins, publishes what is queued, and says goodbye
+// as soon as the queue is empty; reports that come later are dropped
+// (the first cause is the one that counts).
 type jobReport struct {
-	mu    sync.Mutex
-	state reportState
-	rep   join.Reporter // while open
-	shut  *time.Timer   // says goodbye reportLinger after the last report
+	mu      sync.Mutex
+	state   reportState
+	queue   []queuedReport
+	sending bool // a sender runs
+}
+
+type queuedReport struct {
+	e    comm.EndReport
+	done chan struct{}
 }
 
 type reportState int
 
 const (
 	reportIdle reportState = iota // not joined yet
-	reportOpen                    // joined: reports go out
 	reportShut                    // said goodbye, or could not join: reports are dropped
 )
 
 const (
 	// reportDial bounds joining flexrun's store, and each put.
 	reportDial = 5 * time.Second
-	// reportLinger: the goodbye follows the last report by this much, so
-	// that the reports of several communicators ending together share one
-	// join (a rank joins the store at most once).
-	reportLinger = time.Second
 	// reportWait is how long a failing call waits for its report to
 	// leave: the process may exit as soon as the call returns (torch's
 	// watchdog ends it), and a report still queued then is lost. Small
@@ -66,51 +71,56 @@ func (j *jobReport) publish(env settings.Env, log hclog.Logger, e comm.EndReport
 		close(done)
 		return done
 	}
-	go func() {
-		defer close(done)
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		switch j.state {
-		case reportShut:
-			log.Debug("report to flexrun dropped: this process has said goodbye to its store", "comm", e.Comm, "error", e.Text)
-			return
-		case reportIdle:
-			ctx, cancel := context.WithTimeout(context.Background(), reportDial)
-			rep, err := join.DialReporter(ctx, env, log.Named("report"))
-			cancel()
-			if err != nil {
-				j.state = reportShut
-				log.Debug("cannot report to flexrun", "error", err)
-				return
-			}
-			j.rep, j.state = rep, reportOpen
-		}
-		key, value := comm.EncodeEnd(j.rep.Rank, e)
-		ctx, cancel := context.WithTimeout(context.Background(), reportDial)
-		err := j.rep.Store.Put(ctx, key, value)
-		cancel()
-		// errs.ErrMismatch: another member's end came first under the key
-		// (keys are write-once); flexrun heard this one too.
-		if err != nil && !errors.Is(err, errs.ErrMismatch) {
-			log.Debug("report to flexrun", "comm", e.Comm, "error", err)
-		}
-		if j.shut == nil {
-			j.shut = time.AfterFunc(reportLinger, j.close)
-		} else {
-			j.shut.Reset(reportLinger)
-		}
-	}()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state == reportShut {
+		log.Debug("report to flexrun dropped: this process has said goodbye to its store", "comm", e.Comm, "error", e.Text)
+		close(done)
+		return done
+	}
+	j.queue = append(j.queue, queuedReport{e: e, done: done})
+	if !j.sending {
+		j.sending = true
+		go j.send(env, log)
+	}
 	return done
 }
 
-// close says goodbye to flexrun's store; later reports are dropped.
-func (j *jobReport) close() {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.state == reportOpen {
-		_ = j.rep.Store.Close()
+// send joins flexrun's store, publishes the queue until it is empty, and
+// says goodbye.
+func (j *jobReport) send(env settings.Env, log hclog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), reportDial)
+	rep, err := join.DialReporter(ctx, env, log.Named("report"))
+	cancel()
+	if err != nil {
+		log.Debug("cannot report to flexrun", "error", err)
 	}
-	j.state = reportShut
+	for {
+		j.mu.Lock()
+		if len(j.queue) == 0 {
+			j.state, j.sending = reportShut, false
+			j.mu.Unlock()
+			break
+		}
+		q := j.queue[0]
+		j.queue = j.queue[1:]
+		j.mu.Unlock()
+		if err == nil {
+			key, value := comm.EncodeEnd(rep.Rank, q.e)
+			ctx, cancel := context.WithTimeout(context.Background(), reportDial)
+			perr := rep.Store.Put(ctx, key, value)
+			cancel()
+			// errs.ErrMismatch: another member's end came first under the
+			// key (keys are write-once); flexrun heard this one too.
+			if perr != nil && !errors.Is(perr, errs.ErrMismatch) {
+				log.Debug("report to flexrun", "comm", q.e.Comm, "error", perr)
+			}
+		}
+		close(q.done)
+	}
+	if err == nil {
+		_ = rep.Store.Close()
+	}
 }
 
 // reportEnd publishes e to flexrun (when under flexrun) and waits at most

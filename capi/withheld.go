@@ -139,6 +139,16 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 	}
 	behind := c.askBehind(seq)
 	if len(behind) == 0 {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// This rank's own deadline passed in the call, but the members
+			// could not say who has not called it (the rendezvous was in
+			// a process that has exited): flexrun still hears that this
+			// rank waited in it, and names the members that said nothing.
+			// (A call that failed on another member's end of the
+			// communicator is no evidence: its rank may be the withholder,
+			// late.)
+			c.reportEnd(comm.EndReport{Kind: "timeout", Text: err.Error(), InCall: c.prog.callName(seq)})
+		}
 		return err
 	}
 	c.reportWithheld(c.prog.callName(seq), behind)

@@ -36,4 +36,5 @@ func (f *flagPlane) regionReady(bytes int) bool {
 	}
 	return bytes < flagSmallMax || f.large != largeUndecided
 }
+
 var _ plane.HostWaiter = (*directPlane)(nil)

@@ -44,6 +44,10 @@ step() { # step NAME CMD...: PASS on exit 0, no FAILED/SLOW/WRONG line, no non-z
 }
 : >"$OUT/enqueue.log"
 
+# PARTS picks the parts to run (default all): torch, nccl, failures.
+PARTS=${PARTS:-torch nccl failures}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if part torch; then
 stamp "a 300 ms kernel before all_reduce"
 step "enqueue.py 1 rank, torch's NCCL" timeout 120 python3 tests/torch/enqueue.py
 step "enqueue.py 1 rank, flexlink" timeout 120 env LD_PRELOAD=$LIB python3 tests/torch/enqueue.py
@@ -53,6 +57,9 @@ step "enqueue.py 2 ranks, FLEXLINK_GPU_ENQUEUE=sync (expected SLOW)" timeout 180
 fails=$((fails - 1)) # the sync run is the control: it must be SLOW
 grep -q "^SLOW" <(sed -n '/FLEXLINK_GPU_ENQUEUE=sync/,$p' "$OUT/enqueue.log") || { echo "FAIL control: FLEXLINK_GPU_ENQUEUE=sync was not slow"; fails=$((fails + 2)); }
 
+fi
+
+if part nccl; then
 stamp "build nccl-tests against the installed NCCL"
 [ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
@@ -72,7 +79,9 @@ for t in all_reduce all_gather alltoall sendrecv; do
 done
 step "all_reduce_perf -G 10, 4 MPI ranks" timeout 240 "${MPIRUN[@]}" -np 4 $B/all_reduce_perf -b 8 -e 1M -f 8 -g 1 -G 10 -c 1 -n 5 -w 2
 
-if [ -z "${SKIP_FAILURES:-}" ]; then
+fi
+
+if part failures; then
 	stamp "failures (scripts/gpu-failures.sh)"
 	bash scripts/gpu-failures.sh 2>&1 | tee -a "$OUT/enqueue.log" | grep -E "^(PASS|FAIL)|WITHHELD|^flexrun" | cut -c1-400
 	[ "${PIPESTATUS[0]}" -eq 0 ] || fails=$((fails + 1))

@@ -150,3 +150,24 @@ func (c *Comm) reportName() string {
 	}
 	return "nccl@" + addr + "/" + c.prog.key
 }
+
+// reportFailed tells flexrun that this rank's collective number seq
+// failed on a collective mismatch (the words name both calls: flexrun's
+// verdict quotes them) or on a lost member (this rank is then a
+// consequence, never the cause). Timeouts are reportWithheld's; other
+// failures are not reported: an abort is the program's own doing (torch
+// aborts its communicators at shutdown), and a call that fails on another
+// member's end of the communicator says nothing of its own rank (it may
+// be the cause, late).
+func (c *Comm) reportFailed(seq uint64, err error) {
+	kind := ""
+	switch {
+	case errors.Is(err, errs.ErrMismatch):
+		kind = "mismatch"
+	case errors.Is(err, errs.ErrPeerLost):
+		kind = "peer-lost"
+	default:
+		return
+	}
+	c.reportEnd(comm.EndReport{Kind: kind, Text: err.Error(), InCall: c.prog.callName(seq)})
+}

@@ -11,13 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
 const reportHelperEnv = "CAPI_REPORT_HELPER" // not FLEXLINK_: flexrun warns of unknown FLEXLINK_ names
 
-// TestFlexrunNamesWithholder is issue 30's PyTorch case without the GPU:
+// TestFlexrunVerdictLibnccl is issue 30's PyTorch case without the GPU:
 // a program of the NCCL API (this package's, which libnccl.so.2 wraps)
 // runs under flexrun, one rank per process; every rank makes four
 // allreduces, then one rank withholds the fifth (it is stuck elsewhere)
@@ -25,8 +26,9 @@ const reportHelperEnv = "CAPI_REPORT_HELPER" // not FLEXLINK_: flexrun warns of 
 // with status 1. flexrun's verdict must name the withholding rank, from
 // the others' reports (report.go), not the first rank that gave up (a
 // healthy one: flexrun saw only that before), and end the job within a
-// few seconds of the timeout.
-func TestFlexrunNamesWithholder(t *testing.T) {
+// few seconds of the timeout. And where the rank calls an allgather
+// instead, the verdict is the collective mismatch, naming its call.
+func TestFlexrunVerdictLibnccl(t *testing.T) {
 	if os.Getenv(reportHelperEnv) != "" {
 		return // inside a rank: TestFlexrunRankHelper runs
 	}
@@ -37,14 +39,29 @@ func TestFlexrunNamesWithholder(t *testing.T) {
 	}
 	const timeout = 2 * time.Second
 	for _, tc := range []struct {
-		n, withholder int
-		waited        string // the ranks that timed out, as the verdict lists them
-	}{{3, 1, "ranks 0, 2"}, {2, 0, "rank 1"}, {4, 3, "ranks 0, 1, 2"}} {
-		t.Run(fmt.Sprintf("ranks=%d/withholder=%d", tc.n, tc.withholder), func(t *testing.T) {
+		n, bad int
+		how    string // withhold, or allgather (a collective mismatch)
+		first  string // flexrun's first line, a regexp
+		second string // its second line
+	}{
+		{n: 3, bad: 1, how: "withhold",
+			first:  `^rank 1 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 2 timed out waiting for it(; terminating 1 other rank)?$`,
+			second: `^ranks 0, 2 stopped: timed out waiting for rank 1$`},
+		{n: 2, bad: 0, how: "withhold", // rank 0 serves the rendezvous too
+			first:  `^rank 0 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: rank 1 timed out waiting for it(; terminating 1 other rank)?$`,
+			second: `^rank 1 stopped: timed out waiting for rank 0$`},
+		{n: 4, bad: 3, how: "withhold",
+			first:  `^rank 3 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 1, 2 timed out waiting for it(; terminating 1 other rank)?$`,
+			second: `^ranks 0, 1, 2 stopped: timed out waiting for rank 3$`},
+		{n: 3, bad: 1, how: "allgather",
+			first:  `^collective mismatch on communicator nccl@\S+/w: .*rank 1 called allgather count=1 int64 \(call #5`,
+			second: `^ranks? [0-2, ]+ stopped: collective mismatch$`},
+	} {
+		t.Run(fmt.Sprintf("%s/ranks=%d/bad=%d", tc.how, tc.n, tc.bad), func(t *testing.T) {
 			idDir := t.TempDir()
 			cmd := exec.Command(flexrun, "-np", strconv.Itoa(tc.n), "--oversubscribe", "--kill-grace", "1s",
 				os.Args[0], "-test.run=^TestFlexrunRankHelper$", "-test.count=1")
-			cmd.Env = append(os.Environ(), reportHelperEnv+"=1", "HELPER_DIR="+idDir, "HELPER_WITHHOLDER="+strconv.Itoa(tc.withholder),
+			cmd.Env = append(os.Environ(), reportHelperEnv+"=1", "HELPER_DIR="+idDir, "HELPER_BAD="+strconv.Itoa(tc.bad), "HELPER_HOW="+tc.how,
 				"FLEXLINK_TIMEOUT="+timeout.String(), "FLEXLINK_BOOTSTRAP_TIMEOUT=30s")
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
@@ -64,9 +81,7 @@ func TestFlexrunNamesWithholder(t *testing.T) {
 				}
 			}
 			t.Logf("exit %d after %v: %q", code, elapsed.Round(time.Millisecond), lines)
-			first := fmt.Sprintf(`^rank %d \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: %s timed out waiting for it(; terminating 1 other rank)?$`,
-				tc.withholder, tc.waited)
-			second := fmt.Sprintf(`^%s stopped: timed out waiting for rank %d$`, tc.waited, tc.withholder)
+			first, second := tc.first, tc.second
 			if code != 1 {
 				t.Errorf("exit status %d, want 1 (the waiting ranks' status)", code)
 			}
@@ -89,7 +104,7 @@ func TestFlexrunNamesWithholder(t *testing.T) {
 	}
 }
 
-// TestFlexrunRankHelper is one rank of TestFlexrunNamesWithholder's job.
+// TestFlexrunRankHelper is one rank of TestFlexrunVerdictLibnccl's job.
 func TestFlexrunRankHelper(t *testing.T) {
 	if os.Getenv(reportHelperEnv) == "" {
 		return
@@ -103,7 +118,7 @@ func TestFlexrunRankHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withholder, _ := strconv.Atoi(os.Getenv("HELPER_WITHHOLDER"))
+	bad, _ := strconv.Atoi(os.Getenv("HELPER_BAD"))
 	l := New(Options{})
 	id := shareID(t, l, r, os.Getenv("HELPER_DIR"))
 	h, err := l.InitRank(tidOf(r), n, id, r, DefaultConfig())
@@ -115,13 +130,19 @@ func TestFlexrunRankHelper(t *testing.T) {
 			t.Fatalf("rank %d: allreduce %d: %d, %v", r, i+1, got, err)
 		}
 	}
-	if r == withholder {
+	switch {
+	case r == bad && os.Getenv("HELPER_HOW") == "withhold":
 		// Stuck elsewhere (a bug, a hung data loader): flexrun ends it.
 		<-time.After(2 * time.Minute)
 		t.Fatalf("rank %d: still running 2 minutes after withholding", r)
+	case r == bad:
+		x := make([]int64, n)
+		err = l.Coll(tidOf(r), h, Call{Kind: AllGather, Send: unsafe.Pointer(&x[r]), Recv: unsafe.Pointer(&x[0]), Count: 1, Type: ncclInt64})
+		fmt.Fprintf(os.Stderr, "rank %d: allgather 5: %v\n", r, err)
+	default:
+		_, err = allreduce(l, r, h, 1)
+		fmt.Fprintf(os.Stderr, "rank %d: allreduce 5: %v\n", r, err)
 	}
-	_, err = allreduce(l, r, h, 1)
-	fmt.Fprintf(os.Stderr, "rank %d: allreduce 5: %v\n", r, err)
 	os.Exit(1)
 }
 

@@ -132,8 +132,11 @@ func answerKey(comm string, k uint64, r int) string {
 }
 
 // nameWithheld adds to err, the end of this rank's collective number seq
-// by a timeout or an abort, the members that have not called it.
+// by a timeout or an abort, the members that have not called it; and
+// tells flexrun (report.go) why the call failed, when that is evidence
+// of the cause.
 func (c *Comm) nameWithheld(seq uint64, err error) error {
+	c.reportFailed(seq, err)
 	if !endedWaiting(err) {
 		return err
 	}

@@ -92,6 +92,7 @@ var Table = []Setting{
 	{"FLEXLINK_PCIE_SHARE", "", "direct GPU path: a fixed PCIe fraction (0 to 0.5) of every large push instead of the balancer's choice, for experiments (empty: the balancer decides, with FLEXLINK_LINKS and the profile cache)", KindFloat(0, 0.5)},
 	{"FLEXLINK_GPU_NET_SHARE", "", "direct GPU path with FLEXLINK_LINKS=nvlink,pcie,net: a fixed net fraction (0 to 0.5) of every large push instead of the balancer's choice, for experiments (empty: the balancer decides)", KindFloat(0, 0.5)},
 	{"FLEXLINK_GPU_PTX", "", "path of one PTX file that replaces the compiled GPU kernels (kernel development; see gpu/kernels/README.md)", KindString()},
+	{"FLEXLINK_STACK_DUMP_AFTER", "0", "libnccl.so.2: write every goroutine's stack of the library to stderr this long after the first NCCL call (where a hung job's ranks wait; 0: never)", KindDuration()},
 	{"FLEXLINK_CPU_PROFILE", "", "libnccl.so.2: write a Go CPU profile of the library to this file, from the first NCCL call for FLEXLINK_CPU_PROFILE_SECONDS (finding where a call's host time goes; empty: none)", KindString()},
 	{"FLEXLINK_CPU_PROFILE_SECONDS", "20", "libnccl.so.2: how long FLEXLINK_CPU_PROFILE records", KindInt(1, 3600)},
 	{"FLEXLINK_GPU_KERNELS", "", "directory of compiled GPU kernels laid out like gpu/kernels/fatbin (MANIFEST and one .fatbin.gz per family) that replaces the embedded ones; needed by binaries built with the tag flexlink_noptx", KindString()},

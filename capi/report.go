@@ -55,11 +55,18 @@ const (
 const (
 	// reportDial bounds joining flexrun's store, and each put.
 	reportDial = 5 * time.Second
-	// reportWait is how long a failing call waits for its report to
-	// leave: the process may exit as soon as the call returns (torch's
-	// watchdog ends it), and a report still queued then is lost. Small
-	// enough for ncclCommAbort's budget (torch wants it back within 1 s).
+	// reportWait is how long reportWithheld waits for its report to
+	// leave: the process may exit as soon as it returns (torch's watchdog
+	// ends it after ncclCommAbort), and a report still queued then is
+	// lost. Small enough for ncclCommAbort's budget (torch wants it back
+	// within 1 s, and asking the members takes up to stallWait).
 	reportWait = 300 * time.Millisecond
+	// callReportWait is the same for a call that failed (nameWithheld):
+	// it has waited out its timeout already, and its rank exits as soon
+	// as it returns; on a loaded host joining flexrun's store may take
+	// longer than reportWait, and a rank that exits in the middle of its
+	// report leaves the store failed for the others' reports.
+	callReportWait = 2 * time.Second
 )
 
 // publish sends e to flexrun's store when this process is one of
@@ -124,18 +131,18 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 }
 
 // reportEnd publishes e to flexrun (when under flexrun) and waits at most
-// reportWait for it to leave.
-func (c *Comm) reportEnd(e comm.EndReport) {
+// wait for it to leave.
+func (c *Comm) reportEnd(e comm.EndReport, wait time.Duration) {
 	e.Comm = c.reportName()
 	e.ClosedBy = -1
 	if e.Members == nil {
 		e.Members = c.prog.jobMembers()
 	}
-	wait := time.NewTimer(reportWait)
-	defer wait.Stop()
+	limit := time.NewTimer(wait)
+	defer limit.Stop()
 	select {
 	case <-c.lib.ids.report.publish(c.lib.env, c.lib.log, e):
-	case <-wait.C:
+	case <-limit.C:
 	}
 }
 
@@ -169,5 +176,5 @@ func (c *Comm) reportFailed(seq uint64, err error) {
 	default:
 		return
 	}
-	c.reportEnd(comm.EndReport{Kind: kind, Text: err.Error(), InCall: c.prog.callName(seq)})
+	c.reportEnd(comm.EndReport{Kind: kind, Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
 }

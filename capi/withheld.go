@@ -150,11 +150,11 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 			// (A call that failed on another member's end of the
 			// communicator is no evidence: its rank may be the withholder,
 			// late.)
-			c.reportEnd(comm.EndReport{Kind: "timeout", Text: err.Error(), InCall: c.prog.callName(seq)})
+			c.reportEnd(comm.EndReport{Kind: "timeout", Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
 		}
 		return err
 	}
-	c.reportWithheld(c.prog.callName(seq), behind)
+	c.withheldFor(c.prog.callName(seq), behind, callReportWait)
 	return fmt.Errorf("%s: %w", strings.Join(behind, "; "), err)
 }
 
@@ -243,6 +243,11 @@ func (c *Comm) askBehind(seq uint64) []string {
 // flexrun's verdict names the ranks that withheld the call (report.go).
 // It waits at most reportWait for the report; c.mu must not be held.
 func (c *Comm) reportWithheld(call string, behind []string) {
+	c.withheldFor(call, behind, reportWait)
+}
+
+// withheldFor is reportWithheld waiting at most wait for the report.
+func (c *Comm) withheldFor(call string, behind []string, wait time.Duration) {
 	if len(behind) == 0 {
 		return
 	}
@@ -252,7 +257,7 @@ func (c *Comm) reportWithheld(call string, behind []string) {
 	c.mu.Unlock()
 	c.lib.last.set(text)
 	c.lib.log.Warn("collective withheld", "rank", c.rank, "nranks", c.nranks, "call", call, "error", text)
-	c.reportEnd(comm.EndReport{Kind: "timeout", Text: text, InCall: call})
+	c.reportEnd(comm.EndReport{Kind: "timeout", Text: text, InCall: call}, wait)
 }
 
 // jobMembers are the members' ranks in flexrun's job, nil unless every

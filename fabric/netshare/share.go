@@ -91,7 +91,8 @@ import (
 
 // Share is one rank's net share: its sending and receiving sides toward
 // every peer whose pair has PCIe staging, the NIC's provider, and the
-// running call's part.
+// running call's part. A nil *Share is the share off: BlobBytes, Offer,
+// Open, Begin, ReadyWords, Ready, StartOn, Has and Close accept it.
 type Share struct {
 	Config
 	// MinPart is the smallest part a balancer share may give (the split

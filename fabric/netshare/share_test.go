@@ -157,7 +157,9 @@ func TestShareCall(t *testing.T) {
 	}
 	var ss [2]*gpu.Stream
 	for r := range 2 {
-		ss[r], _ = devs[r].NewStream()
+		if ss[r], err = devs[r].NewStream(); err != nil {
+			t.Fatal(err)
+		}
 		if err := nx[r].Ready(1-r, w[1-r][pcieshare.Words:]); err != nil {
 			t.Fatal(err)
 		}
@@ -172,8 +174,14 @@ func TestShareCall(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i*5 + 1)
 	}
-	src, _ := devs[0].Alloc(b)
-	recv, _ := devs[1].Alloc(2 * b)
+	src, err := devs[0].Alloc(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv, err := devs[1].Alloc(2 * b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ss[0].CopyHtoD(src, want); err != nil {
 		t.Fatal(err)
 	}

@@ -203,15 +203,7 @@ func (x *Share) startSend(s *gpu.Stream, sd *wireSend, call uint64) error {
 			return err
 		}
 	}
-	le := binary.LittleEndian
-	b := le.AppendUint64(nil, call)
-	b = le.AppendUint64(b, uint64(sb))
-	b = le.AppendUint64(b, uint64(len(pt.Segs)))
-	for _, sg := range pt.Segs {
-		b = le.AppendUint64(b, uint64(sg.Off))
-		b = le.AppendUint64(b, uint64(sg.N))
-	}
-	sd.hdr = b
+	sd.hdr = pcie.AppendTable(nil, call, sb, pt.Segs)
 	req, err := nt.conn.ISend(sd.hdr, tagTable, nil)
 	if err != nil {
 		return err
@@ -385,39 +377,23 @@ func (x *Share) endRecv(s *gpu.Stream, rc *wireRecv) error {
 	return s.Wait(r.End)
 }
 
-// parseTable reads and checks the staging table of n bytes in rc.hdr: every
-// piece inside recv and the staging, in at most pcie.Slots slots. A table
-// that does not fit is a protocol error, never a partial copy.
+// parseTable reads and checks the staging table of n bytes in rc.hdr
+// (pcie.ParseTable: every piece inside recv and the staging, in at most
+// pcie.Slots slots; and nothing after its entries). A table that does not
+// fit is a protocol error, never a partial copy.
 func (x *Share) parseTable(rc *wireRecv, n int, recv *gpu.Buffer) error {
-	le := binary.LittleEndian
 	m := rc.hdr[:n]
-	bad := func(why string, a ...any) error {
-		return fmt.Errorf("rank %d sent a net staging table that %s: %w", rc.j, fmt.Sprintf(why, a...), errs.ErrMismatch)
+	recvLen := 0
+	if recv != nil {
+		recvLen = recv.Len()
 	}
-	if n < pcie.TableHeader {
-		return bad("has %d bytes", n)
+	sb, segs, err := pcie.ParseTable(m, recvLen, rc.r.Mem.Len())
+	if err == nil && n != pcie.TableHeader+16*len(segs) {
+		err = fmt.Errorf("has %d entries in %d bytes", len(segs), n)
 	}
-	sb, k := int(le.Uint64(m[8:])), int(le.Uint64(m[16:]))
-	if k > pcie.MaxSegs || n != pcie.TableHeader+16*k {
-		return bad("has %d entries in %d bytes (at most %d)", k, n, pcie.MaxSegs)
+	if err != nil {
+		return fmt.Errorf("rank %d sent a net staging table that %w: %w", rc.j, err, errs.ErrMismatch)
 	}
-	staging := rc.r.Mem.Len()
-	if k > 0 && (sb <= 0 || sb > staging) {
-		return bad("has slots of %d bytes", sb)
-	}
-	rc.sb, rc.segs = sb, make([]pcie.Seg, k)
-	total := 0
-	for i := range rc.segs {
-		e := m[pcie.TableHeader+16*i:]
-		sg := pcie.Seg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
-		if sg.Off < 0 || sg.N <= 0 || recv == nil || sg.Off > recv.Len()-sg.N {
-			return bad("puts %d bytes at offset %d of the recv buffer", sg.N, sg.Off)
-		}
-		total += sg.N
-		rc.segs[i] = sg
-	}
-	if total > staging || k > 0 && (total+sb-1)/sb > pcie.Slots {
-		return bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, staging, pcie.Slots)
-	}
+	rc.sb, rc.segs = sb, segs
 	return nil
 }

@@ -5,8 +5,8 @@
 // host-to-device into its own memory, so the bytes cross the PCIe bus
 // while the NVLink copy engines carry the rest. What goes over it, when,
 // and how it is ordered against the NVLink part is the business of the
-// data plane that uses it (collectives/direct, pcie.go there), as for
-// fabric/nvlink.
+// share that uses it (fabric/pcieshare, and fabric/netshare for its own
+// staging), as for fabric/nvlink.
 //
 // # Staging (staging.go)
 //

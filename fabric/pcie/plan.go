@@ -1,5 +1,10 @@
 package pcie
 
+import (
+	"encoding/binary"
+	"fmt"
+)
+
 // Seg is one staged piece: N bytes for offset Off of the receiver's
 // buffer. Pieces lie back to back in the staging buffer.
 type Seg struct{ Off, N int }
@@ -36,4 +41,53 @@ func Size(b int, f float64, staging, minSlot int) Plan {
 func (p Plan) Due(pushed, b, staged, n int) int {
 	want := (int64(min(pushed, b))*int64(p.Bytes)/int64(b) + Align - 1) / Align * Align
 	return max(0, min(int(min(want, int64(p.Bytes)))-staged, n, p.Cap-staged))
+}
+
+// AppendTable appends a staging table to b: call (the sender's call
+// number), slot bytes, the number of entries, then (offset, length) per
+// piece, 8 bytes each, little-endian.
+func AppendTable(b []byte, call uint64, slotBytes int, segs []Seg) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint64(b, call)
+	b = le.AppendUint64(b, uint64(slotBytes))
+	b = le.AppendUint64(b, uint64(len(segs)))
+	for _, sg := range segs {
+		b = le.AppendUint64(b, uint64(sg.Off))
+		b = le.AppendUint64(b, uint64(sg.N))
+	}
+	return b
+}
+
+// ParseTable reads the staging table at the start of m (it may be padded)
+// and checks it: at most MaxSegs entries, every piece inside a receive
+// buffer of recvLen bytes and a staging buffer of stagingLen, in at most
+// Slots slots. The error says what does not fit; a table that does not
+// is a protocol error, never a partial copy.
+func ParseTable(m []byte, recvLen, stagingLen int) (slotBytes int, segs []Seg, err error) {
+	le := binary.LittleEndian
+	if len(m) < TableHeader {
+		return 0, nil, fmt.Errorf("has %d bytes", len(m))
+	}
+	sb, n := int(le.Uint64(m[8:])), int(le.Uint64(m[16:]))
+	if n > MaxSegs || len(m) < TableHeader+16*n {
+		return 0, nil, fmt.Errorf("has %d entries in %d bytes (at most %d)", n, len(m), MaxSegs)
+	}
+	if n > 0 && (sb <= 0 || sb > stagingLen) {
+		return 0, nil, fmt.Errorf("has slots of %d bytes", sb)
+	}
+	segs = make([]Seg, n)
+	total := 0
+	for i := range segs {
+		e := m[TableHeader+16*i:]
+		sg := Seg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
+		if sg.Off < 0 || sg.N <= 0 || sg.Off > recvLen-sg.N {
+			return 0, nil, fmt.Errorf("puts %d bytes at offset %d of a %d-byte buffer", sg.N, sg.Off, recvLen)
+		}
+		total += sg.N
+		segs[i] = sg
+	}
+	if total > stagingLen || n > 0 && (total+sb-1)/sb > Slots {
+		return 0, nil, fmt.Errorf("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, stagingLen, Slots)
+	}
+	return sb, segs, nil
 }

@@ -1,6 +1,9 @@
 package pcie
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 func TestSize(t *testing.T) {
 	const mib = 1 << 20
@@ -53,6 +56,42 @@ func TestDue(t *testing.T) {
 		}
 		if staged != p.Bytes {
 			t.Fatalf("cut %d: staged %d, planned %d", cut, staged, p.Bytes)
+		}
+	}
+}
+
+// TestTable: a table AppendTable writes reads back whole, padded or not,
+// and ParseTable refuses every table that does not fit the receiver's
+// buffer or staging.
+func TestTable(t *testing.T) {
+	segs := []Seg{{Off: 0, N: 4096}, {Off: 65536, N: 8192}}
+	b := AppendTable(nil, 9, 4096, segs)
+	if len(b) != TableHeader+16*len(segs) {
+		t.Fatalf("table of %d bytes", len(b))
+	}
+	for _, m := range [][]byte{b, append(b, make([]byte, TableBytes-len(b))...)} {
+		sb, got, err := ParseTable(m, 1<<20, 1<<20)
+		if err != nil || sb != 4096 || !reflect.DeepEqual(got, segs) {
+			t.Fatalf("read back %d %v %v, want 4096 %v", sb, got, err, segs)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		m    []byte
+	}{
+		{"short", b[:TableHeader-1]},
+		{"entries beyond the bytes", b[:TableHeader+16]},
+		{"too many entries", AppendTable(nil, 1, 4096, make([]Seg, MaxSegs+1))},
+		{"zero slot", AppendTable(nil, 1, 0, segs)},
+		{"slot beyond the staging", AppendTable(nil, 1, 2<<20, segs)},
+		{"past recv", AppendTable(nil, 1, 4096, []Seg{{Off: 1<<20 - 4096, N: 8192}})},
+		{"negative offset", AppendTable(nil, 1, 4096, []Seg{{Off: -4096, N: 8192}})},
+		{"empty piece", AppendTable(nil, 1, 4096, []Seg{{Off: 0, N: 0}})},
+		{"too many slots", AppendTable(nil, 1, 4096, []Seg{{Off: 0, N: 17 * 4096}})},
+		{"past staging", AppendTable(nil, 1, 1<<19, []Seg{{Off: 0, N: 1 << 19}, {Off: 1 << 19, N: 1<<19 + 4096}})},
+	} {
+		if _, _, err := ParseTable(tc.m, 1<<20, 1<<20); err == nil {
+			t.Errorf("%s: accepted", tc.name)
 		}
 	}
 }

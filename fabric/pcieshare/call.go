@@ -253,18 +253,11 @@ func (x *Share) Send(context.Context, *gpu.Stream, *gpu.Buffer, []int) error { r
 // padded to pcie.MaxSegs entries so that j, which knows only that a table
 // comes, can post its receive with the exact length.
 func (x *Share) DoneMessage(j int, call uint64, b []byte) []byte {
-	le := binary.LittleEndian
-	b = le.AppendUint64(b, call)
 	t := x.Tx(j)
 	if t == nil || t.part.Plan.Bytes == 0 {
-		return b
+		return binary.LittleEndian.AppendUint64(b, call)
 	}
-	b = le.AppendUint64(b, uint64(t.part.Plan.SlotBytes))
-	b = le.AppendUint64(b, uint64(len(t.part.Segs)))
-	for _, sg := range t.part.Segs {
-		b = le.AppendUint64(b, uint64(sg.Off))
-		b = le.AppendUint64(b, uint64(sg.N))
-	}
+	b = pcie.AppendTable(b, call, t.part.Plan.SlotBytes, t.part.Segs)
 	return append(b, make([]byte, pcie.TableBytes-len(b))...)
 }
 
@@ -350,34 +343,14 @@ func (x *Share) unstage(j int, r *Rx, recv *gpu.Buffer, sb int, segs []pcie.Seg,
 	return nil
 }
 
-// ParseTable reads and checks peer j's staging table m: every piece must
-// lie inside recv and the staging buffer, in at most pcie.Slots slots. A
-// table that does not fit is a protocol error, never a partial copy.
+// ParseTable reads and checks peer j's staging table m (pcie.ParseTable:
+// every piece inside recv and the staging buffer, in at most pcie.Slots
+// slots). A table that does not fit is a protocol error, never a partial
+// copy.
 func (x *Share) ParseTable(j int, m []byte, r *Rx, recv *gpu.Buffer) (int, []pcie.Seg, error) {
-	le := binary.LittleEndian
-	sb, n := int(le.Uint64(m[8:])), int(le.Uint64(m[16:]))
-	bad := func(why string, a ...any) error {
-		return fmt.Errorf("rank %d on %s sent a pcie staging table that %s: %w", j, x.Host.PeerHost(j), fmt.Sprintf(why, a...), errs.ErrMismatch)
-	}
-	if n > pcie.MaxSegs {
-		return 0, nil, bad("has %d entries (at most %d)", n, pcie.MaxSegs)
-	}
-	if n > 0 && (sb <= 0 || sb > r.Mem.Len()) {
-		return 0, nil, bad("has slots of %d bytes", sb)
-	}
-	segs := make([]pcie.Seg, n)
-	total := 0
-	for i := range segs {
-		e := m[pcie.TableHeader+16*i:]
-		sg := pcie.Seg{Off: int(le.Uint64(e)), N: int(le.Uint64(e[8:]))}
-		if sg.Off < 0 || sg.N <= 0 || sg.Off > recv.Len()-sg.N {
-			return 0, nil, bad("puts %d bytes at offset %d of a %d-byte buffer", sg.N, sg.Off, recv.Len())
-		}
-		total += sg.N
-		segs[i] = sg
-	}
-	if total > r.Mem.Len() || n > 0 && (total+sb-1)/sb > pcie.Slots {
-		return 0, nil, bad("stages %d bytes in slots of %d (staging %d bytes, %d slots)", total, sb, r.Mem.Len(), pcie.Slots)
+	sb, segs, err := pcie.ParseTable(m, recv.Len(), r.Mem.Len())
+	if err != nil {
+		return 0, nil, fmt.Errorf("rank %d on %s sent a pcie staging table that %w: %w", j, x.Host.PeerHost(j), err, errs.ErrMismatch)
 	}
 	return sb, segs, nil
 }

@@ -119,8 +119,14 @@ func TestShareCall(t *testing.T) {
 	w := [2][]byte{make([]byte, Words), make([]byte, Words)}
 	sh[0].ReadyWords(1, w[0])
 	sh[1].ReadyWords(0, w[1])
-	s0, _ := devs[0].NewStream()
-	s1, _ := devs[1].NewStream()
+	s0, err := devs[0].NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, err := devs[1].NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := sh[0].Ready(s0, []int{1}, func(int) []byte { return w[1] }); err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +138,20 @@ func TestShareCall(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i*7 + 3)
 	}
-	src, _ := devs[0].Alloc(b)
-	recv, _ := devs[1].Alloc(2 * b)
-	s0.CopyHtoD(src, want)
-	s1.CopyHtoD(recv, make([]byte, 2*b))
+	src, err := devs[0].Alloc(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv, err := devs[1].Alloc(2 * b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s0.CopyHtoD(src, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.CopyHtoD(recv, make([]byte, 2*b)); err != nil {
+		t.Fatal(err)
+	}
 	// Two pushes of 128 KiB toward offset b of rank 1's recv, their tails
 	// (64 KiB each, what Plan.Due gives) staged.
 	for k := range 2 {
@@ -160,7 +176,9 @@ func TestShareCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make([]byte, 2*b)
-	s1.CopyDtoH(got, recv)
+	if err := s1.CopyDtoH(got, recv); err != nil {
+		t.Fatal(err)
+	}
 	exp := make([]byte, 2*b)
 	for k := range 2 {
 		lo := k*(b/2) + b/4

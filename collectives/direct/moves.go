@@ -242,8 +242,9 @@ func (p *directPlane) group(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 // round: the pushes' NVLink part as the same kernel storing into the
 // peers' recv; see pushes below.)
 //
-// The PCIe share (pcie*.go) does not apply: a pull pushes nothing, so
-// pushBytes is 0 for these calls and they move over NVLink only.
+// The PCIe share (fabric/pcieshare) does not apply: a pull pushes nothing, so
+// the call's split (split.go) gives them no bytes to split: they move over
+// NVLink only.
 //
 // # Ordering
 //

@@ -15,7 +15,7 @@ import (
 	"github.com/flexlink/flexlink/internal/pause"
 )
 
-// The wire of a call's net parts (netpart.go): after the work, every rank
+// The wire of a call's net parts (share.go): after the work, every rank
 // sends its parts and receives its peers' at once. The loop polls slot
 // events and requests and blocks on none, so no rank waits for another's
 // order; the only wait that depends on the GPU is a slot's D2H, which

@@ -72,7 +72,7 @@
 // # A rider
 //
 // A second staged link may ride with these pairs (the net share,
-// collectives/direct's netpart.go): it uses the pairs' planners (Open adds
+// fabric/netshare): it uses the pairs' planners (Open adds
 // its link) and timing probes; its parts on a pair are a Tx's and an Rx's
 // Rider.
 //

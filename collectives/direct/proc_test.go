@@ -282,8 +282,15 @@ func gpuChild(path string) error {
 			return err
 		}
 		dump := time.AfterFunc(time.Minute, func() {
-			fmt.Fprintf(os.Stderr, "rank %d: still running after a minute; goroutines:\n", c.Rank())
-			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+			w := os.Stderr
+			if dir := os.Getenv("DIRECT_TEST_DUMP_DIR"); dir != "" { // the GPU machine's $OUT
+				if f, err := os.Create(fmt.Sprintf("%s/rank%d.stacks", dir, c.Rank())); err == nil {
+					defer f.Close()
+					w = f
+				}
+			}
+			fmt.Fprintf(w, "rank %d: still running after a minute; goroutines:\n", c.Rank())
+			_ = pprof.Lookup("goroutine").WriteTo(w, 2)
 		})
 		defer dump.Stop()
 		big = 1 << 20

@@ -35,6 +35,11 @@ import (
 // communicator's asynchronous error (AsyncError) and ends it, as a failed
 // call always did.
 //
+// The engine never makes a driver call that waits for the context to be
+// idle (a module load, a free): the callers' streams wait for the engine,
+// so such a call would wait forever. Kernels load when Async is turned on;
+// outgrown scratch is kept until Close (collectives/direct).
+//
 // A call that would not wait (a flag kernel, a one-rank copy, a capture)
 // still runs on the caller's thread and stream when the engine is idle;
 // while the engine has calls, every later call goes to it too, so calls
@@ -91,6 +96,11 @@ func (d *DeviceComm) Async(ctx context.Context) error {
 	if d.async != nil {
 		return nil
 	}
+	// The engine must never wait for the context to be idle while callers'
+	// streams wait for it: a module load does, so the kernels load now.
+	if err := d.dev.LoadKernels(); err != nil {
+		return fmt.Errorf("rank %d: gpu async calls: %w", d.c.Rank(), err)
+	}
 	word, err := d.dev.AllocHost(8)
 	if err != nil {
 		return fmt.Errorf("rank %d: gpu async calls: release word: %w", d.c.Rank(), err)
@@ -105,6 +115,7 @@ func (d *DeviceComm) Async(ctx context.Context) error {
 		word.Free()
 		return fmt.Errorf("rank %d: gpu async calls: stream: %w", d.c.Rank(), err)
 	}
+	clear(word.Bytes()) // cuMemHostAlloc's memory is not zeroed: call numbers start at 1
 	a := &asyncQ{d: d, ctx: ctx, word: word, addr: addr, own: own, stopped: make(chan struct{})}
 	a.cond = sync.NewCond(&a.mu)
 	d.async = a

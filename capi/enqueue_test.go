@@ -162,7 +162,7 @@ func TestEnqueueAndReturn(t *testing.T) {
 // blocks its caller until released), and ncclCommGetAsyncError reports a
 // failure that names rank 1 as the one that has not called it.
 func TestEnqueueWithheldAbort(t *testing.T) {
-	f := newDevFixture(t, 3, gpufake.Config{}, "FLEXLINK_GPU_FLAG_BYTES", "0")
+	f := newDevFixture(t, 3, gpufake.Config{}, "FLEXLINK_GPU_FLAG_BYTES", "0", "FLEXLINK_GPU_ENQUEUE", "async")
 	count := 256
 	bufs := make([]*gpu.Buffer, 3)
 	for r := range 3 {

@@ -19,6 +19,8 @@ src=${1:?usage: gpu-enqueue.sh NCCL_TESTS_SRC}
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
+# Enqueue-and-return is opt-in (FLEXLINK_GPU_ENQUEUE, docs/GPU.md): on here.
+export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-async}
 LIB=$PWD/build/nccl/lib/libnccl.so.2
 if [ ! -f "$LIB" ] && [ -f "$LIB.xz" ]; then xz -d -k "$LIB.xz"; fi
 [ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
@@ -67,7 +69,7 @@ MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi
 step build timeout 300 make -s -j16 -C /tmp/nccl-tests MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
 	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
 B=/tmp/nccl-tests/build
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE)
 stamp "nccl-tests, 2 MPI ranks on GPU 0, eager and -G 10"
 # GRAPHS: the binaries also run with -G 10 (default: three, to fit a
 # device session; GRAPHS="all_reduce ... scatter" for every one).

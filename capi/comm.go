@@ -92,9 +92,7 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	}
 	if err == nil && rc != nil && c.prog.store != nil && c.nranks > 1 {
 		go c.answerStalls()
-		if dc != nil {
-			go c.watchStalls()
-		}
+		go c.watchStalls()
 	}
 	close(c.ready)
 	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split

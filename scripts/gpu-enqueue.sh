@@ -25,25 +25,8 @@ LIB=$PWD/build/nccl/lib/libnccl.so.2
 if [ ! -f "$LIB" ] && [ -f "$LIB.xz" ]; then xz -d -k "$LIB.xz"; fi
 [ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
 FR=(bin/flexrun --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib")
-T0=$(date +%s)
-stamp() { echo "== $(($(date +%s) - T0))s $*"; }
-fails=0
-step() { # step NAME CMD...: PASS on exit 0, no FAILED/SLOW/WRONG line, no non-zero "#wrong"
-	local name=$1 out rc wrong
-	shift
-	out=$("$@" 2>&1)
-	rc=$?
-	echo "== $name" >>"$OUT/enqueue.log"
-	echo "$out" >>"$OUT/enqueue.log"
-	echo "$out" | grep -E "Out of bounds|Avg bus|SLOW|WRONG|ENQUEUE rank 0 .* iter 1|error|Error|^flexrun:" | cut -c1-300 | tail -8
-	wrong=$(echo "$out" | grep -E "^# Out of bounds values" | grep -vE ": 0 OK" | head -1)
-	if [ $rc -eq 0 ] && ! echo "$out" | grep -qE "FAILED|^SLOW|^WRONG" && [ -z "$wrong" ]; then
-		echo "PASS $name"
-	else
-		echo "FAIL $name (exit $rc)"
-		fails=$((fails + 1))
-	fi
-}
+STEPLOG=$OUT/enqueue.log
+source scripts/gpu-step.sh
 : >"$OUT/enqueue.log"
 
 # PARTS picks the parts to run (default all): torch, nccl, failures.
@@ -54,7 +37,7 @@ stamp "a 300 ms kernel before all_reduce"
 step "enqueue.py 1 rank, torch's NCCL" timeout 120 python3 tests/torch/enqueue.py
 step "enqueue.py 1 rank, flexlink" timeout 120 env LD_PRELOAD=$LIB python3 tests/torch/enqueue.py
 step "enqueue.py 2 ranks, flexlink" timeout 180 "${FR[@]}" -np 2 python3 tests/torch/enqueue.py
-step "enqueue.py 4 ranks, flexlink" timeout 240 "${FR[@]}" -np 4 python3 tests/torch/enqueue.py
+step "enqueue.py 4 ranks, flexlink" timeout 300 "${FR[@]}" -np 4 python3 tests/torch/enqueue.py
 step "enqueue.py 2 ranks, FLEXLINK_GPU_ENQUEUE=sync (expected SLOW)" timeout 180 env FLEXLINK_GPU_ENQUEUE=sync "${FR[@]}" -np 2 python3 tests/torch/enqueue.py
 fails=$((fails - 1)) # the sync run is the control: it must be SLOW
 grep -q "^SLOW" <(sed -n '/FLEXLINK_GPU_ENQUEUE=sync/,$p' "$OUT/enqueue.log") || { echo "FAIL control: FLEXLINK_GPU_ENQUEUE=sync was not slow"; fails=$((fails + 2)); }

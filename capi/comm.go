@@ -493,9 +493,10 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 		// Calls on device buffers end on the device: one that timed out
 		// there (or whose communicator another member's timeout ended)
 		// names the members behind this rank's last collective.
-		if c.dc != nil {
-			ae = c.nameWithheld(c.prog.latest(), ae)
-		}
+		// A lost member or a mismatch first heard of here (a host-only
+		// communicator between calls, too) goes to flexrun's verdict as a
+		// failed call's would (report.go).
+		ae = c.nameWithheld(c.prog.latest(), ae)
 		// First heard of here: it is the process's last error too
 		// (ncclGetLastError(NULL)), as NCCL's WARN of it would make it.
 		c.note(ae)

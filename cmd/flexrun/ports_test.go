@@ -43,3 +43,27 @@ func TestPortRangeFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestPortRangeRemote: ranks started over ssh get the range too, from
+// the flag or from flexrun's FLEXLINK_PORT_RANGE, and dial a bootstrap
+// listening in it.
+func TestPortRangeRemote(t *testing.T) {
+	r := ports.Range{First: 31080, Last: 31089}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"flag", []string{"--port-range", r.String()}, nil},
+		{"environment", nil, []string{"FLEXLINK_PORT_RANGE=" + r.String()}},
+	} {
+		args := append(append(remoteArgs(t, "192.0.2.77:1,192.0.2.78:1"), c.args...), bins.probe, "env")
+		for rank, p := range reports(t, flexrun(t, runOpts{env: c.env}, args...), 2) {
+			_, bport, _ := net.SplitHostPort(p.Env["FLEXLINK_BOOTSTRAP"])
+			port, _ := strconv.Atoi(bport)
+			if p.Env["FLEXLINK_PORT_RANGE"] != r.String() || !r.Contains(port) {
+				t.Errorf("%s: rank %d: FLEXLINK_PORT_RANGE=%q, bootstrap port %q; want %v and a port in it", c.name, rank, p.Env["FLEXLINK_PORT_RANGE"], bport, r)
+			}
+		}
+	}
+}

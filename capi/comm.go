@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,11 @@ func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 
 // finish ends initialisation with err (nil: ready).
 func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
+	if err == nil && dc != nil && !strings.EqualFold(c.lib.env.String("FLEXLINK_GPU_ENQUEUE"), "sync") {
+		// Enqueue and return (collectives/plane/async.go), under the
+		// communicator's context: ncclCommAbort cancels it.
+		err = dc.Async(c.ctx)
+	}
 	c.rc, c.dc, c.initErr = rc, dc, err
 	if err == nil && c.fam == nil {
 		c.fam = &family{world: rc, srv: c.srv, served: c.served, n: 1}
@@ -85,6 +91,9 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	}
 	if err == nil && rc != nil && c.prog.store != nil && c.nranks > 1 {
 		go c.answerStalls()
+		if dc != nil {
+			go c.watchStalls()
+		}
 	}
 	close(c.ready)
 	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split

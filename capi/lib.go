@@ -100,6 +100,7 @@ func New(opt Options) *Library {
 		l.env = settings.OS()
 	}
 	l.env = ncclDebugEnv(l.env)
+	l.ids.env = l.env
 	if l.log == nil {
 		l.log = processLogger(l.env)
 	}

@@ -67,6 +67,9 @@ func (c *Comm) isRevoked() bool {
 // as every member revoked c before splitting it.
 func (c *Comm) split(color, key int) (*rank.Comm, error) {
 	if !c.isRevoked() {
+		if err := c.drain(); err != nil {
+			return nil, err
+		}
 		return c.rc.Split(c.ctx, color, key)
 	}
 	cp, err := c.rc.Shrink(c.ctx, nil)
@@ -77,9 +80,9 @@ func (c *Comm) split(color, key int) (*rank.Comm, error) {
 	return cp.Split(c.ctx, color, key)
 }
 
-// Finalize is ncclCommFinalize: flexlink's work is done when its call
-// returns (host buffers) or when its stream passes it (device buffers), so
-// there is nothing to flush; a communicator this rank revoked is refused
+// Finalize is ncclCommFinalize: it waits until the device calls handed to
+// the enqueue-and-return engine have been run (enqueue.go); what is left is
+// on the callers' streams. A communicator this rank revoked is refused
 // with ncclInvalidUsage, as NCCL documents (destroy or shrink it instead).
 func (l *Library) Finalize(h uintptr) error {
 	c, err := l.handles.comm(h, "ncclCommFinalize")
@@ -89,6 +92,8 @@ func (l *Library) Finalize(h uintptr) error {
 	if c.isRevoked() {
 		return fail(InvalidUsage, "ncclCommFinalize: communicator %#x (rank %d of %d) was revoked: destroy or shrink it", c.handle, c.rank, c.nranks)
 	}
-	_, _, _, err = l.Info(h, "ncclCommFinalize")
-	return err
+	if _, _, _, err = l.Info(h, "ncclCommFinalize"); err != nil {
+		return err
+	}
+	return c.drain()
 }

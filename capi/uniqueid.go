@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -185,10 +186,13 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 func netipZero() netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0) }
 
 // rendezvous are the ids this process made (ncclGetUniqueId), by nonce,
-// and the servers of those in use.
+// and the servers of those in use; and, under flexrun, the process's word
+// to flexrun's store about its communicators' ends (report.go).
 type rendezvous struct {
 	mu     sync.Mutex
 	served map[[nonceBytes]byte]*served
+	env    settings.Env // the library's (New sets it)
+	report jobReport
 }
 
 // served is the rendezvous of an id this process made: its server starts
@@ -208,6 +212,31 @@ func (r *rendezvous) add(info idInfo) {
 	r.mu.Unlock()
 }
 
+// livenessTimeout is how long a member of a rendezvous and its server
+// may each stay silent (paused, starved) before the other declares it
+// lost: FLEXLINK_LIVENESS_TIMEOUT, as for flexrun's jobs (the bootstrap's
+// own default, 1.5 s, would end a healthy job whose rank is stopped in a
+// debugger or starved on a loaded host). A closed connection, a dead
+// process, is noticed at once whatever it is.
+func livenessTimeout(env settings.Env) (time.Duration, error) {
+	d, err := env.Duration("FLEXLINK_LIVENESS_TIMEOUT")
+	if err != nil {
+		return 0, fail(InvalidArgument, "%w", err)
+	}
+	return d, nil
+}
+
+// rendezvousDial is how a rank joins the rendezvous of info as rank r of
+// size, from host: with the same liveness limit as its server.
+func (l *Library) rendezvousDial(info idInfo, r, size int, host string, log hclog.Logger) (bootstrap.DialConfig, error) {
+	liveness, err := livenessTimeout(l.env)
+	if err != nil {
+		return bootstrap.DialConfig{}, err
+	}
+	return bootstrap.DialConfig{Addr: info.Server(), Rank: r, Size: size, Secret: info.Secret, JobID: info.JobID(),
+		Host: host, Logger: log, PeerTimeout: liveness}, nil
+}
+
 // serve starts (once) the rendezvous of an id this process made and takes a
 // reference on it; it returns nil, nil for ids made elsewhere.
 func (r *rendezvous) serve(info idInfo, size int, log hclog.Logger) (*served, error) {
@@ -218,11 +247,17 @@ func (r *rendezvous) serve(info idInfo, size int, log hclog.Logger) (*served, er
 		return nil, nil
 	}
 	if s.srv == nil {
+		liveness, err := livenessTimeout(r.env)
+		if err != nil {
+			return nil, err
+		}
 		listen := fmt.Sprintf(":%d", info.Addr.Port())
 		// KeepOnLoss: a dead rank fails the communicators that hold it, and
 		// the survivors may still make new ones (ncclCommShrink).
+		// PeerTimeout: a member silent for the liveness limit is lost (a
+		// dead one's connection ends, and that is noticed at once).
 		srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: listen, Size: size, Secret: info.Secret, JobID: info.JobID(),
-			KeepOnLoss: true, Logger: log.Named("rendezvous")})
+			KeepOnLoss: true, Logger: log.Named("rendezvous"), PeerTimeout: liveness})
 		if err != nil {
 			return nil, fail(SystemError, "start the rendezvous of this ncclUniqueId on port %d: %w", info.Addr.Port(), err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/comm"
+	"github.com/flexlink/flexlink/internal/comm/join"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -43,6 +46,9 @@ type progress struct {
 	busy  atomic.Int32     // calls on host buffers in flight
 	kids  atomic.Uint64    // splits and shrinks made from it, which name theirs
 	asked atomic.Uint64    // the last request seen
+	// jobs are the members' ranks in flexrun's job, by comm rank (-1:
+	// not known), as the members last answered (report.go).
+	jobs atomic.Pointer[[]int]
 }
 
 // stallWait bounds the question: an abort with a call in flight waits for
@@ -57,6 +63,9 @@ type stallRequest struct {
 
 type stallAnswer struct {
 	Calls uint64 `json:"calls"` // collectives the member has called on the communicator
+	// Job is the member's rank in flexrun's job (FLEXLINK_RANK); absent
+	// when it was not started by flexrun.
+	Job *int `json:"job,omitempty"`
 }
 
 // childKey is the store name of the next communicator split or shrunk
@@ -104,6 +113,9 @@ func (c *Comm) answerStalls() {
 			p.asked.Store(k)
 		}
 		ans := stallAnswer{Calls: p.calls.Load()}
+		if jr, ok := join.LauncherRank(c.lib.env); ok {
+			ans.Job = &jr
+		}
 		var req stallRequest
 		if json.Unmarshal(b, &req) != nil || req.Rank == c.rank {
 			continue
@@ -120,15 +132,29 @@ func answerKey(comm string, k uint64, r int) string {
 }
 
 // nameWithheld adds to err, the end of this rank's collective number seq
-// by a timeout or an abort, the members that have not called it.
+// by a timeout or an abort, the members that have not called it; and
+// tells flexrun (report.go) why the call failed, when that is evidence
+// of the cause.
 func (c *Comm) nameWithheld(seq uint64, err error) error {
+	c.reportFailed(seq, err)
 	if !endedWaiting(err) {
 		return err
 	}
 	behind := c.askBehind(seq)
 	if len(behind) == 0 {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// This rank's own deadline passed in the call, but the members
+			// could not say who has not called it (the rendezvous was in
+			// a process that has exited): flexrun still hears that this
+			// rank waited in it, and names the members that said nothing.
+			// (A call that failed on another member's end of the
+			// communicator is no evidence: its rank may be the withholder,
+			// late.)
+			c.reportEnd(comm.EndReport{Kind: "timeout", Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
+		}
 		return err
 	}
+	c.withheldFor(c.prog.callName(seq), behind, callReportWait)
 	return fmt.Errorf("%s: %w", strings.Join(behind, "; "), err)
 }
 
@@ -172,10 +198,12 @@ func (c *Comm) askBehind(seq uint64) []string {
 		}
 	}
 	calls := make([]int64, c.nranks)
+	jobs := make([]int, c.nranks)
 	var wg sync.WaitGroup
 	for r := range c.nranks {
-		calls[r] = -1
+		calls[r], jobs[r] = -1, -1
 		if r == c.rank {
+			jobs[r], _ = join.LauncherRank(c.lib.env)
 			continue
 		}
 		wg.Add(1)
@@ -185,10 +213,14 @@ func (c *Comm) askBehind(seq uint64) []string {
 			var ans stallAnswer
 			if err == nil && json.Unmarshal(b, &ans) == nil {
 				calls[r] = int64(ans.Calls)
+				if ans.Job != nil {
+					jobs[r] = *ans.Job
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	p.jobs.Store(&jobs)
 	var behind []string
 	for r, n := range calls {
 		if n >= 0 && uint64(n) < seq {
@@ -200,4 +232,40 @@ func (c *Comm) askBehind(seq uint64) []string {
 		}
 	}
 	return behind
+}
+
+// reportWithheld says that this rank's collective call (callName's words:
+// "AllReduce #5") ended waiting for the members in behind (askBehind's
+// words, one per member) that have not called it: the text is the
+// communicator's last error and the process's (ncclGetLastError), a WARN
+// line (silent unless NCCL_DEBUG or FLEXLINK_DEBUG asks for it), and,
+// under flexrun, this rank's report of the communicator's end, so that
+// flexrun's verdict names the ranks that withheld the call (report.go).
+// It waits at most reportWait for the report; c.mu must not be held.
+func (c *Comm) reportWithheld(call string, behind []string) {
+	c.withheldFor(call, behind, reportWait)
+}
+
+// withheldFor is reportWithheld waiting at most wait for the report.
+func (c *Comm) withheldFor(call string, behind []string, wait time.Duration) {
+	if len(behind) == 0 {
+		return
+	}
+	text := fmt.Sprintf("rank %d of %d: %s did not complete: %s", c.rank, c.nranks, call, strings.Join(behind, "; "))
+	c.mu.Lock()
+	c.last = text
+	c.mu.Unlock()
+	c.lib.last.set(text)
+	c.lib.log.Warn("collective withheld", "rank", c.rank, "nranks", c.nranks, "call", call, "error", text)
+	c.reportEnd(comm.EndReport{Kind: "timeout", Text: text, InCall: call}, wait)
+}
+
+// jobMembers are the members' ranks in flexrun's job, nil unless every
+// member's is known (askBehind learns them).
+func (p *progress) jobMembers() []int {
+	jobs := p.jobs.Load()
+	if jobs == nil || slices.Contains(*jobs, -1) {
+		return nil
+	}
+	return slices.Clone(*jobs)
 }

@@ -180,11 +180,19 @@ func intersect(a, b []int) []int {
 
 // LoadCPUTopology reads this host's topology for mode: the CPUs of this
 // process's affinity mask, and for BindNUMA the NUMA nodes and the GPUs'
-// nodes from FLEXLINK_TOPO_FILE in env when set, else detected (NUMA nodes
-// from sysRoot/devices/system/node, GPUs through NVML when present).
-// sysRoot "" is /sys.
+// nodes from the topology file in env when set (topoFile), else detected
+// (NUMA nodes from sysRoot/devices/system/node, GPUs through NVML when
+// present). sysRoot "" is /sys.
 func LoadCPUTopology(mode BindTo, env settings.Env, sysRoot string) (CPUTopology, error) {
 	return loadTopology(mode, "", env, sysRoot)
+}
+
+// topoFile is the topology file the ranks' environment env names, as
+// the ranks themselves read it: FLEXLINK_TOPO_FILE, else NCCL_TOPO_FILE
+// (a job written for NCCL; settings.WithNCCL); "" when neither is set.
+// Binding then follows the same NUMA nodes and GPUs as the ranks do.
+func topoFile(env settings.Env) string {
+	return settings.WithNCCL(env).String("FLEXLINK_TOPO_FILE")
 }
 
 // loadTopology is LoadCPUTopology for ranks placed per unit (ppr:N:unit):
@@ -214,7 +222,7 @@ func loadTopology(mode BindTo, unit Domain, env settings.Env, sysRoot string) (C
 	}
 	var h *topo.Host
 	var err error
-	if f := env.String("FLEXLINK_TOPO_FILE"); f != "" {
+	if f := topoFile(env); f != "" {
 		h, err = topo.Load(f)
 		t.Source = f
 	} else {

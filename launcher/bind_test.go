@@ -148,6 +148,49 @@ func TestLoadCPUTopologyFromFile(t *testing.T) {
 	}
 }
 
+// TestBindingTopologyFile: binding reads the topology file the ranks
+// read: FLEXLINK_TOPO_FILE, else NCCL_TOPO_FILE (a job written for NCCL),
+// the FLEXLINK name winning when both are set; so does counting the NUMA
+// nodes for --map-by ppr:N:numa. The two files differ (two NUMA nodes,
+// GPU 0 on node 1; three nodes, GPU 0 on node 2), so the one read shows.
+func TestBindingTopologyFile(t *testing.T) {
+	two := writeTwoNUMATopo(t)
+	three := filepath.Join(t.TempDir(), "three.json")
+	must(t, os.WriteFile(three, []byte(`{"hostname":"h","numa":[{"id":0,"cpus":"0"},{"id":1,"cpus":"1"},{"id":2,"cpus":"2"}],
+	"gpus":[{"index":0,"bus_id":"0000:01:00.0","numa_node":2}],"nics":[]}`), 0o644))
+	sysRoot := fakeSys(t, map[int]string{0: "0-7"}, []int{0, 0, 0, 0, 0, 0, 0, 0}) // one node, when no file is read
+	tests := []struct {
+		name     string
+		env      map[string]string
+		source   string
+		numa     int // nodes read
+		gpu0Node int // GPU 0's node, where --bind-to gpu puts rank 0
+	}{
+		{"FLEXLINK_TOPO_FILE", map[string]string{"FLEXLINK_TOPO_FILE": two}, two, 2, 1},
+		{"NCCL_TOPO_FILE", map[string]string{"NCCL_TOPO_FILE": three}, three, 3, 2},
+		{"both: FLEXLINK's wins", map[string]string{"FLEXLINK_TOPO_FILE": two, "NCCL_TOPO_FILE": three}, two, 2, 1},
+		{"FLEXLINK's empty: NCCL's", map[string]string{"FLEXLINK_TOPO_FILE": "", "NCCL_TOPO_FILE": three}, three, 3, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := settings.Map(tc.env)
+			got, err := LoadCPUTopology(BindGPU, env, sysRoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Source != tc.source || len(got.NUMA) != tc.numa {
+				t.Errorf("read %d NUMA nodes from %s, want %d from %s", len(got.NUMA), got.Source, tc.numa, tc.source)
+			}
+			if b := bindGPU(got, Placement{GPU: 0}); b.NUMA != tc.gpu0Node {
+				t.Errorf("GPU 0's rank bound to NUMA node %d, want %d", b.NUMA, tc.gpu0Node)
+			}
+			if numa, _ := CountDomains(env, sysRoot); numa != tc.numa {
+				t.Errorf("CountDomains: %d NUMA nodes, want %d", numa, tc.numa)
+			}
+		})
+	}
+}
+
 // allowedCPUs runs cat /proc/self/status through the spawner with cpus
 // and returns the child's Cpus_allowed_list.
 func allowedCPUs(t *testing.T, sp *spawner, cpus []int) []int {

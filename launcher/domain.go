@@ -64,8 +64,8 @@ func setDomains(plan []Placement, unit Domain, perUnit int) {
 
 // CountDomains counts this host's NUMA nodes with CPUs and its sockets
 // from sysfs under sysRoot ("" is /sys), or the NUMA nodes of the
-// topology file FLEXLINK_TOPO_FILE when env sets it: the same sources as
-// binding reads. A count it cannot read is 0.
+// topology file when env names one (FLEXLINK_TOPO_FILE or NCCL_TOPO_FILE,
+// topoFile): the same sources as binding reads. A count it cannot read is 0.
 func CountDomains(env settings.Env, sysRoot string) (numaNodes, sockets int) {
 	if sysRoot == "" {
 		sysRoot = "/sys"
@@ -76,10 +76,10 @@ func CountDomains(env settings.Env, sysRoot string) (numaNodes, sockets int) {
 }
 
 // numaCPUs is the CPUs of each NUMA node with CPUs, in node order, with
-// the node ids: from FLEXLINK_TOPO_FILE when set, else sysRoot's
-// devices/system/node/node*/cpulist.
+// the node ids: from the topology file when env names one (topoFile),
+// else sysRoot's devices/system/node/node*/cpulist.
 func numaCPUs(env settings.Env, sysRoot string) (cpus [][]int, ids []int) {
-	if f := env.String("FLEXLINK_TOPO_FILE"); f != "" {
+	if f := topoFile(env); f != "" {
 		h, err := topo.Load(f)
 		if err != nil {
 			return nil, nil

@@ -154,15 +154,15 @@ func (job Job) bootstrapHost(host string, info agentHello) (string, error) {
 }
 
 // remoteEnv is what the agents set over their own environment before the
-// rank variables: the -x exports and flexrun's FLEXLINK_* settings (not
-// FLEXLINK_HOSTNAME, which names one host). The rest of flexrun's
-// environment stays here, as with mpirun: a remote rank starts from its
-// host's login environment.
+// rank variables: the -x exports and flexrun's FLEXLINK_* and NCCL_*
+// settings (forwardedSetting). The rest of flexrun's environment stays
+// here, as with mpirun: a remote rank starts from its host's login
+// environment.
 func (job Job) remoteEnv() []string {
 	var env []string
 	for _, kv := range job.Environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "FLEXLINK_") && k != "FLEXLINK_HOSTNAME" && !isRankVar(k) {
+		if forwardedSetting(k) {
 			env = setEnv(env, k, kv[len(k)+1:])
 		}
 	}
@@ -177,6 +177,22 @@ func (job Job) remoteEnv() []string {
 		env = setEnv(env, k, v)
 	}
 	return env
+}
+
+// forwardedSetting reports whether flexrun's variable k goes to every
+// remote rank as local ranks inherit it: flexlink's settings (FLEXLINK_*)
+// and NCCL's (NCCL_*: libnccl maps those with a flexlink meaning onto
+// flexlink's settings and names the others), but not those that name one
+// host (FLEXLINK_HOSTNAME, NCCL_HOSTID) nor those flexrun sets for each
+// rank.
+func forwardedSetting(k string) bool {
+	switch {
+	case k == "FLEXLINK_HOSTNAME" || k == "NCCL_HOSTID" || isRankVar(k):
+		return false
+	case strings.HasPrefix(k, "FLEXLINK_") || strings.HasPrefix(k, "NCCL_"):
+		return true
+	}
+	return false
 }
 
 // domainCounts fills in the NUMA node and socket counts that

@@ -77,13 +77,35 @@ func TestSrunCommand(t *testing.T) {
 }
 
 func TestRemoteEnv(t *testing.T) {
-	job := Job{RankEnv: RankEnv{
-		Environ: []string{"PATH=/head/bin", "FLEXLINK_DEBUG=INFO", "FLEXLINK_HOSTNAME=head", "FLEXLINK_RANK=9", "HOME=/root", "WANDB_KEY=k"},
-		Exports: []string{"WANDB_KEY", "LR=0.1,0.2", "ABSENT"},
-	}}
-	want := []string{"FLEXLINK_DEBUG=INFO", "WANDB_KEY=k", "LR=0.1,0.2"}
-	if got := job.remoteEnv(); !reflect.DeepEqual(got, want) {
-		t.Errorf("got %q, want %q", got, want)
+	tests := []struct {
+		name             string
+		environ, exports []string
+		want             []string
+	}{
+		{name: "FLEXLINK_ settings and -x exports",
+			environ: []string{"PATH=/head/bin", "FLEXLINK_DEBUG=INFO", "FLEXLINK_HOSTNAME=head", "FLEXLINK_RANK=9", "HOME=/root", "WANDB_KEY=k"},
+			exports: []string{"WANDB_KEY", "LR=0.1,0.2", "ABSENT"},
+			want:    []string{"FLEXLINK_DEBUG=INFO", "WANDB_KEY=k", "LR=0.1,0.2"}},
+		{name: "NCCL_ settings as FLEXLINK_ ones",
+			environ: []string{"NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=^docker,lo", "NCCL_IB_HCA=mlx5_0:1", "PATH=/head/bin", "NCCL_ALGO=Ring"},
+			want:    []string{"NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=^docker,lo", "NCCL_IB_HCA=mlx5_0:1", "NCCL_ALGO=Ring"}},
+		{name: "not a host's own name",
+			environ: []string{"NCCL_HOSTID=head-7", "FLEXLINK_HOSTNAME=head", "NCCL_P2P_DISABLE=1"},
+			want:    []string{"NCCL_P2P_DISABLE=1"}},
+		{name: "names that only look alike",
+			environ: []string{"MY_NCCL_X=1", "NCCL=1", "nccl_debug=info", "XFLEXLINK_Y=2"}},
+		{name: "-x wins over flexrun's own value",
+			environ: []string{"NCCL_BUFFSIZE=4194304"},
+			exports: []string{"NCCL_BUFFSIZE=8388608"},
+			want:    []string{"NCCL_BUFFSIZE=8388608"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			job := Job{RankEnv: RankEnv{Environ: tc.environ, Exports: tc.exports}}
+			if got := job.remoteEnv(); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

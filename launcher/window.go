@@ -3,6 +3,8 @@ package launcher
 import (
 	"slices"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/comm/join"
 )
 
 // The cause window's evidence: what the bootstrap server reported, the
@@ -101,12 +103,16 @@ func (s *supervisor) reportsReady() <-chan struct{} {
 
 // drainReports adds what the bootstrap server reported since the last
 // look to the evidence. A rank joining after another exited 0 before
-// joining dooms the job: that fails it.
+// joining dooms the job: that fails it. A reporter's join, goodbye and
+// loss are left out (isEvidence).
 func (s *supervisor) drainReports() {
 	if s.reports == nil {
 		return
 	}
 	for _, r := range s.reports.take() {
+		if !isEvidence(r) {
+			continue
+		}
 		s.evidence.add(r)
 		if r.Kind != ReportJoined || s.cause != nil {
 			continue
@@ -117,6 +123,18 @@ func (s *supervisor) drainReports() {
 			}
 		}
 	}
+}
+
+// isEvidence reports whether r, a report of the bootstrap server, is
+// evidence. A process that joined the store only to publish why its
+// communicators ended (flexlink's libnccl in a PyTorch rank: its
+// communicators meet elsewhere; join.DialReporter) reports only through
+// those ends: that it joined, left or was lost says nothing of the
+// program's use of the store (most ranks of such a job never join it, and
+// a rank that exits while its report is still open has not "exited
+// without closing the job").
+func isEvidence(r BootstrapReport) bool {
+	return r.Kind == ReportEnd || !join.IsReporterHost(r.Host)
 }
 
 // endedBeforeJoin fails the job for o, a rank that exited 0 before it

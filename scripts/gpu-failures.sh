@@ -26,14 +26,22 @@ else
 	echo "FAIL kill -9 rank 2: exit $rc, ${took}s after the kill"; fails=$((fails + 1))
 fi
 
+start=$(now)
 out=$(timeout 120 $FR -np 4 python3 tests/torch/failures.py withhold 2>&1); rc=$?
 echo "$out" | grep -E "WITHHELD-ERROR|^flexrun:" | cut -c1-400 | head -6
 # Within the group's 8 s timeout (and torch's watchdog), not when rank 1
 # finally exits at 60 s: an error that names rank 1 only because it
 # exited does not count.
+# The calls return once enqueued, so torch's watchdog sees the work time
+# out at 8 s; by default (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) it ends the
+# process rather than raising in the main thread. Either the ranks' error
+# or flexrun's verdict (from the stall reports the ranks publish after 5 s,
+# capi/enqueue.go) must name rank 1.
+took=$(awk "BEGIN{print $(now) - $start}")
 n=$(echo "$out" | grep -E "WITHHELD-ERROR rank [023] after ([0-9]|1[0-9])\.[0-9]s" | grep -cE "rank 1\b")
-if [ "$n" -ge 1 ]; then
-	echo "PASS withheld all_reduce: $n of 3 ranks ended within 20 s with an error naming rank 1 (exit $rc)"
+v=$(echo "$out" | grep -E "^flexrun: " | head -3 | grep -cE "rank 1\b.*(not called|did not take part|withh)")
+if [ "$n" -ge 1 ] || { [ "$v" -ge 1 ] && awk "BEGIN{exit !($took < 25)}"; }; then
+	echo "PASS withheld all_reduce: $n of 3 ranks' errors name rank 1; flexrun's verdict names it: $v; ended after ${took}s (exit $rc)"
 else
 	echo "FAIL withheld all_reduce: no rank ended within 20 s with an error naming rank 1 (exit $rc)"; fails=$((fails + 1))
 fi

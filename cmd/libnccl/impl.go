@@ -42,6 +42,7 @@ func lib() *capi.Library {
 		takeDebugEnv()
 		env := settings.Env(libEnv)
 		startProfile(env)
+		startStackDump(env)
 		opt := capi.Options{Env: env}
 		if C.fl_cuda_open() != 0 {
 			opt.Memory = cudaMemory{}

@@ -48,3 +48,22 @@ func startProfile(env settings.Env) {
 	}
 	time.AfterFunc(time.Duration(secs)*time.Second, profileStop)
 }
+
+// startStackDump writes every goroutine's stack of the library to stderr
+// once FLEXLINK_STACK_DUMP_AFTER has passed since the first NCCL call (a
+// job that hangs shows where each rank's library waits; a C library's
+// process gets no SIGQUIT dump from Go).
+func startStackDump(env settings.Env) {
+	d, err := env.Duration("FLEXLINK_STACK_DUMP_AFTER")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "flexlink: %v\n", err)
+		return
+	}
+	if d <= 0 {
+		return
+	}
+	time.AfterFunc(d, func() {
+		fmt.Fprintf(os.Stderr, "flexlink: pid %d: goroutines after FLEXLINK_STACK_DUMP_AFTER=%v:\n", os.Getpid(), d)
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +118,27 @@ func TestGPUProcsShared(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUProcsAsync: enqueue-and-return (collectives/plane/async.go) in
+// real processes: 2 and 4 ranks on GPU 0 (the leader path), and one rank
+// per GPU with the flag kernels off (the handshake paths) where there are
+// 2+ GPUs; the sweep against the float64 reference.
+func TestGPUProcsAsync(t *testing.T) {
+	drv := openGPUs(t, 1)
+	for _, n := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%dranks-shared", n), func(t *testing.T) {
+			runGPUProcs(t, n, func(int) int { return 0 }, "direct", []string{asyncEnv + "=1", sharedGPUEnv + "=1"})
+		})
+	}
+	if g := min(drv.DeviceCount(), 8); g >= 2 {
+		t.Run(fmt.Sprintf("%dranks-handshake", g), func(t *testing.T) {
+			runGPUProcs(t, g, func(r int) int { return r }, "direct", []string{asyncEnv + "=1", "FLEXLINK_GPU_FLAG_BYTES=0", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"})
+		})
+	}
+}
+
+// asyncEnv tells gpuChild to turn on enqueue-and-return.
+const asyncEnv = "DIRECT_TEST_ASYNC"
 
 // sharedGPUEnv tells gpuChild that every rank is on one GPU.
 const sharedGPUEnv = "DIRECT_TEST_SHARED_GPU"
@@ -252,6 +274,26 @@ func gpuChild(path string) error {
 	}
 	if r.dc.Path() != path {
 		return fmt.Errorf("rank %d: plane %s, want %s", c.Rank(), r.dc.Path(), path)
+	}
+	if os.Getenv(asyncEnv) == "1" {
+		// Enqueue and return; a child still running after a minute prints
+		// its goroutines (a hang shows where).
+		if err := r.dc.Async(ctx); err != nil {
+			return err
+		}
+		dump := time.AfterFunc(time.Minute, func() {
+			w := os.Stderr
+			if dir := os.Getenv("DIRECT_TEST_DUMP_DIR"); dir != "" { // the GPU machine's $OUT
+				if f, err := os.Create(fmt.Sprintf("%s/rank%d.stacks", dir, c.Rank())); err == nil {
+					defer f.Close()
+					w = f
+				}
+			}
+			fmt.Fprintf(w, "rank %d: still running after a minute; goroutines:\n", c.Rank())
+			_ = pprof.Lookup("goroutine").WriteTo(w, 2)
+		})
+		defer dump.Stop()
+		big = 1 << 20
 	}
 	if os.Getenv(captureEnv) == "1" {
 		return captureChild(ctx, r, 1<<20)

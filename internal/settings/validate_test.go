@@ -54,6 +54,8 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_PXN_GPU_HANDOFF":        {[]string{"0", "1", "true"}, []string{"2", "ipc"}},
 	"FLEXLINK_GPU_PATH":               {[]string{"auto", "direct", "staged"}, []string{"fast"}},
 	"FLEXLINK_GPU_SHARED":             {[]string{"leader", "events"}, []string{"auto", "one"}},
+	"FLEXLINK_STACK_DUMP_AFTER":       {[]string{"0", "90s"}, []string{"soon", "-1s"}},
+	"FLEXLINK_GPU_ENQUEUE":            {[]string{"async", "SYNC"}, []string{"on", "1"}},
 	"FLEXLINK_GPU_CHUNK_BYTES":        {[]string{"65536", "16M"}, []string{"65535", "1K", "x"}},
 	"FLEXLINK_GPU_COPY_STREAMS":       {[]string{"1", "16"}, []string{"0", "17"}},
 	"FLEXLINK_GPU_ALLREDUCE":          {[]string{"read", "push", "auto"}, []string{"pull", "store"}},

@@ -12,11 +12,12 @@ withhold: a group made with an 8 s timeout; rank 1 skips one all_reduce on
           it. The other ranks must end with an error; each prints
           "WITHHELD-ERROR rank R after Ts: <message>" (the script checks
           that the message names rank 1).
-abort:    rank 1 never calls the 3rd all_reduce, so rank 0 blocks in it
-          (ranks sharing a GPU wait on the host); a watchdog thread on rank
-          0 aborts the process group after 2 s and prints "ABORT-RETURNED
-          <s>" (abort's own time) and the blocked call's "BLOCKED-RETURNED
-          <s>" (from the abort to the call's return).
+abort:    rank 1 never calls the 3rd all_reduce, so rank 0's stream waits
+          in it (the call itself returns once enqueued); a watchdog thread
+          on rank 0 aborts the process group after 2 s and prints
+          "ABORT-RETURNED <s>" (abort's own time) and "BLOCKED-RETURNED
+          <s>" (from the abort to the end of the stream's wait, or to an
+          error from the call).
 Every rank uses cuda:0.
 """
 import os
@@ -73,15 +74,22 @@ elif mode == "abort":
             def watchdog():
                 time.sleep(2)
                 t = time.time()
+                watchdog.at = t
                 dist.distributed_c10d._abort_process_group()
                 print(f"ABORT-RETURNED {time.time() - t:.3f}", flush=True)
-                watchdog.at = t
             watchdog.at = None
             threading.Thread(target=watchdog, daemon=True).start()
             try:
+                # The call returns once enqueued (NCCL's semantics, and
+                # flexlink's: collectives/plane/async.go); the stream then
+                # waits for rank 1 until the abort releases it.
                 dist.all_reduce(x)
                 torch.cuda.synchronize()
-                print("BLOCKED-RETURNED no error", flush=True)
+                at = watchdog.at
+                if at is None:
+                    print("BLOCKED-RETURNED before the abort: all_reduce completed without rank 1", flush=True)
+                else:
+                    print(f"BLOCKED-RETURNED {time.time() - at:.3f} (the stream released by the abort)", flush=True)
             except Exception as e:  # noqa: BLE001
                 at = watchdog.at or time.time()
                 print(f"BLOCKED-RETURNED {time.time() - at:.3f} error: {' '.join(str(e).split())[:300]}", flush=True)

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Issue 29's enqueue-and-return checks on a one-GPU machine (nvidia-h200),
+# from the repository root with bin/flexrun and build/nccl carried (make
+# build libnccl, or the flexlink_noptx builds with gpu/kernels/fatbin):
+#
+#   bash scripts/gpu-enqueue.sh NCCL_TESTS_SRC
+#
+#  1. tests/torch/enqueue.py at 1, 2 and 4 ranks on GPU 0 (flexrun --nccl;
+#     1 rank beside torch's own NCCL): all_reduce behind a 300 ms kernel
+#     returns in at most 100 us, runs after the kernel, and is right;
+#  2. nccl-tests built against the installed NCCL header, every binary at
+#     2 MPI ranks on GPU 0 eager (and GRAPHS with -G 10), all_reduce and
+#     alltoall at 4, -c 1: every call of the shared-GPU leader path and of
+#     the handshake paths is handed to the library's engine;
+#  3. tests/torch/failures.py (scripts/gpu-failures.sh).
+# Each step prints PASS or FAIL; logs go to $OUT (default /tmp/flexlink-out).
+set -uo pipefail
+src=${1:?usage: gpu-enqueue.sh NCCL_TESTS_SRC}
+OUT=${OUT:-/tmp/flexlink-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
+LIB=$PWD/build/nccl/lib/libnccl.so.2
+if [ ! -f "$LIB" ] && [ -f "$LIB.xz" ]; then xz -d -k "$LIB.xz"; fi
+[ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
+FR=(bin/flexrun --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib")
+T0=$(date +%s)
+stamp() { echo "== $(($(date +%s) - T0))s $*"; }
+fails=0
+step() { # step NAME CMD...: PASS on exit 0, no FAILED/SLOW/WRONG line, no non-zero "#wrong"
+	local name=$1 out rc wrong
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	echo "== $name" >>"$OUT/enqueue.log"
+	echo "$out" >>"$OUT/enqueue.log"
+	echo "$out" | grep -E "Out of bounds|Avg bus|SLOW|WRONG|ENQUEUE rank 0 .* iter 1|error|Error|^flexrun:" | cut -c1-300 | tail -8
+	wrong=$(echo "$out" | grep -E "^# Out of bounds values" | grep -vE ": 0 OK" | head -1)
+	if [ $rc -eq 0 ] && ! echo "$out" | grep -qE "FAILED|^SLOW|^WRONG" && [ -z "$wrong" ]; then
+		echo "PASS $name"
+	else
+		echo "FAIL $name (exit $rc)"
+		fails=$((fails + 1))
+	fi
+}
+: >"$OUT/enqueue.log"
+
+# PARTS picks the parts to run (default all): torch, nccl, failures.
+PARTS=${PARTS:-torch nccl failures}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if part torch; then
+stamp "a 300 ms kernel before all_reduce"
+step "enqueue.py 1 rank, torch's NCCL" timeout 120 python3 tests/torch/enqueue.py
+step "enqueue.py 1 rank, flexlink" timeout 120 env LD_PRELOAD=$LIB python3 tests/torch/enqueue.py
+step "enqueue.py 2 ranks, flexlink" timeout 180 "${FR[@]}" -np 2 python3 tests/torch/enqueue.py
+step "enqueue.py 4 ranks, flexlink" timeout 240 "${FR[@]}" -np 4 python3 tests/torch/enqueue.py
+step "enqueue.py 2 ranks, FLEXLINK_GPU_ENQUEUE=sync (expected SLOW)" timeout 180 env FLEXLINK_GPU_ENQUEUE=sync "${FR[@]}" -np 2 python3 tests/torch/enqueue.py
+fails=$((fails - 1)) # the sync run is the control: it must be SLOW
+grep -q "^SLOW" <(sed -n '/FLEXLINK_GPU_ENQUEUE=sync/,$p' "$OUT/enqueue.log") || { echo "FAIL control: FLEXLINK_GPU_ENQUEUE=sync was not slow"; fails=$((fails + 2)); }
+
+fi
+
+if part nccl; then
+stamp "build nccl-tests against the installed NCCL"
+[ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi
+step build timeout 300 make -s -j16 -C /tmp/nccl-tests MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
+	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
+B=/tmp/nccl-tests/build
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE)
+stamp "nccl-tests, 2 MPI ranks on GPU 0, eager and -G 10"
+# GRAPHS: the binaries also run with -G 10 (default: three, to fit a
+# device session; GRAPHS="all_reduce ... scatter" for every one).
+GRAPHS=${GRAPHS:-all_reduce alltoall sendrecv}
+for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+	step "${t}_perf 2 MPI ranks" timeout 180 "${MPIRUN[@]}" -np 2 $B/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2
+	if [[ " $GRAPHS " == *" $t "* ]]; then
+		step "${t}_perf -G 10, 2 MPI ranks" timeout 180 "${MPIRUN[@]}" -np 2 $B/${t}_perf -b 8 -e 1M -f 8 -g 1 -G 10 -c 1 -n 5 -w 2
+	fi
+done
+stamp "nccl-tests, 4 MPI ranks on GPU 0"
+for t in all_reduce alltoall; do
+	step "${t}_perf 4 MPI ranks" timeout 240 "${MPIRUN[@]}" -np 4 $B/${t}_perf -b 8 -e 1M -f 8 -g 1 -c 1 -n 5 -w 2
+done
+fi
+
+if part failures; then
+	stamp "failures (scripts/gpu-failures.sh)"
+	bash scripts/gpu-failures.sh 2>&1 | tee -a "$OUT/enqueue.log" | grep -E "^(PASS|FAIL)|WITHHELD|^flexrun" | cut -c1-400
+	[ "${PIPESTATUS[0]}" -eq 0 ] || fails=$((fails + 1))
+fi
+stamp "done: $fails failed"
+[ $fails -eq 0 ]

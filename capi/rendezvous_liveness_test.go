@@ -60,8 +60,8 @@ func TestLivenessTimeoutSetting(t *testing.T) {
 // barrier fails naming it), which shows the setting is what keeps it. A
 // member whose process is killed is lost at once whatever the limit: the
 // other's barrier fails within 2 s naming it. The member is another
-// process (a copy of the test binary) with a silence limit of its own
-// long enough for the pause.
+// process (a copy of the test binary) that dials the rendezvous as
+// ncclCommInitRank does (rendezvousDial), with the same setting.
 func TestRendezvousLiveness(t *testing.T) {
 	if os.Getenv(liveHelperEnv) != "" {
 		return // inside the member: TestRendezvousMemberHelper runs
@@ -104,7 +104,10 @@ func testRendezvousLiveness(t *testing.T, liveness string, kill, survives bool) 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRendezvousMemberHelper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), liveHelperEnv+"=1", "HELPER_ADDR="+info.Server(), "HELPER_SECRET="+hex.EncodeToString(info.Secret), "HELPER_JOB="+info.JobID())
+	// The member's id: its own copy of the one this process made (it
+	// dials as ncclCommInitRank does, rendezvousDial), and its settings.
+	raw := info.encode()
+	cmd.Env = append(os.Environ(), liveHelperEnv+"=1", "HELPER_ID="+hex.EncodeToString(raw[:]), "HELPER_LIVENESS="+liveness)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -187,19 +190,33 @@ func testRendezvousLiveness(t *testing.T, liveness string, kill, survives bool) 
 }
 
 // TestRendezvousMemberHelper is TestRendezvousLiveness's member: rank 1
-// of the rendezvous, with a silence limit of its own of 30 s.
+// of the rendezvous, dialling it as ncclCommInitRank does
+// (rendezvousDial: the silence limit FLEXLINK_LIVENESS_TIMEOUT, from
+// HELPER_LIVENESS when set).
 func TestRendezvousMemberHelper(t *testing.T) {
 	if os.Getenv(liveHelperEnv) == "" {
 		return
 	}
-	secret, err := hex.DecodeString(os.Getenv("HELPER_SECRET"))
+	raw, err := hex.DecodeString(os.Getenv("HELPER_ID"))
+	if err != nil || len(raw) != UniqueIDBytes {
+		t.Fatalf("HELPER_ID: %v", err)
+	}
+	info, err := decodeID(UniqueID(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	if v := os.Getenv("HELPER_LIVENESS"); v != "" {
+		env["FLEXLINK_LIVENESS_TIMEOUT"] = v
+	}
+	l := New(Options{Env: settings.Map(env)})
+	cfg, err := l.rendezvousDial(info, 1, 2, "member", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{Addr: os.Getenv("HELPER_ADDR"), Rank: 1, Size: 2, Secret: secret,
-		JobID: os.Getenv("HELPER_JOB"), PeerTimeout: 30 * time.Second})
+	store, err := bootstrap.Dial(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

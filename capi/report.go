@@ -94,7 +94,10 @@ func (j *jobReport) publish(env settings.Env, log hclog.Logger, e comm.EndReport
 }
 
 // send joins flexrun's store, publishes the queue until it is empty, and
-// says goodbye.
+// says goodbye. The reports are done once the goodbye has left: a
+// process that exits with its connection still open fails flexrun's
+// store (a rank lost), and the reports of other ranks still on their way
+// would be refused.
 func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), reportDial)
 	rep, err := join.DialReporter(ctx, env, log.Named("report"))
@@ -102,6 +105,7 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 	if err != nil {
 		log.Debug("cannot report to flexrun", "error", err)
 	}
+	var sent []chan struct{}
 	for {
 		j.mu.Lock()
 		if len(j.queue) == 0 {
@@ -123,10 +127,13 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 				log.Debug("report to flexrun", "comm", q.e.Comm, "error", perr)
 			}
 		}
-		close(q.done)
+		sent = append(sent, q.done)
 	}
 	if err == nil {
 		_ = rep.Store.Close()
+	}
+	for _, done := range sent {
+		close(done)
 	}
 }
 

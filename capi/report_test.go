@@ -27,7 +27,10 @@ const reportHelperEnv = "CAPI_REPORT_HELPER" // not FLEXLINK_: flexrun warns of 
 // the others' reports (report.go), not the first rank that gave up (a
 // healthy one: flexrun saw only that before), and end the job within a
 // few seconds of the timeout. And where the rank calls an allgather
-// instead, the verdict is the collective mismatch, naming its call.
+// instead, the verdict is the collective mismatch, naming its call; and
+// a healthy job whose ranks exit without ncclCommDestroy (as PyTorch
+// scripts without destroy_process_group do) ends with status 0 and
+// nothing said: the ranks never joined flexrun's store.
 func TestFlexrunVerdictLibnccl(t *testing.T) {
 	if os.Getenv(reportHelperEnv) != "" {
 		return // inside a rank: TestFlexrunRankHelper runs
@@ -53,6 +56,7 @@ func TestFlexrunVerdictLibnccl(t *testing.T) {
 		{n: 4, bad: 3, how: "withhold",
 			first:  `^rank 3 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 1, 2 timed out waiting for it(; terminating 1 other rank)?$`,
 			second: `^ranks 0, 1, 2 stopped: timed out waiting for rank 3$`},
+		{n: 3, bad: -1, how: "none"}, // a healthy job: exit 0 without ncclCommDestroy, nothing said
 		{n: 3, bad: 1, how: "allgather",
 			first:  `^collective mismatch on communicator nccl@\S+/w: .*rank 1 called allgather count=1 int64 \(call #5`,
 			second: `^ranks? [0-2, ]+ stopped: collective mismatch$`},
@@ -82,14 +86,21 @@ func TestFlexrunVerdictLibnccl(t *testing.T) {
 			}
 			t.Logf("exit %d after %v: %q", code, elapsed.Round(time.Millisecond), lines)
 			first, second := tc.first, tc.second
-			if code != 1 {
-				t.Errorf("exit status %d, want 1 (the waiting ranks' status)", code)
-			}
-			if len(lines) == 0 || !regexp.MustCompile(first).MatchString(lines[0]) {
-				t.Errorf("flexrun's first line does not match %q", first)
-			}
-			if len(lines) < 2 || !regexp.MustCompile(second).MatchString(lines[1]) {
-				t.Errorf("flexrun's second line does not match %q", second)
+			switch {
+			case tc.bad < 0:
+				if code != 0 || len(lines) != 0 {
+					t.Errorf("a healthy job: exit status %d and flexrun's lines %q, want 0 and none", code, lines)
+				}
+			default:
+				if code != 1 {
+					t.Errorf("exit status %d, want 1 (the waiting ranks' status)", code)
+				}
+				if len(lines) == 0 || !regexp.MustCompile(first).MatchString(lines[0]) {
+					t.Errorf("flexrun's first line does not match %q", first)
+				}
+				if len(lines) < 2 || !regexp.MustCompile(second).MatchString(lines[1]) {
+					t.Errorf("flexrun's second line does not match %q", second)
+				}
 			}
 			// Start-up, four allreduces, the timeout, the question to the
 			// members (at most 0.5 s) and flexrun's cause window; the
@@ -140,8 +151,12 @@ func TestFlexrunRankHelper(t *testing.T) {
 		err = l.Coll(tidOf(r), h, Call{Kind: AllGather, Send: unsafe.Pointer(&x[r]), Recv: unsafe.Pointer(&x[0]), Count: 1, Type: ncclInt64})
 		fmt.Fprintf(os.Stderr, "rank %d: allgather 5: %v\n", r, err)
 	default:
-		_, err = allreduce(l, r, h, 1)
-		fmt.Fprintf(os.Stderr, "rank %d: allreduce 5: %v\n", r, err)
+		var got int64
+		got, err = allreduce(l, r, h, int64(r+1))
+		if bad < 0 && err == nil && got == int64(n*(n+1)/2) {
+			os.Exit(0) // as a PyTorch script that ends without destroy_process_group
+		}
+		fmt.Fprintf(os.Stderr, "rank %d: allreduce 5: %d, %v\n", r, got, err)
 	}
 	os.Exit(1)
 }

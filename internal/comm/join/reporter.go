@@ -24,7 +24,8 @@ import (
 // 0 without NCCL's teardown has not "exited without closing the job").
 
 // reporterPrefix marks the host name a reporter gives itself (a prefix:
-// the server keeps the first 255 bytes of a host name).
+// the server keeps the first 255 bytes of a host name; no host name has
+// an '@').
 const reporterPrefix = "libnccl-report@"
 
 // ReporterHost is the host name a reporter on host dials the job's store

@@ -1,0 +1,117 @@
+package capi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
+)
+
+// ncclStub is a libnccl.so.2 that is not flexlink's (PyTorch's wheel
+// brings NVIDIA's, found through its RPATH): every call fails loudly.
+// flexrun --nccl-lib must put flexlink's ahead of it (LD_PRELOAD).
+const ncclStub = `#include <stdio.h>
+#include <stdlib.h>
+static void stub(const char *f) { fprintf(stderr, "the stub libnccl.so.2 was called: %s\n", f); exit(99); }
+int ncclGetUniqueId(void *id) { stub("ncclGetUniqueId"); return 1; }
+int ncclCommInitRank(void *c, int n, char id[128], int r) { stub("ncclCommInitRank"); return 1; }
+int ncclAllReduce(const void *s, void *r, unsigned long n, int t, int o, void *c, void *st) { stub("ncclAllReduce"); return 1; }
+const char *ncclGetLastError(void *c) { stub("ncclGetLastError"); return ""; }
+`
+
+// TestCLibraryVerdict is TestFlexrunVerdictLibnccl through the C library,
+// as a PyTorch job meets it: a C program linked against another
+// libnccl.so.2 (a stub, as PyTorch's wheel brings NVIDIA's) runs as 3
+// ranks under flexrun --nccl-lib with flexlink's preloaded; rank 1
+// withholds the fifth allreduce and the others time out in it
+// (FLEXLINK_TIMEOUT=2s). flexrun's verdict names rank 1, from the other
+// ranks' reports, and the job ends within seconds of the timeout.
+func TestCLibraryVerdict(t *testing.T) {
+	cc := testenv.LookPath(t, "C compiler", "cc")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	libDir, stubDir := filepath.Join(dir, "lib"), filepath.Join(dir, "stub")
+	run("go", "build", "-tags", "nonvml", "-buildmode=c-shared", // as make libnccl builds it
+		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(root, "cmd/libnccl/exports.map")+"'",
+		"-o", filepath.Join(libDir, "libnccl.so.2"), "./cmd/libnccl")
+	if err := os.MkdirAll(stubDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stubSrc := filepath.Join(dir, "stub.c")
+	if err := os.WriteFile(stubSrc, []byte(ncclStub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(cc, "-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o", filepath.Join(stubDir, "libnccl.so.2"), stubSrc)
+	prog := filepath.Join(dir, "nccl_withhold")
+	run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
+		"-o", prog, filepath.Join(root, "capi/testdata/nccl_withhold.c"),
+		"-L", stubDir, "-l:libnccl.so.2", "-Wl,-rpath,"+stubDir)
+	flexrun := filepath.Join(dir, "flexrun")
+	run("go", "build", "-o", flexrun, "./cmd/flexrun")
+
+	const timeout = 2 * time.Second
+	cmd := exec.CommandContext(ctx, flexrun, "-np", "3", "--oversubscribe", "--kill-grace", "1s", "--nccl-lib", libDir,
+		"-x", "FLEXLINK_TIMEOUT="+timeout.String(), prog, filepath.Join(dir, "id"), "1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err = cmd.Run()
+	elapsed := time.Since(start)
+	code := 0
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if s, ok := strings.CutPrefix(l, "flexrun: "); ok {
+			lines = append(lines, s)
+		}
+	}
+	t.Logf("exit %d after %v: %q", code, elapsed.Round(time.Millisecond), lines)
+	first := regexp.MustCompile(`^rank 1 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 2 timed out waiting for it(; terminating 1 other rank)?$`)
+	second := regexp.MustCompile(`^ranks 0, 2 stopped: timed out waiting for rank 1$`)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1 (the waiting ranks')", code)
+	}
+	if len(lines) == 0 || !first.MatchString(lines[0]) {
+		t.Errorf("flexrun's first line does not match %q", first)
+	}
+	if len(lines) < 2 || !second.MatchString(lines[1]) {
+		t.Errorf("flexrun's second line does not match %q", second)
+	}
+	for _, r := range []int{0, 2} {
+		if want := "rank " + strconv.Itoa(r) + ": allreduce 5: ncclAllReduce rank " + strconv.Itoa(r) + " of 3: rank 1 has not called AllReduce #5"; !strings.Contains(stderr.String(), want) {
+			t.Errorf("rank %d's own error does not say %q", r, want)
+		}
+	}
+	if limit := timeout + 10*time.Second; elapsed > limit {
+		t.Errorf("the job took %v, want at most %v", elapsed, limit)
+	}
+	if t.Failed() {
+		t.Logf("stderr:\n%s", stderr.String())
+	}
+}

@@ -2,48 +2,48 @@ package bootstrap
 
 import (
 	"bufio"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 
+	"github.com/flexlink/flexlink/internal/auth"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
-// Authentication is an HMAC-SHA256 challenge–response in both directions,
-// keyed by the job secret, which never crosses the wire:
+// Authentication is a challenge–response in both directions over
+// internal/auth.Proof (HMAC-SHA256 keyed by the job secret, which never
+// crosses the wire):
 //
 //	client → server  hello{rank, size, job, host, client nonce}
-//	server → client  challenge{server nonce, MAC("server", client nonce, server nonce, job, rank, size)}
-//	client           checks the server's MAC (a false server is refused here)
-//	client → server  proof{MAC("client", server nonce, client nonce, job, rank, size)}
+//	server → client  challenge{server nonce, Proof("server", client nonce, server nonce, job, rank, size)}
+//	client           checks the server's proof (a false server is refused here)
+//	client → server  proof{Proof("client", server nonce, client nonce, job, rank, size)}
 //	server → client  welcome, or reject{class, text}
 //
-// The role labels keep one side's MAC from being replayed as the other's;
-// fresh nonces on both sides keep old MACs from being replayed at all.
+// The role labels keep one side's proof from being replayed as the
+// other's; fresh nonces on both sides keep old proofs from being replayed
+// at all.
 const (
-	labelClient = "flexlink bootstrap v1 client"
-	labelServer = "flexlink bootstrap v1 server"
+	labelClient = "flexlink bootstrap v2 client"
+	labelServer = "flexlink bootstrap v2 server"
 )
 
+// proofParts are what a proof binds: the two nonces (the verifier's
+// first), the job, the rank and the job's size.
+func proofParts(first, second [nonceLen]byte, job string, rank, size uint32) [][]byte {
+	return [][]byte{first[:], second[:], []byte(job), auth.U64(uint64(rank)), auth.U64(uint64(size))}
+}
+
 func proof(secret []byte, label string, first, second [nonceLen]byte, job string, rank, size uint32) [macLen]byte {
-	m := hmac.New(sha256.New, secret)
-	var b []byte
-	b = append(b, label...)
-	b = append(b, 0)
-	b = append(b, first[:]...)
-	b = append(b, second[:]...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(job)))
-	b = append(b, job...)
-	b = binary.BigEndian.AppendUint32(b, rank)
-	b = binary.BigEndian.AppendUint32(b, size)
-	m.Write(b)
 	var out [macLen]byte
-	copy(out[:], m.Sum(nil))
+	copy(out[:], auth.Proof(secret, label, proofParts(first, second, job, rank, size)...))
 	return out
+}
+
+// validProof reports, in constant time, whether p is proof(secret, label, ...).
+func validProof(p [macLen]byte, secret []byte, label string, first, second [nonceLen]byte, job string, rank, size uint32) bool {
+	return auth.Valid(p[:], secret, label, proofParts(first, second, job, rank, size)...)
 }
 
 func newNonce() ([nonceLen]byte, error) {
@@ -93,8 +93,7 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cfg *DialConfig) error 
 	default:
 		return fmt.Errorf("got %s instead of challenge: %w", m.msgType(), errMalformed)
 	}
-	want := proof(cfg.Secret, labelServer, cn, ch.Nonce, cfg.JobID, rank, size)
-	if !hmac.Equal(want[:], ch.Proof[:]) {
+	if !validProof(ch.Proof, cfg.Secret, labelServer, cn, ch.Nonce, cfg.JobID, rank, size) {
 		return fmt.Errorf("server could not prove the job secret: %w", errs.ErrAuth)
 	}
 	mine := proof(cfg.Secret, labelClient, ch.Nonce, cn, cfg.JobID, rank, size)
@@ -160,8 +159,7 @@ func serverHandshake(br *bufio.Reader, bw *bufio.Writer, cfg *ServerConfig) (hel
 	if !ok {
 		return h, fmt.Errorf("got %s instead of proof: %w", m.msgType(), errMalformed)
 	}
-	want := proof(cfg.Secret, labelClient, sn, h.Nonce, h.Job, h.Rank, h.Size)
-	if !hmac.Equal(want[:], p.Proof[:]) {
+	if !validProof(p.Proof, cfg.Secret, labelClient, sn, h.Nonce, h.Job, h.Rank, h.Size) {
 		return h, &rejection{classAuth, fmt.Sprintf("rank %d from host %q: wrong proof of the job secret", h.Rank, h.Host)}
 	}
 	return h, nil

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/flexlink/flexlink/internal/ports"
 )
 
 // Store is one rank's handle on the job's rendezvous.
@@ -69,6 +71,11 @@ type ServerConfig struct {
 	Size   int    // number of ranks in the job
 	Secret []byte // per-job secret; joining needs an HMAC proof of it
 	JobID  string
+	// Ports, when Addr's port is 0, is where the port comes from: the
+	// first free one of the range, in order (FLEXLINK_PORT_RANGE); the
+	// zero Range: an ephemeral port. An Addr with a port of its own
+	// listens there.
+	Ports ports.Range
 	// HandshakeTimeout bounds a connection's time from accept to a valid
 	// proof (default 10 s); a silent connection is dropped after it.
 	HandshakeTimeout time.Duration

@@ -20,13 +20,14 @@ type Directory interface {
 // Network tags of the proxy's connections. The messages of all-to-all
 // and group connections are tagged with their original sender's rank;
 // these two take the top of 20 bits, the narrowest provider's tag width
-// (ucx; New checks the provider's: net.CheckTags), so communicators hold
+// (ucx; New checks the provider's through the connection layer,
+// fabric/net/hello: net.CheckTags), so communicators hold
 // fewer than maxRanks ranks.
 const (
-	// helloTag marks the first message of a proxy connection: the
-	// sender's rank and its proof of the job secret (hello.go), so the
-	// receiver knows whose connection it accepted and that it belongs to
-	// the job.
+	// helloTag marks the first message of a proxy connection and the
+	// confirmation after it (fabric/net/hello): the sender's rank and its
+	// proof of the job secret (hello.go), so the receiver knows whose
+	// connection it accepted and that it belongs to the job.
 	helloTag = 1<<20 - 1
 	// ctsTag marks a destination's clear-to-send (cts.go).
 	ctsTag   = 1<<20 - 2
@@ -35,21 +36,21 @@ const (
 	maxTag = helloTag
 )
 
-// conns holds one proxy's network connections: a listener on its own NIC
-// whose handle is published as key(rank), sending connections opened on
-// first use from its own NIC, and the receiving connections its accept
-// loop takes, keyed by what the hello names: the connecting proxy's rank
+// conns holds one proxy's network connections, made through the
+// connection layer (fabric/net/hello): a listener on its own NIC whose
+// handle is published as key(rank), sending connections opened on first
+// use from its own NIC, and the receiving connections the listener hands
+// over, keyed by what the proved hello names: the connecting proxy's rank
 // and the connection's kind. Accepted clear-to-send connections are also
 // announced on cts, for the group service to read.
 type conns struct {
-	nic
+	layer *hello.Layer
+	l     *hello.Listener
 	rank  int
 	key   func(rank int) string
 	dir   Directory
-	eng   *Engine
-	auth  Auth
-	drops *hello.Drops // connections dropped at hello
-	size  int          // ranks in the communicator
+	size  int                // ranks in the communicator
+	stop  context.CancelFunc // ends the listener's hellos still awaited (close, abort)
 
 	mu      sync.Mutex
 	changed chan struct{}            // closed and replaced when recv gains a connection or err is set
@@ -59,68 +60,47 @@ type conns struct {
 	err     error
 }
 
-// nic is the proxy's own NIC: its provider, device index and listener.
-type nic struct {
-	p   net.Provider
-	dev int
-	l   net.Listener
-}
-
-func openConns(ctx context.Context, p net.Provider, dev, rank, size int, auth Auth, key func(int) string, dir Directory, eng *Engine) (*conns, error) {
-	l, err := p.Listen(ctx, dev)
+// openConns listens through layer, publishes the handle and takes the
+// connections the listener hands over until it is closed.
+func openConns(ctx context.Context, layer *hello.Layer, rank, size int, key func(int) string, dir Directory) (*conns, error) {
+	l, err := layer.Listen(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("rank %d proxy: listen on %s: %w", rank, p.Devices()[dev].Name, err)
+		return nil, fmt.Errorf("rank %d proxy: %w", rank, err)
 	}
 	if err := dir.Put(ctx, key(rank), l.Handle()); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("rank %d proxy: publish handle: %w", rank, err)
 	}
-	c := &conns{nic: nic{p: p, dev: dev, l: l}, rank: rank, key: key, dir: dir, eng: eng, auth: auth, size: size,
-		drops:   &hello.Drops{Log: auth.Log, What: fmt.Sprintf("PXN proxy of rank %d", rank)},
+	serve, stop := context.WithCancel(context.Background())
+	c := &conns{layer: layer, l: l, rank: rank, key: key, dir: dir, size: size, stop: stop,
 		changed: make(chan struct{}), send: map[peerKey]net.SendConn{}, recv: map[peerKey]net.RecvConn{}, cts: make(chan peerKey, size)}
-	go c.accept()
+	go func() {
+		err := l.Serve(serve, func(h hello.Hello) error { _, err := peerOf(h, size); return err }, c.take)
+		c.fail(fmt.Errorf("rank %d proxy: accept: %w", rank, err))
+	}()
 	return c, nil
 }
 
-func (c *conns) accept() {
-	ctx := context.Background()
-	for {
-		rc, err := c.l.Accept(ctx)
-		if err != nil {
-			c.fail(fmt.Errorf("rank %d proxy: accept: %w", c.rank, err))
-			return
-		}
-		go func() {
-			hctx, cancel := context.WithTimeout(ctx, helloTimeout)
-			defer cancel()
-			b := make([]byte, hello.MaxBytes)
-			op := c.eng.Post(hctx, func() (net.Request, error) { return rc.IRecv([][]byte{b}, []uint64{helloTag}, nil) })
-			n, err := op.Wait(hctx)
-			if err != nil {
-				rc.Abort(err)
-				c.drops.Drop(fmt.Errorf("no proxy hello: %w", err))
-				return
-			}
-			peer, err := c.auth.check(b[:n[0]], c.l.Handle(), c.size)
-			if err != nil { // not a member of the job: dropped, the proxy goes on
-				rc.Abort(err)
-				c.drops.Drop(err)
-				return
-			}
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if old := c.recv[peer]; old != nil || c.err != nil {
-				rc.Close()
-				return
-			}
-			c.recv[peer] = rc
-			close(c.changed)
-			c.changed = make(chan struct{})
-			if peer.Kind == connCTS {
-				c.cts <- peer // one per rank at most: never blocks
-			}
-		}()
+// take files a connection whose hello proved the secret and named a
+// member: the first of each key is kept, a later one closed.
+func (c *conns) take(rc net.RecvConn, h hello.Hello) error {
+	peer, err := peerOf(h, c.size)
+	if err != nil {
+		return err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.recv[peer]; old != nil || c.err != nil {
+		rc.Close()
+		return nil
+	}
+	c.recv[peer] = rc
+	close(c.changed)
+	c.changed = make(chan struct{})
+	if peer.Kind == connCTS {
+		c.cts <- peer // one per rank at most: never blocks
+	}
+	return nil
 }
 
 func (c *conns) fail(err error) {
@@ -147,15 +127,15 @@ func (c *conns) to(ctx context.Context, peer int, kind connKind) (net.SendConn, 
 	if err != nil {
 		return nil, fmt.Errorf("rank %d proxy: handle of rank %d: %w", c.rank, peer, err)
 	}
-	sc, err = c.p.Connect(ctx, c.dev, h)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d proxy: connect to rank %d from %s: %w", c.rank, peer, c.p.Devices()[c.dev].Name, err)
+	sc, confirmed, err := c.layer.Dial(ctx, h, hello.Hello{From: c.rank, To: -1, Extra: kindBytes(kind)})
+	if err == nil {
+		if _, err = confirmed.Wait(ctx); err != nil {
+			sc.Abort(err)
+			err = fmt.Errorf("hello refused (wrong job secret or communicator?): %w", err)
+		}
 	}
-	b := c.auth.hello(peerKey{From: c.rank, Kind: kind}, h)
-	op := c.eng.Post(ctx, func() (net.Request, error) { return sc.ISend(b, helloTag, nil) })
-	if _, err := op.Wait(ctx); err != nil {
-		sc.Abort(err)
-		return nil, fmt.Errorf("rank %d proxy: hello to rank %d: %w", c.rank, peer, err)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d proxy: %s connection to rank %d: %w", c.rank, kind, peer, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -201,6 +181,7 @@ func (c *conns) from(ctx context.Context, k peerKey) (net.RecvConn, error) {
 // abort fails every connection with err and closes the listener.
 func (c *conns) abort(err error) {
 	c.fail(err)
+	c.stop()
 	c.l.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,7 +195,9 @@ func (c *conns) abort(err error) {
 
 // close closes every connection and the listener.
 func (c *conns) close() {
+	c.stop()
 	c.l.Close()
+	c.layer.Drops().Stop() // the drops not yet warned about
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, sc := range c.send {

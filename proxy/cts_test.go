@@ -199,7 +199,7 @@ func TestCTSGarbage(t *testing.T) {
 			defer cancel()
 			sc, h := dial(ctx, t, g.px[1])
 			a := Auth{Secret: testSecret, JobID: "job", Key: "pxn/test/"}
-			if err := send(ctx, sc, a.hello(peerKey{From: 5, Kind: connCTS}, h), helloTag); err != nil {
+			if err := a.sayHello(ctx, sc, peerKey{From: 5, Kind: connCTS}, h); err != nil {
 				t.Fatal(err)
 			}
 			go func() { // until the relay fails and drops the connection

@@ -3,7 +3,6 @@ package proxy
 import (
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -35,7 +34,7 @@ func own(r int) peerKey { return peerKey{From: r, Kind: connOwn} }
 
 // helloTimeout bounds how long an accepted connection may stay silent
 // before its hello; a silent or wrong one is dropped.
-const helloTimeout = 10 * time.Second // as the bootstrap's handshake
+const helloTimeout = hello.DefaultWait // as the bootstrap's handshake
 
 // Auth is what a proxy proves to the proxy it connects to: that it holds
 // the job's secret, for this job and this communicator's listener. Without
@@ -55,19 +54,11 @@ func (a Auth) config() hello.Config {
 	return hello.Config{Secret: a.Secret, JobID: a.JobID, Purpose: "flexlink proxy hello", Scope: a.Key, Tag: helloTag}
 }
 
-// hello is the first message a proxy sends on connection k to the
-// listener whose handle is handle.
-func (a Auth) hello(k peerKey, handle []byte) []byte {
-	return a.config().Marshal(hello.Hello{From: k.From, To: -1, Extra: binary.LittleEndian.AppendUint64(nil, uint64(k.Kind))}, handle)
-}
+// kindBytes is a connection kind as a hello's extra bytes.
+func kindBytes(k connKind) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(k)) }
 
-// check returns the connection named by hello b that reached the listener
-// whose handle is handle, among size ranks.
-func (a Auth) check(b, handle []byte, size int) (peerKey, error) {
-	h, err := a.config().Parse(b, handle)
-	if err != nil {
-		return peerKey{}, fmt.Errorf("proxy hello: %w", err)
-	}
+// peerOf is the connection a proved hello names, among size ranks.
+func peerOf(h hello.Hello, size int) (peerKey, error) {
 	if h.From < 0 || h.From >= size {
 		return peerKey{}, fmt.Errorf("proxy hello from rank %d of %d", h.From, size)
 	}

@@ -7,9 +7,35 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/hello"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// hello is the first message a proxy sends on connection k to the
+// listener whose handle is handle.
+func (a Auth) hello(k peerKey, handle []byte) []byte {
+	return a.config().Marshal(hello.Hello{From: k.From, To: -1, Extra: kindBytes(k.Kind)}, handle)
+}
+
+// check is what a proxy's listener makes of hello b, among size ranks.
+func (a Auth) check(b, handle []byte, size int) (peerKey, error) {
+	h, err := a.config().Parse(b, handle)
+	if err != nil {
+		return peerKey{}, err
+	}
+	return peerOf(h, size)
+}
+
+// sayHello sends the hello of connection k and its confirmation on sc, as
+// a proxy does, and waits for the listener to take it.
+func (a Auth) sayHello(ctx context.Context, sc net.SendConn, k peerKey, handle []byte) error {
+	q, err := a.config().Send(sc, hello.Hello{From: k.From, To: -1, Extra: kindBytes(k.Kind)}, handle)
+	if err == nil {
+		_, err = q.Wait(ctx)
+	}
+	return err
+}
 
 func TestHelloCheck(t *testing.T) {
 	a := Auth{Secret: testSecret, JobID: "job", Key: "pxn/w/"}

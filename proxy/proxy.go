@@ -9,6 +9,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/hello"
 )
 
 // Local is the rank's links to the other ranks of its host (shm for host
@@ -68,13 +69,14 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if len(cfg.Auth.Secret) == 0 {
 		return nil, fmt.Errorf("rank %d proxy: no job secret (its connections must prove it)", cfg.Rank)
 	}
-	if err := net.CheckTags(cfg.Provider, maxTag, "the PXN proxy (FLEXLINK_PXN; FLEXLINK_NET picks the provider)"); err != nil {
+	a := Auth{Secret: cfg.Auth.Secret, JobID: cfg.Auth.JobID, Key: cfg.Key, Log: cfg.Auth.Log}
+	layer, err := hello.Open(cfg.Provider, cfg.Dev, hello.Options{Config: a.config(), MaxTag: maxTag,
+		What: "the PXN proxy (FLEXLINK_PXN; FLEXLINK_NET picks the provider)", Wait: helloTimeout,
+		Drops: &hello.Drops{Log: a.Log, What: fmt.Sprintf("PXN proxy of rank %d", cfg.Rank)}})
+	if err != nil {
 		return nil, fmt.Errorf("rank %d proxy: %w", cfg.Rank, err)
 	}
 	devs := cfg.Provider.Devices()
-	if cfg.Dev < 0 || cfg.Dev >= len(devs) {
-		return nil, fmt.Errorf("rank %d proxy: device %d of %d", cfg.Rank, cfg.Dev, len(devs))
-	}
 	if mm := devs[cfg.Dev].MaxMessage; mm > 1 && int64(cfg.Chunk) >= mm {
 		cfg.Chunk = int(mm - 1) // room for a group stream's mismatch mark (stream.go)
 	}
@@ -83,8 +85,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, eng: NewEngine(cfg.Rank, 1), credits: NewCredits(cfg.Credits)}
 	p.stage.New = func() any { b := make([]byte, cfg.Chunk); return &b }
-	var err error
-	if p.conns, err = openConns(ctx, cfg.Provider, cfg.Dev, cfg.Rank, len(cfg.Hosts), Auth{Secret: cfg.Auth.Secret, JobID: cfg.Auth.JobID, Key: cfg.Key, Log: cfg.Auth.Log}, rankKey(cfg.Key), cfg.Dir, p.eng); err != nil {
+	if p.conns, err = openConns(ctx, layer, cfg.Rank, len(cfg.Hosts), rankKey(cfg.Key), cfg.Dir); err != nil {
 		p.eng.Close()
 		return nil, err
 	}

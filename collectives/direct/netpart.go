@@ -97,10 +97,10 @@ type netState struct {
 	staging int     // bytes of each staging buffer (as the PCIe staging)
 	stats   *linkStats
 	openNIC func(hclog.Logger) (net.Provider, int, error)
-	lis     []net.Listener // by peer, during setup only
-	start   *gpu.Event     // recorded on the caller's stream after the ready waits
-	hello   hello.Config   // what each connection's first message proves
-	drops   *hello.Drops   // connections dropped by the listeners (one WARN a minute)
+	lis     []*hello.Listener // by peer, during setup only
+	start   *gpu.Event        // recorded on the caller's stream after the ready waits
+	conns   *hello.Layer      // listens, dials and accepts with a proved hello (fabric/net/hello)
+	drops   *hello.Drops      // connections dropped by the listeners (one WARN a minute)
 
 	// Test hooks: fault is asked at "d2h", "send" (before the table),
 	// "slot" (before each slot) and "h2d" (peer: the other end); onSplit
@@ -226,21 +226,21 @@ func (x *netState) offer(ctx context.Context, b []byte) error {
 		return fmt.Errorf("gpu net part: communicator %s cannot prove the job secret (its host has no JobAuth): refusing unauthenticated listeners", x.c.Name())
 	}
 	secret, job := ja.JobAuth()
-	x.hello = netHello(secret, job, x.c.ID())
 	x.drops = &hello.Drops{Log: x.c.Log(), What: fmt.Sprintf("gpu net part of rank %d on %s", x.me, x.c.Host())}
 	if x.prov, x.nicIdx, err = x.openNIC(x.c.Log()); err != nil {
 		return fmt.Errorf("gpu net part (FLEXLINK_LINKS names net; its NIC: FLEXLINK_NET, FLEXLINK_NET_IFNAME, FLEXLINK_NET_DEVICES): %w", err)
 	}
-	if err = net.CheckTags(x.prov, netTagMax, "the gpu net part (FLEXLINK_LINKS names net; FLEXLINK_NET picks the provider)"); err != nil {
+	if x.conns, err = hello.Open(x.prov, x.nicIdx, hello.Options{Config: netHello(secret, job, x.c.ID()), MaxTag: netTagMax,
+		What: "the gpu net part (FLEXLINK_LINKS names net; FLEXLINK_NET picks the provider)", Drops: x.drops}); err != nil {
 		return fmt.Errorf("gpu net part of rank %d on %s: %w", x.me, x.c.Host(), err)
 	}
-	x.lis = make([]net.Listener, x.n)
+	x.lis = make([]*hello.Listener, x.n)
 	for j := 0; j < x.n; j++ {
 		if j == x.me {
 			continue
 		}
-		if x.lis[j], err = x.prov.Listen(ctx, x.nicIdx); err != nil {
-			return fmt.Errorf("gpu net part: listen on %s: %w", x.nic(), err)
+		if x.lis[j], err = x.conns.Listen(ctx); err != nil {
+			return fmt.Errorf("gpu net part of rank %d on %s: %w", x.me, x.c.Host(), err)
 		}
 		h := x.lis[j].Handle()
 		b[j*handleBytes] = byte(len(h))
@@ -279,7 +279,7 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 	defer x.closeListeners()
 	ctx, cancel := x.jobCtx(ctx)
 	defer cancel()
-	var hellos []net.Request
+	var confirms []net.Request
 	for j, t := range px.tx {
 		if t == nil {
 			continue
@@ -293,15 +293,11 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 		if nt.Tx, err = pcie.NewTx(x.peers.dev, x.staging); err != nil {
 			return fmt.Errorf("gpu net part toward rank %d: %w", j, err)
 		}
-		handle := h[1 : 1+h[0]]
-		if nt.conn, err = x.prov.Connect(ctx, x.nicIdx, handle); err != nil {
-			return fmt.Errorf("gpu net part: connect to rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
-		}
 		var q net.Request
-		if q, err = x.hello.Send(nt.conn, hello.Hello{From: x.me, To: j}, handle); err != nil {
-			return fmt.Errorf("gpu net part: hello to rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
+		if nt.conn, q, err = x.conns.Dial(ctx, h[1:1+h[0]], hello.Hello{From: x.me, To: j}); err != nil {
+			return fmt.Errorf("gpu net part: rank %d to rank %d on %s over net: %w", x.me, j, x.c.PeerHost(j), err)
 		}
-		hellos = append(hellos, q)
+		confirms = append(confirms, q)
 	}
 	for j, r := range px.rx {
 		if r == nil {
@@ -318,13 +314,13 @@ func (x *netState) open(ctx context.Context, blobs [][]byte, px *pcieState) (err
 			}
 			return nil
 		}
-		if nr.conn, _, err = x.hello.Accept(ctx, x.lis[j], hello.DefaultWait, want, x.drops); err != nil {
+		if nr.conn, _, err = x.lis[j].Accept(ctx, want); err != nil {
 			return fmt.Errorf("gpu net part: accept from rank %d on %s over net (%s): %w", j, x.c.PeerHost(j), x.nic(), err)
 		}
 	}
-	for _, q := range hellos { // the receivers took them: a refused one fails here
+	for _, q := range confirms { // the receivers took the hellos: a refused one fails here
 		if _, err := q.Wait(ctx); err != nil {
-			return fmt.Errorf("gpu net part: hello over net (%s) not taken: %w", x.nic(), err)
+			return fmt.Errorf("gpu net part: hello over net (%s) refused (wrong job secret or communicator?): %w", x.nic(), err)
 		}
 	}
 	x.c.Log().Info("gpu net link", "nic", x.nic(), "staging", x.staging, "shares", x.by())

@@ -27,8 +27,9 @@ import (
 
 // Message tags of the net part: a kind in bits 16-19 and an index (slot,
 // probe) below, so every tag fits the 20 bits the narrowest provider (ucx)
-// carries; openNet checks the provider's width (net.CheckTags). The hello
-// is kind 1 (netHelloTag).
+// carries; offer checks the provider's width (the connection layer,
+// fabric/net/hello, with net.CheckTags). The hello and its confirmation
+// are kind 1 (netHelloTag).
 const (
 	netTagTable = uint64(2 << 16)
 	netTagSlot  = uint64(3 << 16) // | slot, below pcie.Slots

@@ -11,6 +11,7 @@ import (
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/tcp"
 	"github.com/flexlink/flexlink/fabric/net/ucx"
+	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -24,6 +25,7 @@ type NetConfig struct {
 	Rails     int           // FLEXLINK_NET_RAILS (0, from all: every NIC)
 	Devices   string        // FLEXLINK_NET_DEVICES ("": every NIC, or the own one under PXN)
 	PXN       int           // FLEXLINK_PXN: -1 off, 0, 1 or 2 (levels of proxy/pxn)
+	Ports     ports.Range   // FLEXLINK_PORT_RANGE: the tcp provider's listeners (ucx reads it from env)
 }
 
 // ReadNetConfig reads and checks the network settings.
@@ -74,7 +76,8 @@ func ReadNetConfig(env settings.Env) (NetConfig, error) {
 		return c, fmt.Errorf("FLEXLINK_NET_TIMEOUT=%v: want a positive duration such as 10s", d)
 	}
 	c.Timeout = d
-	return c, nil
+	c.Ports, err = env.Ports()
+	return c, err
 }
 
 // rdmaDevices reports whether the host has RDMA devices (where UCX's verbs
@@ -95,7 +98,8 @@ func OpenNet(c NetConfig, env settings.Env, log hclog.Logger) (net.Provider, err
 	}
 	openTCP := func() (net.Provider, error) {
 		return tcp.New(tcp.Options{IfName: c.IfName, Sockets: c.Sockets, StripeMin: c.StripeMin, Timeout: c.Timeout, Logger: log,
-			BindSource: c.PXN >= 0 || c.Devices != ""}) // a rank's own NIC sends, even across rails
+			BindSource: c.PXN >= 0 || c.Devices != "", // a rank's own NIC sends, even across rails
+			Ports:      c.Ports})
 	}
 	switch c.Provider {
 	case "tcp":

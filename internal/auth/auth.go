@@ -1,9 +1,12 @@
-// Package auth is flexlink's one proof of the job secret. Every connection
-// a job accepts (netlink, the PXN proxy, the GPU plane's net share, and
-// whatever else adopts it) proves that its dialer holds the per-job secret
-// with Proof: an HMAC-SHA256 keyed with the secret over what the proof is
-// for and the parts that bind it to one job, one communicator, one
-// listener and one sender. The secret itself is never sent.
+// Package auth is flexlink's one proof of the job secret, and the repo's
+// only HMAC. Every connection a job accepts (the bootstrap's
+// challenge–response, shm, and the network connection layer
+// fabric/net/hello that netlink, the PXN proxy and the GPU plane's net
+// share use) proves that its dialer holds the per-job secret with Proof:
+// an HMAC-SHA256 keyed with the secret over what the proof is for and the
+// parts that bind it to one job, one communicator, one listener and one
+// sender. The secret itself is never sent. A job started without flexrun
+// derives its secret from the user's key file with Proof too.
 package auth
 
 import (

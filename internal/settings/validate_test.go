@@ -37,6 +37,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_PXN_GROUP":              {[]string{"0", "1", "true"}, []string{"2", "yes please"}},
 	"FLEXLINK_NET_DEVICES":            {[]string{"", "eth0", "eth0,eth1"}, nil},
 	"FLEXLINK_SOCKET_IFNAME":          {[]string{"eth0", "^docker"}, nil},
+	"FLEXLINK_PORT_RANGE":             {[]string{"50000-50100", "50000", "1-65535", " 29500 - 29600 "}, []string{"50100-50000", "0-10", "50000-70000", "a-b", "50000:50100"}},
 	"FLEXLINK_SOCKETS_PER_PEER":       {[]string{"1", "16"}, []string{"0", "17", "two"}},
 	"FLEXLINK_SOCKET_TIMEOUT":         {[]string{"10s", "1"}, []string{"-1s", "soon"}},
 	"FLEXLINK_SHM_RING_BYTES":         {[]string{"4194304", "64K", "1G", "4MiB"}, []string{"1024", "2G", "lots", "-64K"}},

@@ -1,6 +1,12 @@
-// Package hello is how a connection of the network transport (fabric/net)
-// says who opened it and proves the job secret, and how a listener takes
-// only the connections that do. A connection's first message is its hello:
+// Package hello is the network transport's one connection layer: how
+// netlink, the PXN proxy and the GPU plane's net share listen, connect and
+// accept over a provider of fabric/net (tcp, ucx), and how a connection
+// says who opened it and proves the job secret.
+//
+// A Layer is one rank's connections of one kind over one device of a
+// provider. Open checks that the provider carries the caller's tags
+// (net.CheckTags). Dial connects to a listener's handle and sends the
+// connection's first message, its hello:
 //
 //	magic u32 | from u32 | to u32 | extra length u8 | extra | proof
 //
@@ -8,10 +14,13 @@
 // job, the scope (the communicator or key), the listener's handle (a hello
 // is good for one listener only: replayed to another it fails) and the
 // bytes before it. Extra is the caller's (a host name, a connection kind).
+// The second message is an empty confirmation, which the listener takes
+// only once it accepted the hello, so the dialer learns of a refusal.
 //
-// Accept takes connections on a listener until one's hello proves the
-// secret; a connection that sends garbage, a hello for another listener,
-// job or rank, or nothing within the deadline is dropped (aborted) with one
+// A Listener hands over only connections whose hello proves the secret and
+// names a peer the caller wants (Accept: one; Serve: every one); a
+// connection that sends garbage, a hello for another listener, job or
+// rank, or nothing within the deadline is dropped (aborted) with one
 // rate-limited WARN (Drops), and the listener keeps waiting for the real
 // peer. Silent connections are waited for side by side, so none holds up
 // the peer behind it.
@@ -22,7 +31,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/flexlink/flexlink/fabric/net"
@@ -111,21 +119,37 @@ func (c Config) Parse(b, handle []byte) (Hello, error) {
 }
 
 // Send posts h as the next message on s, for the listener whose handle is
-// handle (the one s connected to). The request completes when the
-// receiver has the hello; later sends on s follow it.
+// handle (the one s connected to), and after it the confirmation: an
+// empty message of the same tag, which the listener receives only once it
+// has accepted the hello. The request returned is the confirmation's: it
+// completes when the listener took the hello, and fails when the listener
+// refused it (it aborts the connection). Later sends on s follow both.
 func (c Config) Send(s net.SendConn, h Hello, handle []byte) (net.Request, error) {
-	return s.ISend(c.Marshal(h, handle), c.Tag, nil)
+	if _, err := s.ISend(c.Marshal(h, handle), c.Tag, nil); err != nil {
+		return nil, err
+	}
+	return s.ISend(nil, c.Tag, nil)
 }
 
 // Receive waits at most wait (DefaultWait when 0) for the hello on r, a
 // connection accepted by the listener whose handle is handle, and checks
-// it. A message with another tag or longer than a hello fails it.
-func (c Config) Receive(ctx context.Context, r net.RecvConn, handle []byte, wait time.Duration) (Hello, error) {
+// it, then checks it with want (nil: any hello), and only then takes the
+// confirmation that follows it (Send), which tells the dialer it was
+// accepted. A message with another tag, or longer than a hello (a
+// non-empty confirmation), fails it: what a connection may send before it
+// proved itself is bounded by MaxBytes.
+func (c Config) Receive(ctx context.Context, r net.RecvConn, handle []byte, wait time.Duration, want func(Hello) error) (Hello, error) {
 	if wait <= 0 {
 		wait = DefaultWait
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	silent := func(what string, err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("no %s within %v", what, wait)
+		}
+		return fmt.Errorf("no %s: %w", what, err)
+	}
 	buf := make([]byte, MaxBytes)
 	q, err := r.IRecv([][]byte{buf}, []uint64{c.Tag}, nil)
 	var sizes []int
@@ -133,85 +157,20 @@ func (c Config) Receive(ctx context.Context, r net.RecvConn, handle []byte, wait
 		sizes, err = q.Wait(ctx)
 	}
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Hello{}, fmt.Errorf("no hello within %v", wait)
-		}
-		return Hello{}, fmt.Errorf("no hello: %w", err)
+		return Hello{}, silent("hello", err)
 	}
-	return c.Parse(buf[:sizes[0]], handle)
-}
-
-// Accept takes connections on l until one's hello proves the secret and
-// passes want (nil: any); it returns that connection and its hello. Every
-// other connection it took is aborted and reported to drops (may be nil)
-// before it returns, those whose hello was still awaited included. The
-// hellos of connections that arrive together are awaited side by side,
-// each for at most wait (DefaultWait when 0). Accept returns an error only
-// when ctx ends or the listener fails; connections still waiting for their
-// hello are then dropped too.
-func (c Config) Accept(ctx context.Context, l net.Listener, wait time.Duration, want func(Hello) error, drops *Drops) (net.RecvConn, Hello, error) {
-	// Every connection taken here is reported before Accept returns:
-	// cancel ends the hellos still awaited, then judging is waited for.
-	var judging sync.WaitGroup
-	defer judging.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	handle := l.Handle()
-	type result struct {
-		r   net.RecvConn
-		h   Hello
-		err error
+	h, err := c.Parse(buf[:sizes[0]], handle)
+	if err == nil && want != nil {
+		err = want(h)
 	}
-	got := make(chan result)
-	conns := make(chan net.RecvConn)
-	failed := make(chan error, 1)
-	go func() {
-		for {
-			r, err := l.Accept(ctx)
-			if err != nil {
-				failed <- err
-				return
-			}
-			select {
-			case conns <- r:
-			case <-ctx.Done():
-				r.Close()
-				drops.Drop(errors.New("taken while the listener's peer was found: not heard"))
-				failed <- ctx.Err()
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case r := <-conns:
-			judging.Add(1)
-			go func() {
-				defer judging.Done()
-				h, err := c.Receive(ctx, r, handle, wait)
-				if err == nil && want != nil {
-					err = want(h)
-				}
-				select {
-				case got <- result{r, h, err}:
-				case <-ctx.Done(): // Accept is returning: not the one
-					r.Abort(fmt.Errorf("dropped: %w", context.Cause(ctx)))
-					r.Close()
-					if err == nil {
-						err = errors.New("another connection to this listener proved itself first")
-					}
-					drops.Drop(err)
-				}
-			}()
-		case res := <-got:
-			if res.err == nil {
-				return res.r, res.h, nil
-			}
-			res.r.Abort(fmt.Errorf("dropped: %w", res.err))
-			res.r.Close()
-			drops.Drop(res.err)
-		case err := <-failed:
-			return nil, Hello{}, err
-		}
+	if err != nil {
+		return h, err
 	}
+	if q, err = r.IRecv([][]byte{nil}, []uint64{c.Tag}, nil); err == nil {
+		_, err = q.Wait(ctx)
+	}
+	if err != nil {
+		return h, silent(fmt.Sprintf("confirmation after the hello of rank %d", h.From), err)
+	}
+	return h, nil
 }

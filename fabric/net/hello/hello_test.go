@@ -68,19 +68,22 @@ func TestAcceptDropsForeign(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := p.Listen(ctx, 0)
+	var buf syncBuf
+	drops := &Drops{Log: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}), What: "test listener"}
+	layer, err := Open(p, 0, Options{Config: cfg, MaxTag: 42, What: "test", Wait: 300 * time.Millisecond, Drops: drops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := layer.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	other, err := p.Listen(ctx, 0)
+	other, err := layer.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
-
-	var buf syncBuf
-	drops := &Drops{Log: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}), What: "test listener"}
 	type accepted struct {
 		r   net.RecvConn
 		h   Hello
@@ -88,12 +91,12 @@ func TestAcceptDropsForeign(t *testing.T) {
 	}
 	done := make(chan accepted, 1)
 	go func() {
-		r, h, err := cfg.Accept(ctx, l, 300*time.Millisecond, func(h Hello) error {
+		r, h, err := l.Accept(ctx, func(h Hello) error {
 			if h.To != 0 || h.From != 1 {
 				return errors.New("not rank 1 to rank 0")
 			}
 			return nil
-		}, drops)
+		})
 		done <- accepted{r, h, err}
 	}()
 	dial := func(msg []byte, tag uint64) net.SendConn {
@@ -133,11 +136,11 @@ func TestAcceptDropsForeign(t *testing.T) {
 		case <-time.After(10 * time.Millisecond): // poll the count
 		}
 	}
-	s := dial(nil, 0)
-	defer s.Close()
-	if _, err := cfg.Send(s, Hello{From: 1, To: 0, Extra: []byte("real")}, l.Handle()); err != nil {
+	s, confirmed, err := layer.Dial(ctx, l.Handle(), Hello{From: 1, To: 0, Extra: []byte("real")})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	q, err := s.ISend([]byte("payload"), 42, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +161,9 @@ func TestAcceptDropsForeign(t *testing.T) {
 	}
 	if _, err := q.Wait(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := confirmed.Wait(ctx); err != nil {
+		t.Fatalf("the accepted hello's confirmation: %v", err)
 	}
 	if w := strings.Count(buf.String(), "[WARN]"); w != 1 {
 		t.Errorf("%d WARN lines for %d dropped connections, want 1:\n%s", w, len(foreign), buf.String())

@@ -37,17 +37,16 @@ type Config struct {
 
 // Endpoint is a fabric.Endpoint over one device of a network provider. Its
 // Address is its listener's handle. Connect, called on both ranks of a
-// pair, connects to the peer's handle, sends a hello naming this rank and
-// host and proving the job secret as the connection's first message, and
+// pair, dials the peer's handle with a hello naming this rank and host and
+// proving the job secret (fabric/net/hello, the connection layer), and
 // waits for the peer's connection to arrive at this endpoint's listener
 // (matched by the peer's hello).
 type Endpoint struct {
-	p      net.Provider
-	dev    int
+	conns  *hello.Layer
 	cfg    Config
 	log    hclog.Logger
 	drops  *hello.Drops // connections that did not prove the secret (one WARN a minute)
-	l      net.Listener
+	l      *hello.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -63,10 +62,6 @@ type arrival struct {
 	host string
 }
 
-// helloWait bounds how long an accepted connection may take to say who it
-// is.
-const helloWait = 10 * time.Second
-
 // NewEndpoint listens on device dev of p for rank's links (no host name, an
 // empty job secret).
 func NewEndpoint(p net.Provider, dev, rank int) (*Endpoint, error) {
@@ -78,22 +73,29 @@ func Open(p net.Provider, dev int, cfg Config) (*Endpoint, error) {
 	if cfg.Kind == "" {
 		cfg.Kind = fabric.KindNet
 	}
-	if err := net.CheckTags(p, maxTag, "netlink (FLEXLINK_NET picks the provider)"); err != nil {
-		return nil, fmt.Errorf("%s endpoint of rank %d on %s: %w", cfg.Kind, cfg.Rank, cfg.Host, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := p.Listen(ctx, dev)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("%s endpoint of rank %d on %s: %w", cfg.Kind, cfg.Rank, cfg.Host, err)
-	}
-	e := &Endpoint{p: p, dev: dev, cfg: cfg, log: cfg.Logger, l: l, ctx: ctx, cancel: cancel, arrived: map[int]chan arrival{}}
+	e := &Endpoint{cfg: cfg, log: cfg.Logger, arrived: map[int]chan arrival{}}
 	if e.log == nil {
 		e.log = hclog.NewNullLogger()
 	}
+	fail := func(err error) (*Endpoint, error) {
+		return nil, fmt.Errorf("%s endpoint of rank %d on %s: %w", cfg.Kind, cfg.Rank, cfg.Host, err)
+	}
 	e.drops = &hello.Drops{Log: e.log, What: fmt.Sprintf("%s endpoint of rank %d on %s", cfg.Kind, cfg.Rank, cfg.Host)}
+	var err error
+	if e.conns, err = hello.Open(p, dev, hello.Options{Config: helloConfig(cfg), MaxTag: maxTag,
+		What: "netlink (FLEXLINK_NET picks the provider)", Drops: e.drops}); err != nil {
+		return fail(err)
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if e.l, err = e.conns.Listen(e.ctx); err != nil {
+		e.cancel()
+		return fail(err)
+	}
 	e.wg.Add(1)
-	go e.accept()
+	go func() {
+		defer e.wg.Done()
+		e.l.Serve(e.ctx, func(h hello.Hello) error { return checkPeer(h, cfg) }, e.file)
+	}()
 	return e, nil
 }
 
@@ -111,62 +113,15 @@ func (e *Endpoint) slot(peer int) chan arrival {
 	return c
 }
 
-// accept takes connections and files each under the rank its hello names.
-func (e *Endpoint) accept() {
-	defer e.wg.Done()
-	for {
-		r, err := e.l.Accept(e.ctx)
-		if err != nil {
-			return
-		}
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			h, err := e.readHello(r)
-			if err != nil {
-				e.drops.Drop(err)
-				r.Abort(err)
-				r.Close()
-				return
-			}
-			select {
-			case e.slot(h.from) <- arrival{r, h.host}:
-			default:
-				e.drops.Drop(fmt.Errorf("a second connection from rank %d (a replayed hello?)", h.from))
-				r.Close()
-			}
-		}()
+// file files an accepted connection under the rank its hello names; a
+// second one from the same rank is refused (dropped).
+func (e *Endpoint) file(r net.RecvConn, h hello.Hello) error {
+	select {
+	case e.slot(h.From) <- arrival{r, string(h.Extra)}:
+		return nil
+	default:
+		return fmt.Errorf("a second connection from rank %d (a replayed hello?)", h.From)
 	}
-}
-
-// readHello receives and checks an accepted connection's hello.
-func (e *Endpoint) readHello(r net.RecvConn) (helloMsg, error) {
-	buf := make([]byte, hello.MaxBytes)
-	ctx, cancel := context.WithTimeout(e.ctx, helloWait)
-	defer cancel()
-	q, err := r.IRecv([][]byte{buf}, []uint64{helloTag}, nil)
-	var sizes []int
-	if err == nil {
-		sizes, err = q.Wait(ctx)
-	}
-	if err != nil {
-		return helloMsg{}, fmt.Errorf("no hello: %w", err)
-	}
-	h, err := checkHello(buf[:sizes[0]], e.cfg, e.Address())
-	if err != nil {
-		return h, err
-	}
-	// Only now take the confirmation: its send completes at the dialer
-	// once this receive has it, so a dialer whose hello was refused sees
-	// its confirmation fail with this side's abort.
-	q, err = r.IRecv([][]byte{nil}, []uint64{confirmTag}, nil)
-	if err == nil {
-		_, err = q.Wait(ctx)
-	}
-	if err != nil {
-		return h, fmt.Errorf("no confirmation after the hello of rank %d: %w", h.from, err)
-	}
-	return h, nil
 }
 
 // Connect makes the link to peer: this rank's connection to the peer's
@@ -178,18 +133,8 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, addr []byte) (fabric.L
 	if peer == e.cfg.Rank || peer < 0 {
 		return fail(fmt.Errorf("invalid peer"))
 	}
-	s, err := e.p.Connect(ctx, e.dev, addr)
+	s, q, err := e.conns.Dial(ctx, addr, hello.Hello{From: e.cfg.Rank, To: peer, Extra: []byte(e.cfg.Host)})
 	if err != nil {
-		return fail(err)
-	}
-	h := helloMsg{from: e.cfg.Rank, to: peer, host: e.cfg.Host}
-	_, err = s.ISend(h.marshal(e.cfg, addr), helloTag, nil)
-	var q net.Request
-	if err == nil {
-		q, err = s.ISend(nil, confirmTag, nil)
-	}
-	if err != nil {
-		s.Close()
 		return fail(err)
 	}
 	sent := make(chan error, 1)
@@ -197,7 +142,7 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, addr []byte) (fabric.L
 	for {
 		select {
 		case a := <-e.slot(peer):
-			dev := e.p.Devices()[e.dev]
+			p, dev := e.conns.Provider(), e.conns.Device()
 			bw := dev.Speed
 			if bw == 0 {
 				bw = e.cfg.Bandwidth
@@ -208,11 +153,11 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, addr []byte) (fabric.L
 			}
 			l := New(peer, s, a.r, fabric.Props{
 				Kind: e.cfg.Kind, Bandwidth: bw, Latency: lat,
-				Desc: fmt.Sprintf("%s %s %s rank %d <-> rank %d (host %s)", e.cfg.Kind, e.p.Name(), dev.Name, e.cfg.Rank, peer, a.host),
+				Desc: fmt.Sprintf("%s %s %s rank %d <-> rank %d (host %s)", e.cfg.Kind, p.Name(), dev.Name, e.cfg.Rank, peer, a.host),
 			})
-			via := string(e.cfg.Kind) + " " + e.p.Name() // "net tcp", "net ucx"
-			if e.p.Name() == string(e.cfg.Kind) {
-				via = e.p.Name() // the host tcp link
+			via := string(e.cfg.Kind) + " " + p.Name() // "net tcp", "net ucx"
+			if p.Name() == string(e.cfg.Kind) {
+				via = p.Name() // the host tcp link
 			}
 			l.who = fmt.Sprintf("rank %d (host %s) over %s %s", peer, a.host, via, dev.Name)
 			return l, nil
@@ -234,6 +179,7 @@ func (e *Endpoint) Close() error {
 	e.cancel()
 	err := e.l.Close()
 	e.wg.Wait()
+	e.drops.Stop() // the drops not yet warned about
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, c := range e.arrived {

@@ -13,15 +13,15 @@ import (
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
-// TestTagWidth: netlink's tags (header, data, hello, confirmation) need 3
-// bits. Over a provider that carries 3 bits and refuses wider tags
-// (nettest.Narrow), links connect and move data; over one of 2 bits, Open
+// TestTagWidth: netlink's tags (header, data, hello and its confirmation) need 2
+// bits (tags 1 to 3). Over a provider that carries 2 bits and refuses wider tags
+// (nettest.Narrow), links connect and move data; over one of 1 bit, Open
 // refuses with an error naming netlink, the bits and the provider.
 func TestTagWidth(t *testing.T) {
 	for _, c := range []struct {
 		bits int
 		ok   bool
-	}{{64, true}, {20, true}, {3, true}, {2, false}} {
+	}{{64, true}, {20, true}, {2, true}, {1, false}} {
 		t.Run(fmt.Sprintf("%dbits", c.bits), func(t *testing.T) {
 			open := func(rank int) (*netlink.Endpoint, error) {
 				p, err := tcp.New(tcp.Options{IfName: "lo", Sockets: 1})
@@ -33,8 +33,8 @@ func TestTagWidth(t *testing.T) {
 			}
 			e0, err := open(0)
 			if !c.ok {
-				if !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "netlink") || !strings.Contains(err.Error(), "carries 2 bits") {
-					t.Fatalf("open over a 2-bit provider: %v; want ErrNotSupported naming netlink and the width", err)
+				if !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "netlink") || !strings.Contains(err.Error(), "carries 1 bits") {
+					t.Fatalf("open over a 1-bit provider: %v; want ErrNotSupported naming netlink and the width", err)
 				}
 				return
 			}

@@ -16,7 +16,8 @@ const nominalTCP = 1.25e9
 // or FLEXLINK_LINKS naming tcp): an Endpoint over a tcp provider of its own
 // on the first interface FLEXLINK_SOCKET_IFNAME allows (the first
 // non-loopback one, else loopback), with FLEXLINK_SOCKETS_PER_PEER sockets
-// per direction and FLEXLINK_SOCKET_TIMEOUT as the silence limit. Peers
+// per direction and FLEXLINK_SOCKET_TIMEOUT as the silence limit, listening
+// on FLEXLINK_PORT_RANGE's first free port (ephemeral when unset). Peers
 // prove the job secret in their hello. The provider needs no Close of its
 // own: closing the endpoint and its links releases everything it holds.
 func NewTCPEndpoint(cfg fabric.EndpointConfig) (*Endpoint, error) {
@@ -38,9 +39,13 @@ func NewTCPEndpoint(cfg fabric.EndpointConfig) (*Endpoint, error) {
 	if timeout <= 0 {
 		return nil, fmt.Errorf("FLEXLINK_SOCKET_TIMEOUT=%v: want a positive duration", timeout)
 	}
+	pr, err := env.Ports()
+	if err != nil {
+		return nil, err
+	}
 	spec := env.String("FLEXLINK_SOCKET_IFNAME")
 	log := cfg.Log().Named("tcp")
-	p, err := tcp.New(tcp.Options{IfName: spec, Sockets: socks, Timeout: timeout, Logger: log})
+	p, err := tcp.New(tcp.Options{IfName: spec, Sockets: socks, Timeout: timeout, Logger: log, Ports: pr})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d on %s: FLEXLINK_SOCKET_IFNAME=%q: %w", cfg.Rank, cfg.Host, spec, err)
 	}

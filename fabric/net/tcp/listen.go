@@ -46,8 +46,7 @@ func (p *Provider) Listen(ctx context.Context, dev int) (fnet.Listener, error) {
 	if err := p.device(dev); err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp4", netip.AddrPortFrom(p.ips[dev], 0).String())
+	ln, err := p.opt.Ports.Listen(ctx, "tcp4", p.ips[dev].String())
 	if err != nil {
 		return nil, &fnet.ConnError{Provider: "tcp", Device: p.devs[dev].Name, Remote: "-", Op: "listen", Err: err}
 	}

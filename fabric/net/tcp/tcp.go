@@ -25,6 +25,7 @@ import (
 
 	fnet "github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/ports"
 )
 
 // Options configure a provider. The zero value works.
@@ -46,6 +47,9 @@ type Options struct {
 	// BindSource binds a connection's sockets to the device's address, so
 	// they leave from that NIC even toward another subnet (rails, PXN).
 	BindSource bool
+	// Ports are the ports listeners take, the first free one in order
+	// (FLEXLINK_PORT_RANGE); the zero Range: ephemeral ports.
+	Ports ports.Range
 
 	ifaces []iface // tests: instead of the system's
 	sysfs  string  // tests: instead of /sys/class/net

@@ -74,6 +74,7 @@ import (
 	fnet "github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/ucx/internal/ucp"
 	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -81,7 +82,8 @@ import (
 type Options struct {
 	// Library is the UCP library to load (default libucp.so.0).
 	Library string
-	// Env is where UCX_NET_DEVICES is read to filter the devices (default:
+	// Env is where UCX_NET_DEVICES is read to filter the devices, and
+	// FLEXLINK_PORT_RANGE for the side channel's listeners (default:
 	// the process environment; UCX itself always reads the process
 	// environment).
 	Env settings.Env
@@ -89,11 +91,12 @@ type Options struct {
 
 // Provider is the UCX network provider. It implements fnet.Provider.
 type Provider struct {
-	lib  *ucp.Lib
-	e    *engine
-	addr []byte // worker address
-	devs []device
-	host string
+	lib   *ucp.Lib
+	e     *engine
+	addr  []byte // worker address
+	devs  []device
+	host  string
+	ports ports.Range // the side channel's listeners' (FLEXLINK_PORT_RANGE)
 
 	nextID atomic.Uint32
 
@@ -110,13 +113,17 @@ type Provider struct {
 // goroutine. Without the library the error wraps errs.ErrNotSupported and
 // keeps dlopen's message.
 func Open(opts Options) (*Provider, error) {
-	lib, err := ucp.Load(opts.Library)
-	if err != nil {
-		return nil, fmt.Errorf("net ucx: %w", err)
-	}
 	env := opts.Env
 	if env == nil {
 		env = settings.OS()
+	}
+	pr, err := env.Ports() // the side channel's listeners take FLEXLINK_PORT_RANGE's ports
+	if err != nil {
+		return nil, fmt.Errorf("net ucx: %w", err)
+	}
+	lib, err := ucp.Load(opts.Library)
+	if err != nil {
+		return nil, fmt.Errorf("net ucx: %w", err)
 	}
 	netDevs, _ := env("UCX_NET_DEVICES")
 	devs := listDevices(netDevs)
@@ -129,7 +136,7 @@ func Open(opts Options) (*Provider, error) {
 	}
 	host, _ := os.Hostname()
 	p := &Provider{
-		lib: lib, e: e, addr: addr, devs: devs, host: host,
+		lib: lib, e: e, addr: addr, devs: devs, host: host, ports: pr,
 		listeners: map[*listener]struct{}{},
 		sends:     map[*sendConn]struct{}{},
 		recvs:     map[*recvConn]struct{}{},
@@ -176,8 +183,7 @@ func (p *Provider) Listen(ctx context.Context, dev int) (fnet.Listener, error) {
 	if p.closed {
 		return nil, &fnet.ConnError{Provider: "ucx", Device: d.Name, Remote: "-", Op: "listen", Err: errs.ErrClosed}
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(d.ip, 0).String())
+	ln, err := p.ports.Listen(ctx, "tcp", d.ip.String())
 	if err != nil {
 		return nil, &fnet.ConnError{Provider: "ucx", Device: d.Name, Remote: "-", Op: "listen", Err: err}
 	}

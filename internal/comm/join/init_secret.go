@@ -1,9 +1,7 @@
 package join
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,14 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/flexlink/flexlink/internal/settings"
-
+	"github.com/flexlink/flexlink/internal/auth"
 	"github.com/flexlink/flexlink/internal/bounded"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // jobSecret is the secret of a job started without flexrun. With
 // FLEXLINK_JOB_SECRET set (hex) it is that. Otherwise it is derived as
-// HMAC-SHA256(key, "flexlink job secret v1" || label) from the user's key
+// auth.Proof(key, "flexlink job secret v2", label) (HMAC-SHA256 keyed by
+// key over the length-prefixed purpose and label) from the user's key
 // file (FLEXLINK_KEY_FILE, default ~/.config/flexlink/job.key), which is
 // created with 32 random bytes and mode 0600 when missing. label names the
 // job (launcher, job and step ids), so each job gets its own secret, and
@@ -44,10 +43,8 @@ func jobSecret(env settings.Env, label string) (secret []byte, hint string, err 
 	if err != nil {
 		return nil, "", err
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("flexlink job secret v1\x00" + label))
 	hint = fmt.Sprintf(" (job secret derived from %s: every host must hold the same file; see docs/LAUNCH.md)", path)
-	return m.Sum(nil), hint, nil
+	return auth.Proof(key, "flexlink job secret v2", []byte(label)), hint, nil
 }
 
 // loadKey reads the key file, creating it first when missing. Creation is

@@ -100,11 +100,11 @@ func TestEvents(t *testing.T) {
 }
 
 // TestRefusalSummary: a flood of refused connections gives one WARN at
-// once and one counted WARN when the interval ends (each one at DEBUG),
-// not a WARN line per connection.
+// once and one counted WARN when the interval ends (internal/auth.Drops;
+// each one at DEBUG), not a WARN line per connection.
 func TestRefusalSummary(t *testing.T) {
 	srv, lw := testServer(t, 2, 0)
-	srv.ref.interval = 500 * time.Millisecond // shorter than refusalInterval: the test waits for it
+	srv.drops.Every = 500 * time.Millisecond // shorter than refusalInterval: the test waits for it
 	const flood = 20
 	for range flood {
 		c, err := net.Dial("tcp", srv.Addr())
@@ -114,8 +114,8 @@ func TestRefusalSummary(t *testing.T) {
 		_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n")) // not a hello
 		_ = c.Close()
 	}
-	lw.waitCount(t, 5*time.Second, flood, "[DEBUG]", "dropped connection")
-	lw.waitCount(t, 5*time.Second, 1, "[WARN]", "refused more connections", fmt.Sprintf("count=%d", flood-1))
+	lw.waitCount(t, 5*time.Second, flood, "[DEBUG]", "dropped connection", "during handshake")
+	lw.waitCount(t, 5*time.Second, 1, "[WARN]", "did not prove the job secret", fmt.Sprintf("dropped=%d", flood-1))
 	if n := lw.count("[WARN]"); n != 2 {
 		t.Errorf("%d WARN lines for %d refused connections, want 2:\n%s", n, flood, strings.Join(lw.lines, "\n"))
 	}

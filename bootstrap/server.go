@@ -10,22 +10,31 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/internal/auth"
 	"github.com/flexlink/flexlink/internal/ports"
 )
 
 const defaultHandshakeTimeout = 10 * time.Second
 
+// refusalInterval is how often, at most, the server warns about the
+// connections it refused (a port scan or a stray client must not flood
+// the job's stderr); each refusal is logged at DEBUG.
+const refusalInterval = 10 * time.Second
+
 // Server is the job's bootstrap store server. It authenticates ranks,
 // completes collectives once all ranks have contributed, keeps the
 // key/value table, and fails the job for everyone when a rank is lost or
 // someone aborts. A connection that misbehaves before it has joined is
-// dropped and logged; the job goes on.
+// dropped and counted, with a rate-limited WARN; the job goes on.
 type Server struct {
 	cfg ServerConfig
 	ln  net.Listener
 	eng *engine
 	log hclog.Logger
-	ref *refusals
+	// drops counts the connections refused before joining (a scan, a
+	// process of another job): one WARN, then one per refusalInterval with
+	// the count (internal/auth.Drops); each at DEBUG.
+	drops *auth.Drops
 
 	mu      sync.Mutex
 	conns   map[net.Conn]*peerConn // nil value: still in handshake
@@ -55,7 +64,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("bootstrap: server: listen %s: %w", cfg.Addr, err)
 	}
 	log := cfg.Logger.Named("bootstrap")
-	s := &Server{cfg: cfg, ln: ln, log: log, ref: &refusals{log: log, interval: refusalInterval}, eng: newEngine(cfg.Size, log, cfg.KeepOnLoss, cfg.OnEvent), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
+	s := &Server{cfg: cfg, ln: ln, log: log, drops: &auth.Drops{Log: log, What: "bootstrap server", Every: refusalInterval}, eng: newEngine(cfg.Size, log, cfg.KeepOnLoss, cfg.OnEvent), conns: make(map[net.Conn]*peerConn), done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Debug("serving", "addr", s.Addr(), "size", cfg.Size, "job", cfg.JobID)
@@ -113,7 +122,7 @@ func (s *Server) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
-	s.ref.stop()
+	s.drops.Stop()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("bootstrap: server close: %w", err)
 	}
@@ -175,7 +184,7 @@ func (s *Server) serve(c net.Conn) {
 			_ = writeMsg(bw, rejectMsg{Class: rej.class, Text: rej.text})
 			s.refused(h, rej.text)
 		}
-		s.ref.note(from, fmt.Errorf("during handshake: %w", err))
+		s.drops.Drop(fmt.Errorf("from %s, during handshake: %w", from, err))
 		return
 	}
 	rank := int(h.Rank)
@@ -187,7 +196,7 @@ func (s *Server) serve(c net.Conn) {
 	if err != nil {
 		_ = writeMsg(bw, rejectMsg{Class: classMismatch, Text: err.Error()})
 		s.refused(h, err.Error())
-		s.ref.note(from, fmt.Errorf("after handshake (rank %d): %w", rank, err))
+		s.drops.Drop(fmt.Errorf("from %s, after handshake (rank %d): %w", from, rank, err))
 		return
 	}
 	s.mu.Lock()

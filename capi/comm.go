@@ -77,9 +77,10 @@ func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 
 // finish ends initialisation with err (nil: ready).
 func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
-	if err == nil && dc != nil && !strings.EqualFold(c.lib.env.String("FLEXLINK_GPU_ENQUEUE"), "sync") {
+	if err == nil && dc != nil && strings.EqualFold(c.lib.env.String("FLEXLINK_GPU_ENQUEUE"), "async") {
 		// Enqueue and return (collectives/plane/async.go), under the
-		// communicator's context: ncclCommAbort cancels it.
+		// communicator's context: ncclCommAbort cancels it. Opt-in until
+		// it is proven on GPUs (docs/GPU.md).
 		err = dc.Async(c.ctx)
 	}
 	c.rc, c.dc, c.initErr = rc, dc, err
@@ -91,9 +92,7 @@ func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
 	}
 	if err == nil && rc != nil && c.prog.store != nil && c.nranks > 1 {
 		go c.answerStalls()
-		if dc != nil {
-			go c.watchStalls()
-		}
+		go c.watchStalls()
 	}
 	close(c.ready)
 	if err == nil && rc != nil && c.lib.opt.Announce != nil { // rc is nil for a NOCOLOR split
@@ -224,7 +223,13 @@ func (c *Comm) join(info idInfo) (*rank.Comm, *rank.DeviceComm, error) {
 	defer cancel()
 	host, _ := os.Hostname()
 	lg := commLogger(l.opt.Logger, l.env, host, c.rank)
-	store, err := bootstrap.Dial(ctx, bootstrap.DialConfig{Addr: info.Server(), Rank: c.rank, Size: c.nranks, Secret: info.Secret, JobID: info.JobID(), Host: host, Logger: lg.Named("bootstrap")})
+	cfg, err := l.rendezvousDial(info, c.rank, c.nranks, host, lg.Named("bootstrap")) // FLEXLINK_LIVENESS_TIMEOUT
+	if err != nil {
+		l.ids.unserve(srv)
+		c.srv = nil
+		return nil, nil, err
+	}
+	store, err := bootstrap.Dial(ctx, cfg)
 	if err != nil {
 		l.ids.unserve(srv)
 		c.srv = nil
@@ -488,9 +493,10 @@ func (l *Library) AsyncError(h uintptr) (Result, error) {
 		// Calls on device buffers end on the device: one that timed out
 		// there (or whose communicator another member's timeout ended)
 		// names the members behind this rank's last collective.
-		if c.dc != nil {
-			ae = c.nameWithheld(c.prog.latest(), ae)
-		}
+		// A lost member or a mismatch first heard of here (a host-only
+		// communicator between calls, too) goes to flexrun's verdict as a
+		// failed call's would (report.go).
+		ae = c.nameWithheld(c.prog.latest(), ae)
 		// First heard of here: it is the process's last error too
 		// (ncclGetLastError(NULL)), as NCCL's WARN of it would make it.
 		c.note(ae)

@@ -1,6 +1,9 @@
 package capi
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // drain waits, before a call that uses the communicator's queue on the
 // caller's thread (a call on host buffers, a split or a shrink), until the
@@ -18,15 +21,45 @@ func (c *Comm) drain() error {
 	return nil
 }
 
-// stallReport is how long a device call handed to the engine may wait for
-// its peers before this rank asks the members which of them has not
-// called it, and reports it (reportWithheld): under flexrun the report is
-// evidence for the verdict if the job then fails, for example when
-// PyTorch's watchdog ends the process at its timeout while the call still
-// waits. A call that completes later changes nothing.
+// stallReport is how long a collective may wait for its peers (a call
+// on the caller's thread, or one handed to the enqueue-and-return engine)
+// before this rank asks the members which of them has not called it, and
+// reports it (reportWithheld): under flexrun the report is evidence for
+// the verdict if the job then fails, for example when PyTorch's watchdog
+// ends the process at its timeout while the call still waits, or when the
+// rank that withheld it exits. A call that completes later changes
+// nothing.
 const stallReport = 5 * time.Second
 
-// watchStalls reports device calls that wait longer than stallReport for
+// inCall is the collective this rank is in on the caller's thread, and
+// since when: written at each call's start and end (two atomic stores),
+// read by watchStalls.
+type inCall struct {
+	seq   atomic.Uint64 // its number, 0: none
+	since atomic.Int64  // its start, unix nanoseconds
+}
+
+func (ic *inCall) enter(seq uint64) {
+	ic.since.Store(time.Now().UnixNano())
+	ic.seq.Store(seq)
+}
+
+func (ic *inCall) leave() { ic.seq.Store(0) }
+
+// stalled is the call that has waited longer than stallReport (0: none).
+func (c *Comm) stalled() uint64 {
+	if seq := c.prog.now.seq.Load(); seq != 0 && time.Since(time.Unix(0, c.prog.now.since.Load())) >= stallReport {
+		return seq
+	}
+	if c.dc != nil {
+		if n, ran := c.dc.Pending(); n > 0 && ran >= stallReport {
+			return c.prog.latest()
+		}
+	}
+	return 0
+}
+
+// watchStalls reports collectives that wait longer than stallReport for
 // their peers, once per call, while c lives.
 func (c *Comm) watchStalls() {
 	tick := time.NewTicker(time.Second)
@@ -38,9 +71,8 @@ func (c *Comm) watchStalls() {
 			return
 		case <-tick.C:
 		}
-		n, ran := c.dc.Pending()
-		seq := c.prog.latest()
-		if n == 0 || ran < stallReport || seq == reported {
+		seq := c.stalled()
+		if seq == 0 || seq == reported {
 			continue
 		}
 		if behind := c.askBehind(seq); len(behind) > 0 {

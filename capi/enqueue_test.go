@@ -162,7 +162,7 @@ func TestEnqueueAndReturn(t *testing.T) {
 // blocks its caller until released), and ncclCommGetAsyncError reports a
 // failure that names rank 1 as the one that has not called it.
 func TestEnqueueWithheldAbort(t *testing.T) {
-	f := newDevFixture(t, 3, gpufake.Config{}, "FLEXLINK_GPU_FLAG_BYTES", "0")
+	f := newDevFixture(t, 3, gpufake.Config{}, "FLEXLINK_GPU_FLAG_BYTES", "0", "FLEXLINK_GPU_ENQUEUE", "async")
 	count := 256
 	bufs := make([]*gpu.Buffer, 3)
 	for r := range 3 {
@@ -221,4 +221,47 @@ func TestEnqueueWithheldAbort(t *testing.T) {
 	if last := c2.lastErr(); !strings.Contains(last, "rank 1 has not called AllReduce #2") {
 		t.Errorf("rank 2's last error does not name rank 1 as withholding AllReduce #2: %q", last)
 	}
+}
+
+// TestStallReported: ranks 0 and 2 of 3 wait in an allreduce that rank 1
+// has not called, on their callers' threads (no deadline). After
+// stallReport, with the calls still waiting, each names rank 1 in its last
+// error (what a launcher learns from the report), before anything ends
+// the calls; an abort then ends them.
+func TestStallReported(t *testing.T) {
+	l := scopeLib()
+	hs := initRanks(t, l, 3)
+	done := make(chan error, 2)
+	for _, r := range []int{0, 2} {
+		go func() { _, err := allreduce(l, r, hs[r], 1); done <- err }()
+	}
+	c0, err := l.handles.comm(hs[0], "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(stallReport + 10*time.Second)
+	for !strings.Contains(c0.lastErr(), "rank 1 has not called AllReduce #1") {
+		select {
+		case err := <-done:
+			t.Fatalf("a waiting allreduce ended before the stall was reported: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stall report naming rank 1 within %v; rank 0's last error: %q", stallReport+10*time.Second, c0.lastErr())
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	for _, r := range []int{0, 2} {
+		if err := l.Abort(hs[r]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("an aborted allreduce did not return")
+		}
+	}
+	_ = l.Abort(hs[1])
 }

@@ -250,6 +250,8 @@ func (c *Comm) runColl(w *work) (err error) {
 	if !w.device {
 		defer c.prog.done()
 	}
+	c.prog.now.enter(seq) // watchStalls (enqueue.go)
+	defer c.prog.now.leave()
 	defer func() {
 		if err != nil {
 			err = c.nameWithheld(seq, err)

@@ -2,6 +2,7 @@ package capi
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -118,13 +119,19 @@ func decodeID(id UniqueID) (idInfo, error) {
 	return info, nil
 }
 
-// reservePort finds a free TCP port on all interfaces for the rendezvous.
+// reservePort finds a free TCP port on all interfaces for the rendezvous:
+// the first free one of FLEXLINK_PORT_RANGE from its top (away from the
+// listeners that take the range from the bottom), else an ephemeral one.
 // The server starts only at the first ncclCommInitRank (it must know the
 // number of ranks), so the port is released in between; another process
 // taking it meanwhile makes the server fail to start, with an error
 // naming the port.
 func reservePort() (int, error) {
-	l, err := net.Listen("tcp", ":0")
+	pr, err := settings.OS().Ports()
+	if err != nil {
+		return 0, fmt.Errorf("unique id: %w", err)
+	}
+	l, err := pr.ListenFromTop(context.Background(), "tcp", "")
 	if err != nil {
 		return 0, fmt.Errorf("unique id: find a free port: %w", err)
 	}

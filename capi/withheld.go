@@ -44,6 +44,7 @@ type progress struct {
 	calls atomic.Uint64    // collectives this rank has started on it
 	kinds [64]atomic.Int32 // the last ones' kinds, by number
 	busy  atomic.Int32     // calls on host buffers in flight
+	now   inCall           // the collective in flight on the caller's thread (enqueue.go)
 	kids  atomic.Uint64    // splits and shrinks made from it, which name theirs
 	asked atomic.Uint64    // the last request seen
 	// jobs are the members' ranks in flexrun's job, by comm rank (-1:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -142,6 +143,9 @@ type BootstrapConfig struct {
 	// PeerTimeout is how long a rank may stay silent before the server
 	// declares it lost (Deadlines.LivenessTimeout).
 	PeerTimeout time.Duration
+	// Ports is FLEXLINK_PORT_RANGE (flexrun --port-range): the server
+	// listens on its first free port (the zero Range: an ephemeral one).
+	Ports ports.Range
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -208,15 +212,19 @@ func Run(ctx context.Context, job Job) (int, error) {
 	if len(remote) > 0 {
 		listen = "0.0.0.0:0"
 	}
+	pr, err := envLookup(env).Ports() // flexrun's own listeners take FLEXLINK_PORT_RANGE's ports too
+	if err != nil {
+		return 1, err
+	}
 	reports := newReportLedger()
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing, PeerTimeout: job.LivenessTimeout})
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing, PeerTimeout: job.LivenessTimeout, Ports: pr})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(srv.Addr())
 	je.Bootstrap = net.JoinHostPort("127.0.0.1", port)
-	if je.MasterPort, err = freePort(je.Bootstrap); err != nil {
+	if je.MasterPort, err = freePort(je.Bootstrap, pr); err != nil {
 		return 1, err
 	}
 	if !isLocalHost(hosts, plan[0].Host) {
@@ -348,19 +356,29 @@ func (job Job) secrets(size int) (jobSecrets, error) {
 }
 
 // freePort finds a free TCP port on the loopback interface for PyTorch's
-// MASTER_PORT, other than the bootstrap's.
-func freePort(bootstrap string) (int, error) {
+// MASTER_PORT, other than the bootstrap's: in r when it is a range
+// (FLEXLINK_PORT_RANGE), taken from its top down, since the port is
+// released for PyTorch to bind and the job's other listeners take the
+// range from the bottom up.
+func freePort(bootstrap string, r ports.Range) (int, error) {
 	_, bport, _ := net.SplitHostPort(bootstrap)
+	var held []net.Listener // the bootstrap's port, found free on loopback: held so the next try skips it
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
 	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := r.ListenFromTop(context.Background(), "tcp", "127.0.0.1")
 		if err != nil {
 			return 0, fmt.Errorf("find a free port for MASTER_PORT: %w", err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		if fmt.Sprint(port) != bport {
+			l.Close()
 			return port, nil
 		}
+		held = append(held, l)
 	}
 	return 0, fmt.Errorf("find a free port for MASTER_PORT: kept getting the bootstrap's port %s", bport)
 }

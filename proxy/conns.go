@@ -197,6 +197,7 @@ func (c *conns) abort(err error) {
 func (c *conns) close() {
 	c.stop()
 	c.l.Close()
+	c.layer.Drops().Stop() // the drops not yet warned about
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, sc := range c.send {

@@ -19,29 +19,14 @@ src=${1:?usage: gpu-enqueue.sh NCCL_TESTS_SRC}
 OUT=${OUT:-/tmp/flexlink-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
+# Enqueue-and-return is opt-in (FLEXLINK_GPU_ENQUEUE, docs/GPU.md): on here.
+export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-async}
 LIB=$PWD/build/nccl/lib/libnccl.so.2
 if [ ! -f "$LIB" ] && [ -f "$LIB.xz" ]; then xz -d -k "$LIB.xz"; fi
 [ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
 FR=(bin/flexrun --oversubscribe --nccl --nccl-lib "$PWD/build/nccl/lib")
-T0=$(date +%s)
-stamp() { echo "== $(($(date +%s) - T0))s $*"; }
-fails=0
-step() { # step NAME CMD...: PASS on exit 0, no FAILED/SLOW/WRONG line, no non-zero "#wrong"
-	local name=$1 out rc wrong
-	shift
-	out=$("$@" 2>&1)
-	rc=$?
-	echo "== $name" >>"$OUT/enqueue.log"
-	echo "$out" >>"$OUT/enqueue.log"
-	echo "$out" | grep -E "Out of bounds|Avg bus|SLOW|WRONG|ENQUEUE rank 0 .* iter 1|error|Error|^flexrun:" | cut -c1-300 | tail -8
-	wrong=$(echo "$out" | grep -E "^# Out of bounds values" | grep -vE ": 0 OK" | head -1)
-	if [ $rc -eq 0 ] && ! echo "$out" | grep -qE "FAILED|^SLOW|^WRONG" && [ -z "$wrong" ]; then
-		echo "PASS $name"
-	else
-		echo "FAIL $name (exit $rc)"
-		fails=$((fails + 1))
-	fi
-}
+STEPLOG=$OUT/enqueue.log
+source scripts/gpu-step.sh
 : >"$OUT/enqueue.log"
 
 # PARTS picks the parts to run (default all): torch, nccl, failures.
@@ -52,7 +37,7 @@ stamp "a 300 ms kernel before all_reduce"
 step "enqueue.py 1 rank, torch's NCCL" timeout 120 python3 tests/torch/enqueue.py
 step "enqueue.py 1 rank, flexlink" timeout 120 env LD_PRELOAD=$LIB python3 tests/torch/enqueue.py
 step "enqueue.py 2 ranks, flexlink" timeout 180 "${FR[@]}" -np 2 python3 tests/torch/enqueue.py
-step "enqueue.py 4 ranks, flexlink" timeout 240 "${FR[@]}" -np 4 python3 tests/torch/enqueue.py
+step "enqueue.py 4 ranks, flexlink" timeout 300 "${FR[@]}" -np 4 python3 tests/torch/enqueue.py
 step "enqueue.py 2 ranks, FLEXLINK_GPU_ENQUEUE=sync (expected SLOW)" timeout 180 env FLEXLINK_GPU_ENQUEUE=sync "${FR[@]}" -np 2 python3 tests/torch/enqueue.py
 fails=$((fails - 1)) # the sync run is the control: it must be SLOW
 grep -q "^SLOW" <(sed -n '/FLEXLINK_GPU_ENQUEUE=sync/,$p' "$OUT/enqueue.log") || { echo "FAIL control: FLEXLINK_GPU_ENQUEUE=sync was not slow"; fails=$((fails + 2)); }
@@ -67,7 +52,7 @@ MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi
 step build timeout 300 make -s -j16 -C /tmp/nccl-tests MPI=1 MPI_HOME=$MPI_HOME NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
 	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
 B=/tmp/nccl-tests/build
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE)
 stamp "nccl-tests, 2 MPI ranks on GPU 0, eager and -G 10"
 # GRAPHS: the binaries also run with -G 10 (default: three, to fit a
 # device session; GRAPHS="all_reduce ... scatter" for every one).

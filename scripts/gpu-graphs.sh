@@ -34,25 +34,8 @@ export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
 LIB=$PWD/build/nccl/lib/libnccl.so.2
 if [ ! -f "$LIB" ] && [ -f "$LIB.xz" ]; then xz -d -k "$LIB.xz"; fi
 [ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
-T0=$(date +%s)
-stamp() { echo "== $(($(date +%s) - T0))s $*"; }
-fails=0
-step() { # step NAME CMD...: PASS on exit 0 with no FAILED line and no non-zero "#wrong"/"Out of bounds" count
-	local name=$1 out rc
-	shift
-	out=$("$@" 2>&1)
-	rc=$?
-	echo "$out" >>"$OUT/graphs.log"
-	echo "$out" | grep -E "Out of bounds|Avg bus|error|Error|FAIL|PASS|GRAPH-END" | tail -6
-	local wrong
-	wrong=$(echo "$out" | grep -E "^# Out of bounds values" | grep -vE ": 0 OK" | head -1)
-	if [ $rc -eq 0 ] && ! echo "$out" | grep -q "FAILED" && [ -z "$wrong" ]; then
-		echo "PASS $name"
-	else
-		echo "FAIL $name (exit $rc)"
-		fails=$((fails + 1))
-	fi
-}
+STEPLOG=$OUT/graphs.log
+source scripts/gpu-step.sh
 : >"$OUT/graphs.log"
 
 stamp "build nccl-tests against the installed NCCL"

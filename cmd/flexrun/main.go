@@ -27,6 +27,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 	"github.com/flexlink/flexlink/launcher"
 )
@@ -120,6 +121,7 @@ func flags() []cli.Flag {
 		durationFlag("launch-timeout", launcher.DefaultLaunchTimeout, "how long an agent may take to start and accept the job", ""),
 		durationFlag("agent-timeout", 0, "a host silent this long is lost (and its agent kills its ranks)", "--liveness-timeout"),
 		&cli.IntFlag{Name: "launch-parallel", Value: launcher.DefaultMaxParallel, Usage: "at most `N` ssh connections opened at once"},
+		&cli.StringFlag{Name: "port-range", Usage: "TCP ports every listener of the job takes, `FIRST-LAST` (50000-50100): flexrun's bootstrap server and MASTER_PORT, and the ranks' network listeners, each the first free port in order (sets FLEXLINK_PORT_RANGE for flexrun and the ranks)", DefaultText: "FLEXLINK_PORT_RANGE, else ephemeral ports"},
 		&cli.StringFlag{Name: "bootstrap-addr", Usage: "`ADDR` of this machine that ranks on other hosts dial", DefaultText: "the interface that routes to each host"},
 	}
 }
@@ -182,6 +184,12 @@ func jobFromFlags(c *cli.Context) (launcher.Job, error) {
 		if c.IsSet(name) && duration(c, name) <= 0 {
 			return job, fmt.Errorf("--%s %s: want more than 0", name, c.Generic(name))
 		}
+	}
+	if c.IsSet("port-range") {
+		if _, err := ports.Parse(c.String("port-range")); err != nil {
+			return job, fmt.Errorf("--port-range %w", err)
+		}
+		job.Exports = append(job.Exports, ports.Setting+"="+c.String("port-range")) // flexrun's listeners read it there too
 	}
 	if c.Bool("nccl") || c.IsSet("nccl-lib") {
 		pre, err := ncclPreload(c.String("nccl-lib"), os.Getenv("LD_PRELOAD"))
@@ -275,7 +283,7 @@ func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 	}
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
 		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log),
-		KeepOnLoss: cfg.KeepOnLoss, OnEvent: bootReports(cfg.Report), PeerTimeout: cfg.PeerTimeout,
+		KeepOnLoss: cfg.KeepOnLoss, OnEvent: bootReports(cfg.Report), PeerTimeout: cfg.PeerTimeout, Ports: cfg.Ports,
 	})
 	if err != nil {
 		return nil, err

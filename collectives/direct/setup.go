@@ -93,6 +93,9 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 			dp.flag = nil
 		}
 	}
+	if err == nil && dp.shared != nil {
+		err = dp.shared.share(ctx, h.Engine()) // shared.go
+	}
 	if err != nil {
 		dp.close()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/nvlink"
 	"github.com/flexlink/flexlink/gpu"
@@ -309,4 +310,34 @@ func doneText(done []byte) string {
 		t = t[:i]
 	}
 	return string(t)
+}
+
+// share gives every rank the leader's done event at setup, so a follower
+// opens it now rather than inside its first call: on one H200, a
+// follower's cuIpcOpenEventHandle made inside a call waited for good while
+// another thread of its process was in a copy to pageable memory, itself
+// waiting for the stream the call was to release (enqueue-and-return,
+// collectives/plane/async.go). Collective, under the communicator's queue.
+func (st *sharedState) share(ctx context.Context, e *collectives.Engine) error {
+	h := make([]byte, gpu.IPCHandleSize)
+	if st.me == st.leader {
+		b, err := st.done.IPCHandle()
+		if err != nil {
+			return fmt.Errorf("shared-gpu done event's handle: %w", err)
+		}
+		copy(h, b)
+	}
+	all := make([]byte, st.n*len(h))
+	if err := e.AllGather(ctx, collectives.HostBuffer(h), collectives.HostBuffer(all), len(h), dtype.Uint8); err != nil {
+		return fmt.Errorf("share the shared-gpu done event: %w", err)
+	}
+	if st.me == st.leader {
+		return nil
+	}
+	ev, err := st.dev.OpenIPCEvent(all[st.leader*len(h) : (st.leader+1)*len(h)])
+	if err != nil {
+		return fmt.Errorf("open leader rank %d's done event: %w", st.leader, err)
+	}
+	st.done = ev
+	return nil
 }

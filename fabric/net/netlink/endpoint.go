@@ -179,6 +179,7 @@ func (e *Endpoint) Close() error {
 	e.cancel()
 	err := e.l.Close()
 	e.wg.Wait()
+	e.drops.Stop() // the drops not yet warned about
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, c := range e.arrived {

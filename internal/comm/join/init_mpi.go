@@ -13,6 +13,7 @@ import (
 	mpi "github.com/sbromberger/gompi"
 
 	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -43,7 +44,10 @@ func initMPI(ctx context.Context, env settings.Env, getenv func(string) (string,
 		secret := make([]byte, 32)
 		if _, serveErr = rand.Read(secret); serveErr == nil {
 			liveness, _ := env.Duration("FLEXLINK_LIVENESS_TIMEOUT") // a bad value fails the dial below
-			srv, serveErr = bootstrap.NewServer(bootstrap.ServerConfig{Addr: ":0", Size: n, Secret: secret, JobID: jobID, Logger: NewLogger(env, host, 0), PeerTimeout: liveness})
+			var pr ports.Range                                       // FLEXLINK_PORT_RANGE: the server takes its first free port
+			if pr, serveErr = env.Ports(); serveErr == nil {
+				srv, serveErr = bootstrap.NewServer(bootstrap.ServerConfig{Addr: ":0", Ports: pr, Size: n, Secret: secret, JobID: jobID, Logger: NewLogger(env, host, 0), PeerTimeout: liveness})
+			}
 		}
 		text := "error " + fmt.Sprint(serveErr)
 		if serveErr == nil {

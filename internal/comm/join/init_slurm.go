@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/flexlink/flexlink/internal/hostlist"
+	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -73,8 +74,9 @@ func readSlurmStep(getenv func(string) (string, bool)) (slurmStep, error) {
 }
 
 // slurmPort is rank 0's bootstrap port: FLEXLINK_SLURM_PORT, else derived
-// from the job and step ids (20000-29999, below Linux's ephemeral ports),
-// so every task computes the same port without talking to the others.
+// from the job and step ids (in FLEXLINK_PORT_RANGE when it is set, else
+// 20000-29999, below Linux's ephemeral ports), so every task computes the
+// same port without talking to the others.
 func slurmPort(env settings.Env, jobID, stepID string) (int, error) {
 	if env.IsSet("FLEXLINK_SLURM_PORT") {
 		p, err := env.Int("FLEXLINK_SLURM_PORT")
@@ -83,9 +85,16 @@ func slurmPort(env settings.Env, jobID, stepID string) (int, error) {
 		}
 		return p, nil
 	}
+	pr, err := env.Ports()
+	if err != nil {
+		return 0, err
+	}
+	if pr.IsZero() {
+		pr = ports.Range{First: 20000, Last: 29999}
+	}
 	h := fnv.New32a()
 	h.Write([]byte(jobID + "." + stepID))
-	return 20000 + int(h.Sum32()%10000), nil
+	return pr.First + int(h.Sum32()%uint32(pr.Size())), nil
 }
 
 // initSlurm joins a job started by srun without flexrun: rank 0 serves

@@ -1,0 +1,33 @@
+package launcher
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flexlink/flexlink/internal/ports"
+)
+
+// TestFreePortRange: MASTER_PORT comes from the top of
+// FLEXLINK_PORT_RANGE's range and is never the bootstrap's port; a range
+// holding only the bootstrap's port is exhausted, with the error naming
+// the variable.
+func TestFreePortRange(t *testing.T) {
+	r := ports.Range{First: 31030, Last: 31034}
+	p, err := freePort("127.0.0.1:31034", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != 31033 { // the range's top but the bootstrap's (this test's ports are its own)
+		t.Errorf("MASTER_PORT %d, want 31033: the top of %v other than the bootstrap's 31034", p, r)
+	}
+	one := ports.Range{First: 31035, Last: 31035}
+	// the bootstrap holds the range's only port (or another process does)
+	if held, err := one.Listen(t.Context(), "tcp", "127.0.0.1"); err == nil {
+		defer held.Close()
+	}
+	_, err = freePort("127.0.0.1:31035", one)
+	if !errors.Is(err, ports.ErrExhausted) || !strings.Contains(err.Error(), "FLEXLINK_PORT_RANGE=31035-31035") || !strings.Contains(err.Error(), "MASTER_PORT") {
+		t.Errorf("freePort in a range the bootstrap fills: %v, want ErrExhausted naming MASTER_PORT and the range", err)
+	}
+}

@@ -139,7 +139,7 @@ func (l *Library) LastError(h uintptr) string {
 // GetUniqueID is ncclGetUniqueId: a fresh id naming a rendezvous this
 // process will serve (see UniqueID).
 func (l *Library) GetUniqueID() (UniqueID, error) {
-	port, err := reservePort()
+	port, err := reservePort(l.env)
 	if err != nil {
 		return UniqueID{}, fail(SystemError, "ncclGetUniqueId: %w", err)
 	}

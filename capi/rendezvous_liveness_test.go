@@ -86,7 +86,7 @@ func testRendezvousLiveness(t *testing.T, liveness string, kill, survives bool) 
 		env["FLEXLINK_LIVENESS_TIMEOUT"] = liveness
 	}
 	l := New(Options{Env: settings.Map(env)})
-	port, err := reservePort()
+	port, err := reservePort(settings.OS())
 	if err != nil {
 		t.Fatal(err)
 	}

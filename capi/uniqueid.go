@@ -119,15 +119,16 @@ func decodeID(id UniqueID) (idInfo, error) {
 	return info, nil
 }
 
-// reservePort finds a free TCP port on all interfaces for the rendezvous:
+// reservePort finds a free TCP port on all interfaces for the rendezvous
+// (FLEXLINK_PORT_RANGE from env, the library's settings):
 // the first free one of FLEXLINK_PORT_RANGE from its top (away from the
 // listeners that take the range from the bottom), else an ephemeral one.
 // The server starts only at the first ncclCommInitRank (it must know the
 // number of ranks), so the port is released in between; another process
 // taking it meanwhile makes the server fail to start, with an error
 // naming the port.
-func reservePort() (int, error) {
-	pr, err := settings.OS().Ports()
+func reservePort(env settings.Env) (int, error) {
+	pr, err := env.Ports()
 	if err != nil {
 		return 0, fmt.Errorf("unique id: %w", err)
 	}

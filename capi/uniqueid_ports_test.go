@@ -13,8 +13,7 @@ import (
 // naming the variable.
 func TestUniqueIDPortRange(t *testing.T) {
 	r := ports.Range{First: 31060, Last: 31069}
-	t.Setenv("FLEXLINK_PORT_RANGE", r.String())
-	l := New(Options{Env: settings.Map(nil)})
+	l := New(Options{Env: settings.Map(map[string]string{"FLEXLINK_PORT_RANGE": r.String()})})
 	id, err := l.GetUniqueID()
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +25,7 @@ func TestUniqueIDPortRange(t *testing.T) {
 	if p := int(info.Addr.Port()); !r.Contains(p) {
 		t.Errorf("rendezvous port %d, want one in %v", p, r)
 	}
-	t.Setenv("FLEXLINK_PORT_RANGE", "31069-31060")
+	l = New(Options{Env: settings.Map(map[string]string{"FLEXLINK_PORT_RANGE": "31069-31060"})})
 	if _, err := l.GetUniqueID(); err == nil || !strings.Contains(err.Error(), "FLEXLINK_PORT_RANGE") {
 		t.Errorf("GetUniqueID with FLEXLINK_PORT_RANGE=31069-31060: %v, want an error naming it", err)
 	}

@@ -232,7 +232,7 @@ func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.S
 // call checks o's buffers (send holds sendCount elements, recv recvCount;
 // -1: the rank has none), trims them to size and runs o.
 func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, recvCount int) error {
-	what := "gpu " + o.Kind.String()
+	what := o.Kind.what()
 	if !o.DT.Valid() || (o.Kind == AllReduce || o.Kind == ReduceScatter || o.Kind == Reduce) && !o.Op.Valid() {
 		return fmt.Errorf("rank %d: %s: invalid dtype %v or op %v", d.c.Rank(), what, o.DT, o.Op)
 	}
@@ -245,16 +245,16 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 	sz := o.DT.Size()
 	var err error
 	if sendCount >= 0 {
-		if err = d.local(what+" send", o.Send, sendCount*sz); err != nil {
+		if err = d.localSide(what, " send", o.Send, sendCount*sz); err != nil {
 			return err
 		}
-		o.Send = o.Send.Sub(0, sendCount*sz)
+		o.Send = trimmed(o.Send, sendCount*sz)
 	}
 	if recvCount >= 0 {
-		if err = d.local(what+" recv", o.Recv, recvCount*sz); err != nil {
+		if err = d.localSide(what, " recv", o.Recv, recvCount*sz); err != nil {
 			return err
 		}
-		o.Recv = o.Recv.Sub(0, recvCount*sz)
+		o.Recv = trimmed(o.Recv, recvCount*sz)
 	}
 	if err := d.captureOf(o, s); err != nil {
 		return err
@@ -304,6 +304,24 @@ func (d *DeviceComm) Pending() (int, time.Duration) {
 
 // local checks that b is on the DeviceComm's GPU and holds at least n bytes
 // (n < 0: any length; b nil with n < 0 is fine).
+// localSide is local for what+side, the name made only for an error (a
+// call makes no string).
+func (d *DeviceComm) localSide(what, side string, b *gpu.Buffer, n int) error {
+	if b != nil && b.Device() == d.dev && b.Len() >= n {
+		return nil
+	}
+	return d.local(what+side, b, n)
+}
+
+// trimmed is b's first n bytes: b itself when it holds exactly n (a call
+// makes no Buffer then).
+func trimmed(b *gpu.Buffer, n int) *gpu.Buffer {
+	if b.Len() == n {
+		return b
+	}
+	return b.Sub(0, n)
+}
+
 func (d *DeviceComm) local(what string, b *gpu.Buffer, n int) error {
 	if b == nil {
 		if n < 0 {

@@ -37,6 +37,30 @@ func (k Kind) String() string {
 	return [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "group send/recv", "alltoallv"}[k]
 }
 
+// what names a call of kind k in errors and logs ("gpu allreduce"), a
+// constant: a call makes no string.
+func (k Kind) what() string {
+	switch k {
+	case AllReduce:
+		return "gpu allreduce"
+	case AllGather:
+		return "gpu allgather"
+	case ReduceScatter:
+		return "gpu reducescatter"
+	case Broadcast:
+		return "gpu broadcast"
+	case Reduce:
+		return "gpu reduce"
+	case AllToAll:
+		return "gpu alltoall"
+	case Group:
+		return "gpu group send/recv"
+	case AllToAllv:
+		return "gpu alltoallv"
+	}
+	return "gpu unknown"
+}
+
 // Op is one call, its buffers already trimmed to the bytes it touches.
 type Op struct {
 	Kind       Kind

@@ -119,6 +119,13 @@ func (d *DeviceComm) Async(ctx context.Context) error {
 	a := &asyncQ{d: d, ctx: ctx, word: word, addr: addr, own: own, stopped: make(chan struct{})}
 	a.cond = sync.NewCond(&a.mu)
 	d.async = a
+	// The engine ends with ctx too (an aborted communicator is not
+	// closed), once it has run every call handed to it.
+	context.AfterFunc(ctx, func() {
+		a.mu.Lock()
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
 	go a.engine()
 	return nil
 }
@@ -168,6 +175,11 @@ func (a *asyncQ) waits(o *Op) bool {
 // run the call.
 func (a *asyncQ) submit(what string, o *Op, s *gpu.Stream) error {
 	a.mu.Lock()
+	if err := a.ctx.Err(); err != nil || a.stopping {
+		// The engine has ended or is ending: nothing would release s.
+		a.mu.Unlock()
+		return fmt.Errorf("rank %d: %s on an ended device communicator: %w", a.d.c.Rank(), what, errors.Join(err, errs.ErrClosed))
+	}
 	ev, err := a.event()
 	if err != nil {
 		a.mu.Unlock()
@@ -237,7 +249,7 @@ func (a *asyncQ) engine() {
 	defer close(a.stopped)
 	for {
 		a.mu.Lock()
-		for len(a.jobs) == 0 && !a.stopping {
+		for len(a.jobs) == 0 && !a.stopping && a.ctx.Err() == nil {
 			a.cond.Wait()
 		}
 		if len(a.jobs) == 0 {

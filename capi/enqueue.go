@@ -75,9 +75,9 @@ func (c *Comm) watchStalls() {
 		if seq == 0 || seq == reported {
 			continue
 		}
-		if behind := c.askBehind(seq); len(behind) > 0 {
+		if behind, jobs := c.askBehindJobs(seq); len(behind) > 0 {
 			reported = seq
-			c.reportWithheld(c.prog.callName(seq), behind)
+			c.withheldFor(c.prog.callName(seq), behind, jobs, reportWait)
 		}
 	}
 }

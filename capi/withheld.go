@@ -141,7 +141,7 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 	if !endedWaiting(err) {
 		return err
 	}
-	behind := c.askBehind(seq)
+	behind, jobs := c.askBehindJobs(seq)
 	if len(behind) == 0 {
 		if errors.Is(err, context.DeadlineExceeded) {
 			// This rank's own deadline passed in the call, but the members
@@ -155,7 +155,7 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 		}
 		return err
 	}
-	c.withheldFor(c.prog.callName(seq), behind, callReportWait)
+	c.withheldFor(c.prog.callName(seq), behind, jobs, callReportWait)
 	return fmt.Errorf("%s: %w", strings.Join(behind, "; "), err)
 }
 
@@ -181,9 +181,16 @@ func (p *progress) callName(seq uint64) string {
 // it has not made. Members that do not answer within stallWait are not
 // named.
 func (c *Comm) askBehind(seq uint64) []string {
+	behind, _ := c.askBehindJobs(seq)
+	return behind
+}
+
+// askBehindJobs is askBehind with the members behind as ranks of
+// flexrun's job too (those whose job rank is known).
+func (c *Comm) askBehindJobs(seq uint64) ([]string, []int) {
 	p := &c.prog
 	if p.store == nil || c.nranks < 2 {
-		return nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stallWait)
 	defer cancel()
@@ -195,7 +202,7 @@ func (c *Comm) askBehind(seq uint64) []string {
 			break
 		}
 		if !errors.Is(err, errs.ErrMismatch) || tries == 64 {
-			return nil // the store is gone, or too many others ask at once
+			return nil, nil // the store is gone, or too many others ask at once
 		}
 	}
 	calls := make([]int64, c.nranks)
@@ -223,8 +230,12 @@ func (c *Comm) askBehind(seq uint64) []string {
 	wg.Wait()
 	p.jobs.Store(&jobs)
 	var behind []string
+	var behindJobs []int
 	for r, n := range calls {
 		if n >= 0 && uint64(n) < seq {
+			if jobs[r] >= 0 {
+				behindJobs = append(behindJobs, jobs[r])
+			}
 			last := "none yet"
 			if n > 0 {
 				last = "#" + strconv.FormatInt(n, 10)
@@ -232,7 +243,7 @@ func (c *Comm) askBehind(seq uint64) []string {
 			behind = append(behind, fmt.Sprintf("rank %d has not called %s (its last collective on this communicator: %s)", r, p.callName(uint64(n)+1), last))
 		}
 	}
-	return behind
+	return behind, behindJobs
 }
 
 // reportWithheld says that this rank's collective call (callName's words:
@@ -244,11 +255,12 @@ func (c *Comm) askBehind(seq uint64) []string {
 // flexrun's verdict names the ranks that withheld the call (report.go).
 // It waits at most reportWait for the report; c.mu must not be held.
 func (c *Comm) reportWithheld(call string, behind []string) {
-	c.withheldFor(call, behind, reportWait)
+	c.withheldFor(call, behind, nil, reportWait)
 }
 
-// withheldFor is reportWithheld waiting at most wait for the report.
-func (c *Comm) withheldFor(call string, behind []string, wait time.Duration) {
+// withheldFor is reportWithheld waiting at most wait for the report;
+// jobs are the members behind as ranks of flexrun's job (nil: unknown).
+func (c *Comm) withheldFor(call string, behind []string, jobs []int, wait time.Duration) {
 	if len(behind) == 0 {
 		return
 	}
@@ -258,7 +270,7 @@ func (c *Comm) withheldFor(call string, behind []string, wait time.Duration) {
 	c.mu.Unlock()
 	c.lib.last.set(text)
 	c.lib.log.Warn("collective withheld", "rank", c.rank, "nranks", c.nranks, "call", call, "error", text)
-	c.reportEnd(comm.EndReport{Kind: "timeout", Text: text, InCall: call}, wait)
+	c.reportEnd(comm.EndReport{Kind: "timeout", Text: text, InCall: call, Behind: jobs}, wait)
 }
 
 // jobMembers are the members' ranks in flexrun's job, nil unless every

@@ -47,6 +47,10 @@ type CommEnd struct {
 	InCall string
 	// Members are the communicator's world ranks (nil: not said).
 	Members []int
+	// Behind are the world ranks the member found had not called InCall
+	// when it gave up (nil: not asked): the withholders, by their peers'
+	// own count of calls.
+	Behind []int
 	// Echo: the member repeats an end another member published (it failed
 	// because of it): evidence of who failed on it, never its origin.
 	Echo bool

@@ -150,9 +150,23 @@ func withheld(outs []outcome, ev evidence, firstFailed outcome) (verdict, bool) 
 			return verdict{}, false // a failure of another kind
 		}
 	}
+	// The members that said they waited counted the others' calls
+	// (Behind): where they did, those are the suspects, so a member whose
+	// own report is still on its way is not taken for one.
+	var behind []int
+	for _, e := range ev.ends {
+		if e.Kind == "timeout" && e.Comm == first.Comm && e.InCall == first.InCall {
+			for _, r := range e.Behind {
+				if !slices.Contains(behind, r) {
+					behind = append(behind, r)
+				}
+			}
+		}
+	}
 	var suspects []outcome
 	for _, r := range ev.running {
-		if !said[r.rank] && (first.Members == nil || slices.Contains(first.Members, r.rank)) {
+		member := first.Members == nil || slices.Contains(first.Members, r.rank)
+		if behind != nil && member && slices.Contains(behind, r.rank) || behind == nil && !said[r.rank] && member {
 			suspects = append(suspects, r)
 		}
 	}

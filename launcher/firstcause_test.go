@@ -33,6 +33,7 @@ func TestFirstCause(t *testing.T) {
 	timedOut := func(rank int, echo bool) endReport {
 		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "timeout", Text: "...", ClosedBy: -1, InCall: "allreduce #6", Members: []int{0, 1, 2}, Echo: echo}}
 	}
+	behindOf := func(e endReport, rs ...int) endReport { e.Behind = rs; return e }
 	sub := func(e endReport) endReport { e.Comm, e.Members = "w.0", []int{0, 2}; return e }
 	reported := func(rs ...BootstrapReport) evidence {
 		var ev evidence
@@ -86,6 +87,11 @@ func TestFirstCause(t *testing.T) {
 			evidence{ends: []endReport{timedOut(2, false), timedOut(0, true)}, running: []outcome{who[1]}, who: who}, 3,
 			[]string{"rank 1 (host h, pid 101) did not take part in allreduce #6 on communicator w: ranks 0, 2 timed out waiting for it; terminating 1 other rank",
 				"ranks 0, 2 stopped: timed out waiting for rank 1"}},
+		{"withheld: the ranks the waiters counted behind, not a healthy member whose report is late",
+			[]outcome{failed(2, 1, 3)},
+			evidence{ends: []endReport{behindOf(timedOut(2, false), 1)}, running: []outcome{who[0], who[1]}, who: who}, 3,
+			[]string{"rank 1 (host h, pid 101) did not take part in allreduce #6 on communicator w: rank 2 timed out waiting for it; terminating 1 other rank",
+				"rank 2 stopped: timed out waiting for rank 1"}},
 		{"withheld: a running rank that is no member is not named",
 			[]outcome{failed(2, 1, 3), failed(0, 2, 3)},
 			evidence{ends: []endReport{sub(timedOut(2, false)), sub(timedOut(0, true))}, running: []outcome{who[1]}, who: who}, 3,

@@ -73,7 +73,7 @@ func bootReports(report func(launcher.BootstrapReport)) func(bootstrap.Event) {
 			}
 			r.Kind = launcher.ReportEnd
 			r.End = &launcher.CommEnd{Comm: e.Comm, Kind: e.Kind, Text: e.Text, ClosedBy: e.ClosedBy,
-				ClosedCalls: e.ClosedCalls, InCall: e.InCall, Members: e.Members, Echo: e.Echo, Dup: ev.Dup}
+				ClosedCalls: e.ClosedCalls, InCall: e.InCall, Members: e.Members, Behind: e.Behind, Echo: e.Echo, Dup: ev.Dup}
 		default:
 			return
 		}

@@ -142,6 +142,9 @@ type EndReport struct {
 	InCall string
 	// Members are the communicator's world ranks (nil: not said).
 	Members []int
+	// Behind are the world ranks the member found had not called InCall
+	// when it gave up (it asked every member; nil: not asked).
+	Behind []int
 	// Echo: the member repeats an end another member published first.
 	Echo bool
 }
@@ -157,7 +160,7 @@ func DecodeEnd(key string, value []byte) (EndReport, bool) {
 	if json.Unmarshal(value, &rec) != nil {
 		return EndReport{}, false
 	}
-	r := EndReport{Comm: name, Kind: rec.Kind, Text: rec.Text, ClosedBy: -1, InCall: rec.InCall, Members: rec.Members, Echo: rec.Echo}
+	r := EndReport{Comm: name, Kind: rec.Kind, Text: rec.Text, ClosedBy: -1, InCall: rec.InCall, Members: rec.Members, Behind: rec.Behind, Echo: rec.Echo}
 	if rec.Closed != nil {
 		r.ClosedBy, r.ClosedCalls = rec.Closed.World, rec.Closed.Calls
 	}

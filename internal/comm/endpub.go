@@ -11,7 +11,7 @@ import "encoding/json"
 // "w.1", ...). e.ClosedBy is -1 unless a member closed the communicator
 // while others were in a later collective.
 func EncodeEnd(by int, e EndReport) (key string, value []byte) {
-	rec := endRecord{Kind: e.Kind, Text: e.Text, InCall: e.InCall, Members: e.Members, By: by, Echo: e.Echo}
+	rec := endRecord{Kind: e.Kind, Text: e.Text, InCall: e.InCall, Members: e.Members, By: by, Behind: e.Behind, Echo: e.Echo}
 	if e.ClosedBy >= 0 {
 		rec.Closed = &closeRecord{Rank: -1, World: e.ClosedBy, Calls: e.ClosedCalls}
 	}

@@ -137,6 +137,8 @@ type endRecord struct {
 	// the record names only members), By the publisher's world rank.
 	Members []int `json:"members,omitempty"`
 	By      int   `json:"by"`
+	// Behind: the world ranks the publisher found had not called InCall.
+	Behind []int `json:"behind,omitempty"`
 	// Echo: the member only repeats an end another member published (it
 	// failed because of it); the key keeps the first, a launcher watching
 	// the store hears every member's.

@@ -31,53 +31,48 @@ func (c *Comm) drain() error {
 // nothing.
 const stallReport = 5 * time.Second
 
-// inCall is the collective this rank is in on the caller's thread, and
-// since when: written at each call's start and end (two atomic stores),
-// read by watchStalls.
-type inCall struct {
-	seq   atomic.Uint64 // its number, 0: none
-	since atomic.Int64  // its start, unix nanoseconds
-}
+// inCall is the number of the collective this rank is in on the
+// caller's thread (0: none): one atomic store at each call's start and
+// end; watchStalls times it.
+type inCall struct{ seq atomic.Uint64 }
 
-func (ic *inCall) enter(seq uint64) {
-	ic.since.Store(time.Now().UnixNano())
-	ic.seq.Store(seq)
-}
+func (ic *inCall) enter(seq uint64) { ic.seq.Store(seq) }
 
 func (ic *inCall) leave() { ic.seq.Store(0) }
 
-// stalled is the call that has waited longer than stallReport (0: none).
-func (c *Comm) stalled() uint64 {
-	if seq := c.prog.now.seq.Load(); seq != 0 && time.Since(time.Unix(0, c.prog.now.since.Load())) >= stallReport {
-		return seq
-	}
-	if c.dc != nil {
-		if n, ran := c.dc.Pending(); n > 0 && ran >= stallReport {
-			return c.prog.latest()
-		}
-	}
-	return 0
-}
-
 // watchStalls reports collectives that wait longer than stallReport for
-// their peers, once per call, while c lives.
+// their peers, once per call, while c lives: the call on the caller's
+// thread (timed from the first tick that sees it), or the one the
+// enqueue-and-return engine runs.
 func (c *Comm) watchStalls() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var reported uint64
+	var reported, seen uint64
+	var since time.Time
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-tick.C:
-		}
-		seq := c.stalled()
-		if seq == 0 || seq == reported {
-			continue
-		}
-		if behind, jobs := c.askBehindJobs(seq); len(behind) > 0 {
-			reported = seq
-			c.withheldFor(c.prog.callName(seq), behind, jobs, reportWait)
+		case now := <-tick.C:
+			cur := c.prog.now.seq.Load()
+			if cur != seen {
+				seen, since = cur, now
+			}
+			seq := uint64(0)
+			if cur != 0 && now.Sub(since) >= stallReport {
+				seq = cur
+			} else if c.dc != nil {
+				if n, ran := c.dc.Pending(); n > 0 && ran >= stallReport {
+					seq = c.prog.latest()
+				}
+			}
+			if seq == 0 || seq == reported {
+				continue
+			}
+			if behind, jobs := c.askBehind(seq); len(behind) > 0 {
+				reported = seq
+				c.reportWithheld(c.prog.callName(seq), behind, jobs)
+			}
 		}
 	}
 }

@@ -1,9 +1,7 @@
 package capi
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,24 +72,7 @@ func TestCLibraryVerdict(t *testing.T) {
 	const timeout = 2 * time.Second
 	cmd := exec.CommandContext(ctx, flexrun, "-np", "3", "--oversubscribe", "--kill-grace", "1s", "--nccl-lib", libDir,
 		"-x", "FLEXLINK_TIMEOUT="+timeout.String(), prog, filepath.Join(dir, "id"), "1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err = cmd.Run()
-	elapsed := time.Since(start)
-	code := 0
-	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for _, l := range strings.Split(stderr.String(), "\n") {
-		if s, ok := strings.CutPrefix(l, "flexrun: "); ok {
-			lines = append(lines, s)
-		}
-	}
-	t.Logf("exit %d after %v: %q", code, elapsed.Round(time.Millisecond), lines)
+	code, elapsed, lines, stderr := runFlexrun(t, cmd)
 	first := regexp.MustCompile(`^rank 1 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 2 timed out waiting for it(; terminating 1 other rank)?$`)
 	second := regexp.MustCompile(`^ranks 0, 2 stopped: timed out waiting for rank 1$`)
 	if code != 1 {

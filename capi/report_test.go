@@ -67,24 +67,7 @@ func TestFlexrunVerdictLibnccl(t *testing.T) {
 				os.Args[0], "-test.run=^TestFlexrunRankHelper$", "-test.count=1")
 			cmd.Env = append(os.Environ(), reportHelperEnv+"=1", "HELPER_DIR="+idDir, "HELPER_BAD="+strconv.Itoa(tc.bad), "HELPER_HOW="+tc.how,
 				"FLEXLINK_TIMEOUT="+timeout.String(), "FLEXLINK_BOOTSTRAP_TIMEOUT=30s")
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			start := time.Now()
-			err := cmd.Run()
-			elapsed := time.Since(start)
-			code := 0
-			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			var lines []string
-			for _, l := range strings.Split(stderr.String(), "\n") {
-				if s, ok := strings.CutPrefix(l, "flexrun: "); ok {
-					lines = append(lines, s)
-				}
-			}
-			t.Logf("exit %d after %v: %q", code, elapsed.Round(time.Millisecond), lines)
+			code, elapsed, lines, stderr := runFlexrun(t, cmd)
 			first, second := tc.first, tc.second
 			switch {
 			case tc.bad < 0:
@@ -193,4 +176,28 @@ func shareID(t *testing.T, l *Library, r int, dir string) UniqueID {
 		}
 		<-tick.C
 	}
+}
+
+// runFlexrun runs a flexrun command and returns its exit status, how long
+// it ran, its own lines on stderr (without "flexrun: ") and the whole of
+// stderr.
+func runFlexrun(t *testing.T, cmd *exec.Cmd) (code int, elapsed time.Duration, lines []string, stderr *strings.Builder) {
+	t.Helper()
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	start := time.Now()
+	err := cmd.Run()
+	elapsed = time.Since(start)
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if s, ok := strings.CutPrefix(l, "flexrun: "); ok {
+			lines = append(lines, s)
+		}
+	}
+	t.Logf("exit %d after %v: %q", code, elapsed.Round(time.Millisecond), lines)
+	return code, elapsed, lines, stderr
 }

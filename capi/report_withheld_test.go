@@ -64,7 +64,7 @@ func TestReportWithheld(t *testing.T) {
 			c := l.handles.get(hs[0])
 			c.prog.jobs.Store(&[]int{1, 0}) // as askBehind learns them: comm rank 0 is flexrun's rank 1
 			start := time.Now()
-			c.reportWithheld("AllReduce #5", []string{behind})
+			c.reportWithheld("AllReduce #5", []string{behind}, nil)
 			took := time.Since(start)
 			want := "rank 0 of 2: AllReduce #5 did not complete: " + behind
 			if got := l.LastError(hs[0]); got != want {
@@ -115,7 +115,7 @@ func TestReportWithheld(t *testing.T) {
 			}
 			// A second report after the goodbye is dropped: the rank has
 			// left the store (a rank joins once).
-			c.reportWithheld("AllReduce #6", []string{strings.ReplaceAll(behind, "#5", "#6")})
+			c.reportWithheld("AllReduce #6", []string{strings.ReplaceAll(behind, "#5", "#6")}, nil)
 			select {
 			case ev := <-events:
 				t.Errorf("after the goodbye: %v event (rank %d)", ev.Kind, ev.Rank)

@@ -141,7 +141,7 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 	if !endedWaiting(err) {
 		return err
 	}
-	behind, jobs := c.askBehindJobs(seq)
+	behind, jobs := c.askBehind(seq)
 	if len(behind) == 0 {
 		if errors.Is(err, context.DeadlineExceeded) {
 			// This rank's own deadline passed in the call, but the members
@@ -179,15 +179,9 @@ func (p *progress) callName(seq uint64) string {
 // askBehind asks every other member how many collectives it has called
 // and returns, for each one short of seq, the first of this rank's calls
 // it has not made. Members that do not answer within stallWait are not
-// named.
-func (c *Comm) askBehind(seq uint64) []string {
-	behind, _ := c.askBehindJobs(seq)
-	return behind
-}
-
-// askBehindJobs is askBehind with the members behind as ranks of
-// flexrun's job too (those whose job rank is known).
-func (c *Comm) askBehindJobs(seq uint64) ([]string, []int) {
+// named; and, for each of them whose rank in flexrun's job is known, that
+// rank.
+func (c *Comm) askBehind(seq uint64) ([]string, []int) {
 	p := &c.prog
 	if p.store == nil || c.nranks < 2 {
 		return nil, nil
@@ -254,8 +248,8 @@ func (c *Comm) askBehindJobs(seq uint64) ([]string, []int) {
 // under flexrun, this rank's report of the communicator's end, so that
 // flexrun's verdict names the ranks that withheld the call (report.go).
 // It waits at most reportWait for the report; c.mu must not be held.
-func (c *Comm) reportWithheld(call string, behind []string) {
-	c.withheldFor(call, behind, nil, reportWait)
+func (c *Comm) reportWithheld(call string, behind []string, jobs []int) {
+	c.withheldFor(call, behind, jobs, reportWait)
 }
 
 // withheldFor is reportWithheld waiting at most wait for the report;

@@ -32,11 +32,19 @@ var (
 func netCluster(t *testing.T) *cluster {
 	t.Helper()
 	testCluster(t) // the same requirements (root, iproute2, sshd)
+	return upCluster(t, netClusterName, netClusterNet)
+}
+
+// upCluster brings up two emulated hosts with two rails each (more
+// scripts/testcluster arguments in extra), named name on subnet net, for
+// one test, and takes them down when it ends.
+func upCluster(t *testing.T, name, net string, extra ...string) *cluster {
+	t.Helper()
 	script := filepath.Join(st.bins.repo, "scripts", "testcluster")
-	out, err := command(script, "up", "2", "--rails", "2", "--name", netClusterName, "--net", netClusterNet)
-	t.Cleanup(func() { command(script, "down", "--name", netClusterName) })
+	t.Cleanup(func() { command(script, "down", "--name", name) })
+	out, err := command(append([]string{script, "up", "2", "--rails", "2", "--name", name, "--net", net}, extra...)...)
 	if err != nil {
-		t.Fatalf("scripts/testcluster up 2 --rails 2: %v", err)
+		t.Fatalf("scripts/testcluster up 2 --rails 2 %s: %v", strings.Join(extra, " "), err)
 	}
 	c := &cluster{}
 	for _, line := range strings.Split(out, "\n") {

@@ -161,27 +161,7 @@ func ownNICs(t *testing.T, stderr string, want map[int]string) {
 // each at 1 Gbit/s, and takes them down when the test ends.
 func switchCluster(t *testing.T) *cluster {
 	t.Helper()
-	script := filepath.Join(st.bins.repo, "scripts", "testcluster")
-	t.Cleanup(func() { command(script, "down", "--name", switchClusterName) })
-	out, err := command(script, "up", "2", "--rails", "2", "--rate", "1gbit", "--name", switchClusterName, "--net", switchClusterNet)
-	if err != nil {
-		t.Fatalf("scripts/testcluster up 2 --rails 2: %v", err)
-	}
-	c := &cluster{}
-	for _, line := range strings.Split(out, "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		v = strings.Trim(v, `"`)
-		switch k {
-		case "TC_SSH_CONFIG":
-			c.sshConfig = v
-		case "TC_HOSTS":
-			c.hosts = strings.Fields(v)
-		}
-	}
-	if len(c.hosts) != 2 || c.sshConfig == "" {
-		t.Fatalf("scripts/testcluster up printed %q", out)
-	}
-	return c
+	return upCluster(t, switchClusterName, switchClusterNet, "--rate", "1gbit")
 }
 
 // switchTx reads every rail's transmitted bytes in both hosts, by

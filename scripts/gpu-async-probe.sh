@@ -31,7 +31,18 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 if part ddp; then
 	stamp "4-rank DDP, async, stack dump after 25 s"
-	timeout 70 env FLEXLINK_GPU_ENQUEUE=async FLEXLINK_STACK_DUMP_AFTER=25s "${FR[@]}" -np 4 python3 tests/torch/failures.py kill >"$OUT/async-ddp.log" 2>&1
+	timeout 70 env FLEXLINK_GPU_ENQUEUE=async FLEXLINK_STACK_DUMP_AFTER=25s "${FR[@]}" -np 4 python3 tests/torch/failures.py kill >"$OUT/async-ddp.log" 2>&1 &
+	job=$!
+	sleep 35
+	if kill -0 $job 2>/dev/null; then # still running after the dump: the native stacks of every rank
+		gdb=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
+		for pid in $(pgrep -f "tests/torch/failures.py"); do
+			echo "=== pid $pid: $(tr '\0' ' ' </proc/$pid/cmdline | cut -c1-80)"
+			[ -n "$gdb" ] && timeout 30 "$gdb" -p "$pid" -batch -ex "thread apply all bt 14" 2>&1 | grep -E "^Thread|^#" | grep -vE "in (poll|epoll_wait|futex_wait|__futex_abstimed|pthread_cond_(timed)?wait|nanosleep|clock_nanosleep|select) " | cut -c1-220 | head -120
+		done >"$OUT/async-ddp-native.txt" 2>&1
+		[ -n "$gdb" ] || echo "no gdb or cuda-gdb here" >>"$OUT/async-ddp-native.txt"
+	fi
+	wait $job
 	echo "exit $? ($(wc -l <"$OUT/async-ddp.log") lines in async-ddp.log)"
 	grep -E "^flexrun:|KILL-AT|step|goroutines after" "$OUT/async-ddp.log" | cut -c1-200 | head -12
 fi

@@ -38,7 +38,7 @@ if part ddp; then
 		gdb=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
 		for pid in $(pgrep -f "tests/torch/failures.py"); do
 			echo "=== pid $pid: $(tr '\0' ' ' </proc/$pid/cmdline | cut -c1-80)"
-			[ -n "$gdb" ] && timeout 30 "$gdb" -p "$pid" -batch -ex "thread apply all bt 14" 2>&1 | grep -E "^Thread|^#" | grep -vE "in (poll|epoll_wait|futex_wait|__futex_abstimed|pthread_cond_(timed)?wait|nanosleep|clock_nanosleep|select) " | cut -c1-220 | head -120
+			[ -n "$gdb" ] && timeout 30 "$gdb" -p "$pid" -batch -ex "thread apply all bt 14" 2>&1 | grep -E "^Thread|^#" | cut -c1-220 | head -700
 		done >"$OUT/async-ddp-native.txt" 2>&1
 		[ -n "$gdb" ] || echo "no gdb or cuda-gdb here" >>"$OUT/async-ddp-native.txt"
 	fi

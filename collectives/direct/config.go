@@ -43,6 +43,9 @@ type FlagConfig struct {
 	// size of the collectives and two-rank send/recv they serve (as in a
 	// CUDA graph capture), so those calls never wait on the host.
 	Enqueue bool
+	// PerGPU is the most ranks of the plane on one GPU (New sets it from
+	// the ranks' bus ids): their flag kernels split its SMs.
+	PerGPU int
 }
 
 // PCIeConfig holds the PCIe share's settings.

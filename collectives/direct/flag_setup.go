@@ -50,9 +50,12 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 	}
 	blocks, budget := cfg.Blocks, cfg.RegionBytes
 	// Blocks wait for their peers' blocks: never more than the GPU runs at
-	// once (one per SM is always resident). Ranks on different GPUs that
-	// end up with different layouts turn the flag plane off (open).
-	blocks = min(blocks, max(1, pr.dev.Multiprocessors()))
+	// once (one per SM is always resident). Ranks that share a GPU (under
+	// MPS their kernels run at once) split its SMs: on one H200 under MPS a
+	// 4-rank 64 MiB allreduce of a full grid each waited for good. Ranks on
+	// different GPUs that end up with different layouts turn the flag plane
+	// off (open).
+	blocks = min(blocks, max(1, pr.dev.Multiprocessors()/max(1, cfg.PerGPU)))
 	f := &flagPlane{peers: pr, stats: stats, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}}
 	f.holds.log = pr.c.Log().Warn
 	// The small region: a quarter of the budget spread as if over n

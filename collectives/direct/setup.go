@@ -30,6 +30,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	if shares {
 		cfg.Flag.PCIeBlocks = 0
 	}
+	cfg.Flag.PerGPU = ranksPerGPU(bus)
 	dp, err := newDirectPlane(h, dev, cfg)
 	if err != nil {
 		return nil, err
@@ -180,6 +181,18 @@ func Blocker(c plane.Host, dev *gpu.Device, bus []string) string {
 		}
 	}
 	return ""
+}
+
+// ranksPerGPU is the most ranks that share one GPU (same PCI bus id).
+func ranksPerGPU(bus []string) int {
+	per := map[string]int{}
+	most := 0
+	for _, b := range bus {
+		k := strings.ToLower(b)
+		per[k]++
+		most = max(most, per[k])
+	}
+	return most
 }
 
 // SharedGPU reports two ranks whose GPUs have the same PCI bus id (several

@@ -40,6 +40,24 @@ func sharedRanks(t *testing.T, n int, cfg gpufake.Config, env map[string]string,
 	return fakeRanksOn(t, n, 1, cfg, env, nil, bufBytes)
 }
 
+// TestRanksPerGPU: the most ranks on one GPU, bus ids compared without
+// case (their flag kernels split its SMs).
+func TestRanksPerGPU(t *testing.T) {
+	for _, c := range []struct {
+		bus  []string
+		want int
+	}{
+		{[]string{"0000:18:00.0", "0000:2a:00.0"}, 1},
+		{[]string{"0000:18:00.0", "0000:18:00.0", "0000:18:00.0", "0000:18:00.0"}, 4},
+		{[]string{"0000:18:00.0", "0000:2a:00.0", "0000:2A:00.0", "0000:18:00.0", "0000:2a:00.0"}, 3},
+		{nil, 0},
+	} {
+		if got := ranksPerGPU(c.bus); got != c.want {
+			t.Errorf("ranksPerGPU(%v) = %d, want %d", c.bus, got, c.want)
+		}
+	}
+}
+
 // tracePlanes records every IPC event record and wait of the ranks' planes.
 func tracePlanes(rs []*devRank) func() int {
 	var mu sync.Mutex

@@ -43,7 +43,9 @@ func TestFirstCause(t *testing.T) {
 		return ev
 	}
 	timedOutIn := func(rank int, call string) endReport { e := timedOut(rank, false); e.InCall = call; return e }
-	endOf := func(rank int, e endReport) BootstrapReport { return BootstrapReport{Kind: ReportEnd, Rank: rank, End: &e.CommEnd} }
+	endOf := func(rank int, e endReport) BootstrapReport {
+		return BootstrapReport{Kind: ReportEnd, Rank: rank, End: &e.CommEnd}
+	}
 	running := func(rs ...int) []outcome {
 		var os []outcome
 		for _, r := range rs {

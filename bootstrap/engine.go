@@ -156,6 +156,13 @@ func (e *engine) handle(rank int, session uint64, msg message) {
 		}
 		e.waiters[m.Key] = append(e.waiters[m.Key], waiter{rank, session, m.ID})
 	case abortMsg:
+		if e.members[rank].transient {
+			// It ends only its own session: a process that joined to
+			// report has no say over the job.
+			e.log.Debug("a transient member's abort ends only its session", "rank", rank, "error", m.Text)
+			e.members[rank].left = true
+			return
+		}
 		e.fail(failure{Class: m.Class, Rank: rank, Text: m.Text})
 	}
 }

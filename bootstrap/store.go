@@ -103,8 +103,8 @@ type ServerConfig struct {
 	// collective; it may join again after its goodbye or its loss (a new
 	// join replaces its session still open); and its loss (the
 	// connection ends before its goodbye, or it sends what is not a
-	// message) ends only its own session, told as EventLost: the job and
-	// the other members' calls go on. nil: none.
+	// message) ends only its own session, told as EventLost, as does its
+	// Abort: the job and the other members' calls go on. nil: none.
 	Transient func(host string) bool
 }
 

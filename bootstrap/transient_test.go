@@ -169,7 +169,7 @@ func TestTransientMemberEnds(t *testing.T) {
 func TestTransientSessions(t *testing.T) {
 	const size = 2
 	l := &eventLog{ch: make(chan struct{}, 1)}
-	srv, _ := testServerCfg(t, ServerConfig{Size: size, OnEvent: l.add, Transient: isTransient})
+	srv, lw := testServerCfg(t, ServerConfig{Size: size, OnEvent: l.add, Transient: isTransient})
 	ctx := ctxFor(t, 10*time.Second)
 
 	old, oldW := rawTransient(t, srv.Addr(), 0, size)
@@ -220,6 +220,30 @@ func TestTransientSessions(t *testing.T) {
 	}
 	if err := staying.Put(ctx, "from-rank-1", []byte(fmt.Sprint(1))); err != nil {
 		t.Errorf("rank 1 after a transient join claiming its rank was refused: %v", err)
+	}
+
+	// A transient member's abort ends only its own session.
+	if err := cur.Abort(errors.New("a reporter gives up")); err != nil {
+		t.Fatal(err)
+	}
+	lw.waitCount(t, 5*time.Second, 1, "abort ends only its session", "a reporter gives up")
+	if _, err := staying.Get(ctx, "from-new"); err != nil {
+		t.Errorf("rank 1 after a transient member's abort: %v", err)
+	}
+	again, err := Dial(ctx, transientCfg(srv.Addr(), 0, size))
+	if err == nil {
+		err = again.Put(ctx, "after-abort", []byte("z"))
+		_ = again.Close()
+	}
+	if err != nil {
+		t.Errorf("rank 0's transient session after its abort: %v", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ev := range l.evs {
+		if ev.Kind == EventFailed {
+			t.Errorf("the job failed: %+v", ev)
+		}
 	}
 }
 

@@ -52,6 +52,14 @@ type member struct {
 	left   bool   // said goodbye (or was lost, with keepOnLoss)
 	lost   string // with keepOnLoss: why the rank was lost ("" while it was not)
 	next   uint64 // one past the highest collective sequence it contributed to
+	// transient: the rank's current session is a transient one
+	// (ServerConfig.Transient): it takes part in no collective, and its
+	// goodbye or loss ends only itself.
+	transient bool
+	// session numbers the rank's sessions (joins), from 1; a message,
+	// goodbye or loss of an earlier session (a transient one replaced by
+	// a newer join) is ignored.
+	session uint64
 }
 
 type pendingOp struct {
@@ -64,8 +72,9 @@ type pendingOp struct {
 }
 
 type waiter struct {
-	rank int
-	id   uint64
+	rank    int
+	session uint64
+	id      uint64
 }
 
 func newEngine(size int, log hclog.Logger, keepOnLoss bool, onEvent func(Event)) *engine {
@@ -80,34 +89,55 @@ func newEngine(size int, log hclog.Logger, keepOnLoss bool, onEvent func(Event))
 	}
 }
 
-// join admits rank. onJoined runs under the engine's lock before anything
-// is delivered to s (the server queues its welcome there). A rank joins
-// once; a second join of the same rank is refused.
-func (e *engine) join(rank int, host string, s sink, onJoined func()) error {
+// join admits rank and returns the session its later messages, goodbye
+// and loss name. onJoined runs under the engine's lock before anything is
+// delivered to s (the server queues its welcome there). A rank joins
+// once; a second join of the same rank is refused. Transient sessions
+// (ServerConfig.Transient) are not the rank's join: one may start
+// whenever the rank has not joined for good, and replaces the rank's
+// transient session still open, if any.
+func (e *engine) join(rank int, host string, transient bool, s sink, onJoined func()) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := &e.members[rank]
-	if m.joined {
-		return fmt.Errorf("rank %d already joined from host %q", rank, m.host)
+	if m.joined && !m.transient {
+		return 0, fmt.Errorf("rank %d already joined from host %q", rank, m.host)
 	}
-	m.joined, m.host, m.sink = true, host, s
+	m.session++
+	m.joined, m.host, m.sink, m.transient, m.left = true, host, s, transient, false
 	onJoined()
 	e.emit(Event{Kind: EventJoined, Rank: rank, Host: host})
 	if e.failed != nil {
 		s.deliver(newOut(e.failed.msg()))
 	}
-	return nil
+	return m.session, nil
 }
 
-// handle applies one message from rank (coll, put, get, abort).
-func (e *engine) handle(rank int, msg message) {
+// current reports whether session is rank's session now and still open.
+func (e *engine) current(rank int, session uint64) bool {
+	m := &e.members[rank]
+	return m.session == session && !m.left
+}
+
+// staying reports whether rank has joined for good (not as a transient
+// session).
+func (m *member) staying() bool { return m.joined && !m.transient }
+
+// handle applies one message from rank's session (coll, put, get,
+// abort).
+func (e *engine) handle(rank int, session uint64, msg message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.failed != nil || e.members[rank].left {
+	if e.failed != nil || !e.current(rank, session) {
 		return
 	}
 	switch m := msg.(type) {
 	case collMsg:
+		if e.members[rank].transient {
+			e.members[rank].sink.deliver(newOut(collResMsg{Seq: m.Seq, Kind: m.Kind, Status: classNotSupported,
+				Text: fmt.Sprintf("%s #%d: rank %d joined as a transient member, which takes part in no collective", m.Kind, m.Seq, rank)}))
+			return
+		}
 		e.contribute(rank, m)
 	case putMsg:
 		if err := reservedKey(m.Key); err != nil {
@@ -124,8 +154,15 @@ func (e *engine) handle(rank int, msg message) {
 			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Value: v}))
 			return
 		}
-		e.waiters[m.Key] = append(e.waiters[m.Key], waiter{rank, m.ID})
+		e.waiters[m.Key] = append(e.waiters[m.Key], waiter{rank, session, m.ID})
 	case abortMsg:
+		if e.members[rank].transient {
+			// It ends only its own session: a process that joined to
+			// report has no say over the job.
+			e.log.Debug("a transient member's abort ends only its session", "rank", rank, "error", m.Text)
+			e.members[rank].left = true
+			return
+		}
 		e.fail(failure{Class: m.Class, Rank: rank, Text: m.Text})
 	}
 }
@@ -157,7 +194,7 @@ func (e *engine) contribute(rank int, m collMsg) {
 	}
 	e.members[rank].next = max(e.members[rank].next, m.Seq+1)
 	for r := range e.members {
-		if e.members[r].left && !op.have[r] {
+		if e.members[r].left && e.members[r].staying() && !op.have[r] {
 			e.failOp(m.Seq, op, r)
 			return
 		}
@@ -183,8 +220,8 @@ func (e *engine) contribute(rank int, m collMsg) {
 	}
 	out := newOut(res)
 	for r := range e.members {
-		if !e.members[r].left {
-			e.members[r].sink.deliver(out)
+		if m := e.members[r]; m.staying() && !m.left {
+			m.sink.deliver(out)
 		}
 	}
 }
@@ -237,19 +274,26 @@ func (e *engine) put(rank int, m putMsg) {
 	e.kv[m.Key] = m.Value
 	s.deliver(newOut(replyMsg{ID: m.ID}))
 	for _, w := range e.waiters[m.Key] {
-		if !e.members[w.rank].left {
+		if e.current(w.rank, w.session) {
 			e.members[w.rank].sink.deliver(newOut(replyMsg{ID: w.id, Value: m.Value}))
 		}
 	}
 	delete(e.waiters, m.Key)
 }
 
-// leave records rank's goodbye; collectives it never joined fail.
-func (e *engine) leave(rank int) {
+// leave records the goodbye of rank's session; collectives it never
+// joined fail (a transient session's goodbye ends only itself).
+func (e *engine) leave(rank int, session uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if !e.current(rank, session) {
+		return
+	}
 	e.members[rank].left = true
 	e.emit(Event{Kind: EventLeft, Rank: rank, Host: e.members[rank].host})
+	if e.members[rank].transient {
+		return
+	}
 	for seq, op := range e.ops {
 		if !op.have[rank] {
 			e.failOp(seq, op, rank)
@@ -257,20 +301,25 @@ func (e *engine) leave(rank int) {
 	}
 }
 
-// lost reports that rank's connection ended before its goodbye; the job
-// fails with errs.ErrPeerLost naming the rank and its host. With
-// keepOnLoss the job goes on: collectives that need the rank fail with
-// errs.ErrPeerLost naming it, and the loss is published as the next
-// loss record (LossKey) for the others to read.
-func (e *engine) lost(rank int, cause string) {
+// lost reports that the connection of rank's session ended before its
+// goodbye; the job fails with errs.ErrPeerLost naming the rank and its
+// host. With keepOnLoss the job goes on: collectives that need the rank
+// fail with errs.ErrPeerLost naming it, and the loss is published as the
+// next loss record (LossKey) for the others to read. A transient
+// session's loss ends only itself: it is told (EventLost), nothing fails.
+func (e *engine) lost(rank int, session uint64, cause string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.members[rank]
-	if !m.joined || m.left {
+	if !m.joined || !e.current(rank, session) {
 		return
 	}
 	// Told even after the job failed: the owner orders the losses.
 	e.emit(Event{Kind: EventLost, Rank: rank, Host: m.host, Text: cause})
+	if m.transient {
+		e.members[rank].left = true
+		return
+	}
 	if e.failed != nil {
 		return
 	}

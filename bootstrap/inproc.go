@@ -33,9 +33,11 @@ func newInProc(size int, keepOnLoss bool) []Store {
 		ep := newEndpoint(r, size, tx)
 		tx.ep = ep
 		host := fmt.Sprintf("inproc-%d", r)
-		if err := eng.join(r, host, sinkFunc(func(o *outMsg) { ep.handle(cloneMsg(o.m)) }), func() {}); err != nil {
+		session, err := eng.join(r, host, false, sinkFunc(func(o *outMsg) { ep.handle(cloneMsg(o.m)) }), func() {})
+		if err != nil {
 			panic(err) // each rank joins once
 		}
+		tx.session = session
 		stores[r] = ep
 	}
 	return stores
@@ -59,15 +61,16 @@ func LoseInProc(s Store) error {
 	tx.down = true
 	tx.mu.Unlock()
 	ep.failWith(fmt.Errorf("bootstrap: rank %d: connection cut: store %w", ep.rank, errs.ErrClosed))
-	tx.eng.lost(ep.rank, "connection cut")
+	tx.eng.lost(ep.rank, tx.session, "connection cut")
 	return nil
 }
 
 // inprocTx hands one rank's messages straight to the engine.
 type inprocTx struct {
-	eng  *engine
-	rank int
-	ep   *endpoint
+	eng     *engine
+	rank    int
+	session uint64
+	ep      *endpoint
 
 	mu   sync.Mutex
 	down bool
@@ -84,9 +87,9 @@ func (t *inprocTx) send(m message) error {
 	}
 	switch v := m.(type) {
 	case byeMsg:
-		t.eng.leave(t.rank)
+		t.eng.leave(t.rank, t.session)
 	default:
-		t.eng.handle(t.rank, cloneMsg(v))
+		t.eng.handle(t.rank, t.session, cloneMsg(v))
 	}
 	return nil
 }

@@ -188,8 +188,9 @@ func (s *Server) serve(c net.Conn) {
 		return
 	}
 	rank := int(h.Rank)
+	transient := s.cfg.Transient != nil && s.cfg.Transient(h.Host)
 	var pc *peerConn
-	err = s.eng.join(rank, h.Host, sinkFunc(func(o *outMsg) { _ = pc.send(o.encoded(), nil) }), func() {
+	session, err := s.eng.join(rank, h.Host, transient, sinkFunc(func(o *outMsg) { _ = pc.send(o.encoded(), nil) }), func() {
 		pc = startPeerConn(c, ic, br, bw, s.cfg.PeerTimeout)
 		_ = pc.send(marshal(welcomeMsg{}), nil)
 	})
@@ -209,7 +210,7 @@ func (s *Server) serve(c net.Conn) {
 	s.mu.Unlock()
 	s.log.Debug("rank joined", "rank", rank, "host", h.Host, "from", from)
 
-	bye, err := s.readLoop(pc, rank)
+	bye, err := s.readLoop(pc, rank, session)
 	pc.readerExited()
 	err = pc.readErr(err)
 	pc.shutdown(flushBound)
@@ -220,9 +221,14 @@ func (s *Server) serve(c net.Conn) {
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
-	if !closing {
+	switch {
+	case closing:
+	case transient:
+		s.log.Debug("transient member lost", "rank", rank, "host", h.Host, "from", from, "error", err)
+		s.eng.lost(rank, session, describeReadErr(err, pc.timeout)+" before goodbye")
+	default:
 		s.log.Error("rank lost", "rank", rank, "host", h.Host, "from", from, "error", err)
-		s.eng.lost(rank, describeReadErr(err, pc.timeout)+" before goodbye")
+		s.eng.lost(rank, session, describeReadErr(err, pc.timeout)+" before goodbye")
 	}
 }
 
@@ -239,9 +245,9 @@ func (s *Server) refused(h helloMsg, why string) {
 	s.cfg.OnEvent(Event{Kind: EventRefused, Rank: r, Host: h.Host, Text: why})
 }
 
-// readLoop feeds rank's messages to the engine until the connection ends.
-// It reports whether the rank said goodbye first.
-func (s *Server) readLoop(pc *peerConn, rank int) (bye bool, err error) {
+// readLoop feeds the messages of rank's session to the engine until the
+// connection ends. It reports whether the rank said goodbye first.
+func (s *Server) readLoop(pc *peerConn, rank int, session uint64) (bye bool, err error) {
 	for {
 		f, err := readFrame(pc.br, MaxFrameSize)
 		if err != nil {
@@ -256,11 +262,11 @@ func (s *Server) readLoop(pc *peerConn, rank int) (bye bool, err error) {
 		case byeMsg:
 			if !bye {
 				bye = true
-				s.eng.leave(rank)
+				s.eng.leave(rank, session)
 			}
 		case collMsg, putMsg, getMsg, abortMsg:
 			if !bye {
-				s.eng.handle(rank, m)
+				s.eng.handle(rank, session, m)
 			}
 		default:
 			return bye, fmt.Errorf("unexpected %s from rank %d: %w", m.msgType(), rank, errMalformed)

@@ -96,6 +96,16 @@ type ServerConfig struct {
 	// called from the server's goroutines, some under its lock: it must
 	// not block and must not call the server.
 	OnEvent func(Event)
+	// Transient, when set, picks the connections that join as transient
+	// members by the host name they give (DialConfig.Host): a process
+	// that joins only to put a few keys and leave (flexlink's libnccl
+	// reporting to flexrun). A transient member takes part in no
+	// collective; it may join again after its goodbye or its loss (a new
+	// join replaces its session still open); and its loss (the
+	// connection ends before its goodbye, or it sends what is not a
+	// message) ends only its own session, told as EventLost, as does its
+	// Abort: the job and the other members' calls go on. nil: none.
+	Transient func(host string) bool
 }
 
 // DialConfig configures one rank's connection.

@@ -37,7 +37,7 @@ func (e *engine) waitingFor(key string) (string, bool) {
 	op := e.ops[seq]
 	for r, m := range e.members {
 		switch {
-		case !m.joined:
+		case !m.staying():
 			notJoined = append(notJoined, r)
 		case op != nil && !op.have[r]:
 			notCalled = append(notCalled, r)

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -35,7 +36,11 @@ type BootstrapReport struct {
 // CommEnd is a communicator's end as one of its members published it.
 type CommEnd struct {
 	Comm string // the communicator's name
-	Kind string // mismatch, peer-lost, timeout, closed, not-supported, aborted
+	// Kind is mismatch, peer-lost, timeout, closed, not-supported,
+	// aborted; or EndResumed. A member may report on one communicator
+	// more than once: its later report replaces its earlier timeouts
+	// there (evidence.supersede).
+	Kind string
 	Text string // the member's error
 	// ClosedBy is the world rank that closed the communicator while the
 	// reporting member was in a later collective; -1 for every other end.
@@ -59,6 +64,11 @@ type CommEnd struct {
 	// member saw.
 	Dup bool
 }
+
+// EndResumed is the Kind of a member's report that a collective it had
+// reported as waiting (a "timeout" for InCall, sent while the call still
+// waited) has completed: it withdraws that report and is no end itself.
+const EndResumed = "resumed"
 
 // reportLedger collects a bootstrap server's reports without ever
 // dropping one (a lost "joined" would make a healthy rank look like one
@@ -137,6 +147,10 @@ func (e *evidence) add(r BootstrapReport) {
 		}
 	case ReportEnd:
 		if r.End != nil {
+			e.supersede(r.Rank, r.End.Comm)
+			if r.End.Kind == EndResumed {
+				break
+			}
 			e.ends = append(e.ends, endReport{rank: r.Rank, CommEnd: *r.End})
 			if r.End.Kind == "peer-lost" {
 				// It says it failed because a peer was lost: a
@@ -145,6 +159,21 @@ func (e *evidence) add(r BootstrapReport) {
 			}
 		}
 	}
+}
+
+// supersede drops what rank reported earlier about waiting in a
+// collective of communicator comm (its "timeout" ends), now that it
+// reports again on comm. One process may report several times (a
+// libnccl rank reports a call that has waited long, while it still
+// waits, and reports again when that call, or a later one, fails): its
+// later word is what it knows now. A stall it reported for a call that
+// then completed (it went on to a later call, or said EndResumed) is
+// no evidence of a withheld call; a mismatch or a lost peer it then
+// met is the more specific cause.
+func (e *evidence) supersede(rank int, comm string) {
+	e.ends = slices.DeleteFunc(e.ends, func(x endReport) bool {
+		return x.rank == rank && x.Comm == comm && x.Kind == "timeout"
+	})
 }
 
 func setMap[V any](m *map[int]V, k int, v V) {

@@ -42,6 +42,17 @@ func TestFirstCause(t *testing.T) {
 		}
 		return ev
 	}
+	timedOutIn := func(rank int, call string) endReport { e := timedOut(rank, false); e.InCall = call; return e }
+	endOf := func(rank int, e endReport) BootstrapReport {
+		return BootstrapReport{Kind: ReportEnd, Rank: rank, End: &e.CommEnd}
+	}
+	running := func(rs ...int) []outcome {
+		var os []outcome
+		for _, r := range rs {
+			os = append(os, who[r])
+		}
+		return os
+	}
 	both := "rank 0 on h: communicator w (rank 0 of 3): allreduce: collective mismatch: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0)"
 	sizeOnly := "rank 2: recv from rank 1: message 13 has 16 bytes, its buffer 8: collective mismatch"
 	tests := []struct {
@@ -100,6 +111,24 @@ func TestFirstCause(t *testing.T) {
 			[]outcome{failed(0, 1, 1), failed(2, 2, 3)},
 			reported(BootstrapReport{Kind: ReportEnd, Rank: 0, End: &CommEnd{Comm: "w", Kind: "peer-lost", ClosedBy: -1}}), 3,
 			[]string{"rank 2 (host h, pid 102) exited with status 3; terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
+		{"one process's reports: a stall it reported, then a later call it timed out in: the later call's withholder",
+			[]outcome{failed(0, 1, 1)},
+			reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(0, behindOf(timedOutIn(0, "allreduce #9"), 2))).with(running(1, 2)), 1,
+			[]string{"rank 2 (host h, pid 102) did not take part in allreduce #9 on communicator w: rank 0 timed out waiting for it; terminating 1 other rank",
+				"rank 0 stopped: timed out waiting for rank 2"}},
+		{"one process's reports: a stall for a call that then completed is no cause",
+			[]outcome{failed(0, 1, 1)},
+			reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(0, endReport{CommEnd: CommEnd{Comm: "w", Kind: EndResumed, ClosedBy: -1, InCall: "allreduce #6"}})).with(running(1, 2)), 1,
+			[]string{"rank 0 (host h, pid 100) exited with status 1; terminating 1 other rank"}},
+		{"one process's reports: a stall, then a mismatch it met: the mismatch",
+			[]outcome{failed(0, 1, 1)},
+			reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(0, mismatch(0, both))).with(running(1, 2)), 1,
+			[]string{"collective mismatch on communicator w: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0); terminating 1 other rank",
+				"rank 0 stopped: collective mismatch"}},
+		{"one process's reports: a stall, then a lost peer: the lost peer",
+			[]outcome{failed(0, 2, 1), {rank: 2, host: "h", pid: 102, kind: endSignal, code: 137, how: "was killed by signal 9 (SIGKILL)", order: 1}},
+			reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(0, endReport{CommEnd: CommEnd{Comm: "w", Kind: "peer-lost", ClosedBy: -1, InCall: "allreduce #9"}})).with(running(1)), 137,
+			[]string{"rank 2 (host h, pid 102) was killed by signal 9 (SIGKILL); terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
 		{"a stopped rank goes before a mismatch",
 			[]outcome{failed(0, 1, 3), {rank: 2, host: "h", pid: 102, kind: endStopped, code: 147, how: "was stopped by signal 19 (SIGSTOP)", order: 2}},
 			evidence{ends: []endReport{mismatch(0, both)}}, 147,
@@ -115,4 +144,10 @@ func TestFirstCause(t *testing.T) {
 			}
 		})
 	}
+}
+
+// with sets the ranks still running when judged (and who the ranks are).
+func (e evidence) with(running []outcome) evidence {
+	e.running = running
+	return e
 }

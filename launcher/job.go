@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/internal/comm/join"
 	"github.com/flexlink/flexlink/internal/ports"
 	"github.com/flexlink/flexlink/internal/settings"
 )
@@ -146,6 +147,13 @@ type BootstrapConfig struct {
 	// Ports is FLEXLINK_PORT_RANGE (flexrun --port-range): the server
 	// listens on its first free port (the zero Range: an ephemeral one).
 	Ports ports.Range
+	// Transient picks, by the host name a rank joins with, the members
+	// that join only to report (join.IsReporterHost: flexlink's libnccl
+	// publishing why its communicators ended): each may join again to
+	// report again, and one that dies or sends garbage mid-report loses
+	// only its own report, never the job's store and the others' reports
+	// (bootstrap.ServerConfig.Transient).
+	Transient func(host string) bool
 }
 
 // NewBootstrap starts a bootstrap server listening on cfg.Listen.
@@ -217,7 +225,7 @@ func Run(ctx context.Context, job Job) (int, error) {
 		return 1, err
 	}
 	reports := newReportLedger()
-	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing, PeerTimeout: job.LivenessTimeout, Ports: pr})
+	srv, err := job.NewBootstrap(BootstrapConfig{Listen: listen, Size: len(plan), Secret: je.secret, JobID: je.JobID, Logger: job.Logger, Report: reports.add, KeepOnLoss: job.KeepGoing, PeerTimeout: job.LivenessTimeout, Ports: pr, Transient: join.IsReporterHost})
 	if err != nil {
 		return 1, fmt.Errorf("start bootstrap server: %w", err)
 	}

@@ -215,11 +215,36 @@ func (g groupCall) recvVia(v int, senders map[int][][]byte) error {
 	ops := p.eng.PostAll(c.ctx, recvs...)
 	for _, op := range cts {
 		if _, err := op.Wait(c.ctx); err != nil {
+			if merr := g.mismatched(v, bs, ops); merr != nil {
+				return merr
+			}
 			return fmt.Errorf("rank %d: clear-to-send to relay rank %d on %s: %w", me, v, host, err)
 		}
 	}
 	for i, op := range ops {
 		if err := g.took(v, bs[i], op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mismatched is the mismatch that one of the batches' multi-receives
+// (ops) from relay v has already failed with, if any. A relay that finds
+// a mismatch sends its mark (the receive fails with errs.ErrMismatch as
+// the mark arrives, before it is acknowledged), waits for the mark's
+// acknowledgement, and then aborts, closing its connections: the
+// clear-to-send messages it has not acknowledged yet fail as its
+// connection closes. So when a clear-to-send fails, a receive that the
+// relay's mismatch failed has failed already, and that is the cause.
+func (g groupCall) mismatched(v int, bs []batch, ops []*Op) error {
+	for i, op := range ops {
+		select {
+		case <-op.Done():
+		default:
+			continue
+		}
+		if err := g.took(v, bs[i], op); errors.Is(err, errs.ErrMismatch) {
 			return err
 		}
 	}

@@ -284,6 +284,7 @@ func newBootstrap(cfg launcher.BootstrapConfig) (launcher.Bootstrap, error) {
 	srv, err := bootstrap.NewServer(bootstrap.ServerConfig{
 		Addr: cfg.Listen, Size: cfg.Size, Secret: cfg.Secret, JobID: cfg.JobID, Logger: newBootLog(log),
 		KeepOnLoss: cfg.KeepOnLoss, OnEvent: bootReports(cfg.Report), PeerTimeout: cfg.PeerTimeout, Ports: cfg.Ports,
+		Transient: cfg.Transient,
 	})
 	if err != nil {
 		return nil, err

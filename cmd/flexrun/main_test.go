@@ -19,6 +19,7 @@ type binaries struct {
 	flexrun string
 	probe   string // testdata/envprobe
 	spin    string // launcher/clustertest/testdata/spin: an allreduce loop
+	report  string // testdata/reporter: ranks that report as libnccl does, by script
 }
 
 // bins is set by TestMain before any test runs and only read afterwards.
@@ -30,8 +31,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins = binaries{flexrun: filepath.Join(dir, "flexrun"), probe: filepath.Join(dir, "envprobe"), spin: filepath.Join(dir, "spin")}
-	for _, b := range []struct{ out, pkg string }{{bins.flexrun, "."}, {bins.probe, "./testdata/envprobe"}, {bins.spin, "../../launcher/clustertest/testdata/spin"}} {
+	bins = binaries{flexrun: filepath.Join(dir, "flexrun"), probe: filepath.Join(dir, "envprobe"), spin: filepath.Join(dir, "spin"), report: filepath.Join(dir, "reporter")}
+	for _, b := range []struct{ out, pkg string }{{bins.flexrun, "."}, {bins.probe, "./testdata/envprobe"}, {bins.spin, "../../launcher/clustertest/testdata/spin"}, {bins.report, "./testdata/reporter"}} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {

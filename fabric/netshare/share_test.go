@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/fabric/internal/sharetest"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/tcp"
 	"github.com/flexlink/flexlink/fabric/pcie"
@@ -17,17 +18,6 @@ import (
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 )
-
-type testHost struct{ done chan struct{} }
-
-func (testHost) Log() hclog.Logger          { return hclog.NewNullLogger() }
-func (testHost) Host() string               { return "fakehost" }
-func (testHost) PeerHost(int) string        { return "fakehost" }
-func (testHost) Name() string               { return "test" }
-func (testHost) ID() uint64                 { return 7 }
-func (testHost) JobErr() error              { return nil }
-func (h testHost) JobDone() <-chan struct{} { return h.done }
-func (testHost) JobAuth() ([]byte, string)  { return []byte("netshare-test"), "job" }
 
 // netPlan is a split with B bytes and one net part toward every peer.
 type netPlan struct {
@@ -40,23 +30,6 @@ func (p *netPlan) Bytes() int                 { return p.b }
 func (p *netPlan) PCIe(int) (pcie.Plan, bool) { return pcie.Plan{}, p.part.Bytes > 0 }
 func (p *netPlan) Net(int) pcie.Plan          { return p.part }
 func (p *netPlan) Pushed(int) int             { return p.pushed }
-
-// onBoth runs f for ranks 0 and 1 at once and fails on either's error.
-func onBoth(t *testing.T, f func(r int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = f(r) }()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-}
 
 // TestShareCall: two ranks on two fake GPUs set up their PCIe pairs and
 // the net share riding with them over tcp on loopback (listeners, proved
@@ -72,7 +45,7 @@ func TestShareCall(t *testing.T) {
 	defer drv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	host := testHost{done: make(chan struct{})}
+	host := sharetest.NewHost()
 	var devs [2]*gpu.Device
 	var px [2]*pcieshare.Share
 	var nx [2]*Share
@@ -101,32 +74,10 @@ func TestShareCall(t *testing.T) {
 			px[r].Close()
 		}
 	}()
-	agreed := make(chan []byte, 2)
-	var once sync.Once
-	all := make([]byte, 4)
-	ready := make(chan struct{})
-	onBoth(t, func(r int) error {
-		agree := func(ctx context.Context, mine, out []byte) error {
-			agreed <- append([]byte{byte(r)}, mine...)
-			once.Do(func() {
-				go func() {
-					for range 2 {
-						m := <-agreed
-						copy(all[2*int(m[0]):], m[1:])
-					}
-					close(ready)
-				}()
-			})
-			select {
-			case <-ready:
-				copy(out, all)
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	agree := sharetest.Agree(2)
+	sharetest.OnAll(t, 2, func(r int) error {
 		sp := nx[r].Spec()
-		if err := px[r].Open(ctx, pblobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree, &sp); err != nil {
+		if err := px[r].Open(ctx, pblobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree[r], &sp); err != nil {
 			return err
 		}
 		return nx[r].Open(ctx, nblobs)
@@ -155,11 +106,8 @@ func TestShareCall(t *testing.T) {
 		nx[r].Begin([]int{1 - r}, plans[r])
 		nx[r].ReadyWords(1-r, w[r][pcieshare.Words:], px[r].ReadyWords(1-r, w[r][:pcieshare.Words]))
 	}
-	var ss [2]*gpu.Stream
+	ss := sharetest.Streams(t, devs[0], devs[1])
 	for r := range 2 {
-		if ss[r], err = devs[r].NewStream(); err != nil {
-			t.Fatal(err)
-		}
 		if err := nx[r].Ready(1-r, w[1-r][pcieshare.Words:]); err != nil {
 			t.Fatal(err)
 		}
@@ -170,31 +118,16 @@ func TestShareCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := make([]byte, b)
-	for i := range want {
-		want[i] = byte(i*5 + 1)
-	}
-	src, err := devs[0].Alloc(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv, err := devs[1].Alloc(2 * b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ss[0].CopyHtoD(src, want); err != nil {
-		t.Fatal(err)
-	}
-	if err := ss[1].CopyHtoD(recv, make([]byte, 2*b)); err != nil {
-		t.Fatal(err)
-	}
+	want := sharetest.Pattern(b, 5, 1)
+	src := sharetest.Upload(t, devs[0], ss[0], want)
+	recv := sharetest.Upload(t, devs[1], ss[1], make([]byte, 2*b))
 	// One push of b bytes into block 1 of rank 1's recv: its last half is
 	// the net part (no PCIe part in this call).
 	plan.pushed = b
 	if err := nx[0].Stage(1, b+b/2, src.Sub(b/2, b/2), nil); err != nil {
 		t.Fatal(err)
 	}
-	onBoth(t, func(r int) error {
+	sharetest.OnAll(t, 2, func(r int) error {
 		if err := nx[r].Complete(ss[r]); err != nil {
 			return err
 		}
@@ -203,10 +136,7 @@ func TestShareCall(t *testing.T) {
 		}
 		return nx[r].Receive(ss[r], recv, nil, []int{1 - r})
 	})
-	got := make([]byte, 2*b)
-	if err := ss[1].CopyDtoH(got, recv); err != nil {
-		t.Fatal(err)
-	}
+	got := sharetest.Download(t, ss[1], recv)
 	exp := make([]byte, 2*b)
 	copy(exp[b+b/2:], want[b/2:])
 	if !bytes.Equal(got, exp) {

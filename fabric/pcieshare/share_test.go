@@ -8,19 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
+	"github.com/flexlink/flexlink/fabric/internal/sharetest"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/errs"
 )
-
-type testHost struct{}
-
-func (testHost) Log() hclog.Logger   { return hclog.NewNullLogger() }
-func (testHost) Host() string        { return "fakehost" }
-func (testHost) PeerHost(int) string { return "fakehost" }
 
 // onePlan is a split with B bytes and one PCIe part toward every peer.
 type onePlan struct {
@@ -46,45 +39,10 @@ func pair(t *testing.T, staging int) (sh [2]*Share, devs [2]*gpu.Device, traces 
 	blobs := make([][]byte, 2)
 	for r := range 2 {
 		devs[r], _ = drv.Device(r)
-		sh[r] = New(Config{Settings: Settings{Staging: staging, Fixed: -1, MinSlot: 4096}, Host: testHost{}, Dev: devs[r], N: 2, Me: r,
+		sh[r] = New(Config{Settings: Settings{Staging: staging, Fixed: -1, MinSlot: 4096}, Host: sharetest.NewHost(), Dev: devs[r], N: 2, Me: r,
 			Trace: func(x Trace) { traces[r] = append(traces[r], x) }})
 		blobs[r] = make([]byte, BlobBytes(2))
 		if err := sh[r].Offer(blobs[r]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	masks := make(chan []byte, 2)
-	all := [2]chan []byte{make(chan []byte, 1), make(chan []byte, 1)}
-	go func() { // the all-gather: rank r's mask at all[r*2:]
-		got := map[int][]byte{}
-		for len(got) < 2 {
-			m := <-masks
-			got[int(m[2])] = m[:2]
-		}
-		out := append(append([]byte(nil), got[0]...), got[1]...)
-		all[0] <- out
-		all[1] <- out
-	}()
-	errc := make(chan error, 2)
-	for r := range 2 {
-		go func() {
-			agree := func(ctx context.Context, mine, out []byte) error {
-				masks <- append(append([]byte(nil), mine...), byte(r))
-				select {
-				case a := <-all[r]:
-					copy(out, a)
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			errc <- sh[r].Open(ctx, blobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree, nil)
-		}()
-	}
-	for range 2 {
-		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,6 +50,12 @@ func pair(t *testing.T, staging int) (sh [2]*Share, devs [2]*gpu.Device, traces 
 		for _, s := range sh {
 			s.Close()
 		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	agree := sharetest.Agree(2)
+	sharetest.OnAll(t, 2, func(r int) error {
+		return sh[r].Open(ctx, blobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree[r], nil)
 	})
 	return sh, devs, traces
 }
@@ -119,14 +83,8 @@ func TestShareCall(t *testing.T) {
 	w := [2][]byte{make([]byte, Words), make([]byte, Words)}
 	sh[0].ReadyWords(1, w[0])
 	sh[1].ReadyWords(0, w[1])
-	s0, err := devs[0].NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1, err := devs[1].NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ss := sharetest.Streams(t, devs[0], devs[1])
+	s0, s1 := ss[0], ss[1]
 	if err := sh[0].Ready(s0, []int{1}, func(int) []byte { return w[1] }); err != nil {
 		t.Fatal(err)
 	}
@@ -134,24 +92,9 @@ func TestShareCall(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := make([]byte, b)
-	for i := range want {
-		want[i] = byte(i*7 + 3)
-	}
-	src, err := devs[0].Alloc(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv, err := devs[1].Alloc(2 * b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s0.CopyHtoD(src, want); err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.CopyHtoD(recv, make([]byte, 2*b)); err != nil {
-		t.Fatal(err)
-	}
+	want := sharetest.Pattern(b, 7, 3)
+	src := sharetest.Upload(t, devs[0], s0, want)
+	recv := sharetest.Upload(t, devs[1], s1, make([]byte, 2*b))
 	// Two pushes of 128 KiB toward offset b of rank 1's recv, their tails
 	// (64 KiB each, what Plan.Due gives) staged.
 	for k := range 2 {
@@ -175,10 +118,7 @@ func TestShareCall(t *testing.T) {
 	if err := sh[1].Receive(s1, recv, [][]byte{done, nil}, []int{0}); err != nil {
 		t.Fatal(err)
 	}
-	got := make([]byte, 2*b)
-	if err := s1.CopyDtoH(got, recv); err != nil {
-		t.Fatal(err)
-	}
+	got := sharetest.Download(t, s1, recv)
 	exp := make([]byte, 2*b)
 	for k := range 2 {
 		lo := k*(b/2) + b/4

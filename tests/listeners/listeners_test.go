@@ -6,7 +6,6 @@
 package listeners
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -14,13 +13,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,24 +27,6 @@ import (
 // bootstrap's and shm's handshakes) with room for two busy cores.
 const dropWithin = 45 * time.Second
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestForeignConnections runs a 4-rank job on two emulated hosts (tcp on
 // loopback across them, shm within, PXN on), waits until every rank has
 // run a checked allreduce and all-to-all (every listener open, the PXN
@@ -58,68 +35,10 @@ func (s *syncBuffer) String() string {
 // and only then lets the job run more checked rounds: it must exit 0 with
 // #wrong 0 on every rank.
 func TestForeignConnections(t *testing.T) {
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", "github.com/flexlink/flexlink/cmd/flexrun",
-		"github.com/flexlink/flexlink/tests/listeners/testdata/job").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	release := filepath.Join(t.TempDir(), "go")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	const n = 4
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "flexrun"), "--oversubscribe", "-np", fmt.Sprint(n), "--timeout", "3m",
-		filepath.Join(bin, "job"), "-go", release, "-wait", "2m", "-iters", "3")
-	cmd.Env = append(os.Environ(), "FLEXLINK_PXN=0", "FLEXLINK_NET=tcp", "FLEXLINK_NET_IFNAME=lo", "FLEXLINK_DEBUG=WARN")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-		}
-	}()
-
-	// Every rank ready: their pids.
-	owners := map[int]string{cmd.Process.Pid: "flexrun"}
-	var out []string
-	ready := regexp.MustCompile(`^ready rank (\d+) pid (\d+)$`)
-	for len(owners) < n+1 {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("the job ended before every rank was ready:\n%s\n%s", strings.Join(out, "\n"), stderr.String())
-			}
-			out = append(out, l)
-			if m := ready.FindStringSubmatch(l); m != nil {
-				pid, _ := strconv.Atoi(m[2])
-				owners[pid] = "rank " + m[1]
-			}
-		case <-ctx.Done():
-			t.Fatalf("ranks not ready: %v\n%s", ctx.Err(), stderr.String())
-		}
-	}
-
-	ls, err := listeners(owners)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkInventory(t, ls, owners)
+	j := startJob(ctx, t, jobSpec{timeout: "3m", wait: "2m", iters: 3})
+	ls := j.inventory(t)
 
 	// A hello made for another listener: the tcp provider's opening hello
 	// carrying the nonce of a listener of an outside provider.
@@ -162,37 +81,16 @@ func TestForeignConnections(t *testing.T) {
 	t.Logf("%d listeners, %d foreign connections, each dropped", len(ls), attacks)
 
 	// Let the job go on: it must finish with correct results.
-	if err := os.WriteFile(release, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for l := range lines {
-		out = append(out, l)
-	}
-	if err := <-exited; err != nil {
-		t.Fatalf("job after the attack: %v\n%s\n%s", err, strings.Join(out, "\n"), stderr.String())
-	}
-	wrong := regexp.MustCompile(`^#wrong (\d+) rank (\d+)$`)
-	ranks := map[string]bool{}
-	for _, l := range out {
-		if m := wrong.FindStringSubmatch(l); m != nil {
-			if m[1] != "0" {
-				t.Errorf("rank %s: #wrong %s", m[2], m[1])
-			}
-			ranks[m[2]] = true
-		}
-	}
-	if len(ranks) != n {
-		t.Fatalf("%d ranks reported #wrong, want %d:\n%s", len(ranks), n, strings.Join(out, "\n"))
-	}
+	j.finish(t)
 	// shm judges the hellos itself: its three drops per rank make one
 	// WARN (rate-limited), not three.
-	for r := range n {
+	for r := range jobRanks {
 		warns := regexp.MustCompile(`dropped a connection that did not prove the job secret.* rank=` + strconv.Itoa(r) + ` listener="shm socket`)
-		if got := len(warns.FindAllString(stderr.String(), -1)); got != 1 {
+		if got := len(warns.FindAllString(j.stderr.String(), -1)); got != 1 {
 			t.Errorf("rank %d: %d WARN lines for its shm listener's 3 dropped connections, want 1", r, got)
 		}
 	}
-	t.Logf("job stderr:\n%s", stderr.String())
+	t.Logf("job stderr:\n%s", j.stderr.String())
 }
 
 // checkInventory asserts that the attack reaches every kind of listener

@@ -104,11 +104,11 @@ func pxnPlan(c *Comm) (*pxn.Plan, error) {
 // (collectives.Config.Rings): pxn.Rings over railWorld when every member
 // sends from one NIC of a known subnet (FLEXLINK_PXN's own NIC, or
 // FLEXLINK_NET_DEVICES naming one) and the members span hosts and rails;
-// nil (one ring in rank order) otherwise. Every member computes the same
-// rings from the same published rails.
+// nil (one ring in rank order) otherwise, or with FLEXLINK_RINGS=1. Every
+// member computes the same rings from the same published rails.
 func channelRings(c *Comm) [][]int {
 	w := c.world
-	if w.net.rails == nil || !w.needsNet(c.members) {
+	if w.net.rails == nil || !w.needsNet(c.members) || w.env.String("FLEXLINK_RINGS") == "1" {
 		return nil
 	}
 	for _, m := range c.members {
@@ -182,7 +182,7 @@ func railWorld(c *Comm) (*topo.World, error) {
 // send[d] goes to rank d, recv[s] takes rank s's block (its exact length).
 // ok false: PXN does not apply and the caller takes the usual path. Call
 // it inside Run.
-func PXNAllToAllv(ctx context.Context, c *Comm, send, recv [][]byte) (ok bool, err error) {
+func (c *Comm) PXNAllToAllv(ctx context.Context, send, recv [][]byte) (ok bool, err error) {
 	px, err := pxnProxy(ctx, c)
 	if px == nil || err != nil {
 		return err != nil, err
@@ -206,7 +206,7 @@ func logPXN(c *Comm, st proxy.Stats) {
 // hand-off applies to c: FLEXLINK_PXN_GPU_HANDOFF on and PXN used (see
 // pxnProxy). via(s, d) is the rank of s's host that sends s's message for
 // d (s itself: no relay); only asked for pairs on different hosts.
-func PXNHandoff(ctx context.Context, c *Comm) (via func(s, d int) int, ok bool, err error) {
+func (c *Comm) PXNHandoff(ctx context.Context) (via func(s, d int) int, ok bool, err error) {
 	if !c.world.env.Bool("FLEXLINK_PXN_GPU_HANDOFF") {
 		return nil, false, nil
 	}
@@ -220,7 +220,7 @@ func PXNHandoff(ctx context.Context, c *Comm) (via func(s, d int) int, ok bool, 
 
 // PXNAllToAllvGathered is PXNAllToAllv for the GPU hand-off: the relays'
 // messages are already on them (gathered; proxy.AllToAllvGathered).
-func PXNAllToAllvGathered(ctx context.Context, c *Comm, send, recv [][]byte, gathered map[[2]int][]byte) (ok bool, err error) {
+func (c *Comm) PXNAllToAllvGathered(ctx context.Context, send, recv [][]byte, gathered map[[2]int][]byte) (ok bool, err error) {
 	px, err := pxnProxy(ctx, c)
 	if px == nil || err != nil {
 		return err != nil, err
@@ -231,8 +231,8 @@ func PXNAllToAllvGathered(ctx context.Context, c *Comm, send, recv [][]byte, gat
 }
 
 // PXNStats returns the PXN proxy's counters over every call, and false
-// when the communicator c has no proxy.
-func PXNStats(c *Comm) (proxy.Stats, bool) {
+// when the communicator has no proxy.
+func (c *Comm) PXNStats() (proxy.Stats, bool) {
 	c.pxn.mu.Lock()
 	defer c.pxn.mu.Unlock()
 	if c.pxn.px == nil {

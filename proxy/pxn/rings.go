@@ -30,9 +30,9 @@ const MaxRings = 8
 // on the rail and others elsewhere, at an odd number of hosts), the hop
 // takes whichever rank is left and crosses rails.
 //
-// One ring in rank order (nil-free, [[0 1 ... n-1]]) when the ranks span
-// fewer than two hosts or fewer than two rails: nothing to spread. The
-// same World gives the same rings on every rank.
+// When the ranks span fewer than two hosts or fewer than two rails there
+// is nothing to spread: one ring in rank order, [[0 1 ... n-1]]. The same
+// World gives the same rings on every rank.
 func Rings(w *topo.World) [][]int {
 	n := w.Size()
 	order := func() [][]int {

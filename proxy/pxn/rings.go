@@ -53,10 +53,7 @@ func Rings(w *topo.World) [][]int {
 			hostNames = append(hostNames, name)
 		}
 		byHost[name] = append(byHost[name], r)
-		rail[r] = -1
-		if nics := w.RankNICs(r); len(nics) > 0 {
-			rail[r] = m.Host.NICs[nics[0]].Rail
-		}
+		rail[r] = ownRail(w, r)
 		if rail[r] >= 0 && !slices.Contains(rails, rail[r]) {
 			rails = append(rails, rail[r])
 		}
@@ -119,4 +116,38 @@ func hostOrder(ranks, rail []int, in, out int) []int {
 		}
 	}
 	return append(o, last)
+}
+
+// RingHop is one cross-host step of a ring: Src sends to Dst, their own
+// NICs on Rail and DstRail (-1: none); Aligned when they are one rail.
+type RingHop struct {
+	Src     int  `json:"src"`
+	Dst     int  `json:"dst"`
+	Rail    int  `json:"rail"`
+	DstRail int  `json:"dst_rail"`
+	Aligned bool `json:"aligned"`
+}
+
+// RingHops lists ring's steps between hosts, in ring order.
+func RingHops(w *topo.World, ring []int) []RingHop {
+	var out []RingHop
+	for i, src := range ring {
+		dst := ring[(i+1)%len(ring)]
+		if w.SameHost(src, dst) {
+			continue
+		}
+		h := RingHop{Src: src, Dst: dst, Rail: ownRail(w, src), DstRail: ownRail(w, dst)}
+		h.Aligned = h.Rail >= 0 && h.Rail == h.DstRail
+		out = append(out, h)
+	}
+	return out
+}
+
+// ownRail is the rail of rank r's first own NIC, -1 for none.
+func ownRail(w *topo.World, r int) int {
+	nics := w.RankNICs(r)
+	if len(nics) == 0 {
+		return -1
+	}
+	return w.Member(r).Host.NICs[nics[0]].Rail
 }

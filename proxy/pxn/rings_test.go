@@ -108,20 +108,19 @@ func TestRingsProperties(t *testing.T) {
 			sent := map[string]map[int]int{} // host -> rail -> hops sent
 			for c, ring := range rings {
 				checkRing(t, w, c, ring)
-				for i, src := range ring {
-					dst := ring[(i+1)%len(ring)]
-					hs, hd := w.Member(src).Host, w.Member(dst).Host
-					if hs.Hostname == hd.Hostname {
-						continue
+				hops := RingHops(w, ring)
+				if len(hostSet) > 1 && len(hops) != len(hostSet) {
+					t.Errorf("ring %d %v: %d cross-host hops, want one per host (%d)", c, ring, len(hops), len(hostSet))
+				}
+				for _, h := range hops {
+					if sh.aligned && !h.Aligned {
+						t.Errorf("ring %d %v: hop %d→%d crosses from rail %d to rail %d", c, ring, h.Src, h.Dst, h.Rail, h.DstRail)
 					}
-					rs, rd := rankRail(w, src), rankRail(w, dst)
-					if sh.aligned && rs != rd {
-						t.Errorf("ring %d %v: hop %d→%d crosses from rail %d to rail %d", c, ring, src, dst, rs, rd)
+					name := w.Member(h.Src).Host.Hostname
+					if sent[name] == nil {
+						sent[name] = map[int]int{}
 					}
-					if sent[hs.Hostname] == nil {
-						sent[hs.Hostname] = map[int]int{}
-					}
-					sent[hs.Hostname][rs]++
+					sent[name][h.Rail]++
 				}
 			}
 			if !sh.aligned || want < 2 {
@@ -161,12 +160,4 @@ func checkRing(t *testing.T, w *topo.World, c int, ring []int) {
 		}
 		done[h] = true
 	}
-}
-
-func rankRail(w *topo.World, r int) int {
-	nics := w.RankNICs(r)
-	if len(nics) == 0 {
-		return -1
-	}
-	return w.Member(r).Host.NICs[nics[0]].Rail
 }

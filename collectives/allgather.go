@@ -7,19 +7,32 @@ package collectives
 // ring, chunk by chunk, and every link carries (n-1)/n of the result: the
 // bandwidth optimum. No scratch: nothing is reduced.
 //
+// With several rings (Config.Rings) each block is split into one part per
+// ring, and part l of every block travels ring l, blocks numbered by the
+// rank at each position of that ring.
+//
 // The caller has already put this rank's block in place.
 func allGatherRing(c *call, recv Buffer, sendCount int) error {
-	n, r := c.size, c.rank
-	ce := c.chunkElems(sendCount)
-	k := chunks(sendCount, ce)
-	block := func(b, ch int) Buffer {
-		return c.bytes(recv, chunkOf(span{mod(b, n) * sendCount, sendCount}, ch, ce))
+	n := c.size
+	rings := c.rings()
+	parts := split(sendCount, len(rings))
+	ce := c.chunkElems(parts[0].n) // part 0 is the longest
+	k := chunks(parts[0].n, ce)
+	lanes := make([]ringLane, len(rings))
+	for l, ring := range rings {
+		part, r := parts[l], ringPos(ring, c.rank)
+		block := func(pos, ch int) Buffer {
+			sp := chunkOf(part, ch, ce)
+			sp.off += ring[mod(pos, n)] * sendCount
+			return c.bytes(recv, sp)
+		}
+		lanes[l] = laneOn(c, ring, &ringPass{
+			steps: n - 1, chunks: k, stride: k, stepBase: l * (n - 1) * k,
+			slots:    ringSlots{use: func(int) bool { return false }},
+			recvInto: func(s, ch int) Buffer { return block(r-s-1, ch) },
+			sendBuf:  func(s, ch int) Buffer { return block(r-s, ch) },
+			process:  func(int, int, Buffer) error { return nil },
+		})
 	}
-	return runRing(c, &ringPass{
-		steps: n - 1, chunks: k, stride: k,
-		slots:    ringSlots{use: func(int) bool { return false }},
-		recvInto: func(s, ch int) Buffer { return block(r-s-1, ch) },
-		sendBuf:  func(s, ch int) Buffer { return block(r-s, ch) },
-		process:  func(int, int, Buffer) error { return nil },
-	})
+	return runRings(c, lanes)
 }

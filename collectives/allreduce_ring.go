@@ -19,18 +19,42 @@ package collectives
 // Out of place, recv is written only where a chunk is reduced (recv = send
 // op incoming, one copy and one reduction) or received, so send is read
 // once and never copied wholesale.
+//
+// With several rings (Config.Rings) the count elements are first split
+// into one part per ring, and each part runs the algorithm above on its
+// own ring at once (runRings), segments numbered by position on that
+// ring: every element is still reduced in one fixed order, so the results
+// stay bit-identical on every rank.
 func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
-	n, r := c.size, c.rank
-	segs := split(count, n)
-	ce := c.chunkElems(segs[0].n) // segment 0 is the longest
-	k := chunks(segs[0].n, ce)
+	rings := c.rings()
+	parts := split(count, len(rings))
+	longest := split(parts[0].n, c.size)[0].n // part 0's segment 0 is the longest
+	ce := c.chunkElems(longest)
+	k := chunks(longest, ce)
+	lanes := make([]ringLane, len(rings))
+	for l, ring := range rings {
+		p := allReduceLane(c, send, recv, parts[l], ring, ce, k, inPlace)
+		p.stepBase = l * p.steps * p.stride
+		lanes[l] = laneOn(c, ring, p)
+	}
+	return runRings(c, lanes)
+}
+
+// allReduceLane is the pass of the elements in part over ring, this rank
+// at position r on it, in chunks of ce elements (k per segment).
+func allReduceLane(c *call, send, recv Buffer, part span, ring []int, ce, k int, inPlace bool) *ringPass {
+	n, r := c.size, ringPos(ring, c.rank)
+	segs := split(part.n, n)
+	for i := range segs {
+		segs[i].off += part.off
+	}
 	chunk := func(b Buffer, seg, ch int) Buffer { return c.bytes(b, chunkOf(segs[mod(seg, n)], ch, ce)) }
 	src := send
 	if inPlace {
 		src = recv
 	}
 	rs := n - 1 // reduce-scatter steps
-	return runRing(c, &ringPass{
+	return &ringPass{
 		steps: 2 * rs, chunks: k, stride: k,
 		// Out of place, the reduce-scatter's chunks land straight in recv
 		// (segment r-s-1 holds nothing yet and is sent only once reduced)
@@ -80,7 +104,7 @@ func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
 			}
 			return nil
 		},
-	})
+	}
 }
 
 // slotsIf is n scratch slots when on, else none.

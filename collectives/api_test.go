@@ -3,6 +3,7 @@ package collectives_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%v: %+v, %v; want %+v", tc.env, got, err, tc.want)
 		}
 	}

@@ -40,6 +40,14 @@ type Config struct {
 	// the piece size of tree algorithms (0: DefaultChunkBytes; larger than
 	// MaxChunkBytes: MaxChunkBytes). Scratch per operation is a few chunks.
 	ChunkBytes int
+	// Rings are the rings (channels) that ring allreduce, reduce-scatter
+	// and allgather run at once, each a permutation of the communicator's
+	// ranks in the order data travels (rank Rings[l][i] sends to
+	// Rings[l][i+1]); each ring carries about 1/len(Rings) of the bytes.
+	// Nil or empty: one ring in rank order. The communicator core sets
+	// them from its members' hosts and NICs (proxy/pxn.Rings), so that
+	// every rail of a host carries a ring's cross-host hop.
+	Rings [][]int
 }
 
 // DefaultConfig is what an empty environment gives.
@@ -75,6 +83,23 @@ func (c Config) validate() error {
 	}
 	if c.ChunkBytes < 0 {
 		return fmt.Errorf("FLEXLINK_CHUNK_BYTES=%d: must not be negative", c.ChunkBytes)
+	}
+	return nil
+}
+
+// checkRings reports whether every ring is a permutation of 0..size-1.
+func (c Config) checkRings(size int) error {
+	for l, ring := range c.Rings {
+		if len(ring) != size {
+			return fmt.Errorf("collectives: ring %d has %d ranks, the communicator %d", l, len(ring), size)
+		}
+		seen := make([]bool, size)
+		for _, r := range ring {
+			if r < 0 || r >= size || seen[r] {
+				return fmt.Errorf("collectives: ring %d (%v) is not an order of ranks 0..%d", l, ring, size-1)
+			}
+			seen[r] = true
+		}
 	}
 	return nil
 }

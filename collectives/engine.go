@@ -73,6 +73,9 @@ func NewEngine(commID uint64, p Peers, m Memory, cfg Config) *Engine {
 		e.cfg.ChunkBytes = DefaultChunkBytes
 	}
 	e.cfgErr = e.cfg.validate()
+	if e.cfgErr == nil {
+		e.cfgErr = e.cfg.checkRings(e.sz)
+	}
 	return e
 }
 

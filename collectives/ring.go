@@ -1,5 +1,7 @@
 package collectives
 
+import "fmt"
+
 // The ring pipeline shared by ring allreduce, reduce-scatter and
 // allgather.
 //
@@ -67,23 +69,64 @@ type ringSlots struct {
 	recvLen func(s, c int) int
 }
 
+// ringLane is one ring of a multi-ring pass (the channels of
+// Config.Rings): its pass, and this rank's neighbours on that ring.
+type ringLane struct {
+	p           *ringPass
+	left, right int
+}
+
+// runRing runs one pass on the rank-order ring.
 func runRing(c *call, p *ringPass) error {
-	right, left := mod(c.rank+1, c.size), mod(c.rank-1, c.size)
-	total := p.steps * p.chunks
+	return runRings(c, []ringLane{{p: p, left: mod(c.rank-1, c.size), right: mod(c.rank+1, c.size)}})
+}
+
+// runRings runs the passes of several rings at once, each on its own
+// neighbours, as NCCL runs its channels: on hosts whose ranks own
+// different NICs, each ring's cross-host hops leave from another rail
+// (Config.Rings). Every lane has the same steps and chunks.
+//
+// The lanes' messages are numbered as one sequence, M = m*L + l for
+// message m of lane l, and everything the single ring does in message
+// order (posting sends, posting receives, processing) is done in M order.
+// Two lanes may share a directed link (rank a is left of rank b on both):
+// the sender then posts their messages in M order and so does the
+// receiver, so the link's FIFO matches them. A message still waits only
+// on messages with smaller numbers (the send of M forwards what M-L*chunks
+// brought), which is the single ring's no-deadlock argument.
+func runRings(c *call, lanes []ringLane) error {
+	nl := len(lanes)
+	p0 := lanes[0].p
+	for _, ln := range lanes[1:] {
+		if ln.p.steps != p0.steps || ln.p.chunks != p0.chunks {
+			return fmt.Errorf("collectives: ring lanes differ in shape (%d×%d vs %d×%d)", ln.p.steps, ln.p.chunks, p0.steps, p0.chunks)
+		}
+	}
+	total := p0.steps * p0.chunks * nl
 	if total == 0 {
 		return nil
 	}
+	dist := p0.chunks * nl // the send of M forwards what message M-dist brought
+	sendWindow := window * nl
 	var slots []Buffer
-	recvWindow := window
-	if p.slots.n > 0 {
+	recvWindow := window * nl
+	if p0.slots.n > 0 {
+		n := min(p0.slots.n*nl, max(p0.slots.n, maxRingSlots), total)
 		var err error
-		if slots, err = c.allocN(min(p.slots.n, total), p.slots.bytes); err != nil {
+		if slots, err = c.allocN(n, p0.slots.bytes); err != nil {
 			return err
 		}
 		recvWindow = len(slots)
 	}
+	// at is message M's lane, step and chunk.
+	at := func(m int) (*ringLane, int, int) {
+		ln := &lanes[m%nl]
+		i := m / nl
+		return ln, i / ln.p.chunks, i % ln.p.chunks
+	}
 	step := func(m int) uint64 {
-		return uint64(p.stepBase + (m/p.chunks)*p.stride + m%p.chunks)
+		ln, s, ch := at(m)
+		return uint64(ln.p.stepBase + s*ln.p.stride + ch)
 	}
 	sends := make([]*xfer, total)
 	recvs := make([]*xfer, total)
@@ -98,24 +141,26 @@ func runRing(c *call, p *ringPass) error {
 		}
 		gate := -1 // the send that the next receive waits for
 		for nextRecv < total && nextRecv-done < recvWindow {
-			s, ch := nextRecv/p.chunks, nextRecv%p.chunks
-			if g := p.sendFirst(s, ch); g >= 0 && (sends[g] == nil || !sends[g].done) {
-				gate = g
-				break
+			ln, s, ch := at(nextRecv)
+			if g := ln.p.sendFirst(s, ch); g >= 0 {
+				if g = g*nl + nextRecv%nl; sends[g] == nil || !sends[g].done {
+					gate = g
+					break
+				}
 			}
 			var b Buffer
-			if p.slots.use(s) {
-				b = slots[nextRecv%len(slots)].Slice(0, p.slots.recvLen(s, ch))
+			if ln.p.slots.use(s) {
+				b = slots[nextRecv%len(slots)].Slice(0, ln.p.slots.recvLen(s, ch))
 				slotOf[nextRecv] = b
 			} else {
-				b = p.recvInto(s, ch)
+				b = ln.p.recvInto(s, ch)
 			}
-			recvs[nextRecv] = c.recv(left, step(nextRecv), b)
+			recvs[nextRecv] = c.recv(ln.left, step(nextRecv), b)
 			nextRecv++
 		}
-		for nextSend < total && nextSend-sendsDone < window && nextSend-p.chunks < done {
-			s, ch := nextSend/p.chunks, nextSend%p.chunks
-			sends[nextSend] = c.send(right, step(nextSend), p.sendBuf(s, ch))
+		for nextSend < total && nextSend-sendsDone < sendWindow && nextSend-dist < done {
+			ln, s, ch := at(nextSend)
+			sends[nextSend] = c.send(ln.right, step(nextSend), ln.p.sendBuf(s, ch))
 			nextSend++
 		}
 		// Block until something this rank waits for moves.
@@ -124,10 +169,10 @@ func runRing(c *call, p *ringPass) error {
 			targets = append(targets, sends[gate])
 		}
 		if done < total && recvs[done] != nil {
-			s, ch := done/p.chunks, done%p.chunks
-			sendOK := p.waitSend == nil || !p.waitSend(s) || (done < nextSend && sends[done].done)
+			ln, s, ch := at(done)
+			sendOK := ln.p.waitSend == nil || !ln.p.waitSend(s) || (done < nextSend && sends[done].done)
 			if recvs[done].done && sendOK {
-				if err := p.process(s, ch, slotOf[done]); err != nil {
+				if err := ln.p.process(s, ch, slotOf[done]); err != nil {
 					return err
 				}
 				recvs[done], slotOf[done] = nil, nil
@@ -141,7 +186,7 @@ func runRing(c *call, p *ringPass) error {
 				targets = append(targets, sends[done])
 			}
 		}
-		if nextSend < total && nextSend-sendsDone >= window {
+		if nextSend < total && nextSend-sendsDone >= sendWindow {
 			targets = append(targets, sends[sendsDone])
 		}
 		if err := c.waitAny(targets...); err != nil {
@@ -162,4 +207,36 @@ func (p *ringPass) sendFirst(s, c int) int {
 		return -1
 	}
 	return g*p.chunks + c
+}
+
+// maxRingSlots caps the scratch chunks of a multi-ring pass (each ring
+// would take Config's depth): a dozen chunks, as for one ring at most.
+const maxRingSlots = 3 * depth
+
+// rings is the call's rings: Config.Rings, or the rank-order ring.
+func (c *call) rings() [][]int {
+	if len(c.e.cfg.Rings) > 0 {
+		return c.e.cfg.Rings
+	}
+	ring := make([]int, c.size)
+	for i := range ring {
+		ring[i] = i
+	}
+	return [][]int{ring}
+}
+
+// ringPos is rank's position on ring (Config.checkRings made it one).
+func ringPos(ring []int, rank int) int {
+	for i, r := range ring {
+		if r == rank {
+			return i
+		}
+	}
+	return -1
+}
+
+// laneOn is pass p on ring, with this rank's neighbours there.
+func laneOn(c *call, ring []int, p *ringPass) ringLane {
+	i := ringPos(ring, c.rank)
+	return ringLane{p: p, left: ring[mod(i-1, c.size)], right: ring[mod(i+1, c.size)]}
 }

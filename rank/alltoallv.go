@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/flexlink/flexlink/collectives"
-	"github.com/flexlink/flexlink/internal/comm"
 	"github.com/flexlink/flexlink/proxy"
 )
 
@@ -86,10 +85,10 @@ func (c *Comm) pxnAllToAll(ctx context.Context, send, recv collectives.Buffer, s
 		s[p], r[p] = sb[so:so+sl[p]], rb[ro:ro+rl[p]]
 		so, ro = so+sl[p], ro+rl[p]
 	}
-	return comm.PXNAllToAllv(ctx, c.c, s, r)
+	return c.c.PXNAllToAllv(ctx, s, r)
 }
 
 // PXNCounters returns the PXN proxy's counters summed over every call
 // (bytes sent on this rank's NIC, messages, relayed, receives posted and
 // their buffers), and false when the communicator has not used PXN.
-func (c *Comm) PXNCounters() (proxy.Stats, bool) { return comm.PXNStats(c.c) }
+func (c *Comm) PXNCounters() (proxy.Stats, bool) { return c.c.PXNStats() }

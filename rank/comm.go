@@ -99,7 +99,7 @@ func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d on %s: gpu settings: %w", c.c.WorldRank(), c.c.Host(), err)
 	}
-	d, err := device.New(ctx, pxnCaller{c.c}, dev, cfg) // device_alltoallv.go
+	d, err := device.New(ctx, c.c, dev, cfg) // with its PXN methods (collectives/staged.PXN)
 	if err != nil {
 		return nil, err
 	}

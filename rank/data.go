@@ -7,7 +7,6 @@ import (
 
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/dtype"
-	"github.com/flexlink/flexlink/internal/comm"
 )
 
 // Data is a buffer with its element type and count, like NCCL's
@@ -220,7 +219,7 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	}
 	unaliasSends(ps)
 	return c.c.Run(ctx, "group send/recv", func(ctx context.Context) error {
-		return comm.Group(ctx, c.c, ps)
+		return c.c.PXNGroup(ctx, ps)
 	})
 }
 

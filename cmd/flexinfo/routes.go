@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -26,8 +27,8 @@ func routesCommand(out io.Writer, env settings.Env) *cli.Command {
 		Description: "Hosts are named host0..hostN-1; rank = host * ranks-per-node + local index, one rank per GPU\n" +
 			"(GPU i is local rank i). With --json, one route object per line (JSON Lines):\n" +
 			`{"src":0,"dst":9,"via":1,"nic":"mlx5_1","rail":1,"dst_rail":1,"hop":"nvlink","reason":"..."}` + "\n" +
-			"(with --groups, one multi-receive group per line instead). Without --json, a table of routes and\n" +
-			"the aggregation summary.",
+			"(with --groups, one multi-receive group per line instead; with --rings, one ring of the ring\n" +
+			"collectives per line). Without --json, a table of routes, the aggregation summary and the rings.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "topo-file", Required: true, Usage: "topology of one host (flexlink JSON/YAML, or NCCL XML); FLEXLINK_RAILS applies"},
 			&cli.IntFlag{Name: "nodes", Required: true, Usage: fmt.Sprintf("number of hosts, 2 to %d", maxNodes)},
@@ -37,58 +38,99 @@ func routesCommand(out io.Writer, env settings.Env) *cli.Command {
 			&cli.IntFlag{Name: "max-recvs", Value: pxn.MaxRecvs, Usage: "buffers per multi-receive"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON Lines: one route (or, with --groups, one group) per line"},
 			&cli.BoolFlag{Name: "groups", Usage: "with --json: print the multi-receive groups instead of the routes"},
+			&cli.BoolFlag{Name: "rings", Usage: "with --json: print the rings of the ring collectives (one per rail, pxn.Rings) instead of the routes"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("routes: unexpected argument %q", c.Args().First())
 			}
-			p, h, err := planRoutes(c, env)
+			p, h, w, err := planRoutes(c, env)
 			if err != nil {
 				return err
 			}
 			agg := p.Aggregate(c.Int("max-recvs"))
+			rings := ringsOf(w)
 			switch {
+			case c.Bool("json") && c.Bool("rings"):
+				return writeJSONLines(out, rings)
 			case c.Bool("json") && c.Bool("groups"):
 				return writeJSONLines(out, agg.Groups)
 			case c.Bool("json"):
 				return writeJSONLines(out, p.Routes)
 			}
-			return writeRoutesTable(out, h, c.Int("nodes"), p, agg)
+			if err := writeRoutesTable(out, h, c.Int("nodes"), p, agg); err != nil {
+				return err
+			}
+			return writeRingsTable(out, rings)
 		},
 	}
 }
 
 // planRoutes builds the world the flags describe and plans it.
-func planRoutes(c *cli.Context, env settings.Env) (*pxn.Plan, *topo.Host, error) {
+func planRoutes(c *cli.Context, env settings.Env) (*pxn.Plan, *topo.Host, *topo.World, error) {
 	nodes := c.Int("nodes")
 	if nodes < 2 || nodes > maxNodes {
-		return nil, nil, fmt.Errorf("routes: --nodes %d: want 2 to %d hosts (routes join ranks on different hosts)", nodes, maxNodes)
+		return nil, nil, nil, fmt.Errorf("routes: --nodes %d: want 2 to %d hosts (routes join ranks on different hosts)", nodes, maxNodes)
 	}
 	level, err := pxn.ParseLevel(c.String("level"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("routes: --level: %w", err)
+		return nil, nil, nil, fmt.Errorf("routes: --level: %w", err)
 	}
 	if c.Int("max-recvs") < 1 {
-		return nil, nil, fmt.Errorf("routes: --max-recvs %d: want at least 1", c.Int("max-recvs"))
+		return nil, nil, nil, fmt.Errorf("routes: --max-recvs %d: want at least 1", c.Int("max-recvs"))
 	}
 	h, err := load(c.String("topo-file"), "", env)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	members, err := routeMembers(h, nodes, c.Int("ranks-per-node"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	w, err := topo.NewWorld(members)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opt := pxn.Options{Level: level, Mem: pxn.GPUMem}
 	if c.Bool("host-buffers") || len(h.GPUs) == 0 {
 		opt.Mem = pxn.HostMem
 	}
 	p, err := pxn.Compute(w, opt)
-	return p, h, err
+	return p, h, w, err
+}
+
+// ringLine is one ring of the ring collectives as --json --rings prints it.
+type ringLine struct {
+	Ring  int           `json:"ring"`
+	Ranks []int         `json:"ranks"`
+	Hops  []pxn.RingHop `json:"hops"`
+}
+
+// ringsOf is the rings a communicator of w's ranks runs its ring
+// collectives on with PXN set (pxn.Rings), with their cross-host hops.
+func ringsOf(w *topo.World) []ringLine {
+	var out []ringLine
+	for c, ring := range pxn.Rings(w) {
+		out = append(out, ringLine{Ring: c, Ranks: ring, Hops: pxn.RingHops(w, ring)})
+	}
+	return out
+}
+
+func writeRingsTable(out io.Writer, rings []ringLine) error {
+	fmt.Fprintf(out, "\nring collectives with PXN set (allreduce, reduce-scatter, allgather; one ring per rail, FLEXLINK_RINGS):\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RING\tRANKS\tCROSS-HOST HOPS (src>dst rail[>dst rail])")
+	for _, r := range rings {
+		hops := make([]string, len(r.Hops))
+		for i, h := range r.Hops {
+			hops[i] = fmt.Sprintf("%d>%d %s", h.Src, h.Dst, rail(h.Rail))
+			if !h.Aligned {
+				hops[i] += ">" + rail(h.DstRail)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.Ring, intList(r.Ranks), strings.Join(hops, ", "))
+	}
+	return tw.Flush()
 }
 
 // routeMembers places ranks on nodes copies of h named host0.., host by

@@ -209,3 +209,45 @@ func nicIndex(h *topo.Host, name string) int {
 	}
 	return -1
 }
+
+// TestRoutesRings: --json --rings prints pxn.Rings' rings of the job, one
+// per line with its cross-host hops; on copies of a host whose GPUs each
+// own a NIC, one ring per rail, every hop rail-aligned, and each host
+// sending one hop from each rail.
+func TestRoutesRings(t *testing.T) {
+	for _, tc := range []struct {
+		fixture string
+		nodes   int
+	}{{"dgx-h800.json", 2}, {"dgx-h800.json", 3}, {"dgx-a100.json", 2}} {
+		out, err := run(t, nil, "routes", "--topo-file", fixturePath(tc.fixture), "--nodes", fmt.Sprint(tc.nodes), "--json", "--rings")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := decodeLines[ringLine](t, out)
+		h := mustLoad(t, tc.fixture)
+		rails := len(topo.RailNICs(h))
+		if len(got) != rails {
+			t.Errorf("%s x%d: %d rings, want one per rail (%d)", tc.fixture, tc.nodes, len(got), rails)
+		}
+		sent := map[[2]int]int{} // (host, rail) -> hops
+		for c, r := range got {
+			if r.Ring != c || len(r.Ranks) != tc.nodes*len(h.GPUs) || len(r.Hops) != tc.nodes {
+				t.Errorf("%s x%d: ring line %+v", tc.fixture, tc.nodes, r)
+			}
+			for _, hop := range r.Hops {
+				if !hop.Aligned || hop.Rail != hop.DstRail {
+					t.Errorf("%s x%d: ring %d hop %+v is not rail-aligned", tc.fixture, tc.nodes, c, hop)
+				}
+				sent[[2]int{hop.Src / len(h.GPUs), hop.Rail}]++
+			}
+		}
+		for k, v := range sent {
+			if v != 1 {
+				t.Errorf("%s x%d: host %d sends %d ring hops on rail %d, want 1", tc.fixture, tc.nodes, k[0], v, k[1])
+			}
+		}
+		if len(sent) != tc.nodes*rails {
+			t.Errorf("%s x%d: hops from %d (host, rail) pairs, want %d", tc.fixture, tc.nodes, len(sent), tc.nodes*rails)
+		}
+	}
+}

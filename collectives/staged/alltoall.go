@@ -13,7 +13,7 @@ import (
 // PXN is what the staged plane needs from its communicator to send an
 // all-to-all across hosts through the PXN proxy (docs/PXN.md): the host
 // all-to-all of byte blocks that follows the planner's routes
-// (comm.PXNAllToAllv; send[d] goes to rank d, recv[s] takes rank s's
+// (comm.Comm.PXNAllToAllv; send[d] goes to rank d, recv[s] takes rank s's
 // block). ok false: PXN does not apply (FLEXLINK_PXN off, every rank on one
 // host, no network transport) and the plane runs the host engine's
 // all-to-all. A plane.Host without this method never uses PXN.
@@ -23,7 +23,7 @@ type PXN interface {
 
 // PXNGroup is what the staged plane needs from its communicator to send a
 // group's staged messages through the PXN proxy's group service
-// (comm.Group): a Group with collectives.Engine.Group's semantics that
+// (comm.Comm.PXNGroup): a Group with collectives.Engine.Group's semantics that
 // sends the messages whose route goes through a relay there, the others
 // over the engine. A plane.Host without it runs the engine's Group.
 type PXNGroup interface {

@@ -17,7 +17,7 @@ import (
 // the routes (via(s, d): the rank of s's host that sends s's message for
 // d; ok false when the hand-off does not apply) and the proxy's
 // all-to-all whose relays' messages are already on them
-// (comm.PXNAllToAllvGathered).
+// (comm.Comm.PXNAllToAllvGathered).
 type PXNHandoff interface {
 	PXNHandoff(ctx context.Context) (via func(s, d int) int, ok bool, err error)
 	PXNAllToAllvGathered(ctx context.Context, send, recv [][]byte, gathered map[[2]int][]byte) (ok bool, err error)

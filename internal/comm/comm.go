@@ -13,6 +13,7 @@ import (
 
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/flog"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -82,6 +83,9 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	}
 	if !w.env.IsSet("FLEXLINK_CHUNK_BYTES") && w.needsNet(c.members) {
 		cfg.ChunkBytes = collectives.NetChunkBytes // the same on every member: it depends on their hosts only
+	}
+	if cfg.Rings = channelRings(c); cfg.Rings != nil && c.rank == 0 {
+		flog.Sub(w.log, flog.Net).Info("ring collectives over every rail", "comm", name, "rings", ringsText(cfg.Rings))
 	}
 	c.links = newLinkSet(c, addr)
 	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.NewHostMemory(), cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/flexlink/flexlink/collectives"
@@ -90,13 +91,58 @@ func hostsOf(c *Comm) []string {
 	return out
 }
 
-// pxnPlan builds the topology PXN needs from what the ranks published:
+// pxnPlan plans c's PXN routes over railWorld.
+func pxnPlan(c *Comm) (*pxn.Plan, error) {
+	tw, err := railWorld(c)
+	if err != nil {
+		return nil, err
+	}
+	return pxn.Compute(tw, pxn.Options{Level: pxn.Level(c.world.net.cfg.PXN), Mem: pxn.HostMem})
+}
+
+// channelRings are the rings of c's ring collectives
+// (collectives.Config.Rings): pxn.Rings over railWorld when every member
+// sends from one NIC of a known subnet (FLEXLINK_PXN's own NIC, or
+// FLEXLINK_NET_DEVICES naming one) and the members span hosts and rails;
+// nil (one ring in rank order) otherwise, or with FLEXLINK_RINGS=1. Every
+// member computes the same rings from the same published rails.
+func channelRings(c *Comm) [][]int {
+	w := c.world
+	if w.net.rails == nil || !w.needsNet(c.members) || w.env.String("FLEXLINK_RINGS") == "1" {
+		return nil
+	}
+	for _, m := range c.members {
+		if len(w.net.rails[m]) != 1 {
+			return nil // several NICs each: the multi-link stripes every pair over them
+		}
+	}
+	tw, err := railWorld(c)
+	if err != nil {
+		return nil
+	}
+	if rings := pxn.Rings(tw); len(rings) > 1 {
+		return rings
+	}
+	return nil
+}
+
+// ringsText writes rings for the log: ranks joined by commas, rings by
+// slashes ("1,0,2,3/0,1,3,2").
+func ringsText(rings [][]int) string {
+	parts := make([]string, len(rings))
+	for i, ring := range rings {
+		parts[i] = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(ring)), ","), "[]")
+	}
+	return strings.Join(parts, "/")
+}
+
+// railWorld builds the topology PXN needs from what the ranks published:
 // every host's NICs are its ranks' first own NICs (the FLEXLINK_PXN
 // selection, SelectDevices), each listed once and owned by the ranks that
 // opened it (two ranks whose GPUs share a NIC both own it), each on the rail of its subnet
 // (rails numbered in the order of the sorted subnets of the job); the
 // ranks have no GPUs (host buffers).
-func pxnPlan(c *Comm) (*pxn.Plan, error) {
+func railWorld(c *Comm) (*topo.World, error) {
 	w := c.world
 	if w.net.rails == nil {
 		return nil, fmt.Errorf("no rank published its NICs")
@@ -128,11 +174,7 @@ func pxnPlan(c *Comm) (*pxn.Plan, error) {
 		}
 		members[i] = topo.Member{Host: h, GPU: -1, NICs: []int{nic}}
 	}
-	tw, err := topo.NewWorld(members)
-	if err != nil {
-		return nil, err
-	}
-	return pxn.Compute(tw, pxn.Options{Level: pxn.Level(w.net.cfg.PXN), Mem: pxn.HostMem})
+	return topo.NewWorld(members)
 }
 
 // PXNAllToAllv runs an all-to-all of byte blocks through the PXN proxy
@@ -140,7 +182,7 @@ func pxnPlan(c *Comm) (*pxn.Plan, error) {
 // send[d] goes to rank d, recv[s] takes rank s's block (its exact length).
 // ok false: PXN does not apply and the caller takes the usual path. Call
 // it inside Run.
-func PXNAllToAllv(ctx context.Context, c *Comm, send, recv [][]byte) (ok bool, err error) {
+func (c *Comm) PXNAllToAllv(ctx context.Context, send, recv [][]byte) (ok bool, err error) {
 	px, err := pxnProxy(ctx, c)
 	if px == nil || err != nil {
 		return err != nil, err
@@ -164,7 +206,7 @@ func logPXN(c *Comm, st proxy.Stats) {
 // hand-off applies to c: FLEXLINK_PXN_GPU_HANDOFF on and PXN used (see
 // pxnProxy). via(s, d) is the rank of s's host that sends s's message for
 // d (s itself: no relay); only asked for pairs on different hosts.
-func PXNHandoff(ctx context.Context, c *Comm) (via func(s, d int) int, ok bool, err error) {
+func (c *Comm) PXNHandoff(ctx context.Context) (via func(s, d int) int, ok bool, err error) {
 	if !c.world.env.Bool("FLEXLINK_PXN_GPU_HANDOFF") {
 		return nil, false, nil
 	}
@@ -178,7 +220,7 @@ func PXNHandoff(ctx context.Context, c *Comm) (via func(s, d int) int, ok bool, 
 
 // PXNAllToAllvGathered is PXNAllToAllv for the GPU hand-off: the relays'
 // messages are already on them (gathered; proxy.AllToAllvGathered).
-func PXNAllToAllvGathered(ctx context.Context, c *Comm, send, recv [][]byte, gathered map[[2]int][]byte) (ok bool, err error) {
+func (c *Comm) PXNAllToAllvGathered(ctx context.Context, send, recv [][]byte, gathered map[[2]int][]byte) (ok bool, err error) {
 	px, err := pxnProxy(ctx, c)
 	if px == nil || err != nil {
 		return err != nil, err
@@ -189,8 +231,8 @@ func PXNAllToAllvGathered(ctx context.Context, c *Comm, send, recv [][]byte, gat
 }
 
 // PXNStats returns the PXN proxy's counters over every call, and false
-// when the communicator c has no proxy.
-func PXNStats(c *Comm) (proxy.Stats, bool) {
+// when the communicator has no proxy.
+func (c *Comm) PXNStats() (proxy.Stats, bool) {
 	c.pxn.mu.Lock()
 	defer c.pxn.mu.Unlock()
 	if c.pxn.px == nil {

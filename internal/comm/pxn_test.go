@@ -110,10 +110,10 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 						}
 						recv[d] = make([]byte, lens[d][r])
 					}
-					before, _ := PXNStats(c)
+					before, _ := c.PXNStats()
 					var ok bool
 					if err := c.Run(ctx, "alltoallv", func(ctx context.Context) error {
-						ok, err = PXNAllToAllv(ctx, c, send, recv)
+						ok, err = c.PXNAllToAllv(ctx, send, recv)
 						return err
 					}); err != nil {
 						return err
@@ -128,7 +128,7 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 							}
 						}
 					}
-					after, _ := PXNStats(c)
+					after, _ := c.PXNStats()
 					mu.Lock()
 					d := &stats[k]
 					d.Bytes += after.Bytes - before.Bytes
@@ -165,7 +165,7 @@ func TestPXNInfoLine(t *testing.T) {
 				send[i], recv[i] = make([]byte, 100), make([]byte, 100)
 			}
 			if err := c.Run(context.Background(), "alltoall", func(ctx context.Context) error {
-				_, err := PXNAllToAllv(ctx, c, send, recv)
+				_, err := c.PXNAllToAllv(ctx, send, recv)
 				return err
 			}); err != nil {
 				return err

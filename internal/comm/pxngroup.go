@@ -104,14 +104,14 @@ func pxnGroupProxy(c *Comm) *proxy.Proxy {
 	return c.pxn.px
 }
 
-// Group runs a group of sends and receives (collectives.Engine.Group's
+// PXNGroup runs a group of sends and receives (collectives.Engine.Group's
 // semantics): with the PXN group service running, the host-buffer
 // entries with a peer on another host go through the proxy (a relay's
 // stream, or this rank's own when it is on the peer's rail), the others
 // (same host, itself) over the communicator's links, both at once.
 // Messages of one pair always take the same way, so their order holds.
 // Call it inside Run.
-func Group(ctx context.Context, c *Comm, ops []collectives.P2P) error {
+func (c *Comm) PXNGroup(ctx context.Context, ops []collectives.P2P) error {
 	px := pxnGroupProxy(c)
 	if px == nil {
 		return c.engine.Group(ctx, ops)

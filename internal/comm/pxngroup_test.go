@@ -145,7 +145,7 @@ func runGroups(t *testing.T, hosts, per int, env map[string]string, groups []gro
 					ops = append(ops, collectives.P2P{Peer: p, Buf: collectives.HostBuffer(recv[p])})
 				}
 			}
-			if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) }); err != nil {
+			if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return c.PXNGroup(ctx, ops) }); err != nil {
 				return fmt.Errorf("group %d: %w", k, err)
 			}
 			for s, b := range recv {
@@ -160,7 +160,7 @@ func runGroups(t *testing.T, hosts, per int, env map[string]string, groups []gro
 		if err := c.Run(ctx, "barrier", c.Engine().Barrier); err != nil {
 			return err
 		}
-		if st, ok := PXNStats(c); ok {
+		if st, ok := c.PXNStats(); ok {
 			mu.Lock()
 			relayed += st.Relayed
 			received += st.Received
@@ -188,7 +188,7 @@ func TestPXNGroupRelayBusy(t *testing.T) {
 		msg[i] = groupByte(s, d, i)
 	}
 	group := func(c *Comm, ops ...collectives.P2P) error {
-		return c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) })
+		return c.Run(ctx, "group send/recv", func(ctx context.Context) error { return c.PXNGroup(ctx, ops) })
 	}
 	runRanks(t, 2, 4, env, func(c *Comm) error {
 		c.pxn.mu.Lock()
@@ -245,7 +245,7 @@ func TestPXNGroupInfoLine(t *testing.T) {
 					collectives.P2P{Peer: p, Buf: collectives.HostBuffer(make([]byte, 100))})
 			}
 		}
-		return c.Run(context.Background(), "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) })
+		return c.Run(context.Background(), "group send/recv", func(ctx context.Context) error { return c.PXNGroup(ctx, ops) })
 	})
 	for r, log := range logs {
 		// Two peers per rank are on the other host, both carried by the
@@ -287,7 +287,7 @@ func TestPXNGroupSplit(t *testing.T) {
 			recv[p] = make([]byte, 5000+100*p+me)
 			ops = append(ops, collectives.P2P{Send: true, Peer: p, Buf: collectives.HostBuffer(b)}, collectives.P2P{Peer: p, Buf: collectives.HostBuffer(recv[p])})
 		}
-		if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return Group(ctx, c, ops) }); err != nil {
+		if err := c.Run(ctx, "group send/recv", func(ctx context.Context) error { return c.PXNGroup(ctx, ops) }); err != nil {
 			return err
 		}
 		for s, b := range recv {
@@ -302,7 +302,7 @@ func TestPXNGroupSplit(t *testing.T) {
 		}
 		// Sub-ranks 0, 1 on one host, 2, 3 on the other; 0, 2 on lo and
 		// 1, 3 on the other rail: each rank relays one sibling's message.
-		if st, ok := PXNStats(c); !ok || st.Relayed != 1 {
+		if st, ok := c.PXNStats(); !ok || st.Relayed != 1 {
 			return fmt.Errorf("sub-communicator %s: counters %+v (%v), want 1 message relayed", c.Name(), st, ok)
 		}
 		return nil

@@ -34,6 +34,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_NET_TIMEOUT":            {[]string{"10s", "500ms"}, []string{"-1s", "soon"}},
 	"FLEXLINK_NET_RAILS":              {[]string{"all", "0", "1", "8"}, []string{"-1", "65", "every"}},
 	"FLEXLINK_PXN":                    {[]string{"off", "0", "1", "2"}, []string{"3", "on", "-1"}},
+	"FLEXLINK_RINGS":                  {[]string{"auto", "1"}, []string{"2", "0", "many"}},
 	"FLEXLINK_PXN_GROUP":              {[]string{"0", "1", "true"}, []string{"2", "yes please"}},
 	"FLEXLINK_NET_DEVICES":            {[]string{"", "eth0", "eth0,eth1"}, nil},
 	"FLEXLINK_SOCKET_IFNAME":          {[]string{"eth0", "^docker"}, nil},

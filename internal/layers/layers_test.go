@@ -16,6 +16,7 @@ var order = [][]string{
 	{"capi", "launcher", "cmd/flexbench/internal"},
 	{"rank"},
 	{"internal/comm"},
+	{"internal/worldtest"},
 	{"internal/comm/join"},
 	{"collectives/direct", "collectives/staged", "proxy"},
 	{"collectives/plane", "proxy/pxn"},
@@ -39,7 +40,7 @@ var order = [][]string{
 }
 
 // testOnly packages are never linked into programs.
-var testOnly = []string{"gpu/gpufake", "fabric/fake", "fabric/linktest", "fabric/net/nettest", "fabric/net/ucx/ucxtest", "internal/testenv"}
+var testOnly = []string{"internal/worldtest", "gpu/gpufake", "fabric/fake", "fabric/linktest", "fabric/net/nettest", "fabric/net/ucx/ucxtest", "internal/testenv"}
 
 func layerOf(pkg string) (int, bool) {
 	best, layer := -1, -1

@@ -57,9 +57,14 @@ type Spec struct {
 
 	// Timeout bounds opening the world (every rank's constructor). 0: 30 s.
 	Timeout time.Duration
-	// Hang bounds Run's bodies: ranks still running after it are reported
-	// as a hang (the test fails, Run returns). 0: 5 minutes.
+	// Hang bounds Run's bodies, from when every rank's communicator is
+	// open: ranks still running after it are reported as a hang (the test
+	// fails, Run returns). 0: 5 minutes.
 	Hang time.Duration
+
+	// CheckClose makes Run report a rank's Close error when its body
+	// succeeded.
+	CheckClose bool
 
 	// Secret authenticates the world's links. nil: a fixed test secret.
 	Secret []byte
@@ -192,7 +197,8 @@ func openAll[C any](m *Members, open Open[C]) ([]C, []error) {
 }
 
 // Run opens every rank's communicator, runs body on each at once, closes
-// it, and returns each rank's error (its opening's, else body's). A rank
+// it, and returns each rank's error (its opening's, else body's, else
+// with CheckClose its Close's). A rank
 // still running after the spec's Hang fails the test as a hang and gets
 // an error saying so; Run then returns without waiting for it.
 func Run[C Comm](t testing.TB, s Spec, open Open[C], body func(c C) error) []error {
@@ -202,11 +208,14 @@ func Run[C Comm](t testing.TB, s Spec, open Open[C], body func(c C) error) []err
 	if hang == 0 {
 		hang = 5 * time.Minute
 	}
+	// Each rank reports twice: when its body returns, and when it is
+	// closed (a world communicator's Close waits for its peers).
 	type result struct {
-		r   int
-		err error
+		r      int
+		err    error
+		closed bool
 	}
-	done := make(chan result, s.N)
+	done := make(chan result, 2*s.N)
 	var once sync.Once
 	var comms []C
 	var openErrs []error
@@ -216,31 +225,46 @@ func Run[C Comm](t testing.TB, s Spec, open Open[C], body func(c C) error) []err
 			once.Do(func() { comms, openErrs = openAll(m, open); close(opened) })
 			<-opened
 			if openErrs[r] != nil {
-				done <- result{r, openErrs[r]}
+				done <- result{r, openErrs[r], true}
 				return
 			}
 			err := body(comms[r])
-			comms[r].Close()
-			done <- result{r, err}
+			done <- result{r, err, false}
+			if cerr := comms[r].Close(); cerr != nil && err == nil && s.CheckClose {
+				err = fmt.Errorf("close: %w", cerr)
+			}
+			done <- result{r, err, true}
 		}()
 	}
 	errs := make([]error, s.N)
-	running := make(map[int]bool, s.N)
+	running := make(map[int]bool, s.N) // rank -> its body has returned
 	for r := range s.N {
-		running[r] = true
+		running[r] = false
 	}
+	<-opened // bounded by the spec's Timeout; Hang counts from here
 	timer := time.NewTimer(hang)
 	defer timer.Stop()
 	for len(running) > 0 {
 		select {
 		case res := <-done:
 			errs[res.r] = res.err
-			delete(running, res.r)
-		case <-timer.C:
-			for r := range running {
-				errs[r] = fmt.Errorf("rank %d of %d still running after %v (hang)", r, s.N, hang)
+			if res.closed {
+				delete(running, res.r)
+			} else {
+				running[res.r] = true
 			}
-			t.Errorf("worldtest: ranks %v of %d still running after %v (hang)", slices.Sorted(maps.Keys(running)), s.N, hang)
+		case <-timer.C:
+			for r, closing := range running {
+				switch {
+				case !closing:
+					errs[r] = fmt.Errorf("rank %d of %d still running after %v (hang)", r, s.N, hang)
+				case errs[r] != nil:
+					errs[r] = fmt.Errorf("rank %d of %d still closing after %v (hang), its body failed: %w", r, s.N, hang, errs[r])
+				default:
+					errs[r] = fmt.Errorf("rank %d of %d still closing after %v (hang)", r, s.N, hang)
+				}
+			}
+			t.Errorf("worldtest: ranks %v of %d still running or closing after %v (hang)", slices.Sorted(maps.Keys(running)), s.N, hang)
 			return errs
 		}
 	}

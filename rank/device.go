@@ -19,8 +19,9 @@ import (
 // data.
 //
 // Get one with Comm.Device; every rank of the communicator calls it. Calls
-// go through the Comm's queue (one collective at a time, in call order), and
-// a failure aborts the job like a host collective.
+// go through the Comm's queue (one collective at a time, in call order),
+// and a failure ends the communicator on every member, like a host
+// collective's (see Comm).
 //
 // Two data planes sit behind it (Path says which one the ranks agreed on):
 //   - direct: every rank on one host, every pair of GPUs with peer access.
@@ -50,9 +51,11 @@ type DeviceComm struct {
 // DeviceP2P is one send or receive of DeviceComm.Group.
 type DeviceP2P = plane.P2P
 
-// DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
+// DeviceSendTo makes a send of b to peer, an entry of DeviceComm.Group.
 func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P { return plane.SendTo(peer, b) }
 
+// DeviceRecvFrom makes a receive of b from peer, an entry of
+// DeviceComm.Group.
 func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return plane.RecvFrom(peer, b) }
 
 // Path is the data plane the ranks agreed on: "direct" or "staged".
@@ -136,14 +139,19 @@ func (d *DeviceComm) AsyncError() error { return d.d.AsyncError() }
 func (d *DeviceComm) Async(ctx context.Context) error { return d.d.Async(ctx) }
 
 // Drain waits until every call handed to Async's goroutine has been run
-// (enqueued on the GPU), or ctx ends.
+// (enqueued on the GPU), or ctx ends, and returns the first failure of
+// one. Call it before anything else that uses the communicator's queue (a
+// call on host buffers, a split), so that every rank sees the same order.
+// A no-op without Async.
 func (d *DeviceComm) Drain(ctx context.Context) error { return d.d.Drain(ctx) }
 
-// Handed is the number of calls handed to Async's goroutine so far.
+// Handed is the number of calls handed to Async's goroutine so far (the
+// rest ran on the caller's thread); zero without Async.
 func (d *DeviceComm) Handed() uint64 { return d.d.Handed() }
 
-// Pending reports how many calls Async's goroutine has yet to run (the one
-// it runs included) and how long the current one has been running.
+// Pending reports how many calls Async's goroutine has yet to finish (the
+// one it runs included) and how long it has been running the current one:
+// a call waiting that long for its peers. Zero without Async.
 func (d *DeviceComm) Pending() (int, time.Duration) { return d.d.Pending() }
 
 // AllReduce combines send (count elements) across ranks with op into every
@@ -210,7 +218,7 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P)
 	return d.d.Group(ctx, s, ops...)
 }
 
-// Send sends b to peer; Recv receives b from peer (each a Group of one).
+// Send sends b to peer (a Group of one).
 func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	if err := device.Check(d.d); err != nil {
 		return err
@@ -218,6 +226,7 @@ func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.S
 	return d.d.Send(ctx, b, peer, s)
 }
 
+// Recv receives b from peer (a Group of one).
 func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	if err := device.Check(d.d); err != nil {
 		return err

@@ -175,7 +175,9 @@ func (c *Comm) Reduce(ctx context.Context, send, recv Data, op dtype.Op, root in
 }
 
 // AllToAll sends block j of send (send.Count/Size() elements) to rank j,
-// which stores it as block Rank() of its recv.
+// which stores it as block Rank() of its recv. send.Count must be a
+// multiple of Size(), and recv holds as many elements. With FLEXLINK_PXN
+// set, blocks for other hosts follow the PXN routes (docs/PXN.md).
 func (c *Comm) AllToAll(ctx context.Context, send, recv Data) error {
 	if err := firstErr(send.check("alltoall send", -1), recv.check("alltoall recv", send.Count), sameType(send, recv)); err != nil {
 		return err

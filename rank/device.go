@@ -15,8 +15,10 @@ import (
 // caller's stream s; the work starts after the work enqueued on s before
 // the call, and work enqueued on s afterwards waits for it (including the
 // peers' reads of this rank's send buffer and writes into its recv buffer).
-// The host blocks only for small handshakes with the peers, never for the
-// data.
+// On the direct plane the host blocks only for small handshakes with the
+// peers, never for the data; on the staged plane the call waits on the
+// host for the copies and the host algorithms (Async hands that wait to a
+// goroutine of the DeviceComm).
 //
 // Get one with Comm.Device; every rank of the communicator calls it. Calls
 // go through the Comm's queue (one collective at a time, in call order),
@@ -24,8 +26,11 @@ import (
 // collective's (see Comm).
 //
 // Two data planes sit behind it (Path says which one the ranks agreed on):
-//   - direct: every rank on one host, every pair of GPUs with peer access.
-//     Ranks map each other's user buffers through CUDA IPC (once per
+//   - direct: every rank on one host, in a process of its own, every pair
+//     of GPUs with peer access (ranks that share one GPU count: their
+//     calls run through one leader). FLEXLINK_GPU_PATH=staged forces the
+//     staged plane; =direct makes Comm.Device fail where a rank cannot use
+//     it. Ranks map each other's user buffers through CUDA IPC (once per
 //     allocation, then cached) and move data with SM kernels (stores into
 //     and loads from the peers' memory), copy engines and reduction
 //     kernels; the allreduce runs as one flag kernel per rank without host

@@ -99,20 +99,27 @@ var ErrNotSuspended = device.ErrNotSuspended
 
 // Suspend releases the DeviceComm's GPU memory, as ncclCommSuspend with
 // NCCL_SUSPEND_MEM (vLLM's sleep mode): on the direct plane its flag
-// regions, scratch and mappings of the peers' buffers. It is collective:
-// every rank calls it (they wait for their own kernels and pass a
-// barrier, so no peer writes into memory being freed). Until Resume every
-// call fails with an error wrapping ErrSuspended.
+// regions, scratch and mappings of the peers' buffers (the staged plane
+// holds none between calls). It is collective: every rank calls it (they
+// wait for their own kernels and pass a barrier, so no peer writes into
+// memory being freed), and it runs after the calls enqueued before it
+// (those handed to Async's goroutine too). The streams of earlier calls
+// need not be idle: what remains on them touches only user buffers. Until
+// Resume every call fails with an error wrapping ErrSuspended, and so does
+// a second Suspend.
 func (d *DeviceComm) Suspend(ctx context.Context) error { return device.Suspend(ctx, d.d) }
 
 // Resume makes a suspended DeviceComm usable again (ncclCommResume). It is
-// collective; the memory comes back as calls need it (the flag regions at
-// the first flag call, with every rank), and results are as before.
+// collective (a barrier: every rank has resumed before any uses it); the
+// memory comes back as calls need it (the flag regions at the first flag
+// call, with every rank), and results are as before. On a DeviceComm that
+// is not suspended it fails with an error wrapping ErrNotSuspended.
 func (d *DeviceComm) Resume(ctx context.Context) error { return device.Resume(ctx, d.d) }
 
-// DeviceMemory is what a DeviceComm holds on its GPU: Bytes of device
-// memory now, the flag regions (their sizes, or "lazy": made on first
-// use), whether it is suspended. String gives it in one line.
+// DeviceMemory is what a DeviceComm holds on its GPU: its plane (Path:
+// the staged plane holds none between calls), Bytes of device memory now,
+// the flag regions (their sizes, or "lazy": made on first use), whether it
+// is suspended. String gives it in one line (the NCCL_DEBUG=INFO line).
 type DeviceMemory = device.Memory
 
 // Memory reports what the DeviceComm holds on its GPU now: device memory

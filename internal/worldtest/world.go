@@ -100,7 +100,8 @@ func Plan(s Spec) *Members {
 	if s.N < 1 {
 		panic(fmt.Sprintf("worldtest: %d ranks", s.N))
 	}
-	m := &Members{spec: s, job: fmt.Sprintf("wt%d", time.Now().UnixNano())}
+	m := &Members{spec: s}
+	m.job = fmt.Sprintf("wt%d-%p", time.Now().UnixNano(), m)
 	if s.KeepOnLoss {
 		m.stores = bootstrap.NewInProcKeepOnLoss(s.N)
 	} else {

@@ -146,8 +146,8 @@ func (d *DeviceComm) AsyncError() error { return d.d.AsyncError() }
 // own, and then releases the caller's stream. Its failure is AsyncError's
 // and ends the communicator. Calls run under ctx, not their own context:
 // ctx must live as long as the DeviceComm (its cancellation aborts the
-// calls). Drain before calls on host buffers of the same Comm. The C
-// library turns it on for every communicator.
+// calls). Drain before calls on host buffers of the same Comm. Calling it
+// again does nothing. The C library turns it on for every communicator.
 func (d *DeviceComm) Async(ctx context.Context) error { return d.d.Async(ctx) }
 
 // Drain waits until every call handed to Async's goroutine has been run

@@ -50,8 +50,8 @@ type Caller interface {
 // Path: see rank.DeviceComm.Path.
 func (d *DeviceComm) Path() string { return d.path }
 
-// Comm is the communicator the DeviceComm belongs to (see
-// rank.DeviceComm.Comm).
+// Comm is the communicator the DeviceComm belongs to: see
+// rank.DeviceComm.Comm.
 func (d *DeviceComm) Comm() Caller { return d.c }
 
 // GPU: see rank.DeviceComm.GPU.
@@ -168,10 +168,12 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 	return d.run(ctx, "gpu "+o.Kind.String(), o, s)
 }
 
-// Send and Recv: see rank.DeviceComm.Send and rank.DeviceComm.Recv.
+// Send: see rank.DeviceComm.Send.
 func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	return d.Group(ctx, s, SendTo(peer, b))
 }
+
+// Recv: see rank.DeviceComm.Recv.
 func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	return d.Group(ctx, s, RecvFrom(peer, b))
 }

@@ -30,6 +30,7 @@ type Config struct {
 	ComputeMinor int
 	SMs          int  // multiprocessors (default 4)
 	NoPeer       bool // when set, no device can access another's memory
+	MPS          bool // when set, the devices report CU_DEVICE_ATTRIBUTE_MPS_ENABLED (an MPS server shares their contexts)
 	// ReuseFreed, when set, makes cuMemAlloc place an allocation at the
 	// address of a freed one of the same rounded size when there is one,
 	// as CUDA's allocator often does (PyTorch's caching allocator after

@@ -27,8 +27,9 @@ import (
 //
 // Two data planes sit behind it (Path says which one the ranks agreed on):
 //   - direct: every rank on one host, in a process of its own, every pair
-//     of GPUs with peer access (ranks that share one GPU count: their
-//     calls run through one leader). FLEXLINK_GPU_PATH=staged forces the
+//     of GPUs with peer access (ranks that share one GPU count: without
+//     CUDA MPS their calls run through one leader, FLEXLINK_GPU_SHARED).
+//     FLEXLINK_GPU_PATH=staged forces the
 //     staged plane; =direct makes Comm.Device fail where a rank cannot use
 //     it. Ranks map each other's user buffers through CUDA IPC (once per
 //     allocation, then cached) and move data with SM kernels (stores into

@@ -2,7 +2,6 @@ package rank
 
 import (
 	"context"
-	"time"
 
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
@@ -16,9 +15,10 @@ import (
 // the call, and work enqueued on s afterwards waits for it (including the
 // peers' reads of this rank's send buffer and writes into its recv buffer).
 // On the direct plane the host blocks only for small handshakes with the
-// peers, never for the data; on the staged plane the call waits on the
-// host for the copies and the host algorithms (Async hands that wait to a
-// goroutine of the DeviceComm).
+// peers (none for the calls the flag kernels serve, which with
+// FLEXLINK_GPU_ENQUEUE=async take every size), never for the data; on the
+// staged plane the call waits on the host for the copies and the host
+// algorithms.
 //
 // Get one with Comm.Device; every rank of the communicator calls it. Calls
 // go through the Comm's queue (one collective at a time, in call order),
@@ -103,11 +103,10 @@ var ErrNotSuspended = device.ErrNotSuspended
 // regions, scratch and mappings of the peers' buffers (the staged plane
 // holds none between calls). It is collective: every rank calls it (they
 // wait for their own kernels and pass a barrier, so no peer writes into
-// memory being freed), and it runs after the calls enqueued before it
-// (those handed to Async's goroutine too). The streams of earlier calls
-// need not be idle: what remains on them touches only user buffers. Until
-// Resume every call fails with an error wrapping ErrSuspended, and so does
-// a second Suspend.
+// memory being freed), and it runs after the calls made before it. The
+// streams of earlier calls need not be idle: what remains on them touches
+// only user buffers. Until Resume every call fails with an error wrapping
+// ErrSuspended, and so does a second Suspend.
 func (d *DeviceComm) Suspend(ctx context.Context) error { return device.Suspend(ctx, d.d) }
 
 // Resume makes a suspended DeviceComm usable again (ncclCommResume). It is
@@ -138,34 +137,6 @@ func (d *DeviceComm) Memory() DeviceMemory { return device.MemoryOf(d.d) }
 // communicator fails. Call it after synchronising the stream when a
 // collective's result matters and no later call follows.
 func (d *DeviceComm) AsyncError() error { return d.d.AsyncError() }
-
-// Async turns on enqueue-and-return, as NCCL: a call that would wait on
-// the host (for its peers to reach it, or for the GPU: ranks sharing one
-// GPU, the staged plane) returns once its place on the caller's stream is
-// taken (an event record and a wait on a word of mapped host memory); a
-// goroutine of the DeviceComm runs it, in call order, on a stream of its
-// own, and then releases the caller's stream. Its failure is AsyncError's
-// and ends the communicator. Calls run under ctx, not their own context:
-// ctx must live as long as the DeviceComm (its cancellation aborts the
-// calls). Drain before calls on host buffers of the same Comm. Calling it
-// again does nothing. The C library turns it on for every communicator.
-func (d *DeviceComm) Async(ctx context.Context) error { return d.d.Async(ctx) }
-
-// Drain waits until every call handed to Async's goroutine has been run
-// (enqueued on the GPU), or ctx ends, and returns the first failure of
-// one. Call it before anything else that uses the communicator's queue (a
-// call on host buffers, a split), so that every rank sees the same order.
-// A no-op without Async.
-func (d *DeviceComm) Drain(ctx context.Context) error { return d.d.Drain(ctx) }
-
-// Handed is the number of calls handed to Async's goroutine so far (the
-// rest ran on the caller's thread); zero without Async.
-func (d *DeviceComm) Handed() uint64 { return d.d.Handed() }
-
-// Pending reports how many calls Async's goroutine has yet to finish (the
-// one it runs included) and how long it has been running the current one:
-// a call waiting that long for its peers. Zero without Async.
-func (d *DeviceComm) Pending() (int, time.Duration) { return d.d.Pending() }
 
 // AllReduce combines send (count elements) across ranks with op into every
 // rank's recv. send may equal recv.

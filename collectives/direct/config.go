@@ -39,6 +39,10 @@ type FlagConfig struct {
 	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
 	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
 	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
+	// Enqueue: FLEXLINK_GPU_ENQUEUE=async: the flag kernels take every
+	// size of the collectives and two-rank send/recv they serve (as in a
+	// CUDA graph capture), so those calls never wait on the host.
+	Enqueue bool
 }
 
 // PCIeConfig holds the PCIe share's settings.
@@ -116,6 +120,11 @@ func ReadConfig(env settings.Env) (Config, error) {
 	if c.Shared, err = words("FLEXLINK_GPU_SHARED", "auto", "leader", "events"); err != nil {
 		return c, err
 	}
+	enq, err := words("FLEXLINK_GPU_ENQUEUE", "sync", "async")
+	if err != nil {
+		return c, err
+	}
+	c.Flag.Enqueue = enq == "async"
 	if c.AllReduce, err = words("FLEXLINK_GPU_ALLREDUCE", "auto", "push", "read"); err != nil {
 		return c, err
 	}

@@ -40,6 +40,11 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 	if pr.n == 2 {
 		oneShot = flagAutoOneShot // unused with two ranks: ranks that set it differently still agree
 	}
+	if cfg.Enqueue && coll != 0 {
+		// Enqueue and return: every size, as a captured call (the kernels
+		// loop over their slots); the copy-engine paths wait on the host.
+		coll = 1 << 62
+	}
 	if maxBytes == 0 || pr.n < 2 || pr.n > gpu.FlagMaxRanks {
 		return nil, nil
 	}

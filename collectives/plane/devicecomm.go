@@ -3,7 +3,6 @@ package plane
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
@@ -13,15 +12,14 @@ import (
 // DeviceComm is the plane side of rank.DeviceComm, whose documentation is
 // the contract (stream semantics, the two planes, counts, buffers): see
 // rank.DeviceComm. It checks and trims each call's buffers, runs it under
-// the communicator's queue (or hands it to its enqueue-and-return engine,
-// async.go) and logs it (calllog.go); the plane behind it does the work.
+// the communicator's queue on the caller's thread and logs it
+// (calllog.go); the plane behind it does the work.
 type DeviceComm struct {
 	c     Caller
 	dev   *gpu.Device
 	path  string
 	plane Plane
 	log   callLog // per-call lines (calllog.go)
-	async *asyncQ // enqueue and return (async.go); nil: every call runs on the caller's thread
 }
 
 // NewDeviceComm wraps the plane the ranks agreed on (path names it:
@@ -64,11 +62,6 @@ func (d *DeviceComm) LinkShares() map[string]float64 {
 
 // Close: see rank.DeviceComm.Close.
 func (d *DeviceComm) Close(ctx context.Context) error {
-	if d.async != nil {
-		if err := d.async.close(ctx); err != nil {
-			return fmt.Errorf("rank %d: gpu close: %w", d.c.Rank(), err)
-		}
-	}
 	// The peers' kernels write into this rank's memory until they end:
 	// every rank waits for its own before the barrier.
 	qerr := d.plane.Quiesce()
@@ -90,11 +83,6 @@ func (d *DeviceComm) Close(ctx context.Context) error {
 
 // AsyncError: see rank.DeviceComm.AsyncError.
 func (d *DeviceComm) AsyncError() error {
-	if d.async != nil {
-		if err := d.async.failed(); err != nil {
-			return err // named by the communicator's Run already
-		}
-	}
 	if err := d.plane.AsyncError(); err != nil {
 		return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
 	}
@@ -211,37 +199,15 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 	return d.run(ctx, what, o, s)
 }
 
-// run runs o under the communicator's queue, or hands it to the engine
-// when enqueue-and-return is on (async.go).
+// run runs o under the communicator's queue, on the caller's thread.
+// Enqueue and return comes from the plane (the flag kernels, which meet
+// their peers inside the GPU), never from a library thread: a thread that
+// makes driver calls while a caller's stream waits for it deadlocks
+// against any synchronous copy on another thread of the process (seen on
+// an H200 under PyTorch: the thread's cuLaunchKernel waited behind the
+// main thread's pageable cuMemcpyDtoHAsync, which waited for the stream).
 func (d *DeviceComm) run(ctx context.Context, what string, o *Op, s *gpu.Stream) error {
-	if d.async != nil {
-		return d.async.run(ctx, what, o, s)
-	}
 	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.do(ctx, o, s) })
-}
-
-// Drain: see rank.DeviceComm.Drain.
-func (d *DeviceComm) Drain(ctx context.Context) error {
-	if d.async == nil {
-		return nil
-	}
-	return d.async.drain(ctx)
-}
-
-// Handed: see rank.DeviceComm.Handed.
-func (d *DeviceComm) Handed() uint64 {
-	if d.async == nil {
-		return 0
-	}
-	return d.async.handed.Load()
-}
-
-// Pending: see rank.DeviceComm.Pending.
-func (d *DeviceComm) Pending() (int, time.Duration) {
-	if d.async == nil {
-		return 0, 0
-	}
-	return d.async.pending()
 }
 
 // local checks that b is on the DeviceComm's GPU and holds at least n bytes

@@ -14,7 +14,6 @@ import (
 // now says "see rank." is simply no longer needed.
 var docPending = map[string]string{
 	"plane.DeviceComm.AllToAllv": "collectives/plane/alltoallv.go",
-	"plane.DeviceComm.Async":     "collectives/plane/async.go",
 }
 
 // TestPublicDocsInRank: public doc comments live in rank/ only. A method

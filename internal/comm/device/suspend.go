@@ -78,8 +78,7 @@ func suspendState(d *plane.DeviceComm) (*suspendable, error) {
 
 // Suspend: see rank.DeviceComm.Suspend. Usage errors (suspended already)
 // fail before the communicator's queue, where a failure would end the
-// communicator on every rank; the calls handed to the engine are drained
-// first.
+// communicator on every rank.
 func Suspend(ctx context.Context, d *plane.DeviceComm) error {
 	s, err := suspendState(d)
 	if err != nil {
@@ -90,9 +89,6 @@ func Suspend(ctx context.Context, d *plane.DeviceComm) error {
 	// the communicator on every rank.
 	if s.isSuspended() {
 		return fmt.Errorf("rank %d on %s: gpu suspend: already suspended: %w", c.WorldRank(), c.Host(), ErrSuspended)
-	}
-	if err := d.Drain(ctx); err != nil { // the calls handed to the engine come first
-		return fmt.Errorf("rank %d on %s: gpu suspend: %w", c.WorldRank(), c.Host(), err)
 	}
 	return c.Run(ctx, "gpu suspend", func(ctx context.Context) error {
 		if s.isSuspended() {

@@ -12,6 +12,7 @@ import (
 	"github.com/flexlink/flexlink/fabric/fake"
 	"github.com/flexlink/flexlink/internal/errs"
 	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -88,8 +89,7 @@ func (d devBuf) Len() int                            { return d.n }
 func (d devBuf) Slice(off, n int) collectives.Buffer { return devBuf{n} }
 
 func TestLinkPeersNonHost(t *testing.T) {
-	nw := fake.NewNetwork(2, fake.Options{})
-	p := collectives.NewLinkPeers(0, 2, nw.Links(0))
+	p := collectives.NewLinkPeers(0, 2, worldtest.FakeMesh(2, fake.Options{}).Links[0])
 	for _, r := range []interface{ Err() error }{p.Send(1, [4]uint64{}, devBuf{4}), p.Recv(1, [4]uint64{}, devBuf{4}), p.Send(0, [4]uint64{}, collectives.HostBuffer{})} {
 		if err := r.Err(); err == nil {
 			t.Fatalf("transfer accepted: want an error")

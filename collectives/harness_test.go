@@ -9,6 +9,7 @@ import (
 
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // hangLimit bounds every multi-rank run: a collective that has not
@@ -16,8 +17,9 @@ import (
 // the test binary).
 const hangLimit = 30 * time.Second
 
-// world is a communicator of n goroutine ranks on a fake network (or, with
-// nw nil, on real links: see transport_sweep_test.go).
+// world is a communicator of n goroutine ranks over a worldtest mesh: the
+// fake network (nw, for Kill and FailLink) or real links (nw nil: see
+// transport_sweep_test.go).
 type world struct {
 	n       int
 	nw      *fake.Network
@@ -32,11 +34,19 @@ func newWorld(n int, opt fake.Options, cfg collectives.Config) *world {
 
 // newWorldCfg gives every rank its own Config (for mismatch tests).
 func newWorldCfg(n int, opt fake.Options, cfg func(rank int) collectives.Config) *world {
-	w := &world{n: n, nw: fake.NewNetwork(n, opt)}
-	w.abort = w.nw.Abort
-	for r := range n {
-		p := collectives.NewLinkPeers(r, n, w.nw.Links(r))
-		w.engines = append(w.engines, collectives.NewEngine(0xc0ffee, p, collectives.HostMemory{}, cfg(r)))
+	return onMesh(worldtest.FakeMesh(n, opt), 0xc0ffee, cfg)
+}
+
+// onMesh makes a communicator with id comm over m's links, rank r with
+// Config cfg(r). A rank whose call fails aborts every link of the mesh
+// (the rank runtime aborts the job), so the others fail instead of
+// waiting; the mesh is then spent. Links outlive engines, so one mesh
+// serves many communicators run one after the other.
+func onMesh(m *worldtest.Mesh, comm uint64, cfg func(rank int) collectives.Config) *world {
+	w := &world{n: m.N, nw: m.Net, abort: m.Abort}
+	for r := range m.N {
+		p := collectives.NewLinkPeers(r, m.N, m.Links[r])
+		w.engines = append(w.engines, collectives.NewEngine(comm, p, collectives.HostMemory{}, cfg(r)))
 	}
 	return w
 }

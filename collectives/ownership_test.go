@@ -9,6 +9,7 @@ import (
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/fake"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // ownerPeers wraps a rank's Peers and checks fabric.Link's ownership
@@ -90,11 +91,11 @@ func TestBufferOwnership(t *testing.T) {
 		for _, n := range []int{2, 3, 5} {
 			for _, algo := range []string{"ring", "rd"} {
 				t.Run(fmt.Sprintf("%s/n=%d/%s", coll, n, algo), func(t *testing.T) {
-					nw := fake.NewNetwork(n, opt)
-					w := &world{n: n, nw: nw, abort: nw.Abort}
+					m := worldtest.FakeMesh(n, opt)
+					w := &world{n: n, nw: m.Net, abort: m.Abort}
 					peers := make([]*ownerPeers, n)
 					for r := range n {
-						peers[r] = &ownerPeers{Peers: collectives.NewLinkPeers(r, n, nw.Links(r))}
+						peers[r] = &ownerPeers{Peers: collectives.NewLinkPeers(r, n, m.Links[r])}
 						w.engines = append(w.engines, collectives.NewEngine(0xc0ffee, peers[r], collectives.HostMemory{}, sweepConfig(algo)))
 					}
 					for _, inPlace := range []bool{false, true} {

@@ -8,6 +8,7 @@ import (
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // transportChunk (128 bytes: 16 to 128 elements) sends 1000 elements of
@@ -32,8 +33,7 @@ func TestTransportSweep(t *testing.T) {
 				continue // -short trims to 3 and 8 ranks
 			}
 			t.Run(fmt.Sprintf("%s/n=%d", tr.name, n), func(t *testing.T) {
-				m := connectMesh(t, tr.name, n, tr.new, tr.env)
-				defer func() { m.close() }()
+				m := worldtest.Connect(t, tr.name, n, tr.opt)
 				idx := 0
 				for _, coll := range collNames {
 					for _, dt := range dtype.All() {
@@ -44,9 +44,9 @@ func TestTransportSweep(t *testing.T) {
 									op: dtype.Ops()[(idx+n)%len(dtype.Ops())], root: (idx * 7) % n}
 								for ai, algo := range algos {
 									cfg := collectives.Config{Algo: algo, Threshold: 256, ChunkBytes: transportChunk}
-									if !runCase(t, m.world(uint64(idx*len(algos)+ai), cfg), c) {
-										m.close() // aborted: start again on new links
-										m = connectMesh(t, tr.name, n, tr.new, tr.env)
+									if !runCase(t, meshWorld(m, uint64(idx*len(algos)+ai), cfg), c) {
+										m.Close() // aborted: start again on new links
+										m = worldtest.Connect(t, tr.name, n, tr.opt)
 									}
 								}
 							}
@@ -81,9 +81,8 @@ func TestTransportLarge(t *testing.T) {
 				continue // -short trims to 3 ranks
 			}
 			t.Run(fmt.Sprintf("%s/n=%d/%s/%v", tr.name, tc.n, tc.algo, tc.c), func(t *testing.T) {
-				m := connectMesh(t, tr.name, tc.n, tr.new, tr.env)
-				defer m.close()
-				runCase(t, m.world(1, collectives.Config{Algo: tc.algo, ChunkBytes: 4 << 10}), tc.c)
+				m := worldtest.Connect(t, tr.name, tc.n, tr.opt)
+				runCase(t, meshWorld(m, 1, collectives.Config{Algo: tc.algo, ChunkBytes: 4 << 10}), tc.c)
 			})
 		}
 	}
@@ -118,14 +117,13 @@ func TestTransportSweepDetectsCorruption(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("%s/%v", tr.name, c), func(t *testing.T) {
 				const n = 3
-				m := connectMesh(t, tr.name, n, tr.new, tr.env)
-				defer m.close()
-				for p, l := range m.links[0] {
+				m := worldtest.Connect(t, tr.name, n, tr.opt)
+				for p, l := range m.Links[0] {
 					if l != nil {
-						m.links[0][p] = flipLink{l}
+						m.Links[0][p] = flipLink{l}
 					}
 				}
-				w := m.world(1, collectives.Config{Algo: collectives.AlgoRing, ChunkBytes: transportChunk})
+				w := meshWorld(m, 1, collectives.Config{Algo: collectives.AlgoRing, ChunkBytes: transportChunk})
 				res := make([]result, n)
 				errs := w.run(t, noSilent, func(ctx context.Context, r int, e *collectives.Engine) error {
 					var err error

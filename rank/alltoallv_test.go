@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // TestAllToAllvPXN: 2 hosts × 3 ranks over the network transport
@@ -12,12 +14,12 @@ import (
 // a group of sends and receives), at level 0 and at level 2 (the proxy).
 func TestAllToAllvPXN(t *testing.T) {
 	const n = 6
-	host := func(r int) string { return fmt.Sprintf("host%d", r/3) }
+	host := worldtest.PerHost(3)
 	count := func(s, d int) int { return (s*5 + d*3) % 7 * 301 } // elements s sends d; some 0
 	for _, level := range []string{"off", "0", "2"} {
 		t.Run("pxn="+level, func(t *testing.T) {
 			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_PXN": level}
-			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+			worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: host}, New, func(c *Comm) error {
 				ctx := context.Background()
 				me := c.Rank()
 				sc, rc := make([]int, n), make([]int, n)
@@ -73,9 +75,9 @@ func TestAllToAllvPXN(t *testing.T) {
 // × 4) runs its all-to-all through its own proxy.
 func TestAllToAllPXNSubComm(t *testing.T) {
 	const n = 8
-	host := func(r int) string { return fmt.Sprintf("host%d", r/4) }
+	host := worldtest.PerHost(4)
 	vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "lo,eth,en", "FLEXLINK_PXN": "2"}
-	noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: host}, New, func(c *Comm) error {
 		ctx := context.Background()
 		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
 		if err != nil {

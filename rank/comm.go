@@ -29,7 +29,10 @@ type Comm struct {
 // (NCCL_SPLIT_NOCOLOR).
 const NoColor = comm.NoColor
 
-// LinkReport describes one link a communicator has opened.
+// LinkReport describes one link a communicator has opened: the peer (its
+// rank in the communicator and in the world, and its host), the link's
+// kind (shm, tcp, or net0, net1, ... one per network rail) and a
+// description (device, address).
 type LinkReport = comm.LinkReport
 
 // Rank is this process's rank in the communicator.
@@ -56,15 +59,18 @@ func (c *Comm) LocalSize() int { return c.c.LocalSize() }
 // Links reports the links this communicator has opened so far.
 func (c *Comm) Links() []LinkReport { return c.c.Links() }
 
-// Abort ends the whole job: every rank's pending and later calls fail with
-// an error carrying reason. Revoke ends one communicator.
+// Abort ends the whole job: every rank's pending and later calls on every
+// communicator fail with an error carrying reason (wrapping ErrAborted).
+// Revoke ends one communicator.
 func (c *Comm) Abort(reason error) { c.c.Abort(reason) }
 
 // Revoke ends this communicator on every member, and nothing else (its
 // parent, siblings and children go on): their pending and later calls on
-// it fail with an error naming it, this rank, its host and reason. Close
-// it afterwards; Shrink still works on it. Safe from any goroutine, also
-// while a call on c is in flight.
+// it fail with an error naming it, this rank, its host and reason, and
+// wrapping ErrAborted (or reason's own sentinel: ErrPeerLost, ErrMismatch,
+// ErrTimeout). On a communicator that has ended already it passes on the
+// first reason instead. Close it afterwards; Shrink still works on it.
+// Safe from any goroutine, also while a call on c is in flight.
 func (c *Comm) Revoke(reason error) { c.c.Revoke(reason) }
 
 // Err is nil while the communicator is healthy, then the reason it ended:
@@ -109,9 +115,11 @@ func (c *Comm) Device(ctx context.Context, dev *gpu.Device) (*DeviceComm, error)
 // Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
 // rank order, like ncclCommShrink: only the remaining ranks call it, and
 // nothing is sent to the excluded ones or over c's links, so it also
-// works on a communicator that has ended. Under flexrun a rank that dies
-// ends the job, so there Shrink is for ranks that leave; a job whose
-// rendezvous keeps going after a loss (libnccl's) shrinks dead ranks away.
+// works on a communicator that has ended (revoked, or failed because a
+// member died). Under flexrun a rank that dies ends the job, so there
+// Shrink is for ranks that leave; a job whose rendezvous keeps going after
+// a loss (libnccl's; bootstrap.ServerConfig.KeepOnLoss) shrinks dead ranks
+// away.
 func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	s, err := c.c.Shrink(ctx, exclude)
 	if err != nil {

@@ -137,7 +137,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv Data, op dtype.Op) 
 	})
 }
 
-// Broadcast copies root's send into every rank's recv.
+// Broadcast copies root's send into every rank's recv. send is only read
+// on root (elsewhere it may be empty).
 func (c *Comm) Broadcast(ctx context.Context, send, recv Data, root int) error {
 	if err := firstErr(c.c.CheckRoot(root), recv.check("broadcast recv", -1)); err != nil {
 		return err
@@ -154,7 +155,8 @@ func (c *Comm) Broadcast(ctx context.Context, send, recv Data, root int) error {
 	})
 }
 
-// Reduce combines send from every rank with op into root's recv.
+// Reduce combines send from every rank with op into root's recv. recv is
+// only written on root (elsewhere it may be empty).
 func (c *Comm) Reduce(ctx context.Context, send, recv Data, op dtype.Op, root int) error {
 	if err := firstErr(c.c.CheckRoot(root), send.check("reduce send", -1)); err != nil {
 		return err
@@ -172,7 +174,9 @@ func (c *Comm) Reduce(ctx context.Context, send, recv Data, op dtype.Op, root in
 }
 
 // AllToAll sends block j of send (send.Count/Size() elements) to rank j,
-// which stores it as block Rank() of its recv.
+// which stores it as block Rank() of its recv. send.Count must be a
+// multiple of Size(), and recv holds as many elements. With FLEXLINK_PXN
+// set, blocks for other hosts follow the PXN routes (docs/PXN.md).
 func (c *Comm) AllToAll(ctx context.Context, send, recv Data) error {
 	if err := firstErr(send.check("alltoall send", -1), recv.check("alltoall recv", send.Count), sameType(send, recv)); err != nil {
 		return err
@@ -199,8 +203,10 @@ type P2P struct {
 	Data Data
 }
 
-// SendTo and RecvFrom make the P2P entries of a Group.
-func SendTo(peer int, d Data) P2P   { return P2P{Send: true, Peer: peer, Data: d} }
+// SendTo makes a send of d to peer, a P2P entry of a Group.
+func SendTo(peer int, d Data) P2P { return P2P{Send: true, Peer: peer, Data: d} }
+
+// RecvFrom makes a receive into d from peer, a P2P entry of a Group.
 func RecvFrom(peer int, d Data) P2P { return P2P{Send: false, Peer: peer, Data: d} }
 
 // Group issues sends and receives together (like ncclGroupStart/End around
@@ -223,10 +229,13 @@ func (c *Comm) Group(ctx context.Context, ops ...P2P) error {
 	})
 }
 
-// Send sends d to peer; Recv receives into d from peer.
+// Send sends d to peer (a Group of one); peer's matching Recv must have
+// the same size.
 func (c *Comm) Send(ctx context.Context, d Data, peer int) error {
 	return c.Group(ctx, SendTo(peer, d))
 }
+
+// Recv receives into d from peer (a Group of one).
 func (c *Comm) Recv(ctx context.Context, d Data, peer int) error {
 	return c.Group(ctx, RecvFrom(peer, d))
 }

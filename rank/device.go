@@ -14,16 +14,24 @@ import (
 // caller's stream s; the work starts after the work enqueued on s before
 // the call, and work enqueued on s afterwards waits for it (including the
 // peers' reads of this rank's send buffer and writes into its recv buffer).
-// The host blocks only for small handshakes with the peers, never for the
-// data.
+// On the direct plane the host blocks only for small handshakes with the
+// peers (none for the calls the flag kernels serve, which with
+// FLEXLINK_GPU_ENQUEUE=async take every size), never for the data; on the
+// staged plane the call waits on the host for the copies and the host
+// algorithms.
 //
 // Get one with Comm.Device; every rank of the communicator calls it. Calls
-// go through the Comm's queue (one collective at a time, in call order), and
-// a failure aborts the job like a host collective.
+// go through the Comm's queue (one collective at a time, in call order),
+// and a failure ends the communicator on every member, like a host
+// collective's (see Comm).
 //
 // Two data planes sit behind it (Path says which one the ranks agreed on):
-//   - direct: every rank on one host, every pair of GPUs with peer access.
-//     Ranks map each other's user buffers through CUDA IPC (once per
+//   - direct: every rank on one host, in a process of its own, every pair
+//     of GPUs with peer access (ranks that share one GPU count: without
+//     CUDA MPS their calls run through one leader, FLEXLINK_GPU_SHARED).
+//     FLEXLINK_GPU_PATH=staged forces the
+//     staged plane; =direct makes Comm.Device fail where a rank cannot use
+//     it. Ranks map each other's user buffers through CUDA IPC (once per
 //     allocation, then cached) and move data with SM kernels (stores into
 //     and loads from the peers' memory), copy engines and reduction
 //     kernels; the allreduce runs as one flag kernel per rank without host
@@ -49,9 +57,11 @@ type DeviceComm struct {
 // DeviceP2P is one send or receive of DeviceComm.Group.
 type DeviceP2P = plane.P2P
 
-// DeviceSendTo and DeviceRecvFrom make the entries of DeviceComm.Group.
+// DeviceSendTo makes a send of b to peer, an entry of DeviceComm.Group.
 func DeviceSendTo(peer int, b *gpu.Buffer) DeviceP2P { return plane.SendTo(peer, b) }
 
+// DeviceRecvFrom makes a receive of b from peer, an entry of
+// DeviceComm.Group.
 func DeviceRecvFrom(peer int, b *gpu.Buffer) DeviceP2P { return plane.RecvFrom(peer, b) }
 
 // Path is the data plane the ranks agreed on: "direct" or "staged".
@@ -90,20 +100,26 @@ var ErrNotSuspended = device.ErrNotSuspended
 
 // Suspend releases the DeviceComm's GPU memory, as ncclCommSuspend with
 // NCCL_SUSPEND_MEM (vLLM's sleep mode): on the direct plane its flag
-// regions, scratch and mappings of the peers' buffers. It is collective:
-// every rank calls it (they wait for their own kernels and pass a
-// barrier, so no peer writes into memory being freed). Until Resume every
-// call fails with an error wrapping ErrSuspended.
+// regions, scratch and mappings of the peers' buffers (the staged plane
+// holds none between calls). It is collective: every rank calls it (they
+// wait for their own kernels and pass a barrier, so no peer writes into
+// memory being freed), and it runs after the calls made before it. The
+// streams of earlier calls need not be idle: what remains on them touches
+// only user buffers. Until Resume every call fails with an error wrapping
+// ErrSuspended, and so does a second Suspend.
 func (d *DeviceComm) Suspend(ctx context.Context) error { return device.Suspend(ctx, d.d) }
 
 // Resume makes a suspended DeviceComm usable again (ncclCommResume). It is
-// collective; the memory comes back as calls need it (the flag regions at
-// the first flag call, with every rank), and results are as before.
+// collective (a barrier: every rank has resumed before any uses it); the
+// memory comes back as calls need it (the flag regions at the first flag
+// call, with every rank), and results are as before. On a DeviceComm that
+// is not suspended it fails with an error wrapping ErrNotSuspended.
 func (d *DeviceComm) Resume(ctx context.Context) error { return device.Resume(ctx, d.d) }
 
-// DeviceMemory is what a DeviceComm holds on its GPU: Bytes of device
-// memory now, the flag regions (their sizes, or "lazy": made on first
-// use), whether it is suspended. String gives it in one line.
+// DeviceMemory is what a DeviceComm holds on its GPU: its plane (Path:
+// the staged plane holds none between calls), Bytes of device memory now,
+// the flag regions (their sizes, or "lazy": made on first use), whether it
+// is suspended. String gives it in one line (the NCCL_DEBUG=INFO line).
 type DeviceMemory = device.Memory
 
 // Memory reports what the DeviceComm holds on its GPU now: device memory
@@ -186,7 +202,7 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P)
 	return d.d.Group(ctx, s, ops...)
 }
 
-// Send sends b to peer; Recv receives b from peer (each a Group of one).
+// Send sends b to peer (a Group of one).
 func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	if err := device.Check(d.d); err != nil {
 		return err
@@ -194,6 +210,7 @@ func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.S
 	return d.d.Send(ctx, b, peer, s)
 }
 
+// Recv receives b from peer (a Group of one).
 func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	if err := device.Check(d.d); err != nil {
 		return err

@@ -10,12 +10,11 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
-	"github.com/flexlink/flexlink/internal/settings"
 	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // TestDeviceAllToAllPXN: GPU buffers (one fake GPU per rank) on 2 emulated
@@ -38,12 +37,12 @@ func TestDeviceAllToAllPXN(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer drv.Close()
-			host := func(r int) string { return fmt.Sprintf("host%d", r/tc.per) }
+			host := worldtest.PerHost(tc.per)
 			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": tc.level}
 			if tc.handoff {
 				vars["FLEXLINK_PXN_GPU_HANDOFF"] = "1"
 			}
-			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+			worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: host}, New, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank())
 				if err != nil {
 					return err
@@ -66,10 +65,10 @@ func TestDeviceAllToAllPXNHandoffNoPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	host := func(r int) string { return fmt.Sprintf("host%d", r/per) }
+	host := worldtest.PerHost(per)
 	vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t),
 		"FLEXLINK_PXN": "2", "FLEXLINK_PXN_GPU_HANDOFF": "1"}
-	noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: host}, New, func(c *Comm) error {
 		dev, err := drv.Device(c.Rank())
 		if err != nil {
 			return err
@@ -277,12 +276,11 @@ func pxnRankLost(t *testing.T, handoff string) {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	stores := bootstrap.NewInProc(n)
-	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2",
-		"FLEXLINK_PXN_GPU_HANDOFF": handoff})
+	env := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2",
+		"FLEXLINK_PXN_GPU_HANDOFF": handoff}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	job := fmt.Sprintf("gpulost%d", time.Now().UnixNano())
+	w := worldtest.Start(t, worldtest.Spec{N: n, Env: env, Host: worldtest.PerHost(per)}, New)
 	type rankState struct {
 		c    *Comm
 		dc   *DeviceComm
@@ -292,35 +290,28 @@ func pxnRankLost(t *testing.T, handoff string) {
 		took time.Duration
 	}
 	rs := make([]rankState, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st := &rs[r]
-			st.err = func() error {
-				var err error
-				if st.c, err = New(ctx, stores[r], Options{Env: env, Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")}); err != nil {
-					return err
-				}
-				dev, err := drv.Device(r)
-				if err != nil {
-					return err
-				}
-				if st.dc, err = st.c.Device(ctx, dev); err != nil {
-					return err
-				}
-				if st.s, err = dev.NewStream(); err != nil {
-					return err
-				}
-				if st.b, err = dev.Alloc(8 * n * blk); err != nil {
-					return err
-				}
-				return st.dc.AllToAll(ctx, st.b, st.b, blk, dtype.Int64, st.s)
-			}()
+	worldtest.Each(w.Comms, func(r int, c *Comm) error {
+		st := &rs[r]
+		st.c = c
+		st.err = func() error {
+			dev, err := drv.Device(r)
+			if err != nil {
+				return err
+			}
+			if st.dc, err = st.c.Device(ctx, dev); err != nil {
+				return err
+			}
+			if st.s, err = dev.NewStream(); err != nil {
+				return err
+			}
+			if st.b, err = dev.Alloc(8 * n * blk); err != nil {
+				return err
+			}
+			return st.dc.AllToAll(ctx, st.b, st.b, blk, dtype.Int64, st.s)
 		}()
-	}
-	wg.Wait()
+		return nil
+	})
+	var wg sync.WaitGroup
 	for r := range rs {
 		if rs[r].err != nil {
 			t.Fatalf("rank %d, first all-to-all: %v", r, rs[r].err)
@@ -355,9 +346,10 @@ func pxnRankLost(t *testing.T, handoff string) {
 	}
 	started.Wait()
 	rs[lost].c.c.AbortLinks(errors.New("simulated crash"))
-	if err := bootstrap.LoseInProc(stores[lost]); err != nil {
+	if err := w.Lose(lost); err != nil {
 		t.Fatal(err)
 	}
+	w.Comms[lost] = nil // gone: the cleanup skips it
 	wg.Wait()
 	for r := range rs {
 		if r == lost {
@@ -371,7 +363,6 @@ func pxnRankLost(t *testing.T, handoff string) {
 			t.Errorf("rank %d failed after %v, want < 5 s", r, rs[r].took)
 		}
 		_ = rs[r].dc.Close(ctx) // fails at once: the job is aborted
-		rs[r].c.Close()
 	}
 }
 
@@ -397,12 +388,12 @@ func TestDeviceAllToAllPXNRealGPU(t *testing.T) {
 	}{{"off", false}, {"0", false}, {"2", false}, {"2", true}} {
 		t.Run(fmt.Sprintf("pxn=%s/2x%d/handoff=%v", tc.level, per, tc.handoff), func(t *testing.T) {
 			n := 2 * per
-			host := func(r int) string { return fmt.Sprintf("host%d", r/per) }
+			host := worldtest.PerHost(per)
 			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": tc.level}
 			if tc.handoff {
 				vars["FLEXLINK_PXN_GPU_HANDOFF"] = "1"
 			}
-			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+			worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: host}, New, func(c *Comm) error {
 				dev, err := drv.Device(c.Rank() % drv.DeviceCount())
 				if err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // GPU kernels are loaded family by family, when a call first needs one
@@ -25,7 +26,7 @@ func gpuWorld(t *testing.T, n int, body func(ctx context.Context, c *Comm, dev *
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: gpuVars}, New, func(c *Comm) error {
 		dev, err := drv.Device(c.Rank())
 		if err != nil {
 			return err

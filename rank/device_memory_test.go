@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
-	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // The GPU memory a DeviceComm holds, from the fake driver's accounting
@@ -75,8 +73,7 @@ func TestDeviceCommMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	pair := bootstrap.NewInProc(2) // the two-rank communicator of ranks 0 and 1
-	job := fmt.Sprintf("pair%d", time.Now().UnixNano())
+	pair := worldtest.Plan(worldtest.Spec{N: 2, Env: gpuVars}) // the two-rank communicator of ranks 0 and 1
 	var mu sync.Mutex
 	report := map[string][]int64{}
 	note := func(what string, r int, b int64) {
@@ -87,7 +84,7 @@ func TestDeviceCommMemory(t *testing.T) {
 		}
 		report[what][r] = b
 	}
-	noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: gpuVars}, New, func(c *Comm) error {
 		ctx := context.Background()
 		me := c.Rank()
 		dev, err := drv.Device(me)
@@ -152,7 +149,7 @@ func TestDeviceCommMemory(t *testing.T) {
 			return err
 		}
 		if me < 2 {
-			pc, err := New(ctx, pair[me], Options{Env: settings.Map(gpuVars), Host: "testhost", JobID: job, Secret: []byte("secret")})
+			pc, err := New(ctx, pair.Store(me), pair.Options(me))
 			if err != nil {
 				return err
 			}
@@ -185,7 +182,7 @@ func TestDeviceCommsConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer drv.Close()
-			noErrors(t, runWorldEnv(t, n, gpuVars, func(c *Comm) error {
+			worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: gpuVars}, New, func(c *Comm) error {
 				ctx := context.Background()
 				dev, err := drv.Device(c.Rank())
 				if err != nil {

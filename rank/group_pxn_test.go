@@ -9,6 +9,7 @@ import (
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // groupLen is how many int64 rank s sends rank d in the PXN group tests:
@@ -41,7 +42,7 @@ func TestGroupPXN(t *testing.T) {
 			defer drv.Close()
 			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": on}
 			relayed, gpuRelayed := make([]int64, n), make([]int64, n) // all, and by the GPU group
-			noErrors(t, runWorldHosts(t, n, vars, func(r int) string { return fmt.Sprint("host", r/per) }, func(c *Comm) error {
+			worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: worldtest.PerHost(per)}, New, func(c *Comm) error {
 				if err := hostGroupPXN(c); err != nil {
 					return fmt.Errorf("host buffers: %w", err)
 				}
@@ -187,7 +188,7 @@ func TestGroupPXNRealGPU(t *testing.T) {
 	const n, per = 4, 2
 	vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + testenv.SecondNIC(t), "FLEXLINK_PXN": "2", "FLEXLINK_PXN_GROUP": "1"}
 	relayed := make([]int64, n)
-	noErrors(t, runWorldHosts(t, n, vars, func(r int) string { return fmt.Sprint("host", r/per) }, func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: worldtest.PerHost(per)}, New, func(c *Comm) error {
 		dev, err := drv.Device(c.Rank() % drv.DeviceCount())
 		if err != nil {
 			return err

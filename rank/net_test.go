@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // TestCrossHostOverNet: ranks on two "hosts" (host names differ) talk over
@@ -25,9 +26,9 @@ func TestCrossHostOverNet(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 4
-			host := func(r int) string { return fmt.Sprintf("host%d", r/2) }
+			host := worldtest.PerHost(2)
 			vars := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_RAILS": tc.rails, "FLEXLINK_NET_IFNAME": tc.ifname, "FLEXLINK_CHUNK_BYTES": "65536"}
-			noErrors(t, runWorldHosts(t, n, vars, host, func(c *Comm) error {
+			worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: vars, Host: host}, New, func(c *Comm) error {
 				ctx := context.Background()
 				const count = 300007
 				x := make([]float64, count)
@@ -99,7 +100,7 @@ func TestCrossHostOverNet(t *testing.T) {
 // lists are errors.
 func TestShrink(t *testing.T) {
 	const n = 4
-	noErrors(t, runWorld(t, n, "auto", func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Transport: "auto", Env: smallChunks}, New, func(c *Comm) error {
 		ctx := context.Background()
 		if c.Rank() == n-1 {
 			return nil // leaves: never calls Shrink

@@ -9,66 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/dtype"
-	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
-// world starts n ranks in this process over an in-process bootstrap and the
-// real host transports (shm or tcp, by transport), runs body on each, and
-// returns each rank's error.
-func runWorld(t *testing.T, n int, transport string, body func(c *Comm) error) []error {
-	t.Helper()
-	return runWorldEnv(t, n, map[string]string{"FLEXLINK_TRANSPORT": transport, "FLEXLINK_CHUNK_BYTES": "8192"}, body)
-}
-
-func runWorldEnv(t *testing.T, n int, vars map[string]string, body func(c *Comm) error) []error {
-	t.Helper()
-	return runWorldHosts(t, n, vars, func(int) string { return "testhost" }, body)
-}
-
-// runWorldHosts is runWorldEnv with rank r on host hostOf(r) (ranks with
-// different host names talk as if on different machines).
-func runWorldHosts(t *testing.T, n int, vars map[string]string, hostOf func(r int) string, body func(c *Comm) error) []error {
-	t.Helper()
-	stores := bootstrap.NewInProc(n)
-	env := settings.Map(vars)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	job := fmt.Sprintf("t%d", time.Now().UnixNano())
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: env, Host: hostOf(r), JobID: job, Secret: []byte("secret")})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = body(c)
-			c.Close()
-		}(r)
-	}
-	wg.Wait()
-	return errs
-}
-
-func noErrors(t *testing.T, errs []error) {
-	t.Helper()
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-}
+// smallChunks makes the host collectives cut messages into 8 KiB chunks,
+// so small data runs through the multi-chunk paths.
+var smallChunks = map[string]string{"FLEXLINK_CHUNK_BYTES": "8192"}
 
 func TestCollectivesOverRealTransports(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp", "net"} {
 		for _, n := range []int{1, 2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/n%d", tr, n), func(t *testing.T) {
-				noErrors(t, runWorld(t, n, tr, func(c *Comm) error {
+				worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Transport: tr, Env: smallChunks}, New, func(c *Comm) error {
 					ctx := context.Background()
 					const count = 10007
 					x := make([]float64, count)
@@ -120,7 +73,7 @@ func TestSplitOrdersByKeyThenRank(t *testing.T) {
 	const n = 6
 	type got struct{ rank, size int }
 	res := make([]got, n)
-	noErrors(t, runWorld(t, n, "shm", func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Transport: "shm", Env: smallChunks}, New, func(c *Comm) error {
 		ctx := context.Background()
 		color := c.Rank() % 2 // evens and odds
 		if c.Rank() == 5 {
@@ -162,7 +115,7 @@ func TestSplitOrdersByKeyThenRank(t *testing.T) {
 // same time from different goroutines; each result must be its own.
 func TestConcurrentSubCommunicatorsDoNotCrossTalk(t *testing.T) {
 	const n = 4
-	noErrors(t, runWorld(t, n, "shm", func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Transport: "shm", Env: smallChunks}, New, func(c *Comm) error {
 		ctx := context.Background()
 		a, err := c.Split(ctx, c.Rank()/2, c.Rank())
 		if err != nil {
@@ -215,7 +168,7 @@ func TestConcurrentSubCommunicatorsDoNotCrossTalk(t *testing.T) {
 func TestMismatchFailsEveryRank(t *testing.T) {
 	const n = 3
 	start := time.Now()
-	errs := runWorld(t, n, "shm", func(c *Comm) error {
+	errs := worldtest.Run(t, worldtest.Spec{N: n, Transport: "shm", Env: smallChunks}, New, func(c *Comm) error {
 		count := 1000
 		if c.Rank() == 1 {
 			count = 999
@@ -239,27 +192,10 @@ func TestMismatchFailsEveryRank(t *testing.T) {
 // gone) makes every other rank fail with ErrPeerLost within 2 s.
 func TestPeerLossFailsSurvivors(t *testing.T) {
 	const n = 3
-	stores := bootstrap.NewInProc(n)
-	env := settings.Map(map[string]string{"FLEXLINK_TRANSPORT": "shm"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	comms := make([]*Comm, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: env, Host: "h", JobID: fmt.Sprintf("lost%d", time.Now().UnixNano()), Secret: []byte("s")})
-			if err != nil {
-				t.Errorf("rank %d: %v", r, err)
-			}
-			comms[r] = c
-		}(r)
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	w := worldtest.Start(t, worldtest.Spec{N: n, Transport: "shm"}, New)
+	comms := w.Comms
 	errc := make(chan error, n-1)
 	for r := 0; r < n-1; r++ {
 		go func(r int) {
@@ -270,9 +206,10 @@ func TestPeerLossFailsSurvivors(t *testing.T) {
 	// Rank n-1 never joins the allreduce and then vanishes.
 	lostAt := time.Now()
 	comms[n-1].c.AbortLinks(errors.New("simulated crash"))
-	if err := bootstrap.LoseInProc(stores[n-1]); err != nil {
+	if err := w.Lose(n - 1); err != nil {
 		t.Fatal(err)
 	}
+	comms[n-1] = nil // gone: the cleanup skips it
 	for r := 0; r < n-1; r++ {
 		err := <-errc
 		if !errors.Is(err, ErrPeerLost) {
@@ -282,13 +219,10 @@ func TestPeerLossFailsSurvivors(t *testing.T) {
 	if d := time.Since(lostAt); d > 2*time.Second {
 		t.Errorf("survivors noticed after %v, want < 2s", d)
 	}
-	for _, c := range comms[:n-1] {
-		c.Close()
-	}
 }
 
 func TestArgumentErrors(t *testing.T) {
-	noErrors(t, runWorld(t, 2, "shm", func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: 2, Transport: "shm", Env: smallChunks}, New, func(c *Comm) error {
 		ctx := context.Background()
 		a, b := make([]float32, 4), make([]float64, 4)
 		if err := c.AllReduce(ctx, Of(a), Of(b), dtype.Sum); err == nil {
@@ -313,7 +247,7 @@ func TestArgumentErrors(t *testing.T) {
 func TestMultiLinkHostCollectives(t *testing.T) {
 	const n = 3
 	kinds := make([][]string, n)
-	noErrors(t, runWorldEnv(t, n, map[string]string{"FLEXLINK_LINKS": "shm,tcp", "FLEXLINK_CHUNK_BYTES": "1048576"}, func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: map[string]string{"FLEXLINK_LINKS": "shm,tcp", "FLEXLINK_CHUNK_BYTES": "1048576"}}, New, func(c *Comm) error {
 		ctx := context.Background()
 		for it := 0; it < 3; it++ {
 			x := make([]float32, 3<<20)
@@ -350,7 +284,7 @@ func TestMultiLinkHostCollectives(t *testing.T) {
 // still deliver the neighbour's original data.
 func TestGroupInPlaceRingShift(t *testing.T) {
 	const n, count = 3, 1 << 17
-	noErrors(t, runWorld(t, n, "tcp", func(c *Comm) error {
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Transport: "tcp", Env: smallChunks}, New, func(c *Comm) error {
 		x := make([]int32, count)
 		for i := range x {
 			x[i] = int32(c.Rank()*count + i)

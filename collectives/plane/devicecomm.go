@@ -9,39 +9,11 @@ import (
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
-// DeviceComm runs a communicator's collectives on GPU buffers with NCCL's
-// stream semantics: a call returns once the work is enqueued on the
-// caller's stream s; the work starts after the work enqueued on s before
-// the call, and work enqueued on s afterwards waits for it (including the
-// peers' reads of this rank's send buffer and writes into its recv buffer).
-// The host blocks only for small handshakes with the peers, never for the
-// data.
-//
-// Get one with Comm.Device; every rank of the communicator calls it. Calls
-// go through the Comm's queue (one collective at a time, in call order), and
-// a failure aborts the job like a host collective.
-//
-// Two data planes sit behind it (Path says which one the ranks agreed on):
-//   - direct: every rank on one host, every pair of GPUs with peer access.
-//     Ranks map each other's user buffers through CUDA IPC (once per
-//     allocation, then cached) and move data with SM kernels (stores into
-//     and loads from the peers' memory), copy engines and reduction
-//     kernels; the allreduce runs as one flag kernel per rank without host
-//     messages (gpu_flag.go); large pushes give a share, chosen by a
-//     balancer, to PCIe through shared pinned host memory (LinkShares
-//     reports it). See gpu_direct.go, gpu_flag.go, gpu_pcie.go.
-//   - staged: anything else. Buffers are copied through pinned host memory
-//     and the host algorithms run on the copies. Correct, not fast; see
-//     gpu_staged.go.
-//
-// Counts follow NCCL: AllGather's count is per rank (recv holds Size()
-// blocks), ReduceScatter's is the recv count (send holds Size() blocks),
-// AllToAll's is per peer (send and recv hold Size() blocks).
-//
-// Buffers must be device memory of the DeviceComm's GPU, made by
-// gpu.Device.Alloc (the direct plane exports whole allocations); sub-ranges
-// are fine. The direct plane keeps the peers' mappings of an allocation
-// until Close, so free user buffers only after closing the DeviceComm.
+// DeviceComm is the plane side of rank.DeviceComm, whose documentation is
+// the contract (stream semantics, the two planes, counts, buffers): see
+// rank.DeviceComm. It checks and trims each call's buffers, runs it under
+// the communicator's queue on the caller's thread and logs it
+// (calllog.go); the plane behind it does the work.
 type DeviceComm struct {
 	c     Caller
 	dev   *gpu.Device
@@ -56,7 +28,7 @@ func NewDeviceComm(c Caller, dev *gpu.Device, path string, p Plane) *DeviceComm 
 	return &DeviceComm{c: c, dev: dev, path: path, plane: p, log: newCallLog(c.Log())}
 }
 
-// SendTo and RecvFrom make the entries of DeviceComm.Group.
+// SendTo and RecvFrom: see rank.DeviceSendTo and rank.DeviceRecvFrom.
 func SendTo(peer int, b *gpu.Buffer) P2P { return P2P{Send: true, Peer: peer, Buf: b} }
 
 func RecvFrom(peer int, b *gpu.Buffer) P2P { return P2P{Peer: peer, Buf: b} }
@@ -73,32 +45,22 @@ type Caller interface {
 	CheckPeer(peer int) error
 }
 
-// Path is the data plane the ranks agreed on: "direct" or "staged".
+// Path: see rank.DeviceComm.Path.
 func (d *DeviceComm) Path() string { return d.path }
 
-// Comm is the host communicator the DeviceComm belongs to.
+// Comm is the communicator the DeviceComm belongs to: see
+// rank.DeviceComm.Comm.
 func (d *DeviceComm) Comm() Caller { return d.c }
 
-// GPU is the device whose buffers the DeviceComm moves.
+// GPU: see rank.DeviceComm.GPU.
 func (d *DeviceComm) GPU() *gpu.Device { return d.dev }
 
-// LinkShares reports how the last call's pushes from this rank to its
-// peers were divided among link kinds: "nvlink" (SM kernels or copy
-// engines) and "pcie"
-// (staged through host memory) as fractions of the bytes pushed, summing
-// to 1. It is empty after a call that pushed nothing (reductions that only
-// read; broadcast and send/recv on the handshake paths, where receivers
-// pull; on the flag kernels a broadcast's non-roots, a receive and a
-// reduce's root, which send headers only; a zero count) and on the staged
-// plane. Safe to call from any goroutine.
+// LinkShares: see rank.DeviceComm.LinkShares.
 func (d *DeviceComm) LinkShares() map[string]float64 {
 	return d.plane.LinkShares()
 }
 
-// Close releases the mappings, events and streams. It is collective (the
-// ranks pass a barrier first, so none is still mid-call), and the streams
-// passed to earlier calls must have been synchronized, as before freeing
-// memory they use.
+// Close: see rank.DeviceComm.Close.
 func (d *DeviceComm) Close(ctx context.Context) error {
 	// The peers' kernels write into this rank's memory until they end:
 	// every rank waits for its own before the barrier.
@@ -119,14 +81,7 @@ func (d *DeviceComm) Close(ctx context.Context) error {
 	return err
 }
 
-// AsyncError reports a failure that work already enqueued has met inside
-// the GPU, as ncclCommGetAsyncError does: a flag kernel (the small and
-// two-rank allreduce) that waited longer than FLEXLINK_GPU_KERNEL_TIMEOUT
-// for a peer, found that the peer called another allreduce, or was ended
-// early because the job was aborted (a peer lost or failed). The error
-// names the peer and its host; once it is set, every later call on the
-// communicator fails. Call it after synchronising the stream when a
-// collective's result matters and no later call follows.
+// AsyncError: see rank.DeviceComm.AsyncError.
 func (d *DeviceComm) AsyncError() error {
 	if err := d.plane.AsyncError(); err != nil {
 		return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
@@ -134,26 +89,22 @@ func (d *DeviceComm) AsyncError() error {
 	return nil
 }
 
-// AllReduce combines send (count elements) across ranks with op into every
-// rank's recv. send may equal recv.
+// AllReduce: see rank.DeviceComm.AllReduce.
 func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
 	return d.call(ctx, s, &Op{Kind: AllReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count, count)
 }
 
-// AllGather concatenates every rank's send (count elements) in rank order
-// into recv (Size()*count elements). send may be block Rank() of recv.
+// AllGather: see rank.DeviceComm.AllGather.
 func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
 	return d.call(ctx, s, &Op{Kind: AllGather, Send: send, Recv: recv, Count: count, DT: dt}, count, count*d.c.Size())
 }
 
-// ReduceScatter reduces send (Size()*count elements) across ranks and leaves
-// block Rank() (count elements) in recv. recv may be block Rank() of send.
+// ReduceScatter: see rank.DeviceComm.ReduceScatter.
 func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
 	return d.call(ctx, s, &Op{Kind: ReduceScatter, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count*d.c.Size(), count)
 }
 
-// Broadcast copies root's send (count elements) into every rank's recv.
-// send is only read on root (nil elsewhere is fine).
+// Broadcast: see rank.DeviceComm.Broadcast.
 func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, root int, s *gpu.Stream) error {
 	if err := d.c.CheckRoot(root); err != nil {
 		return err
@@ -165,8 +116,7 @@ func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, coun
 	return d.call(ctx, s, &Op{Kind: Broadcast, Send: send, Recv: recv, Count: count, DT: dt, Root: root}, sc, count)
 }
 
-// Reduce combines send (count elements) across ranks into root's recv. recv
-// is only written on root (nil elsewhere is fine).
+// Reduce: see rank.DeviceComm.Reduce.
 func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, root int, s *gpu.Stream) error {
 	if err := d.c.CheckRoot(root); err != nil {
 		return err
@@ -178,16 +128,13 @@ func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count i
 	return d.call(ctx, s, &Op{Kind: Reduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op, Root: root}, count, rc)
 }
 
-// AllToAll sends block j of send (count elements per block, Size() blocks)
-// to rank j, which stores it as block Rank() of its recv.
+// AllToAll: see rank.DeviceComm.AllToAll.
 func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
 	n := count * d.c.Size()
 	return d.call(ctx, s, &Op{Kind: AllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
 }
 
-// Group runs sends and receives together (ncclGroupStart/End around
-// ncclSend/ncclRecv): the i-th send from a to b matches b's i-th receive
-// from a, and the sizes must agree. Only the ranks named take part.
+// Group: see rank.DeviceComm.Group.
 func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error {
 	ps := make([]P2P, len(ops))
 	for i, o := range ops {
@@ -209,10 +156,12 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 	return d.run(ctx, "gpu "+o.Kind.String(), o, s)
 }
 
-// Send sends b to peer; Recv receives b from peer (each a Group of one).
+// Send: see rank.DeviceComm.Send.
 func (d *DeviceComm) Send(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	return d.Group(ctx, s, SendTo(peer, b))
 }
+
+// Recv: see rank.DeviceComm.Recv.
 func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.Stream) error {
 	return d.Group(ctx, s, RecvFrom(peer, b))
 }

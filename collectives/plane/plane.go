@@ -92,9 +92,11 @@ type P2P struct {
 //
 // Engine and Peers may be used only inside a call (Plane.Do, or a plane's
 // constructor, which runs under the communicator's queue): collectives on
-// one communicator run one at a time. JobErr is nil while the job is
-// healthy and the abort reason after; JobDone is closed then. AbortJob ends
-// the job for every rank with err.
+// one communicator run one at a time. JobErr is nil while the communicator
+// is healthy and the reason it ended after (a member failed, revoked it or
+// was lost, or the job ended: see rank.Comm); JobDone is closed then.
+// AbortJob ends the communicator for every member with err (comm.Comm's
+// Revoke).
 type Host interface {
 	Rank() int
 	Size() int

@@ -4,19 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/collectives/staged"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/comm"
-	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // pipeChunk is the tests' pipeline chunk: calls of a few hundred KiB span
@@ -95,37 +92,16 @@ func acrossHosts(t *testing.T, n int, body func(ctx context.Context, c *comm.Com
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	stores := bootstrap.NewInProc(n)
-	job := fmt.Sprintf("staged%d-%d", os.Getpid(), time.Now().UnixNano())
-	env := settings.Map(map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo", "FLEXLINK_GPU_PATH": "staged"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				c, err := comm.New(ctx, stores[r], comm.Options{Env: env, Host: fmt.Sprintf("h%d", r), JobID: job, Secret: []byte("staged-test")})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				dev, err := drv.Device(r)
-				if err != nil {
-					return err
-				}
-				return body(ctx, c, dev, r)
-			}()
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	env := map[string]string{"FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo", "FLEXLINK_GPU_PATH": "staged"}
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: env, Host: worldtest.OwnHost, Timeout: 90 * time.Second}, comm.New, func(c *comm.Comm) error {
+		dev, err := drv.Device(c.Rank())
 		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
+			return err
 		}
-	}
+		return body(ctx, c, dev, c.Rank())
+	}))
 }
 
 // caseRun is one rank's side of the pipeline cases.

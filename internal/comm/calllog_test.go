@@ -2,24 +2,19 @@ package comm
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/dtype"
-	"github.com/flexlink/flexlink/internal/comm/join"
 	"github.com/flexlink/flexlink/internal/flog"
-	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // runLogged runs body on n in-process ranks over shm, each rank logging
@@ -38,29 +33,7 @@ func runLoggedHosts(t *testing.T, n int, vars map[string]string, hostOf func(int
 	for k, v := range vars {
 		all[k] = v
 	}
-	env := settings.Map(all)
-	stores := bootstrap.NewInProc(n)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	job := fmt.Sprintf("calllog%d", time.Now().UnixNano())
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: env, Host: hostOf(r), Logger: join.NewLogger(env, hostOf(r), r), JobID: job, Secret: []byte("s")})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = body(c)
-			if err := c.Close(); err != nil && errs[r] == nil {
-				errs[r] = err
-			}
-		}(r)
-	}
-	wg.Wait()
+	errs := worldtest.Run(t, worldtest.Spec{N: n, Env: all, Host: hostOf, CheckClose: true}, New, body)
 	logs := make([]string, n)
 	for r, err := range errs {
 		if err != nil {

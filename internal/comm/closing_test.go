@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // TestCloseWhileOthersInCall: a member that closes the communicator after
@@ -21,10 +22,10 @@ func TestCloseWhileOthersInCall(t *testing.T) {
 	comms, _ := fateWorld(t, n)
 	ctx := ctxT(t, 20*time.Second)
 	for range 2 {
-		noErrs(t, "allreduce", onRanks(comms, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+		noErrs(t, "allreduce", worldtest.Each(comms, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
 	}
 	start := time.Now()
-	errs3 := onRanks(comms, func(r int, c *Comm) error {
+	errs3 := worldtest.Each(comms, func(r int, c *Comm) error {
 		if r == closer {
 			return c.Close()
 		}
@@ -63,9 +64,9 @@ func TestCloseSameCount(t *testing.T) {
 	comms, _ := fateWorld(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	sub := split(t, ctx, comms, []int{0, 0, 0})
-	noErrs(t, "sub allreduce", onRanks(sub, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+	noErrs(t, "sub allreduce", worldtest.Each(sub, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
 	// Each member closes the child in its own time (its close barrier is
 	// no later call), then the world goes on.
-	noErrs(t, "sub close", onRanks(sub, func(_ int, c *Comm) error { return c.Close() }))
-	noErrs(t, "world allreduce", onRanks(comms, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+	noErrs(t, "sub close", worldtest.Each(sub, func(_ int, c *Comm) error { return c.Close() }))
+	noErrs(t, "world allreduce", worldtest.Each(comms, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
 }

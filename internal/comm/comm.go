@@ -1,3 +1,9 @@
+// Package comm is the communicator core behind rank.Comm: the world and
+// its endpoints, the lazy link set, the call queue (Run), a communicator's
+// fate (fate.go), split and shrink. Its public documentation lives in
+// package rank: a method rank exposes says "see rank.Comm.X" here, and
+// what is documented here is for the layers that use the core (rank,
+// internal/comm/device, capi).
 package comm
 
 import (
@@ -25,17 +31,10 @@ const (
 	subCloseWait = 5 * time.Second
 )
 
-// Comm is a communicator: a group of ranks that run collectives together.
-// Its methods are safe for concurrent use; collectives on one Comm run one
-// at a time, in call order (as on one NCCL stream). Collectives on different
-// communicators run concurrently and never cross-talk: each has its own links.
-//
-// A collective that fails (peer lost, mismatch, deadline) ends the
-// communicator on every member (fate.go): the failing rank publishes why
-// through the bootstrap, so every member's pending and later calls on it
-// fail with an error that wraps the same sentinel and says which
-// communicator ended, which rank ended it and why. Other communicators go
-// on. Nothing waits forever.
+// Comm is a communicator: see rank.Comm for its contract (concurrency,
+// call order, how a failure ends it on every member). The core adds Run
+// (the call queue), the engine and links the collectives use, and the
+// plane.Host methods the GPU planes call.
 type Comm struct {
 	world     *world
 	name      string // unique within the job; also names shared segments
@@ -102,22 +101,22 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	return c, nil
 }
 
-// Rank is this process's rank in the communicator.
+// Rank: see rank.Comm.Rank.
 func (c *Comm) Rank() int { return c.rank }
 
-// Size is the number of ranks in the communicator.
+// Size: see rank.Comm.Size.
 func (c *Comm) Size() int { return c.size }
 
-// WorldRank is this process's rank in the world communicator.
+// WorldRank: see rank.Comm.WorldRank.
 func (c *Comm) WorldRank() int { return c.members[c.rank] }
 
-// Host is this process's host name.
+// Host: see rank.Comm.Host.
 func (c *Comm) Host() string { return c.world.host }
 
-// PeerHost is the host of the communicator's rank r.
+// PeerHost: see rank.Comm.PeerHost.
 func (c *Comm) PeerHost(r int) string { return c.world.hosts[c.members[r]] }
 
-// LocalRank is this rank's index among the communicator's ranks on its host.
+// LocalRank: see rank.Comm.LocalRank.
 func (c *Comm) LocalRank() int {
 	n := 0
 	for i := 0; i < c.rank; i++ {
@@ -128,7 +127,7 @@ func (c *Comm) LocalRank() int {
 	return n
 }
 
-// LocalSize is the number of the communicator's ranks on this host.
+// LocalSize: see rank.Comm.LocalSize.
 func (c *Comm) LocalSize() int {
 	n := 0
 	for i := 0; i < c.size; i++ {
@@ -139,7 +138,7 @@ func (c *Comm) LocalSize() int {
 	return n
 }
 
-// Links reports the links this communicator has opened so far.
+// Links: see rank.Comm.Links.
 func (c *Comm) Links() []LinkReport { return c.links.report() }
 
 // Run executes one collective under the communicator's lock, applies the
@@ -207,9 +206,7 @@ func (c *Comm) awaitRootCause(err error) {
 	}
 }
 
-// Abort ends the whole job: every rank's pending and later calls on every
-// communicator fail with an error carrying reason. Revoke ends one
-// communicator.
+// Abort: see rank.Comm.Abort.
 func (c *Comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("aborted by the program")
@@ -222,9 +219,7 @@ func (c *Comm) Abort(reason error) {
 	c.end(err)
 }
 
-// Close releases the communicator's links and endpoints. Closing the world
-// communicator also leaves the job (says goodbye to the bootstrap), so the
-// other ranks do not report this rank as lost.
+// Close: see rank.Comm.Close.
 func (c *Comm) Close() error {
 	c.opMu.Lock()
 	if c.closed {

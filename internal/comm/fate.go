@@ -69,15 +69,8 @@ func (c *Comm) end(err error) {
 	c.links.abort(c.fate.ended())
 }
 
-// Revoke ends the communicator on every member with reason, and nothing
-// else: the parent, siblings and children go on. Pending and later calls
-// on it fail with an error that names the communicator, this rank and its
-// host, and wraps errs.ErrAborted (or reason's sentinel: ErrPeerLost,
-// ErrMismatch, ErrTimeout). On a communicator that has ended already it
-// publishes that first reason instead. The communicator must still be
-// closed; Shrink
-// works on it (it sends nothing over its links). Safe from any goroutine,
-// also while a call on c is in flight.
+// Revoke: see rank.Comm.Revoke. It publishes the reason through the
+// bootstrap (the members learn it there) and ends c here.
 func (c *Comm) Revoke(reason error) {
 	if prev := c.fate.ended(); prev != nil {
 		// It has ended already (a member lost, a failure): make sure every
@@ -96,11 +89,10 @@ func (c *Comm) Revoke(reason error) {
 	c.end(err)
 }
 
-// Err is nil while the communicator is healthy, then the reason it ended
-// (see Revoke).
+// Err: see rank.Comm.Err.
 func (c *Comm) Err() error { return c.fate.ended() }
 
-// Done is closed when the communicator has ended (see Revoke).
+// Done: see rank.Comm.Done.
 func (c *Comm) Done() <-chan struct{} { return c.fate.done }
 
 // sentinels, in the order that picks an error's class.

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/internal/errs"
-	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // fateHost names rank r's host in these tests.
@@ -20,49 +18,11 @@ func fateHost(r int) string { return fmt.Sprintf("fatehost-%d", r) }
 
 // fateWorld makes n ranks' world communicators over a store that keeps
 // going after a loss (as libnccl's rendezvous does) and real tcp links.
-func fateWorld(t *testing.T, n int) ([]*Comm, []bootstrap.Store) {
+func fateWorld(t *testing.T, n int) ([]*Comm, *worldtest.Members) {
 	t.Helper()
-	stores := bootstrap.NewInProcKeepOnLoss(n)
-	env := settings.Map(map[string]string{"FLEXLINK_TRANSPORT": "tcp", "FLEXLINK_CHUNK_BYTES": "4096", "FLEXLINK_TIMEOUT": "30s"})
-	job := fmt.Sprintf("fate%d", time.Now().UnixNano())
-	comms := make([]*Comm, n)
-	errc := make([]error, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errc[r] = New(ctx, stores[r], Options{Env: env, Host: fateHost(r), JobID: job, Secret: []byte("s")})
-		}()
-	}
-	wg.Wait()
-	for r, err := range errc {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		onRanks(comms, func(_ int, c *Comm) error { return c.Close() })
-	})
-	return comms, stores
-}
-
-// onRanks runs f on the given comms concurrently (nil entries skipped) and
-// returns the errors by index.
-func onRanks(cs []*Comm, f func(i int, c *Comm) error) []error {
-	out := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		if c == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); out[i] = f(i, c) }()
-	}
-	wg.Wait()
-	return out
+	w := worldtest.Start(t, worldtest.Spec{N: n, Transport: "tcp", KeepOnLoss: true, Host: fateHost, Timeout: 20 * time.Second,
+		Env: map[string]string{"FLEXLINK_CHUNK_BYTES": "4096", "FLEXLINK_TIMEOUT": "30s"}}, New)
+	return w.Comms, w.Members
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -122,7 +82,7 @@ func wantEnded(t *testing.T, who string, err error, want error, subs ...string) 
 func split(t *testing.T, ctx context.Context, cs []*Comm, colors []int) []*Comm {
 	t.Helper()
 	out := make([]*Comm, len(cs))
-	noErrs(t, "split", onRanks(cs, func(i int, c *Comm) error {
+	noErrs(t, "split", worldtest.Each(cs, func(i int, c *Comm) error {
 		var err error
 		out[i], err = c.Split(ctx, colors[i], 0)
 		return err
@@ -131,7 +91,7 @@ func split(t *testing.T, ctx context.Context, cs []*Comm, colors []int) []*Comm 
 		t.FailNow()
 	}
 	t.Cleanup(func() {
-		onRanks(out, func(_ int, c *Comm) error { return c.Close() })
+		worldtest.Each(out, func(_ int, c *Comm) error { return c.Close() })
 	})
 	return out
 }
@@ -155,7 +115,7 @@ func TestRevokeScope(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
 			world, _ := fateWorld(t, n)
 			kids := split(t, ctx, world, tc.colors)
-			noErrs(t, "child allreduce before", onRanks(kids, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+			noErrs(t, "child allreduce before", worldtest.Each(kids, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
 			targets := make([]*Comm, n)
 			for r := range n {
 				if tc.colors[r] == 0 {
@@ -176,9 +136,9 @@ func TestRevokeScope(t *testing.T) {
 				<-world[1].Done()
 				wantEnded(t, "rank 1 on the world", world[1].Err(), errs.ErrAborted, name, fateHost(0))
 			} else {
-				noErrs(t, "parent allreduce after", onRanks(world, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+				noErrs(t, "parent allreduce after", worldtest.Each(world, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
 			}
-			noErrs(t, "children allreduce after", onRanks(kids, func(i int, c *Comm) error {
+			noErrs(t, "children allreduce after", worldtest.Each(kids, func(i int, c *Comm) error {
 				if c == targets[i] {
 					return nil
 				}
@@ -190,9 +150,9 @@ func TestRevokeScope(t *testing.T) {
 
 // kill models rank r's process dying: its bootstrap connection drops
 // without a goodbye and every link of its communicators breaks.
-func kill(t *testing.T, stores []bootstrap.Store, r int, its ...*Comm) {
+func kill(t *testing.T, stores *worldtest.Members, r int, its ...*Comm) {
 	t.Helper()
-	if err := bootstrap.LoseInProc(stores[r]); err != nil {
+	if err := stores.Lose(r); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range its {
@@ -222,15 +182,15 @@ func TestLossEndsHolders(t *testing.T) {
 		t.Errorf("survivors noticed after %v", d)
 	}
 	wantEnded(t, "rank 2 on {2,3}", sumOfRanks(ctx, kids[2]), errs.ErrPeerLost, "rank 3", fateHost(victim))
-	noErrs(t, "{0,1} after the loss", onRanks(kids[:2], func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+	noErrs(t, "{0,1} after the loss", worldtest.Each(kids[:2], func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
 	shrunk := make([]*Comm, n-1)
-	noErrs(t, "shrink", onRanks(world[:n-1], func(i int, c *Comm) error {
+	noErrs(t, "shrink", worldtest.Each(world[:n-1], func(i int, c *Comm) error {
 		var err error
 		shrunk[i], err = c.Shrink(ctx, []int{victim})
 		return err
 	}))
-	noErrs(t, "shrunk allreduce", onRanks(shrunk, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
-	noErrs(t, "shrunk close", onRanks(shrunk, func(_ int, c *Comm) error { return c.Close() }))
+	noErrs(t, "shrunk allreduce", worldtest.Each(shrunk, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+	noErrs(t, "shrunk close", worldtest.Each(shrunk, func(_ int, c *Comm) error { return c.Close() }))
 	world[victim], kids[victim] = nil, nil // gone: the cleanups skip it
 	_ = kids
 }
@@ -242,17 +202,17 @@ func TestShrinkLiveRank(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	world, _ := fateWorld(t, n)
 	shrunk := make([]*Comm, n)
-	noErrs(t, "shrink", onRanks(world[1:], func(i int, c *Comm) error {
+	noErrs(t, "shrink", worldtest.Each(world[1:], func(i int, c *Comm) error {
 		var err error
 		shrunk[i+1], err = c.Shrink(ctx, []int{0})
 		return err
 	}))
-	noErrs(t, "shrunk allreduce", onRanks(shrunk, func(_ int, c *Comm) error {
+	noErrs(t, "shrunk allreduce", worldtest.Each(shrunk, func(_ int, c *Comm) error {
 		if c.Size() != n-1 {
 			return fmt.Errorf("shrunk size %d", c.Size())
 		}
 		return sumOfRanks(ctx, c)
 	}))
-	noErrs(t, "parent allreduce", onRanks(world, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
-	noErrs(t, "shrunk close", onRanks(shrunk, func(_ int, c *Comm) error { return c.Close() }))
+	noErrs(t, "parent allreduce", worldtest.Each(world, func(_ int, c *Comm) error { return sumOfRanks(ctx, c) }))
+	noErrs(t, "shrunk close", worldtest.Each(shrunk, func(_ int, c *Comm) error { return c.Close() }))
 }

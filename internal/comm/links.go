@@ -292,7 +292,7 @@ func (s *linkSet) report() []LinkReport {
 	return out
 }
 
-// LinkReport describes one link a communicator has open.
+// LinkReport: see rank.LinkReport.
 type LinkReport struct {
 	Peer      int    // rank in the communicator
 	WorldPeer int    // rank in the world

@@ -15,11 +15,10 @@ import (
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
-// Options configure New. Zero values mean "from the environment".
+// Options: see rank.Options.
 type Options = join.Options
 
-// Init joins the job the process was launched into (see package join) and
-// builds its world communicator.
+// Init: see rank.Init (package join says how each launcher is joined).
 func Init(ctx context.Context) (*Comm, error) {
 	var c *Comm
 	err := join.Init(ctx, func(ctx context.Context, store bootstrap.Store, opt Options) error {
@@ -41,9 +40,7 @@ type peerInfo struct {
 	Rails []transports.Rail `json:"rails,omitempty"` // the network endpoints' devices and subnets
 }
 
-// New builds the world communicator of a job over an existing bootstrap
-// store (Init does this for you; tests use it with bootstrap.NewInProc).
-// Every rank of the store must call it.
+// New: see rank.New.
 func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error) {
 	if opt.Env == nil {
 		opt.Env = settings.OS()

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
-	"github.com/flexlink/flexlink/internal/settings"
 	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/worldtest"
 	"github.com/flexlink/flexlink/proxy"
 )
 
@@ -83,67 +82,53 @@ func pxnByte(s, d, i int) byte { return byte(s*37 + d*11 + i + i>>9) }
 func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int) []proxy.Stats {
 	t.Helper()
 	n := hosts * per
-	stores := bootstrap.NewInProc(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	job := fmt.Sprintf("pxn%d", time.Now().UnixNano())
 	var mu sync.Mutex
 	stats := make([]proxy.Stats, len(calls))
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")})
-				if err != nil {
-					return err
+	errs := worldtest.Run(t, worldtest.Spec{N: n, Env: env, Host: worldtest.PerHost(per)}, New, func(c *Comm) error {
+		r := c.Rank()
+		for k, lens := range calls {
+			send, recv := make([][]byte, n), make([][]byte, n)
+			for d := range n {
+				send[d] = make([]byte, lens[r][d])
+				for i := range send[d] {
+					send[d][i] = pxnByte(r, d, i)
 				}
-				defer c.Close()
-				for k, lens := range calls {
-					send, recv := make([][]byte, n), make([][]byte, n)
-					for d := range n {
-						send[d] = make([]byte, lens[r][d])
-						for i := range send[d] {
-							send[d][i] = pxnByte(r, d, i)
-						}
-						recv[d] = make([]byte, lens[d][r])
+				recv[d] = make([]byte, lens[d][r])
+			}
+			before, _ := c.PXNStats()
+			var ok bool
+			if err := c.Run(ctx, "alltoallv", func(ctx context.Context) error {
+				var err error
+				ok, err = c.PXNAllToAllv(ctx, send, recv)
+				return err
+			}); err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("PXN was not used")
+			}
+			for s := range n {
+				for i, b := range recv[s] {
+					if want := pxnByte(s, r, i); b != want {
+						return fmt.Errorf("call %d: byte %d from rank %d is %d, want %d", k, i, s, b, want)
 					}
-					before, _ := c.PXNStats()
-					var ok bool
-					if err := c.Run(ctx, "alltoallv", func(ctx context.Context) error {
-						ok, err = c.PXNAllToAllv(ctx, send, recv)
-						return err
-					}); err != nil {
-						return err
-					}
-					if !ok {
-						return fmt.Errorf("PXN was not used")
-					}
-					for s := range n {
-						for i, b := range recv[s] {
-							if want := pxnByte(s, r, i); b != want {
-								return fmt.Errorf("call %d: byte %d from rank %d is %d, want %d", k, i, s, b, want)
-							}
-						}
-					}
-					after, _ := c.PXNStats()
-					mu.Lock()
-					d := &stats[k]
-					d.Bytes += after.Bytes - before.Bytes
-					d.Messages += after.Messages - before.Messages
-					d.Relayed += after.Relayed - before.Relayed
-					d.Received += after.Received - before.Received
-					d.Receives += after.Receives - before.Receives
-					d.Buffers += after.Buffers - before.Buffers
-					mu.Unlock()
 				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
+			}
+			after, _ := c.PXNStats()
+			mu.Lock()
+			d := &stats[k]
+			d.Bytes += after.Bytes - before.Bytes
+			d.Messages += after.Messages - before.Messages
+			d.Relayed += after.Relayed - before.Relayed
+			d.Received += after.Received - before.Received
+			d.Receives += after.Receives - before.Receives
+			d.Buffers += after.Buffers - before.Buffers
+			mu.Unlock()
+		}
+		return nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

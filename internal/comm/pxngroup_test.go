@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/collectives"
-	"github.com/flexlink/flexlink/internal/settings"
 	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // groupMsgs is one group: lens[s][d] bytes from s to d (0: no message).
@@ -89,27 +88,7 @@ func groupByte(s, d, i int) byte { return byte(s*29 + d*13 + i + i>>10) }
 // communicator made with env, and fails the test with the first error.
 func runRanks(t *testing.T, hosts, per int, env map[string]string, body func(c *Comm) error) {
 	t.Helper()
-	n := hosts * per
-	stores := bootstrap.NewInProc(n)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	job := fmt.Sprintf("pxg%d", time.Now().UnixNano())
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: settings.Map(env), Host: fmt.Sprint("host", r/per), JobID: job, Secret: []byte("s")})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = body(c)
-			c.Close()
-		}()
-	}
-	wg.Wait()
+	errs := worldtest.Run(t, worldtest.Spec{N: hosts * per, Env: env, Host: worldtest.PerHost(per), Timeout: 40 * time.Second}, New, body)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

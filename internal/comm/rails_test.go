@@ -2,15 +2,12 @@ package comm
 
 import (
 	"context"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/bootstrap"
-	"github.com/flexlink/flexlink/internal/settings"
 	"github.com/flexlink/flexlink/internal/testenv"
+	"github.com/flexlink/flexlink/internal/worldtest"
 )
 
 // TestRailSelection: two ranks on two hosts with two NICs each (lo and
@@ -53,39 +50,18 @@ func TestRailSelection(t *testing.T) {
 // descriptions.
 func runRanksEnv(t *testing.T, base map[string]string, per [2]map[string]string) [2]string {
 	t.Helper()
-	stores := bootstrap.NewInProc(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	job := fmt.Sprintf("rails%d", time.Now().UnixNano())
 	var out [2]string
-	var errs [2]error
-	var wg sync.WaitGroup
-	for r := range 2 {
-		all := map[string]string{}
-		for k, v := range base {
-			all[k] = v
+	errs := worldtest.Run(t, worldtest.Spec{N: 2, Env: base, RankEnv: func(r int) map[string]string { return per[r] }, Host: worldtest.OwnHost}, New, func(c *Comm) error {
+		if err := allreduces(ctx, c, []int{1 << 16}); err != nil {
+			return err
 		}
-		for k, v := range per[r] {
-			all[k] = v
+		for _, l := range c.Links() {
+			out[c.Rank()] += l.Desc + "; "
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := New(ctx, stores[r], Options{Env: settings.Map(all), Host: fmt.Sprint("host", r), JobID: job, Secret: []byte("s")})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer c.Close()
-			if errs[r] = allreduces(ctx, c, []int{1 << 16}); errs[r] != nil {
-				return
-			}
-			for _, l := range c.Links() {
-				out[r] += l.Desc + "; "
-			}
-		}()
-	}
-	wg.Wait()
+		return nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

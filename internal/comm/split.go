@@ -13,15 +13,10 @@ import (
 	"github.com/flexlink/flexlink/dtype"
 )
 
-// NoColor passed as color to Split gives the caller no new communicator
-// (NCCL_SPLIT_NOCOLOR).
+// NoColor: see rank.NoColor.
 const NoColor = -1
 
-// Split partitions the communicator, like ncclCommSplit and MPI_Comm_split:
-// ranks that pass the same color form a new communicator, ordered by key and
-// then by rank in c. Every rank of c must call it. A rank that passes a
-// negative color (NoColor) takes part but gets nil. The new communicator has
-// its own links, so its collectives never mix with c's or a sibling's.
+// Split: see rank.Comm.Split.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	c.opMu.Lock()
 	seq := c.splitSeq
@@ -59,15 +54,8 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	return withPXNGroup(ctx)(c.sub(ctx, c.name+".s"+strconv.Itoa(seq)+"c"+strconv.Itoa(color), members))
 }
 
-// Shrink makes a communicator of c's ranks minus exclude (ranks of c), in
-// rank order, like ncclCommShrink: only the remaining ranks call it, and it
-// sends nothing to the excluded ones (every caller derives the same member
-// list). It sends nothing over c's links either, so it works on a
-// communicator that has ended (revoked, or failed because a member died):
-// with a store that keeps going after a loss (libnccl's rendezvous;
-// bootstrap.ServerConfig.KeepOnLoss) the survivors shrink the dead ranks
-// away. Under a store that fails on a loss (flexrun's) the job is over
-// instead.
+// Shrink: see rank.Comm.Shrink. Every caller derives the same member list,
+// so it sends nothing to the excluded ranks nor over c's links.
 func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 	out := map[int]bool{}
 	for _, r := range exclude {

@@ -1,7 +1,9 @@
 package layers
 
 import (
+	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ var order = [][]string{
 	{"capi", "launcher", "cmd/flexbench/internal"},
 	{"rank"},
 	{"internal/comm"},
+	{"internal/worldtest"},
 	{"internal/comm/join"},
 	{"collectives/direct", "collectives/staged", "proxy"},
 	{"collectives/plane", "proxy/pxn"},
@@ -39,7 +42,7 @@ var order = [][]string{
 }
 
 // testOnly packages are never linked into programs.
-var testOnly = []string{"gpu/gpufake", "fabric/fake", "fabric/linktest", "fabric/net/nettest", "fabric/net/ucx/ucxtest", "internal/testenv"}
+var testOnly = []string{"internal/worldtest", "gpu/gpufake", "fabric/fake", "fabric/linktest", "fabric/net/nettest", "fabric/net/ucx/ucxtest", "internal/testenv"}
 
 func layerOf(pkg string) (int, bool) {
 	best, layer := -1, -1
@@ -122,5 +125,41 @@ func TestLayerOf(t *testing.T) {
 	}
 	if _, ok := layerOf("nosuch"); ok {
 		t.Error("an unknown package got a layer")
+	}
+}
+
+// TestArchitectureDoc: docs/ARCHITECTURE.md's layer table lists order, row
+// for row, every package of a layer in its row (each a `code` span in the
+// first column).
+func TestArchitectureDoc(t *testing.T) {
+	b, err := os.ReadFile("../../docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			in = line == "## Layers"
+		case in && strings.HasPrefix(line, "| `"):
+			first := strings.SplitN(strings.TrimPrefix(line, "| "), " |", 2)[0]
+			var pkgs []string
+			for _, f := range strings.Split(first, ",") {
+				pkgs = append(pkgs, strings.Trim(strings.TrimSpace(f), "`"))
+			}
+			rows = append(rows, pkgs)
+		}
+	}
+	if len(rows) != len(order) {
+		t.Errorf("docs/ARCHITECTURE.md's layer table has %d rows, order has %d layers", len(rows), len(order))
+	}
+	for i := range min(len(rows), len(order)) {
+		got, want := slices.Clone(rows[i]), slices.Clone(order[i])
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("docs/ARCHITECTURE.md's layer row %d lists %v, order's layer %d is %v", i+1, rows[i], i, order[i])
+		}
 	}
 }

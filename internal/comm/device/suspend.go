@@ -12,12 +12,10 @@ import (
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
-// ErrSuspended is wrapped by the error of a call on a suspended device
-// communicator.
+// ErrSuspended: see rank.ErrSuspended.
 var ErrSuspended = errors.New("device communicator is suspended (ncclCommSuspend): resume it first")
 
-// ErrNotSuspended is wrapped by the error of Resume on a device
-// communicator that is not suspended.
+// ErrNotSuspended: see rank.ErrNotSuspended.
 var ErrNotSuspended = errors.New("device communicator is not suspended")
 
 // suspendable is the plane behind every DeviceComm New makes: the plane
@@ -78,16 +76,9 @@ func suspendState(d *plane.DeviceComm) (*suspendable, error) {
 	return s, nil
 }
 
-// Suspend releases d's device memory (ncclCommSuspend with
-// NCCL_SUSPEND_MEM): on the direct plane the flag regions, the scratch and
-// the mappings of the peers' buffers; the staged plane holds none between
-// calls. It is collective, as NCCL's (every rank of the communicator calls
-// it; they pass a barrier after each has waited for its own kernels, so no
-// peer writes into memory being freed), and runs under the communicator's
-// queue, after the calls enqueued before it. Calls made while suspended
-// fail with an error wrapping ErrSuspended; suspending twice is an error.
-// The streams of earlier calls need not be idle: the flag kernels are
-// waited for here, and what remains on them touches only user buffers.
+// Suspend: see rank.DeviceComm.Suspend. Usage errors (suspended already)
+// fail before the communicator's queue, where a failure would end the
+// communicator on every rank.
 func Suspend(ctx context.Context, d *plane.DeviceComm) error {
 	s, err := suspendState(d)
 	if err != nil {
@@ -121,11 +112,7 @@ func Suspend(ctx context.Context, d *plane.DeviceComm) error {
 	})
 }
 
-// Resume undoes Suspend (ncclCommResume). It is collective too (a
-// barrier, so every rank has resumed before any uses the communicator);
-// the memory comes back as the calls need it: the flag regions with every
-// rank at the first flag call after it. Resuming a communicator that is not
-// suspended is an error.
+// Resume: see rank.DeviceComm.Resume.
 func Resume(ctx context.Context, d *plane.DeviceComm) error {
 	s, err := suspendState(d)
 	if err != nil {
@@ -162,7 +149,7 @@ func Check(d *plane.DeviceComm) error {
 	return fmt.Errorf("rank %d on %s: %w", c.WorldRank(), c.Host(), ErrSuspended)
 }
 
-// Memory is what a device communicator holds on its GPU.
+// Memory: see rank.DeviceMemory.
 type Memory struct {
 	direct.Memory
 	Path      string // "direct" or "staged"
@@ -186,7 +173,7 @@ func (m Memory) String() string {
 	return line
 }
 
-// MemoryOf reports what d holds on its GPU now. Safe from any goroutine.
+// MemoryOf: see rank.DeviceComm.Memory.
 func MemoryOf(d *plane.DeviceComm) Memory {
 	m := Memory{Path: d.Path()}
 	s, err := suspendState(d)

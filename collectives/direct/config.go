@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/fabric/balance"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/netshare"
@@ -33,13 +33,8 @@ type Config struct {
 	Net  NetConfig
 }
 
-// FlagConfig holds the flag kernels' settings (-1: automatic, 0: off).
-type FlagConfig struct {
-	Bytes, CollBytes, OneShotBytes int           // FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES
-	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
-	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
-	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
-}
+// FlagConfig holds the flag kernels' settings (collectives/flagplane).
+type FlagConfig = flagplane.Config
 
 // PCIeConfig holds the PCIe share's settings.
 type PCIeConfig struct {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/netshare"
@@ -36,7 +37,8 @@ import (
 //   - pcieshare.Share and netshare.Share (fabric/pcieshare, fabric/netshare;
 //     wired in pcie.go, netpart.go): the PCIe and net shares of large
 //     pushes, driven through linkShare;
-//   - flagPlane (flag*.go): the flag kernels, which bypass this protocol;
+//   - flagplane.Plane (collectives/flagplane): the flag kernels, which
+//     bypass this protocol;
 //   - linkStats (stats.go): the bytes per link for LinkShares;
 //   - callSeq, moveModes, pushScratch: call numbers, the allgather and
 //     alltoall modes, the push allreduce's scratch.
@@ -93,7 +95,7 @@ type directPlane struct {
 	lanes    *laneSet         // copy lanes toward each peer
 	px       *pcieshare.Share // the PCIe share of large pushes (fabric/pcieshare, pcie.go)
 	nx       *netshare.Share  // the net part riding with the PCIe pairs (fabric/netshare, netpart.go); nil: off
-	flag     *flagPlane       // the flag kernels (flag*.go); nil when off
+	flag     *flagplane.Plane // the flag kernels (collectives/flagplane); nil when off
 	stats    *linkStats       // bytes per link, for LinkShares
 	seq      callSeq
 	modes    moveModes    // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
@@ -172,7 +174,7 @@ func (p *directPlane) close() error {
 		keep(p.px.Close())
 	}
 	if p.flag != nil {
-		keep(p.flag.close())
+		keep(p.flag.Close())
 		p.flag = nil
 	}
 	keep(p.ipc.Close())
@@ -186,7 +188,7 @@ func (p *directPlane) close() error {
 
 // do runs one call: handshake, work, handshake (see the type's comment).
 func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err error) {
-	if err := p.flag.err(); err != nil {
+	if err := p.flag.Err(); err != nil {
 		return err
 	}
 	if o.Capture != 0 {
@@ -204,8 +206,8 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 			return err
 		}
 	}
-	if p.flag.takes(o) || p.flag.p2p(o) {
-		return p.flag.call(ctx, o, s)
+	if p.flag.Takes(o) || p.flag.P2P(o) {
+		return p.flag.Call(ctx, o, s)
 	}
 	peers := p.peersOf(o)
 	p.seq.calls++
@@ -351,19 +353,19 @@ func (p *directPlane) RunsAllToAllv() bool { return p.shared != nil }
 
 // Quiesce waits for this rank's flag kernels, which the peers' kernels write
 // into, to end, and for the last call that used the scratch (plane.Plane).
-func (p *directPlane) Quiesce() error { return errors.Join(p.flag.quiesce(), p.scratch.quiesce()) }
+func (p *directPlane) Quiesce() error { return errors.Join(p.flag.Quiesce(), p.scratch.quiesce()) }
 
 // Close releases everything (plane.Plane); without a clean close the flag
 // regions stay allocated, since a peer's kernel may still write into them.
 func (p *directPlane) Close(clean bool) error {
-	if !clean && p.flag != nil {
-		p.flag.leak = true
+	if !clean {
+		p.flag.Leak()
 	}
 	return p.close()
 }
 
 // AsyncError is the flag kernels' error word, decoded (plane.Plane).
-func (p *directPlane) AsyncError() error { return p.flag.err() }
+func (p *directPlane) AsyncError() error { return p.flag.Err() }
 
 // LinkShares is the bytes' split over NVLink and PCIe (plane.Plane).
 func (p *directPlane) LinkShares() map[string]float64 { return p.stats.shares() }
@@ -484,13 +486,13 @@ type Memory struct {
 
 // String is Memory in one line, for logs.
 func (m Memory) String() string {
-	return fmt.Sprintf("gpu memory %s: flag regions %s; scratch %s", mib(m.Bytes), strings.Join(m.Regions, ", "), mib(m.Scratch))
+	return fmt.Sprintf("gpu memory %s: flag regions %s; scratch %s", flagplane.MiB(m.Bytes), strings.Join(m.Regions, ", "), flagplane.MiB(m.Scratch))
 }
 
 // Memory reports what the plane holds on the GPU now. Safe to call from
 // any goroutine.
 func (p *directPlane) Memory() Memory {
-	held, regions := p.flag.memory()
+	held, regions := p.flag.Memory()
 	scratch := p.scratch.bytes.Load()
 	return Memory{Bytes: held + scratch, Regions: regions, Scratch: scratch}
 }
@@ -500,9 +502,9 @@ func (p *directPlane) Memory() Memory {
 // The caller has quiesced (no flag kernel of this rank runs) and passed a
 // barrier with every rank (no peer's kernel writes here any more), under
 // the communicator's queue. The next call makes what it needs again: the
-// flag regions with every rank at its first flag call (flag_lazy.go), the
+// flag regions with every rank at its first flag call (collectives/flagplane), the
 // mappings as buffers are described.
 func (p *directPlane) Release() error {
-	err := p.flag.release()
+	err := p.flag.Release()
 	return errors.Join(err, p.scratch.close(), p.ipc.Close())
 }

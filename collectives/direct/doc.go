@@ -29,10 +29,10 @@
 //	                             FLEXLINK_LINKS=nvlink,pcie,net): the NIC's
 //	                             loopback as a third share, riding with the
 //	                             PCIe pairs; whether it is on, here
-//	flagPlane    flag.go flag_call.go flag_setup.go
-//	                             the flag kernels: limits, regions, abort
-//	                             watcher, one call, setup
-//	flagPCIe     flag_pcie.go    the flag allreduce's PCIe part
+//	flagplane.Plane  setup.go    the flag kernels (collectives/flagplane):
+//	                             limits, regions, abort watcher, one call,
+//	                             their PCIe part; made and set up here,
+//	                             called through Takes, P2P and Call
 //	sharedState  shared.go shared_work.go
 //	                             ranks that all share one GPU: the leader
 //	                             runs each call in its context (the others'

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
@@ -199,7 +200,7 @@ func TestGPUFakeDirect(t *testing.T) {
 			sweep(t, rs, devCases(n, fakeBig))
 			for _, r := range rs {
 				f := r.dc.Plane().(*directPlane).flag
-				if on := n > 1 && tc.flag != "0"; on != (f != nil) || on && f.calls == 0 {
+				if on := n > 1 && tc.flag != "0"; on != (f != nil) || on && f.State().Calls == 0 {
 					t.Errorf("rank %d: flag plane %v (calls %d), want on=%v", r.c.Rank(), f != nil, flagCalls(f), on)
 				}
 			}
@@ -207,11 +208,11 @@ func TestGPUFakeDirect(t *testing.T) {
 	}
 }
 
-func flagCalls(f *flagPlane) uint64 {
+func flagCalls(f *flagplane.Plane) uint64 {
 	if f == nil {
 		return 0
 	}
-	return f.calls
+	return f.State().Calls
 }
 
 func TestGPUFakeStaged(t *testing.T) {

@@ -20,21 +20,12 @@ func (p *directPlane) HostWaits(o *plane.Op) bool {
 		return true
 	case o.Kind == plane.AllToAll && overlaps(o.Send, o.Recv):
 		return true // staged in place through the scratch, then maybe a handshake
-	case p.flag.takes(o):
-		return !p.flag.regionReady(o.Count * o.DT.Size())
-	case p.flag.p2p(o):
-		return !p.flag.regionReady(o.P2P[0].Buf.Len())
+	case p.flag.Takes(o):
+		return !p.flag.RegionReady(o.Count * o.DT.Size())
+	case p.flag.P2P(o):
+		return !p.flag.RegionReady(o.P2P[0].Buf.Len())
 	}
 	return true
-}
-
-// regionReady reports whether a flag call of bytes has its region made
-// (regionFor would not meet the peers).
-func (f *flagPlane) regionReady(bytes int) bool {
-	if f.regions[0].mem == nil {
-		return false
-	}
-	return bytes < flagSmallMax || f.large != largeUndecided
 }
 
 var _ plane.HostWaiter = (*directPlane)(nil)

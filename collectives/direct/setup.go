@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric/pcieshare"
@@ -16,7 +17,7 @@ import (
 // use it (each rank's Blocker said ""). bus[r] is rank r's GPU PCI bus id.
 // It runs one all-gather over the host links: every rank's IPC event
 // handles (events.go), the references of its PCIe staging buffers
-// (fabric/pcieshare) and its flag regions (flag_setup.go); then each rank opens its
+// (fabric/pcieshare) and its flag plane's settings (collectives/flagplane); then each rank opens its
 // peers'. It is
 // collective and runs under the communicator's queue.
 func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
@@ -50,7 +51,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	nxBytes := dp.nx.BlobBytes() // the net part's listen handles (fabric/netshare); 0 when off
 	// The first byte marks a rank that reached this point (openPeers
 	// reads each rank's record after it).
-	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes+nxBytes)
+	blob := make([]byte, 1+evBytes+pcBytes+flagplane.BlobBytes+nxBytes)
 	blob[0] = 1
 	err = dp.ev.putHandles(blob[1:])
 	if err == nil {
@@ -60,11 +61,10 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		err = dp.nx.Offer(ctx, blob[len(blob)-nxBytes:])
 	}
 	if err == nil {
-		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
+		dp.flag, err = flagplane.New(h, dev, cfg.Flag, captureOnly, dp.stats.set)
 	}
 	if err == nil && dp.flag != nil {
-		dp.flag.captureOnly = captureOnly
-		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.Settings, cfg.Flag.PCIeBlocks)
+		err = dp.flag.Setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.Settings, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {
 		dp.close()
@@ -89,7 +89,7 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	}
 	if err == nil && dp.flag != nil {
 		var off bool
-		if off, err = dp.flag.open(ctx, flag, bus, cfg.Flag.KernelTimeout); off {
+		if off, err = dp.flag.Open(ctx, flag, bus, cfg.Flag.KernelTimeout); off {
 			dp.flag = nil
 		}
 	}

@@ -387,7 +387,7 @@ func TestGPUFakeMismatch(t *testing.T) {
 // records before they happen and waits after, so any overlap shows. It
 // runs twice: with the push allreduce (its per-chunk push events), and with
 // the read allreduce and large allgathers split over PCIe (the staging
-// slot events of gpu_pcie.go).
+// slot events of fabric/pcieshare).
 func TestGPUEventRecordOrder(t *testing.T) {
 	const n = 3
 	for _, tc := range []struct {
@@ -406,7 +406,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 			var log []traceRec
 			for _, r := range rs {
 				pl := r.dc.Plane().(*directPlane)
-				pl.px.MinSlot = 4096
+				pl.px().MinSlot = 4096
 				pl.trace = func(x traceRec) {
 					mu.Lock()
 					log = append(log, x)

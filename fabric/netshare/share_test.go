@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/tcp"
 	"github.com/flexlink/flexlink/fabric/pcie"
@@ -29,17 +31,26 @@ func (testHost) JobErr() error              { return nil }
 func (h testHost) JobDone() <-chan struct{} { return h.done }
 func (testHost) JobAuth() ([]byte, string)  { return []byte("netshare-test"), "job" }
 
-// netPlan is a split with B bytes and one net part toward every peer.
+// netPlan is a split with B bytes and one net part toward every peer, as
+// the net share reads it.
 type netPlan struct {
 	b      int
 	part   pcie.Plan
 	pushed int
 }
 
-func (p *netPlan) Bytes() int                 { return p.b }
-func (p *netPlan) PCIe(int) (pcie.Plan, bool) { return pcie.Plan{}, p.part.Bytes > 0 }
-func (p *netPlan) Net(int) pcie.Plan          { return p.part }
-func (p *netPlan) Pushed(int) int             { return p.pushed }
+func (p *netPlan) Bytes() int         { return p.b }
+func (p *netPlan) Part(int) pcie.Plan { return p.part }
+func (p *netPlan) Split(int) bool     { return p.part.Bytes > 0 }
+func (p *netPlan) Pushed(int) int     { return p.pushed }
+
+// pciePlan is the same split as the PCIe share reads it: no PCIe part.
+type pciePlan struct{ *netPlan }
+
+func (pciePlan) Part(int) pcie.Plan { return pcie.Plan{} }
+
+// The net share is a link share.
+var _ linkshare.Share = (*Share)(nil)
 
 // onBoth runs f for ranks 0 and 1 at once and fails on either's error.
 func onBoth(t *testing.T, f func(r int) error) {
@@ -82,13 +93,15 @@ func TestShareCall(t *testing.T) {
 		devs[r], _ = drv.Device(r)
 		px[r] = pcieshare.New(pcieshare.Config{Settings: pcieshare.Settings{Staging: staging, Fixed: -1, MinSlot: 4096},
 			Host: host, Dev: devs[r], N: 2, Me: r})
+		nr := r
+		px[r].Rider = func() *balance.LinkSpec { sp := nx[nr].LinkSpec(); return &sp }
 		nx[r] = New(Config{Host: host, Dev: devs[r], N: 2, Me: r, PCIe: px[r], Fixed: -1, Staging: staging,
 			OpenNIC: func(hclog.Logger) (net.Provider, int, error) {
 				p, err := tcp.New(tcp.Options{IfName: "lo", Timeout: 5 * time.Second})
 				return p, 0, err
 			}})
-		pblobs[r], nblobs[r] = make([]byte, pcieshare.BlobBytes(2)), make([]byte, nx[r].BlobBytes())
-		if err := px[r].Offer(pblobs[r]); err != nil {
+		pblobs[r], nblobs[r] = make([]byte, px[r].BlobBytes()), make([]byte, nx[r].BlobBytes())
+		if err := px[r].Offer(ctx, pblobs[r]); err != nil {
 			t.Fatal(err)
 		}
 		if err := nx[r].Offer(ctx, nblobs[r]); err != nil {
@@ -125,11 +138,11 @@ func TestShareCall(t *testing.T) {
 				return ctx.Err()
 			}
 		}
-		sp := nx[r].Spec()
-		if err := px[r].Open(ctx, pblobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree, &sp); err != nil {
+		o := linkshare.Open{Bus: []string{"0000:01:00.0", "0000:02:00.0"}, Agree: agree}
+		if err := px[r].Open(ctx, pblobs, o); err != nil {
 			return err
 		}
-		return nx[r].Open(ctx, nblobs)
+		return nx[r].Open(ctx, nblobs, o)
 	})
 	for r := range 2 {
 		if !nx[r].Has(1-r) || px[r].Tx(1-r).Rider == nil || len(px[r].Tx(1-r).Planner.Links()) != 3 {
@@ -151,23 +164,29 @@ func TestShareCall(t *testing.T) {
 	plans := [2]*netPlan{plan, idle}
 	w := [2][]byte{make([]byte, pcieshare.Words+Words), make([]byte, pcieshare.Words+Words)}
 	for r := range 2 {
-		px[r].Begin([]int{1 - r}, 1, plans[r])
-		nx[r].Begin([]int{1 - r}, plans[r])
-		nx[r].ReadyWords(1-r, w[r][pcieshare.Words:], px[r].ReadyWords(1-r, w[r][:pcieshare.Words]))
+		px[r].Begin([]int{1 - r}, 1, pciePlan{plans[r]})
+		nx[r].Begin([]int{1 - r}, 1, plans[r])
+		px[r].ReadyWords(1-r, w[r][:pcieshare.Words])
+		nx[r].ReadyWords(1-r, w[r][pcieshare.Words:])
 	}
 	var ss [2]*gpu.Stream
 	for r := range 2 {
 		if ss[r], err = devs[r].NewStream(); err != nil {
 			t.Fatal(err)
 		}
-		if err := nx[r].Ready(1-r, w[1-r][pcieshare.Words:]); err != nil {
-			t.Fatal(err)
+		for _, sh := range []linkshare.Share{px[r], nx[r]} { // as the plane: every share reads, then every share starts
+			at := 0
+			if sh == linkshare.Share(nx[r]) {
+				at = pcieshare.Words
+			}
+			if err := sh.Ready(1-r, w[1-r][at:at+sh.Words()]); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := px[r].Ready(ss[r], []int{1 - r}, func(int) []byte { return w[1-r][:pcieshare.Words] }); err != nil {
-			t.Fatal(err)
-		}
-		if err := nx[r].StartOn(ss[r], []int{1 - r}); err != nil {
-			t.Fatal(err)
+		for _, sh := range []linkshare.Share{px[r], nx[r]} {
+			if err := sh.Start(ss[r], []int{1 - r}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	want := make([]byte, b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
@@ -29,9 +30,13 @@ type onePlan struct {
 	pushed int
 }
 
-func (p *onePlan) Bytes() int                 { return p.b }
-func (p *onePlan) PCIe(int) (pcie.Plan, bool) { return p.part, false }
-func (p *onePlan) Pushed(int) int             { return p.pushed }
+func (p *onePlan) Bytes() int         { return p.b }
+func (p *onePlan) Part(int) pcie.Plan { return p.part }
+func (p *onePlan) Split(int) bool     { return p.part.Bytes > 0 }
+func (p *onePlan) Pushed(int) int     { return p.pushed }
+
+// The PCIe share is a link share.
+var _ linkshare.Share = (*Share)(nil)
 
 // pair is two ranks' shares on two fake GPUs, set up as a plane does:
 // Offer, the references exchanged, Open with the masks all-gathered.
@@ -48,8 +53,8 @@ func pair(t *testing.T, staging int) (sh [2]*Share, devs [2]*gpu.Device, traces 
 		devs[r], _ = drv.Device(r)
 		sh[r] = New(Config{Settings: Settings{Staging: staging, Fixed: -1, MinSlot: 4096}, Host: testHost{}, Dev: devs[r], N: 2, Me: r,
 			Trace: func(x Trace) { traces[r] = append(traces[r], x) }})
-		blobs[r] = make([]byte, BlobBytes(2))
-		if err := sh[r].Offer(blobs[r]); err != nil {
+		blobs[r] = make([]byte, sh[r].BlobBytes())
+		if err := sh[r].Offer(context.Background(), blobs[r]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -80,7 +85,7 @@ func pair(t *testing.T, staging int) (sh [2]*Share, devs [2]*gpu.Device, traces 
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			errc <- sh[r].Open(ctx, blobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree, nil)
+			errc <- sh[r].Open(ctx, blobs, linkshare.Open{Bus: []string{"0000:01:00.0", "0000:02:00.0"}, Agree: agree})
 		}()
 	}
 	for range 2 {
@@ -127,11 +132,13 @@ func TestShareCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sh[0].Ready(s0, []int{1}, func(int) []byte { return w[1] }); err != nil {
-		t.Fatal(err)
-	}
-	if err := sh[1].Ready(s1, []int{0}, func(int) []byte { return w[0] }); err != nil {
-		t.Fatal(err)
+	for r, s := range []*gpu.Stream{s0, s1} {
+		if err := sh[r].Ready(1-r, w[1-r]); err != nil {
+			t.Fatal(err)
+		}
+		if err := sh[r].Start(s, []int{1 - r}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	want := make([]byte, b)
@@ -169,7 +176,7 @@ func TestShareCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := sh[0].DoneMessage(1, 1, nil)
-	if len(done) != sh[1].DoneLen(0) || sh[0].DoneLen(1) != 8 {
+	if len(done) != sh[1].DoneLen(0) || sh[0].DoneLen(1) != 0 {
 		t.Fatalf("done message of %d bytes, receiver expects %d (other way %d)", len(done), sh[1].DoneLen(0), sh[0].DoneLen(1))
 	}
 	if err := sh[1].Receive(s1, recv, [][]byte{done, nil}, []int{0}); err != nil {

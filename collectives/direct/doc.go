@@ -25,7 +25,7 @@
 //	                             it; fabric/shares makes the list from the
 //	                             settings): their parts of the setup
 //	                             exchange, ready and done messages, pushes
-////	flagplane.Plane  setup.go    the flag kernels (collectives/flagplane):
+//	flagplane.Plane  setup.go    the flag kernels (collectives/flagplane):
 //	                             limits, regions, abort watcher, one call,
 //	                             their PCIe part; made and set up here,
 //	                             called through Takes, P2P and Call

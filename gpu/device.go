@@ -22,6 +22,7 @@ type Device struct {
 type deviceInfo struct {
 	name, bus         string
 	major, minor, sms int
+	mps               bool // CU_DEVICE_ATTRIBUTE_MPS_ENABLED
 }
 
 // peerAccess is the set of ordinals whose memory this device's context
@@ -58,6 +59,10 @@ func openDevice(d *Driver, i int) (*Device, error) {
 		if *a.v, err = api.DeviceAttribute(a.attr, h); err != nil {
 			return nil, fmt.Errorf("gpu %d: %w", i, err)
 		}
+	}
+	// Drivers before CUDA 12.4 do not know the attribute: no MPS known.
+	if v, err := api.DeviceAttribute(cu.AttrMPSEnabled, h); err == nil {
+		dv.info.mps = v == 1
 	}
 	if dv.ctx, err = api.PrimaryCtxRetain(h); err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, err)
@@ -103,6 +108,14 @@ func (dv *Device) PCIBusID() string { return dv.info.bus }
 // ComputeCapability returns the major and minor compute capability (9, 0 for
 // Hopper).
 func (dv *Device) ComputeCapability() (major, minor int) { return dv.info.major, dv.info.minor }
+
+// MPS reports whether the driver says contexts on this device are shared
+// through a CUDA MPS server (CU_DEVICE_ATTRIBUTE_MPS_ENABLED; false on
+// drivers before CUDA 12.4). Under MPS the kernels of several processes on
+// one GPU run at once, where without it the GPU time-slices between their
+// contexts (a wait inside the GPU for another process costs a time slice,
+// about 2 ms).
+func (dv *Device) MPS() bool { return dv.info.mps }
 
 // Multiprocessors is the number of SMs.
 func (dv *Device) Multiprocessors() int { return dv.info.sms }

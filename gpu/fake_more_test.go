@@ -308,3 +308,42 @@ func TestEmbeddedKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsLoadedBeforeLaunch: every kernel's code is loaded when its
+// module is (FuncLoad at lookup), so no launch loads code lazily. With
+// the driver's lazy loading a first launch may wait for the context to go
+// idle, which deadlocks a launch from the enqueue-and-return engine while
+// a caller's stream waits for it. The fake counts launches of functions
+// no FuncLoad loaded.
+func TestKernelsLoadedBeforeLaunch(t *testing.T) {
+	drv, fake := openFake(t, gpufake.Config{})
+	r := newRig(t, drv, 1)
+	dv, s := r.devs[0], r.streams[0]
+	if err := dv.LoadKernels(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	a, b, c := r.alloc(t, dv, 4*n), r.alloc(t, dv, 4*n), r.alloc(t, dv, 4*n)
+	steps := []struct {
+		what string
+		run  func() error
+	}{
+		{"reduce", func() error { return s.Reduce(a, b, c, n, dtype.Float32, dtype.Sum) }},
+		{"finish", func() error { return s.Finish(a, n, dtype.Float32, dtype.Avg, 2) }},
+		{"copy2", func() error { return s.Copy2(a, b, c) }},
+	}
+	for _, st := range steps {
+		if err := st.run(); err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := fake.Launches(gpu.Copy2KernelName); n == 0 {
+		t.Fatal("no copy2 launch counted: the check below would prove nothing")
+	}
+	if lazy := fake.LazyLoads(); lazy != 0 {
+		t.Errorf("%d launches loaded their kernel's code lazily, want 0", lazy)
+	}
+}

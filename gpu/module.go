@@ -41,7 +41,16 @@ func loadModule(dv *Device, image []byte) (*Module, error) {
 // Function looks up the kernel called name (an extern "C" name).
 func (m *Module) Function(name string) (*Function, error) {
 	var f cu.Function
-	err := m.dev.do(func(api cu.API) (e error) { f, e = api.ModuleGetFunction(m.h, name); return })
+	// Loaded now, not at its first launch (the driver's lazy loading): a
+	// load may wait for the context to go idle, so a first launch from the
+	// enqueue-and-return engine, while a stream of the context waits for
+	// the engine, would wait forever (seen on an H200: a 4-rank DDP job).
+	err := m.dev.do(func(api cu.API) (e error) {
+		if f, e = api.ModuleGetFunction(m.h, name); e == nil {
+			e = api.FuncLoad(f)
+		}
+		return
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: kernel %s: %w", m.dev, name, err)
 	}

@@ -21,7 +21,7 @@ type Config struct {
 	AllGather   string // FLEXLINK_GPU_ALLGATHER: auto, push, store or pull
 	AllToAll    string // FLEXLINK_GPU_ALLTOALL: auto, push, store or pull
 	StagedChunk int    // FLEXLINK_GPU_STAGED_CHUNK_BYTES: the staged plane's pipeline chunk (0: off, -1: auto)
-	Shared      string // FLEXLINK_GPU_SHARED: leader or events (ranks that all share one GPU)
+	Shared      string // FLEXLINK_GPU_SHARED: auto, leader or events (ranks that all share one GPU)
 
 	Flag   FlagConfig
 	Shares shares.Config // the staged link shares' (fabric/shares: PCIe, net)
@@ -83,7 +83,7 @@ func ReadConfig(env settings.Env) (Config, error) {
 	if c.Path, err = words("FLEXLINK_GPU_PATH", "auto", "direct", "staged"); err != nil {
 		return c, err
 	}
-	if c.Shared, err = words("FLEXLINK_GPU_SHARED", "leader", "events"); err != nil {
+	if c.Shared, err = words("FLEXLINK_GPU_SHARED", "auto", "leader", "events"); err != nil {
 		return c, err
 	}
 	if c.AllReduce, err = words("FLEXLINK_GPU_ALLREDUCE", "auto", "push", "read"); err != nil {

@@ -21,29 +21,27 @@ import (
 // opens its peers'. It is collective and runs under the communicator's
 // queue.
 func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
-	captureOnly := false
-	if r1, r2, ok := SharedGPU(bus); ok && cfg.Flag.Bytes != 0 {
-		// The flag kernels wait inside the GPU for their peers' kernels; two
-		// processes on one GPU time-slice, so each call would wait for the
-		// other's slice (about 2 ms a call, measured on one H100). Ranks
-		// that share a GPU take the paths ordered by events and copy
-		// engines instead; the flag kernels serve only calls captured in a
-		// CUDA graph (capture.go), where nothing else can run: slow without
-		// MPS, but right. Every rank sees the same bus ids, so all agree.
-		h.Log().Info("gpu flag kernels for CUDA graph captures only: ranks share a GPU", "ranks", fmt.Sprintf("%d,%d", r1, r2), "gpu", bus[r1])
-		captureOnly = true
+	// Ranks sharing a GPU (see sharedMode): the flag kernels wait inside
+	// the GPU for their peers' kernels, which without MPS costs the other
+	// process's time slice per call (about 2 ms, measured on one H100 and
+	// one H200), so there they serve only calls captured in a CUDA graph
+	// (capture.go), where nothing else can run: slow, but right. The PCIe
+	// part has no second GPU to reach.
+	r1, r2, shares := SharedGPU(bus)
+	if shares {
 		cfg.Flag.PCIeBlocks = 0
 	}
 	dp, err := newDirectPlane(h, dev, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Shared == "leader" && allOnOneGPU(bus) {
+	if cfg.Shared != "events" && allOnOneGPU(bus) {
+		// Made before the exchange, dropped after it when every rank runs
+		// under MPS and the mode is auto.
 		if dp.shared, err = newSharedState(dp.peers, dp.ipc); err != nil {
 			dp.close()
 			return nil, err
 		}
-		h.Log().Info("gpu collectives on a shared gpu: rank 0 runs each call for every rank (FLEXLINK_GPU_SHARED=leader)", "gpu", bus[0])
 	}
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
@@ -52,12 +50,15 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	// reads each rank's record after it).
 	blob := make([]byte, at+dp.sh.blobBytes())
 	blob[0] = 1
+	if dev.MPS() {
+		blob[0] |= blobMPS
+	}
 	err = dp.ev.putHandles(blob[1:])
 	if err == nil {
 		err = dp.sh.offer(ctx, blob[at:])
 	}
 	if err == nil {
-		dp.flag, err = flagplane.New(h, dev, cfg.Flag, captureOnly, dp.stats.set)
+		dp.flag, err = flagplane.New(h, dev, cfg.Flag, shares, dp.stats.set) // captures only until sharedMode has every rank's MPS bit
 	}
 	if err == nil && dp.flag != nil {
 		err = dp.flag.Setup(blob[1+evBytes:at], dp.set.PCIe, cfg.Flag.PCIeBlocks)
@@ -70,6 +71,13 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	if err := h.Engine().AllGather(ctx, collectives.HostBuffer(blob), collectives.HostBuffer(all), len(blob), dtype.Uint8); err != nil {
 		dp.close()
 		return nil, fmt.Errorf("exchange gpu event handles: %w", err)
+	}
+	mps := true // every rank's GPU is shared through MPS
+	for r := 0; r < n; r++ {
+		mps = mps && all[r*len(blob)]&blobMPS != 0
+	}
+	if shares {
+		dp.sharedMode(cfg.Shared, mps, bus, r1, r2)
 	}
 	flag, links := make([][]byte, n), make([][]byte, n)
 	for r := range flag {
@@ -94,6 +102,41 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 		return nil, err
 	}
 	return dp, nil
+}
+
+// blobMPS marks, in the first byte of a rank's setup record, a rank whose
+// GPU reports MPS (gpu.Device.MPS).
+const blobMPS = 2
+
+// sharedMode settles the paths of ranks that share a GPU (r1 and r2 the
+// first two), alike on every rank: each sees every rank's MPS bit.
+//
+//   - Without MPS the GPU time-slices between the ranks' contexts: the
+//     flag kernels serve captured calls only, and eager calls take the
+//     leader path when every rank is on the one GPU (mode auto or leader)
+//     or the event protocol (mode events, or ranks on several GPUs).
+//   - Under MPS (every rank's GPU says so) the ranks' kernels run at once:
+//     the flag kernels serve eager calls too, as on separate GPUs, and with
+//     mode auto the leader path gives way to them (measured on one H200
+//     under MPS, 2 ranks: a replayed allreduce 8-10 us, against 2.25 ms
+//     without MPS).
+func (p *directPlane) sharedMode(mode string, mps bool, bus []string, r1, r2 int) {
+	if mps && mode == "auto" && p.shared != nil {
+		p.shared.close()
+		p.shared = nil
+	}
+	lg := p.c.Log()
+	if p.flag != nil {
+		p.flag.SetCaptureOnly(!mps)
+		if !mps {
+			lg.Info("gpu flag kernels for CUDA graph captures only: ranks share a GPU without MPS", "ranks", fmt.Sprintf("%d,%d", r1, r2), "gpu", bus[r1])
+		}
+	}
+	if p.shared != nil {
+		lg.Info("gpu collectives on a shared gpu: rank 0 runs each call for every rank", "FLEXLINK_GPU_SHARED", mode, "mps", mps, "gpu", bus[0])
+	} else if mps {
+		lg.Info("gpu collectives on a gpu shared through MPS: flag kernels and the event protocol, as on separate GPUs", "gpu", bus[r1])
+	}
 }
 
 // directBlocker says why this rank cannot use the direct plane with every

@@ -93,6 +93,43 @@ func TestGPUFakeSharedLeader(t *testing.T) {
 	}
 }
 
+// TestGPUFakeSharedMPS: ranks that share one GPU through CUDA MPS (the
+// fake's devices report CU_DEVICE_ATTRIBUTE_MPS_ENABLED). With
+// FLEXLINK_GPU_SHARED=auto the leader path gives way to the paths of
+// separate GPUs: the flag kernels take eager calls (every rank's flag call
+// count grows) and the sweep matches the float64 reference; with leader
+// the leader path stays and the flag kernels are no longer for captures
+// only.
+func TestGPUFakeSharedMPS(t *testing.T) {
+	const big = 20_000
+	for _, tc := range []struct {
+		n      int
+		shared string
+		leader bool
+	}{{2, "auto", false}, {3, "auto", false}, {4, "auto", false}, {2, "leader", true}} {
+		t.Run(fmt.Sprintf("%dranks-%s", tc.n, tc.shared), func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_GPU_SHARED": tc.shared, "FLEXLINK_GPU_FLAG_BYTES": "-1"}
+			rs := sharedRanks(t, tc.n, gpufake.Config{MPS: true}, env, tc.n*big*8)
+			for _, r := range rs {
+				p := r.dc.Plane().(*directPlane)
+				if p.flag == nil {
+					t.Fatalf("rank %d: no flag kernels", r.c.Rank())
+				}
+				if (p.shared != nil) != tc.leader || p.flag.State().CaptureOnly {
+					t.Fatalf("rank %d: leader path %v, flag kernels for captures only %v; want leader %v, eager flag calls",
+						r.c.Rank(), p.shared != nil, p.flag.State().CaptureOnly, tc.leader)
+				}
+			}
+			sweep(t, rs, devCases(tc.n, big))
+			for _, r := range rs {
+				if calls := r.dc.Plane().(*directPlane).flag.State().Calls; !tc.leader && calls == 0 {
+					t.Errorf("rank %d: no eager call took the flag kernels under MPS", r.c.Rank())
+				}
+			}
+		})
+	}
+}
+
 // TestGPUFakeSharedGroupAndV: on the leader path, AllToAllv with uneven
 // counts (one call on the leader) and Group calls (the event protocol)
 // interleave on one plane.

@@ -361,6 +361,11 @@ func (f *Plane) RegionReady(bytes int) bool {
 // SmallMax bytes and more, whose split the host plans per call).
 func (f *Plane) HasPCIe() bool { return f != nil && f.pcie != nil }
 
+// SetCaptureOnly says whether only calls captured in a CUDA graph run
+// here (ranks that share a GPU without MPS: eager calls take other
+// paths). Every rank sets the same, during the plane's setup.
+func (f *Plane) SetCaptureOnly(on bool) { f.captureOnly = on }
+
 // Leak makes Close keep the regions allocated: the ranks could not agree
 // on closing, and a peer's kernel may still write into them.
 func (f *Plane) Leak() {

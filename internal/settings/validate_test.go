@@ -53,7 +53,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_RAILS":                  {[]string{"mlx5_0,mlx5_1"}, nil},
 	"FLEXLINK_PXN_GPU_HANDOFF":        {[]string{"0", "1", "true"}, []string{"2", "ipc"}},
 	"FLEXLINK_GPU_PATH":               {[]string{"auto", "direct", "staged"}, []string{"fast"}},
-	"FLEXLINK_GPU_SHARED":             {[]string{"leader", "events"}, []string{"auto", "one"}},
+	"FLEXLINK_GPU_SHARED":             {[]string{"auto", "leader", "events"}, []string{"mps", "one"}},
 	"FLEXLINK_STACK_DUMP_AFTER":       {[]string{"0", "90s"}, []string{"soon", "-1s"}},
 	"FLEXLINK_GPU_ENQUEUE":            {[]string{"async", "SYNC"}, []string{"on", "1"}},
 	"FLEXLINK_GPU_CHUNK_BYTES":        {[]string{"65536", "16M"}, []string{"65535", "1K", "x"}},

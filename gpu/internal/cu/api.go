@@ -76,6 +76,13 @@ type API interface {
 	ModuleLoadData(image []byte) (Module, error)
 	ModuleUnload(m Module) error // (ctx)
 	ModuleGetFunction(m Module, name string) (Function, error)
+	// FuncLoad (ctx) loads f's code onto the device now. With the driver's
+	// lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2)
+	// ModuleGetFunction does not: the first launch does, and loading may
+	// wait for the context's work to finish, which deadlocks a launch made
+	// while a stream of the context waits for that very launch's results
+	// (the enqueue-and-return engine's case).
+	FuncLoad(f Function) error
 	// LaunchKernel (ctx) enqueues f on s. params[i] points at the value of the
 	// kernel's i-th parameter; the values are copied before it returns.
 	LaunchKernel(f Function, grid, block [3]uint32, sharedMem uint32, s Stream, params []unsafe.Pointer) error

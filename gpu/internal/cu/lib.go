@@ -66,6 +66,7 @@ const (
 	sModuleUnload
 	sModuleGetFunction
 	sLaunchKernel
+	sFuncGetAttribute
 	sStreamGetCaptureInfo
 	sThreadExchangeStreamCaptureMode
 	sEventRecordWithFlags
@@ -137,6 +138,7 @@ func symbols() [numSyms][]string {
 		sModuleUnload:            {"cuModuleUnload"},
 		sModuleGetFunction:       {"cuModuleGetFunction"},
 		sLaunchKernel:            {"cuLaunchKernel"},
+		sFuncGetAttribute:        {"cuFuncGetAttribute"},
 		// CUDA 12.3 added _v3 (edge data); CUDA 13's plain name is it.
 		sStreamGetCaptureInfo:            {"cuStreamGetCaptureInfo_v3", "cuStreamGetCaptureInfo_v2"},
 		sThreadExchangeStreamCaptureMode: {"cuThreadExchangeStreamCaptureMode"},
@@ -166,6 +168,7 @@ type Lib struct {
 	// reflective caller lays out on the stack per the C ABI.
 	ipcOpenMem   func(p *DevPtr, h IPCHandle, flags uint32) Result
 	ipcOpenEvent func(e *Event, h IPCHandle) Result
+	funcLoad     uintptr // cuFuncLoad (CUDA 12.4+); 0 on older drivers (FuncLoad queries an attribute instead)
 }
 
 // Load opens the driver library at path (DefaultLibrary when empty),
@@ -204,6 +207,9 @@ func Load(path string) (*Lib, error) {
 				path, strings.Join(cands, " or "), errs.ErrNotSupported)
 		}
 	}
+	if p, err := purego.Dlsym(h, "cuFuncLoad"); err == nil {
+		l.funcLoad = p
+	}
 	purego.RegisterFunc(&l.ipcOpenMem, l.fn[sIpcOpenMemHandle])
 	purego.RegisterFunc(&l.ipcOpenEvent, l.fn[sIpcOpenEventHandle])
 	if err := l.call(sInit, 0); err != nil {
@@ -226,13 +232,32 @@ func (l *Lib) call(s sym, args ...uintptr) error {
 	return l.check(s, Result(int32(uint32(r))))
 }
 
+// FuncLoad loads f now: cuFuncLoad where the driver has it, otherwise a
+// query of the function's register count, which loads it too.
+func (l *Lib) FuncLoad(f Function) error {
+	if l.funcLoad != 0 {
+		r, _, _ := purego.SyscallN(l.funcLoad, uintptr(f))
+		return l.checkNamed("cuFuncLoad", Result(int32(uint32(r))))
+	}
+	var v int32
+	return l.call(sFuncGetAttribute, uintptr(unsafe.Pointer(&v)), funcAttributeNumRegs, uintptr(f))
+}
+
+// funcAttributeNumRegs is CU_FUNC_ATTRIBUTE_NUM_REGS.
+const funcAttributeNumRegs = 4
+
 // check builds the *Error for a result, asking the driver for its name and
 // description.
 func (l *Lib) check(s sym, r Result) error {
+	return l.checkNamed(baseName(symbols()[s][0]), r)
+}
+
+// checkNamed is check for an entry point named fn.
+func (l *Lib) checkNamed(fn string, r Result) error {
 	if r == Success {
 		return nil
 	}
-	e := &Error{Func: baseName(symbols()[s][0]), Code: r}
+	e := &Error{Func: fn, Code: r}
 	e.Name = l.errorText(sGetErrorName, r)
 	e.Desc = l.errorText(sGetErrorString, r)
 	if e.Name == "" {

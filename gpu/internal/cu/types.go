@@ -49,6 +49,7 @@ const (
 	AttrPCIDomainID        Attr = 50
 	AttrComputeMajor       Attr = 75
 	AttrComputeMinor       Attr = 76
+	AttrMPSEnabled         Attr = 133 // CUDA 12.4+: contexts on the device are shared through MPS
 )
 
 // Flags (values from cuda.h).

@@ -70,6 +70,10 @@ func (f *Fake) DeviceAttribute(a cu.Attr, d cu.Device) (int, error) {
 		return f.cfg.ComputeMajor, nil
 	case cu.AttrComputeMinor:
 		return f.cfg.ComputeMinor, nil
+	case cu.AttrMPSEnabled:
+		if f.cfg.MPS {
+			return 1, nil
+		}
 	}
 	return 0, nil
 }

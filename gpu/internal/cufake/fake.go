@@ -30,6 +30,7 @@ type Config struct {
 	ComputeMinor int
 	SMs          int  // multiprocessors (default 4)
 	NoPeer       bool // when set, no device can access another's memory
+	MPS          bool // when set, the devices report CU_DEVICE_ATTRIBUTE_MPS_ENABLED (an MPS server shares their contexts)
 	// ReuseFreed, when set, makes cuMemAlloc place an allocation at the
 	// address of a freed one of the same rounded size when there is one,
 	// as CUDA's allocator often does (PyTorch's caching allocator after
@@ -94,6 +95,8 @@ type codeState struct {
 	funcs   map[cu.Function]string  // kernel name
 	kernels map[string]KernelFunc   // host implementations
 	launchN map[string]int          // launches per kernel name, for tests
+	loaded  map[cu.Function]bool    // functions whose code is on the device (FuncLoad or a first launch)
+	lazy    int                     // launches that loaded their function (lazy loading's first launch)
 	lastDim map[string][2][3]uint32 // last grid and block per kernel
 	entryRE *regexp.Regexp          // finds .entry names in PTX
 }
@@ -170,7 +173,7 @@ func New(cfg Config) *Fake {
 		ctx: ctxState{current: map[int]cu.Context{}, retains: make([]int, cfg.Devices), peers: map[[2]int]bool{}},
 		code: codeState{
 			modules: map[cu.Module]*module{}, funcs: map[cu.Function]string{}, kernels: map[string]KernelFunc{},
-			launchN: map[string]int{}, lastDim: map[string][2][3]uint32{},
+			launchN: map[string]int{}, lastDim: map[string][2][3]uint32{}, loaded: map[cu.Function]bool{},
 			entryRE: regexp.MustCompile(`\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)`),
 		},
 		sched: schedState{streams: map[cu.Stream]int{}, events: map[cu.Event]*event{}, ipcEv: map[cu.IPCHandle]cu.Event{}},
@@ -192,6 +195,15 @@ func (f *Fake) Launches(name string) (n int, grid, block [3]uint32) {
 	defer f.mu.Unlock()
 	d := f.code.lastDim[name]
 	return f.code.launchN[name], d[0], d[1]
+}
+
+// LazyLoads counts launches that loaded their function's code (the first
+// launch of a function no FuncLoad loaded), as the driver's lazy loading
+// does: on a real GPU such a launch may wait for the context to go idle.
+func (f *Fake) LazyLoads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.code.lazy
 }
 
 // Live counts what is allocated and not freed: device allocations (IPC

@@ -312,6 +312,20 @@ func (f *Fake) ModuleGetFunction(m cu.Module, name string) (cu.Function, error) 
 	return fn, nil
 }
 
+// FuncLoad loads fn's code (see LazyLoads).
+func (f *Fake) FuncLoad(fn cu.Function) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.ctxDev("cuFuncLoad"); err != nil {
+		return err
+	}
+	if _, ok := f.code.funcs[fn]; !ok {
+		return fail("cuFuncLoad", cu.ErrorInvalidHandle, "unknown function")
+	}
+	f.code.loaded[fn] = true
+	return nil
+}
+
 // LaunchKernel runs the kernel's registered host implementation at once
 // (outside the fake's lock, so it may call Mem).
 func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uint32, s cu.Stream, params []unsafe.Pointer) error {
@@ -332,6 +346,10 @@ func (f *Fake) LaunchKernel(fn cu.Function, grid, block [3]uint32, sharedMem uin
 	}
 	if err == nil && block[0]*block[1]*block[2] > 1024 {
 		err = fail("cuLaunchKernel", cu.ErrorInvalidValue, "block %v has more than 1024 threads", block)
+	}
+	if err == nil && !f.code.loaded[fn] {
+		f.code.loaded[fn] = true
+		f.code.lazy++
 	}
 	if err == nil && f.cfg.LaunchFault != nil {
 		if ferr := f.cfg.LaunchFault(dev, name); ferr != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,12 +76,6 @@ func (l *Library) newComm(nranks, r, dev int, cfg Config) *Comm {
 
 // finish ends initialisation with err (nil: ready).
 func (c *Comm) finish(rc *rank.Comm, dc *rank.DeviceComm, err error) {
-	if err == nil && dc != nil && strings.EqualFold(c.lib.env.String("FLEXLINK_GPU_ENQUEUE"), "async") {
-		// Enqueue and return (collectives/plane/async.go), under the
-		// communicator's context: ncclCommAbort cancels it. Opt-in until
-		// it is proven on GPUs (docs/GPU.md).
-		err = dc.Async(c.ctx)
-	}
 	c.rc, c.dc, c.initErr = rc, dc, err
 	if err == nil && c.fam == nil {
 		c.fam = &family{world: rc, srv: c.srv, served: c.served, n: 1}

@@ -67,9 +67,6 @@ func (c *Comm) isRevoked() bool {
 // as every member revoked c before splitting it.
 func (c *Comm) split(color, key int) (*rank.Comm, error) {
 	if !c.isRevoked() {
-		if err := c.drain(); err != nil {
-			return nil, err
-		}
 		return c.rc.Split(c.ctx, color, key)
 	}
 	cp, err := c.rc.Shrink(c.ctx, nil)
@@ -80,9 +77,9 @@ func (c *Comm) split(color, key int) (*rank.Comm, error) {
 	return cp.Split(c.ctx, color, key)
 }
 
-// Finalize is ncclCommFinalize: it waits until the device calls handed to
-// the enqueue-and-return engine have been run (enqueue.go); what is left is
-// on the callers' streams. A communicator this rank revoked is refused
+// Finalize is ncclCommFinalize: every call has enqueued its work on its
+// caller's stream when it returned, so nothing is left to flush here;
+// what is left runs on the callers' streams. A communicator this rank revoked is refused
 // with ncclInvalidUsage, as NCCL documents (destroy or shrink it instead).
 func (l *Library) Finalize(h uintptr) error {
 	c, err := l.handles.comm(h, "ncclCommFinalize")
@@ -92,8 +89,6 @@ func (l *Library) Finalize(h uintptr) error {
 	if c.isRevoked() {
 		return fail(InvalidUsage, "ncclCommFinalize: communicator %#x (rank %d of %d) was revoked: destroy or shrink it", c.handle, c.rank, c.nranks)
 	}
-	if _, _, _, err = l.Info(h, "ncclCommFinalize"); err != nil {
-		return err
-	}
-	return c.drain()
+	_, _, _, err = l.Info(h, "ncclCommFinalize")
+	return err
 }

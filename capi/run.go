@@ -237,9 +237,6 @@ func (c *Comm) runP2P(ps []p2p) error {
 	if len(host) == 0 {
 		return nil
 	}
-	if err := c.drain(); err != nil {
-		return err
-	}
 	return c.rc.Group(c.ctx, host...)
 }
 
@@ -261,9 +258,6 @@ func (c *Comm) runColl(w *work) (err error) {
 		return c.runDevice(w)
 	}
 	if err := c.syncFirst(w); err != nil {
-		return err
-	}
-	if err := c.drain(); err != nil {
 		return err
 	}
 	ctx, call := c.ctx, w.call

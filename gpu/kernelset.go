@@ -264,9 +264,8 @@ func (k *kernelSet) close() error {
 // LoadKernels loads every kernel family now (the common one and each
 // datatype's) instead of on first use. A module load waits for the
 // context's work to finish, so code that may load kernels while a stream
-// of the context waits on work it has yet to enqueue must load them first:
-// the enqueue-and-return engine (collectives/plane/async.go) does. Families
-// that cannot run here (float8 below sm_90) are not errors.
+// of the context waits on work it has yet to enqueue must load them first.
+// Families that cannot run here (float8 below sm_90) are not errors.
 func (dv *Device) LoadKernels() error {
 	if _, _, err := dv.commonKernels(); err != nil {
 		return err

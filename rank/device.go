@@ -2,7 +2,6 @@ package rank
 
 import (
 	"context"
-	"time"
 
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
@@ -122,29 +121,6 @@ func (d *DeviceComm) Memory() DeviceMemory { return device.MemoryOf(d.d) }
 // communicator fails. Call it after synchronising the stream when a
 // collective's result matters and no later call follows.
 func (d *DeviceComm) AsyncError() error { return d.d.AsyncError() }
-
-// Async turns on enqueue-and-return, as NCCL: a call that would wait on
-// the host (for its peers to reach it, or for the GPU: ranks sharing one
-// GPU, the staged plane) returns once its place on the caller's stream is
-// taken (an event record and a wait on a word of mapped host memory); a
-// goroutine of the DeviceComm runs it, in call order, on a stream of its
-// own, and then releases the caller's stream. Its failure is AsyncError's
-// and ends the communicator. Calls run under ctx, not their own context:
-// ctx must live as long as the DeviceComm (its cancellation aborts the
-// calls). Drain before calls on host buffers of the same Comm. The C
-// library turns it on for every communicator.
-func (d *DeviceComm) Async(ctx context.Context) error { return d.d.Async(ctx) }
-
-// Drain waits until every call handed to Async's goroutine has been run
-// (enqueued on the GPU), or ctx ends.
-func (d *DeviceComm) Drain(ctx context.Context) error { return d.d.Drain(ctx) }
-
-// Handed is the number of calls handed to Async's goroutine so far.
-func (d *DeviceComm) Handed() uint64 { return d.d.Handed() }
-
-// Pending reports how many calls Async's goroutine has yet to run (the one
-// it runs included) and how long the current one has been running.
-func (d *DeviceComm) Pending() (int, time.Duration) { return d.d.Pending() }
 
 // AllReduce combines send (count elements) across ranks with op into every
 // rank's recv. send may equal recv.

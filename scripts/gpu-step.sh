@@ -22,3 +22,19 @@ step() {
 		fails=$((fails + 1))
 	fi
 }
+
+# mps_start starts a CUDA MPS daemon of the script's own (its own pipe and
+# log directories under /tmp/flexlink-mps; it changes no GPU setting) and
+# exports CUDA_MPS_PIPE_DIRECTORY so that the processes started after it
+# share the GPU through it; mps_stop quits it. mps_start fails (and leaves
+# nothing running) where MPS is not installed.
+mps_start() {
+	command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control here"; return 1; }
+	export CUDA_MPS_PIPE_DIRECTORY=/tmp/flexlink-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/flexlink-mps/log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	nvidia-cuda-mps-control -d || { unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; return 1; }
+}
+mps_stop() {
+	[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
+	unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}

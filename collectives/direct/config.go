@@ -86,6 +86,11 @@ func ReadConfig(env settings.Env) (Config, error) {
 	if c.Shared, err = words("FLEXLINK_GPU_SHARED", "auto", "leader", "events"); err != nil {
 		return c, err
 	}
+	enq, err := words("FLEXLINK_GPU_ENQUEUE", "sync", "async")
+	if err != nil {
+		return c, err
+	}
+	c.Flag.Enqueue = enq == "async"
 	if c.AllReduce, err = words("FLEXLINK_GPU_ALLREDUCE", "auto", "push", "read"); err != nil {
 		return c, err
 	}

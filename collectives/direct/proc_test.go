@@ -119,26 +119,30 @@ func TestGPUProcsShared(t *testing.T) {
 	}
 }
 
-// TestGPUProcsAsync: enqueue-and-return (collectives/plane/async.go) in
-// real processes: 2 and 4 ranks on GPU 0 (the leader path), and one rank
-// per GPU with the flag kernels off (the handshake paths) where there are
-// 2+ GPUs; the sweep against the float64 reference.
-func TestGPUProcsAsync(t *testing.T) {
+// TestGPUProcsEnqueue: FLEXLINK_GPU_ENQUEUE=async on real GPUs: ranks
+// sharing GPU 0 (without MPS their flag kernels serve captures only, so
+// the calls run as with sync; under MPS they take every size), and one
+// process per GPU with the eager flag limit set low, so that every
+// collective the flag kernels serve runs as one at every size. Every
+// result is checked against the float64 reference; a child still running
+// after a minute prints its goroutines (to DIRECT_TEST_DUMP_DIR).
+func TestGPUProcsEnqueue(t *testing.T) {
 	drv := openGPUs(t, 1)
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%dranks-shared", n), func(t *testing.T) {
-			runGPUProcs(t, n, func(int) int { return 0 }, "direct", []string{asyncEnv + "=1", sharedGPUEnv + "=1"})
+			runGPUProcs(t, n, func(int) int { return 0 }, "direct", []string{dumpEnv + "=1", sharedGPUEnv + "=1", "FLEXLINK_GPU_ENQUEUE=async"})
 		})
 	}
 	if g := min(drv.DeviceCount(), 8); g >= 2 {
-		t.Run(fmt.Sprintf("%dranks-handshake", g), func(t *testing.T) {
-			runGPUProcs(t, g, func(r int) int { return r }, "direct", []string{asyncEnv + "=1", "FLEXLINK_GPU_FLAG_BYTES=0", "FLEXLINK_GPU_FLAG_COLL_BYTES=0"})
+		t.Run(fmt.Sprintf("%dranks-gpus", g), func(t *testing.T) {
+			runGPUProcs(t, g, func(r int) int { return r }, "direct", []string{dumpEnv + "=1", "FLEXLINK_GPU_ENQUEUE=async", "FLEXLINK_GPU_FLAG_COLL_BYTES=4096"})
 		})
 	}
 }
 
-// asyncEnv tells gpuChild to turn on enqueue-and-return.
-const asyncEnv = "DIRECT_TEST_ASYNC"
+// dumpEnv tells gpuChild to print its goroutines when it still runs after
+// a minute.
+const dumpEnv = "DIRECT_TEST_DUMP"
 
 // sharedGPUEnv tells gpuChild that every rank is on one GPU.
 const sharedGPUEnv = "DIRECT_TEST_SHARED_GPU"
@@ -275,12 +279,9 @@ func gpuChild(path string) error {
 	if r.dc.Path() != path {
 		return fmt.Errorf("rank %d: plane %s, want %s", c.Rank(), r.dc.Path(), path)
 	}
-	if os.Getenv(asyncEnv) == "1" {
-		// Enqueue and return; a child still running after a minute prints
-		// its goroutines (a hang shows where).
-		if err := r.dc.Async(ctx); err != nil {
-			return err
-		}
+	if os.Getenv(dumpEnv) == "1" {
+		// A child still running after a minute prints its goroutines (a
+		// hang shows where).
 		dump := time.AfterFunc(time.Minute, func() {
 			w := os.Stderr
 			if dir := os.Getenv("DIRECT_TEST_DUMP_DIR"); dir != "" { // the GPU machine's $OUT

@@ -316,8 +316,8 @@ func doneText(done []byte) string {
 // opens it now rather than inside its first call: on one H200, a
 // follower's cuIpcOpenEventHandle made inside a call waited for good while
 // another thread of its process was in a copy to pageable memory, itself
-// waiting for the stream the call was to release (enqueue-and-return,
-// collectives/plane/async.go). Collective, under the communicator's queue.
+// waiting for the stream the call was to release (the enqueue-and-return
+// engine of an earlier version). Collective, under the communicator's queue.
 func (st *sharedState) share(ctx context.Context, e *collectives.Engine) error {
 	h := make([]byte, gpu.IPCHandleSize)
 	if st.me == st.leader {

@@ -13,8 +13,8 @@
 //
 // collectives/direct owns a Plane and drives it through a small surface:
 // New and Setup/Open (its part of the plane's setup exchange), Takes and
-// P2P (does a call run here), Call, RegionReady (would a call meet the
-// peers on the host), Err, Quiesce, Release, Memory and Close. The files:
+// P2P (does a call run here), Call, Err, Quiesce, Release, Memory and
+// Close. The files:
 //
 //	flag.go     the plane: limits, regions, abort watcher, what it takes
 //	call.go     one call: the kernel, its grid, the order between calls
@@ -346,15 +346,6 @@ func (f *Plane) Close() error {
 	}
 	f.last, f.capt.ev = nil, nil
 	return first
-}
-
-// RegionReady reports whether a flag call of bytes has its region made
-// (Call would not meet the peers on the host first).
-func (f *Plane) RegionReady(bytes int) bool {
-	if f.regions[0].mem == nil {
-		return false
-	}
-	return bytes < SmallMax || f.large != largeUndecided
 }
 
 // HasPCIe reports whether the flag allreduce has its PCIe part (calls of

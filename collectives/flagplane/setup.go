@@ -24,6 +24,10 @@ type Config struct {
 	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
 	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
 	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
+	// Enqueue: FLEXLINK_GPU_ENQUEUE=async: the flag kernels take every
+	// size of the collectives and two-rank send/recv they serve (as in a
+	// CUDA graph capture), so those calls never wait on the host.
+	Enqueue bool
 }
 
 // New is the flag plane of rank h.Rank() on dev with settings cfg; nil
@@ -52,6 +56,11 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 	}
 	if pr.n == 2 {
 		oneShot = flagAutoOneShot // unused with two ranks: ranks that set it differently still agree
+	}
+	if cfg.Enqueue && coll != 0 {
+		// Enqueue and return: every size, as a captured call (the kernels
+		// loop over their slots); the copy-engine paths wait on the host.
+		coll = 1 << 62
 	}
 	if maxBytes == 0 || pr.n < 2 || pr.n > gpu.FlagMaxRanks {
 		return nil, nil

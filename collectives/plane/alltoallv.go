@@ -65,18 +65,6 @@ func (d *DeviceComm) AllToAllv(ctx context.Context, send, recv *gpu.Buffer, send
 			return err
 		}
 	}
-	if d.async != nil {
-		// The own block is a copy on s, ordered like the call's work.
-		if self != nil {
-			if err := s.CopyDtoD(selfRecv, self); err != nil {
-				return fmt.Errorf("rank %d: %s: own block: %w", me, what, err)
-			}
-		}
-		if len(g.P2P) == 0 {
-			return nil
-		}
-		return d.run(ctx, what, g, s)
-	}
 	return d.c.Run(ctx, what, func(ctx context.Context) error {
 		if self != nil {
 			if err := s.CopyDtoD(selfRecv, self); err != nil {

@@ -3,7 +3,6 @@ package plane
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
@@ -49,7 +48,6 @@ type DeviceComm struct {
 	path  string
 	plane Plane
 	log   callLog // per-call lines (calllog.go)
-	async *asyncQ // enqueue and return (async.go); nil: every call runs on the caller's thread
 }
 
 // NewDeviceComm wraps the plane the ranks agreed on (path names it:
@@ -102,11 +100,6 @@ func (d *DeviceComm) LinkShares() map[string]float64 {
 // passed to earlier calls must have been synchronized, as before freeing
 // memory they use.
 func (d *DeviceComm) Close(ctx context.Context) error {
-	if d.async != nil {
-		if err := d.async.close(ctx); err != nil {
-			return fmt.Errorf("rank %d: gpu close: %w", d.c.Rank(), err)
-		}
-	}
 	// The peers' kernels write into this rank's memory until they end:
 	// every rank waits for its own before the barrier.
 	qerr := d.plane.Quiesce()
@@ -135,11 +128,6 @@ func (d *DeviceComm) Close(ctx context.Context) error {
 // communicator fails. Call it after synchronising the stream when a
 // collective's result matters and no later call follows.
 func (d *DeviceComm) AsyncError() error {
-	if d.async != nil {
-		if err := d.async.failed(); err != nil {
-			return err // named by the communicator's Run already
-		}
-	}
 	if err := d.plane.AsyncError(); err != nil {
 		return fmt.Errorf("rank %d on %s: %w", d.c.WorldRank(), d.c.Host(), err)
 	}
@@ -262,44 +250,15 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 	return d.run(ctx, what, o, s)
 }
 
-// run runs o under the communicator's queue, or hands it to the engine
-// when enqueue-and-return is on (async.go).
+// run runs o under the communicator's queue, on the caller's thread.
+// Enqueue and return comes from the plane (the flag kernels, which meet
+// their peers inside the GPU), never from a library thread: a thread that
+// makes driver calls while a caller's stream waits for it deadlocks
+// against any synchronous copy on another thread of the process (seen on
+// an H200 under PyTorch: the thread's cuLaunchKernel waited behind the
+// main thread's pageable cuMemcpyDtoHAsync, which waited for the stream).
 func (d *DeviceComm) run(ctx context.Context, what string, o *Op, s *gpu.Stream) error {
-	if d.async != nil {
-		return d.async.run(ctx, what, o, s)
-	}
 	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.do(ctx, o, s) })
-}
-
-// Drain waits until every call handed to the engine has been run (its
-// work enqueued), or ctx ends; it returns the first failure of one. Call
-// it before anything else that uses the communicator's queue (a call on
-// host buffers, a split), so that every rank sees the same order. A no-op
-// without Async.
-func (d *DeviceComm) Drain(ctx context.Context) error {
-	if d.async == nil {
-		return nil
-	}
-	return d.async.drain(ctx)
-}
-
-// Handed is the number of calls handed to the engine so far (the rest ran
-// on the caller's thread); zero without Async.
-func (d *DeviceComm) Handed() uint64 {
-	if d.async == nil {
-		return 0
-	}
-	return d.async.handed.Load()
-}
-
-// Pending reports how many calls the engine has yet to finish running
-// (the one it runs included) and how long it has been running its current
-// one: a call waiting that long for its peers. Zero without Async.
-func (d *DeviceComm) Pending() (int, time.Duration) {
-	if d.async == nil {
-		return 0, 0
-	}
-	return d.async.pending()
 }
 
 // local checks that b is on the DeviceComm's GPU and holds at least n bytes

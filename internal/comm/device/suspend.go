@@ -99,9 +99,6 @@ func Suspend(ctx context.Context, d *plane.DeviceComm) error {
 	if s.isSuspended() {
 		return fmt.Errorf("rank %d on %s: gpu suspend: already suspended: %w", c.WorldRank(), c.Host(), ErrSuspended)
 	}
-	if err := d.Drain(ctx); err != nil { // the calls handed to the engine come first
-		return fmt.Errorf("rank %d on %s: gpu suspend: %w", c.WorldRank(), c.Host(), err)
-	}
 	return c.Run(ctx, "gpu suspend", func(ctx context.Context) error {
 		if s.isSuspended() {
 			return fmt.Errorf("rank %d on %s: gpu suspend: %w", c.WorldRank(), c.Host(), ErrSuspended)

@@ -5,25 +5,8 @@ import (
 	"time"
 )
 
-// drain waits, before a call that uses the communicator's queue on the
-// caller's thread (a call on host buffers, a split or a shrink), until the
-// device calls handed to the enqueue-and-return engine have been run
-// (collectives/plane/async.go): every member then sees the calls in the
-// order the program made them. Bounded by the communicator's life (its
-// abort).
-func (c *Comm) drain() error {
-	if c.dc == nil {
-		return nil
-	}
-	if err := c.dc.Drain(c.ctx); err != nil {
-		return fail(ResultOf(err), "rank %d: the device calls before this one: %w", c.rank, err)
-	}
-	return nil
-}
-
-// stallReport is how long a collective may wait for its peers (a call
-// on the caller's thread, or one handed to the enqueue-and-return engine)
-// before this rank asks the members which of them has not called it, and
+// stallReport is how long a collective may wait for its peers on the
+// caller's thread before this rank asks the members which of them has not called it, and
 // reports it (reportWithheld): under flexrun the report is evidence for
 // the verdict if the job then fails, for example when PyTorch's watchdog
 // ends the process at its timeout while the call still waits, or when the
@@ -42,8 +25,7 @@ func (ic *inCall) leave() { ic.seq.Store(0) }
 
 // watchStalls reports collectives that wait longer than stallReport for
 // their peers, once per call, while c lives: the call on the caller's
-// thread (timed from the first tick that sees it), or the one the
-// enqueue-and-return engine runs.
+// thread, timed from the first tick that sees it.
 func (c *Comm) watchStalls() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -61,10 +43,6 @@ func (c *Comm) watchStalls() {
 			seq := uint64(0)
 			if cur != 0 && now.Sub(since) >= stallReport {
 				seq = cur
-			} else if c.dc != nil {
-				if n, ran := c.dc.Pending(); n > 0 && ran >= stallReport {
-					seq = c.prog.latest()
-				}
 			}
 			if seq == 0 || seq == reported {
 				continue

@@ -2,11 +2,10 @@ package direct
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"sync"
 
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/gpu"
 )
@@ -41,7 +40,7 @@ import (
 // call).
 //
 // Order. A rank's flag kernels must run one after another, replays and
-// eager calls alike. Every flag call ends by recording flagPlane.last; in
+// eager calls alike. Every flag call ends by recording its last event; in
 // a capture the record is an event record node (RecordExternal) and the
 // capture's first flag call starts with an event wait node on it
 // (WaitExternal), so each replay waits for the latest flag call enqueued
@@ -60,7 +59,7 @@ import (
 //
 // Host bookkeeping the graph cannot update is not assumed per call: the
 // PCIe part is off, LinkShares describes the last eager call, and the call
-// count (flagPlane.calls) counts eager calls only.
+// count (flagplane.State's Calls) counts eager calls only.
 
 // CaptureBlocker says why o cannot run on a capturing stream
 // (plane.Capturer).
@@ -78,13 +77,13 @@ func (p *directPlane) CaptureBlocker(o *plane.Op) string {
 	b := o.Count * o.DT.Size()
 	switch o.Kind {
 	case plane.AllReduce:
-		if f.pcie != nil && b >= flagSmallMax {
+		if f.HasPCIe() && b >= flagplane.SmallMax {
 			return "an allreduce of 32 MiB or more with the flag kernels' PCIe part on (FLEXLINK_GPU_FLAG_PCIE_BLOCKS), whose split the host plans at every call"
 		}
 	case plane.ReduceScatter, plane.AllGather, plane.Broadcast, plane.Reduce:
 	case plane.AllToAll:
 	case plane.Group:
-		if !f.p2pShape(o, math.MaxInt) {
+		if !f.P2PShape(o, math.MaxInt) {
 			return "grouped send/recv replays only as one send, one receive, or one send and one receive of the same size between the two ranks of a two-rank communicator (other groups meet the peers through host messages)"
 		}
 	default:
@@ -116,7 +115,7 @@ func (p *directPlane) captured(ctx context.Context, o *plane.Op, s *gpu.Stream) 
 		staged.Send = tmp
 		o = &staged
 	}
-	return p.flag.call(ctx, o, s)
+	return p.flag.Call(ctx, o, s)
 }
 
 // selfCopy is a one-rank collective: recv is send (sum, avg, min, max of
@@ -128,120 +127,4 @@ func selfCopy(o *plane.Op, s *gpu.Stream) error {
 	}
 	n := min(src.Len(), dst.Len())
 	return s.CopyDtoD(dst.Sub(0, n), src.Sub(0, n))
-}
-
-// flagCapture is the flag plane's capture state.
-type flagCapture struct {
-	any bool        // a flag call was captured: eager calls always wait on last
-	id  uint64      // the capture of the latest captured flag call
-	s   *gpu.Stream // its stream
-	ev  *gpu.Event  // joins a second stream of one capture (made on first use)
-}
-
-// captureBegin orders a flag call on s, in capture id, after the rank's
-// previous flag call (see the file's comment).
-func (f *flagPlane) captureBegin(id uint64, s *gpu.Stream) error {
-	c := &f.capt
-	if c.id != id {
-		if err := f.holds.hold(s); err != nil {
-			return err
-		}
-		c.id, c.s, c.any = id, s, true
-		return s.WaitExternal(f.last)
-	}
-	if c.s == s {
-		return nil
-	}
-	if c.ev == nil {
-		ev, err := f.dev.NewEvent(false)
-		if err != nil {
-			return err
-		}
-		c.ev = ev
-	}
-	if err := c.s.Record(c.ev); err != nil {
-		return err
-	}
-	c.s = s
-	return s.Wait(c.ev)
-}
-
-// graphHolds counts the graphs that hold the flag plane's device memory,
-// and keeps what the plane let go of (Close, Release) while one does.
-type graphHolds struct {
-	log  func(msg string, args ...any)
-	mu   sync.Mutex
-	n    int
-	kept []func() error // frees, run when n drops to 0
-	done chan struct{}  // closed once the kept frees have run (made with the first)
-}
-
-// hold makes the graph s is capturing hold the plane's memory until the
-// graph is destroyed.
-func (h *graphHolds) hold(s *gpu.Stream) error {
-	h.mu.Lock()
-	h.n++
-	h.mu.Unlock()
-	if err := s.HoldForGraph(h.unhold); err != nil {
-		h.mu.Lock()
-		h.n--
-		h.mu.Unlock()
-		return fmt.Errorf("hold the flag regions for the graph: %w", err)
-	}
-	return nil
-}
-
-// unhold is a graph's user object destructor: it runs on a driver thread,
-// which must not call the driver, so the frees run on a goroutine.
-func (h *graphHolds) unhold() {
-	h.mu.Lock()
-	h.n--
-	var run []func() error
-	var done chan struct{}
-	if h.n == 0 {
-		run, h.kept, done, h.done = h.kept, nil, h.done, nil
-	}
-	h.mu.Unlock()
-	if len(run) > 0 {
-		go func() {
-			var err error
-			for _, free := range run {
-				err = errors.Join(err, free())
-			}
-			if err != nil && h.log != nil {
-				h.log("gpu flag memory kept for CUDA graphs: free after the last graph", "error", err)
-			}
-			close(done)
-		}()
-	}
-}
-
-// freed returns a channel closed once the memory kept for the graphs has
-// been freed (tests); nil when nothing is kept.
-func (h *graphHolds) freed() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.done
-}
-
-// keep hands free to the graphs when one holds the plane's memory and
-// reports whether it did; otherwise the caller frees now.
-func (h *graphHolds) keep(free func() error) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n == 0 {
-		return false
-	}
-	h.kept = append(h.kept, free)
-	if h.done == nil {
-		h.done = make(chan struct{})
-	}
-	return true
-}
-
-// held reports how many graphs hold the plane's memory (tests).
-func (h *graphHolds) held() (graphs, kept int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n, len(h.kept)
 }

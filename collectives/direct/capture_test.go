@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
@@ -114,8 +115,8 @@ func TestGPUFakeCapture(t *testing.T) {
 			}
 			for _, r := range rs {
 				if f := r.dc.Plane().(*directPlane).flag; f != nil {
-					if graphs, kept := f.holds.held(); graphs != 0 || kept != 0 {
-						t.Errorf("rank %d: %d graphs still hold the flag memory (%d frees kept) after every graph was destroyed", r.c.Rank(), graphs, kept)
+					if st := f.State(); st.Graphs != 0 || st.Kept != 0 {
+						t.Errorf("rank %d: %d graphs still hold the flag memory (%d frees kept) after every graph was destroyed", r.c.Rank(), st.Graphs, st.Kept)
 					}
 				}
 			}
@@ -372,7 +373,7 @@ func TestGPUFakeCaptureLifetime(t *testing.T) {
 		}
 		return graphs
 	}
-	held := func(r *devRank) (int, int) { return r.dc.Plane().(*directPlane).flag.holds.held() }
+	held := func(r *devRank) (int, int) { st := r.dc.Plane().(*directPlane).flag.State(); return st.Graphs, st.Kept }
 
 	t.Run("graph-first", func(t *testing.T) {
 		rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
@@ -402,7 +403,7 @@ func TestGPUFakeCaptureLifetime(t *testing.T) {
 			free0[r.c.Rank()], _, _ = r.s.Device().MemInfo()
 		}
 		graphs := capture(t, rs)
-		flags := make([]*flagPlane, 2)
+		flags := make([]*flagplane.Plane, 2)
 		for _, r := range rs {
 			flags[r.c.Rank()] = r.dc.Plane().(*directPlane).flag
 		}
@@ -413,8 +414,8 @@ func TestGPUFakeCaptureLifetime(t *testing.T) {
 			}
 		}
 		for i, f := range flags {
-			if g, k := f.holds.held(); g != 1 || k == 0 {
-				t.Fatalf("rank %d: after close %d graphs hold the memory with %d frees kept, want 1 and some", i, g, k)
+			if st := f.State(); st.Graphs != 1 || st.Kept == 0 {
+				t.Fatalf("rank %d: after close %d graphs hold the memory with %d frees kept, want 1 and some", i, st.Graphs, st.Kept)
 			}
 			if free, _, _ := rs[i].s.Device().MemInfo(); free >= free0[i] {
 				t.Fatalf("rank %d: %d bytes free after close with a live graph, %d before the first call: the regions went", i, free, free0[i])
@@ -422,7 +423,7 @@ func TestGPUFakeCaptureLifetime(t *testing.T) {
 		}
 		freed := make([]<-chan struct{}, 2)
 		for i, f := range flags {
-			if freed[i] = f.holds.freed(); freed[i] == nil {
+			if freed[i] = f.GraphsFreed(); freed[i] == nil {
 				t.Fatalf("rank %d: nothing kept for the graph", i)
 			}
 		}
@@ -458,7 +459,7 @@ func TestGPUFakeCaptureShared(t *testing.T) {
 			const big = 20_000
 			rs := sharedRanks(t, tc.n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_SHARED": tc.shared}, tc.n*big*8)
 			for _, r := range rs {
-				if f := r.dc.Plane().(*directPlane).flag; f == nil || !f.captureOnly {
+				if f := r.dc.Plane().(*directPlane).flag; f == nil || !f.State().CaptureOnly {
 					t.Fatalf("rank %d: flag plane %v, want one for captures only", r.c.Rank(), f != nil)
 				}
 			}
@@ -467,8 +468,8 @@ func TestGPUFakeCaptureShared(t *testing.T) {
 				replayCase(ctx, t, rs, c, gpu.CaptureGlobal)
 			}
 			for _, r := range rs {
-				if f := r.dc.Plane().(*directPlane).flag; f.calls != 0 {
-					t.Errorf("rank %d: %d eager calls took the flag kernels on a shared GPU", r.c.Rank(), f.calls)
+				if f := r.dc.Plane().(*directPlane).flag; f.State().Calls != 0 {
+					t.Errorf("rank %d: %d eager calls took the flag kernels on a shared GPU", r.c.Rank(), f.State().Calls)
 				}
 			}
 		})

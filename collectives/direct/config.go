@@ -2,15 +2,10 @@ package direct
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/flexlink/flexlink/fabric/balance"
-	"github.com/flexlink/flexlink/fabric/net"
-	"github.com/flexlink/flexlink/fabric/netshare"
+	"github.com/flexlink/flexlink/collectives/flagplane"
+	"github.com/flexlink/flexlink/fabric/shares"
 	"github.com/flexlink/flexlink/internal/settings"
 )
 
@@ -28,43 +23,12 @@ type Config struct {
 	StagedChunk int    // FLEXLINK_GPU_STAGED_CHUNK_BYTES: the staged plane's pipeline chunk (0: off, -1: auto)
 	Shared      string // FLEXLINK_GPU_SHARED: auto, leader or events (ranks that all share one GPU)
 
-	Flag FlagConfig
-	PCIe PCIeConfig
-	Net  NetConfig
+	Flag   FlagConfig
+	Shares shares.Config // the staged link shares' (fabric/shares: PCIe, net)
 }
 
-// FlagConfig holds the flag kernels' settings (-1: automatic, 0: off).
-type FlagConfig struct {
-	Bytes, CollBytes, OneShotBytes int           // FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES
-	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
-	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
-	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
-	// Enqueue: FLEXLINK_GPU_ENQUEUE=async: the flag kernels take every
-	// size of the collectives and two-rank send/recv they serve (as in a
-	// CUDA graph capture), so those calls never wait on the host.
-	Enqueue bool
-	// PerGPU is the most ranks of the plane on one GPU (New sets it from
-	// the ranks' bus ids): their flag kernels split its SMs.
-	PerGPU int
-}
-
-// PCIeConfig holds the PCIe share's settings.
-type PCIeConfig struct {
-	Links        string  // FLEXLINK_LINKS as given (checked by balance.FilterLinksBy)
-	StagingBytes int     // FLEXLINK_PCIE_STAGING_BYTES (0: no PCIe share)
-	Share        float64 // FLEXLINK_PCIE_SHARE; -1: the balancer decides
-	CacheDir     string  // where link profiles are cached ("" : none)
-}
-
-// NetConfig holds the net part's settings (fabric/netshare): the NIC loopback
-// path as a third link of large pushes, on when FLEXLINK_LINKS names net.
-type NetConfig struct {
-	Share float64 // FLEXLINK_GPU_NET_SHARE; -1: the balancer decides
-	// Open opens the network provider the net part sends through and
-	// picks its device (FLEXLINK_NET, FLEXLINK_NET_IFNAME, ...); nil: the
-	// plane has no net part whatever FLEXLINK_LINKS says.
-	Open func(log hclog.Logger) (net.Provider, int, error)
-}
+// FlagConfig holds the flag kernels' settings (collectives/flagplane).
+type FlagConfig = flagplane.Config
 
 // ReadConfig reads and checks the GPU plane's settings from env. Every
 // error names the variable, its value and what is allowed.
@@ -94,7 +58,6 @@ func ReadConfig(env settings.Env) (Config, error) {
 		{"FLEXLINK_GPU_FLAG_BLOCKS", &c.Flag.Blocks, -1 << 62, 1 << 62, "a block count"},
 		{"FLEXLINK_GPU_FLAG_REGION_BYTES", &c.Flag.RegionBytes, -1 << 62, 1 << 62, "a byte count"},
 		{"FLEXLINK_GPU_FLAG_PCIE_BLOCKS", &c.Flag.PCIeBlocks, 0, 32, "0 (off) to 32"},
-		{"FLEXLINK_PCIE_STAGING_BYTES", &c.PCIe.StagingBytes, 0, 1 << 34, "0 (no PCIe share) or 32768 to 16 GiB"},
 	}
 	for _, i := range ints {
 		v, err := env.Int(i.name)
@@ -140,29 +103,6 @@ func ReadConfig(env settings.Env) (Config, error) {
 	if c.Flag.KernelTimeout, err = env.Duration("FLEXLINK_GPU_KERNEL_TIMEOUT"); err != nil {
 		return c, err
 	}
-	c.PCIe.Links = env.String("FLEXLINK_LINKS")
-	c.PCIe.Share = -1
-	if v := strings.TrimSpace(env.String("FLEXLINK_PCIE_SHARE")); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > pcieMaxShare {
-			return c, fmt.Errorf("FLEXLINK_PCIE_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, pcieMaxShare)
-		}
-		c.PCIe.Share = f
-	}
-	if st := c.PCIe.StagingBytes; st != 0 && st < 8*pcieAlign {
-		return c, fmt.Errorf("FLEXLINK_PCIE_STAGING_BYTES=%d: want 0 (no PCIe share) or 32768 to 16 GiB", st)
-	}
-	c.Net.Share = -1
-	if v := strings.TrimSpace(env.String("FLEXLINK_GPU_NET_SHARE")); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > netshare.MaxShare {
-			return c, fmt.Errorf("FLEXLINK_GPU_NET_SHARE=%q: want a fraction from 0 to %g, or empty for the balancer", v, netshare.MaxShare)
-		}
-		c.Net.Share = f
-	}
-	c.Net.Open = func(log hclog.Logger) (net.Provider, int, error) { return netshare.OpenNIC(env, log) }
-	if dir, err := balance.CacheDir(env); err == nil {
-		c.PCIe.CacheDir = dir
-	}
-	return c, nil
+	c.Shares, err = shares.ReadConfig(env)
+	return c, err
 }

@@ -8,11 +8,11 @@ import (
 	"strings"
 
 	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/fabric"
-	"github.com/flexlink/flexlink/fabric/netshare"
 	"github.com/flexlink/flexlink/fabric/nvlink"
-	"github.com/flexlink/flexlink/fabric/pcieshare"
+	"github.com/flexlink/flexlink/fabric/shares"
 	"github.com/flexlink/flexlink/gpu"
 )
 
@@ -33,10 +33,11 @@ import (
 //   - nvlink.Window (fabric/nvlink): the peers' buffers, mapped;
 //   - laneSet (lanes.go): the copy lanes and how a push uses them;
 //   - callPlan (split.go): the call's split over the links, computed once;
-//   - pcieshare.Share and netshare.Share (fabric/pcieshare, fabric/netshare;
-//     wired in pcie.go, netpart.go): the PCIe and net shares of large
-//     pushes, driven through linkShare;
-//   - flagPlane (flag*.go): the flag kernels, which bypass this protocol;
+//   - shareList (shares.go): the staged link shares of large pushes
+//     (fabric/linkshare: the PCIe share and the net share riding with it,
+//     as fabric/shares lists them), driven without knowing which;
+//   - flagplane.Plane (collectives/flagplane): the flag kernels, which
+//     bypass this protocol;
 //   - linkStats (stats.go): the bytes per link for LinkShares;
 //   - callSeq, moveModes, pushScratch: call numbers, the allgather and
 //     alltoall modes, the push allreduce's scratch.
@@ -52,14 +53,14 @@ import (
 //  3. s waits on every peer's ready_j (their opened IPC events): the work
 //     below touches peer memory only once the peer's earlier work is done.
 //  4. the work is enqueued on s (and on i's copy streams, joined back to s;
-//     the PCIe share of large pushes is staged D2H, see fabric/pcieshare).
+//     the staged shares of large pushes are staged D2H, see fabric/pcieshare).
 //  5. s records done_i→j for every peer j: "i has finished reading j's
 //     buffers and writing into them" (apart from the staged PCIe part).
 //  6. i sends each peer a "done" message (with the staging table, if any)
 //     and receives theirs.
 //  7. s waits on every peer's done_j→i: work the caller enqueues on s later
 //     runs only after the peers have finished with this rank's buffers;
-//     then on the H2D copies of the peers' PCIe parts into them.
+//     then on the H2D copies of the peers' staged parts into them.
 //
 // The host blocks only in 2 and 6 (a few microseconds over shm links, every
 // wait bounded by ctx); the data moves asynchronously.
@@ -91,9 +92,10 @@ type directPlane struct {
 	ipc      *nvlink.Window   // peers' buffers mapped here, this rank's exported
 	ev       *eventSet        // the protocol's IPC events
 	lanes    *laneSet         // copy lanes toward each peer
-	px       *pcieshare.Share // the PCIe share of large pushes (fabric/pcieshare, pcie.go)
-	nx       *netshare.Share  // the net part riding with the PCIe pairs (fabric/netshare, netpart.go); nil: off
-	flag     *flagPlane       // the flag kernels (flag*.go); nil when off
+	sh       shareList        // the staged link shares of large pushes (shares.go)
+	set      *shares.Set      // their list as fabric/shares made it, with the PCIe settings the flag kernels read
+	flag     *flagplane.Plane // the flag kernels (collectives/flagplane); nil when off
+	readyLen int              // a ready message's header: readyAt, then the shares' words
 	stats    *linkStats       // bytes per link, for LinkShares
 	seq      callSeq
 	modes    moveModes    // FLEXLINK_GPU_ALLREDUCE, _ALLGATHER, _ALLTOALL (moves.go)
@@ -129,7 +131,7 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 		return nil, err
 	}
 	pr := &peers{c: c, dev: dev, n: n, me: c.Rank()}
-	stats := &linkStats{}
+	stats := &linkStats{n: 1, kinds: [1 + maxShares]string{string(fabric.KindNVLink)}}
 	p = &directPlane{peers: pr, chunkMax: cfg.ChunkBytes, modes: modes, stats: stats,
 		ipc: nvlink.NewWindow(dev, n, c.PeerHost),
 		seq: callSeq{pairSeq: make([]uint64, n), lastDone: make([]uint64, n)}}
@@ -140,14 +142,17 @@ func newDirectPlane(c plane.Host, dev *gpu.Device, cfg Config) (p *directPlane, 
 			made.close()
 		}
 	}()
-	st, err := pcieSettings(cfg.PCIe)
-	if err != nil {
+	if p.set, err = newShares(pr, cfg.Shares, cfg.CopyStreams, func() *laneSet { return p.lanes }, stats); err != nil {
 		return nil, err
 	}
-	p.px = newPCIe(pr, st, cfg.CopyStreams, func() *laneSet { return p.lanes }, stats)
-	if p.nx, err = newNetShare(pr, p.px, cfg.Net, cfg.PCIe, stats); err != nil {
-		return nil, err
+	if p.sh = p.set.List; len(p.sh) > maxShares {
+		return nil, fmt.Errorf("gpu links: %d staged shares, at most %d (fabric/shares)", len(p.sh), maxShares)
 	}
+	p.readyLen = readyAt + p.sh.words()
+	for k, sh := range p.sh {
+		stats.kinds[1+k] = string(sh.Kind())
+	}
+	stats.n = 1 + len(p.sh)
 	if p.ev, err = newEventSet(pr); err != nil {
 		return nil, err
 	}
@@ -167,12 +172,9 @@ func (p *directPlane) close() error {
 	if p.lanes != nil {
 		keep(p.lanes.close())
 	}
-	keep(p.nx.Close()) // before the PCIe share: it rides with its pairs
-	if p.px != nil {
-		keep(p.px.Close())
-	}
+	keep(p.sh.close())
 	if p.flag != nil {
-		keep(p.flag.close())
+		keep(p.flag.Close())
 		p.flag = nil
 	}
 	keep(p.ipc.Close())
@@ -186,7 +188,7 @@ func (p *directPlane) close() error {
 
 // do runs one call: handshake, work, handshake (see the type's comment).
 func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err error) {
-	if err := p.flag.err(); err != nil {
+	if err := p.flag.Err(); err != nil {
 		return err
 	}
 	if o.Capture != 0 {
@@ -204,8 +206,8 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 			return err
 		}
 	}
-	if p.flag.takes(o) || p.flag.p2p(o) {
-		return p.flag.call(ctx, o, s)
+	if p.flag.Takes(o) || p.flag.P2P(o) {
+		return p.flag.Call(ctx, o, s)
 	}
 	peers := p.peersOf(o)
 	p.seq.calls++
@@ -219,8 +221,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		}
 	}
 	p.stats.begin()
-	p.px.Begin(peers, call, sharePlan{cp})
-	p.nx.Begin(peers, sharePlan{cp})
+	p.sh.begin(peers, call, cp)
 	// Records are noted before they happen and waits after, so the trace
 	// test sees every overlap the protocol might allow.
 	if err := p.ev.recordReady(s, call); err != nil {
@@ -239,7 +240,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 			return err
 		}
 	}
-	if err := p.readyShares(s, in, peers); err != nil {
+	if err := p.sh.ready(s, in, peers); err != nil {
 		return err
 	}
 	if push {
@@ -247,15 +248,14 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	} else {
 		err = p.work(o, s, in)
 	}
-	shares := p.shares()
-	for _, sh := range shares {
+	for _, sh := range p.sh {
 		if err == nil {
 			err = sh.Complete(s)
 		}
 	}
-	for _, sh := range shares {
+	for _, sh := range p.sh {
 		if err == nil {
-			err = sh.Send(ctx, s, o.Recv, peers) // the net part's wire (fabric/netshare)
+			err = sh.Send(ctx, s, o.Recv, peers) // a share's wire (the net share's)
 		}
 	}
 	if err != nil {
@@ -265,7 +265,7 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		if err := p.ev.recordDone(s, j, call); err != nil {
 			return err
 		}
-		out[j], inLen[j] = p.px.DoneMessage(j, call, out[j][:0]), p.px.DoneLen(j)
+		out[j], inLen[j] = p.sh.doneMessage(j, call, out[j][:0])
 	}
 	if in, err = p.exchange(ctx, phaseDone, o, peers, out, inLen); err != nil {
 		return err
@@ -278,26 +278,20 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		p.seq.lastDone[j] = theirs
 		p.seq.pairSeq[j]++
 	}
-	for _, sh := range shares {
-		if err := sh.Receive(s, o.Recv, in, peers); err != nil {
-			return err
-		}
+	if err := p.sh.receive(s, o.Recv, in, peers); err != nil {
+		return err
 	}
 	p.stats.end()
 	return nil
 }
 
 // planSplit computes o's split (split.go) once for the call, after the
-// pairs' finished probes are fed back, and keeps it for the pushes.
+// shares' finished probes are fed back, and keeps it for the pushes.
 func (p *directPlane) planSplit(o *plane.Op, peers []int) *callPlan {
-	p.px.Settle(peers)
 	in := splitIn{Kind: o.Kind, Count: o.Count, Size: o.DT.Size(), N: p.n, Me: p.me, Pull: p.modes.pulls(o),
-		ARMode: p.modes.arMode, ChunkMax: p.chunkMax, Links: p.links(), Staging: p.px.Staging,
-		MinSlot: p.px.MinSlot, PCIeFixed: p.px.Fixed, NetFixed: -1}
-	if nx := p.nx; nx != nil {
-		in.NetMinPart, in.NetFixed = nx.MinPart, nx.Fixed
-	}
-	cp := planCall(in, p.px.Shares)
+		ARMode: p.modes.arMode, ChunkMax: p.chunkMax}
+	p.sh.splitIn(&in, peers, p.n)
+	cp := planCall(in, func(k, j, b int) float64 { return p.sh[k].Fraction(j, b) })
 	p.split = &cp
 	return p.split
 }
@@ -351,35 +345,36 @@ func (p *directPlane) RunsAllToAllv() bool { return p.shared != nil }
 
 // Quiesce waits for this rank's flag kernels, which the peers' kernels write
 // into, to end, and for the last call that used the scratch (plane.Plane).
-func (p *directPlane) Quiesce() error { return errors.Join(p.flag.quiesce(), p.scratch.quiesce()) }
+func (p *directPlane) Quiesce() error { return errors.Join(p.flag.Quiesce(), p.scratch.quiesce()) }
 
 // Close releases everything (plane.Plane); without a clean close the flag
 // regions stay allocated, since a peer's kernel may still write into them.
 func (p *directPlane) Close(clean bool) error {
-	if !clean && p.flag != nil {
-		p.flag.leak = true
+	if !clean {
+		p.flag.Leak()
 	}
 	return p.close()
 }
 
 // AsyncError is the flag kernels' error word, decoded (plane.Plane).
-func (p *directPlane) AsyncError() error { return p.flag.err() }
+func (p *directPlane) AsyncError() error { return p.flag.Err() }
 
-// LinkShares is the bytes' split over NVLink and PCIe (plane.Plane).
+// LinkShares is the bytes' split over NVLink and the staged shares
+// (plane.Plane).
 func (p *directPlane) LinkShares() map[string]float64 { return p.stats.shares() }
 
 // The host messages of the direct plane: "ready" and "done" per call (see
 // above for what they prove), "pushed" in the push allreduce.
 //
-// A ready message is readyHeader bytes, then one descriptor per buffer the
+// A ready message is readyLen bytes, then one descriptor per buffer the
 // peer may touch. Header words: call number, kind/dtype/op (bit 24: this
-// rank pulls, moves.go), count, root,
-// then four words of the PCIe share (fabric/pcieshare, ReadyWords): whether this rank's
-// done message to the peer carries a staging table, the sequence number of
-// this call's timed push to the peer (0: not timed), and this rank's report
-// on the peer's last timed push to it (sequence number, nanoseconds); then
-// two of the net part (fabric/netshare, ReadyWords): whether a net part follows, and
-// the report's nanoseconds for the net part.
+// rank pulls, moves.go), count, root, then each staged share's words
+// (linkshare.Share's Words, ReadyWords), in the list's order: the PCIe
+// share's (whether this rank's done message to the peer carries a staging
+// table, the timed push, the report on the peer's last one), then the net
+// share's (whether a net part follows, its report). A done message is the
+// call number, then each share's part (DoneLen: the PCIe share's staging
+// table when it announced one).
 
 // Message phases, in the first tag word.
 const (
@@ -387,9 +382,7 @@ const (
 	phaseReady  = 1
 	phaseDone   = 2
 	phasePushed = 3
-	readyHeader = pcieAt + pcieWords + netshare.Words // see above
-	pcieAt      = 4 * 8                               // header bytes 32..63: the PCIe words, 64..79: the net words
-	pcieWords   = pcieshare.Words
+	readyAt     = 4 * 8 // the shares' words start here
 )
 
 // readyMessages builds the "ready" message for each peer and the length of
@@ -398,7 +391,7 @@ const (
 // sends to that peer, which the peer pulls).
 func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64, push bool) (out [][]byte, inLen []int, err error) {
 	out, inLen = make([][]byte, p.n), make([]int, p.n)
-	hdr := make([]byte, readyHeader)
+	hdr := make([]byte, p.readyLen)
 	le := binary.LittleEndian
 	le.PutUint64(hdr[0:], call)
 	le.PutUint64(hdr[8:], uint64(o.Kind)|uint64(o.DT)<<8|uint64(o.Op)<<16|p.modes.readyFlags(o))
@@ -430,17 +423,17 @@ func (p *directPlane) readyMessages(o *plane.Op, peers []int, call uint64, push 
 		}
 	}
 	for _, j := range peers {
-		m := make([]byte, readyHeader+len(bufs[j])*nvlink.DescBytes)
+		m := make([]byte, p.readyLen+len(bufs[j])*nvlink.DescBytes)
 		copy(m, hdr)
-		p.nx.ReadyWords(j, m[pcieAt+pcieWords:readyHeader], p.px.ReadyWords(j, m[pcieAt:pcieAt+pcieWords]))
+		p.sh.readyWords(j, m[readyAt:p.readyLen])
 		for k, b := range bufs[j] {
 			d, err := p.ipc.Describe(b)
 			if err != nil {
 				return nil, nil, err
 			}
-			d.Put(m[readyHeader+k*nvlink.DescBytes:])
+			d.Put(m[p.readyLen+k*nvlink.DescBytes:])
 		}
-		out[j], inLen[j] = m, readyHeader+want[j]*nvlink.DescBytes
+		out[j], inLen[j] = m, p.readyLen+want[j]*nvlink.DescBytes
 	}
 	return out, inLen, nil
 }
@@ -484,13 +477,13 @@ type Memory struct {
 
 // String is Memory in one line, for logs.
 func (m Memory) String() string {
-	return fmt.Sprintf("gpu memory %s: flag regions %s; scratch %s", mib(m.Bytes), strings.Join(m.Regions, ", "), mib(m.Scratch))
+	return fmt.Sprintf("gpu memory %s: flag regions %s; scratch %s", flagplane.MiB(m.Bytes), strings.Join(m.Regions, ", "), flagplane.MiB(m.Scratch))
 }
 
 // Memory reports what the plane holds on the GPU now. Safe to call from
 // any goroutine.
 func (p *directPlane) Memory() Memory {
-	held, regions := p.flag.memory()
+	held, regions := p.flag.Memory()
 	scratch := p.scratch.bytes.Load()
 	return Memory{Bytes: held + scratch, Regions: regions, Scratch: scratch}
 }
@@ -500,9 +493,9 @@ func (p *directPlane) Memory() Memory {
 // The caller has quiesced (no flag kernel of this rank runs) and passed a
 // barrier with every rank (no peer's kernel writes here any more), under
 // the communicator's queue. The next call makes what it needs again: the
-// flag regions with every rank at its first flag call (flag_lazy.go), the
+// flag regions with every rank at its first flag call (collectives/flagplane), the
 // mappings as buffers are described.
 func (p *directPlane) Release() error {
-	err := p.flag.release()
+	err := p.flag.Release()
 	return errors.Join(err, p.scratch.close(), p.ipc.Close())
 }

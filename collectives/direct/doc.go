@@ -19,20 +19,16 @@
 //	                             fabric/nvlink.Lanes) and how a push uses them
 //	callPlan     split.go        one call's split, a pure function run once
 //	                             per call: which bytes of each push go over
-//	                             NVLink, PCIe and the net part
-//	pcieshare.Share  pcie.go     the PCIe share (fabric/pcieshare): the
-//	                             pairs' staging, one call's part, the timing
-//	                             probes and the planners; its settings and
-//	                             wiring here, and linkShare, the interface
-//	                             the call drives the shares through
-//	netshare.Share   netpart.go  the net part (fabric/netshare,
-//	                             FLEXLINK_LINKS=nvlink,pcie,net): the NIC's
-//	                             loopback as a third share, riding with the
-//	                             PCIe pairs; whether it is on, here
-//	flagPlane    flag.go flag_call.go flag_setup.go
-//	                             the flag kernels: limits, regions, abort
-//	                             watcher, one call, setup
-//	flagPCIe     flag_pcie.go    the flag allreduce's PCIe part
+//	                             NVLink and over each staged share
+//	shareList    shares.go       the staged link shares (fabric/linkshare:
+//	                             the PCIe share, the net share riding with
+//	                             it; fabric/shares makes the list from the
+//	                             settings): their parts of the setup
+//	                             exchange, ready and done messages, pushes
+//	flagplane.Plane  setup.go    the flag kernels (collectives/flagplane):
+//	                             limits, regions, abort watcher, one call,
+//	                             their PCIe part; made and set up here,
+//	                             called through Takes, P2P and Call
 //	sharedState  shared.go shared_work.go
 //	                             ranks that all share one GPU: the leader
 //	                             runs each call in its context (the others'
@@ -44,7 +40,9 @@
 // fabric/nvlink and fabric/pcie hold the links' machinery without plane
 // logic (the IPC window cache and the copy streams; the pinned staging
 // buffers, their slot events and the sizing of a call's part),
-// fabric/pcieshare the PCIe share, and fabric/balance the planner and the
-// timing samples that feed it. New (setup.go) builds the plane and
-// runs its one setup exchange; ReadConfig (config.go) reads its settings.
+// fabric/pcieshare and fabric/netshare the shares, fabric/shares which
+// shares a plane has and their settings, and fabric/balance the planner
+// and the timing samples that feed it. No file here opens a listener or
+// a network provider. New (setup.go) builds the plane and runs its one
+// setup exchange; ReadConfig (config.go) reads its settings.
 package direct

@@ -29,7 +29,7 @@ func TestGPUFakeEnqueueAnySize(t *testing.T) {
 			handshakes := 0 // calls past the eager limit that took the handshake path
 			for _, c := range devCases(tc.n, big) {
 				p := rs[0].dc.Plane().(*directPlane)
-				flag0, hand0 := p.flag.calls, p.seq.calls
+				flag0, hand0 := p.flag.State().Calls, p.seq.calls
 				wrong := make([]int, len(rs))
 				errs := onRanks(rs, func(r *devRank) (err error) {
 					wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
@@ -46,7 +46,7 @@ func TestGPUFakeEnqueueAnySize(t *testing.T) {
 				if c.count == 0 || c.kind == plane.AllToAll && c.inPlace {
 					continue // nothing to move; an in-place alltoall stages first
 				}
-				flag, hand := p.flag.calls-flag0, p.seq.calls-hand0
+				flag, hand := p.flag.State().Calls-flag0, p.seq.calls-hand0
 				handshakes += int(hand)
 				if tc.enqueue == "async" && (flag != 1 || hand != 0) {
 					t.Errorf("%v: %d flag calls and %d handshakes, want the flag kernels only", c, flag, hand)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
@@ -199,7 +200,7 @@ func TestGPUFakeDirect(t *testing.T) {
 			sweep(t, rs, devCases(n, fakeBig))
 			for _, r := range rs {
 				f := r.dc.Plane().(*directPlane).flag
-				if on := n > 1 && tc.flag != "0"; on != (f != nil) || on && f.calls == 0 {
+				if on := n > 1 && tc.flag != "0"; on != (f != nil) || on && f.State().Calls == 0 {
 					t.Errorf("rank %d: flag plane %v (calls %d), want on=%v", r.c.Rank(), f != nil, flagCalls(f), on)
 				}
 			}
@@ -207,11 +208,11 @@ func TestGPUFakeDirect(t *testing.T) {
 	}
 }
 
-func flagCalls(f *flagPlane) uint64 {
+func flagCalls(f *flagplane.Plane) uint64 {
 	if f == nil {
 		return 0
 	}
-	return f.calls
+	return f.State().Calls
 }
 
 func TestGPUFakeStaged(t *testing.T) {
@@ -386,7 +387,7 @@ func TestGPUFakeMismatch(t *testing.T) {
 // records before they happen and waits after, so any overlap shows. It
 // runs twice: with the push allreduce (its per-chunk push events), and with
 // the read allreduce and large allgathers split over PCIe (the staging
-// slot events of gpu_pcie.go).
+// slot events of fabric/pcieshare).
 func TestGPUEventRecordOrder(t *testing.T) {
 	const n = 3
 	for _, tc := range []struct {
@@ -405,7 +406,7 @@ func TestGPUEventRecordOrder(t *testing.T) {
 			var log []traceRec
 			for _, r := range rs {
 				pl := r.dc.Plane().(*directPlane)
-				pl.px.MinSlot = 4096
+				pl.px().MinSlot = 4096
 				pl.trace = func(x traceRec) {
 					mu.Lock()
 					log = append(log, x)

@@ -47,7 +47,7 @@ func TestGPUFakeFlagPCIe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := flagPCIeRanks(t, map[string]string{"FLEXLINK_PCIE_SHARE": tc.share})
 			for _, r := range rs {
-				if r.dc.Plane().(*directPlane).flag.pcie == nil {
+				if !r.dc.Plane().(*directPlane).flag.HasPCIe() {
 					t.Fatalf("rank %d: no pcie part", r.c.Rank())
 				}
 			}
@@ -61,14 +61,14 @@ func TestGPUFakeFlagPCIe(t *testing.T) {
 			sweep(t, rs, cases)
 			if tc.share == "" {
 				// The balancer has had the times of some of those calls.
-				if x := rs[0].dc.Plane().(*directPlane).flag.pcie; x.bal.observed == 0 {
-					t.Errorf("rank 0: the balancer observed no call (pending %d)", len(x.bal.pend))
+				if st := rs[0].dc.Plane().(*directPlane).flag.State(); st.PCIeObserved == 0 {
+					t.Errorf("rank 0: the balancer observed no call (pending %d)", st.PCIePending)
 				}
 				return
 			}
 			// Rank 1 reports the split its kernel took from rank 0's.
 			p0, p1 := rs[0].dc.Plane().(*directPlane), rs[1].dc.Plane().(*directPlane)
-			if p1.flag.pcie.lastPCIe() == 0 {
+			if p1.flag.State().LastPCIe == 0 {
 				t.Errorf("rank 1: its kernels saw no pcie part")
 			}
 			if p0.stats.last[1] == 0 {
@@ -88,8 +88,8 @@ func TestGPUFakeFlagPCIeOff(t *testing.T) {
 	} {
 		rs := flagPCIeRanks(t, env)
 		for _, r := range rs {
-			if f := r.dc.Plane().(*directPlane).flag; f == nil || f.pcie != nil {
-				t.Errorf("%v: rank %d: flag plane %v, pcie part %v", env, r.c.Rank(), f != nil, f != nil && f.pcie != nil)
+			if f := r.dc.Plane().(*directPlane).flag; f == nil || f.HasPCIe() {
+				t.Errorf("%v: rank %d: flag plane %v, pcie part %v", env, r.c.Rank(), f != nil, f.HasPCIe())
 			}
 		}
 		sweep(t, rs, []devCase{{kind: plane.AllReduce, count: 8<<20 + 1, dt: dtype.Float32, op: dtype.Sum}})

@@ -126,38 +126,6 @@ func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
 	}
 }
 
-func TestFlagShape(t *testing.T) {
-	for _, l := range []gpu.FlagLayout{
-		{SlotBytes: 262144, Depth: 2, MaxBlocks: 128},
-		{SlotBytes: 32768, Depth: 2, MaxBlocks: 128}, // the small region's slots at 4 ranks
-		{SlotBytes: 16384, Depth: 2, MaxBlocks: 128}, // and at 8
-		{SlotBytes: 43520, Depth: 2, MaxBlocks: 3},
-		{SlotBytes: 512, Depth: 2, MaxBlocks: 1},
-	} {
-		for _, bytes := range []int{1, 255, 256, 8 << 10, 1 << 20, 1<<20 + 24, 64 << 20, 1 << 30} {
-			for _, sz := range []int{1, 2, 4, 8} {
-				if bytes%sz != 0 {
-					continue
-				}
-				grid, chunk := shape(l, bytes, sz)
-				cb := chunk * sz
-				if grid < 1 || grid > l.MaxBlocks || cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-gpu.FlagSlotHeader {
-					t.Errorf("%+v, %d bytes of %d: grid %d, chunk %d bytes", l, bytes, sz, grid, cb)
-				}
-				chunks := (bytes/sz + chunk - 1) / chunk
-				if chunks < grid && bytes >= grid*256 {
-					t.Errorf("%+v, %d bytes: %d chunks for %d blocks (idle blocks)", l, bytes, chunks, grid)
-				}
-				// No block takes a second chunk while another block could
-				// have taken it: blocks are capped only by MaxBlocks.
-				if chunks > grid && grid < l.MaxBlocks {
-					t.Errorf("%+v, %d bytes of %d: %d chunks over %d of %d blocks (a second step for some)", l, bytes, sz, chunks, grid, l.MaxBlocks)
-				}
-			}
-		}
-	}
-}
-
 // TestGPUFakeFlagJobAbort: a rank whose flag kernel waits for a peer that
 // will not come ends as soon as the job is aborted (the abort watcher sets
 // the region's abort word), long before FLEXLINK_GPU_KERNEL_TIMEOUT, and
@@ -176,7 +144,7 @@ func TestGPUFakeFlagJobAbort(t *testing.T) {
 	// rank 1's region (so it is waiting for rank 1's), which rank 1 sees
 	// in its ready counter for sender 0, block 0.
 	r1 := rs[1]
-	region := r1.dc.Plane().(*directPlane).flag.regions[0].mem
+	region := r1.dc.Plane().(*directPlane).flag.State().Small
 	before, word := make([]byte, 8), make([]byte, 8)
 	if err := r1.s.CopyDtoH(before, region.Sub(gpu.FlagReadyOffset, 8)); err != nil {
 		t.Fatal(err)
@@ -444,7 +412,7 @@ func planeCalls(rs []*devRank) [][2]uint64 {
 	out := make([][2]uint64, len(rs))
 	for i, r := range rs {
 		p := r.dc.Plane().(*directPlane)
-		out[i] = [2]uint64{p.flag.calls, p.seq.calls}
+		out[i] = [2]uint64{p.flag.State().Calls, p.seq.calls}
 	}
 	return out
 }
@@ -455,7 +423,7 @@ func planeCalls(rs []*devRank) [][2]uint64 {
 func checkPath(t *testing.T, what string, i int, r *devRank, before [2]uint64, extra uint64, flag bool) {
 	t.Helper()
 	p := r.dc.Plane().(*directPlane)
-	f, shake := p.flag.calls-before[0]-extra, p.seq.calls-before[1]
+	f, shake := p.flag.State().Calls-before[0]-extra, p.seq.calls-before[1]
 	if flag && (f != 1 || shake != 0) || !flag && (f != 0 || shake != 1) {
 		t.Errorf("%s: rank %d made %d flag calls and %d handshakes, want the flag kernel %v", what, i, f, shake, flag)
 	}

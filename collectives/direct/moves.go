@@ -142,7 +142,7 @@ func (p *directPlane) allToAll(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 }
 
 // pushSplit enqueues dst = src toward peer j: the head on the copy lanes
-// of group g (p.split), the tail, this push's PCIe part, staged D2H. off is
+// of group g (p.split), the tail, this push's staged parts (shares.go). off is
 // dst's offset in the peer's recv buffer (the receiver's H2D target). Both
 // parts wait for after.
 func (p *directPlane) pushSplit(j, g, off int, dst, src *gpu.Buffer, after *gpu.Event) error {
@@ -152,35 +152,27 @@ func (p *directPlane) pushSplit(j, g, off int, dst, src *gpu.Buffer, after *gpu.
 
 // pushSplitWith is pushSplit with the NVLink head enqueued by nvlink; it
 // returns the head's length. The call's split (split.go) gives the
-// ranges: head | net | pcie.
+// ranges: head | ... | share 1's part | share 0's part.
 func (p *directPlane) pushSplitWith(j, off int, dst, src *gpu.Buffer, after *gpu.Event, nvlink func(dst, src *gpu.Buffer) error) (int, error) {
 	n := dst.Len()
 	part, err := p.split.take(j, off, n)
 	if err != nil {
 		return 0, err
 	}
-	q, r, h := part.PCIe, part.Net, part.Head()
+	h := part.Head()
 	if h > 0 {
 		if err := nvlink(dst.Sub(0, h), src.Sub(0, h)); err != nil {
 			return 0, err
 		}
 	}
-	if r > 0 {
-		if err := p.nx.Stage(j, off+h, src.Sub(h, r), after); err != nil {
-			return 0, err
-		}
-	}
-	if q == 0 {
-		return h, nil
-	}
-	return h, p.px.Stage(j, off+n-q, src.Sub(n-q, q), after)
+	return h, p.sh.stage(j, off, part, src, after)
 }
 
 // joinCopies makes s wait for every lane used since the last join (first
 // timing the lanes of pushes whose NVLink part is measured, see
 // fabric/pcieshare: Probe).
 func (p *directPlane) joinCopies(s *gpu.Stream) error {
-	if err := p.px.Probe(); err != nil {
+	if err := p.sh.probe(); err != nil {
 		return err
 	}
 	return p.lanes.join(s)

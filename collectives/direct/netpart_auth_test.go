@@ -133,8 +133,8 @@ func fakeNetRanks(t *testing.T, n int, env map[string]string, bufBytes int, in *
 				if err != nil {
 					return err
 				}
-				open := cfg.Net.Open
-				cfg.Net.Open = func(log hclog.Logger) (net.Provider, int, error) {
+				open := cfg.Shares.OpenNIC
+				cfg.Shares.OpenNIC = func(log hclog.Logger) (net.Provider, int, error) {
 					p, dev, err := open(log)
 					if err != nil {
 						return p, dev, err
@@ -202,7 +202,7 @@ func TestGPUFakeNetForeignConnections(t *testing.T) {
 		"FLEXLINK_GPU_NET_SHARE": "0.25"}, 2*fakeBig*8, in)
 
 	for _, r := range rs {
-		nx := r.dc.Plane().(*directPlane).nx
+		nx := r.dc.Plane().(*directPlane).nx()
 		// garbage, the replay and the other job are judged; the silent one
 		// is dropped when the real peer wins (or at its deadline)
 		if got := nx.Drops().Count(); got < 3 {

@@ -18,7 +18,7 @@ func TestGPUFakeNetUCX(t *testing.T) {
 		"FLEXLINK_PCIE_SHARE": "0.08", "FLEXLINK_GPU_NET_SHARE": "0.25", "FLEXLINK_PCIE_STAGING_BYTES": "67108864"})
 	rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 	for _, r := range rs {
-		if name := r.dc.Plane().(*directPlane).nx.Provider().Name(); name != "ucx" {
+		if name := r.dc.Plane().(*directPlane).nx().Provider().Name(); name != "ucx" {
 			t.Fatalf("rank %d: the net part runs over %s, want ucx", r.c.Rank(), name)
 		}
 	}

@@ -42,8 +42,8 @@ func netEnv(env map[string]string) map[string]string {
 func (l *splitLog) attachNet(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
-		pl.px.MinSlot = minSlot
-		pl.nx.OnSplit = func(x pcieshare.SplitRec) {
+		pl.px().MinSlot = minSlot
+		pl.nx().OnSplit = func(x pcieshare.SplitRec) {
 			l.mu.Lock()
 			l.recs = append(l.recs, x)
 			l.mu.Unlock()
@@ -128,7 +128,7 @@ func TestGPUFakeNetSettings(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		for _, links := range []string{"", "nvlink,pcie"} {
 			rs := fakeRanks(t, 2, gpufake.Config{}, map[string]string{"FLEXLINK_LINKS": links, "FLEXLINK_GPU_NET_SHARE": "0.5"}, 2*fakeBig*8)
-			if pl := rs[0].dc.Plane().(*directPlane); pl.nx != nil || pl.px.Tx(1).Rider != nil {
+			if pl := rs[0].dc.Plane().(*directPlane); pl.nx() != nil || pl.px().Tx(1).Rider != nil {
 				t.Fatalf("FLEXLINK_LINKS=%q: the net part is on", links)
 			}
 			sweep(t, rs, []devCase{{kind: plane.AllGather, count: fakeBig, dt: dtype.Float32}})
@@ -157,7 +157,7 @@ func TestGPUFakeNetSettings(t *testing.T) {
 // what links of these rates (bytes/s, 1 µs each) would take.
 func emulateRates(rs []*devRank, rates map[int]float64) {
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).px.Emulate = func(_ int, obs []balance.Observation) {
+		r.dc.Plane().(*directPlane).px().Emulate = func(_ int, obs []balance.Observation) {
 			for i, o := range obs {
 				obs[i].Duration = time.Microsecond + time.Duration(float64(o.Bytes)/rates[o.Link]*1e9)
 			}
@@ -176,9 +176,9 @@ func forceNetProbe(t *testing.T, rs []*devRank) {
 		{ID: linkNet, Kind: fabric.KindNet, Bandwidth: pcieshare.PCIePriorBW, Latency: time.Microsecond},
 	}
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).nx.MinPart = 0 // the test's pushes are 4 MiB
+		r.dc.Plane().(*directPlane).nx().MinPart = 0 // the test's pushes are 4 MiB
 		for j := range r.c.Size() {
-			tx := r.dc.Plane().(*directPlane).px.Tx(j)
+			tx := r.dc.Plane().(*directPlane).px().Tx(j)
 			if tx == nil {
 				continue
 			}
@@ -209,7 +209,7 @@ func TestGPUFakeNetBalancer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := fakeRanks(t, 2, gpufake.Config{}, netEnv(nil), 2*big*4)
 			forceNetProbe(t, rs)
-			if thr := rs[0].dc.Plane().(*directPlane).px.Tx(1).Planner.Threshold(); thr >= big*4 {
+			if thr := rs[0].dc.Plane().(*directPlane).px().Tx(1).Planner.Threshold(); thr >= big*4 {
 				t.Fatalf("threshold %d bytes: the test assumes it below %d", thr, big*4)
 			}
 			emulateRates(rs, map[int]float64{linkNVLink: 391e9, linkPCIe: 50e9, linkNet: tc.netRate})
@@ -234,7 +234,7 @@ func TestGPUFakeNetBalancer(t *testing.T) {
 				t.Fatalf("after %d calls at %g B/s: LinkShares %v, want net in [%g, %g]", calls, tc.netRate, last, tc.lo, tc.hi)
 			}
 			for _, r := range rs {
-				if tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank()); tx.Observed < 3 {
+				if tx := r.dc.Plane().(*directPlane).px().Tx(1 - r.c.Rank()); tx.Observed < 3 {
 					t.Errorf("rank %d: %d observations in %d calls", r.c.Rank(), tx.Observed, calls)
 				}
 			}
@@ -253,7 +253,7 @@ func TestGPUFakeNetMinPart(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, netEnv(nil), 2*big*4)
 	forceNetProbe(t, rs)
 	for _, r := range rs {
-		r.dc.Plane().(*directPlane).nx.MinPart = netshare.DefaultMinPart
+		r.dc.Plane().(*directPlane).nx().MinPart = netshare.DefaultMinPart
 	}
 	for i := range 3 {
 		sweep(t, rs, []devCase{{kind: plane.AllGather, count: big, dt: dtype.Float32}})
@@ -281,13 +281,13 @@ func TestGPUFakeNetPeerDies(t *testing.T) {
 			env := netEnv(map[string]string{"FLEXLINK_GPU_NET_SHARE": "0.25", "FLEXLINK_GPU_CHUNK_BYTES": "65536"})
 			rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*fakeBig*8)
 			for _, r := range rs {
-				r.dc.Plane().(*directPlane).px.MinSlot = 4096 // parts of several slots
+				r.dc.Plane().(*directPlane).px().MinSlot = 4096 // parts of several slots
 			}
 			dead := make(chan struct{})
 			var once sync.Once
 			released := make(chan struct{})
 			t.Cleanup(func() { once.Do(func() { close(released) }) })
-			nx := rs[1].dc.Plane().(*directPlane).nx
+			nx := rs[1].dc.Plane().(*directPlane).nx()
 			seen := 0
 			nx.Fault = func(at string, peer int) error {
 				if at != tc.where {
@@ -347,7 +347,7 @@ func TestGPUFakeNetProfile(t *testing.T) {
 	env := netEnv(map[string]string{"FLEXLINK_GPU_NET_SHARE": "0.2", "FLEXLINK_CACHE_DIR": dir})
 	rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 	for _, r := range rs {
-		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		tx := r.dc.Plane().(*directPlane).px().Tx(1 - r.c.Rank())
 		st := tx.Planner.State()
 		if len(st.Links) != 3 || st.Links[2].Spec.Kind != fabric.KindNet || tx.Cached {
 			t.Fatalf("rank %d: planner links %+v (cached %v), want nvlink, pcie, net from priors", r.c.Rank(), st.Links, tx.Cached)
@@ -360,7 +360,7 @@ func TestGPUFakeNetProfile(t *testing.T) {
 	keys := make([]string, 2)
 	states := make([]balance.State, 2)
 	for _, r := range rs {
-		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		tx := r.dc.Plane().(*directPlane).px().Tx(1 - r.c.Rank())
 		measured := false
 		for _, c := range tx.Planner.State().Classes {
 			measured = measured || c.Links[linkNet].N > 0
@@ -381,7 +381,7 @@ func TestGPUFakeNetProfile(t *testing.T) {
 	}
 	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	for _, r := range rs2 {
-		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		tx := r.dc.Plane().(*directPlane).px().Tx(1 - r.c.Rank())
 		if !tx.Cached || fmt.Sprint(tx.Planner.State()) != fmt.Sprint(states[r.c.Rank()]) {
 			t.Errorf("rank %d did not start from its cached profile (the setup probe must not replace it)", r.c.Rank())
 		}

@@ -75,7 +75,7 @@ func TestGPUFakeFlagSettingsDisagree(t *testing.T) {
 	rs := fakeRanksEach(t, 3, gpufake.Config{}, env, each, 3*fakeBig*8)
 	for _, r := range rs {
 		if f := r.dc.Plane().(*directPlane).flag; f != nil {
-			t.Fatalf("rank %d: flag plane on (one-shot limit %d) though rank 2 has another limit", r.c.Rank(), f.lim.oneShot)
+			t.Fatalf("rank %d: flag plane on (one-shot limit %d) though rank 2 has another limit", r.c.Rank(), f.State().OneShot)
 		}
 	}
 	cases := []devCase{}
@@ -92,8 +92,11 @@ func TestGPUFakeFlagAuto(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		rs := fakeRanks(t, n, gpufake.Config{}, map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1"}, 1<<16)
 		f := rs[0].dc.Plane().(*directPlane).flag
-		if f == nil || f.lim.maxBytes < 1<<40 || f.lim.collBytes != 4<<20 || f.lim.oneShot != 2<<20 {
-			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, f)
+		if f == nil {
+			t.Fatalf("%d ranks: no flag plane", n)
+		}
+		if st := f.State(); st.MaxBytes < 1<<40 || st.CollBytes != 4<<20 || st.OneShot != 2<<20 {
+			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, st)
 		}
 	}
 }
@@ -111,8 +114,8 @@ func TestGPUFakeTwoShot(t *testing.T) {
 	sweep(t, rs, []devCase{{kind: plane.AllReduce, count: 7, dt: dtype.Float32, op: dtype.Sum},
 		{kind: plane.AllReduce, count: 3*64 + 5, dt: dtype.Float32, op: dtype.Avg}})
 	for _, r := range rs {
-		if f := r.dc.Plane().(*directPlane).flag; f.twoShots != 2 {
-			t.Errorf("rank %d: %d two-shot allreduces, want 2", r.c.Rank(), f.twoShots)
+		if f := r.dc.Plane().(*directPlane).flag; f.State().TwoShots != 2 {
+			t.Errorf("rank %d: %d two-shot allreduces, want 2", r.c.Rank(), f.State().TwoShots)
 		}
 	}
 	ctx := testCtx(t, 30*time.Second)

@@ -68,7 +68,7 @@ func (p *directPlane) work(o *plane.Op, s *gpu.Stream, in [][]byte) error {
 
 // remote maps descriptor k of peer j's ready message.
 func (p *directPlane) remote(in [][]byte, j, k int) (*gpu.Buffer, error) {
-	return p.ipc.Open(j, nvlink.GetDesc(in[j][readyHeader+k*nvlink.DescBytes:]))
+	return p.ipc.Open(j, nvlink.GetDesc(in[j][p.readyLen+k*nvlink.DescBytes:]))
 }
 
 // remotes maps descriptor k of every peer's ready message (nil for me).

@@ -31,7 +31,7 @@ func TestGPUFakePCIeFault(t *testing.T) {
 			t.Run(where+"-"+op.String(), func(t *testing.T) {
 				env := map[string]string{"FLEXLINK_PCIE_SHARE": "0.25", "FLEXLINK_GPU_CHUNK_BYTES": "65536"}
 				rs := fakeRanks(t, 3, gpufake.Config{}, env, 3*fakeBig*8)
-				rs[1].dc.Plane().(*directPlane).px.Fault = func(at string, peer int) error {
+				rs[1].dc.Plane().(*directPlane).px().Fault = func(at string, peer int) error {
 					if at == where {
 						return errors.New("injected " + at + " failure")
 					}
@@ -75,7 +75,7 @@ func TestGPUFakePCIeFault(t *testing.T) {
 func TestGPUFakePCIeBadTable(t *testing.T) {
 	rs := fakeRanks(t, 2, gpufake.Config{}, map[string]string{"FLEXLINK_PCIE_STAGING_BYTES": "1048576"}, 1<<20)
 	pl := rs[0].dc.Plane().(*directPlane)
-	rx := pl.px.Rx(1)
+	rx := pl.px().Rx(1)
 	recv := rs[0].b.Sub(0, 1<<20)
 	table := func(sb, n int, segs ...int) []byte {
 		b := make([]byte, pcie.TableBytes)
@@ -101,7 +101,7 @@ func TestGPUFakePCIeBadTable(t *testing.T) {
 		{"past staging", table(1<<19, 2, 0, 1<<19, 0, 1<<19+4096), false},
 		{"too many slots", table(4096, 1, 0, 17*4096), false},
 	} {
-		_, _, err := pl.px.ParseTable(1, tc.msg, rx, recv)
+		_, _, err := pl.px().ParseTable(1, tc.msg, rx, recv)
 		if tc.ok != (err == nil) || err != nil && !errors.Is(err, errs.ErrMismatch) {
 			t.Errorf("%s: %v", tc.name, err)
 		}

@@ -36,8 +36,8 @@ type splitLog struct {
 func (l *splitLog) attach(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
-		pl.px.MinSlot = minSlot
-		pl.px.OnSplit = func(x pcieshare.SplitRec) {
+		pl.px().MinSlot = minSlot
+		pl.px().OnSplit = func(x pcieshare.SplitRec) {
 			l.mu.Lock()
 			l.recs = append(l.recs, x)
 			l.mu.Unlock()
@@ -149,7 +149,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 			env["FLEXLINK_PCIE_SHARE"] = "0.5" // even a forced share changes nothing
 			rs := fakeRanks(t, 2, gpufake.Config{}, env, 2*fakeBig*8)
 			for _, r := range rs {
-				if pl := r.dc.Plane().(*directPlane); pl.px.On() {
+				if pl := r.dc.Plane().(*directPlane); pl.px().On() {
 					t.Fatalf("rank %d has pcie staging", r.c.Rank())
 				}
 			}
@@ -179,7 +179,7 @@ func TestGPUFakePCIeOff(t *testing.T) {
 func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("below", func(t *testing.T) {
 		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*fakeBig*8)
-		thr := rs[0].dc.Plane().(*directPlane).px.Tx(1).Planner.Threshold()
+		thr := rs[0].dc.Plane().(*directPlane).px().Tx(1).Planner.Threshold()
 		if thr <= 4*fakeBig*2 {
 			t.Fatalf("threshold %d bytes: the sweep's pushes reach %d", thr, 4*fakeBig*2)
 		}
@@ -196,7 +196,7 @@ func TestGPUFakePCIeThreshold(t *testing.T) {
 	t.Run("above", func(t *testing.T) {
 		const big = 10 << 20 // float32 per rank: a 40 MiB push
 		rs := fakeRanks(t, 2, gpufake.Config{}, nil, 2*big*4)
-		if thr := rs[0].dc.Plane().(*directPlane).px.Tx(1).Planner.Threshold(); thr >= big*4 {
+		if thr := rs[0].dc.Plane().(*directPlane).px().Tx(1).Planner.Threshold(); thr >= big*4 {
 			t.Fatalf("threshold %d bytes: the test assumes it below %d", thr, big*4)
 		}
 		var log splitLog
@@ -243,7 +243,7 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 	}
 	keys := make([]string, 2)
 	for _, r := range rs {
-		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		tx := r.dc.Plane().(*directPlane).px().Tx(1 - r.c.Rank())
 		if tx.Observed < 2 {
 			t.Errorf("rank %d: %d observations fed back in 8 calls", r.c.Rank(), tx.Observed)
 		}
@@ -262,7 +262,7 @@ func TestGPUFakePCIeFeedback(t *testing.T) {
 	// The next communicator over the same GPUs restores the profile.
 	rs2 := fakeRanks(t, 2, gpufake.Config{}, env, 1<<16)
 	for _, r := range rs2 {
-		tx := r.dc.Plane().(*directPlane).px.Tx(1 - r.c.Rank())
+		tx := r.dc.Plane().(*directPlane).px().Tx(1 - r.c.Rank())
 		st, _ := balance.LoadProfile(dir, tx.Key)
 		if fmt.Sprint(tx.Planner.State()) != fmt.Sprint(st) {
 			t.Errorf("rank %d did not start from its cached profile", r.c.Rank())

@@ -319,7 +319,7 @@ func gpuChild(path string) error {
 	}
 	var flag uint64
 	if dp, ok := r.dc.Plane().(*directPlane); ok && dp.flag != nil {
-		flag = dp.flag.calls
+		flag = dp.flag.State().Calls
 	}
 	if err := r.dc.AsyncError(); err != nil {
 		return err

@@ -6,19 +6,20 @@ import (
 	"strings"
 
 	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/flagplane"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
-	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
 )
 
 // New makes the direct plane on every rank of h, once they have agreed to
 // use it (each rank's Blocker said ""). bus[r] is rank r's GPU PCI bus id.
 // It runs one all-gather over the host links: every rank's IPC event
-// handles (events.go), the references of its PCIe staging buffers
-// (fabric/pcieshare) and its flag regions (flag_setup.go); then each rank opens its
-// peers'. It is
-// collective and runs under the communicator's queue.
+// handles (events.go), its flag plane's settings (collectives/flagplane)
+// and each staged share's part (fabric/linkshare: the PCIe staging
+// buffers' references, the net share's listen handles); then each rank
+// opens its peers'. It is collective and runs under the communicator's
+// queue.
 func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []string) (plane.Plane, error) {
 	// Ranks sharing a GPU (see sharedMode): the flag kernels wait inside
 	// the GPU for their peers' kernels, which without MPS costs the other
@@ -45,28 +46,23 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	}
 	n := h.Size()
 	evBytes := eventBlobBytes(n)
-	pcBytes := pcieshare.BlobBytes(n)
-	nxBytes := dp.nx.BlobBytes() // the net part's listen handles (fabric/netshare); 0 when off
+	at := 1 + evBytes + flagplane.BlobBytes // the shares' parts
 	// The first byte marks a rank that reached this point (openPeers
 	// reads each rank's record after it).
-	blob := make([]byte, 1+evBytes+pcBytes+flagBlobBytes+nxBytes)
+	blob := make([]byte, at+dp.sh.blobBytes())
 	blob[0] = 1
 	if dev.MPS() {
 		blob[0] |= blobMPS
 	}
 	err = dp.ev.putHandles(blob[1:])
 	if err == nil {
-		err = dp.px.Offer(blob[1+evBytes:])
+		err = dp.sh.offer(ctx, blob[at:])
 	}
 	if err == nil {
-		err = dp.nx.Offer(ctx, blob[len(blob)-nxBytes:])
-	}
-	if err == nil {
-		dp.flag, err = flagSettings(dp.peers, cfg.Flag, dp.stats)
+		dp.flag, err = flagplane.New(h, dev, cfg.Flag, shares, dp.stats.set) // captures only until sharedMode has every rank's MPS bit
 	}
 	if err == nil && dp.flag != nil {
-		dp.flag.captureOnly = shares // until sharedMode has every rank's MPS bit
-		err = dp.flag.setup(blob[1+evBytes+pcBytes:len(blob)-nxBytes], dp.px.Settings, cfg.Flag.PCIeBlocks)
+		err = dp.flag.Setup(blob[1+evBytes:at], dp.set.PCIe, cfg.Flag.PCIeBlocks)
 	}
 	if err != nil {
 		dp.close()
@@ -84,21 +80,18 @@ func New(ctx context.Context, h plane.Host, dev *gpu.Device, cfg Config, bus []s
 	if shares {
 		dp.sharedMode(cfg.Shared, mps, bus, r1, r2)
 	}
-	pcie, flag, nets := make([][]byte, n), make([][]byte, n), make([][]byte, n)
-	for r := range pcie {
-		at, end := r*len(blob)+1+evBytes, (r+1)*len(blob)
-		pcie[r], flag[r], nets[r] = all[at:at+pcBytes], all[at+pcBytes:end-nxBytes], all[end-nxBytes:end]
+	flag, links := make([][]byte, n), make([][]byte, n)
+	for r := range flag {
+		rec := all[r*len(blob) : (r+1)*len(blob)]
+		flag[r], links[r] = rec[1+evBytes:at], rec[at:]
 	}
 	err = dp.ev.openPeers(all, len(blob))
 	if err == nil {
-		err = dp.openPCIe(ctx, pcie, bus)
-	}
-	if err == nil {
-		err = dp.nx.Open(ctx, nets)
+		err = dp.openShares(ctx, links, bus)
 	}
 	if err == nil && dp.flag != nil {
 		var off bool
-		if off, err = dp.flag.open(ctx, flag, bus, cfg.Flag.KernelTimeout); off {
+		if off, err = dp.flag.Open(ctx, flag, bus, cfg.Flag.KernelTimeout); off {
 			dp.flag = nil
 		}
 	}
@@ -135,7 +128,7 @@ func (p *directPlane) sharedMode(mode string, mps bool, bus []string, r1, r2 int
 	}
 	lg := p.c.Log()
 	if p.flag != nil {
-		p.flag.captureOnly = !mps
+		p.flag.SetCaptureOnly(!mps)
 		if !mps {
 			lg.Info("gpu flag kernels for CUDA graph captures only: ranks share a GPU without MPS", "ranks", fmt.Sprintf("%d,%d", r1, r2), "gpu", bus[r1])
 		}

@@ -133,14 +133,14 @@ func TestGPUFakeSharedMPS(t *testing.T) {
 				if p.flag == nil {
 					t.Fatalf("rank %d: no flag kernels", r.c.Rank())
 				}
-				if (p.shared != nil) != tc.leader || p.flag.captureOnly {
+				if (p.shared != nil) != tc.leader || p.flag.State().CaptureOnly {
 					t.Fatalf("rank %d: leader path %v, flag kernels for captures only %v; want leader %v, eager flag calls",
-						r.c.Rank(), p.shared != nil, p.flag.captureOnly, tc.leader)
+						r.c.Rank(), p.shared != nil, p.flag.State().CaptureOnly, tc.leader)
 				}
 			}
 			sweep(t, rs, devCases(tc.n, big))
 			for _, r := range rs {
-				if calls := r.dc.Plane().(*directPlane).flag.calls; !tc.leader && calls == 0 {
+				if calls := r.dc.Plane().(*directPlane).flag.State().Calls; !tc.leader && calls == 0 {
 					t.Errorf("rank %d: no eager call took the flag kernels under MPS", r.c.Rank())
 				}
 			}

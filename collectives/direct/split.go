@@ -5,24 +5,29 @@ import (
 	"math"
 
 	"github.com/flexlink/flexlink/collectives/plane"
-	"github.com/flexlink/flexlink/fabric/netshare"
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 )
 
-// One call's split: which bytes of each push go over NVLink, the PCIe
-// share and the net share. planCall is a pure function of the call's
-// shape, the links of each pair and the balancer's shares; do() runs it
-// once per call and every part reads the result: the push allreduce's
-// geometry, the ready message, the PCIe and net parts' plans, and each
+// One call's split: which bytes of each push go over NVLink and each
+// staged share (fabric/linkshare; the PCIe share and the net share riding
+// with it, as fabric/shares lists them). planCall is a pure function of the
+// call's shape, the shares of each pair and the balancer's fractions; do()
+// runs it once per call and every part reads the result: the push
+// allreduce's geometry, the ready message, the shares' plans, and each
 // push of the algorithms (pushSplitWith takes its ranges from it).
 //
-// A push of Len bytes toward a peer is cut head | net | pcie: the head
-// goes over the copy lanes, the net part (staged D2H, sent over the NIC)
-// is the bytes just before the PCIe tail (staged D2H, read by the peer
-// over PCIe). Each part's size is the running total of the bytes pushed to
-// the peer so far times its planned share, rounded up to a page, less what
-// is staged already (pcie.Plan.Due), so the parts add up to the plan
-// however the algorithm cuts its pushes.
+// A push of Len bytes toward a peer is cut head | ... | part 1 | part 0:
+// the head goes over the copy lanes, share 0's part (the PCIe share's,
+// staged D2H, read by the peer over PCIe) is the tail, each next share's
+// (the net share's: staged D2H, sent over the NIC) the bytes just before
+// the previous one's. Each part's size is the running total of the bytes
+// pushed to the peer so far times its planned share, rounded up to a page,
+// less what is staged already (pcie.Plan.Due), so the parts add up to the
+// plan however the algorithm cuts its pushes.
+
+// maxShares is the most staged shares a plane drives.
+const maxShares = 4
 
 // splitIn is what a call's split depends on.
 type splitIn struct {
@@ -34,26 +39,19 @@ type splitIn struct {
 	ARMode   string // FLEXLINK_GPU_ALLREDUCE: auto, push or read
 	ChunkMax int    // FLEXLINK_GPU_CHUNK_BYTES
 
-	// Links[j] is what this rank's pair toward rank j has beyond NVLink
-	// (nil, or the zero value: NVLink only).
-	Links   []pairLinks
-	Staging int // bytes of a staging buffer (PCIe and net alike)
-	MinSlot int // smallest slot (pcie.MinSlot; tests lower it)
-	// NetMinPart is the smallest net part a balancer share may give
-	// (netshare.DefaultMinPart); a fixed share is not cut.
-	NetMinPart int
-	// PCIeFixed and NetFixed are FLEXLINK_PCIE_SHARE and
-	// FLEXLINK_GPU_NET_SHARE; < 0: the balancer's share.
-	PCIeFixed, NetFixed float64
+	// Shares are the staged shares' specs, in the plane's order; Links[j]
+	// is which of them this rank's pair toward rank j has (nil, or the
+	// zero value: NVLink only).
+	Shares []linkshare.Spec
+	Links  []pairLinks
 }
 
-// pairLinks says which staged links a pair has.
-type pairLinks struct{ PCIe, Net bool }
+// pairLinks says which staged shares a pair has, by share.
+type pairLinks [maxShares]bool
 
-// sharesFunc is the balancer's fractions of a push of b bytes toward peer
-// for the PCIe and the net link (the pair's planner; 0 for a link it does
-// not give a share).
-type sharesFunc func(peer, b int) (pcie, net float64)
+// sharesFunc is the balancer's fraction of a push of b bytes toward peer
+// for share k (the pair's planner).
+type sharesFunc func(k, peer, b int) float64
 
 // callPlan is one call's split.
 type callPlan struct {
@@ -64,26 +62,32 @@ type callPlan struct {
 
 // peerSplit is the split toward one peer.
 type peerSplit struct {
-	PCIe, Net pcie.Plan  // the parts' sizes (Bytes 0: none)
-	Pushes    []pushPart // in the order the algorithm pushes them
-	next      int        // pushes taken so far (take)
-	pushed    int        // their bytes
+	Parts  [maxShares]pcie.Plan // by share: its part's sizes (Bytes 0: none)
+	Pushes []pushPart           // in the order the algorithm pushes them
+	next   int                  // pushes taken so far (take)
+	pushed int                  // their bytes
 }
 
 // pushPart is one push toward a peer: Len bytes for offset Off of the
-// peer's recv buffer, of which [Len-PCIe-Net, Len-PCIe) go over the net
-// part and [Len-PCIe, Len) over PCIe; the head over NVLink.
+// peer's recv buffer, of which the last Parts[0] go over share 0, the
+// Parts[1] before them over share 1, and so on; the head over NVLink.
 type pushPart struct {
-	Off, Len  int
-	Net, PCIe int
+	Off, Len int
+	Parts    [maxShares]int
 }
 
 // Head is the NVLink part's length.
-func (x pushPart) Head() int { return x.Len - x.Net - x.PCIe }
+func (x pushPart) Head() int {
+	h := x.Len
+	for _, n := range x.Parts {
+		h -= n
+	}
+	return h
+}
 
-// planCall splits the call in; shares is asked only for pairs with a
-// staged link and a balancer-chosen share.
-func planCall(in splitIn, shares sharesFunc) callPlan {
+// planCall splits the call in; fraction is asked only for the shares a
+// pair has whose fraction is the balancer's.
+func planCall(in splitIn, fraction sharesFunc) callPlan {
 	cp := callPlan{To: make([]peerSplit, in.N)}
 	if in.Kind == plane.AllReduce {
 		cp.Push = pushGeomOf(in)
@@ -103,49 +107,46 @@ func planCall(in splitIn, shares sharesFunc) callPlan {
 		if j < len(in.Links) {
 			l = in.Links[j]
 		}
-		if !l.PCIe {
-			continue // the net part rides with the PCIe pairs
-		}
-		fp, fn := in.PCIeFixed, in.NetFixed
-		if fp < 0 || l.Net && fn < 0 {
-			bp, bn := shares(j, cp.Bytes)
-			if fp < 0 {
-				fp = bp
+		staged := false
+		for k, sp := range in.Shares {
+			if !l[k] || sp.Rides && !l[0] {
+				continue // a riding share has parts only where the first share has a link
 			}
-			if l.Net && fn < 0 {
-				fn = bn
-				if fn*float64(cp.Bytes) < float64(in.NetMinPart) {
-					fn = 0 // too small to pay for its fixed host work (netshare.DefaultMinPart)
+			f := sp.Fixed
+			if f < 0 {
+				if f = fraction(k, j, cp.Bytes); f*float64(cp.Bytes) < float64(sp.MinPart) {
+					f = 0 // too small to pay for its fixed cost (netshare.DefaultMinPart)
 				}
 			}
+			ps.Parts[k] = pcie.Size(cp.Bytes, math.Min(f, sp.Max), sp.Staging, sp.MinSlot)
+			staged = true
 		}
-		ps.PCIe = pcie.Size(cp.Bytes, math.Min(fp, pcieMaxShare), in.Staging, in.MinSlot)
-		if l.Net {
-			ps.Net = pcie.Size(cp.Bytes, math.Min(fn, netshare.MaxShare), in.Staging, in.MinSlot)
+		if staged {
+			cutPushes(ps, cp.Bytes, len(in.Shares))
 		}
-		cutPushes(ps, cp.Bytes)
 	}
 	return cp
 }
 
-// cutPushes gives each of ps's pushes its PCIe and net parts: each part's
-// running total to a page (pcie.Plan.Due), no part once its staging table
-// is full (pcie.MaxSegs entries, pieces that continue the last one merged
-// into it), the net part at most what the PCIe tail leaves.
-func cutPushes(ps *peerSplit, b int) {
+// cutPushes gives each of ps's pushes its parts of the n shares: each
+// part's running total to a page (pcie.Plan.Due), no part once its
+// staging table is full (pcie.MaxSegs entries, pieces that continue the
+// last one merged into it), each part at most what the parts after it
+// leave of the push.
+func cutPushes(ps *peerSplit, b, n int) {
 	var pushed int
-	var pc, nt segCount
+	var segs [maxShares]segCount
 	for i := range ps.Pushes {
 		x := &ps.Pushes[i]
 		pushed += x.Len
-		if ps.PCIe.Bytes > 0 && pc.n < pcieMaxSegs {
-			x.PCIe = ps.PCIe.Due(pushed, b, pc.staged, x.Len)
+		end := x.Off + x.Len // the part's end in the peer's recv
+		for k := range n {
+			if ps.Parts[k].Bytes > 0 && segs[k].n < pcie.MaxSegs {
+				x.Parts[k] = min(end-x.Off, ps.Parts[k].Due(pushed, b, segs[k].staged, x.Len))
+			}
+			end -= x.Parts[k]
+			segs[k].add(end, x.Parts[k])
 		}
-		if ps.Net.Bytes > 0 && nt.n < pcieMaxSegs {
-			x.Net = min(x.Len-x.PCIe, ps.Net.Due(pushed, b, nt.staged, x.Len))
-		}
-		nt.add(x.Off+x.Head(), x.Net)
-		pc.add(x.Off+x.Len-x.PCIe, x.PCIe)
 	}
 }
 

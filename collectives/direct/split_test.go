@@ -7,14 +7,33 @@ import (
 	"testing"
 
 	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/fabric/linkshare"
+	"github.com/flexlink/flexlink/fabric/netshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 )
 
 const MiB = 1 << 20
 
+// The tests split over the plane's two shares as fabric/shares lists
+// them: the PCIe share (the tail of each push), then the net share riding
+// with it (the bytes before).
+const tPCIe, tNet = 0, 1
+
+// twoShares is their specs (linkshare.Spec, as pcieshare's and netshare's
+// Spec give them) with the balancer's fractions.
+func twoShares(staging, minSlot, netMinPart int) []linkshare.Spec {
+	return []linkshare.Spec{
+		{Fixed: -1, Max: pcie.MaxShare, Staging: staging, MinSlot: minSlot},
+		{Fixed: -1, MinPart: netMinPart, Max: netshare.MaxShare, Staging: staging, MinSlot: minSlot, Rides: true},
+	}
+}
+
+// cut is a push's parts: pc bytes over PCIe, nt over net.
+func cut(pc, nt int) [maxShares]int { return [maxShares]int{tPCIe: pc, tNet: nt} }
+
 // fixedShares is a balancer that gives every pair the same fractions.
 func fixedShares(pc, nt float64) sharesFunc {
-	return func(int, int) (float64, float64) { return pc, nt }
+	return func(k, _, _ int) float64 { return [2]float64{tPCIe: pc, tNet: nt}[k] }
 }
 
 // TestPlanCallGolden: the split of calls worked out by hand (each case's
@@ -22,11 +41,11 @@ func fixedShares(pc, nt float64) sharesFunc {
 // do not, fixed and balancer shares, the net floor, a staging smaller than
 // the part, and the staging table's entry limit.
 func TestPlanCallGolden(t *testing.T) {
-	pcieOnly := []pairLinks{{}, {PCIe: true}}
-	both := []pairLinks{{}, {PCIe: true, Net: true}}
+	pcieOnly := []pairLinks{{}, {tPCIe: true}}
+	both := []pairLinks{{}, {tPCIe: true, tNet: true}}
 	base := func(k plane.Kind, count, me int) splitIn {
 		return splitIn{Kind: k, Count: count, Size: 4, N: 2, Me: me, ARMode: "read", ChunkMax: 64 * MiB,
-			Links: pcieOnly, Staging: 64 * MiB, MinSlot: 2 * MiB, NetMinPart: 32 * MiB, PCIeFixed: -1, NetFixed: -1}
+			Links: pcieOnly, Shares: twoShares(64*MiB, 2*MiB, 32*MiB)}
 	}
 	with := func(in splitIn, f func(*splitIn)) splitIn { f(&in); return in }
 	type peerWant struct {
@@ -45,47 +64,51 @@ func TestPlanCallGolden(t *testing.T) {
 			// B = 4 MiB; PCIe 1/4 of it: 1 MiB in one slot of 1 MiB
 			// (64 KiB per slot would do, but slots are at least
 			// min(MinSlot, part)); cap 16 slots = 16 MiB.
-			name: "allgather rank 0, fixed quarter", in: with(base(plane.AllGather, MiB, 0), func(in *splitIn) { in.PCIeFixed = 0.25 }),
+			name: "allgather rank 0, fixed quarter", in: with(base(plane.AllGather, MiB, 0), func(in *splitIn) { in.Shares[tPCIe].Fixed = 0.25 }),
 			bytes: 4 * MiB,
-			to:    map[int]peerWant{1: {pcie: pcie.Plan{Bytes: MiB, Cap: 16 * MiB, SlotBytes: MiB}, pushes: []pushPart{{Off: 0, Len: 4 * MiB, PCIe: MiB}}}},
+			to:    map[int]peerWant{1: {pcie: pcie.Plan{Bytes: MiB, Cap: 16 * MiB, SlotBytes: MiB}, pushes: []pushPart{{Off: 0, Len: 4 * MiB, Parts: cut(MiB, 0)}}}},
 		},
 		{
 			// The same from rank 1: its block lands at 4 MiB of rank 0's recv.
-			name: "allgather rank 1, balancer quarter", in: with(base(plane.AllGather, MiB, 1), func(in *splitIn) { in.Links = []pairLinks{{PCIe: true}, {}} }), shares: fixedShares(0.25, 0),
+			name: "allgather rank 1, balancer quarter", in: with(base(plane.AllGather, MiB, 1), func(in *splitIn) { in.Links = []pairLinks{{tPCIe: true}, {}} }), shares: fixedShares(0.25, 0),
 			bytes: 4 * MiB,
-			to:    map[int]peerWant{0: {pcie: pcie.Plan{Bytes: MiB, Cap: 16 * MiB, SlotBytes: MiB}, pushes: []pushPart{{Off: 4 * MiB, Len: 4 * MiB, PCIe: MiB}}}},
+			to:    map[int]peerWant{0: {pcie: pcie.Plan{Bytes: MiB, Cap: 16 * MiB, SlotBytes: MiB}, pushes: []pushPart{{Off: 4 * MiB, Len: 4 * MiB, Parts: cut(MiB, 0)}}}},
 		},
 		{
 			// Pulls push nothing.
-			name: "allgather pulled", in: with(base(plane.AllGather, MiB, 0), func(in *splitIn) { in.Pull = true; in.PCIeFixed = 0.25 }),
+			name: "allgather pulled", in: with(base(plane.AllGather, MiB, 0), func(in *splitIn) { in.Pull = true; in.Shares[tPCIe].Fixed = 0.25 }),
 		},
 		{
 			// (N-1)·4000 bytes < fanOutMin: the pushes stay on the caller's stream.
-			name: "alltoall small", in: with(base(plane.AllToAll, 1000, 0), func(in *splitIn) { in.PCIeFixed = 0.25 }),
+			name: "alltoall small", in: with(base(plane.AllToAll, 1000, 0), func(in *splitIn) { in.Shares[tPCIe].Fixed = 0.25 }),
 		},
 		{
 			// Rank 1's block: elements [4Mi, 8Mi) = 16 MiB; chunk
 			// min(4 MiB, max(16 MiB/8, 1 MiB)) = 2 MiB: 8 pushes. PCIe half:
 			// 8 MiB in slots of max(8 MiB/16, 2 MiB) = 2 MiB, cap 32 MiB;
 			// each push's running total gives it 1 MiB.
-			name: "read allreduce piped, half", in: with(base(plane.AllReduce, 8<<20, 1), func(in *splitIn) { in.ChunkMax = 4 * MiB; in.PCIeFixed = 0.5; in.Links = []pairLinks{{PCIe: true}, {}} }),
+			name: "read allreduce piped, half", in: with(base(plane.AllReduce, 8<<20, 1), func(in *splitIn) {
+				in.ChunkMax = 4 * MiB
+				in.Shares[tPCIe].Fixed = 0.5
+				in.Links = []pairLinks{{tPCIe: true}, {}}
+			}),
 			bytes: 16 * MiB,
 			to: map[int]peerWant{0: {pcie: pcie.Plan{Bytes: 8 * MiB, Cap: 32 * MiB, SlotBytes: 2 * MiB}, pushes: func() (out []pushPart) {
 				for k := range 8 {
-					out = append(out, pushPart{Off: 16*MiB + k*2*MiB, Len: 2 * MiB, PCIe: MiB})
+					out = append(out, pushPart{Off: 16*MiB + k*2*MiB, Len: 2 * MiB, Parts: cut(MiB, 0)})
 				}
 				return out
 			}()}},
 		},
 		{
 			// One chunk holds the whole block: not piped, nothing split.
-			name: "read allreduce one chunk", in: with(base(plane.AllReduce, 1<<20, 0), func(in *splitIn) { in.PCIeFixed = 0.5 }),
+			name: "read allreduce one chunk", in: with(base(plane.AllReduce, 1<<20, 0), func(in *splitIn) { in.Shares[tPCIe].Fixed = 0.5 }),
 		},
 		{
 			// FLEXLINK_GPU_ALLREDUCE=push: the push allreduce, NVLink only.
 			// Block 2 MiB = 512Ki elements; chunk min(16 MiB, max(256 KiB,
 			// 4 MiB)) = 4 MiB = 1Mi elements, one chunk per block.
-			name: "push allreduce", in: with(base(plane.AllReduce, 1<<20, 0), func(in *splitIn) { in.ARMode = "push"; in.ChunkMax = 16 * MiB; in.PCIeFixed = 0.5 }),
+			name: "push allreduce", in: with(base(plane.AllReduce, 1<<20, 0), func(in *splitIn) { in.ARMode = "push"; in.ChunkMax = 16 * MiB; in.Shares[tPCIe].Fixed = 0.5 }),
 			push: pushGeom{ok: true, per: 512 << 10, ce: 1 << 20},
 		},
 		{
@@ -105,12 +128,12 @@ func TestPlanCallGolden(t *testing.T) {
 			// PCIe 0.2 and net 0.1 of 4 MiB, pages: 204 (835584 B) and 102
 			// (417792 B). PCIe slot max(53248, min(2 MiB, part)) = the part.
 			// The push: pcie tail 835584, net before it 417792, head the rest.
-			name: "pcie and net from the balancer", in: with(base(plane.AllToAll, MiB, 0), func(in *splitIn) { in.Links = both; in.NetMinPart = 0 }),
+			name: "pcie and net from the balancer", in: with(base(plane.AllToAll, MiB, 0), func(in *splitIn) { in.Links = both; in.Shares[tNet].MinPart = 0 }),
 			shares: fixedShares(0.2, 0.1), bytes: 4 * MiB,
 			to: map[int]peerWant{1: {
 				pcie:   pcie.Plan{Bytes: 835584, Cap: 16 * 835584, SlotBytes: 835584},
 				net:    pcie.Plan{Bytes: 417792, Cap: 16 * 417792, SlotBytes: 417792},
-				pushes: []pushPart{{Off: 0, Len: 4 * MiB, Net: 417792, PCIe: 835584}},
+				pushes: []pushPart{{Off: 0, Len: 4 * MiB, Parts: cut(835584, 417792)}},
 			}},
 		},
 		{
@@ -119,38 +142,45 @@ func TestPlanCallGolden(t *testing.T) {
 			shares: fixedShares(0.2, 0.1), bytes: 4 * MiB,
 			to: map[int]peerWant{1: {
 				pcie:   pcie.Plan{Bytes: 835584, Cap: 16 * 835584, SlotBytes: 835584},
-				pushes: []pushPart{{Off: 0, Len: 4 * MiB, PCIe: 835584}},
+				pushes: []pushPart{{Off: 0, Len: 4 * MiB, Parts: cut(835584, 0)}},
 			}},
 		},
 		{
 			// A fixed net share is not cut by the floor.
-			name: "fixed net share", in: with(base(plane.AllToAll, MiB, 0), func(in *splitIn) { in.Links = both; in.NetFixed = 0.1; in.PCIeFixed = 0 }),
+			name: "fixed net share", in: with(base(plane.AllToAll, MiB, 0), func(in *splitIn) { in.Links = both; in.Shares[tNet].Fixed = 0.1; in.Shares[tPCIe].Fixed = 0 }),
 			bytes: 4 * MiB,
 			to: map[int]peerWant{1: {
 				net:    pcie.Plan{Bytes: 417792, Cap: 16 * 417792, SlotBytes: 417792},
-				pushes: []pushPart{{Off: 0, Len: 4 * MiB, Net: 417792}},
+				pushes: []pushPart{{Off: 0, Len: 4 * MiB, Parts: cut(0, 417792)}},
 			}},
 		},
 		{
 			// Staging of 64 KiB under a 2 MiB part: the part is the staging,
 			// one slot of it.
-			name: "staging smaller than the part", in: with(base(plane.AllGather, MiB, 0), func(in *splitIn) { in.Staging = 64 << 10; in.PCIeFixed = 0.5 }),
+			name: "staging smaller than the part", in: with(base(plane.AllGather, MiB, 0), func(in *splitIn) {
+				in.Shares[tPCIe].Staging, in.Shares[tNet].Staging = 64<<10, 64<<10
+				in.Shares[tPCIe].Fixed = 0.5
+			}),
 			bytes: 4 * MiB,
 			to: map[int]peerWant{1: {pcie: pcie.Plan{Bytes: 64 << 10, Cap: 64 << 10, SlotBytes: 64 << 10},
-				pushes: []pushPart{{Off: 0, Len: 4 * MiB, PCIe: 64 << 10}}}},
+				pushes: []pushPart{{Off: 0, Len: 4 * MiB, Parts: cut(64<<10, 0)}}}},
 		},
 		{
 			// 256 pushes of 64 KiB, half to PCIe: 32 KiB each, separate
 			// table entries (the heads lie between); after pcieMaxSegs
 			// (128) entries the table is full and the rest stays on NVLink.
 			// Slots: max(8 MiB/16, min(4 KiB, 8 MiB)) = 512 KiB.
-			name: "staging table full", in: with(base(plane.AllReduce, 8<<20, 0), func(in *splitIn) { in.ChunkMax = 64 << 10; in.MinSlot = 4096; in.PCIeFixed = 0.5 }),
+			name: "staging table full", in: with(base(plane.AllReduce, 8<<20, 0), func(in *splitIn) {
+				in.ChunkMax = 64 << 10
+				in.Shares[tPCIe].MinSlot, in.Shares[tNet].MinSlot = 4096, 4096
+				in.Shares[tPCIe].Fixed = 0.5
+			}),
 			bytes: 16 * MiB,
 			to: map[int]peerWant{1: {pcie: pcie.Plan{Bytes: 8 * MiB, Cap: 8 * MiB, SlotBytes: 512 << 10}, pushes: func() (out []pushPart) {
 				for k := range 256 {
 					x := pushPart{Off: k << 16, Len: 64 << 10}
 					if k < pcieMaxSegs {
-						x.PCIe = 32 << 10
+						x.Parts[tPCIe] = 32 << 10
 					}
 					out = append(out, x)
 				}
@@ -160,18 +190,18 @@ func TestPlanCallGolden(t *testing.T) {
 		{
 			// Three ranks, rank 2 has no staged link: its push is all NVLink.
 			name: "three ranks, one pair nvlink only", in: with(base(plane.AllToAll, MiB, 0), func(in *splitIn) {
-				in.N, in.Links, in.PCIeFixed = 3, []pairLinks{{}, {PCIe: true}, {}}, 0.25
+				in.N, in.Links, in.Shares[tPCIe].Fixed = 3, []pairLinks{{}, {tPCIe: true}, {}}, 0.25
 			}),
 			bytes: 4 * MiB,
 			to: map[int]peerWant{
-				1: {pcie: pcie.Plan{Bytes: MiB, Cap: 16 * MiB, SlotBytes: MiB}, pushes: []pushPart{{Off: 0, Len: 4 * MiB, PCIe: MiB}}},
+				1: {pcie: pcie.Plan{Bytes: MiB, Cap: 16 * MiB, SlotBytes: MiB}, pushes: []pushPart{{Off: 0, Len: 4 * MiB, Parts: cut(MiB, 0)}}},
 				2: {pushes: []pushPart{{Off: 0, Len: 4 * MiB}}},
 			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := 0
-			shares := func(j, b int) (float64, float64) {
+			shares := func(k, j, b int) float64 {
 				asked++
 				if tc.shares == nil {
 					t.Fatalf("the balancer was asked (peer %d, %d bytes) though the shares are fixed", j, b)
@@ -179,7 +209,7 @@ func TestPlanCallGolden(t *testing.T) {
 				if b != tc.bytes {
 					t.Errorf("the balancer was asked about %d bytes, the call pushes %d", b, tc.bytes)
 				}
-				return tc.shares(j, b)
+				return tc.shares(k, j, b)
 			}
 			got := planCall(tc.in, shares)
 			if got.Bytes != tc.bytes || got.Push != tc.push {
@@ -191,13 +221,13 @@ func TestPlanCallGolden(t *testing.T) {
 			for j, ps := range got.To {
 				w, ok := tc.to[j]
 				if !ok {
-					if ps.PCIe != (pcie.Plan{}) || ps.Net != (pcie.Plan{}) || len(ps.Pushes) != 0 {
+					if ps.Parts != ([maxShares]pcie.Plan{}) || len(ps.Pushes) != 0 {
 						t.Errorf("peer %d: %+v, want nothing", j, ps)
 					}
 					continue
 				}
-				if ps.PCIe != w.pcie || ps.Net != w.net {
-					t.Errorf("peer %d: pcie %+v net %+v, want %+v %+v", j, ps.PCIe, ps.Net, w.pcie, w.net)
+				if ps.Parts != [maxShares]pcie.Plan{tPCIe: w.pcie, tNet: w.net} {
+					t.Errorf("peer %d: parts %+v, want pcie %+v net %+v", j, ps.Parts, w.pcie, w.net)
 				}
 				if !reflect.DeepEqual(ps.Pushes, w.pushes) {
 					t.Errorf("peer %d: pushes\n%v\nwant\n%v", j, ps.Pushes, w.pushes)
@@ -221,12 +251,11 @@ func TestPlanCallAddsUp(t *testing.T) {
 	for i := range 400 {
 		in := splitIn{Kind: kinds[rng.Intn(len(kinds))], Count: 1 + rng.Intn(16<<20), Size: 1 << rng.Intn(4),
 			N: 2 + rng.Intn(4), ARMode: "read", ChunkMax: 64<<10 + rng.Intn(32*MiB),
-			Staging: 4096 * (8 + rng.Intn(32<<10)), MinSlot: 4096 << rng.Intn(10), NetMinPart: 0,
-			PCIeFixed: -1, NetFixed: -1}
+			Shares: twoShares(4096*(8+rng.Intn(32<<10)), 4096<<rng.Intn(10), 0)}
 		in.Me = rng.Intn(in.N)
 		in.Links = make([]pairLinks, in.N)
 		for j := range in.Links {
-			in.Links[j] = pairLinks{PCIe: rng.Intn(4) > 0, Net: rng.Intn(2) > 0}
+			in.Links[j] = pairLinks{tPCIe: rng.Intn(4) > 0, tNet: rng.Intn(2) > 0}
 		}
 		pc, nt := rng.Float64()*0.6, rng.Float64()*0.6
 		cp := planCall(in, fixedShares(pc, nt))
@@ -237,30 +266,31 @@ func TestPlanCallAddsUp(t *testing.T) {
 			}
 			total, pcs, nts := 0, 0, 0
 			for _, x := range ps.Pushes {
-				if x.Head() < 0 || x.PCIe < 0 || x.Net < 0 {
+				if x.Head() < 0 || x.Parts[tPCIe] < 0 || x.Parts[tNet] < 0 {
 					t.Fatalf("%s: peer %d: push %+v has negative parts", name, j, x)
 				}
-				total, pcs, nts = total+x.Len, pcs+x.PCIe, nts+x.Net
+				total, pcs, nts = total+x.Len, pcs+x.Parts[tPCIe], nts+x.Parts[tNet]
 			}
 			if total != cp.Bytes {
 				t.Fatalf("%s: peer %d: pushes carry %d bytes, B is %d", name, j, total, cp.Bytes)
 			}
-			if !in.Links[j].PCIe && pcs+nts != 0 || !in.Links[j].Net && nts != 0 {
+			if !in.Links[j][tPCIe] && pcs+nts != 0 || !in.Links[j][tNet] && nts != 0 {
 				t.Fatalf("%s: peer %d: staged parts on a pair without the link", name, j)
 			}
-			if pcs > ps.PCIe.Bytes || nts > ps.Net.Bytes {
-				t.Fatalf("%s: peer %d: parts %d pcie %d net beyond the plans %+v %+v", name, j, pcs, nts, ps.PCIe, ps.Net)
+			pp, np := ps.Parts[tPCIe], ps.Parts[tNet]
+			if pcs > pp.Bytes || nts > np.Bytes {
+				t.Fatalf("%s: peer %d: parts %d pcie %d net beyond the plans %+v %+v", name, j, pcs, nts, pp, np)
 			}
 			short := 0
 			if n := len(ps.Pushes); n > 1 {
 				short = ps.Pushes[n-1].Len
 			}
-			short1, short2 := ps.PCIe.Bytes-pcs, ps.Net.Bytes-nts
+			short1, short2 := pp.Bytes-pcs, np.Bytes-nts
 			if len(ps.Pushes) <= pcieMaxSegs && (short1 > 0 && short1 >= short || short2 > 0 && short2 >= short) {
-				t.Fatalf("%s: peer %d: parts %d pcie %d net fall short of the plans %+v %+v", name, j, pcs, nts, ps.PCIe, ps.Net)
+				t.Fatalf("%s: peer %d: parts %d pcie %d net fall short of the plans %+v %+v", name, j, pcs, nts, pp, np)
 			}
-			if ps.PCIe.Bytes > cp.Bytes/2 || ps.Net.Bytes > cp.Bytes/2 || ps.PCIe.Bytes > in.Staging {
-				t.Fatalf("%s: peer %d: plans %+v %+v beyond half of %d or the staging", name, j, ps.PCIe, ps.Net, cp.Bytes)
+			if pp.Bytes > cp.Bytes/2 || np.Bytes > cp.Bytes/2 || pp.Bytes > in.Shares[tPCIe].Staging {
+				t.Fatalf("%s: peer %d: plans %+v %+v beyond half of %d or the staging", name, j, pp, np, cp.Bytes)
 			}
 		}
 	}
@@ -270,13 +300,14 @@ func TestPlanCallAddsUp(t *testing.T) {
 // refused, so a wrong plan never stages wrong bytes.
 func TestSplitTake(t *testing.T) {
 	in := splitIn{Kind: plane.AllGather, Count: MiB, Size: 4, N: 3, Me: 1, ChunkMax: 64 * MiB,
-		Links: []pairLinks{{PCIe: true}, {}, {PCIe: true}}, Staging: 64 * MiB, MinSlot: 2 * MiB, PCIeFixed: 0.25, NetFixed: -1}
+		Links: []pairLinks{{tPCIe: true}, {}, {tPCIe: true}}, Shares: twoShares(64*MiB, 2*MiB, 0)}
+	in.Shares[tPCIe].Fixed = 0.25
 	cp := planCall(in, nil)
 	if _, err := cp.take(0, 0, 4*MiB); err == nil {
 		t.Fatal("a push at the wrong offset was taken")
 	}
 	x, err := cp.take(0, 4*MiB, 4*MiB)
-	if err != nil || x.PCIe != MiB || cp.To[0].pushed != 4*MiB {
+	if err != nil || x.Parts[tPCIe] != MiB || cp.To[0].pushed != 4*MiB {
 		t.Fatalf("take: %+v, %v, pushed %d", x, err, cp.To[0].pushed)
 	}
 	if _, err := cp.take(0, 4*MiB, 4*MiB); err == nil {

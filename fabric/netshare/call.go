@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/internal/errs"
@@ -14,10 +15,10 @@ import (
 // One call's net part, in the order the plane runs it (share.go says
 // what it is):
 //
-//	Begin          with the PCIe share's Begin: the net parts of the call's split
+//	Begin          after the PCIe share's Begin: the net parts of the call's split
 //	ReadyWords,    the net words of the ready messages: announcement and
 //	Ready          the report on the peer's last timed net part
-//	StartOn        the event after which H2D copies may write recv
+//	Start          the event after which H2D copies may write recv
 //	Stage          during the work: D2H into the staging
 //	Send           after the work: the wire and the H2D copies (wire.go)
 
@@ -30,7 +31,7 @@ const Words = 2 * 8
 // Begin takes the net parts of the call's split toward every peer, and
 // logs each share at INFO once per size class and again
 // when it moves by half a percent (as the PCIe share's log).
-func (x *Share) Begin(peers []int, p Plan) {
+func (x *Share) Begin(peers []int, _ uint64, p linkshare.Plan) {
 	if x == nil {
 		return
 	}
@@ -41,7 +42,7 @@ func (x *Share) Begin(peers []int, p Plan) {
 		if nt == nil {
 			continue
 		}
-		pl := p.Net(j)
+		pl := p.Part(j)
 		if b == 0 {
 			pl = pcie.Plan{}
 		}
@@ -86,22 +87,29 @@ func (x *Share) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 }
 
 // The net part's wire does its work in Send (wire.go): it seals
-// its parts there, and its receives end there too.
+// its parts there, and its receives end there too; its tables travel on
+// its own connections, not in the done messages.
 func (x *Share) Probe() error                                            { return nil }
 func (x *Share) Complete(*gpu.Stream) error                              { return nil }
 func (x *Share) Receive(*gpu.Stream, *gpu.Buffer, [][]byte, []int) error { return nil }
+func (x *Share) DoneLen(int) int                                         { return 0 }
+func (x *Share) DoneMessage(_ int, _ uint64, b []byte) []byte            { return b }
+
+// Words is the length of the net words of a ready message.
+func (x *Share) Words() int { return Words }
 
 // ReadyWords writes the net words of this rank's ready message to peer j:
-// the announcement of a net part and ns, this rank's report on j's last
-// timed net part (from the pair's probe, fabric/pcieshare).
-func (x *Share) ReadyWords(j int, w []byte, ns uint64) {
+// the announcement of a net part and this rank's report on j's last timed
+// net part (from the pair's probe: the PCIe share's ReadyWords, which runs
+// first, keeps it).
+func (x *Share) ReadyWords(j int, w []byte) {
 	if x == nil {
 		return
 	}
 	if nt := x.tx[j]; nt != nil && nt.Planned() {
 		binary.LittleEndian.PutUint64(w[0:], 1)
 	}
-	binary.LittleEndian.PutUint64(w[8:], ns)
+	binary.LittleEndian.PutUint64(w[8:], x.PCIe.RiderReport(j))
 }
 
 // Ready reads the net words of peer j's ready message w: whether a net
@@ -124,10 +132,10 @@ func (x *Share) Ready(j int, w []byte) error {
 	return nil
 }
 
-// StartOn records, on s (which now waits on every peer's ready event), the
+// Start records, on s (which now waits on every peer's ready event), the
 // event after which the H2D copies of this call's net parts may write into
 // this rank's recv buffer, when some peer announced one.
-func (x *Share) StartOn(s *gpu.Stream, peers []int) error {
+func (x *Share) Start(s *gpu.Stream, peers []int) error {
 	if x == nil {
 		return nil
 	}

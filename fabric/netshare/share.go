@@ -24,6 +24,10 @@
 //   - the plane's ready message: Words more bytes, the announcement of a
 //     net part and the net report (ReadyWords, Ready).
 //
+// The plane drives it through fabric/linkshare's Share, as every share;
+// fabric/shares puts it second in the list, after the PCIe share, so its
+// part of a push is the bytes just before the PCIe tail.
+//
 // A pair has a net part only where it has PCIe staging (the planner and
 // the probe live there), so FLEXLINK_LINKS must name nvlink and pcie with
 // net.
@@ -80,6 +84,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/hello"
 	"github.com/flexlink/flexlink/fabric/pcie"
@@ -92,7 +97,7 @@ import (
 // Share is one rank's net share: its sending and receiving sides toward
 // every peer whose pair has PCIe staging, the NIC's provider, and the
 // running call's part. A nil *Share is the share off: BlobBytes, Offer,
-// Open, Begin, ReadyWords, Ready, StartOn, Has and Close accept it.
+// Open, Begin, ReadyWords, Ready, Start, Has and Close accept it.
 type Share struct {
 	Config
 	// MinPart is the smallest part a balancer share may give (the split
@@ -101,7 +106,7 @@ type Share struct {
 
 	tx    []*txSide         // by peer: this rank's sending side (nil: none)
 	rx    []*rxSide         // by peer: this rank's receiving side
-	plan  Plan              // this call's split (Begin)
+	plan  linkshare.Plan    // this call's split (Begin)
 	prov  net.Provider      // the NIC's provider (Offer)
 	nic   int               // the provider's device the share sends from
 	lis   []*hello.Listener // by peer, during setup only
@@ -156,13 +161,8 @@ func New(cfg Config) *Share {
 	return &Share{Config: cfg, MinPart: DefaultMinPart, tx: make([]*txSide, cfg.N), rx: make([]*rxSide, cfg.N)}
 }
 
-// Plan is one call's split as the share reads it (the plane's per-call
-// split).
-type Plan interface {
-	Bytes() int             // B: bytes pushed to each peer over the copy lanes (0: none)
-	Net(peer int) pcie.Plan // the net part toward peer
-	Pushed(peer int) int    // bytes the call's pushes have carried toward peer so far
-}
+// Kind is the share's link: net.
+func (x *Share) Kind() fabric.Kind { return fabric.KindNet }
 
 // Has reports whether this rank sends a net part toward peer j (its pair
 // has one).
@@ -234,8 +234,24 @@ const (
 	MaxShare       = pcie.MaxShare // a net part never exceeds half a push
 )
 
-// Spec is the net link's prior for the pairs' planners (after Offer).
-func (x *Share) Spec() balance.LinkSpec {
+// Spec is how the plane's split sizes the net parts: they ride with the
+// PCIe pairs (whose smallest slot they share).
+func (x *Share) Spec() linkshare.Spec {
+	return linkshare.Spec{Fixed: x.Fixed, MinPart: x.MinPart, Max: MaxShare, Staging: x.Staging, MinSlot: x.PCIe.MinSlot, Rides: true}
+}
+
+// Settle has nothing to feed back: the pairs' probes are the PCIe share's.
+func (x *Share) Settle([]int) {}
+
+// Fraction is the pair planner's net fraction of a push of b bytes toward
+// peer j (the PCIe pair's planner, whose third link this is).
+func (x *Share) Fraction(j, b int) float64 {
+	_, f := x.PCIe.Shares(j, b)
+	return f
+}
+
+// LinkSpec is the net link's prior for the pairs' planners (after Offer).
+func (x *Share) LinkSpec() balance.LinkSpec {
 	bw, lat := PriorBW, priorLat
 	if d := x.prov.Devices()[x.nic]; d.Speed > 0 {
 		bw = d.Speed
@@ -308,7 +324,7 @@ func Hello(secret []byte, jobID string, id uint64) hello.Config {
 // dropped; see "Who may connect"). A connection is usable before it is
 // accepted, so no rank waits for another's order. blobs[r] is rank r's
 // part of the exchange.
-func (x *Share) Open(ctx context.Context, blobs [][]byte) (err error) {
+func (x *Share) Open(ctx context.Context, blobs [][]byte, _ linkshare.Open) (err error) {
 	if x == nil {
 		return nil
 	}

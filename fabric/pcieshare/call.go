@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/internal/errs"
@@ -14,10 +15,10 @@ import (
 // why it is safe):
 //
 //	Settle         feed back finished probes (before the split is planned)
-//	Shares         the pair planners' shares, for the plane's split
+//	Fraction       the pair planners' shares, for the plane's split
 //	Begin          take each peer's part of the split (before the ready message)
 //	ReadyWords     announce it in the ready message
-//	Ready          read the peers' announcements; start timings
+//	Ready, Start   read the peers' announcements; start timings
 //	Stage          during the work: a push's tail staged D2H
 //	Probe          as the work joins the lanes: time the timed pushes' lanes
 //	Complete       after the work: record the last slot, join the D2H streams
@@ -32,14 +33,6 @@ import (
 // (sequence number, nanoseconds).
 const Words = 4 * 8
 
-// Plan is one call's split as the share reads it (the plane's per-call
-// split, computed once before Begin).
-type Plan interface {
-	Bytes() int                                 // B: bytes pushed to each peer over the copy lanes (0: none)
-	PCIe(peer int) (part pcie.Plan, rider bool) // the PCIe part toward peer; whether the rider has one
-	Pushed(peer int) int                        // bytes the call's pushes have carried toward peer so far
-}
-
 // Settle, before a call's split is planned, feeds back every finished
 // probe toward the call's peers, so the shares the split asks for see it.
 func (x *Share) Settle(peers []int) {
@@ -48,6 +41,13 @@ func (x *Share) Settle(peers []int) {
 			x.probeSettle(t)
 		}
 	}
+}
+
+// Fraction is the pair planner's PCIe fraction of a push of b bytes
+// toward peer j.
+func (x *Share) Fraction(j, b int) float64 {
+	pc, _ := x.Shares(j, b)
+	return pc
 }
 
 // Shares is the pair planner's PCIe and rider fractions of a push of b
@@ -66,7 +66,7 @@ func (x *Share) Shares(j, b int) (pc, rider float64) {
 
 // Begin takes call's split toward every peer: the sizes of the PCIe
 // parts, the probes armed and the shares logged.
-func (x *Share) Begin(peers []int, call uint64, p Plan) {
+func (x *Share) Begin(peers []int, call uint64, p linkshare.Plan) {
 	x.call, x.plan = call, p
 	if x.tx == nil {
 		return
@@ -77,7 +77,7 @@ func (x *Share) Begin(peers []int, call uint64, p Plan) {
 		if t == nil {
 			continue
 		}
-		pl, rider := p.PCIe(j)
+		pl, split := p.Part(j), p.Split(j)
 		if b == 0 {
 			pl = pcie.Plan{}
 		}
@@ -85,7 +85,7 @@ func (x *Share) Begin(peers []int, call uint64, p Plan) {
 		if b == 0 {
 			continue
 		}
-		x.probeArm(t, rider)
+		x.probeArm(t, split)
 		if pl.Bytes > 0 || b >= t.Planner.Threshold() {
 			by := "FLEXLINK_PCIE_SHARE"
 			if x.Fixed < 0 {
@@ -96,11 +96,14 @@ func (x *Share) Begin(peers []int, call uint64, p Plan) {
 	}
 }
 
+// Words is the length of the share's words in a ready message.
+func (x *Share) Words() int { return Words }
+
 // ReadyWords writes the share's words (Words) of this rank's ready message
 // to peer j: announce, timed-push sequence number, and the report on j's
-// last timed push to this rank. It returns the report's rider part (ns),
-// which the rider's words carry.
-func (x *Share) ReadyWords(j int, w []byte) (riderNs uint64) {
+// last timed push to this rank. The report's rider part (ns) is kept for
+// the rider's words (RiderReport).
+func (x *Share) ReadyWords(j int, w []byte) {
 	le := binary.LittleEndian
 	t := x.Tx(j)
 	if t != nil && t.part.Plan.Bytes > 0 {
@@ -113,18 +116,34 @@ func (x *Share) ReadyWords(j int, w []byte) (riderNs uint64) {
 		seq, ns, rns := x.probeReport(r)
 		le.PutUint64(w[16:], seq)
 		le.PutUint64(w[24:], ns)
-		riderNs = rns
+		r.riderNs = rns
 	}
-	return riderNs
 }
 
-// Ready reads the share's words of the peers' ready messages (words(j):
-// peer j's) and, on s (which now waits on every peer's ready event),
-// starts this call's timings. The rider reads its words first.
-func (x *Share) Ready(s *gpu.Stream, peers []int, words func(j int) []byte) error {
+// RiderReport is this rank's report on peer j's last timed rider part
+// (ns), which the rider's words of the ready message to j carry: set by
+// ReadyWords, which runs first.
+func (x *Share) RiderReport(j int) uint64 {
+	if r := x.Rx(j); r != nil {
+		return r.riderNs
+	}
+	return 0
+}
+
+// Ready keeps the share's words of peer j's ready message for Start,
+// which reads them once the rider has read its own.
+func (x *Share) Ready(j int, w []byte) error {
+	x.words[j] = w
+	return nil
+}
+
+// Start reads the share's words of the peers' ready messages (Ready) and,
+// on s (which now waits on every peer's ready event), starts this call's
+// timings.
+func (x *Share) Start(s *gpu.Stream, peers []int) error {
 	le := binary.LittleEndian
 	for _, j := range peers {
-		w := words(j)
+		w := x.words[j]
 		r := x.Rx(j)
 		if r == nil {
 			if le.Uint64(w) != 0 {
@@ -247,18 +266,20 @@ func (x *Share) Complete(s *gpu.Stream) error {
 // messages (DoneMessage), after which the receivers read the staging.
 func (x *Share) Send(context.Context, *gpu.Stream, *gpu.Buffer, []int) error { return nil }
 
-// DoneMessage appends this rank's done message to peer j to b: the call
-// number and, when this rank announced a PCIe part to j, the staging
-// table: slot size, entries, then (offset in j's recv, length) per entry,
-// padded to pcie.MaxSegs entries so that j, which knows only that a table
-// comes, can post its receive with the exact length.
+// DoneMessage appends the share's part of this rank's done message to
+// peer j to b: when this rank announced a PCIe part to j, the staging
+// table: call number, slot size, entries, then (offset in j's recv,
+// length) per entry, padded to pcie.MaxSegs entries so that j, which knows
+// only that a table comes, can post its receive with the exact length;
+// nothing otherwise.
 func (x *Share) DoneMessage(j int, call uint64, b []byte) []byte {
 	t := x.Tx(j)
 	if t == nil || t.part.Plan.Bytes == 0 {
-		return binary.LittleEndian.AppendUint64(b, call)
+		return b
 	}
+	at := len(b)
 	b = pcie.AppendTable(b, call, t.part.Plan.SlotBytes, t.part.Segs)
-	return append(b, make([]byte, pcie.TableBytes-len(b))...)
+	return append(b, make([]byte, at+pcie.TableBytes-len(b))...)
 }
 
 // The receiving side of a call's PCIe share: the done message's length,
@@ -266,13 +287,14 @@ func (x *Share) DoneMessage(j int, call uint64, b []byte) []byte {
 // buffers, each slot after the sender's slot event (share.go says why
 // that is enough).
 
-// DoneLen is the length of peer j's done message to this rank: its call
-// number, plus the staging table when it announced one.
+// DoneLen is the length of the share's part of peer j's done message to
+// this rank: the staging table when it announced one (after the plane's
+// call number).
 func (x *Share) DoneLen(j int) int {
 	if r := x.Rx(j); r != nil && r.expect {
 		return pcie.TableBytes
 	}
-	return 8
+	return 0
 }
 
 // Receive, after the done handshake, copies every announced PCIe part out

@@ -8,14 +8,15 @@
 // (DESIGN.md).
 //
 // The plane (collectives/direct) decides which bytes of each push go here
-// (its per-call split) and drives one call through the share's small
-// interface: Begin (the call's split), Stage (a push's PCIe part, D2H),
-// Complete (after the work: the last slot recorded, the D2H joined), Send
-// (nothing: the staging table rides in the plane's done message),
-// Receive (after the done handshake: H2D out of the peers' staging) and
-// Probe (timing the NVLink lanes of timed pushes). The ready and done
-// messages carry the share's words (ReadyWords, Ready, DoneMessage,
-// DoneLen); the plane moves them.
+// (its per-call split) and drives the share through fabric/linkshare's
+// Share, like every share: Begin (the call's split), Stage (a push's PCIe
+// part, D2H), Complete (after the work: the last slot recorded, the D2H
+// joined), Send (nothing: the staging table rides in the plane's done
+// message), Receive (after the done handshake: H2D out of the peers'
+// staging) and Probe (timing the NVLink lanes of timed pushes). The ready
+// and done messages carry the share's words (ReadyWords, Ready,
+// DoneMessage, DoneLen); the plane moves them. It is the first share of
+// fabric/shares' list: it takes the tail of each push.
 //
 // # Staging (fabric/pcie)
 //
@@ -94,6 +95,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 )
@@ -121,21 +123,11 @@ type Settings struct {
 	CacheDir string  // profile cache ("": none)
 }
 
-// Lanes is the copy lanes toward one peer as the probes time them
-// (fabric/nvlink.Lanes).
-type Lanes interface {
-	Len() int
-	Used(k int) bool
-	Stream(k int) *gpu.Stream
-}
+// Lanes is the copy lanes toward one peer as the probes time them.
+type Lanes = linkshare.Lanes
 
-// Trace is one record (Wait false) or wait of a slot event: Owner's
-// event toward To, in the sender's call Call.
-type Trace struct {
-	Owner, To, Slot int
-	Call            uint64
-	Wait            bool
-}
+// Trace is one record (Wait false) or wait of a slot event.
+type Trace = linkshare.Trace
 
 // Config is what New needs.
 type Config struct {
@@ -147,14 +139,18 @@ type Config struct {
 	Lanes     func(peer int) Lanes // the lanes toward peer
 	Count     func(bytes int)      // PCIe bytes staged (the plane's link counts)
 	Trace     func(Trace)          // nil: none
+	// Rider is the link of the share riding with the pairs (nil, or
+	// returning nil: none), asked in Open, after every share's Offer.
+	Rider func() *balance.LinkSpec
 }
 
 // Share is one rank's PCIe share: its sending and receiving sides toward
 // every peer and the running call's part.
 type Share struct {
 	Config
-	call uint64 // this call's number (Begin), for the trace
-	plan Plan   // this call's split (Begin)
+	call  uint64         // this call's number (Begin), for the trace
+	plan  linkshare.Plan // this call's split (Begin)
+	words [][]byte       // by peer: its words of this call's ready message (Ready, read in Start)
 
 	tx []*Tx // by peer: this rank sending to it (nil: no PCIe toward it)
 	rx []*Rx // by peer: this rank receiving from it
@@ -169,7 +165,7 @@ type Share struct {
 }
 
 // New makes the share; Offer and Open set its pairs up.
-func New(cfg Config) *Share { return &Share{Config: cfg} }
+func New(cfg Config) *Share { return &Share{Config: cfg, words: make([][]byte, cfg.N)} }
 
 // Tx is this rank's sending side toward one peer.
 type Tx struct {
@@ -190,6 +186,7 @@ type Rx struct {
 	*pcie.Rx         // the peer's staging buffer mapped here, H2D stream, join and slot events
 	Rider    RxRider // the rider's part from the peer; nil: none
 	expect   bool    // this call's done message carries a staging table
+	riderNs  uint64  // the report on the peer's last timed rider part (ReadyWords; RiderReport)
 	probe    rxProbe
 }
 
@@ -252,6 +249,17 @@ const (
 
 // On reports whether some pair has PCIe staging.
 func (x *Share) On() bool { return x.tx != nil }
+
+// Kind is the share's link: pcie.
+func (x *Share) Kind() fabric.Kind { return fabric.KindPCIe }
+
+// Has reports whether the pair toward peer j has PCIe staging.
+func (x *Share) Has(j int) bool { return x.Tx(j) != nil }
+
+// Spec is how the plane's split sizes the PCIe parts.
+func (x *Share) Spec() linkshare.Spec {
+	return linkshare.Spec{Fixed: x.Fixed, Max: pcie.MaxShare, Staging: x.Staging, MinSlot: x.MinSlot}
+}
 
 // Tx is the sending side toward peer j (nil: none).
 func (x *Share) Tx(j int) *Tx {
@@ -331,13 +339,13 @@ func CloseEvents(evs []*gpu.Event, err error) error {
 
 // BlobBytes is one rank's part of the plane's setup exchange: per rank,
 // the reference of the staging buffer toward it and its slot events.
-func BlobBytes(n int) int { return n * pcie.RefBytes }
+func (x *Share) BlobBytes() int { return x.N * pcie.RefBytes }
 
 // Offer creates a staging buffer, a copy stream and slot events toward
 // every peer and writes their references into b. A staging buffer that
 // cannot be made (memfd, mapping or registration refused) only takes that
 // pair's PCIe share away: its reference stays zero.
-func (x *Share) Offer(b []byte) error {
+func (x *Share) Offer(_ context.Context, b []byte) error {
 	if x.Staging == 0 {
 		return nil
 	}
@@ -362,17 +370,14 @@ func (x *Share) Offer(b []byte) error {
 	return nil
 }
 
-// Agree all-gathers every rank's mine (one byte per rank) into all, over
-// the host links (the plane's engine).
-type Agree func(ctx context.Context, mine, all []byte) error
-
 // Open maps every peer's staging buffer toward this rank and opens its
 // slot events (blobs[r] is rank r's part), then agrees with the peers
-// (agree) on which pairs use PCIe, and gives each such pair its planner,
-// with rider's link as its third when rider is not nil. It is collective
-// whenever some rank offered a staging buffer, which every rank sees
-// alike. bus[r] is rank r's GPU's PCI bus id (the profiles' key).
-func (x *Share) Open(ctx context.Context, blobs [][]byte, bus []string, agree Agree, rider *balance.LinkSpec) error {
+// (o.Agree) on which pairs use PCIe, and gives each such pair its planner,
+// with the rider's link (Config.Rider) as its third when there is one. It
+// is collective whenever some rank offered a staging buffer, which every
+// rank sees alike. o.Bus[r] is rank r's GPU's PCI bus id (the profiles'
+// key).
+func (x *Share) Open(ctx context.Context, blobs [][]byte, o linkshare.Open) error {
 	offered := false
 	for r, b := range blobs {
 		for j := 0; j < x.N; j++ {
@@ -401,8 +406,12 @@ func (x *Share) Open(ctx context.Context, blobs [][]byte, bus []string, agree Ag
 		x.rx[j], mask[j] = &Rx{Rx: rx}, 1
 	}
 	all := make([]byte, x.N*x.N)
-	if err := agree(ctx, mask, all); err != nil {
+	if err := o.Agree(ctx, mask, all); err != nil {
 		return fmt.Errorf("agree on pcie staging: %w", err)
+	}
+	var rider *balance.LinkSpec
+	if x.Rider != nil {
+		rider = x.Rider()
 	}
 	for j, t := range x.tx {
 		if t == nil {
@@ -418,7 +427,7 @@ func (x *Share) Open(ctx context.Context, blobs [][]byte, bus []string, agree Ag
 		if err := t.Mem.CloseFD(); err != nil {
 			return err
 		}
-		if err := x.plannerFor(t, bus, rider); err != nil {
+		if err := x.plannerFor(t, o.Bus, rider); err != nil {
 			return err
 		}
 	}

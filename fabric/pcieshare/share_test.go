@@ -8,12 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/fabric/internal/sharetest"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/flexlink/flexlink/fabric/linkshare"
 	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 	"github.com/flexlink/flexlink/internal/errs"
 )
+
+type testHost struct{}
+
+func (testHost) Log() hclog.Logger   { return hclog.NewNullLogger() }
+func (testHost) Host() string        { return "fakehost" }
+func (testHost) PeerHost(int) string { return "fakehost" }
 
 // onePlan is a split with B bytes and one PCIe part toward every peer.
 type onePlan struct {
@@ -22,9 +30,13 @@ type onePlan struct {
 	pushed int
 }
 
-func (p *onePlan) Bytes() int                 { return p.b }
-func (p *onePlan) PCIe(int) (pcie.Plan, bool) { return p.part, false }
-func (p *onePlan) Pushed(int) int             { return p.pushed }
+func (p *onePlan) Bytes() int         { return p.b }
+func (p *onePlan) Part(int) pcie.Plan { return p.part }
+func (p *onePlan) Split(int) bool     { return p.part.Bytes > 0 }
+func (p *onePlan) Pushed(int) int     { return p.pushed }
+
+// The PCIe share is a link share.
+var _ linkshare.Share = (*Share)(nil)
 
 // pair is two ranks' shares on two fake GPUs, set up as a plane does:
 // Offer, the references exchanged, Open with the masks all-gathered.
@@ -39,10 +51,45 @@ func pair(t *testing.T, staging int) (sh [2]*Share, devs [2]*gpu.Device, traces 
 	blobs := make([][]byte, 2)
 	for r := range 2 {
 		devs[r], _ = drv.Device(r)
-		sh[r] = New(Config{Settings: Settings{Staging: staging, Fixed: -1, MinSlot: 4096}, Host: sharetest.NewHost(), Dev: devs[r], N: 2, Me: r,
+		sh[r] = New(Config{Settings: Settings{Staging: staging, Fixed: -1, MinSlot: 4096}, Host: testHost{}, Dev: devs[r], N: 2, Me: r,
 			Trace: func(x Trace) { traces[r] = append(traces[r], x) }})
-		blobs[r] = make([]byte, BlobBytes(2))
-		if err := sh[r].Offer(blobs[r]); err != nil {
+		blobs[r] = make([]byte, sh[r].BlobBytes())
+		if err := sh[r].Offer(context.Background(), blobs[r]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	masks := make(chan []byte, 2)
+	all := [2]chan []byte{make(chan []byte, 1), make(chan []byte, 1)}
+	go func() { // the all-gather: rank r's mask at all[r*2:]
+		got := map[int][]byte{}
+		for len(got) < 2 {
+			m := <-masks
+			got[int(m[2])] = m[:2]
+		}
+		out := append(append([]byte(nil), got[0]...), got[1]...)
+		all[0] <- out
+		all[1] <- out
+	}()
+	errc := make(chan error, 2)
+	for r := range 2 {
+		go func() {
+			agree := func(ctx context.Context, mine, out []byte) error {
+				masks <- append(append([]byte(nil), mine...), byte(r))
+				select {
+				case a := <-all[r]:
+					copy(out, a)
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errc <- sh[r].Open(ctx, blobs, linkshare.Open{Bus: []string{"0000:01:00.0", "0000:02:00.0"}, Agree: agree})
+		}()
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,12 +97,6 @@ func pair(t *testing.T, staging int) (sh [2]*Share, devs [2]*gpu.Device, traces 
 		for _, s := range sh {
 			s.Close()
 		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	agree := sharetest.Agree(2)
-	sharetest.OnAll(t, 2, func(r int) error {
-		return sh[r].Open(ctx, blobs, []string{"0000:01:00.0", "0000:02:00.0"}, agree[r], nil)
 	})
 	return sh, devs, traces
 }
@@ -83,18 +124,41 @@ func TestShareCall(t *testing.T) {
 	w := [2][]byte{make([]byte, Words), make([]byte, Words)}
 	sh[0].ReadyWords(1, w[0])
 	sh[1].ReadyWords(0, w[1])
-	ss := sharetest.Streams(t, devs[0], devs[1])
-	s0, s1 := ss[0], ss[1]
-	if err := sh[0].Ready(s0, []int{1}, func(int) []byte { return w[1] }); err != nil {
+	s0, err := devs[0].NewStream()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sh[1].Ready(s1, []int{0}, func(int) []byte { return w[0] }); err != nil {
+	s1, err := devs[1].NewStream()
+	if err != nil {
 		t.Fatal(err)
+	}
+	for r, s := range []*gpu.Stream{s0, s1} {
+		if err := sh[r].Ready(1-r, w[1-r]); err != nil {
+			t.Fatal(err)
+		}
+		if err := sh[r].Start(s, []int{1 - r}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
-	want := sharetest.Pattern(b, 7, 3)
-	src := sharetest.Upload(t, devs[0], s0, want)
-	recv := sharetest.Upload(t, devs[1], s1, make([]byte, 2*b))
+	want := make([]byte, b)
+	for i := range want {
+		want[i] = byte(i*7 + 3)
+	}
+	src, err := devs[0].Alloc(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv, err := devs[1].Alloc(2 * b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s0.CopyHtoD(src, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.CopyHtoD(recv, make([]byte, 2*b)); err != nil {
+		t.Fatal(err)
+	}
 	// Two pushes of 128 KiB toward offset b of rank 1's recv, their tails
 	// (64 KiB each, what Plan.Due gives) staged.
 	for k := range 2 {
@@ -112,13 +176,16 @@ func TestShareCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := sh[0].DoneMessage(1, 1, nil)
-	if len(done) != sh[1].DoneLen(0) || sh[0].DoneLen(1) != 8 {
+	if len(done) != sh[1].DoneLen(0) || sh[0].DoneLen(1) != 0 {
 		t.Fatalf("done message of %d bytes, receiver expects %d (other way %d)", len(done), sh[1].DoneLen(0), sh[0].DoneLen(1))
 	}
 	if err := sh[1].Receive(s1, recv, [][]byte{done, nil}, []int{0}); err != nil {
 		t.Fatal(err)
 	}
-	got := sharetest.Download(t, s1, recv)
+	got := make([]byte, 2*b)
+	if err := s1.CopyDtoH(got, recv); err != nil {
+		t.Fatal(err)
+	}
 	exp := make([]byte, 2*b)
 	for k := range 2 {
 		lo := k*(b/2) + b/4

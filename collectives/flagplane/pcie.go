@@ -1,4 +1,4 @@
-package direct
+package flagplane
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/pcie"
 	"github.com/flexlink/flexlink/gpu"
 )
 
@@ -22,6 +23,12 @@ import (
 // and every block reports its time into a host-mapped array from which
 // rank 0 feeds the balancer how long each link took for its part (stage 2),
 // a few calls later, without waiting for the GPU.
+
+// The links' ids in rank 0's balancer.
+const (
+	linkNVLink = 0
+	linkPCIe   = 1
+)
 
 const (
 	flagPCIeFields = 7 // blocks, slot bytes, NVLink block cap, then the inbox reference (pid, fd, length, inode)
@@ -108,7 +115,7 @@ func (x *flagPCIe) plan(call uint64, count, sz int) gpu.FlagPCIe {
 			}
 		}
 	}
-	f = math.Min(f, pcieMaxShare)
+	f = math.Min(f, pcie.MaxShare)
 	unit := 256 / sz // the head stays a whole number of 256-byte chunks
 	head := count - int(f*float64(count))
 	head = min(count, (head+unit-1)/unit*unit)

@@ -1,4 +1,4 @@
-package direct
+package flagplane
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/collectives"
+	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric/pcieshare"
 	"github.com/flexlink/flexlink/gpu"
@@ -15,11 +16,30 @@ import (
 
 // Setting up the flag plane (flag.go): its settings, this rank's error
 // word and PCIe part, and the setup exchange that checks that every rank
-// has the same settings. The regions are made on first use (flag_lazy.go).
+// has the same settings. The regions are made on first use (lazy.go).
 
-// flagSettings reads the flag plane's settings for the ranks of pr; nil
-// when it is off.
-func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, error) {
+// Config holds the flag kernels' settings (-1: automatic, 0: off).
+type Config struct {
+	Bytes, CollBytes, OneShotBytes int           // FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES
+	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
+	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
+	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
+	// Enqueue: FLEXLINK_GPU_ENQUEUE=async: the flag kernels take every
+	// size of the collectives and two-rank send/recv they serve (as in a
+	// CUDA graph capture), so those calls never wait on the host.
+	Enqueue bool
+	// PerGPU is the most ranks of the plane on one GPU (direct.New sets it
+	// from the ranks' bus ids): their flag kernels split its SMs.
+	PerGPU int
+}
+
+// New is the flag plane of rank h.Rank() on dev with settings cfg; nil
+// when it is off (the settings, or more ranks than gpu.FlagMaxRanks).
+// captureOnly keeps it for calls captured in a CUDA graph (ranks that
+// share a GPU); count sees each finished eager call's bytes per link.
+// Setup and Open follow, inside the plane's setup exchange.
+func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func(nvlink, pcie int64)) (*Plane, error) {
+	pr := &peers{c: h, dev: dev, n: h.Size(), me: h.Rank()}
 	// -1 is each limit's automatic value; 0 turns the flag allreduce (and
 	// with it the plane) or the other collectives' kernels off.
 	var maxBytes, coll, oneShot int
@@ -56,7 +76,7 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 	// different GPUs that end up with different layouts turn the flag plane
 	// off (open).
 	blocks = min(blocks, max(1, pr.dev.Multiprocessors()/max(1, cfg.PerGPU)))
-	f := &flagPlane{peers: pr, stats: stats, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}}
+	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}}
 	f.holds.log = pr.c.Log().Warn
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
@@ -73,12 +93,13 @@ func flagSettings(pr *peers, cfg FlagConfig, stats *linkStats) (*flagPlane, erro
 	return f, nil
 }
 
-// setup makes this rank's error word, and its PCIe part's inbox when
+// Setup makes this rank's error word, and its PCIe part's inbox when
 // pcieBlocks (FLEXLINK_GPU_FLAG_PCIE_BLOCKS) and the PCIe share's settings
 // px allow one, and writes its part of the setup exchange into b: the
 // limits and the configured region layouts, which every rank must share.
-// The regions themselves are made on first use (flag_lazy.go).
-func (f *flagPlane) setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err error) {
+// The regions themselves are made on first use (lazy.go). b is
+// BlobBytes long.
+func (f *Plane) Setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err error) {
 	if f.errMem, err = f.dev.AllocHost(16); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
 	}
@@ -104,12 +125,12 @@ func (f *flagPlane) setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err 
 	return f.offerPCIe(b[flagBlobHead+2*flagRegionBlob:], px, pcieBlocks)
 }
 
-// open checks that every rank has the same limits and layouts (blobs[r]
+// Open checks that every rank has the same limits and layouts (blobs[r]
 // is rank r's flag part), sets up the PCIe part, and keeps what the
 // regions' control blocks will hold; timeout is FLEXLINK_GPU_KERNEL_TIMEOUT.
 // Every rank sees the same blobs, so all keep the flag plane or all drop
 // it: off says it is dropped (and closed), and the caller forgets it.
-func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, timeout time.Duration) (off bool, err error) {
+func (f *Plane) Open(ctx context.Context, blobs [][]byte, bus []string, timeout time.Duration) (off bool, err error) {
 	le := binary.LittleEndian
 	for r, b := range blobs {
 		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.lim.maxBytes) && le.Uint64(b[16:]) == uint64(f.lim.collBytes) &&
@@ -121,7 +142,7 @@ func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, time
 		}
 		if !ok {
 			f.c.Log().Info("gpu flag allreduce off", "why", fmt.Sprintf("rank %d on %s has it off or other settings", r, f.c.PeerHost(r)))
-			return true, f.close()
+			return true, f.Close()
 		}
 	}
 	host, err := f.openPCIe(ctx, blobs, bus) // collective: before any local step that may fail
@@ -160,7 +181,7 @@ func (f *flagPlane) open(ctx context.Context, blobs [][]byte, bus []string, time
 // flagPCIeBlocks is FLEXLINK_GPU_FLAG_PCIE_BLOCKS (n) as it applies: 0
 // when the PCIe part is off for this plane (more than two ranks,
 // FLEXLINK_LINKS without pcie, no staging).
-func (f *flagPlane) pcieBlocks(n int, px pcieshare.Settings) (int, error) {
+func (f *Plane) pcieBlocks(n int, px pcieshare.Settings) (int, error) {
 	if f.n != 2 || px.Staging == 0 {
 		return 0, nil
 	}
@@ -170,9 +191,9 @@ func (f *flagPlane) pcieBlocks(n int, px pcieshare.Settings) (int, error) {
 // offerPCIe makes this rank's PCIe part's inbox and times array (when the
 // part is on here: pcieBlocks, px) and writes its part of the setup blob
 // into b.
-func (f *flagPlane) offerPCIe(b []byte, px pcieshare.Settings, pcieBlocks int) error {
+func (f *Plane) offerPCIe(b []byte, px pcieshare.Settings, pcieBlocks int) error {
 	large := f.conf[1]
-	if f.lim.maxBytes < flagSmallMax {
+	if f.lim.maxBytes < SmallMax {
 		return nil // no call reaches the large region
 	}
 	blocks, err := f.pcieBlocks(pcieBlocks, px)
@@ -208,7 +229,7 @@ func (f *flagPlane) offerPCIe(b []byte, px pcieshare.Settings, pcieBlocks int) e
 // returns the control block fields for the large region (zero: no PCIe
 // part). Collective whenever both blobs offer an inbox, which both ranks
 // see alike.
-func (f *flagPlane) openPCIe(ctx context.Context, blobs [][]byte, bus []string) (host [gpu.FlagMaxRanks]uint64, err error) {
+func (f *Plane) openPCIe(ctx context.Context, blobs [][]byte, bus []string) (host [gpu.FlagMaxRanks]uint64, err error) {
 	le := binary.LittleEndian
 	at := flagBlobHead + 2*flagRegionBlob
 	field := func(r, i int) uint64 { return le.Uint64(blobs[r][at+8*i:]) }

@@ -1,4 +1,4 @@
-package direct
+package flagplane
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 // Which communicators of this process hold a device's full-size flag
 // regions. The first communicator to make a small region on a device gets
 // the configured one, the first to make a large region the configured
-// large one; the others get a secondary region (flag_lazy.go). A claim is
+// large one; the others get a secondary region (lazy.go). A claim is
 // held from the proposal until the plane frees its regions (Close,
 // Release) or the ranks decline it. Only sizes depend on it: no region is
 // shared, so a wrong guess costs speed or memory, never a result.

@@ -1,4 +1,4 @@
-package direct
+package flagplane
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 )
 
 // One flag call (flag.go says what the flag plane is): the kernel for the
-// collective, its grid and chunk, the PCIe part's split (flag_pcie.go),
+// collective, its grid and chunk, the PCIe part's split (pcie.go),
 // and the order against the previous flag kernel.
 
-// call enqueues o as one flag kernel (three for a two-shot allreduce),
-// making the region it needs first when no call has (flag_lazy.go).
-func (f *flagPlane) call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
-	// do has checked f.err already
+// Call enqueues o as one flag kernel (three for a two-shot allreduce),
+// making the region it needs first when no call has (lazy.go).
+func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
+	// the caller has checked f.Err already
 	if se := f.c.JobErr(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
 	}
@@ -134,18 +134,18 @@ func (f *flagPlane) call(ctx context.Context, o *plane.Op, s *gpu.Stream) error 
 	if (o.Kind == plane.Broadcast && o.Root >= 0 && f.me != o.Root) || (o.Kind == plane.Reduce && f.me == o.Root) {
 		bytes = 0 // a broadcast's non-root or a reduce's root pushed headers only
 	}
-	f.stats.set(int64(bytes-pbytes), int64(pbytes))
+	f.count(int64(bytes-pbytes), int64(pbytes))
 	return nil
 }
 
-// flagTwoShot enqueues a flag allreduce of more than two ranks as a
+// twoShot enqueues a flag allreduce of more than two ranks as a
 // reduce-scatter kernel (rank r reduces block r of the vector into its
 // place in recv) then an allgather kernel (in place in recv), plus a
 // one-shot kernel for the few elements past the last whole block. Each
 // rank sends 2(n-1)/n of the vector instead of the one-shot's n-1 times
 // it. Blocks are whole multiples of flagTwoShotAlign bytes, so every
 // rank's block starts vector-aligned.
-func (f *flagPlane) twoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
+func (f *Plane) twoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
 	sz := o.DT.Size()
 	per := o.Count / f.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
 	head := per * f.n
@@ -167,3 +167,6 @@ func (f *flagPlane) twoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
 	}
 	return nil
 }
+
+// sub is elements [a, b) of buf, of sz bytes each.
+func sub(buf *gpu.Buffer, a, b, sz int) *gpu.Buffer { return buf.Sub(a*sz, (b-a)*sz) }

@@ -1,25 +1,28 @@
-package direct
-
-import (
-	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/flexlink/flexlink/collectives/plane"
-	"github.com/flexlink/flexlink/gpu"
-	"github.com/flexlink/flexlink/internal/errs"
-)
-
-// The flag allreduce (gpu/flag.go, gpu/kernels/flag.cu; the calls in flag_call.go): on the direct
-// plane, allreduces up to FLEXLINK_GPU_FLAG_BYTES run as one kernel per
+// Package flagplane is the direct GPU plane's flag kernels
+// (gpu/flag.go, gpu/kernels/flag.cu): on ranks of one host whose GPUs reach
+// each other, allreduces up to FLEXLINK_GPU_FLAG_BYTES run as one kernel per
 // rank that pushes its vector into the peers' slots with SM stores and
 // synchronises through counters in device memory. There is no host
 // handshake, so a call costs one launch. With two ranks (where pushing the
 // whole vector moves as many bytes as a reduce-scatter plus an allgather)
 // that is every call; beyond two ranks calls over
-// FLEXLINK_GPU_FLAG_ONESHOT_BYTES run two-shot (flagTwoShot: three
-// launches, still no host handshake).
+// FLEXLINK_GPU_FLAG_ONESHOT_BYTES run two-shot (twoShot: three
+// launches, still no host handshake). Reduce-scatters, allgathers,
+// alltoalls, broadcasts, reduces and two-rank send/recv up to
+// FLEXLINK_GPU_FLAG_COLL_BYTES per peer run as flag kernels too.
+//
+// collectives/direct owns a Plane and drives it through a small surface:
+// New and Setup/Open (its part of the plane's setup exchange), Takes and
+// P2P (does a call run here), Call, Err, Quiesce, Release, Memory and
+// Close. The files:
+//
+//	flag.go     the plane: limits, regions, abort watcher, what it takes
+//	call.go     one call: the kernel, its grid, the order between calls
+//	lazy.go     the regions, made on first use with every rank
+//	devmem.go   which communicator holds a device's full-size regions
+//	pcie.go     the flag allreduce's PCIe part (two ranks, large region)
+//	setup.go    settings, error word, the setup exchange
+//	capture.go  CUDA graph capture: ordering and the graphs' hold on memory
 //
 // Ordering. The kernel touches only this rank's send and recv and the
 // peers' flag regions (never their user buffers), so it needs no "ready"
@@ -33,6 +36,18 @@ import (
 // FLEXLINK_GPU_KERNEL_TIMEOUT writes an error word in mapped host memory
 // and ends the kernel; the next call (and DeviceComm.AsyncError) reports
 // it, naming the peer and its host, and the communicator is broken.
+package flagplane
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flexlink/flexlink/collectives/plane"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/internal/errs"
+)
 
 const (
 	flagDepth    = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
@@ -46,16 +61,16 @@ const (
 	rootedFactor     = 4
 	flagAutoOneShot  = 2 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
 	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
-	flagSmallMax     = 32 << 20 // bytes: smaller calls use the small region
+	SmallMax         = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields   = 3        // per region: slot bytes, depth, max blocks
 	flagRegionBlob   = flagBlobFields * 8
 	flagBlobHead     = 32                                             // enabled, the largest allreduce, the largest other block, the largest one-shot allreduce
-	flagBlobBytes    = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region's layouts, the PCIe part
+	BlobBytes        = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region's layouts, the PCIe part
 )
 
 // A rank has two flag regions with the same number of blocks: a small one
 // (a quarter of FLEXLINK_GPU_FLAG_REGION_BYTES times (n-1)/n) for calls under
-// flagSmallMax and a large one for the rest. Measured on 2xH200 with one
+// SmallMax and a large one for the rest. Measured on 2xH200 with one
 // 128 MiB region (256 KiB slots), calls of 1-16 MiB took 120-160 µs in
 // most runs instead of 14-75 µs: their one chunk per block lands in slots
 // spread 512 KiB apart over the whole region; with the slots of a 32 MiB
@@ -64,9 +79,9 @@ const (
 // counters and fixed slots, so the credit protocol holds in each; a call
 // uses one of them.
 //
-// Regions are made on first use (flag_lazy.go): a communicator holds no
+// Regions are made on first use (lazy.go): a communicator holds no
 // region until its first flag call, and no large region until its first
-// call of flagSmallMax bytes or more. Only the first communicator of a
+// call of SmallMax bytes or more. Only the first communicator of a
 // process to make each on a device gets the configured size; the others
 // get a small region of flagSecondaryBytes and no large one (their large
 // calls use the small region), so an extra communicator costs at most that.
@@ -77,13 +92,22 @@ type flagRegion struct {
 	secondary bool          // sized for a secondary communicator (flagSecondaryBytes)
 }
 
-type flagPlane struct {
+// peers is the communicator as the flag plane sees it: set once.
+type peers struct {
+	c     plane.Host
+	dev   *gpu.Device
+	n, me int
+}
+
+// Plane is one rank's flag kernels (nil: off; the methods that say so
+// accept a nil Plane).
+type Plane struct {
 	*peers
 	lim      flagLimits
 	twoShots uint64            // two-shot allreduces so far (tests)
-	regions  [2]flagRegion     // small, large (the large one only when lim.maxBytes reaches flagSmallMax); nil mem until made
+	regions  [2]flagRegion     // small, large (the large one only when lim.maxBytes reaches SmallMax); nil mem until made
 	conf     [2]gpu.FlagLayout // the configured layouts, alike on every rank (setup)
-	large    largeState        // whether calls of flagSmallMax bytes and more have a region of their own
+	large    largeState        // whether calls of SmallMax bytes and more have a region of their own
 	ctl      gpu.FlagCtl       // what every region's control block holds beside the region's own fields (open)
 	claims   [2]bool           // this plane holds its device's primary small / large region (devmem.go)
 	timeout  time.Duration     // FLEXLINK_GPU_KERNEL_TIMEOUT (0: none)
@@ -91,12 +115,12 @@ type flagPlane struct {
 	last     *gpu.Event        // after the latest flag kernel
 	lastS    *gpu.Stream       // the stream it was recorded on
 	calls    uint64
-	pcie     *flagPCIe  // the large region's PCIe part (flag_pcie.go); nil: NVLink only
-	stats    *linkStats // the flag calls' bytes per link, for LinkShares
+	pcie     *flagPCIe                // the large region's PCIe part (pcie.go); nil: NVLink only
+	count    func(nvlink, pcie int64) // a finished call's bytes per link, for LinkShares
 	w        flagWatch
 	capt     flagCapture // CUDA graph capture (capture.go)
 	// captureOnly: the ranks share a GPU, where eager calls take other
-	// paths (setup.go); only captured calls run here.
+	// paths (collectives/direct/setup.go); only captured calls run here.
 	captureOnly bool
 	holds       graphHolds // the graphs that hold this plane's device memory (capture.go)
 	leak        bool       // Close could not agree with the peers: keep the regions (peers may still write)
@@ -111,11 +135,11 @@ type flagLimits struct {
 }
 
 // flagWatch is the abort watcher's state: when the job is aborted (a peer
-// lost, a failure on another rank), the watcher (flagPlane.watch) sets
+// lost, a failure on another rank), the watcher (Plane.watch) sets
 // this rank's abort words through abortS, so kernels spinning for a peer
 // that will never come end at once.
 type flagWatch struct {
-	mu      sync.Mutex // also guards the regions' mem, which a call sets (flag_lazy.go) while the watcher reads it
+	mu      sync.Mutex // also guards the regions' mem, which a call sets (lazy.go) while the watcher reads it
 	abortS  *gpu.Stream
 	stop    chan struct{}
 	exited  chan struct{} // closed when the watcher returns
@@ -129,7 +153,7 @@ const flagPoll = 20 * time.Millisecond
 // watch sets this rank's abort words once the job is aborted, and aborts
 // the job when a kernel of this rank records an error, until the plane
 // closes (stop).
-func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed func()) {
+func (f *Plane) watch(done <-chan struct{}, stop <-chan struct{}, failed func()) {
 	defer close(f.w.exited)
 	tick := time.NewTicker(flagPoll)
 	defer tick.Stop()
@@ -164,7 +188,7 @@ func (f *flagPlane) watch(done <-chan struct{}, stop <-chan struct{}, failed fun
 // allreduces up to maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
 // is at most collBytes, broadcasts and reduces of at most rootedFactor
 // times collBytes.
-func (f *flagPlane) takes(o *plane.Op) bool {
+func (f *Plane) Takes(o *plane.Op) bool {
 	if f == nil || f.captureOnly {
 		return false
 	}
@@ -187,16 +211,16 @@ func (f *flagPlane) takes(o *plane.Op) bool {
 // or one send and one receive of the same size up to collBytes (an
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
-func (f *flagPlane) p2p(o *plane.Op) bool {
+func (f *Plane) P2P(o *plane.Op) bool {
 	if f == nil || f.captureOnly {
 		return false
 	}
-	return f.p2pShape(o, f.lim.collBytes)
+	return f.P2PShape(o, f.lim.collBytes)
 }
 
 // p2pShape is p2p with limit as the per-peer limit (a capture takes any
 // size).
-func (f *flagPlane) p2pShape(o *plane.Op, limit int) bool {
+func (f *Plane) P2PShape(o *plane.Op, limit int) bool {
 	if f == nil || o.Kind != plane.Group || f.n != 2 {
 		return false
 	}
@@ -234,7 +258,7 @@ func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
 // err reports a failure a flag kernel recorded, or the job's abort
 // (which ends the kernels early, their output unwritten), if any; nil when
 // f is nil.
-func (f *flagPlane) err() error {
+func (f *Plane) Err() error {
 	if f == nil {
 		return nil
 	}
@@ -250,7 +274,7 @@ func (f *flagPlane) err() error {
 }
 
 // wordError is the error an error word w describes (nil for 0).
-func (f *flagPlane) wordError(w uint64) error {
+func (f *Plane) wordError(w uint64) error {
 	e, bad := gpu.DecodeFlagError(w)
 	if !bad {
 		return nil
@@ -270,14 +294,14 @@ func (f *flagPlane) wordError(w uint64) error {
 // quiesce waits for this rank's last flag kernel: after every rank has
 // (a barrier), no kernel writes into a region any more and they may go.
 // Nothing to wait for when f is nil.
-func (f *flagPlane) quiesce() error {
+func (f *Plane) Quiesce() error {
 	if f == nil || f.lastS == nil && !f.capt.any {
 		return nil
 	}
 	return f.last.Synchronize() // replays record last too
 }
 
-func (f *flagPlane) close() error {
+func (f *Plane) Close() error {
 	f.w.mu.Lock()
 	f.w.stopped = true
 	if f.w.stop != nil {
@@ -323,3 +347,50 @@ func (f *flagPlane) close() error {
 	f.last, f.capt.ev = nil, nil
 	return first
 }
+
+// HasPCIe reports whether the flag allreduce has its PCIe part (calls of
+// SmallMax bytes and more, whose split the host plans per call).
+func (f *Plane) HasPCIe() bool { return f != nil && f.pcie != nil }
+
+// SetCaptureOnly says whether only calls captured in a CUDA graph run
+// here (ranks that share a GPU without MPS: eager calls take other
+// paths). Every rank sets the same, during the plane's setup.
+func (f *Plane) SetCaptureOnly(on bool) { f.captureOnly = on }
+
+// Leak makes Close keep the regions allocated: the ranks could not agree
+// on closing, and a peer's kernel may still write into them.
+func (f *Plane) Leak() {
+	if f != nil {
+		f.leak = true
+	}
+}
+
+// State is what tests and logs read of a plane.
+type State struct {
+	Calls, TwoShots              uint64      // eager flag calls, of them two-shot allreduces
+	MaxBytes, CollBytes, OneShot int         // the limits (FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES)
+	CaptureOnly                  bool        // only captured calls run here (ranks share a GPU)
+	PCIe                         bool        // the flag allreduce's PCIe part is on
+	PCIeObserved, PCIePending    int         // rank 0: calls its balancer observed, calls whose times it awaits
+	LastPCIe                     int         // the PCIe part (elements) of the latest started call, as its kernel wrote it
+	Graphs, Kept                 int         // CUDA graphs holding the plane's memory, frees kept for them
+	Small                        *gpu.Buffer // the small region (nil: not made)
+}
+
+// State reads the plane's counters (tests; between calls).
+func (f *Plane) State() State {
+	st := State{Calls: f.calls, TwoShots: f.twoShots, MaxBytes: f.lim.maxBytes, CollBytes: f.lim.collBytes,
+		OneShot: f.lim.oneShot, CaptureOnly: f.captureOnly, PCIe: f.pcie != nil}
+	if x := f.pcie; x != nil {
+		st.PCIeObserved, st.PCIePending, st.LastPCIe = x.bal.observed, len(x.bal.pend), x.lastPCIe()
+	}
+	st.Graphs, st.Kept = f.holds.held()
+	f.w.mu.Lock()
+	st.Small = f.regions[0].mem
+	f.w.mu.Unlock()
+	return st
+}
+
+// GraphsFreed returns a channel closed once the memory kept for CUDA
+// graphs has been freed (tests); nil when nothing is kept.
+func (f *Plane) GraphsFreed() <-chan struct{} { return f.holds.freed() }

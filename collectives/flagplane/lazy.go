@@ -1,4 +1,4 @@
-package direct
+package flagplane
 
 import (
 	"context"
@@ -59,7 +59,7 @@ const (
 	flagSecondaryBlocks = 32
 )
 
-// largeState says whether a plane's calls of flagSmallMax bytes and more
+// largeState says whether a plane's calls of SmallMax bytes and more
 // have the large region; it changes only in a region exchange, so every
 // rank has the same.
 type largeState uint8
@@ -80,17 +80,17 @@ func secondaryLayout(conf gpu.FlagLayout, n int) gpu.FlagLayout {
 }
 
 // regionFor returns the region a call of bytes (signature sig) uses,
-// making the small region and, for calls of flagSmallMax bytes or more,
+// making the small region and, for calls of SmallMax bytes or more,
 // the large one first when no call has made them yet. Collective: every
 // rank reaches it at the same call.
-func (f *flagPlane) regionFor(ctx context.Context, o *plane.Op, bytes int) (*flagRegion, error) {
+func (f *Plane) regionFor(ctx context.Context, o *plane.Op, bytes int) (*flagRegion, error) {
 	sig := [3]uint64{uint64(o.Kind) | uint64(o.DT)<<8 | uint64(o.Op)<<16, uint64(o.Count), uint64(int64(o.Root))}
 	if f.regions[0].mem == nil {
 		if err := f.makeRegion(ctx, sig, 0); err != nil {
 			return nil, err
 		}
 	}
-	if bytes < flagSmallMax {
+	if bytes < SmallMax {
 		return &f.regions[0], nil
 	}
 	if f.large == largeUndecided {
@@ -110,12 +110,12 @@ const regionExchange = 5 * 8
 
 // makeRegion agrees with the peers on region i's layout and makes it
 // (see the file's comment).
-func (f *flagPlane) makeRegion(ctx context.Context, sig [3]uint64, i int) error {
+func (f *Plane) makeRegion(ctx context.Context, sig [3]uint64, i int) error {
 	propose := false
 	switch {
 	case i == 0:
 		propose = claimRegion(f.dev, 0)
-	case f.lim.maxBytes >= flagSmallMax:
+	case f.lim.maxBytes >= SmallMax:
 		propose = claimRegion(f.dev, 1)
 	}
 	f.claims[i] = propose
@@ -183,11 +183,11 @@ func (f *flagPlane) makeRegion(ctx context.Context, sig [3]uint64, i int) error 
 // allocRegion makes region i with layout l on every rank: allocate and
 // zero, exchange the handles (with whether each rank could), map the
 // peers', write the control block.
-func (f *flagPlane) allocRegion(ctx context.Context, i int, l gpu.FlagLayout, secondary bool) (err error) {
+func (f *Plane) allocRegion(ctx context.Context, i int, l gpu.FlagLayout, secondary bool) (err error) {
 	size := l.RegionBytes(f.n)
 	mem, aerr := f.zeroed(size)
 	if aerr != nil {
-		aerr = fmt.Errorf("rank %d on %s: gpu flag region of %s: %w", f.me, f.c.Host(), mib(int64(size)), aerr)
+		aerr = fmt.Errorf("rank %d on %s: gpu flag region of %s: %w", f.me, f.c.Host(), MiB(int64(size)), aerr)
 	}
 	rec := 1 + gpu.IPCHandleSize
 	mine := make([]byte, rec)
@@ -216,7 +216,7 @@ func (f *flagPlane) allocRegion(ctx context.Context, i int, l gpu.FlagLayout, se
 	}
 	for r := range f.n {
 		if all[r*rec] != 1 {
-			return fmt.Errorf("rank %d on %s could not make its gpu flag region of %s (see its log): %w", r, f.c.PeerHost(r), mib(int64(size)), errs.ErrAborted)
+			return fmt.Errorf("rank %d on %s could not make its gpu flag region of %s (see its log): %w", r, f.c.PeerHost(r), MiB(int64(size)), errs.ErrAborted)
 		}
 	}
 	ctl := f.ctl
@@ -261,7 +261,7 @@ func (f *flagPlane) allocRegion(ctx context.Context, i int, l gpu.FlagLayout, se
 
 // zeroed allocates n bytes of device memory and zeroes them before
 // returning (a peer must never see an old counter).
-func (f *flagPlane) zeroed(n int) (*gpu.Buffer, error) {
+func (f *Plane) zeroed(n int) (*gpu.Buffer, error) {
 	s, err := f.dev.NewStream()
 	if err != nil {
 		return nil, err
@@ -281,7 +281,7 @@ func (f *flagPlane) zeroed(n int) (*gpu.Buffer, error) {
 }
 
 // writeCtl writes a region's control block and waits for it.
-func (f *flagPlane) writeCtl(mem *gpu.Buffer, ctl gpu.FlagCtl) error {
+func (f *Plane) writeCtl(mem *gpu.Buffer, ctl gpu.FlagCtl) error {
 	s, err := f.dev.NewStream()
 	if err != nil {
 		return err
@@ -296,7 +296,7 @@ func (f *flagPlane) writeCtl(mem *gpu.Buffer, ctl gpu.FlagCtl) error {
 
 // dropRegion unmaps g's peer regions and frees its own (nothing may use
 // them any more).
-func (f *flagPlane) dropRegion(g *flagRegion) error {
+func (f *Plane) dropRegion(g *flagRegion) error {
 	var first error
 	for _, b := range g.peers {
 		if b != nil {
@@ -315,7 +315,7 @@ func (f *flagPlane) dropRegion(g *flagRegion) error {
 // no kernel of any rank writes into them any more) and gives back the
 // device's primary claims. A plane that could not agree with its peers
 // (leak) keeps its own regions allocated: a peer's kernel may still write.
-func (f *flagPlane) freeRegions() error {
+func (f *Plane) freeRegions() error {
 	var first error
 	f.w.mu.Lock()
 	regions := f.regions
@@ -345,7 +345,7 @@ func (f *flagPlane) freeRegions() error {
 // PCIe part (off by default) is not made again: calls after a resume run
 // on NVLink only. The caller has quiesced and passed a barrier with every
 // rank.
-func (f *flagPlane) release() error {
+func (f *Plane) Release() error {
 	if f == nil {
 		return nil
 	}
@@ -360,7 +360,7 @@ func (f *flagPlane) release() error {
 
 // memory describes what f holds on the device: bytes allocated, and one
 // phrase per region.
-func (f *flagPlane) memory() (held int64, regions []string) {
+func (f *Plane) Memory() (held int64, regions []string) {
 	if f == nil {
 		return 0, []string{"no flag regions (flag kernels off)"}
 	}
@@ -375,19 +375,19 @@ func (f *flagPlane) memory() (held int64, regions []string) {
 			if g.secondary {
 				kind = "secondary, "
 			}
-			regions = append(regions, fmt.Sprintf("%s %s (%s%d KiB slots, %d blocks)", name, mib(int64(g.mem.Len())), kind, g.layout.SlotBytes>>10, g.layout.MaxBlocks))
+			regions = append(regions, fmt.Sprintf("%s %s (%s%d KiB slots, %d blocks)", name, MiB(int64(g.mem.Len())), kind, g.layout.SlotBytes>>10, g.layout.MaxBlocks))
 		case i == 1 && f.large == largeNo:
 			regions = append(regions, "large none (calls use the small region)")
-		case i == 1 && f.lim.maxBytes < flagSmallMax:
+		case i == 1 && f.lim.maxBytes < SmallMax:
 		default:
-			regions = append(regions, fmt.Sprintf("%s lazy (up to %s on first use)", name, mib(int64(f.conf[i].RegionBytes(f.n)))))
+			regions = append(regions, fmt.Sprintf("%s lazy (up to %s on first use)", name, MiB(int64(f.conf[i].RegionBytes(f.n)))))
 		}
 	}
 	return held, regions
 }
 
-// mib formats n bytes for logs: "16 MiB", "12.02 MiB".
-func mib(n int64) string {
+// MiB formats n bytes for logs: "16 MiB", "12.02 MiB".
+func MiB(n int64) string {
 	if n%(1<<20) == 0 {
 		return fmt.Sprintf("%d MiB", n>>20)
 	}

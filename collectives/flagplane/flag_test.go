@@ -1,0 +1,44 @@
+package flagplane
+
+import (
+	"testing"
+
+	"github.com/flexlink/flexlink/gpu"
+)
+
+// TestFlagShape: every call's grid and chunk fit the region's layout, no
+// block idles while another takes a second chunk, and chunks are whole
+// multiples of 256 bytes that fit a slot. The calls' kernels are tested
+// through the direct plane (collectives/direct: flag_test.go,
+// flag_pcie_test.go, capture_test.go).
+func TestFlagShape(t *testing.T) {
+	for _, l := range []gpu.FlagLayout{
+		{SlotBytes: 262144, Depth: 2, MaxBlocks: 128},
+		{SlotBytes: 32768, Depth: 2, MaxBlocks: 128}, // the small region's slots at 4 ranks
+		{SlotBytes: 16384, Depth: 2, MaxBlocks: 128}, // and at 8
+		{SlotBytes: 43520, Depth: 2, MaxBlocks: 3},
+		{SlotBytes: 512, Depth: 2, MaxBlocks: 1},
+	} {
+		for _, bytes := range []int{1, 255, 256, 8 << 10, 1 << 20, 1<<20 + 24, 64 << 20, 1 << 30} {
+			for _, sz := range []int{1, 2, 4, 8} {
+				if bytes%sz != 0 {
+					continue
+				}
+				grid, chunk := shape(l, bytes, sz)
+				cb := chunk * sz
+				if grid < 1 || grid > l.MaxBlocks || cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-gpu.FlagSlotHeader {
+					t.Errorf("%+v, %d bytes of %d: grid %d, chunk %d bytes", l, bytes, sz, grid, cb)
+				}
+				chunks := (bytes/sz + chunk - 1) / chunk
+				if chunks < grid && bytes >= grid*256 {
+					t.Errorf("%+v, %d bytes: %d chunks for %d blocks (idle blocks)", l, bytes, chunks, grid)
+				}
+				// No block takes a second chunk while another block could
+				// have taken it: blocks are capped only by MaxBlocks.
+				if chunks > grid && grid < l.MaxBlocks {
+					t.Errorf("%+v, %d bytes of %d: %d chunks over %d of %d blocks (a second step for some)", l, bytes, sz, chunks, grid, l.MaxBlocks)
+				}
+			}
+		}
+	}
+}

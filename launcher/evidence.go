@@ -120,6 +120,9 @@ type evidence struct {
 	// who is every rank's identity (rank, host, pid), by rank: a cause
 	// may be a rank that has not failed (a closer that exited 0).
 	who []outcome
+	// clean are the ranks that exited with status 0, in the order seen:
+	// one may have left while the others waited for it (leftWaiting).
+	clean []outcome
 }
 
 // endReport is a CommEnd and the rank that published it.
@@ -147,7 +150,7 @@ func (e *evidence) add(r BootstrapReport) {
 		}
 	case ReportEnd:
 		if r.End != nil {
-			e.supersede(r.Rank, r.End.Comm)
+			e.supersede(r.Rank, *r.End)
 			if r.End.Kind == EndResumed {
 				break
 			}
@@ -162,17 +165,28 @@ func (e *evidence) add(r BootstrapReport) {
 }
 
 // supersede drops what rank reported earlier about waiting in a
-// collective of communicator comm (its "timeout" ends), now that it
-// reports again on comm. One process may report several times (a
+// collective of communicator later.Comm (its "timeout" ends), now that it
+// reports again there (later). One process may report several times (a
 // libnccl rank reports a call that has waited long, while it still
 // waits, and reports again when that call, or a later one, fails): its
 // later word is what it knows now. A stall it reported for a call that
 // then completed (it went on to a later call, or said EndResumed) is
-// no evidence of a withheld call; a mismatch or a lost peer it then
-// met is the more specific cause.
-func (e *evidence) supersede(rank int, comm string) {
+// no evidence of a withheld call; a mismatch it then met is the more
+// specific cause.
+//
+// A lost peer (or an abort) in the same call is not: the call never
+// completed, and the members it waited for are still the ones that kept
+// it waiting; the rank that left it, whose end the others met as a lost
+// peer, is most often the very rank they found behind (it withheld the
+// call, then exited). Both reports are kept: together they say that the
+// rank named behind left while the others were in the call (leftWaiting).
+func (e *evidence) supersede(rank int, later CommEnd) {
 	e.ends = slices.DeleteFunc(e.ends, func(x endReport) bool {
-		return x.rank == rank && x.Comm == comm && x.Kind == "timeout"
+		if x.rank != rank || x.Comm != later.Comm || x.Kind != "timeout" {
+			return false
+		}
+		stillWaiting := later.InCall != "" && later.InCall == x.InCall && (later.Kind == "peer-lost" || later.Kind == "aborted")
+		return !stillWaiting
 	})
 }
 

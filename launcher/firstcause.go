@@ -15,10 +15,12 @@ import (
 //     collective on it, or two ranks that called different collectives;
 //     the ranks it names are the cause, every rank that failed on it a
 //     consequence;
-//  3. ranks still running that did not take part in a collective that
+//  3. a rank that exited with status 0 while the ranks that failed were
+//     in a collective with it, as their reports name it (leftWaiting);
+//  4. ranks still running that did not take part in a collective that
 //     every failed rank timed out in (FLEXLINK_TIMEOUT, the caller's
 //     deadline, a torch group timeout): they withheld it;
-//  4. ranks still running that never joined, once the bootstrap timeout
+//  5. ranks still running that never joined, once the bootstrap timeout
 //     has passed: the others failed waiting for them.
 //
 // A lost host and a stopped rank still go first: either makes the others
@@ -43,6 +45,9 @@ func firstCause(outs []outcome, ev evidence) (verdict, bool) {
 	}
 	if m, ok := ev.mismatch(); ok {
 		return mismatchVerdict(m, outs, ev, firstFailed), true
+	}
+	if v, ok := leftWaiting(outs, ev, firstFailed); ok {
+		return v, true
 	}
 	if v, ok := withheld(outs, ev, firstFailed); ok {
 		return v, true

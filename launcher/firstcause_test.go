@@ -53,6 +53,18 @@ func TestFirstCause(t *testing.T) {
 		}
 		return os
 	}
+	// lostIn: rank's call failed on the end of communicator w by rank
+	// by (its words name it, as internal/comm's do).
+	lostIn := func(rank, by int) endReport {
+		return endReport{rank: rank, CommEnd: CommEnd{Comm: "w", Kind: "peer-lost", ClosedBy: -1, InCall: "allreduce #6", Members: []int{0, 1, 2},
+			Text: "ncclAllReduce rank " + strconv.Itoa(rank) + " of 3: communicator w.s0c1 ended by rank " + strconv.Itoa(by) + " of 3 (world rank " + strconv.Itoa(by) + ") on h: ncclCommAbort: aborted (local error: shm link to rank 0: peer lost)"}}
+	}
+	cleanExit := func(rank, order int) outcome {
+		o := who[rank]
+		o.kind, o.order, o.how = endStatus, order, "exited with status 0"
+		return o
+	}
+	withClean := func(e evidence, cs ...outcome) evidence { e.clean, e.who = cs, who; return e }
 	both := "rank 0 on h: communicator w (rank 0 of 3): allreduce: collective mismatch: rank 0 called allreduce count=1, rank 1 called allgather count=1 (differs: collective; seen by rank 0)"
 	sizeOnly := "rank 2: recv from rank 1: message 13 has 16 bytes, its buffer 8: collective mismatch"
 	tests := []struct {
@@ -129,6 +141,39 @@ func TestFirstCause(t *testing.T) {
 			[]outcome{failed(0, 2, 1), {rank: 2, host: "h", pid: 102, kind: endSignal, code: 137, how: "was killed by signal 9 (SIGKILL)", order: 1}},
 			reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(0, endReport{CommEnd: CommEnd{Comm: "w", Kind: "peer-lost", ClosedBy: -1, InCall: "allreduce #9"}})).with(running(1)), 137,
 			[]string{"rank 2 (host h, pid 102) was killed by signal 9 (SIGKILL); terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
+		{"exited 0 after withholding: the waiters' timeouts name it behind, then their loss of it in the same call",
+			[]outcome{failed(2, 2, 1), failed(0, 3, 1)},
+			withClean(reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(2, behindOf(timedOut(2, false), 1)), endOf(2, lostIn(2, 1)), endOf(0, lostIn(0, 1))), cleanExit(1, 1)), 1,
+			[]string{"rank 1 (host h, pid 101) exited with status 0 while ranks 0, 2 were in allreduce #6 on communicator w (it had not called it); terminating 1 other rank",
+				"ranks 0, 2 stopped: peer rank 1 lost"}},
+		{"exited 0 after withholding: the waiters' timeouts alone",
+			[]outcome{failed(2, 2, 1), failed(0, 3, 1)},
+			withClean(reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(2, behindOf(timedOut(2, false), 1))), cleanExit(1, 1)), 1,
+			[]string{"rank 1 (host h, pid 101) exited with status 0 while ranks 0, 2 were in allreduce #6 on communicator w (it had not called it); terminating 1 other rank",
+				"ranks 0, 2 stopped: peer rank 1 lost"}},
+		{"exited 0 in the middle of a call: the others' loss of it alone",
+			[]outcome{failed(2, 2, 1), failed(0, 3, 1)},
+			withClean(reported(endOf(2, lostIn(2, 1)), endOf(0, lostIn(0, 1))), cleanExit(1, 1)), 1,
+			[]string{"rank 1 (host h, pid 101) exited with status 0 while ranks 0, 2 were in allreduce #6 on communicator w; terminating 1 other rank",
+				"ranks 0, 2 stopped: peer rank 1 lost"}},
+		{"ended the communicator under the others, still running",
+			[]outcome{failed(2, 2, 1), failed(0, 3, 1)},
+			withClean(reported(endOf(2, lostIn(2, 1)), endOf(0, lostIn(0, 1)))).with(running(1)), 1,
+			[]string{"rank 1 (host h, pid 101) ended communicator w while ranks 0, 2 were in allreduce #6; terminating 1 other rank",
+				"ranks 0, 2 stopped: peer rank 1 lost"}},
+		{"a waiter that aborted at its timeout is not the cause: the rank it waited for",
+			[]outcome{failed(0, 1, 1), failed(2, 2, 1)},
+			withClean(reported(endOf(0, behindOf(timedOut(0, false), 1)), endOf(2, lostIn(2, 0)))).with(running(1)), 1,
+			[]string{"rank 1 (host h, pid 101) did not take part in allreduce #6 on communicator w: ranks 0, 2 timed out waiting for it; terminating 1 other rank",
+				"ranks 0, 2 stopped: timed out waiting for rank 1"}},
+		{"a rank that exited 0 that no report names is no cause",
+			[]outcome{failed(0, 2, 1), {rank: 2, host: "h", pid: 102, kind: endSignal, code: 137, how: "was killed by signal 9 (SIGKILL)", order: 1}},
+			withClean(reported(endOf(0, endReport{CommEnd: CommEnd{Comm: "w", Kind: "peer-lost", ClosedBy: -1, InCall: "allreduce #6", Text: "link to rank 2: peer lost"}})), cleanExit(1, 3)), 137,
+			[]string{"rank 2 (host h, pid 102) was killed by signal 9 (SIGKILL); terminating 1 other rank", "rank 0 stopped: peer rank 2 lost"}},
+		{"the rank the others' reports name goes before one seen first that said nothing",
+			[]outcome{failed(2, 1, 1), failed(1, 3, 3), failed(0, 2, 1)},
+			reported(endOf(0, lostIn(0, 1))), 3,
+			[]string{"rank 1 (host h, pid 101) exited with status 3; terminating 1 other rank", "ranks 0, 2 stopped: peer rank 1 lost"}},
 		{"a stopped rank goes before a mismatch",
 			[]outcome{failed(0, 1, 3), {rank: 2, host: "h", pid: 102, kind: endStopped, code: 147, how: "was stopped by signal 19 (SIGSTOP)", order: 2}},
 			evidence{ends: []endReport{mismatch(0, both)}}, 147,

@@ -109,6 +109,7 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 		return v, true
 	}
 	reporters := ev.reporters
+	named, hasNamed := ev.reportedLost()
 	remote := slices.ContainsFunc(outs, func(o outcome) bool { return o.remote })
 	rankOf := func(o outcome) int {
 		switch {
@@ -120,6 +121,8 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 			return 2
 		case o.beforeJoin && o.kind != endPeerLost:
 			return 2
+		case hasNamed && named == o.rank && !reporters[o.rank] && o.kind != endPeerLost:
+			return 2 // the rank the others' reports say they lost
 		case o.kind == endPeerLost || reporters[o.rank]:
 			return 5
 		case remote && o.kind == endStatus:
@@ -146,6 +149,11 @@ func judge(outs []outcome, ev evidence) (v verdict, ok bool) {
 		}
 	}
 	v.cause = best
+	if hasNamed && named != best.rank && best.kind != endHost {
+		// The ranks that failed say whom they lost: their words, not
+		// the cause's rank (which their reports do not name).
+		v.why = fmt.Sprintf("peer rank %d lost", named)
+	}
 	v.consequences = others(outs, func(r int) bool {
 		return r == best.rank || best.kind == endHost && slices.Contains(best.lostWith, r)
 	})

@@ -48,6 +48,12 @@ func (s *supervisor) cleanPending() bool {
 			return true
 		}
 	}
+	// The rank the failed ranks say ended their communicator is still
+	// running: it is on its way out (its exit, with status 0, is the
+	// cause: leftWaiting).
+	if r, ok := s.evidence.reportedLost(); ok && r < len(s.exited) && !s.exited[r] {
+		return true
+	}
 	return false
 }
 
@@ -175,7 +181,11 @@ func (s *supervisor) withCleanExits(outs []outcome) []outcome {
 func (s *supervisor) evidenceOfJoins() {
 	ev := &s.evidence
 	ev.who = make([]outcome, len(s.ranks))
-	ev.neverJoined, ev.joinTimeout, ev.running = nil, "", nil
+	ev.neverJoined, ev.joinTimeout, ev.running, ev.clean = nil, "", nil, nil
+	for _, o := range s.clean {
+		ev.clean = append(ev.clean, o)
+	}
+	slices.SortFunc(ev.clean, func(a, b outcome) int { return a.order - b.order })
 	for i, rp := range s.ranks {
 		ev.who[i] = outcome{rank: rp.p.Rank, host: rp.p.Host, pid: rp.pid}
 		if !s.exited[i] {

@@ -22,6 +22,13 @@ import (
 //     and 1 time out waiting for rank 2 and report it: their reports
 //     still count (the dead reporter's loss did not fail the store), and
 //     the verdict names rank 2.
+//   - Issue 30's PyTorch case (4 ranks): rank 1 withholds AllReduce #3
+//     past the others' stall reports (they name it behind, as libnccl's
+//     stall watch does), then exits 0; they fail on its loss and exit 1.
+//     The verdict names rank 1 first, with its status 0 and the call it
+//     had not made, and no rank that waited for it as the cause; with or
+//     without their lost-peer reports, and for a rank that exits 0 in
+//     the middle of a call nobody reported stalled.
 func TestReports(t *testing.T) {
 	const host = `\(host \S+, pid \d+\)`
 	tests := []struct {
@@ -47,9 +54,45 @@ func TestReports(t *testing.T) {
 			second: `^ranks 0, 1 stopped: timed out waiting for rank 2$`,
 			log:    `transient member lost: rank=2 .*error="put frame: `}, // its connection ended in a put's frame
 	}
+	// Issue 30's PyTorch case: rank 1 withholds AllReduce #3 past the
+	// others' stall reports (they name it behind), then exits 0; they
+	// fail on its loss (their words name it: "ended by rank 1") or as
+	// their call gives up, and exit 1. The cause is rank 1, with its
+	// status, never a rank that waited for it.
+	const waited = `^ranks? [023](, [023])* stopped: peer rank 1 lost$`
+	withheldThenExit := func(peers string) string {
+		plan := "1=pid:p1,wait:w0,wait:w2,wait:w3,exit:0"
+		for _, r := range []string{"0", "2", "3"} {
+			plan += ";" + r + "=stall:3:1,touch:w" + r + ",gone:p1," + peers + "exit:1"
+		}
+		return plan
+	}
+	tests = append(tests, []struct {
+		name, plan    string
+		code          int
+		first, second string
+		log           string
+	}{
+		{name: "withheld, then exit 0: the others lose it",
+			plan: withheldThenExit("peerlost:3:1,"), code: 1,
+			first:  `^rank 1 ` + host + ` exited with status 0 while ranks 0, 2, 3 were in AllReduce #3 on communicator nccl@test/w \(it had not called it\)(; terminating \d+ other ranks?)?$`,
+			second: waited},
+		{name: "withheld, then exit 0: the others give up",
+			plan: withheldThenExit(""), code: 1,
+			first:  `^rank 1 ` + host + ` exited with status 0 while ranks 0, 2, 3 were in AllReduce #3 on communicator nccl@test/w \(it had not called it\)(; terminating \d+ other ranks?)?$`,
+			second: waited},
+		{name: "exit 0 in the middle of a call: the others lose it",
+			plan: "1=pid:p1,wait:i0,wait:i2,wait:i3,exit:0;0=touch:i0,gone:p1,peerlost:3:1,exit:1;2=touch:i2,gone:p1,peerlost:3:1,exit:1;3=touch:i3,gone:p1,peerlost:3:1,exit:1", code: 1,
+			first:  `^rank 1 ` + host + ` exited with status 0 while ranks? [023](, [023])* (was|were) in AllReduce #3 on communicator nccl@test/w(; terminating \d+ other ranks?)?$`,
+			second: waited},
+	}...)
 	for _, tc := range tests {
+		np := "3"
+		if strings.Contains(tc.plan, "3=") {
+			np = "4"
+		}
 		t.Run(tc.name, func(t *testing.T) {
-			r := flexrun(t, runOpts{env: []string{"FLEXLINK_DEBUG=debug"}}, "-np", "3", "--oversubscribe", "--kill-grace", "1s",
+			r := flexrun(t, runOpts{env: []string{"FLEXLINK_DEBUG=debug"}}, "-np", np, "--oversubscribe", "--kill-grace", "1s",
 				bins.report, "-dir", t.TempDir(), "-plan", tc.plan)
 			var lines []string
 			for _, l := range strings.Split(r.stderr, "\n") {

@@ -13,10 +13,16 @@
 //	resumed:N      report that AllReduce #N, reported waiting, completed
 //	mismatch:N:R   report a mismatch in AllReduce #N, rank R having called AllGather
 //	peerlost:N     report a lost peer in AllReduce #N
+//	peerlost:N:R   the same, the communicator ended by job rank R (its
+//	               words name R as internal/comm's do: "communicator
+//	               ... ended by rank R of S (world rank R) on HOST: ...")
 //	killed-mid-report  start a reporter child that joins the job's store as
 //	               this rank and is killed (SIGKILL) in the middle of a
 //	               large put; wait for it to die
 //	touch:NAME     create DIR/NAME
+//	pid:NAME       write this process's pid into DIR/NAME
+//	gone:NAME      wait (30 s at most) until the process whose pid is in
+//	               DIR/NAME has ended and been reaped by flexrun
 //	wait:NAME      wait (30 s at most) until DIR/NAME exists
 //	hang           wait to be terminated (2 minutes at most)
 //	exit:S         exit with status S
@@ -123,8 +129,13 @@ func run(env settings.Env, rank int, dir, step string) error {
 		return report(env, comm.EndReport{Kind: "mismatch", InCall: call(n), Members: members,
 			Text: fmt.Sprintf("rank %d: AllReduce #%d: collective mismatch: rank %d called allreduce count=1 int64 (call #%d), rank %d called allgather count=1 int64 (call #%d)", rank, n, rank, n, other, n)})
 	case "peerlost":
-		return report(env, comm.EndReport{Kind: "peer-lost", InCall: call(arg(1)), Members: members,
-			Text: fmt.Sprintf("rank %d: %s: peer lost", rank, call(arg(1)))})
+		text := fmt.Sprintf("rank %d: %s: peer lost", rank, call(arg(1)))
+		if len(f) > 2 {
+			by := arg(2)
+			text = fmt.Sprintf("ncclAllReduce rank %d of %d: communicator w.s0c1 ended by rank %d of %d (world rank %d) on %s: ncclCommAbort: aborted (local error: shm link to rank %d: control socket closed: peer lost)",
+				rank, size, by, size, by, host(), by)
+		}
+		return report(env, comm.EndReport{Kind: "peer-lost", InCall: call(arg(1)), Members: members, Text: text})
 	case "killed-mid-report":
 		cmd := exec.Command(os.Args[0], "-killed-mid-report-child")
 		cmd.Stderr = os.Stderr
@@ -137,6 +148,14 @@ func run(env settings.Env, rank int, dir, step string) error {
 		return os.WriteFile(filepath.Join(dir, f[1]), nil, 0o644)
 	case "wait":
 		return waitFile(filepath.Join(dir, f[1]), 30*time.Second)
+	case "pid":
+		path := filepath.Join(dir, f[1])
+		if err := os.WriteFile(path+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return err
+		}
+		return os.Rename(path+".tmp", path) // whole when it appears
+	case "gone":
+		return waitGone(filepath.Join(dir, f[1]), 30*time.Second)
 	case "hang":
 		<-time.After(2 * time.Minute)
 		return fmt.Errorf("still running 2 minutes later")
@@ -230,4 +249,42 @@ func waitFile(path string, d time.Duration) error {
 		}
 		<-tick.C
 	}
+}
+
+// waitGone waits, at most d, until the process whose pid path holds has
+// ended and its parent (flexrun) has reaped it: signal 0 finds no such
+// process (a zombie not reaped yet still takes it).
+func waitGone(path string, d time.Duration) error {
+	if err := waitFile(path, d); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(string(b))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d still there after %v", pid, d)
+		}
+		<-tick.C
+	}
+}
+
+// host is this host's name, as a rank's errors give it.
+func host() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "?"
+	}
+	return h
 }

@@ -324,6 +324,11 @@ func (s *supervisor) onExit(ex rankExit) {
 	}
 	o := outcome{rank: ex.rank, pid: rp.pid, host: rp.p.Host, code: code, how: how, order: s.seen, at: time.Now(), remote: ex.remote}
 	if code == 0 {
+		// It ended of itself, not on a lost peer (endPeerLost is the
+		// zero kind): where it is judged a cause (it exited without
+		// closing the job, before joining, or while the others waited
+		// for it), it goes before the ranks that failed on its loss.
+		o.kind = endStatus
 		setMap(&s.clean, ex.rank, o)
 		s.drainReports()
 		if s.cause == nil && ex.lost == "" && s.evidence.anyJoined() && !s.evidence.joined[ex.rank] {

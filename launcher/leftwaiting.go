@@ -15,33 +15,43 @@ import (
 // it (the members counted its calls), or a lost-peer report whose words
 // say the communicator was "ended by" it.
 
-// endedBy matches the words of a communicator's end that name the member
-// that ended it (internal/comm: "communicator w ended by rank 1 of 4
-// (world rank 1) on h0: ...").
-var endedBy = regexp.MustCompile(`ended by rank (\d+) of (\d+) \(world rank (\d+)\)`)
+// endedBy and memberLost match the words of a communicator's end that
+// name the member it lost (internal/comm: "communicator w ended by rank
+// 1 of 4 (world rank 1) on h0: ...", the member that ended it;
+// "communicator w: member rank 1 (world rank 1) on host h0 was lost: ...",
+// the member the bootstrap server found gone). The first number is the
+// member's rank in the communicator the words name, the last its world
+// rank.
+var (
+	endedBy    = regexp.MustCompile(`ended by rank (\d+) of \d+ \(world rank (\d+)\)`)
+	memberLost = regexp.MustCompile(`member rank (\d+) \(world rank (\d+)\) on host \S+ was lost`)
+)
 
 // lostRank is the job rank whose end e says it met (a lost peer, an
-// abort): the member that ended the communicator, as its words name it
-// (the first "ended by", the origin: later words are local detail). Its
-// rank in the communicator is taken through Members, the communicator's
-// job ranks by its ranks; without Members, the world rank it names is
-// the job's. ok is false when e names no rank, or one it cannot place.
+// abort): the member the first words that name one give (the origin:
+// later words, "(local error: ...)", are detail). The communicator the
+// words name may be another than e's (libnccl's inner one): the world
+// rank they give is taken only where e's Members (the job ranks of e's
+// communicator, by its ranks) agree, or where e gives none (a flexlink
+// rank's world is the job). ok is false when e names no rank, or one it
+// cannot place for sure.
 func lostRank(e endReport) (int, bool) {
 	if e.Kind != "peer-lost" && e.Kind != "aborted" {
 		return 0, false
 	}
-	m := endedBy.FindStringSubmatch(e.Text)
-	if m == nil {
+	at, r, w := -1, 0, 0
+	for _, re := range []*regexp.Regexp{endedBy, memberLost} {
+		if m := re.FindStringSubmatchIndex(e.Text); m != nil && (at < 0 || m[0] < at) {
+			at = m[0]
+			r, _ = strconv.Atoi(e.Text[m[2]:m[3]])
+			w, _ = strconv.Atoi(e.Text[m[4]:m[5]])
+		}
+	}
+	if at < 0 {
 		return 0, false
 	}
-	r, _ := strconv.Atoi(m[1])
-	n, _ := strconv.Atoi(m[2])
-	w, _ := strconv.Atoi(m[3])
-	switch {
-	case e.Members == nil:
+	if e.Members == nil || r < len(e.Members) && e.Members[r] == w {
 		return w, true
-	case len(e.Members) == n && r < n:
-		return e.Members[r], true
 	}
 	return 0, false
 }

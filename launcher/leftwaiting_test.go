@@ -64,7 +64,9 @@ func TestSupersede(t *testing.T) {
 		ev.add(BootstrapReport{Kind: ReportEnd, Rank: 0, End: &stall})
 		ev.add(BootstrapReport{Kind: ReportEnd, Rank: 2, End: &stall}) // another member's is never touched
 		ev.add(BootstrapReport{Kind: ReportEnd, Rank: 0, End: &tc.later})
-		kept := slices.ContainsFunc(ev.ends, func(e endReport) bool { return e.rank == 0 && e.Kind == "timeout" && e.InCall == stall.InCall && slices.Equal(e.Behind, stall.Behind) })
+		kept := slices.ContainsFunc(ev.ends, func(e endReport) bool {
+			return e.rank == 0 && e.Kind == "timeout" && e.InCall == stall.InCall && slices.Equal(e.Behind, stall.Behind)
+		})
 		if tc.later.Kind == "timeout" {
 			kept = len(slices.DeleteFunc(slices.Clone(ev.ends), func(e endReport) bool { return e.rank != 0 })) > 1
 		}

@@ -69,7 +69,9 @@ func (l *Library) Coll(tid int, h uintptr, call Call) error {
 		return nil // count 0: nothing to do, as NCCL
 	}
 	if l.groups.queue(tid, w) {
-		l.log.Trace("deferred to the group's end", "call", fn, "tid", tid, "rank", w.c.rank)
+		if l.log.IsTrace() { // the arguments would be boxed even when off
+			l.log.Trace("deferred to the group's end", "call", fn, "tid", tid, "rank", w.c.rank)
+		}
 		return nil
 	}
 	err = w.c.runAllOne(w)

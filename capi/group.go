@@ -3,6 +3,7 @@ package capi
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // group is one thread's ncclGroupStart/End state: the nesting depth and
@@ -13,12 +14,22 @@ type group struct {
 	comms []*Comm // being initialised by inits
 	works []*work
 	err   error // the first call refused inside the group
+	// one and oneWorks are byComm's answer for a group on one
+	// communicator.
+	one      [1]*Comm
+	oneWorks [1][]*work
 }
 
 // threadGroups are the open groups, by OS thread id.
 type threadGroups struct {
 	mu       sync.Mutex
 	byThread map[int]*group
+	// open counts the threads with a group open (len(byThread), changed
+	// under mu). A call outside any group (the common case) reads it and
+	// takes no lock: a thread's own ncclGroupStart happened before its
+	// calls, so a zero here means the calling thread has none open, and
+	// another thread's group starting meanwhile is not this call's.
+	open atomic.Int32
 }
 
 // start is ncclGroupStart for thread tid.
@@ -29,6 +40,7 @@ func (t *threadGroups) start(tid int) int {
 	if g == nil {
 		g = &group{}
 		t.byThread[tid] = g
+		t.open.Add(1)
 	}
 	g.depth++
 	return g.depth
@@ -63,6 +75,9 @@ func (t *threadGroups) deferInit(tid int, c *Comm, run func()) {
 
 // queue adds w to tid's group and reports whether there was one.
 func (t *threadGroups) queue(tid int, w *work) bool {
+	if t.open.Load() == 0 {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
@@ -78,6 +93,9 @@ func (t *threadGroups) queue(tid int, w *work) bool {
 // it and runs none of the group's calls (NCCL's ncclGroupEnd after an
 // error), so no rank runs half a group.
 func (t *threadGroups) refused(tid int, err error) bool {
+	if t.open.Load() == 0 {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
@@ -104,6 +122,7 @@ func (t *threadGroups) end(tid int) (*group, error) {
 		return nil, nil
 	}
 	delete(t.byThread, tid)
+	t.open.Add(-1)
 	return g, nil
 }
 
@@ -135,62 +154,112 @@ func (g *group) run() error {
 		}
 		return fmt.Errorf("ncclGroupEnd: no call of the group ran, since one was refused: %w", g.err)
 	}
-	var order []*Comm
-	byComm := map[*Comm][]*work{}
+	order, byComm := g.byComm()
 	blocking := true
-	for _, w := range g.works {
-		if _, ok := byComm[w.c]; !ok {
-			order = append(order, w.c)
-			blocking = blocking && w.c.cfg.IsBlocking()
-		}
-		byComm[w.c] = append(byComm[w.c], w)
-	}
 	for _, c := range order {
+		blocking = blocking && c.cfg.IsBlocking()
 		c.mu.Lock()
 		c.inflight++
 		c.mu.Unlock()
-	}
-	run := func() error {
-		if err := g.runInits(); err != nil {
-			for _, c := range order {
-				c.mu.Lock()
-				c.inflight--
-				c.mu.Unlock()
-			}
-			return err
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, len(order))
-		for i, c := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				err := c.runAll(byComm[c])
-				if err != nil {
-					local := isLocal(err)
-					err = &Error{Code: ResultOf(err), Err: fmt.Errorf("ncclGroupEnd: rank %d of %d: %w", c.rank, c.nranks, err), Local: local}
-					c.failed(err)
-				}
-				c.mu.Lock()
-				c.inflight--
-				c.mu.Unlock()
-				errs[i] = err
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
 	}
 	for _, c := range g.comms {
 		blocking = blocking && c.cfg.IsBlocking()
 	}
 	if !blocking {
-		go func() { _ = run() }()
+		go func() { _ = g.runCalls(order, byComm) }()
 		return fail(InProgress, "group in progress")
 	}
-	return run()
+	return g.runCalls(order, byComm)
+}
+
+// byComm splits the group's calls by communicator, in the order each
+// communicator first appears: without a map or a copy when they are all
+// on one (a process with one rank, the common case).
+func (g *group) byComm() ([]*Comm, [][]*work) {
+	if len(g.works) == 0 {
+		return nil, nil
+	}
+	one := true
+	for _, w := range g.works {
+		one = one && w.c == g.works[0].c
+	}
+	if one {
+		g.one[0], g.oneWorks[0] = g.works[0].c, g.works
+		return g.one[:], g.oneWorks[:]
+	}
+	var order []*Comm
+	var ws [][]*work
+	index := map[*Comm]int{}
+	for _, w := range g.works {
+		i, ok := index[w.c]
+		if !ok {
+			i = len(order)
+			index[w.c] = i
+			order = append(order, w.c)
+			ws = append(ws, nil)
+		}
+		ws[i] = append(ws[i], w)
+	}
+	return order, ws
+}
+
+// runCalls runs the initialisations, then each communicator's calls
+// (byComm[i] on order[i]), the communicators concurrently (the last on
+// the caller's thread), and returns the first failure. The calls' works
+// are reused once all have returned.
+func (g *group) runCalls(order []*Comm, byComm [][]*work) error {
+	if err := g.runInits(); err != nil {
+		for _, c := range order {
+			c.mu.Lock()
+			c.inflight--
+			c.mu.Unlock()
+		}
+		return err
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	var wg sync.WaitGroup
+	var errs []error
+	if len(order) > 1 {
+		errs = make([]error, len(order)-1)
+	}
+	for i, c := range order[:len(order)-1] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.runGroup(byComm[i])
+		}()
+	}
+	last := len(order) - 1
+	err := order[last].runGroup(byComm[last])
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			err = e
+			break
+		}
+	}
+	lib := order[0].lib
+	for _, ws := range byComm {
+		for _, w := range ws {
+			lib.freeWork(w)
+		}
+	}
+	return err
+}
+
+// runGroup runs c's calls of a group; a failure fails the communicator
+// as runAllOne's does.
+func (c *Comm) runGroup(ws []*work) error {
+	err := c.runAll(ws)
+	if err != nil {
+		local := isLocal(err)
+		err = &Error{Code: ResultOf(err), Err: fmt.Errorf("ncclGroupEnd: rank %d of %d: %w", c.rank, c.nranks, err), Local: local}
+		c.failed(err)
+	}
+	c.mu.Lock()
+	c.inflight--
+	c.mu.Unlock()
+	return err
 }

@@ -226,7 +226,9 @@ func (l *Library) Deregister(h, reg uintptr) error {
 // thread, and these lines show where.
 func (l *Library) GroupStart(tid int) {
 	d := l.groups.start(tid)
-	l.log.Trace("ncclGroupStart", "tid", tid, "depth", d)
+	if l.log.IsTrace() { // the arguments would be boxed even when off
+		l.log.Trace("ncclGroupStart", "tid", tid, "depth", d)
+	}
 }
 
 // GroupEnd is ncclGroupEnd for thread tid. The outermost one runs what the
@@ -239,7 +241,9 @@ func (l *Library) GroupStart(tid int) {
 // each reports when its part is done.
 func (l *Library) GroupEnd(tid int) error {
 	g, err := l.groups.end(tid)
-	l.log.Trace("ncclGroupEnd", "tid", tid, "depth", l.groups.depth(tid), "error", err)
+	if l.log.IsTrace() {
+		l.log.Trace("ncclGroupEnd", "tid", tid, "depth", l.groups.depth(tid), "error", err)
+	}
 	if g == nil {
 		return err
 	}

@@ -18,6 +18,7 @@ type group struct {
 	// communicator.
 	one      [1]*Comm
 	oneWorks [1][]*work
+	home     *threadGroups // whose spare groups it goes back to (done)
 }
 
 // threadGroups are the open groups, by OS thread id.
@@ -30,6 +31,9 @@ type threadGroups struct {
 	// calls, so a zero here means the calling thread has none open, and
 	// another thread's group starting meanwhile is not this call's.
 	open atomic.Int32
+	// spare are groups that have ended and run, reused by the next
+	// outermost ncclGroupStart (done).
+	spare sync.Pool
 }
 
 // start is ncclGroupStart for thread tid.
@@ -38,7 +42,10 @@ func (t *threadGroups) start(tid int) int {
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
 	if g == nil {
-		g = &group{}
+		g, _ = t.spare.Get().(*group)
+		if g == nil {
+			g = &group{home: t}
+		}
 		t.byThread[tid] = g
 		t.open.Add(1)
 	}
@@ -129,6 +136,9 @@ func (t *threadGroups) end(tid int) (*group, error) {
 // runInits runs the group's deferred initialisations, all at once, and
 // returns the first failure.
 func (g *group) runInits() error {
+	if len(g.inits) == 0 {
+		return nil
+	}
 	var wg sync.WaitGroup
 	for _, f := range g.inits {
 		wg.Add(1)
@@ -149,10 +159,12 @@ func (g *group) run() error {
 		// A call was refused inside the group: run the initialisations
 		// (their communicators must not stay half made) and none of the
 		// calls.
-		if err := g.runInits(); err != nil {
-			return err
+		err := g.runInits()
+		if err == nil {
+			err = fmt.Errorf("ncclGroupEnd: no call of the group ran, since one was refused: %w", g.err)
 		}
-		return fmt.Errorf("ncclGroupEnd: no call of the group ran, since one was refused: %w", g.err)
+		g.done()
+		return err
 	}
 	order, byComm := g.byComm()
 	blocking := true
@@ -166,10 +178,32 @@ func (g *group) run() error {
 		blocking = blocking && c.cfg.IsBlocking()
 	}
 	if !blocking {
-		go func() { _ = g.runCalls(order, byComm) }()
+		go g.runAsync(order, byComm)
 		return fail(InProgress, "group in progress")
 	}
-	return g.runCalls(order, byComm)
+	err := g.runCalls(order, byComm)
+	g.done()
+	return err
+}
+
+// runAsync is runCalls for a non-blocking group, on a goroutine of its
+// own (arguments, not a closure: the blocking path's lists stay off the
+// heap).
+func (g *group) runAsync(order []*Comm, byComm [][]*work) {
+	_ = g.runCalls(order, byComm)
+	g.done()
+}
+
+// done gives back g, ended and run (nothing refers to it any more), for
+// a later group to reuse: what it held is dropped. Groups with many calls
+// are left to the collector.
+func (g *group) done() {
+	if cap(g.works) > maxListLen {
+		return
+	}
+	clear(g.works)
+	*g = group{works: g.works[:0], home: g.home}
+	g.home.spare.Put(g)
 }
 
 // byComm splits the group's calls by communicator, in the order each
@@ -216,29 +250,14 @@ func (g *group) runCalls(order []*Comm, byComm [][]*work) error {
 		}
 		return err
 	}
-	if len(order) == 0 {
+	var err error
+	switch len(order) {
+	case 0:
 		return nil
-	}
-	var wg sync.WaitGroup
-	var errs []error
-	if len(order) > 1 {
-		errs = make([]error, len(order)-1)
-	}
-	for i, c := range order[:len(order)-1] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.runGroup(byComm[i])
-		}()
-	}
-	last := len(order) - 1
-	err := order[last].runGroup(byComm[last])
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			err = e
-			break
-		}
+	case 1:
+		err = order[0].runGroup(byComm[0])
+	default:
+		err = runConcurrently(order, byComm)
 	}
 	lib := order[0].lib
 	for _, ws := range byComm {
@@ -247,6 +266,30 @@ func (g *group) runCalls(order []*Comm, byComm [][]*work) error {
 		}
 	}
 	return err
+}
+
+// runConcurrently runs each communicator's calls of a group (byComm[i]
+// on order[i]) at the same time, the last on the caller's thread, and
+// returns the first failure in order.
+func runConcurrently(order []*Comm, byComm [][]*work) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(order))
+	last := len(order) - 1
+	for i, c := range order[:last] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.runGroup(byComm[i])
+		}()
+	}
+	errs[last] = order[last].runGroup(byComm[last])
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runGroup runs c's calls of a group; a failure fails the communicator

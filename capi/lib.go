@@ -80,6 +80,8 @@ type Library struct {
 	closing sync.WaitGroup
 	// works are the checked calls run outside a group, reused (run.go).
 	works sync.Pool
+	// lists are the point-to-point path's lists, reused (run.go).
+	lists sync.Pool
 }
 
 // New returns a Library.

@@ -1,0 +1,102 @@
+package capi
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+)
+
+// TestGroupsReused: groups one after another reuse their bookkeeping (the
+// group, its works, the point-to-point lists: group.go, run.go), with
+// sizes that grow and shrink between them; every group's results are its
+// own. Each group has, per rank, a send to the other rank, the matching
+// receive and an allreduce, from one thread (nccl-tests -g 2), then the
+// same from a thread per rank, each in a group of its own.
+func TestGroupsReused(t *testing.T) {
+	f := newDevFixture(t, 2, gpufake.Config{})
+	const most = 1024
+	var send, recv, sum [2]*gpu.Buffer
+	for r := range 2 {
+		send[r], recv[r], sum[r] = f.alloc(r, 4*most, false), f.alloc(r, 4*most, false), f.alloc(r, 4*most, false)
+	}
+	value := func(round, r, i int) float32 { return float32((round*7+r*13+i)%199) - 90 }
+	calls := func(round, r, count int) []Call {
+		s := f.ss[r].Handle()
+		return []Call{
+			{Kind: Send, Send: devPtr(send[r]), Count: uint64(count), Type: ncclFloat32, Root: 1 - r, Stream: s},
+			{Kind: Recv, Recv: devPtr(recv[r]), Count: uint64(count), Type: ncclFloat32, Root: 1 - r, Stream: s},
+			{Kind: AllReduce, Send: devPtr(send[r]), Recv: devPtr(sum[r]), Count: uint64(count), Type: ncclFloat32, Stream: s},
+		}
+	}
+	for round, count := range []int{16, most, 4, 300, 1, most} {
+		for _, threads := range []bool{false, true} {
+			t.Run(fmt.Sprintf("round%d/threads=%v", round, threads), func(t *testing.T) {
+				for r := range 2 {
+					v := make([]float32, count)
+					for i := range v {
+						v[i] = value(round, r, i)
+					}
+					f.upload(r, send[r], float32s(v))
+				}
+				if threads {
+					var wg sync.WaitGroup
+					errs := make([]error, 2)
+					for r := range 2 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							errs[r] = groupOf(f.l, tidOf(r), f.hs[r], calls(round, r, count))
+						}()
+					}
+					wg.Wait()
+					for r, err := range errs {
+						if err != nil {
+							t.Fatalf("rank %d: %v", r, err)
+						}
+					}
+				} else {
+					f.l.GroupStart(fixtureTid)
+					for r := range 2 {
+						for _, c := range calls(round, r, count) {
+							if err := f.l.Coll(fixtureTid, f.hs[r], c); err != nil {
+								t.Fatalf("rank %d: %v", r, err)
+							}
+						}
+					}
+					if err := f.l.GroupEnd(fixtureTid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for r := range 2 {
+					got, total := fromFloat32s(f.download(r, recv[r], 4*count)), fromFloat32s(f.download(r, sum[r], 4*count))
+					for i := range count {
+						if want := value(round, 1-r, i); got[i] != want {
+							t.Fatalf("rank %d: received element %d = %v, want %v (rank %d's)", r, i, got[i], want, 1-r)
+						}
+						if want := value(round, 0, i) + value(round, 1, i); total[i] != want {
+							t.Fatalf("rank %d: sum element %d = %v, want %v", r, i, total[i], want)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// groupOf makes calls on communicator h inside one group of thread tid.
+func groupOf(l *Library, tid int, h uintptr, calls []Call) error {
+	l.GroupStart(tid)
+	var first error
+	for _, c := range calls {
+		if err := l.Coll(tid, h, c); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := l.GroupEnd(tid); err != nil && first == nil {
+		first = err
+	}
+	return first
+}

@@ -100,3 +100,49 @@ func groupOf(l *Library, tid int, h uintptr, calls []Call) error {
 	}
 	return first
 }
+
+// TestCollOutsideGroups: GroupsOpen says whether any thread has a group
+// open; a call made for tid 0 (no thread, as cmd/libnccl passes when
+// none has) runs at once while another thread's group is open, and that
+// thread's own call waits for its group's end.
+func TestCollOutsideGroups(t *testing.T) {
+	l, hs := hostLib(t, 1)
+	const other = 5
+	in := f64s(4, func(i int) float64 { return float64(3*i + 1) })
+	now, deferred := make([]float64, len(in)), make([]float64, len(in))
+	call := func(out []float64) Call {
+		return Call{Kind: AllReduce, Send: ptr(in), Recv: ptr(out), Count: uint64(len(in)), Type: ncclFloat64}
+	}
+	if l.GroupsOpen() {
+		t.Fatal("GroupsOpen before any ncclGroupStart")
+	}
+	l.GroupStart(other)
+	if !l.GroupsOpen() {
+		t.Fatal("GroupsOpen false with thread 5's group open")
+	}
+	if err := l.Coll(0, hs[0], call(now)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Coll(other, hs[0], call(deferred)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if now[i] != in[i] {
+			t.Fatalf("the call for no thread: element %d = %v before the other thread's group ended, want %v", i, now[i], in[i])
+		}
+		if deferred[i] != 0 {
+			t.Fatalf("thread 5's call ran before its group ended: element %d = %v", i, deferred[i])
+		}
+	}
+	if err := l.GroupEnd(other); err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if deferred[i] != in[i] {
+			t.Fatalf("thread 5's call after its group: element %d = %v, want %v", i, deferred[i], in[i])
+		}
+	}
+	if l.GroupsOpen() {
+		t.Fatal("GroupsOpen after the only group ended")
+	}
+}

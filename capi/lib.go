@@ -233,6 +233,12 @@ func (l *Library) GroupStart(tid int) {
 	}
 }
 
+// GroupsOpen reports whether any thread has a group open. When none has,
+// the calling thread has none either (its own ncclGroupStart would have
+// come first), so a call may pass tid 0 to Coll and save finding its
+// thread's id (a system call, cmd/libnccl).
+func (l *Library) GroupsOpen() bool { return l.groups.open.Load() > 0 }
+
 // GroupEnd is ncclGroupEnd for thread tid. The outermost one runs what the
 // group deferred: first the communicator initialisations, all at once (so
 // one thread can create every rank of a communicator, as nccl-tests -g N

@@ -2,6 +2,7 @@ package capi
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -14,11 +15,13 @@ type group struct {
 	comms []*Comm // being initialised by inits
 	works []*work
 	err   error // the first call refused inside the group
-	// one and oneWorks are byComm's answer for a group on one
-	// communicator.
-	one      [1]*Comm
-	oneWorks [1][]*work
-	home     *threadGroups // whose spare groups it goes back to (done)
+	// order and split are byComm's answer (the communicators, each one's
+	// calls), kept with the group for the next that reuses it; all is
+	// byComm's answer for a group on one communicator (works itself).
+	order []*Comm
+	split [][]*work
+	all   [1][]*work
+	home  *threadGroups // whose spare groups it goes back to (done)
 }
 
 // threadGroups are the open groups, by OS thread id.
@@ -202,39 +205,42 @@ func (g *group) done() {
 		return
 	}
 	clear(g.works)
-	*g = group{works: g.works[:0], home: g.home}
+	clear(g.order)
+	for i := range g.split {
+		clear(g.split[i])
+		g.split[i] = g.split[i][:0]
+	}
+	*g = group{works: g.works[:0], order: g.order[:0], split: g.split[:0], home: g.home}
 	g.home.spare.Put(g)
 }
 
 // byComm splits the group's calls by communicator, in the order each
-// communicator first appears: without a map or a copy when they are all
-// on one (a process with one rank, the common case).
+// communicator first appears (a linear search: a group holds few), into
+// lists the group keeps for its next use; the calls are g.works itself
+// when all are on one communicator (a process with one rank).
 func (g *group) byComm() ([]*Comm, [][]*work) {
-	if len(g.works) == 0 {
-		return nil, nil
-	}
-	one := true
+	g.order = g.order[:0]
 	for _, w := range g.works {
-		one = one && w.c == g.works[0].c
-	}
-	if one {
-		g.one[0], g.oneWorks[0] = g.works[0].c, g.works
-		return g.one[:], g.oneWorks[:]
-	}
-	var order []*Comm
-	var ws [][]*work
-	index := map[*Comm]int{}
-	for _, w := range g.works {
-		i, ok := index[w.c]
-		if !ok {
-			i = len(order)
-			index[w.c] = i
-			order = append(order, w.c)
-			ws = append(ws, nil)
+		if !slices.Contains(g.order, w.c) {
+			g.order = append(g.order, w.c)
 		}
-		ws[i] = append(ws[i], w)
 	}
-	return order, ws
+	if len(g.order) == 1 {
+		g.all[0] = g.works
+		return g.order, g.all[:]
+	}
+	if n := len(g.order); cap(g.split) < n {
+		g.split = append(g.split[:cap(g.split)], make([][]*work, n-cap(g.split))...)
+	}
+	g.split = g.split[:len(g.order)] // the lists of earlier uses, emptied by done
+	for i := range g.split {
+		g.split[i] = g.split[i][:0]
+	}
+	for _, w := range g.works {
+		i := slices.Index(g.order, w.c)
+		g.split[i] = append(g.split[i], w)
+	}
+	return g.order, g.split
 }
 
 // runCalls runs the initialisations, then each communicator's calls

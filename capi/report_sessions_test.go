@@ -96,7 +96,7 @@ func TestReportSessions(t *testing.T) {
 		heard     int // sessions (and reports) flexrun's store hears
 	}{
 		{name: "flexrun", transient: true, reports: 3, heard: 3},
-		{name: "flexrun/capped", transient: true, reports: maxReportSessions + 2, heard: maxReportSessions},
+		{name: "flexrun, capped", transient: true, reports: maxReportSessions + 2, heard: maxReportSessions},
 		{name: "older flexrun", transient: false, reports: 3, heard: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

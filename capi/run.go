@@ -302,7 +302,7 @@ func (c *Comm) runColl(w *work) (err error) {
 	if !w.device {
 		defer c.prog.done()
 	}
-	c.prog.now.enter(seq) // watchStalls (enqueue.go)
+	c.prog.now.enter(seq) // watchStalls (stalls.go)
 	defer c.prog.now.leave()
 	defer func() {
 		if err != nil {

@@ -25,24 +25,37 @@ var perCallSizes = []int{8, 64 << 10}
 
 // BenchmarkPerCall1 is ncclAllReduce on one rank (the collective is a
 // device copy, collectives/direct selfCopy): the library's own path.
+// "inplace" passes one buffer as both (PyTorch's all_reduce): nothing is
+// copied.
 func BenchmarkPerCall1(b *testing.B) {
 	for _, n := range perCallSizes {
-		b.Run(sizeName(n), func(b *testing.B) {
-			mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
-			l, h, _, dv := oneDeviceRank(b, mem)
-			send, recv := benchAlloc(b, dv, mem, n, 0), benchAlloc(b, dv, mem, n, 0)
-			s, err := dv.NewStream()
-			if err != nil {
-				b.Fatal(err)
+		for _, inPlace := range []bool{false, true} {
+			name := sizeName(n)
+			if inPlace {
+				name += "-inplace"
 			}
-			call := Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: uint64(n / 4), Type: ncclFloat32, Stream: s.Handle()}
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := l.Coll(1, h, call); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			b.Run(name, func(b *testing.B) { benchPerCall1(b, n, inPlace) })
+		}
+	}
+}
+
+func benchPerCall1(b *testing.B, n int, inPlace bool) {
+	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
+	l, h, _, dv := oneDeviceRank(b, mem)
+	send, recv := benchAlloc(b, dv, mem, n, 0), benchAlloc(b, dv, mem, n, 0)
+	if inPlace {
+		recv = send
+	}
+	s, err := dv.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	call := Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: uint64(n / 4), Type: ncclFloat32, Stream: s.Handle()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Coll(1, h, call); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -146,3 +146,44 @@ func TestCollOutsideGroups(t *testing.T) {
 		t.Fatal("GroupsOpen after the only group ended")
 	}
 }
+
+// TestGroupBookkeepingNoAllocs: once warm, a group's own bookkeeping on
+// one communicator (start, queue a call, end, split by communicator, give
+// the group back) allocates nothing, and neither does a call's check for
+// a group when none is open.
+func TestGroupBookkeepingNoAllocs(t *testing.T) {
+	l, hs := hostLib(t, 1)
+	c := l.handles.get(hs[0])
+	const tid = 9
+	w := l.newWork(c, Call{Kind: AllReduce})
+	steps := []struct {
+		name string
+		f    func()
+	}{
+		{"no group open", func() {
+			if l.groups.queue(tid, w) {
+				t.Fatal("queued with no group open")
+			}
+		}},
+		{"a group of one call", func() {
+			l.groups.start(tid)
+			if !l.groups.queue(tid, w) {
+				t.Fatal("not queued inside a group")
+			}
+			g, err := l.groups.end(tid)
+			if err != nil || g == nil {
+				t.Fatalf("end: %v, %v", g, err)
+			}
+			if order, by := g.byComm(); len(order) != 1 || order[0] != c || len(by[0]) != 1 || by[0][0] != w {
+				t.Fatalf("byComm: %v, %v", order, by)
+			}
+			g.done()
+		}},
+	}
+	for _, st := range steps {
+		st.f()
+		if n := testing.AllocsPerRun(200, st.f); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", st.name, n)
+		}
+	}
+}

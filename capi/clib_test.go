@@ -129,6 +129,22 @@ func TestCLibrary(t *testing.T) {
 		}
 	})
 
+	// The per-call timing program of docs/PERF.md ("C library per-call
+	// host cost") builds and gets its one-rank result right (its time is
+	// a measurement, not checked here).
+	t.Run("percall", func(t *testing.T) {
+		percall := filepath.Join(dir, "nccl_percall")
+		run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
+			"-o", percall, filepath.Join(root, "capi/testdata/nccl_percall.c"),
+			"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir)
+		cmd := exec.CommandContext(ctx, percall, "2000")
+		cmd.Env = append(os.Environ(), "FLEXLINK_DEBUG=")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "result right") {
+			t.Fatalf("nccl_percall: %v\n%s", err, out)
+		}
+	})
+
 	// A program that includes nccl_device.h, as nccl-tests does when
 	// nccl.h says NCCL >= 2.28 (src/common.h), must stop at one #error
 	// that names the missing device API and the way out.

@@ -57,7 +57,9 @@ type work struct {
 
 // Coll checks and runs (or, inside a group, queues) call on communicator
 // h for thread tid. Outside a group a call on host buffers returns when it
-// is done; one on device buffers once it is enqueued on call.Stream.
+// is done; one on device buffers once it is enqueued on call.Stream. Tid
+// 0 names no thread: a caller that learns from GroupsOpen that no thread
+// has a group open may pass it instead of finding its own.
 func (l *Library) Coll(tid int, h uintptr, call Call) error {
 	fn := call.Kind.String()
 	w, err := l.checkCall(fn, h, call)
@@ -69,7 +71,9 @@ func (l *Library) Coll(tid int, h uintptr, call Call) error {
 		return nil // count 0: nothing to do, as NCCL
 	}
 	if l.groups.queue(tid, w) {
-		l.log.Trace("deferred to the group's end", "call", fn, "tid", tid, "rank", w.c.rank)
+		if l.log.IsTrace() { // the arguments would be boxed even when off
+			l.log.Trace("deferred to the group's end", "call", fn, "tid", tid, "rank", w.c.rank)
+		}
 		return nil
 	}
 	err = w.c.runAllOne(w)

@@ -15,7 +15,7 @@ import (
 // on GPU r), each with a stream, as nccl-tests -g n runs them: one thread
 // makes every rank's calls inside one group.
 type devFixture struct {
-	t   *testing.T
+	t   testing.TB
 	l   *Library
 	drv *gpu.Driver
 	mem *fakeMem
@@ -26,7 +26,7 @@ type devFixture struct {
 
 const fixtureTid = 7
 
-func newDevFixture(t *testing.T, n int, cfg gpufake.Config, env ...string) *devFixture {
+func newDevFixture(t testing.TB, n int, cfg gpufake.Config, env ...string) *devFixture {
 	t.Helper()
 	cfg.Devices = n
 	mem := &fakeMem{alloc: map[uintptr]Region{}}

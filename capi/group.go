@@ -2,7 +2,9 @@ package capi
 
 import (
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // group is one thread's ncclGroupStart/End state: the nesting depth and
@@ -13,12 +15,28 @@ type group struct {
 	comms []*Comm // being initialised by inits
 	works []*work
 	err   error // the first call refused inside the group
+	// order and split are byComm's answer (the communicators, each one's
+	// calls), kept with the group for the next that reuses it; all is
+	// byComm's answer for a group on one communicator (works itself).
+	order []*Comm
+	split [][]*work
+	all   [1][]*work
+	home  *threadGroups // whose spare groups it goes back to (done)
 }
 
 // threadGroups are the open groups, by OS thread id.
 type threadGroups struct {
 	mu       sync.Mutex
 	byThread map[int]*group
+	// open counts the threads with a group open (len(byThread), changed
+	// under mu). A call outside any group (the common case) reads it and
+	// takes no lock: a thread's own ncclGroupStart happened before its
+	// calls, so a zero here means the calling thread has none open, and
+	// another thread's group starting meanwhile is not this call's.
+	open atomic.Int32
+	// spare are groups that have ended and run, reused by the next
+	// outermost ncclGroupStart (done).
+	spare sync.Pool
 }
 
 // start is ncclGroupStart for thread tid.
@@ -27,8 +45,12 @@ func (t *threadGroups) start(tid int) int {
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
 	if g == nil {
-		g = &group{}
+		g, _ = t.spare.Get().(*group)
+		if g == nil {
+			g = &group{home: t}
+		}
 		t.byThread[tid] = g
+		t.open.Add(1)
 	}
 	g.depth++
 	return g.depth
@@ -63,6 +85,9 @@ func (t *threadGroups) deferInit(tid int, c *Comm, run func()) {
 
 // queue adds w to tid's group and reports whether there was one.
 func (t *threadGroups) queue(tid int, w *work) bool {
+	if t.open.Load() == 0 {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
@@ -78,6 +103,9 @@ func (t *threadGroups) queue(tid int, w *work) bool {
 // it and runs none of the group's calls (NCCL's ncclGroupEnd after an
 // error), so no rank runs half a group.
 func (t *threadGroups) refused(tid int, err error) bool {
+	if t.open.Load() == 0 {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.byThread[tid]
@@ -104,12 +132,16 @@ func (t *threadGroups) end(tid int) (*group, error) {
 		return nil, nil
 	}
 	delete(t.byThread, tid)
+	t.open.Add(-1)
 	return g, nil
 }
 
 // runInits runs the group's deferred initialisations, all at once, and
 // returns the first failure.
 func (g *group) runInits() error {
+	if len(g.inits) == 0 {
+		return nil
+	}
 	var wg sync.WaitGroup
 	for _, f := range g.inits {
 		wg.Add(1)
@@ -130,67 +162,153 @@ func (g *group) run() error {
 		// A call was refused inside the group: run the initialisations
 		// (their communicators must not stay half made) and none of the
 		// calls.
-		if err := g.runInits(); err != nil {
-			return err
+		err := g.runInits()
+		if err == nil {
+			err = fmt.Errorf("ncclGroupEnd: no call of the group ran, since one was refused: %w", g.err)
 		}
-		return fmt.Errorf("ncclGroupEnd: no call of the group ran, since one was refused: %w", g.err)
+		g.done()
+		return err
 	}
-	var order []*Comm
-	byComm := map[*Comm][]*work{}
+	order, byComm := g.byComm()
 	blocking := true
-	for _, w := range g.works {
-		if _, ok := byComm[w.c]; !ok {
-			order = append(order, w.c)
-			blocking = blocking && w.c.cfg.IsBlocking()
-		}
-		byComm[w.c] = append(byComm[w.c], w)
-	}
 	for _, c := range order {
+		blocking = blocking && c.cfg.IsBlocking()
 		c.mu.Lock()
 		c.inflight++
 		c.mu.Unlock()
-	}
-	run := func() error {
-		if err := g.runInits(); err != nil {
-			for _, c := range order {
-				c.mu.Lock()
-				c.inflight--
-				c.mu.Unlock()
-			}
-			return err
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, len(order))
-		for i, c := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				err := c.runAll(byComm[c])
-				if err != nil {
-					local := isLocal(err)
-					err = &Error{Code: ResultOf(err), Err: fmt.Errorf("ncclGroupEnd: rank %d of %d: %w", c.rank, c.nranks, err), Local: local}
-					c.failed(err)
-				}
-				c.mu.Lock()
-				c.inflight--
-				c.mu.Unlock()
-				errs[i] = err
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
 	}
 	for _, c := range g.comms {
 		blocking = blocking && c.cfg.IsBlocking()
 	}
 	if !blocking {
-		go func() { _ = run() }()
+		go g.runAsync(order, byComm)
 		return fail(InProgress, "group in progress")
 	}
-	return run()
+	err := g.runCalls(order, byComm)
+	g.done()
+	return err
+}
+
+// runAsync is runCalls for a non-blocking group, on a goroutine of its
+// own (arguments, not a closure: the blocking path's lists stay off the
+// heap).
+func (g *group) runAsync(order []*Comm, byComm [][]*work) {
+	_ = g.runCalls(order, byComm)
+	g.done()
+}
+
+// done gives back g, ended and run (nothing refers to it any more), for
+// a later group to reuse: what it held is dropped. Groups with many calls
+// are left to the collector.
+func (g *group) done() {
+	if cap(g.works) > maxListLen {
+		return
+	}
+	clear(g.works)
+	clear(g.order)
+	for i := range g.split {
+		clear(g.split[i])
+		g.split[i] = g.split[i][:0]
+	}
+	*g = group{works: g.works[:0], order: g.order[:0], split: g.split[:0], home: g.home}
+	g.home.spare.Put(g)
+}
+
+// byComm splits the group's calls by communicator, in the order each
+// communicator first appears (a linear search: a group holds few), into
+// lists the group keeps for its next use; the calls are g.works itself
+// when all are on one communicator (a process with one rank).
+func (g *group) byComm() ([]*Comm, [][]*work) {
+	g.order = g.order[:0]
+	for _, w := range g.works {
+		if !slices.Contains(g.order, w.c) {
+			g.order = append(g.order, w.c)
+		}
+	}
+	if len(g.order) == 1 {
+		g.all[0] = g.works
+		return g.order, g.all[:]
+	}
+	if n := len(g.order); cap(g.split) < n {
+		g.split = append(g.split[:cap(g.split)], make([][]*work, n-cap(g.split))...)
+	}
+	g.split = g.split[:len(g.order)] // the lists of earlier uses, emptied by done
+	for i := range g.split {
+		g.split[i] = g.split[i][:0]
+	}
+	for _, w := range g.works {
+		i := slices.Index(g.order, w.c)
+		g.split[i] = append(g.split[i], w)
+	}
+	return g.order, g.split
+}
+
+// runCalls runs the initialisations, then each communicator's calls
+// (byComm[i] on order[i]), the communicators concurrently (the last on
+// the caller's thread), and returns the first failure. The calls' works
+// are reused once all have returned.
+func (g *group) runCalls(order []*Comm, byComm [][]*work) error {
+	if err := g.runInits(); err != nil {
+		for _, c := range order {
+			c.mu.Lock()
+			c.inflight--
+			c.mu.Unlock()
+		}
+		return err
+	}
+	var err error
+	switch len(order) {
+	case 0:
+		return nil
+	case 1:
+		err = order[0].runGroup(byComm[0])
+	default:
+		err = runConcurrently(order, byComm)
+	}
+	lib := order[0].lib
+	for _, ws := range byComm {
+		for _, w := range ws {
+			lib.freeWork(w)
+		}
+	}
+	return err
+}
+
+// runConcurrently runs each communicator's calls of a group (byComm[i]
+// on order[i]) at the same time, the last on the caller's thread, and
+// returns the first failure in order.
+func runConcurrently(order []*Comm, byComm [][]*work) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(order))
+	last := len(order) - 1
+	for i, c := range order[:last] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.runGroup(byComm[i])
+		}()
+	}
+	errs[last] = order[last].runGroup(byComm[last])
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runGroup runs c's calls of a group; a failure fails the communicator
+// as runAllOne's does.
+func (c *Comm) runGroup(ws []*work) error {
+	err := c.runAll(ws)
+	if err != nil {
+		local := isLocal(err)
+		err = &Error{Code: ResultOf(err), Err: fmt.Errorf("ncclGroupEnd: rank %d of %d: %w", c.rank, c.nranks, err), Local: local}
+		c.failed(err)
+	}
+	c.mu.Lock()
+	c.inflight--
+	c.mu.Unlock()
+	return err
 }

@@ -80,6 +80,8 @@ type Library struct {
 	closing sync.WaitGroup
 	// works are the checked calls run outside a group, reused (run.go).
 	works sync.Pool
+	// lists are the point-to-point path's lists, reused (run.go).
+	lists sync.Pool
 }
 
 // New returns a Library.
@@ -226,8 +228,16 @@ func (l *Library) Deregister(h, reg uintptr) error {
 // thread, and these lines show where.
 func (l *Library) GroupStart(tid int) {
 	d := l.groups.start(tid)
-	l.log.Trace("ncclGroupStart", "tid", tid, "depth", d)
+	if l.log.IsTrace() { // the arguments would be boxed even when off
+		l.log.Trace("ncclGroupStart", "tid", tid, "depth", d)
+	}
 }
+
+// GroupsOpen reports whether any thread has a group open. When none has,
+// the calling thread has none either (its own ncclGroupStart would have
+// come first), so a call may pass tid 0 to Coll and save finding its
+// thread's id (a system call, cmd/libnccl).
+func (l *Library) GroupsOpen() bool { return l.groups.open.Load() > 0 }
 
 // GroupEnd is ncclGroupEnd for thread tid. The outermost one runs what the
 // group deferred: first the communicator initialisations, all at once (so
@@ -239,7 +249,9 @@ func (l *Library) GroupStart(tid int) {
 // each reports when its part is done.
 func (l *Library) GroupEnd(tid int) error {
 	g, err := l.groups.end(tid)
-	l.log.Trace("ncclGroupEnd", "tid", tid, "depth", l.groups.depth(tid), "error", err)
+	if l.log.IsTrace() {
+		l.log.Trace("ncclGroupEnd", "tid", tid, "depth", l.groups.depth(tid), "error", err)
+	}
 	if g == nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func (m *idMem) Locate(p uintptr) (Region, bool) {
 }
 
 // newIDFixture is newDevFixture with an idMem as the library's Memory.
-func newIDFixture(t *testing.T, n int, cfg gpufake.Config, env ...string) (*devFixture, *idMem) {
+func newIDFixture(t testing.TB, n int, cfg gpufake.Config, env ...string) (*devFixture, *idMem) {
 	t.Helper()
 	cfg.Devices = n
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}

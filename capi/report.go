@@ -22,22 +22,27 @@ import (
 // started (FLEXLINK_RANK and FLEXLINK_BOOTSTRAP in its environment) tells
 // flexrun's store why a communicator ended, in the form flexlink's own
 // ranks do (comm.EncodeEnd): it joins the store as a reporter
-// (join.DialReporter) at its first report, and says goodbye as soon as
-// it has published. A process that never reports never joins, so a healthy
-// PyTorch job that exits without tearing NCCL down is not "a rank that
-// exited without closing the job".
+// (join.DialReporter) when it has something to report, and says goodbye
+// as soon as it has published. A process that never reports never joins,
+// so a healthy PyTorch job that exits without tearing NCCL down is not "a
+// rank that exited without closing the job".
 
 // jobReport is this process's connection to flexrun's store for reports.
-// A rank joins the store at most once, and a rank that leaves it without
-// its goodbye (its process exits) fails the job's store for every later
-// report: so one sender joins, publishes what is queued, and says goodbye
-// as soon as the queue is empty; reports that come later are dropped
-// (the first cause is the one that counts).
+// flexrun's store takes a reporter as a transient member: it may join
+// again after its goodbye, and its loss (its process exits mid-report)
+// ends only its own session. So a sender joins, publishes what is
+// queued, says goodbye as soon as the queue is empty, and a later report
+// starts another sender that joins again: a stall reported while the
+// call still waits, then that call's end or a later one's. A process
+// joins at most maxReportSessions times; after that, or once a join has
+// failed (flexrun has gone; or it is older and refuses a rank's second
+// join), reports are dropped.
 type jobReport struct {
-	mu      sync.Mutex
-	state   reportState
-	queue   []queuedReport
-	sending bool // a sender runs
+	mu       sync.Mutex
+	state    reportState
+	queue    []queuedReport
+	sending  bool // a sender runs
+	sessions int  // joins made (or tried)
 }
 
 type queuedReport struct {
@@ -48,8 +53,8 @@ type queuedReport struct {
 type reportState int
 
 const (
-	reportIdle reportState = iota // not joined yet
-	reportShut                    // said goodbye, or could not join: reports are dropped
+	reportIdle reportState = iota // not joined now: the next report joins
+	reportShut                    // no more joins: reports are dropped
 )
 
 const (
@@ -64,9 +69,13 @@ const (
 	// callReportWait is the same for a call that failed (nameWithheld):
 	// it has waited out its timeout already, and its rank exits as soon
 	// as it returns; on a loaded host joining flexrun's store may take
-	// longer than reportWait, and a rank that exits in the middle of its
-	// report leaves the store failed for the others' reports.
+	// longer than reportWait.
 	callReportWait = 2 * time.Second
+	// maxReportSessions bounds the joins of one process: each report
+	// that finds no sender running joins again (a few per failure: a
+	// stall, its withdrawal, the call's end), and a process whose
+	// communicators keep failing must not keep knocking.
+	maxReportSessions = 8
 )
 
 // publish sends e to flexrun's store when this process is one of
@@ -81,7 +90,7 @@ func (j *jobReport) publish(env settings.Env, log hclog.Logger, e comm.EndReport
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.state == reportShut {
-		log.Debug("report to flexrun dropped: this process has said goodbye to its store", "comm", e.Comm, "error", e.Text)
+		log.Debug("report to flexrun dropped: this process joins its store no more", "comm", e.Comm, "kind", e.Kind, "error", e.Text)
 		close(done)
 		return done
 	}
@@ -93,12 +102,44 @@ func (j *jobReport) publish(env settings.Env, log hclog.Logger, e comm.EndReport
 	return done
 }
 
-// send joins flexrun's store, publishes the queue until it is empty, and
-// says goodbye. The reports are done once the goodbye has left: a
-// process that exits with its connection still open fails flexrun's
-// store (a rank lost), and the reports of other ranks still on their way
-// would be refused.
+// send runs sessions until the queue is empty: each joins flexrun's
+// store, publishes what is queued and says goodbye (session). A report
+// queued during a goodbye gets a session of its own, after it: one
+// process's reports reach the store in the order they were made (the
+// judge takes a rank's later report over its earlier timeouts).
 func (j *jobReport) send(env settings.Env, log hclog.Logger) {
+	for {
+		j.mu.Lock()
+		j.sessions++
+		j.mu.Unlock()
+		joined := j.session(env, log)
+		j.mu.Lock()
+		if !joined || j.sessions >= maxReportSessions {
+			j.state = reportShut
+			dropped := j.queue
+			j.queue, j.sending = nil, false
+			j.mu.Unlock()
+			for _, q := range dropped {
+				log.Debug("report to flexrun dropped: this process joins its store no more", "comm", q.e.Comm, "kind", q.e.Kind, "error", q.e.Text)
+				close(q.done)
+			}
+			return
+		}
+		if len(j.queue) == 0 {
+			j.state, j.sending = reportIdle, false
+			j.mu.Unlock()
+			return
+		}
+		j.mu.Unlock()
+	}
+}
+
+// session joins flexrun's store, publishes the queue until it is empty,
+// and says goodbye; false when it could not join (what was queued is
+// dropped). The reports are done once the goodbye has left: the process
+// may exit then, and a reporter lost before its goodbye is told as a
+// loss in flexrun's log.
+func (j *jobReport) session(env settings.Env, log hclog.Logger) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), reportDial)
 	rep, err := join.DialReporter(ctx, env, log.Named("report"))
 	cancel()
@@ -109,7 +150,6 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 	for {
 		j.mu.Lock()
 		if len(j.queue) == 0 {
-			j.state, j.sending = reportShut, false
 			j.mu.Unlock()
 			break
 		}
@@ -121,8 +161,9 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 			ctx, cancel := context.WithTimeout(context.Background(), reportDial)
 			perr := rep.Store.Put(ctx, key, value)
 			cancel()
-			// errs.ErrMismatch: another member's end came first under the
-			// key (keys are write-once); flexrun heard this one too.
+			// errs.ErrMismatch: an end came first under the key (keys are
+			// write-once: another member's, or this rank's earlier
+			// report); flexrun heard this one too.
 			if perr != nil && !errors.Is(perr, errs.ErrMismatch) {
 				log.Debug("report to flexrun", "comm", q.e.Comm, "error", perr)
 			}
@@ -135,6 +176,7 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 	for _, done := range sent {
 		close(done)
 	}
+	return err == nil
 }
 
 // reportEnd publishes e to flexrun (when under flexrun) and waits at most

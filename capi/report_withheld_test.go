@@ -19,8 +19,9 @@ import (
 // NCCL_DEBUG=WARN or more, and, under flexrun, this rank's report of the
 // communicator's end on flexrun's store: a timeout in the call, with the
 // members' flexrun ranks, put by a connection that names itself a
-// reporter (join.IsReporterHost) and says goodbye once it has published.
-// Outside flexrun nothing joins anything.
+// reporter (join.IsReporterHost) and says goodbye once it has published;
+// a later report joins again (flexrun takes reporters as transient
+// members). Outside flexrun nothing joins anything.
 func TestReportWithheld(t *testing.T) {
 	const behind = "rank 1 has not called AllReduce #5 (its last collective on this communicator: #4)"
 	for _, tc := range []struct {
@@ -46,6 +47,7 @@ func TestReportWithheld(t *testing.T) {
 				// this process is its rank 1.
 				secret := []byte("0123456789abcdef0123456789abcdef")
 				srv, err := bootstrap.NewServer(bootstrap.ServerConfig{Addr: "127.0.0.1:0", Size: 2, Secret: secret, JobID: "job",
+					Transient: join.IsReporterHost,
 					OnEvent: func(ev bootstrap.Event) {
 						select {
 						case events <- ev:
@@ -83,43 +85,53 @@ func TestReportWithheld(t *testing.T) {
 			if !tc.flexrun {
 				return
 			}
-			var seen []bootstrap.EventKind
-			var end comm.EndReport
-			deadline := time.After(10 * time.Second)
-			for !slices.Contains(seen, bootstrap.EventLeft) {
-				select {
-				case ev := <-events:
-					seen = append(seen, ev.Kind)
-					if ev.Rank != 1 {
-						t.Errorf("%v event of rank %d, want flexrun's rank 1", ev.Kind, ev.Rank)
-					}
-					if (ev.Kind == bootstrap.EventJoined || ev.Kind == bootstrap.EventLeft) && !join.IsReporterHost(ev.Host) {
-						t.Errorf("%v as host %q, not a reporter's", ev.Kind, ev.Host)
-					}
-					if ev.Kind == bootstrap.EventPut {
-						var ok bool
-						if end, ok = comm.DecodeEnd(ev.Key, ev.Value); !ok {
-							t.Errorf("put %q is no communicator's end", ev.Key)
+			// session collects one reporter's session: its events up to
+			// its goodbye, and the end it put.
+			session := func() ([]bootstrap.EventKind, comm.EndReport) {
+				t.Helper()
+				var seen []bootstrap.EventKind
+				var end comm.EndReport
+				deadline := time.After(10 * time.Second)
+				for !slices.Contains(seen, bootstrap.EventLeft) {
+					select {
+					case ev := <-events:
+						seen = append(seen, ev.Kind)
+						if ev.Rank != 1 {
+							t.Errorf("%v event of rank %d, want flexrun's rank 1", ev.Kind, ev.Rank)
 						}
+						if (ev.Kind == bootstrap.EventJoined || ev.Kind == bootstrap.EventLeft) && !join.IsReporterHost(ev.Host) {
+							t.Errorf("%v as host %q, not a reporter's", ev.Kind, ev.Host)
+						}
+						if ev.Kind == bootstrap.EventPut {
+							var ok bool
+							if end, ok = comm.DecodeEnd(ev.Key, ev.Value); !ok {
+								t.Errorf("put %q is no communicator's end", ev.Key)
+							}
+						}
+					case <-deadline:
+						t.Fatalf("events %v: no goodbye within 10 s", seen)
 					}
-				case <-deadline:
-					t.Fatalf("events %v: no goodbye within 10 s", seen)
 				}
+				return seen, end
 			}
-			if !slices.Equal(seen, []bootstrap.EventKind{bootstrap.EventJoined, bootstrap.EventPut, bootstrap.EventLeft}) {
+			joinPutLeft := []bootstrap.EventKind{bootstrap.EventJoined, bootstrap.EventPut, bootstrap.EventLeft}
+			seen, end := session()
+			if !slices.Equal(seen, joinPutLeft) {
 				t.Errorf("events %v, want joined, put, left", seen)
 			}
 			if !strings.HasPrefix(end.Comm, "nccl@") || !strings.HasSuffix(end.Comm, "/w") || end.Kind != "timeout" ||
 				end.InCall != "AllReduce #5" || end.Text != want || !slices.Equal(end.Members, []int{1, 0}) || end.ClosedBy != -1 {
 				t.Errorf("published %+v; want a timeout in AllReduce #5 on nccl@.../w, members [1 0], the words %q", end, want)
 			}
-			// A second report after the goodbye is dropped: the rank has
-			// left the store (a rank joins once).
+			// A second report after the goodbye joins again (TestReportSessions:
+			// an older flexrun refuses it).
 			c.reportWithheld("AllReduce #6", []string{strings.ReplaceAll(behind, "#5", "#6")}, nil)
-			select {
-			case ev := <-events:
-				t.Errorf("after the goodbye: %v event (rank %d)", ev.Kind, ev.Rank)
-			default:
+			seen, again := session()
+			if !slices.Equal(seen, joinPutLeft) {
+				t.Errorf("the second report: events %v, want joined, put, left", seen)
+			}
+			if again.Comm != end.Comm || again.Kind != "timeout" || again.InCall != "AllReduce #6" {
+				t.Errorf("the second report: published %+v, want a timeout in AllReduce #6 on %s", again, end.Comm)
 			}
 		})
 	}

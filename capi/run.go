@@ -24,23 +24,31 @@ type p2p struct {
 // entries (Send, Recv, Gather, Scatter) go together into one group, so
 // pairs of ranks that send to each other do not deadlock.
 func (c *Comm) runAll(ws []*work) error {
-	var pending []p2p
+	var lists *p2pLists
+	defer func() {
+		if lists != nil {
+			c.lib.putLists(lists)
+		}
+	}()
 	flush := func() error {
-		if len(pending) == 0 {
+		if lists == nil || len(lists.pending) == 0 {
 			return nil
 		}
-		ps := pending
-		pending = nil
-		return c.runP2P(ps)
+		err := c.runP2P(lists)
+		lists.reset()
+		return err
 	}
 	for _, w := range ws {
-		if ps := w.p2ps(); ps != nil {
-			if len(pending) > 0 && pending[0].w.device != w.device {
+		if w.isP2P() {
+			if lists == nil {
+				lists = c.lib.getLists()
+			}
+			if len(lists.pending) > 0 && lists.pending[0].w.device != w.device {
 				if err := flush(); err != nil {
 					return err
 				}
 			}
-			pending = append(pending, ps...)
+			lists.pending = w.appendP2Ps(lists.pending)
 			continue
 		}
 		if err := flush(); err != nil {
@@ -53,36 +61,85 @@ func (c *Comm) runAll(ws []*work) error {
 	return flush()
 }
 
-// p2ps lists the sends and receives of a point-to-point call (nil for a
-// collective).
-func (w *work) p2ps() []p2p {
+// isP2P reports whether w's call is a point-to-point one (runP2P's).
+func (w *work) isP2P() bool {
+	switch w.call.Kind {
+	case Send, Recv, Gather, Scatter:
+		return true
+	}
+	return false
+}
+
+// appendP2Ps appends the sends and receives of a point-to-point call to
+// ps.
+func (w *work) appendP2Ps(ps []p2p) []p2p {
 	k, me, n := w.call.Kind, w.c.rank, w.c.nranks
 	root := w.call.Root
 	switch k {
 	case Send:
-		return []p2p{{send: true, peer: root, ptr: w.call.Send, bytes: w.sendN, w: w}}
+		ps = append(ps, p2p{send: true, peer: root, ptr: w.call.Send, bytes: w.sendN, w: w})
 	case Recv:
-		return []p2p{{peer: root, ptr: w.call.Recv, bytes: w.recvN, w: w}}
+		ps = append(ps, p2p{peer: root, ptr: w.call.Recv, bytes: w.recvN, w: w})
 	case Gather:
 		one := w.sendN
-		ps := []p2p{{send: true, peer: root, ptr: w.call.Send, bytes: one, w: w}}
+		ps = append(ps, p2p{send: true, peer: root, ptr: w.call.Send, bytes: one, w: w})
 		if me == root {
 			for r := range n {
 				ps = append(ps, p2p{peer: r, ptr: unsafe.Add(w.call.Recv, r*one), bytes: one, w: w})
 			}
 		}
-		return ps
 	case Scatter:
 		one := w.recvN
-		var ps []p2p
 		if me == root {
 			for r := range n {
 				ps = append(ps, p2p{send: true, peer: r, ptr: unsafe.Add(w.call.Send, r*one), bytes: one, w: w})
 			}
 		}
-		return append(ps, p2p{peer: root, ptr: w.call.Recv, bytes: one, w: w})
+		ps = append(ps, p2p{peer: root, ptr: w.call.Recv, bytes: one, w: w})
 	}
-	return nil
+	return ps
+}
+
+// p2pLists are the lists runAll and runP2P build for a group of sends
+// and receives, reused from one group to the next (Library.lists): the
+// point-to-point path allocates none of its own once warm. Nothing keeps
+// them past the call (rank's Group and DeviceComm.Group copy theirs).
+type p2pLists struct {
+	pending            []p2p // the group's sends and receives, in order
+	selfSend, selfRecv []p2p // those to this rank itself
+	host               []rank.P2P
+	devOps             []rank.DeviceP2P
+	bounced            []bool // devOps[i]'s buffer cannot be IPC-exported
+}
+
+// reset empties l, dropping what its entries point to.
+func (l *p2pLists) reset() {
+	clear(l.pending)
+	clear(l.selfSend)
+	clear(l.selfRecv)
+	clear(l.host)
+	clear(l.devOps)
+	l.pending, l.selfSend, l.selfRecv = l.pending[:0], l.selfSend[:0], l.selfRecv[:0]
+	l.host, l.devOps, l.bounced = l.host[:0], l.devOps[:0], l.bounced[:0]
+}
+
+// maxListLen bounds the lists kept for reuse: an all-to-all of many ranks
+// made of sends and receives leaves its long lists to the collector.
+const maxListLen = 1024
+
+func (l *Library) getLists() *p2pLists {
+	if v, ok := l.lists.Get().(*p2pLists); ok {
+		return v
+	}
+	return new(p2pLists)
+}
+
+func (l *Library) putLists(v *p2pLists) {
+	if cap(v.pending) > maxListLen {
+		return
+	}
+	v.reset()
+	l.lists.Put(v)
 }
 
 // hostBytes is the C caller's host memory as a slice.
@@ -164,17 +221,15 @@ func (c *Comm) syncFirst(w *work) error {
 	return nil
 }
 
-// runP2P runs a group of sends and receives. Entries to this rank itself
-// pair up in order and are copies.
-func (c *Comm) runP2P(ps []p2p) error {
+// runP2P runs a group of sends and receives (l.pending); the other lists
+// of l are its own, empty on entry. Entries to this rank itself pair up in
+// order and are copies.
+func (c *Comm) runP2P(l *p2pLists) error {
+	ps := l.pending
 	dev := ps[0].w.device
 	if err := c.syncFirst(ps[0].w); err != nil {
 		return err
 	}
-	var selfSend, selfRecv []p2p
-	var host []rank.P2P
-	var devOps []rank.DeviceP2P
-	var bounced []bool // devOps[i]'s buffer cannot be IPC-exported
 	var stream *gpu.Stream
 	if dev {
 		stream = c.wrapStream(ps[0].w.call.Stream)
@@ -182,9 +237,9 @@ func (c *Comm) runP2P(ps []p2p) error {
 	for _, p := range ps {
 		if p.peer == c.rank {
 			if p.send {
-				selfSend = append(selfSend, p)
+				l.selfSend = append(l.selfSend, p)
 			} else {
-				selfRecv = append(selfRecv, p)
+				l.selfRecv = append(l.selfRecv, p)
 			}
 			continue
 		}
@@ -193,22 +248,22 @@ func (c *Comm) runP2P(ps []p2p) error {
 			if err != nil {
 				return err
 			}
-			bounced = append(bounced, p.w.region(p.send).NoIPC)
-			devOps = append(devOps, rank.DeviceP2P{Send: p.send, Peer: p.peer, Buf: b})
+			l.bounced = append(l.bounced, p.w.region(p.send).NoIPC)
+			l.devOps = append(l.devOps, rank.DeviceP2P{Send: p.send, Peer: p.peer, Buf: b})
 			continue
 		}
 		d := p.w.hostData(p.ptr, p.bytes)
 		if p.send {
-			host = append(host, rank.SendTo(p.peer, d))
+			l.host = append(l.host, rank.SendTo(p.peer, d))
 		} else {
-			host = append(host, rank.RecvFrom(p.peer, d))
+			l.host = append(l.host, rank.RecvFrom(p.peer, d))
 		}
 	}
-	if len(selfSend) != len(selfRecv) {
-		return fail(InvalidUsage, "rank %d: %d sends to itself but %d receives from itself in one group", c.rank, len(selfSend), len(selfRecv))
+	if len(l.selfSend) != len(l.selfRecv) {
+		return fail(InvalidUsage, "rank %d: %d sends to itself but %d receives from itself in one group", c.rank, len(l.selfSend), len(l.selfRecv))
 	}
-	for i := range selfSend {
-		s, r := selfSend[i], selfRecv[i]
+	for i := range l.selfSend {
+		s, r := l.selfSend[i], l.selfRecv[i]
 		if s.bytes != r.bytes {
 			return fail(InvalidUsage, "rank %d: a send of %d bytes to itself meets a receive of %d bytes", c.rank, s.bytes, r.bytes)
 		}
@@ -229,15 +284,15 @@ func (c *Comm) runP2P(ps []p2p) error {
 		copy(hostBytes(r.ptr, r.bytes), hostBytes(s.ptr, s.bytes))
 	}
 	if dev {
-		if len(devOps) == 0 {
+		if len(l.devOps) == 0 {
 			return nil
 		}
-		return c.groupDevice(stream, devOps, bounced)
+		return c.groupDevice(stream, l.devOps, l.bounced)
 	}
-	if len(host) == 0 {
+	if len(l.host) == 0 {
 		return nil
 	}
-	return c.rc.Group(c.ctx, host...)
+	return c.rc.Group(c.ctx, l.host...)
 }
 
 // runColl runs one collective. One that ends waiting (its deadline, an
@@ -247,7 +302,7 @@ func (c *Comm) runColl(w *work) (err error) {
 	if !w.device {
 		defer c.prog.done()
 	}
-	c.prog.now.enter(seq) // watchStalls (enqueue.go)
+	c.prog.now.enter(seq) // watchStalls (stalls.go)
 	defer c.prog.now.leave()
 	defer func() {
 		if err != nil {

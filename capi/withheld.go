@@ -44,7 +44,7 @@ type progress struct {
 	calls atomic.Uint64    // collectives this rank has started on it
 	kinds [64]atomic.Int32 // the last ones' kinds, by number
 	busy  atomic.Int32     // calls on host buffers in flight
-	now   inCall           // the collective in flight on the caller's thread (enqueue.go)
+	now   inCall           // the collective in flight on the caller's thread (stalls.go)
 	kids  atomic.Uint64    // splits and shrinks made from it, which name theirs
 	asked atomic.Uint64    // the last request seen
 	// jobs are the members' ranks in flexrun's job, by comm rank (-1:
@@ -135,8 +135,10 @@ func answerKey(comm string, k uint64, r int) string {
 // nameWithheld adds to err, the end of this rank's collective number seq
 // by a timeout or an abort, the members that have not called it; and
 // tells flexrun (report.go) why the call failed, when that is evidence
-// of the cause.
+// of the cause. The call failed: a stall reported for it stays reported
+// (watchStalls withdraws only those of calls that completed).
 func (c *Comm) nameWithheld(seq uint64, err error) error {
+	c.prog.now.fail(seq)
 	c.reportFailed(seq, err)
 	if !endedWaiting(err) {
 		return err

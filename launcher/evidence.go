@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/flexlink/flexlink/internal/comm"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -68,7 +69,7 @@ type CommEnd struct {
 // EndResumed is the Kind of a member's report that a collective it had
 // reported as waiting (a "timeout" for InCall, sent while the call still
 // waited) has completed: it withdraws that report and is no end itself.
-const EndResumed = "resumed"
+const EndResumed = comm.EndResumed
 
 // reportLedger collects a bootstrap server's reports without ever
 // dropping one (a lost "joined" would make a healthy rank look like one

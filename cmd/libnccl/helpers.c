@@ -59,26 +59,29 @@ int fl_cuda_open(void) {
   return 1;
 }
 
-// fl_identify reports whether p is device memory (1) or not (0) and, for
-// device memory, the driver's id of the allocation holding it (unique for
+// fl_identify reports whether p is device memory (device 1) or not (0)
+// and, for device memory, the driver's id of the allocation holding it (unique for
 // the life of the process: memory freed and allocated again at the same
 // address gets a new one; 0 when the driver cannot say). One driver call,
 // made on every collective for each buffer: the Go side keeps the rest of
 // what fl_locate says by this id. cuPointerGetAttributes, unlike
 // cuPointerGetAttribute, answers CUDA_SUCCESS for memory CUDA does not know
-// (host memory), with every attribute zero.
-int fl_identify(uintptr_t p, unsigned long long *id) {
+// (host memory), with every attribute zero. The answer comes back by value
+// (fl_ident), so the Go caller passes no pointer of its own.
+fl_ident fl_identify(uintptr_t p) {
+  fl_ident r = {0, 0};
   unsigned int type = 0;
   unsigned long long buffer = 0;
   int attrs[] = {attr_memory_type, attr_buffer_id};
   void *data[] = {&type, &buffer};
   if (fl_pointer_get_attributes(2, attrs, data, p) != 0) {
     buffer = 0; // a driver without buffer ids: the call is refused by name later
-    if (fl_pointer_get_attributes(1, attrs, data, p) != 0) return 0;
+    if (fl_pointer_get_attributes(1, attrs, data, p) != 0) return r;
   }
-  if (type != memorytype_device) return 0;
-  *id = buffer;
-  return 1;
+  if (type != memorytype_device) return r;
+  r.id = buffer;
+  r.device = 1;
+  return r;
 }
 
 // fl_locate reports what fl_identify does and, for device memory, its

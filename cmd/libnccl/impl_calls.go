@@ -72,8 +72,16 @@ func xCommDeregister(c C.ncclComm_t, h unsafe.Pointer) C.ncclResult_t {
 	return res(lib().Deregister(handle(c), uintptr(C.fl_id(h))))
 }
 
+// coll makes call on c for the calling thread, found only when some
+// thread has a group open (gettid is a system call on every call's path
+// otherwise; tid 0 names no thread).
 func coll(c C.ncclComm_t, call capi.Call) C.ncclResult_t {
-	return res(lib().Coll(tid(), handle(c), call))
+	l := lib()
+	t := 0
+	if l.GroupsOpen() {
+		t = tid()
+	}
+	return res(l.Coll(t, handle(c), call))
 }
 
 func xAllReduce(s, r unsafe.Pointer, n C.size_t, dt C.ncclDataType_t, op C.ncclRedOp_t, c C.ncclComm_t, st C.cudaStream_t) C.ncclResult_t {

@@ -130,7 +130,7 @@ func (e *closedEarly) Unwrap() error { return errs.ErrMismatch }
 // job's cause.
 type EndReport struct {
 	Comm string // the communicator's name
-	Kind string // the sentinel class: mismatch, peer-lost, timeout, closed, not-supported, aborted
+	Kind string // the sentinel class: mismatch, peer-lost, timeout, closed, not-supported, aborted; or EndResumed
 	Text string // the member's error
 	// ClosedBy, for a member that closed the communicator while this one
 	// was in a later collective: the closer's world rank (else -1), and

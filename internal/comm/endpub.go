@@ -2,6 +2,14 @@ package comm
 
 import "encoding/json"
 
+// EndResumed is the Kind of a member's report that a collective it had
+// reported as waiting (a "timeout" for InCall, published while the call
+// still waited: flexlink's libnccl reports a call that has waited long)
+// has completed since: it withdraws that report and is no end itself.
+// A launcher takes a member's later report on a communicator over its
+// earlier timeouts there.
+const EndResumed = "resumed"
+
 // EncodeEnd is the put (key and value) that publishes e as the end of
 // communicator e.Comm seen by world rank by, in the form members of this
 // package's communicators publish theirs (DecodeEnd reads it): for

@@ -193,10 +193,19 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 		}
 		o.Recv = trimmed(o.Recv, recvCount*sz)
 	}
-	if err := d.captureOf(o, s); err != nil {
-		return err
+	if d.path != "direct" || !oneRankInPlace(d.c.Size(), o) { // the direct plane enqueues nothing for it: no capture to ask about
+		if err := d.captureOf(o, s); err != nil {
+			return err
+		}
 	}
 	return d.run(ctx, what, o, s)
+}
+
+// oneRankInPlace reports whether o is a collective of a one-rank
+// communicator whose recv is its send: the direct plane enqueues nothing
+// for it (collectives/direct's selfCopy; NCCL returns at once there too).
+func oneRankInPlace(n int, o *Op) bool {
+	return n == 1 && o.Kind != Group && o.Kind != AllToAllv && o.Send != nil && o.Recv != nil && o.Send.Ptr() == o.Recv.Ptr()
 }
 
 // run runs o under the communicator's queue, on the caller's thread.

@@ -101,3 +101,17 @@ func TestCString(t *testing.T) {
 		t.Errorf("goString with max 6 = %q", got)
 	}
 }
+
+// TestCheckSuccessAllocatesNothing: every driver call's result goes
+// through check, so a success must cost nothing (building the symbol
+// table there once took half of a one-rank call's host time on an H200).
+func TestCheckSuccessAllocatesNothing(t *testing.T) {
+	var l Lib
+	if n := testing.AllocsPerRun(100, func() {
+		if err := l.check(sLaunchKernel, Success); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("check of a success allocates %v times, want 0", n)
+	}
+}

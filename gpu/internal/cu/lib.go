@@ -249,6 +249,9 @@ const funcAttributeNumRegs = 4
 // check builds the *Error for a result, asking the driver for its name and
 // description.
 func (l *Lib) check(s sym, r Result) error {
+	if r == Success { // before symbols(), which builds its whole table
+		return nil
+	}
 	return l.checkNamed(baseName(symbols()[s][0]), r)
 }
 

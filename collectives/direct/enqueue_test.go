@@ -30,19 +30,7 @@ func TestGPUFakeEnqueueAnySize(t *testing.T) {
 			for _, c := range devCases(tc.n, big) {
 				p := rs[0].dc.Plane().(*directPlane)
 				flag0, hand0 := p.flag.State().Calls, p.seq.calls
-				wrong := make([]int, len(rs))
-				errs := onRanks(rs, func(r *devRank) (err error) {
-					wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
-					return err
-				})
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("%v: rank %d: %v", c, r, err)
-					}
-					if wrong[r] != 0 {
-						t.Errorf("%v: rank %d: %d wrong elements", c, r, wrong[r])
-					}
-				}
+				sweepCase(ctx, t, rs, c)
 				if c.count == 0 || c.kind == plane.AllToAll && c.inPlace {
 					continue // nothing to move; an in-place alltoall stages first
 				}

@@ -145,18 +145,24 @@ func fakeRanksOn(t *testing.T, n, gpus int, cfg gpufake.Config, env map[string]s
 func sweep(t *testing.T, rs []*devRank, cases []devCase) {
 	ctx := testCtx(t, 60*time.Second)
 	for _, c := range cases {
-		wrong := make([]int, len(rs))
-		errs := onRanks(rs, func(r *devRank) (err error) {
-			wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
-			return err
-		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("%v: rank %d: %v", c, r, err)
-			}
-			if wrong[r] != 0 {
-				t.Errorf("%v: rank %d: %d wrong elements", c, r, wrong[r])
-			}
+		sweepCase(ctx, t, rs, c)
+	}
+}
+
+// sweepCase runs c on every rank and checks each one's result.
+func sweepCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase) {
+	t.Helper()
+	wrong := make([]int, len(rs))
+	errs := onRanks(rs, func(r *devRank) (err error) {
+		wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%v: rank %d: %v", c, r, err)
+		}
+		if wrong[r] != 0 {
+			t.Errorf("%v: rank %d: %d wrong elements", c, r, wrong[r])
 		}
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/flexlink/flexlink/internal/comm"
 )
 
-// stallReport is how long a collective may wait for its peers on the
-// caller's thread before this rank asks the members which of them has not
+// stallReport is how long (FLEXLINK_STALL_REPORT's default) a collective
+// may wait for its peers on the caller's thread before this rank asks the members which of them has not
 // called it, and reports it (reportWithheld): under flexrun the report is
 // evidence for the verdict if the job then fails, for example when
 // PyTorch's watchdog ends the process at its timeout while the call still
@@ -71,7 +71,11 @@ func (ic *inCall) completed() uint64 { return ic.ok.Load() }
 func (c *Comm) watchStalls() {
 	ic := &c.prog.now
 	ic.wake = make(chan struct{}, 1)
-	tick := time.NewTicker(time.Second)
+	after, err := c.lib.env.Duration("FLEXLINK_STALL_REPORT")
+	if err != nil || after == 0 { // 0: never (the value was checked at init)
+		return
+	}
+	tick := time.NewTicker(min(time.Second, after))
 	defer tick.Stop()
 	var reported, seen uint64
 	var reportedName string // the reported call's words, as reported
@@ -95,7 +99,7 @@ func (c *Comm) watchStalls() {
 			seen, since = cur, now
 		}
 		seq := uint64(0)
-		if cur != 0 && now.Sub(since) >= stallReport {
+		if cur != 0 && now.Sub(since) >= after {
 			seq = cur
 		}
 		if seq == 0 || seq <= reported {

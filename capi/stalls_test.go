@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // TestEnqueueAndReturn runs, on 2-4 ranks of the fake driver, a sequence
@@ -149,43 +150,55 @@ func TestEnqueueAndReturn(t *testing.T) {
 
 // TestStallReported: ranks 0 and 2 of 3 wait in an allreduce that rank 1
 // has not called, on their callers' threads (no deadline). After
-// stallReport, with the calls still waiting, each names rank 1 in its last
-// error (what a launcher learns from the report), before anything ends
-// the calls; an abort then ends them.
+// FLEXLINK_STALL_REPORT (its default, and a shorter one, whose report must
+// come before the default could have), with the calls still waiting, each
+// names rank 1 in its last error (what a launcher learns from the
+// report), before anything ends the calls; an abort then ends them.
 func TestStallReported(t *testing.T) {
-	l := scopeLib()
-	hs := initRanks(t, l, 3)
-	done := make(chan error, 2)
-	for _, r := range []int{0, 2} {
-		go func() { _, err := allreduce(l, r, hs[r], 1); done <- err }()
+	for _, tc := range []struct {
+		setting string        // FLEXLINK_STALL_REPORT ("": the default)
+		within  time.Duration // the report comes this soon
+	}{{"", stallReport + 10*time.Second}, {"1s", stallReport - time.Second}} {
+		t.Run("stall="+tc.setting, func(t *testing.T) {
+			env := map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_TIMEOUT": "60s"}
+			if tc.setting != "" {
+				env["FLEXLINK_STALL_REPORT"] = tc.setting
+			}
+			l := New(Options{Env: settings.Map(env)})
+			hs := initRanks(t, l, 3)
+			done := make(chan error, 2)
+			start := time.Now()
+			for _, r := range []int{0, 2} {
+				go func() { _, err := allreduce(l, r, hs[r], 1); done <- err }()
+			}
+			c0, err := l.handles.comm(hs[0], "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for !strings.Contains(c0.lastErr(), "rank 1 has not called AllReduce #1") {
+				select {
+				case err := <-done:
+					t.Fatalf("a waiting allreduce ended before the stall was reported: %v", err)
+				default:
+				}
+				if time.Since(start) > tc.within {
+					t.Fatalf("no stall report naming rank 1 within %v; rank 0's last error: %q", tc.within, c0.lastErr())
+				}
+				<-time.After(50 * time.Millisecond)
+			}
+			for _, r := range []int{0, 2} {
+				if err := l.Abort(hs[r]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 2 {
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("an aborted allreduce did not return")
+				}
+			}
+			_ = l.Abort(hs[1])
+		})
 	}
-	c0, err := l.handles.comm(hs[0], "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(stallReport + 10*time.Second)
-	for !strings.Contains(c0.lastErr(), "rank 1 has not called AllReduce #1") {
-		select {
-		case err := <-done:
-			t.Fatalf("a waiting allreduce ended before the stall was reported: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stall report naming rank 1 within %v; rank 0's last error: %q", stallReport+10*time.Second, c0.lastErr())
-		}
-		<-time.After(50 * time.Millisecond)
-	}
-	for _, r := range []int{0, 2} {
-		if err := l.Abort(hs[r]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 2 {
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("an aborted allreduce did not return")
-		}
-	}
-	_ = l.Abort(hs[1])
 }

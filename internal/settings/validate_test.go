@@ -69,6 +69,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_GPU_FLAG_PCIE_BLOCKS":   {[]string{"0", "32"}, []string{"-1", "33"}},
 	"FLEXLINK_GPU_FLAG_REGION_BYTES":  {[]string{"134217728", "128M"}, []string{"-1", "huge"}},
 	"FLEXLINK_GPU_KERNEL_TIMEOUT":     {[]string{"10m", "0", "300ms"}, []string{"-10m", "forever"}},
+	"FLEXLINK_STALL_REPORT":           {[]string{"5s", "0", "1s"}, []string{"-1s", "soon"}},
 	"FLEXLINK_GPU_STAGED_CHUNK_BYTES": {[]string{"auto", "0", "4194304", "16M"}, []string{"-1", "2T", "big"}},
 	"FLEXLINK_PCIE_STAGING_BYTES":     {[]string{"0", "67108864", "16G"}, []string{"-1", "17G"}},
 	"FLEXLINK_PCIE_SHARE":             {[]string{"0", "0.1", "0.5"}, []string{"0.6", "-0.1", "NaN", "half"}},

@@ -77,18 +77,10 @@ if part paths; then
 	stamp "2 ranks on one GPU: time per allreduce by path"
 	export CUDA_MPS_PIPE_DIRECTORY="" CUDA_MPS_LOG_DIRECTORY=""
 	paths "no MPS"
-	if command -v nvidia-cuda-mps-control >/dev/null; then
-		export CUDA_MPS_PIPE_DIRECTORY=/tmp/flexlink-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/flexlink-mps/log
-		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-		if nvidia-cuda-mps-control -d; then
-			stamp "the same under CUDA MPS"
-			paths "MPS"
-			echo quit | nvidia-cuda-mps-control
-		else
-			echo "MPS daemon did not start"
-		fi
-	else
-		echo "no nvidia-cuda-mps-control on this machine"
+	if mps_start; then # scripts/gpu-step.sh: a daemon of the script's own
+		stamp "the same under CUDA MPS"
+		paths "MPS"
+		mps_stop
 	fi
 fi
 stamp "done: $fails failed"

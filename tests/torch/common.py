@@ -18,7 +18,8 @@ runs past its limit, printing "FAIL name: timed out" first (rank 0), so a
 hang costs one check's limit, not the whole run.
 
 Environment: flexrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-MASTER_PORT. Every rank uses cuda:0 (ranks share the one GPU). Without
+MASTER_PORT. Rank r uses GPU LOCAL_RANK mod the GPUs it sees (on a one-GPU
+machine every rank shares cuda:0). Without
 them (python3 file.py) the suite runs as one rank.
 """
 import argparse
@@ -98,8 +99,8 @@ class Suite:
         self._lock = threading.Lock()
         threading.Thread(target=self._watchdog, name="suite-watchdog", daemon=True).start()
 
-        torch.cuda.set_device(0)
-        self.device = torch.device("cuda", 0)
+        self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(self.device)
         t0 = time.time()
         kw = dict(backend="nccl", timeout=TIMEOUT)
         if not lazy:

@@ -18,7 +18,7 @@ Checks, STEPS steps with new inputs each:
     FAIL: the point is the captured collectives).
 
 Run as one process on torch's NCCL or under LD_PRELOAD of flexlink's
-libnccl, or under flexrun --nccl for more ranks (ranks share cuda:0).
+libnccl, or under flexrun --nccl for more ranks (GPU LOCAL_RANK mod the GPUs seen; ranks share cuda:0 on one GPU).
 Prints "PASS name" / "FAIL name: detail" and "COMPILE-END passed=P
 failed=F"; exit 1 on a failure.
 """
@@ -36,7 +36,7 @@ D, H, B = 256, 512, 64  # model width, hidden width, batch rows
 
 if "RANK" not in os.environ:
     os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29573"))
-dev = torch.device("cuda:0")
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
 torch.cuda.set_device(dev)
 dist.init_process_group("nccl", device_id=dev, timeout=timedelta(seconds=120))
 R, W = dist.get_rank(), dist.get_world_size()

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 case = sys.argv[1]
-dev = torch.device("cuda:0")
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
 torch.cuda.set_device(dev)
 dist.init_process_group("nccl", device_id=dev, timeout=timedelta(seconds=60))
 R, W = dist.get_rank(), dist.get_world_size()

@@ -20,7 +20,7 @@ import torch.distributed as dist
 rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 os.environ.setdefault("MASTER_PORT", "29517")
-dev = torch.device("cuda:0")
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
 torch.cuda.set_device(dev)
 dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
 

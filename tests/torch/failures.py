@@ -18,7 +18,7 @@ abort:    rank 1 never calls the 3rd all_reduce, so rank 0's stream waits
           "ABORT-RETURNED <s>" (abort's own time) and "BLOCKED-RETURNED
           <s>" (from the abort to the end of the stream's wait, or to an
           error from the call).
-Every rank uses cuda:0.
+Rank r uses GPU LOCAL_RANK mod the GPUs it sees.
 """
 import os
 import signal
@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 mode = sys.argv[1]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dev = torch.device("cuda:0")
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
 torch.cuda.set_device(dev)
 dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev, timeout=timedelta(seconds=60))
 

@@ -26,7 +26,7 @@ N = int(os.environ.get("COUNT", "4099"))  # odd: no multiple of anything
 
 if "RANK" not in os.environ:
     os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29571"))
-dev = torch.device("cuda:0")
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
 torch.cuda.set_device(dev)
 dist.init_process_group("nccl", device_id=dev, timeout=timedelta(seconds=120))
 R, W = dist.get_rank(), dist.get_world_size()

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 29's rows on two GPUs (nvidia-h200-x2), both libraries in one run,
+# from the repository root with bin/flexrun and build/nccl carried:
+#
+#   bash scripts/gpu-twogpu.sh NCCL_TESTS_SRC
+#
+# nccl-tests is built against the installed NCCL header (as users build
+# it) and each binary runs at 2 MPI ranks, one per GPU, first on NCCL and
+# then on flexlink's library (LD_PRELOAD), eager and replayed (-G 10),
+# 8 B-1 MiB with -c 1 (every result checked). PARTS picks:
+#   small  the nine binaries, both libraries, eager and -G 10 (default)
+#   async  all_reduce and all_gather on flexlink with FLEXLINK_GPU_ENQUEUE=async
+#   large  all_reduce, all_gather, reduce_scatter, alltoall 1 MiB-1 GiB, both
+#   torch  tests/torch/graph_capture.py, enqueue.py, compile_tp.py at 2 ranks
+# Rows go to $OUT/twogpu.log, every step's whole output to
+# $OUT/twogpu-steps.log (default OUT=/tmp/flexlink-out).
+set -uo pipefail
+src=${1:?usage: gpu-twogpu.sh NCCL_TESTS_SRC}
+OUT=${OUT:-/tmp/flexlink-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
+LIB=$PWD/build/nccl/lib/libnccl.so.2
+[ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
+STEPLOG=$OUT/twogpu-steps.log
+source scripts/gpu-step.sh
+LOG=$OUT/twogpu.log
+: >"$LOG"
+PARTS=${PARTS:-small}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+{
+	nvidia-smi topo -m
+	nvidia-smi --query-gpu=index,name,memory.used --format=csv
+} >>"$LOG" 2>&1
+[ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+step build timeout 300 make -s -j32 -C /tmp/nccl-tests MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
+	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
+B=/tmp/nccl-tests/build
+
+# one LIB TEST ARGS...: one nccl-tests run at 2 MPI ranks, one per GPU;
+# its rows and #wrong line to $LOG under a header, the whole output to
+# $STEPLOG through step.
+one() {
+	local lib=$1 t=$2 pre=()
+	shift 2
+	[ "$lib" = flexlink ] && pre=(-x LD_PRELOAD=$LIB)
+	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
+	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
+		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -np 2 $B/${t}_perf -g 1 -c 1 "$@"
+	grep -E "^ +[0-9]|Out of bounds|Avg bus" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
+}
+export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync}
+
+if part small; then
+	stamp "nine binaries, 8 B-1 MiB, NCCL then flexlink, eager and -G 10"
+	for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+		for lib in NCCL flexlink; do
+			one $lib $t -b 8 -e 1M -f 4 -n 200 -w 20
+			one $lib $t -b 8 -e 1M -f 4 -n 200 -w 20 -G 10
+		done
+	done
+fi
+if part async; then
+	stamp "flexlink FLEXLINK_GPU_ENQUEUE=async"
+	for t in all_reduce all_gather; do
+		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 4 -n 200 -w 20
+		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 4 -n 200 -w 20 -G 10
+	done
+fi
+if part large; then
+	stamp "1 MiB-1 GiB, NCCL then flexlink"
+	for t in all_reduce all_gather reduce_scatter alltoall; do
+		for lib in NCCL flexlink; do
+			one $lib $t -b 1M -e 1G -f 4 -n 20 -w 5
+		done
+	done
+fi
+if part torch; then
+	stamp "torch at 2 ranks, one GPU each"
+	R=(bin/flexrun --nccl --nccl-lib "$PWD/build/nccl/lib" -np 2 python3)
+	step "graph_capture.py" env REPLAYS=1000 timeout 240 "${R[@]}" tests/torch/graph_capture.py
+	step "enqueue.py" timeout 120 "${R[@]}" tests/torch/enqueue.py
+	step "compile_tp.py" timeout 200 "${R[@]}" tests/torch/compile_tp.py
+fi
+stamp "done: $fails failed" | tee -a "$LOG"

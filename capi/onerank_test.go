@@ -1,0 +1,300 @@
+package capi
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/settings"
+)
+
+// oneRankFixture is a one-rank communicator on a fake GPU whose driver
+// counts its calls, with an idMem (an Identifier, as cmd/libnccl's
+// cudaMemory) as the library's Memory.
+type oneRankFixture struct {
+	t     *testing.T
+	l     *Library
+	h     uintptr
+	mem   *idMem
+	dv    *gpu.Device
+	s     *gpu.Stream
+	calls *gpufake.Calls
+}
+
+func newOneRankFixture(t *testing.T) *oneRankFixture {
+	t.Helper()
+	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
+	drv, calls, err := gpufake.OpenCounted(gpufake.Config{Devices: 1, IPCRefused: func(p uintptr) bool {
+		mem.mu.Lock() // as the driver refuses VMM memory
+		defer mem.mu.Unlock()
+		return mem.alloc[p].NoIPC
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(Options{
+		Env:    settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir()}),
+		Memory: mem,
+		Driver: func() (*gpu.Driver, error) { return drv, nil },
+	})
+	hs, err := l.InitAll(1, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); _ = l.Destroy(hs[0]); drv.Close() })
+	return &oneRankFixture{t: t, l: l, h: hs[0], mem: mem, dv: dv, s: s, calls: calls}
+}
+
+// alloc is a foreign allocation of n bytes (VMM memory when noIPC).
+func (f *oneRankFixture) alloc(n int, noIPC bool) *gpu.Buffer {
+	f.t.Helper()
+	b, err := f.dv.Alloc(n)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.mem.addAs(b, 0, noIPC)
+	f.t.Cleanup(func() { _ = f.mem.free(b) })
+	return b
+}
+
+func (f *oneRankFixture) put(b *gpu.Buffer, v []float32) {
+	f.t.Helper()
+	if err := f.s.CopyHtoD(b.Sub(0, 4*len(v)), float32s(v)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *oneRankFixture) get(b *gpu.Buffer, n int) []float32 {
+	f.t.Helper()
+	host := make([]byte, 4*n)
+	if err := f.s.CopyDtoH(host, b.Sub(0, 4*n)); err != nil {
+		f.t.Fatal(err)
+	}
+	return fromFloat32s(host)
+}
+
+// driverCalls is what one call made: the fake driver's calls by entry
+// point and, as "Identify" and "Locate", the Memory's queries (each one
+// cuPointerGetAttributes in cmd/libnccl).
+type driverCalls map[string]int
+
+func (d driverCalls) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, d[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// measure runs call k times after a first (warm) run and returns the
+// driver calls of one run: every count must be a multiple of k.
+func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
+	f.t.Helper()
+	if err := run(); err != nil {
+		f.t.Fatal(err)
+	}
+	before := f.calls.Counts()
+	ids, locs := f.mem.identifies.Load(), f.mem.locates.Load()
+	for range k {
+		if err := run(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	d := f.calls.Since(before)
+	if n := f.mem.identifies.Load() - ids; n > 0 {
+		d["Identify"] = int(n)
+	}
+	if n := f.mem.locates.Load() - locs; n > 0 {
+		d["Locate"] = int(n)
+	}
+	per := driverCalls{}
+	for name, n := range d {
+		if n%k != 0 {
+			f.t.Fatalf("%d calls made %d %s: not the same number each", k, n, name)
+		}
+		per[name] = n / k
+	}
+	return per
+}
+
+// TestOneRankDriverCalls pins the driver calls of a warm call on a
+// one-rank communicator (issue 29, "1 rank ≤ 1.0× NCCL"). NCCL 2.28 makes
+// there, per call (ncclLaunchOneRank): out of place one cudaMemcpyAsync
+// on the caller's stream (a kernel for a PreMulSum, which avg is for
+// floats), in place nothing; it asks nothing about the pointers or the
+// capture. flexlink makes, out of place, the copy (cuMemcpyAsync) and
+// cuCtxGetCurrent (a read of the thread's state, no lock: the context is
+// made current only when another is); and it asks the driver about each
+// distinct buffer once (Identify, cuPointerGetAttributes: memory type and
+// buffer id), which is how it tells device from host memory and keeps
+// its cache of allocations right when memory is freed and allocated
+// again (mem.go). In place: the Identify only. Avg of one rank is the
+// input, a copy. A call on a capturing stream makes the same calls: the
+// copy becomes a node of the graph, and a replay copies the new input.
+// The results are checked against a float64 reference.
+func TestOneRankDriverCalls(t *testing.T) {
+	const count = 1000
+	outOfPlace := driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}
+	inPlace := driverCalls{"Identify": 1}
+	type row struct {
+		kind    Kind
+		op      int32 // ncclSum 0, ncclAvg 4
+		inPlace bool
+		noIPC   bool // VMM memory, which cannot be IPC-exported
+		capture bool // the call is captured and the graph replayed
+		group   bool // ncclSend and ncclRecv to itself in a group
+		want    driverCalls
+	}
+	var rows []row
+	for _, kind := range []Kind{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll} {
+		for _, ip := range []bool{false, true} {
+			want := outOfPlace
+			if ip {
+				want = inPlace
+			}
+			rows = append(rows, row{kind: kind, inPlace: ip, want: want})
+			switch kind {
+			case AllReduce, ReduceScatter, Reduce:
+				rows = append(rows, row{kind: kind, op: 4, inPlace: ip, want: want})
+			}
+		}
+	}
+	rows = append(rows,
+		row{kind: AllReduce, noIPC: true, want: outOfPlace},
+		row{kind: AllReduce, capture: true, want: outOfPlace},
+		row{kind: AllReduce, op: 4, capture: true, want: outOfPlace},
+		row{kind: AllReduce, inPlace: true, capture: true, want: inPlace},
+		row{kind: AllToAll, group: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}},
+	)
+	f := newOneRankFixture(t)
+	for _, r := range rows {
+		name := r.kind.String()
+		if r.group {
+			name = "ncclSend+ncclRecv"
+		}
+		name += map[int32]string{0: "-sum", 4: "-avg"}[r.op]
+		for _, s := range []struct {
+			on   bool
+			text string
+		}{{r.inPlace, "-inplace"}, {r.noIPC, "-vmm"}, {r.capture, "-captured"}} {
+			if s.on {
+				name += s.text
+			}
+		}
+		t.Run(name, func(t *testing.T) {
+			f.t = t
+			send := f.alloc(4*count, r.noIPC)
+			recv := send
+			if !r.inPlace {
+				recv = f.alloc(4*count, r.noIPC)
+			}
+			stream := f.s
+			call := Call{Kind: r.kind, Send: devPtr(send), Recv: devPtr(recv), Count: count, Type: ncclFloat32, Op: r.op, Stream: stream.Handle()}
+			run := func() error { return f.l.Coll(1, f.h, call) }
+			if r.group {
+				run = func() error {
+					f.l.GroupStart(1)
+					err := f.l.Coll(1, f.h, Call{Kind: Send, Send: devPtr(send), Count: count, Type: ncclFloat32, Stream: stream.Handle()})
+					if err == nil {
+						err = f.l.Coll(1, f.h, Call{Kind: Recv, Recv: devPtr(recv), Count: count, Type: ncclFloat32, Stream: stream.Handle()})
+					}
+					if gerr := f.l.GroupEnd(1); err == nil {
+						err = gerr
+					}
+					return err
+				}
+			}
+			in := func(k, i int) float64 { return float64((i*7+k*3)%23) - 11 }
+			input := func(k int) []float32 {
+				v := make([]float32, count)
+				for i := range v {
+					v[i] = float32(in(k, i))
+				}
+				return v
+			}
+			// ref is the reference: every rank's input summed (averaged
+			// for avg) in float64; one rank here.
+			const nranks = 1
+			ref := func(k, i int) float64 {
+				sum := 0.0
+				for range nranks {
+					sum += in(k, i)
+				}
+				if r.op == 4 {
+					sum /= nranks
+				}
+				return sum
+			}
+			check := func(k int, what string) {
+				t.Helper()
+				if err := f.s.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				got := f.get(recv, count)
+				for i, g := range got {
+					if want := ref(k, i); float64(g) != want {
+						t.Fatalf("%s %d: element %d = %v, want %v", what, k, i, g, want)
+					}
+				}
+			}
+			f.put(send, input(0))
+			var x *gpu.GraphExec
+			if r.capture {
+				cs, err := f.dv.NewStream()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cs.Close()
+				if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+					t.Fatal(err)
+				}
+				call.Stream = cs.Handle()
+				got := f.measure(3, run)
+				g, err := cs.EndCapture()
+				if err != nil {
+					t.Fatal(err)
+				}
+				x, err = g.Instantiate()
+				g.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer x.Close()
+				if !maps.Equal(got, r.want) {
+					t.Errorf("driver calls per captured call: %v; want %v", got, r.want)
+				}
+			} else {
+				got := f.measure(5, run)
+				if !maps.Equal(got, r.want) {
+					t.Errorf("driver calls per call: %v; want %v", got, r.want)
+				}
+				check(0, "eager")
+			}
+			for k := 1; k <= 2 && x != nil; k++ {
+				f.put(send, input(k))
+				if !r.inPlace {
+					f.put(recv, make([]float32, count))
+				}
+				if err := x.Launch(f.s); err != nil {
+					t.Fatal(err)
+				}
+				check(k, "replay")
+			}
+		})
+	}
+}

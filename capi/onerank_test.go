@@ -298,3 +298,46 @@ func TestOneRankDriverCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestOneRankCaptureInvalidated: a one-rank call on a stream whose capture
+// was invalidated before it (the plane's query no longer says so: the
+// copy's own error does) is refused with ncclInvalidUsage, and the
+// communicator stays usable: an eager call after it copies right.
+func TestOneRankCaptureInvalidated(t *testing.T) {
+	const count = 64
+	f := newOneRankFixture(t)
+	send, recv := f.alloc(4*count, false), f.alloc(4*count, false)
+	cs, err := f.dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.Synchronize(); err == nil { // synchronising a capturing stream invalidates its capture
+		t.Fatal("synchronising a capturing stream succeeded")
+	}
+	call := Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: count, Type: ncclFloat32, Stream: cs.Handle()}
+	err = f.l.Coll(1, f.h, call)
+	if ResultOf(err) != InvalidUsage {
+		t.Fatalf("call on an invalidated capture: %v (result %d), want ncclInvalidUsage", err, ResultOf(err))
+	}
+	if _, err := cs.EndCapture(); err == nil {
+		t.Error("the invalidated capture ended without an error")
+	}
+	v := make([]float32, count)
+	for i := range v {
+		v[i] = float32(i%9) - 4.5
+	}
+	f.put(send, v)
+	call.Stream = f.s.Handle()
+	if err := f.l.Coll(1, f.h, call); err != nil {
+		t.Fatalf("eager call after the refused one: %v", err)
+	}
+	for i, g := range f.get(recv, count) {
+		if want := float64(v[i]); float64(g) != want {
+			t.Fatalf("element %d = %v, want %v", i, g, want)
+		}
+	}
+}

@@ -206,6 +206,11 @@ func (c *Comm) locate(w *work) error {
 	switch {
 	case w.recvN > 0 && w.sendN > 0 && w.call.Recv == w.call.Send: // in place: one driver query
 		w.recvReg, rd = w.sendReg, sd
+	case w.recvN > 0 && sd && w.sendReg.contains(uintptr(w.call.Recv)):
+		// In the send buffer's allocation (tensors of one segment of
+		// PyTorch's caching allocator): that allocation was just found
+		// live, and live allocations never share an address.
+		w.recvReg, rd = w.sendReg, true
 	case w.recvN > 0:
 		w.recvReg, rd = mem.Locate(uintptr(w.call.Recv))
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
@@ -140,8 +141,8 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // capture. flexlink makes, out of place, the copy (cuMemcpyAsync) and
 // cuCtxGetCurrent (a read of the thread's state, no lock: the context is
 // made current only when another is); and it asks the driver about each
-// distinct buffer once (Identify, cuPointerGetAttributes: memory type and
-// buffer id), which is how it tells device from host memory and keeps
+// distinct allocation once (Identify, cuPointerGetAttributes: memory type
+// and buffer id), which is how it tells device from host memory and keeps
 // its cache of allocations right when memory is freed and allocated
 // again (mem.go). In place: the Identify only. Avg of one rank is the
 // input, a copy. A call on a capturing stream makes the same calls: the
@@ -156,6 +157,7 @@ func TestOneRankDriverCalls(t *testing.T) {
 		op      int32 // ncclSum 0, ncclAvg 4
 		inPlace bool
 		noIPC   bool // VMM memory, which cannot be IPC-exported
+		oneBuf  bool // send and recv are two ranges of one allocation
 		capture bool // the call is captured and the graph replayed
 		group   bool // ncclSend and ncclRecv to itself in a group
 		want    driverCalls
@@ -176,6 +178,7 @@ func TestOneRankDriverCalls(t *testing.T) {
 	}
 	rows = append(rows,
 		row{kind: AllReduce, noIPC: true, want: outOfPlace},
+		row{kind: AllReduce, oneBuf: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 1}},
 		row{kind: AllReduce, capture: true, want: outOfPlace},
 		row{kind: AllReduce, op: 4, capture: true, want: outOfPlace},
 		row{kind: AllReduce, inPlace: true, capture: true, want: inPlace},
@@ -191,7 +194,7 @@ func TestOneRankDriverCalls(t *testing.T) {
 		for _, s := range []struct {
 			on   bool
 			text string
-		}{{r.inPlace, "-inplace"}, {r.noIPC, "-vmm"}, {r.capture, "-captured"}} {
+		}{{r.inPlace, "-inplace"}, {r.noIPC, "-vmm"}, {r.oneBuf, "-onealloc"}, {r.capture, "-captured"}} {
 			if s.on {
 				name += s.text
 			}
@@ -200,7 +203,11 @@ func TestOneRankDriverCalls(t *testing.T) {
 			f.t = t
 			send := f.alloc(4*count, r.noIPC)
 			recv := send
-			if !r.inPlace {
+			switch {
+			case r.oneBuf:
+				both := f.alloc(8*count, r.noIPC)
+				send, recv = both.Sub(0, 4*count), both.Sub(4*count, 4*count)
+			case !r.inPlace:
 				recv = f.alloc(4*count, r.noIPC)
 			}
 			stream := f.s
@@ -339,5 +346,42 @@ func TestOneRankCaptureInvalidated(t *testing.T) {
 		if want := float64(v[i]); float64(g) != want {
 			t.Fatalf("element %d = %v, want %v", i, g, want)
 		}
+	}
+}
+
+// TestOneRankArgumentsChecked: the one-rank path checks a call's buffers
+// as every call's are checked: each refusal is ncclInvalidArgument,
+// enqueues nothing, and leaves the communicator usable.
+func TestOneRankArgumentsChecked(t *testing.T) {
+	const count = 64
+	f := newOneRankFixture(t)
+	send := f.alloc(4*count, false)
+	short := f.alloc(4*count-4, false)
+	host := make([]float32, count)
+	for _, c := range []struct {
+		name string
+		recv unsafe.Pointer
+	}{
+		{"recv in the send buffer's allocation, running past it", unsafe.Add(devPtr(send), 4)},
+		{"recv an allocation one element short", devPtr(short)},
+		{"recv host memory, send device memory", unsafe.Pointer(&host[0])},
+		{"recv NULL", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.t = t
+			before := f.calls.Counts()
+			err := f.l.Coll(1, f.h, Call{Kind: AllReduce, Send: devPtr(send), Recv: c.recv, Count: count, Type: ncclFloat32, Stream: f.s.Handle()})
+			if ResultOf(err) != InvalidArgument {
+				t.Fatalf("got %v (result %d), want ncclInvalidArgument", err, ResultOf(err))
+			}
+			if d := f.calls.Since(before); d["MemcpyAsync"] != 0 {
+				t.Errorf("the refused call enqueued: %v", driverCalls(d))
+			}
+		})
+	}
+	f.t = t
+	recv := f.alloc(4*count, false)
+	if err := f.l.Coll(1, f.h, Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: count, Type: ncclFloat32, Stream: f.s.Handle()}); err != nil {
+		t.Fatalf("a good call after the refused ones: %v", err)
 	}
 }

@@ -236,9 +236,8 @@ func (c *Comm) locate(w *work) error {
 	}
 	// The DeviceComm checks every device call's capture itself; only the
 	// calls that go through this library's scratch need it here
-	// (run_device.go): one driver query per call, not two. A one-rank
-	// copy needs none (onerank.go).
-	if !c.oneRankCopy(w) && (w.op.PreMul || w.sendN > 0 && w.sendReg.NoIPC || w.recvN > 0 && w.recvReg.NoIPC) {
+	// (run_device.go, onerank.go): one driver query per call, not two.
+	if c.viaScratch(w) {
 		var err error
 		if w.capture, err = c.capturing(w.call.Stream); err != nil {
 			return err

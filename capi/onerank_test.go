@@ -86,6 +86,33 @@ func (f *oneRankFixture) get(b *gpu.Buffer, n int) []float32 {
 	return fromFloat32s(host)
 }
 
+// preMulSum is a PreMulSum by v on float32, its scalar host-immediate or
+// in a device allocation of its own.
+func (f *oneRankFixture) preMulSum(v float32, device bool) int32 {
+	f.t.Helper()
+	b := float32s([]float32{v})
+	var ptr uintptr
+	residence := ScalarHostImmediate
+	if device {
+		sb := f.alloc(4, false)
+		f.put(sb, []float32{v})
+		ptr, b, residence = sb.Ptr(), nil, ScalarDevice
+	}
+	op, err := f.l.CreatePreMulSum(f.h, b, ptr, residence, ncclFloat32)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = f.l.DestroyRedOp(f.h, op) })
+	return op
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // driverCalls is what one call made: the fake driver's calls by entry
 // point and, as "Identify" and "Locate", the Memory's queries (each one
 // cuPointerGetAttributes in cmd/libnccl).
@@ -154,7 +181,8 @@ func TestOneRankDriverCalls(t *testing.T) {
 	inPlace := driverCalls{"Identify": 1}
 	type row struct {
 		kind    Kind
-		op      int32 // ncclSum 0, ncclAvg 4
+		op      int32  // ncclSum 0, ncclAvg 4
+		premul  string // "host" or "device": a PreMulSum by 0.5 whose scalar is host-immediate or in device memory
 		inPlace bool
 		noIPC   bool // VMM memory, which cannot be IPC-exported
 		oneBuf  bool // send and recv are two ranges of one allocation
@@ -176,7 +204,23 @@ func TestOneRankDriverCalls(t *testing.T) {
 			}
 		}
 	}
+	// A PreMulSum is one kernel (NCCL's too); a host-immediate scalar is
+	// first copied into the communicator's scratch, whose reuse is
+	// ordered by an event, and under capture into the graph's own: so the
+	// capture is asked. A device scalar is asked about as a buffer.
+	hostScalar := driverCalls{"CtxGetCurrent": 5, "StreamCaptureInfo": 1, "StreamWaitEvent": 1, "MemcpyHtoDAsync": 1, "LaunchKernel": 1, "EventRecord": 1, "Identify": 2}
+	hostScalarInPlace := maps.Clone(hostScalar)
+	hostScalarInPlace["Identify"] = 1
+	for _, kind := range []Kind{AllReduce, ReduceScatter, Reduce} {
+		rows = append(rows,
+			row{kind: kind, premul: "host", want: hostScalar},
+			row{kind: kind, premul: "host", inPlace: true, want: hostScalarInPlace},
+			row{kind: kind, premul: "device", want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 3}},
+			row{kind: kind, premul: "device", inPlace: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 2}},
+		)
+	}
 	rows = append(rows,
+		row{kind: AllReduce, premul: "device", capture: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 3}},
 		row{kind: AllReduce, noIPC: true, want: outOfPlace},
 		row{kind: AllReduce, oneBuf: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 1}},
 		row{kind: AllReduce, capture: true, want: outOfPlace},
@@ -191,6 +235,9 @@ func TestOneRankDriverCalls(t *testing.T) {
 			name = "ncclSend+ncclRecv"
 		}
 		name += map[int32]string{0: "-sum", 4: "-avg"}[r.op]
+		if r.premul != "" {
+			name = r.kind.String() + "-premulsum-" + r.premul
+		}
 		for _, s := range []struct {
 			on   bool
 			text string
@@ -212,7 +259,12 @@ func TestOneRankDriverCalls(t *testing.T) {
 			}
 			stream := f.s
 			call := Call{Kind: r.kind, Send: devPtr(send), Recv: devPtr(recv), Count: count, Type: ncclFloat32, Op: r.op, Stream: stream.Handle()}
-			run := func() error { return f.l.Coll(1, f.h, call) }
+			const scalar = 0.5
+			if r.premul != "" {
+				call.Op = f.preMulSum(scalar, r.premul == "device")
+			}
+			runs := 0 // an in-place PreMulSum scales the buffer again at each
+			run := func() error { runs++; return f.l.Coll(1, f.h, call) }
 			if r.group {
 				run = func() error {
 					f.l.GroupStart(1)
@@ -238,9 +290,15 @@ func TestOneRankDriverCalls(t *testing.T) {
 			// for avg) in float64; one rank here.
 			const nranks = 1
 			ref := func(k, i int) float64 {
+				x := in(k, i)
+				if r.premul != "" {
+					for range max(1, runs*b2i(r.inPlace)) {
+						x *= scalar
+					}
+				}
 				sum := 0.0
 				for range nranks {
-					sum += in(k, i)
+					sum += x
 				}
 				if r.op == 4 {
 					sum /= nranks

@@ -50,7 +50,7 @@ import (
 )
 
 const (
-	flagDepth    = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	flagDepth = 2 // slots per sender and block: step i fills slot i+1 while the peer folds slot i
 	// flagLLChunk: a line call's bytes per block. Measured on 2xH200
 	// (docs/PERF.md, "Lines"): a replayed allreduce of one block took
 	// 6.1 us with 4 KiB, 7.0 with 8 KiB, 12.7 with 32 KiB (the slots and

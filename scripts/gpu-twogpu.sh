@@ -16,6 +16,9 @@
 #          TestGPUProcs' flag cases and TestGPUProcsCapture, the sweep
 #          against the float64 reference at 2 ranks
 #   lines  all_reduce and all_gather on flexlink with FLEXLINK_GPU_FLAG_LINES=0
+#   profile  rank 0's CPU profile of flexlink's library (FLEXLINK_CPU_PROFILE)
+#          over 20000 eager 8-byte all_reduce and sendrecv calls, to
+#          $OUT/prof-<test>.pb.gz (go tool pprof -top FILE)
 #   again  all_reduce and all_gather once more, the libraries alternating
 #          (eager times move with the host's noise from run to run)
 # KERNELS=1 first compiles gpu/kernels (scripts/gpu-kernels.sh) and runs on
@@ -96,6 +99,15 @@ if part again; then
 			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20
 			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 		done
+	done
+fi
+if part profile; then
+	stamp "CPU profiles of rank 0, 20000 eager 8-byte calls"
+	for t in all_reduce sendrecv; do
+		step "profile $t" timeout 120 mpirun --allow-run-as-root --bind-to none -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
+			-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_FLAG_LINES -x FLEXLINK_CPU_PROFILE_SECONDS=60 -np 2 \
+			sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then export FLEXLINK_CPU_PROFILE='"$OUT/prof-$t.pb.gz"'; fi; exec '"$B/${t}_perf"' -g 1 -b 8 -e 8 -n 20000 -w 100'
+		grep -E "^ +[0-9]" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 	done
 fi
 if part async; then

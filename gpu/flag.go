@@ -45,9 +45,10 @@ const (
 	FlagLLPay  = 8 << 10
 	FlagLLSlot = 2*FlagLLPay + FlagSlotHeader
 	// flagLLPeerBlocks is the line slots' blocks times peers a region
-	// holds at most (32 blocks with two ranks, 10 with four, 4 with
-	// eight): line calls up to 256 KiB with two ranks.
-	flagLLPeerBlocks = 32
+	// holds at most (16 blocks with two ranks, 5 with four, 2 with
+	// eight): line calls up to 128 KiB with two ranks, as measured on
+	// 2xH200 (docs/PERF.md, "Lines").
+	flagLLPeerBlocks = 16
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a

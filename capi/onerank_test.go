@@ -163,18 +163,20 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // TestOneRankDriverCalls pins the driver calls of a warm call on a
 // one-rank communicator (issue 29, "1 rank ≤ 1.0× NCCL"). NCCL 2.28 makes
 // there, per call (ncclLaunchOneRank): out of place one cudaMemcpyAsync
-// on the caller's stream (a kernel for a PreMulSum, which avg is for
-// floats), in place nothing; it asks nothing about the pointers or the
-// capture. flexlink makes, out of place, the copy (cuMemcpyAsync) and
-// cuCtxGetCurrent (a read of the thread's state, no lock: the context is
-// made current only when another is); and it asks the driver about each
-// distinct allocation once (Identify, cuPointerGetAttributes: memory type
-// and buffer id), which is how it tells device from host memory and keeps
-// its cache of allocations right when memory is freed and allocated
-// again (mem.go). In place: the Identify only. Avg of one rank is the
-// input, a copy. A call on a capturing stream makes the same calls: the
-// copy becomes a node of the graph, and a replay copies the new input.
-// The results are checked against a float64 reference.
+// on the caller's stream, in place nothing, and for a PreMulSum (which
+// its avg of floats is) one kernel launch, in place too; it asks nothing
+// about the pointers or the capture. flexlink makes, out of place, the
+// copy (cuMemcpyAsync) and cuCtxGetCurrent (a read of the thread's
+// binding: the context is made current only when another is); and it
+// asks the driver about each distinct allocation once (Identify,
+// cuPointerGetAttributes: memory type and buffer id), which is how it
+// tells device from host memory and keeps its cache of allocations right
+// when memory is freed and allocated again (mem.go). In place: the
+// Identify only. Avg of one rank is its input: a copy. A PreMulSum is one
+// kernel, its host-immediate scalar copied into the scratch first. A call
+// on a capturing stream makes the same calls: the copy or kernel becomes
+// a node of the graph, and a replay works on the new input. The results
+// are checked against a float64 reference.
 func TestOneRankDriverCalls(t *testing.T) {
 	const count = 1000
 	outOfPlace := driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}

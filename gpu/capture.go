@@ -57,10 +57,10 @@ func (dv *Device) doAsync(f func(api cu.API) error) error {
 
 // current makes the device's primary context current on the calling
 // (locked) OS thread when it is not already. The thread's current context
-// is asked each time (cuCtxGetCurrent reads the thread's own state, no
-// lock) rather than remembered: the program may change it between two of
-// the library's calls (cudaSetDevice, cuCtxSetCurrent), and the copies
-// check their pointers against the current context, not the stream's. A
+// is asked each time (cuCtxGetCurrent reads the thread's binding) rather
+// than remembered: the program may change it between two of the
+// library's calls (cudaSetDevice, cuCtxSetCurrent), and the copies check
+// their pointers against the current context, not the stream's. A
 // program that calls on one GPU per thread, through the runtime, has this
 // very context current already (the runtime's is the primary context),
 // so the common call binds nothing.

@@ -301,6 +301,9 @@ func gpuChild(path string) error {
 	if os.Getenv(captureEnv) == "1" {
 		return captureChild(ctx, r, 1<<20)
 	}
+	if spec := os.Getenv(mismatchEnv); spec != "" {
+		return mismatchChild(ctx, r, spec)
+	}
 	total, bad := 0, 0
 	start := time.Now()
 	pcie := 0.0 // the largest PCIe share of a call

@@ -16,6 +16,12 @@
 #          TestGPUProcs' flag cases and TestGPUProcsCapture, the sweep
 #          against the float64 reference at 2 ranks
 #   lines  all_reduce and all_gather on flexlink with FLEXLINK_GPU_FLAG_LINES=0
+#   mps    works on one GPU too: under an MPS daemon of the script's own,
+#          direct.test TestGPUProcsEnqueue (the sweep at 2 and 4 ranks on
+#          GPU 0: flag kernels and lines) and TestGPUProcsMismatch, then
+#          the nine binaries on flexlink at 2 and 4 ranks on GPU 0 (-c 1;
+#          NCCL refuses ranks sharing a GPU); TestGPUProcsMismatch again
+#          without MPS (the leader path)
 #   profile  rank 0's CPU profile of flexlink's library (FLEXLINK_CPU_PROFILE)
 #          over 20000 eager 8-byte all_reduce and sendrecv calls, to
 #          $OUT/prof-<test>.pb.gz (go tool pprof -top FILE)
@@ -100,6 +106,26 @@ if part again; then
 			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 		done
 	done
+fi
+if part mps; then
+	stamp "under MPS on GPU 0"
+	if mps_start; then
+		step "TestGPUProcsEnqueue, MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 240 .devbin/direct.test -test.run '^TestGPUProcsEnqueue$' -test.v -test.timeout 230s
+		step "TestGPUProcsMismatch, MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 150 .devbin/direct.test -test.run '^TestGPUProcsMismatch$' -test.v -test.timeout 140s
+		grep -E "^(--- |    --- |ok|FAIL|PASS)|against .*after" "$STEPLOG" | tail -24 >>"$LOG"
+		for np in 2 4; do
+			for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+				echo "-- GPU 0 MPS flexlink $t np $np" >>"$LOG"
+				step "flexlink $t np $np MPS" timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB \
+					-x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x FLEXLINK_GPU_FLAG_LINES \
+					-np $np $B/${t}_perf -g 1 -c 1 -b 8 -e 1M -f 4 -n 50 -w 5
+				grep -E "^ +[0-9]|Out of bounds" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
+			done
+		done
+		mps_stop
+	fi
+	step "TestGPUProcsMismatch, no MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 150 .devbin/direct.test -test.run '^TestGPUProcsMismatch$' -test.v -test.timeout 140s
+	grep -E "^(--- |    --- |ok|FAIL|PASS)|against .*after" "$STEPLOG" | tail -12 >>"$LOG"
 fi
 if part profile; then
 	stamp "CPU profiles of rank 0, 20000 eager 8-byte calls"

@@ -75,9 +75,12 @@
 // previous use, seq - 2). The receiver's threads poll their own lines
 // until both flags of a line are this chunk's: a 16-byte store arrives as
 // two whole 8-byte halves, so a line with both flags right holds the data.
-// No fence and no ready counter: one NVLink store latency per call, as
-// NCCL's LL protocol. The cons counters, base and the slot credit work as
-// for the slots (a sender waits for cons >= seq - 1 before it overwrites
+// No fence: one NVLink store latency per call, as NCCL's LL protocol. The
+// sender still writes the slot's header and raises the ready counter
+// (unordered, unread by a line receiver), so that a peer that took the
+// slots for this call (ranks calling different collectives or counts)
+// finds the signature wrong at once. The cons counters, base and the slot
+// credit work as for the slots (a sender waits for cons >= seq - 1 before it overwrites
 // line slot seq % 2), so line calls and slot calls mix; every rank decides
 // from the same count, chunk and grid, so all take the same way.
 //
@@ -499,7 +502,17 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         for (int k = 1; k < n; k++) {
             const int t = (me + k) % n;
             vec16* L = lslot(t, me, seq);
-            if (threadIdx.x == 0) ll_store(L, sig, flag);
+            if (threadIdx.x == 0) {
+                ll_store(L, sig, flag);
+                // The slot's header and ready counter too (no fence): a
+                // peer that took the slots for this call (another count
+                // or collective) reads them and reports the mismatch at
+                // once instead of waiting out the kernel timeout.
+                unsigned char* sl = slot(t, me, seq);
+                *(volatile u64*)sl = sig;
+                *(volatile u64*)(sl + 8) = seq;
+                st_relaxed((u64*)((unsigned char*)c.region[t] + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, seq + 1);
+            }
             if (!payload(t)) continue;
             const S* src = in + (perPeer ? t * count : 0) + lo;
             for (u64 l = threadIdx.x; l < nl; l += blockDim.x) ll_store(L + 1 + l, ll_get8(src, cnt, l), flag);

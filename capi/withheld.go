@@ -44,9 +44,16 @@ type progress struct {
 	calls atomic.Uint64    // collectives this rank has started on it
 	kinds [64]atomic.Int32 // the last ones' kinds, by number
 	busy  atomic.Int32     // calls on host buffers in flight
-	now   inCall           // the collective in flight on the caller's thread (stalls.go)
-	kids  atomic.Uint64    // splits and shrinks made from it, which name theirs
-	asked atomic.Uint64    // the last request seen
+	// enq is the last collective this rank enqueued on device buffers
+	// (one atomic store per such call): it returned before its work
+	// completed, and stays outstanding for watchStalls until every member
+	// has made it (stalls_enqueued.go). caught is the last call every
+	// member was found to have made (watchStalls' goroutine sets it).
+	enq    atomic.Uint64
+	caught atomic.Uint64
+	now    inCall        // the collective in flight on the caller's thread (stalls.go)
+	kids   atomic.Uint64 // splits and shrinks made from it, which name theirs
+	asked  atomic.Uint64 // the last request seen
 	// jobs are the members' ranks in flexrun's job, by comm rank (-1:
 	// not known), as the members last answered (report.go).
 	jobs atomic.Pointer[[]int]
@@ -184,6 +191,16 @@ func (p *progress) callName(seq uint64) string {
 // named; and, for each of them whose rank in flexrun's job is known, that
 // rank.
 func (c *Comm) askBehind(seq uint64) ([]string, []int) {
+	calls, jobs := c.askCalls(seq)
+	return c.behindOf(seq, calls, jobs)
+}
+
+// askCalls asks every other member how many collectives it has called
+// (this rank's call seq is the question's subject): calls[r] is member
+// r's answer (-1: none within stallWait, or r is this rank), jobs[r] its
+// rank in flexrun's job (-1: not known). Both are nil when nothing could
+// be asked.
+func (c *Comm) askCalls(seq uint64) (calls []int64, jobs []int) {
 	p := &c.prog
 	if p.store == nil || c.nranks < 2 {
 		return nil, nil
@@ -201,8 +218,8 @@ func (c *Comm) askBehind(seq uint64) ([]string, []int) {
 			return nil, nil // the store is gone, or too many others ask at once
 		}
 	}
-	calls := make([]int64, c.nranks)
-	jobs := make([]int, c.nranks)
+	calls = make([]int64, c.nranks)
+	jobs = make([]int, c.nranks)
 	var wg sync.WaitGroup
 	for r := range c.nranks {
 		calls[r], jobs[r] = -1, -1
@@ -225,6 +242,12 @@ func (c *Comm) askBehind(seq uint64) ([]string, []int) {
 	}
 	wg.Wait()
 	p.jobs.Store(&jobs)
+	return calls, jobs
+}
+
+// behindOf is askBehind's answer from askCalls' for this rank's call seq.
+func (c *Comm) behindOf(seq uint64, calls []int64, jobs []int) ([]string, []int) {
+	p := &c.prog
 	var behind []string
 	var behindJobs []int
 	for r, n := range calls {

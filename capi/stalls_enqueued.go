@@ -1,0 +1,116 @@
+package capi
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/flexlink/flexlink/internal/comm"
+)
+
+// A collective on device buffers that the flag kernels serve (every small
+// one on separate GPUs; every size with FLEXLINK_GPU_ENQUEUE=async or
+// under CUDA MPS) returns once its work is enqueued: when a member
+// withholds it, the waiting happens inside the GPU and no host thread is
+// in the call, so the caller's-thread timing of watchStalls never sees
+// it. Such a call (progress.enq: the last one enqueued) stays outstanding
+// until every member has been found to have made it (progress.caught):
+// once this rank has made no call for FLEXLINK_STALL_REPORT with calls
+// outstanding, watchStalls asks the members how many calls each has
+// made, as for a call that waits on the caller's thread, and reports the
+// members behind in the same words ("rank 1 has not called AllReduce
+// #5"), naming the first call one of them has not made (the one the
+// GPU waits in: a stream runs its work in order). While the report
+// stands it asks again, a second later at first and then less often (at
+// least every FLEXLINK_STALL_REPORT), and withdraws it (comm.EndResumed) once
+// every member has made every call outstanding. A member that moves on
+// but stops again behind is reported anew once it has stayed at its new
+// place for FLEXLINK_STALL_REPORT (until then the report names the call
+// it was behind before): a slow member stepping through its calls costs
+// no stream of reports (a process joins flexrun's store for reports a
+// few times only). Nothing here touches the driver: the watcher is a
+// library thread (DESIGN.md, "Enqueue and return on real GPUs").
+//
+// A call that waits on the caller's thread (the handshake paths, calls on
+// host buffers) is watchStalls' own: while it is in flight, or reported
+// and not yet completed, no enqueued call is asked about (its report
+// would come after, and replace, the in-flight call's). A report of the
+// in-flight call replaces a standing report of an enqueued one in
+// flexrun's judge (a rank's later report on a communicator replaces its
+// earlier timeouts), and its withdrawal withdraws both.
+//
+// Not seen: the replay of a captured CUDA graph (no host call at all),
+// and a member that withholds a call this rank has not made yet.
+
+// enqWatch is watchStalls' state for the calls this rank has enqueued.
+type enqWatch struct {
+	calls    uint64        // this rank's latest call, as last seen
+	since    time.Time     // when calls was first seen
+	nextAsk  time.Time     // no question before this
+	every    time.Duration // while a report stands: the time to the next question
+	reported uint64        // the call the standing report names (0: none stands)
+	name     string        // its words, as reported
+	pos      uint64        // the first call a member had not made, as last asked
+	posSince time.Time     // when pos was first found
+}
+
+// superseded forgets a standing report that a report of a call in flight
+// on the caller's thread has replaced.
+func (e *enqWatch) superseded() { e.reported, e.name = 0, "" }
+
+// watchEnqueued is one pass of watchStalls over the calls this rank has
+// enqueued on device buffers; tick is watchStalls' period, after
+// FLEXLINK_STALL_REPORT. While a report stands it asks at most once a
+// second.
+func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Duration) {
+	p, ic := &c.prog, &c.prog.now
+	if n := p.calls.Load(); n != e.calls || e.since.IsZero() {
+		e.calls, e.since = n, now
+	}
+	out := p.enq.Load()
+	if now.Before(e.nextAsk) {
+		return
+	}
+	if e.reported == 0 && (out <= p.caught.Load() || ic.seq.Load() != 0 || ic.flagged.Load() != 0 || now.Sub(e.since) < after) {
+		return
+	}
+	calls, jobs := c.askCalls(out)
+	first, all := uint64(0), calls != nil // the first call a member has not made; whether every member answered
+	for r, n := range calls {
+		switch {
+		case r == c.rank:
+		case n < 0:
+			all = false
+		case uint64(n) < out && (first == 0 || uint64(n)+1 < first):
+			first = uint64(n) + 1
+		}
+	}
+	if first == 0 {
+		if !all {
+			// A member did not answer (it may be gone): a standing report
+			// stands; ask again later.
+			e.nextAsk = now.Add(max(after, e.every))
+			return
+		}
+		p.caught.Store(out)
+		if e.reported != 0 {
+			c.reportEnd(comm.EndReport{Kind: comm.EndResumed, InCall: e.name,
+				Text: fmt.Sprintf("rank %d of %d: every member has now called %s (enqueued on the GPU)", c.rank, c.nranks, e.name)}, reportWait)
+		}
+		e.superseded()
+		e.every = 0
+		return
+	}
+	if first != e.pos {
+		e.pos, e.posSince = first, now
+	}
+	if e.reported == 0 || first != e.reported && now.Sub(e.posSince) >= after {
+		behind, jobs := c.behindOf(out, calls, jobs)
+		e.reported, e.name = first, p.callName(first)
+		c.reportWithheld(e.name, behind, jobs)
+		if e.every == 0 {
+			e.every = max(tick, time.Second)
+		}
+	}
+	e.nextAsk = now.Add(e.every)
+	e.every = min(2*e.every, max(after, tick, time.Second))
+}

@@ -1,0 +1,268 @@
+package capi
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexlink/flexlink/bootstrap"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+	"github.com/flexlink/flexlink/internal/comm"
+)
+
+// enqFixture is 3 ranks on the fake driver's GPUs under a fake flexrun
+// (newFakeFlexrun: this process is its rank 1), with
+// FLEXLINK_STALL_REPORT=1s, and each rank's buffer of each call.
+type enqFixture struct {
+	*devFixture
+	fr    *fakeFlexrun
+	bufs  [3]map[int]*gpu.Buffer // by rank, then call
+	count int
+	gpus  [3]chan *gpu.GraphExec // each rank's "GPU" (enqueue)
+}
+
+func newEnqFixture(t *testing.T, count int, env ...string) *enqFixture {
+	t.Helper()
+	fr := newFakeFlexrun(t, true)
+	vars := []string{"FLEXLINK_STALL_REPORT", "1s", "FLEXLINK_TIMEOUT", "60s"}
+	for k, v := range fr.vars {
+		vars = append(vars, k, v)
+	}
+	f, _ := newIDFixture(t, 3, gpufake.Config{}, append(vars, env...)...)
+	e := &enqFixture{devFixture: f, fr: fr, count: count}
+	for r := range 3 {
+		e.bufs[r] = map[int]*gpu.Buffer{}
+	}
+	return e
+}
+
+// val is rank r's element i in call k (numbered from 1).
+func enqVal(r, i, k int) float32 { return float32((r+1)*k) + float32(i%13) }
+
+// input writes rank r's input of call k into a buffer of its own.
+func (e *enqFixture) input(r, k int) {
+	v := make([]float32, e.count)
+	for i := range v {
+		v[i] = enqVal(r, i, k)
+	}
+	e.bufs[r][k] = e.alloc(r, 4*e.count, false)
+	e.upload(r, e.bufs[r][k], float32s(v))
+}
+
+// call is rank r's call k, an in-place allreduce.
+func (e *enqFixture) call(r, k int) Call {
+	b := e.bufs[r][k]
+	return Call{Kind: AllReduce, Send: devPtr(b), Recv: devPtr(b), Count: uint64(e.count), Type: ncclFloat32, Stream: e.ss[r].Handle()}
+}
+
+// check downloads rank r's buffer and compares it with the sum of every
+// rank's input of call k.
+func (e *enqFixture) check(r, k int) {
+	e.t.Helper()
+	for i, g := range fromFloat32s(e.download(r, e.bufs[r][k], 4*e.count)) {
+		want := 0.0
+		for q := range 3 {
+			want += float64(enqVal(q, i, k))
+		}
+		if math.Abs(float64(g)-want) > 1e-3*math.Abs(want) {
+			e.t.Fatalf("rank %d: call %d [%d] = %v, want %v", r, k, i, g, want)
+		}
+	}
+}
+
+// rounds makes calls from..to on every rank (one group each) and checks
+// each result.
+func (e *enqFixture) rounds(from, to int) {
+	e.t.Helper()
+	for k := from; k <= to; k++ {
+		for r := range 3 {
+			e.input(r, k)
+		}
+		if err := e.group(func(r int) Call { return e.call(r, k) }); err != nil {
+			e.t.Fatalf("call %d: %v", k, err)
+		}
+		for r := range 3 {
+			e.check(r, k)
+		}
+	}
+}
+
+// enqueue captures rank r's allreduce (its input of call k) on a stream
+// of its own and launches the graph on rank r's stream from a goroutine
+// of its own, the "GPU": the call returns at once, as an eager call that
+// the flag kernels serve returns on a real GPU, while its kernel waits on
+// the "GPU" for the peers' (the fake driver runs a stream's work on the
+// thread that enqueues it: an eager call on it would block its caller,
+// whom watchStalls' caller's-thread timing sees). The replay's end
+// arrives on done.
+func (e *enqFixture) enqueue(r, k int, done chan<- error) {
+	e.t.Helper()
+	e.input(r, k)
+	cs, err := e.dvs[r].NewStream()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cs.Close()
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		e.t.Fatal(err)
+	}
+	call := e.call(r, k)
+	call.Stream = cs.Handle()
+	cerr := e.l.Coll(fixtureTid, e.hs[r], call)
+	g, err := cs.EndCapture()
+	if cerr != nil || err != nil {
+		e.t.Fatalf("rank %d: capture call %d: %v %v", r, k, cerr, err)
+	}
+	x, err := g.Instantiate()
+	g.Close()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.gpus[r] == nil {
+		// Rank r's "GPU": its graphs run in the order enqueued.
+		q := make(chan *gpu.GraphExec, 8)
+		e.gpus[r] = q
+		go func() {
+			for x := range q {
+				err := x.Launch(e.ss[r])
+				if err == nil {
+					err = e.ss[r].Synchronize()
+				}
+				done <- err
+			}
+		}()
+		e.t.Cleanup(func() { close(q) })
+	}
+	e.gpus[r] <- x
+}
+
+// TestStallEnqueued: collectives on device buffers that return before
+// their work completes (the flag kernels: on a real GPU every small one,
+// every size with FLEXLINK_GPU_ENQUEUE=async or under MPS) are reported
+// when a member withholds one, though no host thread waits in them; with
+// FLEXLINK_STALL_REPORT=1s, on 3 ranks.
+//   - Ranks 0 and 2 enqueue AllReduce #3 (and, "two behind", #4), which
+//     rank 1 has not called: each reports it to flexrun (a timeout in
+//     AllReduce #3 naming rank 1, its rank in flexrun's job among the
+//     members behind) within the setting and 2 s of its last call's
+//     return, and its last error says so; when rank 1 makes the calls
+//     late, each withdraws its report (comm.EndResumed for AllReduce #3),
+//     every result is right, and nothing more is reported.
+//   - When every rank makes every call, each rank asks once it has been
+//     idle for the setting, finds nobody behind, and reports nothing:
+//     flexrun's store hears nothing at all (no join).
+func TestStallEnqueued(t *testing.T) {
+	for _, withheld := range []int{1, 2} {
+		name := map[int]string{1: "one behind", 2: "two behind"}[withheld]
+		t.Run(name, func(t *testing.T) {
+			e := newEnqFixture(t, 256)
+			e.rounds(1, 2)
+			done := make(chan error, 3*withheld)
+			var returned time.Time
+			for k := 3; k < 3+withheld; k++ {
+				for _, r := range []int{0, 2} {
+					e.enqueue(r, k, done)
+				}
+				returned = time.Now()
+			}
+			for range 2 {
+				end := e.fr.nextEnd(t, "the stall reports")
+				took := time.Since(returned)
+				if end.Kind != "timeout" || end.InCall != "AllReduce #3" || !strings.Contains(end.Text, "rank 1 has not called AllReduce #3 (its last collective on this communicator: #2)") {
+					t.Fatalf("put %+v, want a timeout in AllReduce #3 naming rank 1", end)
+				}
+				if !slices.Equal(end.Behind, []int{1}) { // every member is flexrun's rank 1 here
+					t.Errorf("behind %v, want [1]", end.Behind)
+				}
+				if limit := time.Second + 2*time.Second; took > limit {
+					t.Errorf("reported %v after the last call returned, want within %v", took.Round(time.Millisecond), limit)
+				}
+				t.Logf("reported %v after the last call returned: %s", took.Round(time.Millisecond), end.Text)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("a withheld call's work ended before rank 1 called it: %v", err)
+			default:
+			}
+			for _, r := range []int{0, 2} {
+				c, err := e.l.handles.comm(e.hs[r], "test")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if last := c.lastErr(); !strings.Contains(last, "rank 1 has not called AllReduce #3") {
+					t.Errorf("rank %d: last error %q does not name rank 1", r, last)
+				}
+			}
+			late := time.Now()
+			for k := 3; k < 3+withheld; k++ {
+				e.enqueue(1, k, done)
+			}
+			for range 3 * withheld {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("the calls did not complete within 20 s of rank 1's")
+				}
+			}
+			for range 2 {
+				end := e.fr.nextEnd(t, "the withdrawals")
+				if end.Kind != comm.EndResumed || end.InCall != "AllReduce #3" || !strings.HasPrefix(end.Comm, "nccl@") {
+					t.Fatalf("put %+v, want %q for AllReduce #3", end, comm.EndResumed)
+				}
+				t.Logf("withdrawn %v after rank 1's calls", time.Since(late).Round(time.Millisecond))
+			}
+			for r := range 3 {
+				for k := 3; k < 3+withheld; k++ {
+					e.check(r, k)
+				}
+			}
+			quiet(t, e.fr, 2*time.Second+reportWait, false, "after the withdrawals")
+		})
+	}
+	t.Run("nobody behind", func(t *testing.T) {
+		e := newEnqFixture(t, 256)
+		e.rounds(1, 3)
+		deadline := time.Now().Add(time.Second + 5*time.Second)
+		for r := range 3 {
+			c := e.l.handles.get(e.hs[r])
+			for c.prog.caught.Load() < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("rank %d did not find every member past call 3 (found %d)", r, c.prog.caught.Load())
+				}
+				<-time.After(20 * time.Millisecond)
+			}
+		}
+		quiet(t, e.fr, time.Second+reportWait, true, "with nobody behind")
+	})
+}
+
+// quiet fails the test if flexrun's store hears a put within d, or with
+// all, anything (a reporter's join, goodbye).
+func quiet(t *testing.T, f *fakeFlexrun, d time.Duration, all bool, what string) {
+	t.Helper()
+	limit := time.After(d)
+	for {
+		select {
+		case ev := <-f.events:
+			if !all && ev.Kind != bootstrap.EventPut {
+				continue
+			}
+			msg := fmt.Sprintf("%v %q", ev.Kind, ev.Key)
+			if ev.Kind == bootstrap.EventPut {
+				if end, ok := comm.DecodeEnd(ev.Key, ev.Value); ok {
+					msg = fmt.Sprintf("put %+v", end)
+				}
+			}
+			t.Errorf("%s: flexrun's store heard %s, want nothing", what, msg)
+		case <-limit:
+			return
+		}
+	}
+}

@@ -226,6 +226,56 @@ func TestStallEnqueued(t *testing.T) {
 			quiet(t, e.fr, 2*time.Second+reportWait, false, "after the withdrawals")
 		})
 	}
+	// Rank 1 makes AllReduce #3 after the reports, but not #4: the
+	// reports stand (nothing is withdrawn while it is behind), and once it
+	// has stayed at #4 for the setting each rank reports #4 instead; when
+	// it makes #4, each withdraws that.
+	t.Run("behind, then behind again", func(t *testing.T) {
+		e := newEnqFixture(t, 256)
+		e.rounds(1, 2)
+		done := make(chan error, 6)
+		for k := 3; k <= 4; k++ {
+			for _, r := range []int{0, 2} {
+				e.enqueue(r, k, done)
+			}
+		}
+		for range 2 {
+			if end := e.fr.nextEnd(t, "the stall reports"); end.Kind != "timeout" || end.InCall != "AllReduce #3" {
+				t.Fatalf("put %+v, want a timeout in AllReduce #3", end)
+			}
+		}
+		moved := time.Now()
+		e.enqueue(1, 3, done)
+		for range 2 {
+			end := e.fr.nextEnd(t, "the reports of #4")
+			if end.Kind != "timeout" || end.InCall != "AllReduce #4" || !strings.Contains(end.Text, "rank 1 has not called AllReduce #4 (its last collective on this communicator: #3)") {
+				t.Fatalf("put %+v, want a timeout in AllReduce #4 naming rank 1, and no withdrawal", end)
+			}
+			if took := time.Since(moved); took < time.Second {
+				t.Errorf("#4 reported %v after rank 1 made #3, want its place held for the setting (1 s) first", took)
+			}
+		}
+		for range 3 { // #3 completes on every rank
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.enqueue(1, 4, done)
+		for range 3 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 {
+			if end := e.fr.nextEnd(t, "the withdrawals"); end.Kind != comm.EndResumed || end.InCall != "AllReduce #4" {
+				t.Fatalf("put %+v, want %q for AllReduce #4", end, comm.EndResumed)
+			}
+		}
+		for r := range 3 {
+			e.check(r, 3)
+			e.check(r, 4)
+		}
+	})
 	t.Run("nobody behind", func(t *testing.T) {
 		e := newEnqFixture(t, 256)
 		e.rounds(1, 3)

@@ -73,17 +73,8 @@ func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Durati
 	if e.reported == 0 && (out <= p.caught.Load() || ic.seq.Load() != 0 || ic.flagged.Load() != 0 || now.Sub(e.since) < after) {
 		return
 	}
-	calls, jobs := c.askCalls(out)
-	first, all := uint64(0), calls != nil // the first call a member has not made; whether every member answered
-	for r, n := range calls {
-		switch {
-		case r == c.rank:
-		case n < 0:
-			all = false
-		case uint64(n) < out && (first == 0 || uint64(n)+1 < first):
-			first = uint64(n) + 1
-		}
-	}
+	calls, jobs := c.askCalls(out, stallWait)
+	first, all := c.firstMissing(calls, out)
 	if first == 0 {
 		if !all {
 			// A member did not answer (it may be gone): a standing report
@@ -113,4 +104,48 @@ func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Durati
 	}
 	e.nextAsk = now.Add(e.every)
 	e.every = min(2*e.every, max(after, tick, time.Second))
+}
+
+// firstMissing is, from askCalls' answers, the first of this rank's calls
+// up to out that a member has not made (0: none), and whether every
+// member answered.
+func (c *Comm) firstMissing(calls []int64, out uint64) (first uint64, all bool) {
+	all = calls != nil
+	for r, n := range calls {
+		switch {
+		case r == c.rank:
+		case n < 0:
+			all = false
+		case uint64(n) < out && (first == 0 || uint64(n)+1 < first):
+			first = uint64(n) + 1
+		}
+	}
+	return first, all
+}
+
+// abortAsk bounds abortEnqueued's question: with its report's wait
+// (reportWait) it fits in ncclCommAbort's settle, which torch wants back
+// within a second.
+const abortAsk = 300 * time.Millisecond
+
+// abortEnqueued is ncclCommAbort's word on the calls this rank enqueued
+// on device buffers that no member was found to have made: torch's
+// watchdog aborts a communicator whose work has not completed within its
+// timeout, which may be shorter than FLEXLINK_STALL_REPORT. As a call in
+// flight does (nameWithheld), it asks the members and reports those
+// behind; inFlight is the call on the caller's thread when the abort
+// began (0: none), which reports for itself.
+func (c *Comm) abortEnqueued(inFlight uint64) {
+	p := &c.prog
+	out := p.enq.Load()
+	if inFlight != 0 || out <= p.caught.Load() {
+		return
+	}
+	calls, jobs := c.askCalls(out, abortAsk)
+	first, _ := c.firstMissing(calls, out)
+	if first == 0 {
+		return
+	}
+	behind, jobs := c.behindOf(out, calls, jobs)
+	c.reportWithheld(p.callName(first), behind, jobs)
 }

@@ -152,6 +152,8 @@ func (e *enqFixture) enqueue(r, k int, done chan<- error) {
 //     return, and its last error says so; when rank 1 makes the calls
 //     late, each withdraws its report (comm.EndResumed for AllReduce #3),
 //     every result is right, and nothing more is reported.
+//   - ncclCommAbort (torch's watchdog, before the setting's default)
+//     asks and reports the same, within a second.
 //   - When every rank makes every call, each rank asks once it has been
 //     idle for the setting, finds nobody behind, and reports nothing:
 //     flexrun's store hears nothing at all (no join).
@@ -275,6 +277,42 @@ func TestStallEnqueued(t *testing.T) {
 			e.check(r, 3)
 			e.check(r, 4)
 		}
+	})
+	// torch's watchdog aborts at a timeout shorter than
+	// FLEXLINK_STALL_REPORT (here its default, 5 s): ncclCommAbort on rank
+	// 0 asks the members and reports rank 1, within a second.
+	t.Run("aborted before the setting", func(t *testing.T) {
+		fr := newFakeFlexrun(t, true)
+		env := []string{"FLEXLINK_TIMEOUT", "60s"}
+		for k, v := range fr.vars {
+			env = append(env, k, v)
+		}
+		f, _ := newIDFixture(t, 3, gpufake.Config{}, env...)
+		e := &enqFixture{devFixture: f, fr: fr, count: 256}
+		for r := range 3 {
+			e.bufs[r] = map[int]*gpu.Buffer{}
+		}
+		e.rounds(1, 2)
+		done := make(chan error, 3)
+		for _, r := range []int{0, 2} {
+			e.enqueue(r, 3, done)
+		}
+		start := time.Now()
+		if err := e.l.Abort(e.hs[0]); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if took > time.Second {
+			t.Errorf("ncclCommAbort took %v, want less than 1 s", took.Round(time.Millisecond))
+		}
+		end := e.fr.nextEnd(t, "the abort's report")
+		if end.Kind != "timeout" || end.InCall != "AllReduce #3" || !strings.Contains(end.Text, "rank 0 of 3: AllReduce #3 did not complete: rank 1 has not called AllReduce #3") {
+			t.Fatalf("put %+v, want rank 0's timeout in AllReduce #3 naming rank 1", end)
+		}
+		if time.Since(start) > stallReport {
+			t.Errorf("reported %v after the abort began: not before FLEXLINK_STALL_REPORT", time.Since(start))
+		}
+		t.Logf("ncclCommAbort took %v; reported: %s", took.Round(time.Millisecond), end.Text)
 	})
 	t.Run("nobody behind", func(t *testing.T) {
 		e := newEnqFixture(t, 256)

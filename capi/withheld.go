@@ -191,21 +191,21 @@ func (p *progress) callName(seq uint64) string {
 // named; and, for each of them whose rank in flexrun's job is known, that
 // rank.
 func (c *Comm) askBehind(seq uint64) ([]string, []int) {
-	calls, jobs := c.askCalls(seq)
+	calls, jobs := c.askCalls(seq, stallWait)
 	return c.behindOf(seq, calls, jobs)
 }
 
 // askCalls asks every other member how many collectives it has called
 // (this rank's call seq is the question's subject): calls[r] is member
-// r's answer (-1: none within stallWait, or r is this rank), jobs[r] its
+// r's answer (-1: none within wait, or r is this rank), jobs[r] its
 // rank in flexrun's job (-1: not known). Both are nil when nothing could
 // be asked.
-func (c *Comm) askCalls(seq uint64) (calls []int64, jobs []int) {
+func (c *Comm) askCalls(seq uint64, wait time.Duration) (calls []int64, jobs []int) {
 	p := &c.prog
 	if p.store == nil || c.nranks < 2 {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), stallWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	req, _ := json.Marshal(stallRequest{Rank: c.rank, Call: p.callName(seq), Seq: seq})
 	k := p.asked.Load() + 1

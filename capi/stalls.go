@@ -9,8 +9,9 @@ import (
 )
 
 // stallReport is how long (FLEXLINK_STALL_REPORT's default) a collective
-// may wait for its peers on the caller's thread before this rank asks the members which of them has not
-// called it, and reports it (reportWithheld): under flexrun the report is
+// may wait for its peers on the caller's thread (or, enqueued on the GPU,
+// be outstanding while this rank makes no call: stalls_enqueued.go)
+// before this rank asks the members which of them has not called it, and reports it (reportWithheld): under flexrun the report is
 // evidence for the verdict if the job then fails, for example when
 // PyTorch's watchdog ends the process at its timeout while the call still
 // waits, or when the rank that withheld it exits. A call that completes

@@ -210,11 +210,11 @@ func (c *Comm) reportName() string {
 // reportFailed tells flexrun that this rank's collective number seq
 // failed on a collective mismatch (the words name both calls: flexrun's
 // verdict quotes them) or on a lost member (this rank is then a
-// consequence, never the cause). Timeouts are reportWithheld's; other
-// failures are not reported: an abort is the program's own doing (torch
-// aborts its communicators at shutdown), and a call that fails on another
-// member's end of the communicator says nothing of its own rank (it may
-// be the cause, late).
+// consequence, never the cause). Timeouts are reportWithheld's, and a
+// call that waited in the call when another member ended the
+// communicator is nameWithheld's (it names that member, or the members
+// behind); other failures are not reported: this rank's own abort is the
+// program's doing (torch aborts its communicators at shutdown).
 func (c *Comm) reportFailed(seq uint64, err error) {
 	kind := ""
 	switch {

@@ -27,8 +27,18 @@ type enqFixture struct {
 
 func newEnqFixture(t *testing.T, count int, env ...string) *enqFixture {
 	t.Helper()
+	return newEnqFixtureStall(t, count, "1s", env...)
+}
+
+// newEnqFixtureStall is newEnqFixture with FLEXLINK_STALL_REPORT=stall
+// ("": its default).
+func newEnqFixtureStall(t *testing.T, count int, stall string, env ...string) *enqFixture {
+	t.Helper()
 	fr := newFakeFlexrun(t, true)
-	vars := []string{"FLEXLINK_STALL_REPORT", "1s", "FLEXLINK_TIMEOUT", "60s"}
+	vars := []string{"FLEXLINK_TIMEOUT", "60s"}
+	if stall != "" {
+		vars = append(vars, "FLEXLINK_STALL_REPORT", stall)
+	}
 	for k, v := range fr.vars {
 		vars = append(vars, k, v)
 	}
@@ -101,6 +111,29 @@ func (e *enqFixture) rounds(from, to int) {
 // arrives on done.
 func (e *enqFixture) enqueue(r, k int, done chan<- error) {
 	e.t.Helper()
+	x := e.capture(r, k)
+	if e.gpus[r] == nil {
+		// Rank r's "GPU": its graphs run in the order enqueued.
+		q := make(chan *gpu.GraphExec, 8)
+		e.gpus[r] = q
+		go func() {
+			for x := range q {
+				err := x.Launch(e.ss[r])
+				if err == nil {
+					err = e.ss[r].Synchronize()
+				}
+				done <- err
+			}
+		}()
+		e.t.Cleanup(func() { close(q) })
+	}
+	e.gpus[r] <- x
+}
+
+// capture captures rank r's call k (its input written first) and returns
+// the graph, instantiated.
+func (e *enqFixture) capture(r, k int) *gpu.GraphExec {
+	e.t.Helper()
 	e.input(r, k)
 	cs, err := e.dvs[r].NewStream()
 	if err != nil {
@@ -122,22 +155,7 @@ func (e *enqFixture) enqueue(r, k int, done chan<- error) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if e.gpus[r] == nil {
-		// Rank r's "GPU": its graphs run in the order enqueued.
-		q := make(chan *gpu.GraphExec, 8)
-		e.gpus[r] = q
-		go func() {
-			for x := range q {
-				err := x.Launch(e.ss[r])
-				if err == nil {
-					err = e.ss[r].Synchronize()
-				}
-				done <- err
-			}
-		}()
-		e.t.Cleanup(func() { close(q) })
-	}
-	e.gpus[r] <- x
+	return x
 }
 
 // TestStallEnqueued: collectives on device buffers that return before
@@ -282,16 +300,7 @@ func TestStallEnqueued(t *testing.T) {
 	// FLEXLINK_STALL_REPORT (here its default, 5 s): ncclCommAbort on rank
 	// 0 asks the members and reports rank 1, within a second.
 	t.Run("aborted before the setting", func(t *testing.T) {
-		fr := newFakeFlexrun(t, true)
-		env := []string{"FLEXLINK_TIMEOUT", "60s"}
-		for k, v := range fr.vars {
-			env = append(env, k, v)
-		}
-		f, _ := newIDFixture(t, 3, gpufake.Config{}, env...)
-		e := &enqFixture{devFixture: f, fr: fr, count: 256}
-		for r := range 3 {
-			e.bufs[r] = map[int]*gpu.Buffer{}
-		}
+		e := newEnqFixtureStall(t, 256, "")
 		e.rounds(1, 2)
 		done := make(chan error, 3)
 		for _, r := range []int{0, 2} {
@@ -353,4 +362,63 @@ func quiet(t *testing.T, f *fakeFlexrun, d time.Duration, all bool, what string)
 			return
 		}
 	}
+}
+
+// TestEndedByPeerReported: every rank of 3 enqueues AllReduce #3, but
+// rank 1's work never runs (its process is on its way out) and it calls
+// ncclCommAbort, as torch does to a process's communicators as it exits,
+// while the work of ranks 0 and 2 waits on the GPU for it. Nobody is
+// behind in the count of calls, so no member is named as one that has
+// not called it; but when each of them finds the communicator ended
+// (ncclCommGetAsyncError, torch's watchdog poll), it tells flexrun whose
+// end it met (an "aborted" end in AllReduce #3 whose words name rank 1,
+// which flexrun's judge reads as the member that left: "rank 1 ended
+// communicator ... while ranks 0, 2 were in AllReduce #3"). Rank 1, whose
+// own abort it is, reports nothing; and a rank that aborts its own
+// communicator reports no "aborted" end either (TestStallEnqueued
+// "aborted before the setting" reports the member behind instead).
+func TestEndedByPeerReported(t *testing.T) {
+	e := newEnqFixtureStall(t, 256, "")
+	e.rounds(1, 2)
+	done := make(chan error, 2)
+	for r := range 3 {
+		if r == 1 {
+			e.capture(1, 3) // captured, never launched
+			continue
+		}
+		e.enqueue(r, 3, done)
+	}
+	if err := e.l.Abort(e.hs[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{0, 2} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, err := e.l.AsyncError(e.hs[r])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res != Success && res != InProgress {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d: no asynchronous error 10 s after rank 1's abort", r)
+			}
+			<-time.After(10 * time.Millisecond) // the watchdog's poll
+		}
+	}
+	seen := map[string]bool{}
+	for range 2 {
+		end := e.fr.nextEnd(t, "the reports of the end")
+		if end.Kind != "aborted" || end.InCall != "AllReduce #3" || !strings.Contains(end.Text, "ended by rank 1 of 3") {
+			t.Fatalf("put %+v, want an aborted end in AllReduce #3 naming rank 1", end)
+		}
+		who, _, _ := strings.Cut(end.Text, ":")
+		seen[who] = true
+		t.Logf("reported: %s", end.Text)
+	}
+	if len(seen) != 2 {
+		t.Errorf("reports from %v, want one from each of ranks 0 and 2", seen)
+	}
+	quiet(t, e.fr, time.Second, false, "after the reports")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,14 +159,57 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 			// a process that has exited): flexrun still hears that this
 			// rank waited in it, and names the members that said nothing.
 			// (A call that failed on another member's end of the
-			// communicator is no evidence: its rank may be the withholder,
-			// late.)
+			// communicator is no evidence of waiting: its rank may be the
+			// withholder, late. It says whose end it met, below.)
 			c.reportEnd(comm.EndReport{Kind: "timeout", Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
+		} else if c.endedByPeer(err) && c.prog.waitingIn(seq) {
+			// Another member ended the communicator (ncclCommAbort,
+			// ncclCommRevoke) while this rank waited in the call, and
+			// nobody was found behind: the words name that member ("ended
+			// by rank R"), which flexrun takes for the one that left while
+			// the others were in a collective with it (torch aborts a
+			// process's communicators as it exits) unless it reported
+			// waiting itself (torch's watchdog aborts a waiting rank's
+			// communicators at its timeout; it asks first, and reports a
+			// member behind: abort.go). This rank is a consequence.
+			c.reportEnd(comm.EndReport{Kind: "aborted", Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
 		}
 		return err
 	}
 	c.withheldFor(c.prog.callName(seq), behind, jobs, callReportWait)
 	return fmt.Errorf("%s: %w", strings.Join(behind, "; "), err)
+}
+
+// endedByPeer reports whether err is another member's end of the
+// communicator by an abort or a revoke (internal/comm: "communicator w
+// ended by rank 1 of 3 (world rank 1) on h: ncclCommAbort: aborted"): not
+// this rank's own, and not one that names a cause of its own (a lost
+// member, a mismatch, a timeout, a close: those are reported as such).
+func (c *Comm) endedByPeer(err error) bool {
+	for _, cause := range []error{context.Canceled, context.DeadlineExceeded, errs.ErrTimeout, errs.ErrPeerLost, errs.ErrMismatch, errs.ErrClosed} {
+		if errors.Is(err, cause) {
+			return false
+		}
+	}
+	if !errors.Is(err, errs.ErrAborted) {
+		return false
+	}
+	c.mu.Lock()
+	self := c.aborted || c.revoked
+	c.mu.Unlock()
+	m := endedByWords.FindStringSubmatch(err.Error())
+	return !self && m != nil && m[1] != strconv.Itoa(c.rank)
+}
+
+// endedByWords finds the member that ended a communicator in its end's
+// words (internal/comm's; flexrun's judge reads them alike).
+var endedByWords = regexp.MustCompile(`ended by rank (\d+) of \d+ \(world rank \d+\)`)
+
+// waitingIn reports whether call seq was still waiting when it ended:
+// in flight on the caller's thread, or enqueued on the GPU and not known
+// to be done on every member (an asynchronous error found between calls).
+func (p *progress) waitingIn(seq uint64) bool {
+	return p.now.seq.Load() == seq || p.enq.Load() == seq && seq > p.caught.Load()
 }
 
 // endedWaiting reports whether err ended a call that was waiting: its

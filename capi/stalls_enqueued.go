@@ -21,14 +21,14 @@ import (
 // #5"), naming the first call one of them has not made (the one the
 // GPU waits in: a stream runs its work in order). While the report
 // stands it asks again, a second later at first and then less often (at
-// least every FLEXLINK_STALL_REPORT), and withdraws it (comm.EndResumed) once
-// every member has made every call outstanding. A member that moves on
-// but stops again behind is reported anew once it has stayed at its new
-// place for FLEXLINK_STALL_REPORT (until then the report names the call
-// it was behind before): a slow member stepping through its calls costs
-// no stream of reports (a process joins flexrun's store for reports a
-// few times only). Nothing here touches the driver: the watcher is a
-// library thread (DESIGN.md, "Enqueue and return on real GPUs").
+// least every FLEXLINK_STALL_REPORT), and withdraws it (comm.EndResumed)
+// once every member has made the call it names. A member still behind a
+// later call is reported anew only once it has stayed at its new place
+// for FLEXLINK_STALL_REPORT while this rank made no call: a slow member
+// stepping through its calls, or members that trail this rank by a call
+// or two as work resumes, cost no stream of reports. Nothing here touches
+// the driver: the watcher is a library thread (DESIGN.md, "Enqueue and
+// return on real GPUs").
 //
 // A call that waits on the caller's thread (the handshake paths, calls on
 // host buffers) is watchStalls' own: while it is in flight, or reported
@@ -49,8 +49,12 @@ type enqWatch struct {
 	every    time.Duration // while a report stands: the time to the next question
 	reported uint64        // the call the standing report names (0: none stands)
 	name     string        // its words, as reported
-	pos      uint64        // the first call a member had not made, as last asked
+	pos      uint64        // the first call a member had not made, as last asked (0: none)
 	posSince time.Time     // when pos was first found
+	// moving: a report was withdrawn while a member was still behind a
+	// later call; it is reported only once it has stayed there for
+	// FLEXLINK_STALL_REPORT.
+	moving bool
 }
 
 // superseded forgets a standing report that a report of a call in flight
@@ -59,8 +63,7 @@ func (e *enqWatch) superseded() { e.reported, e.name = 0, "" }
 
 // watchEnqueued is one pass of watchStalls over the calls this rank has
 // enqueued on device buffers; tick is watchStalls' period, after
-// FLEXLINK_STALL_REPORT. While a report stands it asks at most once a
-// second.
+// FLEXLINK_STALL_REPORT. It asks at most once a second.
 func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Duration) {
 	p, ic := &c.prog, &c.prog.now
 	if n := p.calls.Load(); n != e.calls || e.since.IsZero() {
@@ -70,33 +73,47 @@ func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Durati
 	if now.Before(e.nextAsk) {
 		return
 	}
-	if e.reported == 0 && (out <= p.caught.Load() || ic.seq.Load() != 0 || ic.flagged.Load() != 0 || now.Sub(e.since) < after) {
+	idle := ic.seq.Load() == 0 && ic.flagged.Load() == 0 && now.Sub(e.since) >= after
+	if e.reported == 0 && (out <= p.caught.Load() || !idle) {
+		e.moving = false
 		return
 	}
 	calls, jobs := c.askCalls(out, stallWait)
 	first, all := c.firstMissing(calls, out)
-	if first == 0 {
-		if !all {
-			// A member did not answer (it may be gone): a standing report
-			// stands; ask again later.
-			e.nextAsk = now.Add(max(after, e.every))
-			return
-		}
-		p.caught.Store(out)
-		if e.reported != 0 {
-			c.reportEnd(comm.EndReport{Kind: comm.EndResumed, InCall: e.name,
-				Text: fmt.Sprintf("rank %d of %d: every member has now called %s (enqueued on the GPU)", c.rank, c.nranks, e.name)}, reportWait)
-		}
-		e.superseded()
-		e.every = 0
-		return
-	}
 	if first != e.pos {
 		e.pos, e.posSince = first, now
 	}
-	if e.reported == 0 || first != e.reported && now.Sub(e.posSince) >= after {
+	if e.reported != 0 && all && (first == 0 || first > e.reported) {
+		// Every member has made the reported call: withdraw it. One still
+		// behind a later call (a slow member stepping through its calls;
+		// or this rank's calls go on, as its peers' trail them by a call
+		// or two) is reported only once it stays there.
+		c.reportEnd(comm.EndReport{Kind: comm.EndResumed, InCall: e.name,
+			Text: fmt.Sprintf("rank %d of %d: every member has now called %s (enqueued on the GPU)", c.rank, c.nranks, e.name)}, reportWait)
+		e.superseded()
+		e.every, e.moving = 0, first != 0
+	}
+	switch {
+	case first == 0 && all:
+		p.caught.Store(out)
+		e.moving = false
+		return
+	case first == 0:
+		// A member did not answer (it may be gone): a standing report
+		// stands; ask again later.
+		e.nextAsk = now.Add(max(after, e.every))
+		return
+	case all && first-1 > p.caught.Load():
+		p.caught.Store(first - 1)
+	}
+	held := now.Sub(e.posSince) >= after
+	switch {
+	case e.reported == 0 && e.moving && !held:
+		e.nextAsk = now.Add(max(tick, time.Second))
+		return
+	case e.reported == 0, first != e.reported && held:
 		behind, jobs := c.behindOf(out, calls, jobs)
-		e.reported, e.name = first, p.callName(first)
+		e.reported, e.name, e.moving = first, p.callName(first), false
 		c.reportWithheld(e.name, behind, jobs)
 		if e.every == 0 {
 			e.every = max(tick, time.Second)

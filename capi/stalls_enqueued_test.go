@@ -246,10 +246,9 @@ func TestStallEnqueued(t *testing.T) {
 			quiet(t, e.fr, 2*time.Second+reportWait, false, "after the withdrawals")
 		})
 	}
-	// Rank 1 makes AllReduce #3 after the reports, but not #4: the
-	// reports stand (nothing is withdrawn while it is behind), and once it
-	// has stayed at #4 for the setting each rank reports #4 instead; when
-	// it makes #4, each withdraws that.
+	// Rank 1 makes AllReduce #3 after the reports, but not #4: each rank
+	// withdraws its report of #3, and once rank 1 has stayed at #4 for
+	// the setting, reports #4; when rank 1 makes #4, each withdraws that.
 	t.Run("behind, then behind again", func(t *testing.T) {
 		e := newEnqFixture(t, 256)
 		e.rounds(1, 2)
@@ -266,13 +265,22 @@ func TestStallEnqueued(t *testing.T) {
 		}
 		moved := time.Now()
 		e.enqueue(1, 3, done)
-		for range 2 {
-			end := e.fr.nextEnd(t, "the reports of #4")
-			if end.Kind != "timeout" || end.InCall != "AllReduce #4" || !strings.Contains(end.Text, "rank 1 has not called AllReduce #4 (its last collective on this communicator: #3)") {
-				t.Fatalf("put %+v, want a timeout in AllReduce #4 naming rank 1, and no withdrawal", end)
-			}
-			if took := time.Since(moved); took < time.Second {
-				t.Errorf("#4 reported %v after rank 1 made #3, want its place held for the setting (1 s) first", took)
+		withdrawn := map[string]bool{}
+		for range 4 {
+			end := e.fr.nextEnd(t, "the withdrawals of #3 and the reports of #4")
+			who, _, _ := strings.Cut(end.Text, ":")
+			switch {
+			case end.Kind == comm.EndResumed && end.InCall == "AllReduce #3":
+				withdrawn[who] = true
+			case end.Kind == "timeout" && end.InCall == "AllReduce #4" && strings.Contains(end.Text, "rank 1 has not called AllReduce #4 (its last collective on this communicator: #3)"):
+				if !withdrawn[who] {
+					t.Errorf("%s reported #4 before it withdrew #3", who)
+				}
+				if took := time.Since(moved); took < time.Second {
+					t.Errorf("%s reported #4 %v after rank 1 made #3, want its place held for the setting (1 s) first", who, took)
+				}
+			default:
+				t.Fatalf("put %+v, want the withdrawal of AllReduce #3 or a timeout in AllReduce #4 naming rank 1", end)
 			}
 		}
 		for range 3 { // #3 completes on every rank
@@ -287,7 +295,7 @@ func TestStallEnqueued(t *testing.T) {
 			}
 		}
 		for range 2 {
-			if end := e.fr.nextEnd(t, "the withdrawals"); end.Kind != comm.EndResumed || end.InCall != "AllReduce #4" {
+			if end := e.fr.nextEnd(t, "the withdrawals of #4"); end.Kind != comm.EndResumed || end.InCall != "AllReduce #4" {
 				t.Fatalf("put %+v, want %q for AllReduce #4", end, comm.EndResumed)
 			}
 		}

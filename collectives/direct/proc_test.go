@@ -237,16 +237,18 @@ func runGPUProcs(t *testing.T, n int, gpuOf func(int) int, path string, env []st
 func gpuChild(path string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := comm.Init(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	// The driver first, so that it closes last: the communicator's GPU
+	// plane (its flag watcher reads pinned memory) goes before it.
 	drv, err := gpu.Open()
 	if err != nil {
 		return err
 	}
 	defer drv.Close()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	ord, err := settings.OS().Int("FLEXLINK_GPU")
 	if err != nil {
 		return err
@@ -298,6 +300,9 @@ func gpuChild(path string) error {
 	}
 	if os.Getenv(captureEnv) == "1" {
 		return captureChild(ctx, r, 1<<20)
+	}
+	if spec := os.Getenv(mismatchEnv); spec != "" {
+		return mismatchChild(ctx, r, spec)
 	}
 	total, bad := 0, 0
 	start := time.Now()

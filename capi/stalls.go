@@ -11,10 +11,11 @@ import (
 // stallReport is how long (FLEXLINK_STALL_REPORT's default) a collective
 // may wait for its peers on the caller's thread (or, enqueued on the GPU,
 // be outstanding while this rank makes no call: stalls_enqueued.go)
-// before this rank asks the members which of them has not called it, and reports it (reportWithheld): under flexrun the report is
-// evidence for the verdict if the job then fails, for example when
-// PyTorch's watchdog ends the process at its timeout while the call still
-// waits, or when the rank that withheld it exits. A call that completes
+// before this rank asks the members which of them has not called it, and
+// reports it (reportWithheld): under flexrun the report is evidence for
+// the verdict if the job then fails, for example when PyTorch's watchdog
+// ends the process at its timeout while the call still waits, or when
+// the rank that withheld it exits. A call that completes
 // later (successfully) withdraws the report (comm.EndResumed): the member
 // it waited for was late, not missing.
 const stallReport = 5 * time.Second
@@ -66,10 +67,11 @@ func (ic *inCall) completed() uint64 { return ic.ok.Load() }
 // watchStalls reports collectives that wait longer than stallReport for
 // their peers, once per call, while c lives: the call on the caller's
 // thread, timed from the first tick that sees it, and the calls enqueued
-// on device buffers that wait inside the GPU (watchEnqueued). Once a reported call
-// (or a later one) has completed successfully it tells flexrun so
-// (comm.EndResumed), before it reports any later stall: the judge takes a
-// rank's later report on a communicator over its earlier timeouts there.
+// on device buffers that wait inside the GPU (watchEnqueued). Once a
+// reported call (or a later one) has completed successfully it tells
+// flexrun so (comm.EndResumed), before it reports any later stall: the
+// judge takes a rank's later report on a communicator over its earlier
+// timeouts there.
 func (c *Comm) watchStalls() {
 	ic := &c.prog.now
 	ic.wake = make(chan struct{}, 1)

@@ -38,8 +38,10 @@ import (
 // flexrun's judge (a rank's later report on a communicator replaces its
 // earlier timeouts), and its withdrawal withdraws both.
 //
-// Not seen: the replay of a captured CUDA graph (no host call at all),
-// and a member that withholds a call this rank has not made yet.
+// A call captured in a CUDA graph counts as enqueued (a member that has
+// not captured it is behind). Not seen: a withheld replay of a captured
+// graph (no host call at all: every member's count of calls agrees), and
+// a member that withholds a call this rank has not made yet.
 
 // enqWatch is watchStalls' state for the calls this rank has enqueued.
 type enqWatch struct {

@@ -65,23 +65,63 @@ func (e *enqWatch) superseded() { e.reported, e.name = 0, "" }
 
 // watchEnqueued is one pass of watchStalls over the calls this rank has
 // enqueued on device buffers; tick is watchStalls' period, after
-// FLEXLINK_STALL_REPORT. It asks at most once a second.
+// FLEXLINK_STALL_REPORT. It asks at most once a second; what it does with
+// the answer is enqWatch's (a state machine of its own, injected time).
 func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Duration) {
 	p, ic := &c.prog, &c.prog.now
-	if n := p.calls.Load(); n != e.calls || e.since.IsZero() {
-		e.calls, e.since = n, now
-	}
 	out := p.enq.Load()
-	if now.Before(e.nextAsk) {
-		return
-	}
-	idle := ic.seq.Load() == 0 && ic.flagged.Load() == 0 && now.Sub(e.since) >= after
-	if e.reported == 0 && (out <= p.caught.Load() || !idle) {
-		e.moving = false
+	busy := ic.seq.Load() != 0 || ic.flagged.Load() != 0
+	if !e.due(now, p.calls.Load(), out, p.caught.Load(), busy, after) {
 		return
 	}
 	calls, jobs := c.askCalls(out, stallWait)
 	first, all := c.firstMissing(calls, out)
+	st := e.answer(now, out, first, all, tick, after, p.callName)
+	if st.withdraw != "" {
+		c.reportEnd(comm.EndReport{Kind: comm.EndResumed, InCall: st.withdraw,
+			Text: fmt.Sprintf("rank %d of %d: every member has now called %s (enqueued on the GPU)", c.rank, c.nranks, st.withdraw)}, reportWait)
+	}
+	if st.caught > p.caught.Load() {
+		p.caught.Store(st.caught) // only this goroutine stores it
+	}
+	if st.report != "" {
+		behind, jobs := c.behindOf(out, calls, jobs)
+		c.reportWithheld(st.report, behind, jobs)
+	}
+}
+
+// enqStep is what to do with the members' answer (enqWatch.answer).
+type enqStep struct {
+	withdraw string // the standing report's call, to withdraw ("": none)
+	report   string // the call to report the members behind in ("": none)
+	caught   uint64 // every member has made the calls up to this one (0: not known)
+}
+
+// due reports whether to ask the members now: latest is this rank's
+// latest call, out its last call enqueued, caught the last call every
+// member was found to have made, busy whether a call is in flight on the
+// caller's thread (or reported stalled there, and not yet completed).
+// With no report standing it asks once this rank has made no call for
+// after, while busy is false and calls are outstanding.
+func (e *enqWatch) due(now time.Time, latest, out, caught uint64, busy bool, after time.Duration) bool {
+	if latest != e.calls || e.since.IsZero() {
+		e.calls, e.since = latest, now
+	}
+	if now.Before(e.nextAsk) {
+		return false
+	}
+	if e.reported == 0 && (out <= caught || busy || now.Sub(e.since) < after) {
+		e.moving = false
+		return false
+	}
+	return true
+}
+
+// answer takes the members' answer to a question about this rank's calls
+// up to out: first is the first of them a member has not made (0: none),
+// all whether every member answered; name gives a call's words.
+func (e *enqWatch) answer(now time.Time, out, first uint64, all bool, tick, after time.Duration, name func(uint64) string) enqStep {
+	var st enqStep
 	if first != e.pos {
 		e.pos, e.posSince = first, now
 	}
@@ -90,39 +130,37 @@ func (c *Comm) watchEnqueued(e *enqWatch, now time.Time, tick, after time.Durati
 		// behind a later call (a slow member stepping through its calls;
 		// or this rank's calls go on, as its peers' trail them by a call
 		// or two) is reported only once it stays there.
-		c.reportEnd(comm.EndReport{Kind: comm.EndResumed, InCall: e.name,
-			Text: fmt.Sprintf("rank %d of %d: every member has now called %s (enqueued on the GPU)", c.rank, c.nranks, e.name)}, reportWait)
+		st.withdraw = e.name
 		e.superseded()
 		e.every, e.moving = 0, first != 0
 	}
 	switch {
 	case first == 0 && all:
-		p.caught.Store(out)
-		e.moving = false
-		return
+		st.caught, e.moving = out, false
+		return st
 	case first == 0:
 		// A member did not answer (it may be gone): a standing report
 		// stands; ask again later.
 		e.nextAsk = now.Add(max(after, e.every))
-		return
-	case all && first-1 > p.caught.Load():
-		p.caught.Store(first - 1)
+		return st
+	case all:
+		st.caught = first - 1
 	}
 	held := now.Sub(e.posSince) >= after
 	switch {
 	case e.reported == 0 && e.moving && !held:
 		e.nextAsk = now.Add(max(tick, time.Second))
-		return
+		return st
 	case e.reported == 0, first != e.reported && held:
-		behind, jobs := c.behindOf(out, calls, jobs)
-		e.reported, e.name, e.moving = first, p.callName(first), false
-		c.reportWithheld(e.name, behind, jobs)
+		e.reported, e.name, e.moving = first, name(first), false
+		st.report = e.name
 		if e.every == 0 {
 			e.every = max(tick, time.Second)
 		}
 	}
 	e.nextAsk = now.Add(e.every)
 	e.every = min(2*e.every, max(after, tick, time.Second))
+	return st
 }
 
 // firstMissing is, from askCalls' answers, the first of this rank's calls

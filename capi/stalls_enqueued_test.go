@@ -25,6 +25,8 @@ type enqFixture struct {
 	gpus  [3]chan *gpu.GraphExec // each rank's "GPU" (enqueue)
 }
 
+// newEnqFixture makes an enqFixture of count float32 elements per call;
+// env adds settings (name, value, ...).
 func newEnqFixture(t *testing.T, count int, env ...string) *enqFixture {
 	t.Helper()
 	return newEnqFixtureStall(t, count, "1s", env...)
@@ -50,7 +52,7 @@ func newEnqFixtureStall(t *testing.T, count int, stall string, env ...string) *e
 	return e
 }
 
-// val is rank r's element i in call k (numbered from 1).
+// enqVal is rank r's element i in call k (numbered from 1).
 func enqVal(r, i, k int) float32 { return float32((r+1)*k) + float32(i%13) }
 
 // input writes rank r's input of call k into a buffer of its own.
@@ -170,6 +172,9 @@ func (e *enqFixture) capture(r, k int) *gpu.GraphExec {
 //     return, and its last error says so; when rank 1 makes the calls
 //     late, each withdraws its report (comm.EndResumed for AllReduce #3),
 //     every result is right, and nothing more is reported.
+//   - A member that makes the reported call but not the next: the
+//     report is withdrawn, and the next call reported once it stays
+//     behind for the setting.
 //   - ncclCommAbort (torch's watchdog, before the setting's default)
 //     asks and reports the same, within a second.
 //   - When every rank makes every call, each rank asks once it has been

@@ -67,6 +67,14 @@ func mismatchChild(ctx context.Context, r *devRank, spec string) error {
 		v[i] = n
 	}
 	me := r.c.Rank()
+	// One matching call first: the first call makes the flag region, and
+	// that setup exchange would catch the mismatch before any kernel.
+	if err := r.dc.AllReduce(ctx, r.a, r.b, 64, dtype.Float32, dtype.Sum, r.s); err != nil {
+		return fmt.Errorf("rank %d: the matching allreduce: %w", me, err)
+	}
+	if err := r.s.Synchronize(); err != nil {
+		return err
+	}
 	start := time.Now()
 	err := r.dc.AllReduce(ctx, r.a, r.b, v[me], dtype.Float32, dtype.Op(v[2+me]), r.s)
 	if err == nil {

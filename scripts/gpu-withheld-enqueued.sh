@@ -17,6 +17,8 @@
 # Prints PASS/FAIL per setting with what flexrun and the ranks said.
 set -uo pipefail
 source scripts/gpu-step.sh # mps_start, mps_stop
+# Binaries built with -tags flexlink_noptx (the device tool's) embed no kernels.
+[ -n "${FLEXLINK_GPU_KERNELS:-}" ] || export FLEXLINK_GPU_KERNELS=$PWD/gpu/kernels/fatbin
 export NCCL_NVLS_ENABLE=0 FLEXLINK_GPU_ENQUEUE=async FLEXLINK_GPU_KERNEL_TIMEOUT=${FLEXLINK_GPU_KERNEL_TIMEOUT:-60s}
 FR="bin/flexrun --oversubscribe --nccl --nccl-lib $PWD/build/nccl/lib"
 now() { date +%s.%N; }

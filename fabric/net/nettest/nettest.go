@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net"
 )
 
@@ -150,15 +151,9 @@ func Connect(ctx context.Context, from, to net.Provider) (net.SendConn, net.Recv
 	return s, a.r, nil
 }
 
-// Pattern returns n bytes determined by seed (a PCG stream).
-func Pattern(seed uint64, n int) []byte {
-	b := make([]byte, n+8)
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	for i := 0; i < n; i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
-	}
-	return b[:n:n]
-}
+// Pattern returns n bytes determined by seed: the PCG stream of
+// linktest.Payload, which PatternSum follows too.
+func Pattern(seed uint64, n int) []byte { return linktest.Payload(seed, n) }
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 

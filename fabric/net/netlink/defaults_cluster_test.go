@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestRailsDefaults: two emulated hosts with two NICs (rails) each, both
@@ -23,42 +20,8 @@ import (
 // and the results are exact (flexbench's check, #wrong 0).
 func TestRailsDefaults(t *testing.T) {
 	const name, subnet = "ndflt", "10.86"
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
-	repo, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := t.TempDir()
-	os.Chmod(prefix, 0o755)
-	bin := filepath.Join(prefix, "bin")
-	if out, err := exec.Command("go", "build", "-C", repo, "-o", bin+"/", "./cmd/flexrun", "./cmd/flexbench").CombinedOutput(); err != nil {
-		t.Fatalf("build flexrun, flexbench: %v\n%s", err, out)
-	}
-	script := filepath.Join(repo, "scripts", "testcluster")
-	t.Cleanup(func() { exec.Command(script, "down", "--name", name).Run() })
-	out, err := exec.Command(script, "up", "2", "--rails", "2", "--rate", "1gbit", "--name", name, "--net", subnet).Output()
-	if err != nil {
-		t.Fatalf("testcluster up: %v\n%s", err, out)
-	}
-	var hosts []string
-	var sshConfig string
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		switch v = strings.Trim(v, `"`); k {
-		case "TC_HOSTS":
-			hosts = strings.Fields(v)
-		case "TC_SSH_CONFIG":
-			sshConfig = v
-		}
-	}
-	if len(hosts) != 2 || sshConfig == "" {
-		t.Fatalf("testcluster up printed %q", out)
-	}
+	prefix, bin, tc := railsUp(t, name, subnet, "--rate", "1gbit")
+	hosts, sshConfig := tc.Hosts, tc.SSHConfig
 	for _, op := range []string{"allreduce", "alltoall"} {
 		t.Run(op, func(t *testing.T) {
 			before := nicBytes(t, name)

@@ -6,7 +6,6 @@ package netlink_test
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // The emulated cluster of this test (scripts/testcluster), on names and a
@@ -38,42 +35,8 @@ var (
 // reported for the 1 MiB messages the ring sends, and both near the rates'
 // 2:1.
 func TestRailsInProportion(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
-	repo, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := t.TempDir()
-	os.Chmod(prefix, 0o755)
-	bin := filepath.Join(prefix, "bin")
-	if out, err := exec.Command("go", "build", "-C", repo, "-o", bin+"/", "./cmd/flexrun", "./cmd/flexbench").CombinedOutput(); err != nil {
-		t.Fatalf("build flexrun, flexbench: %v\n%s", err, out)
-	}
-	script := filepath.Join(repo, "scripts", "testcluster")
-	t.Cleanup(func() { exec.Command(script, "down", "--name", railsCluster).Run() })
-	out, err := exec.Command(script, "up", "2", "--rails", "2", "--name", railsCluster, "--net", railsNet).Output()
-	if err != nil {
-		t.Fatalf("testcluster up: %v\n%s", err, out)
-	}
-	var hosts []string
-	var sshConfig string
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		switch v = strings.Trim(v, `"`); k {
-		case "TC_HOSTS":
-			hosts = strings.Fields(v)
-		case "TC_SSH_CONFIG":
-			sshConfig = v
-		}
-	}
-	if len(hosts) != 2 || sshConfig == "" {
-		t.Fatalf("testcluster up printed %q", out)
-	}
+	prefix, bin, tc := railsUp(t, railsCluster, railsNet)
+	hosts, sshConfig := tc.Hosts, tc.SSHConfig
 	for h := 1; h <= 2; h++ {
 		for r, rate := range []string{"400mbit", "200mbit"} {
 			ns := fmt.Sprintf("%sh%d", railsCluster, h)
@@ -95,6 +58,7 @@ func TestRailsInProportion(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(60 * time.Second):

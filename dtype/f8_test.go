@@ -142,20 +142,7 @@ func TestFloat32ToF8Rounding(t *testing.T) {
 			in = append(in, math.Float32frombits(rng.Uint32()))
 		}
 		in = append(in, 0, float32(math.Inf(1)), math.MaxFloat32, math.SmallestNonzeroFloat32, 1e-30, 65520, 1e10)
-		for _, v := range in {
-			for _, x := range []float32{v, -v} {
-				got := f.fromF32(x)
-				if x != x {
-					if want := uint8(math.Float32bits(x)>>24)&0x80 | 0x7f; got != want {
-						t.Fatalf("%s(NaN %#08x) = %#02x, want %#02x", f.name, math.Float32bits(x), got, want)
-					}
-					continue
-				}
-				if want := f.round(float64(x)); got != want {
-					t.Fatalf("%s(%g = %#08x) = %#02x, want %#02x", f.name, x, math.Float32bits(x), got, want)
-				}
-			}
-		}
+		checkFromF32(t, f.name, in, f.fromF32, f.round, func(xb uint32) uint8 { return uint8(xb>>24)&0x80 | 0x7f })
 	}
 }
 

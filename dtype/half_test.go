@@ -162,22 +162,30 @@ func TestFloat32ToHalfRounding(t *testing.T) {
 		}
 		in = append(in, 0, float32(math.Inf(1)), math.MaxFloat32, math.SmallestNonzeroFloat32,
 			1e-30, 65519.996, 65520, 65536, 1e10)
-		for _, v := range in {
-			for _, x := range []float32{v, -v} {
-				got := f.fromF32(x)
-				if x != x {
-					// NaN: stays NaN, quiet, keeps sign and the top of the payload.
-					xb := math.Float32bits(x)
-					want := uint16(xb>>16)&0x8000 | f.expMask() | f.quietBit() |
-						uint16(xb>>(23-f.manBits))&(1<<f.manBits-1)
-					if got != want {
-						t.Fatalf("%s(NaN %#08x) = %#04x, want %#04x", f.name, xb, got, want)
-					}
-					continue
+		// NaN: stays NaN, quiet, keeps sign and the top of the payload.
+		nan := func(xb uint32) uint16 {
+			return uint16(xb>>16)&0x8000 | f.expMask() | f.quietBit() | uint16(xb>>(23-f.manBits))&(1<<f.manBits-1)
+		}
+		checkFromF32(t, f.name, in, f.fromF32, f.round, nan)
+	}
+}
+
+// checkFromF32 checks conv (named name) on every input and its negation:
+// a NaN must give nan of its bits, any other value round of it (the
+// reference rounding, in float64).
+func checkFromF32[T uint8 | uint16](t *testing.T, name string, in []float32, conv func(float32) T, round func(float64) T, nan func(bits uint32) T) {
+	t.Helper()
+	for _, v := range in {
+		for _, x := range []float32{v, -v} {
+			got, xb := conv(x), math.Float32bits(x)
+			if x != x {
+				if want := nan(xb); got != want {
+					t.Fatalf("%s(NaN %#08x) = %#x, want %#x", name, xb, got, want)
 				}
-				if want := f.round(float64(x)); got != want {
-					t.Fatalf("%s(%g = %#08x) = %#04x, want %#04x", f.name, x, math.Float32bits(x), got, want)
-				}
+				continue
+			}
+			if want := round(float64(x)); got != want {
+				t.Fatalf("%s(%g = %#08x) = %#x, want %#x", name, x, xb, got, want)
 			}
 		}
 	}

@@ -73,15 +73,7 @@ func (f f8Format) round(v float64) uint8 {
 		k++
 	}
 	lo, hi := f.decode(uint8(k)), f.decode(uint8(k+1))
-	switch {
-	case v-lo < hi-v:
-		return sign | uint8(k)
-	case v-lo > hi-v:
-		return sign | uint8(k+1)
-	case k%2 == 0:
-		return sign | uint8(k)
-	}
-	return sign | uint8(k+1)
+	return sign | uint8(nearestEven(v, lo, hi, k))
 }
 
 func TestF8ToFloat32Exhaustive(t *testing.T) {

@@ -84,15 +84,7 @@ func (f halfFormat) round(v float64) uint16 {
 		return sign | f.expMask()
 	}
 	lo, hi := value(k), value(k+1)
-	switch {
-	case v-lo < hi-v:
-		return sign | uint16(k)
-	case v-lo > hi-v:
-		return sign | uint16(k+1)
-	case k%2 == 0:
-		return sign | uint16(k)
-	}
-	return sign | uint16(k+1)
+	return sign | uint16(nearestEven(v, lo, hi, k))
 }
 
 func TestHalfToFloat32Exhaustive(t *testing.T) {
@@ -168,6 +160,20 @@ func TestFloat32ToHalfRounding(t *testing.T) {
 		}
 		checkFromF32(t, f.name, in, f.fromF32, f.round, nan)
 	}
+}
+
+// nearestEven rounds v, between the values lo of bits k and hi of bits
+// k+1, to the nearer one's bits, ties to the even one.
+func nearestEven(v, lo, hi float64, k int) int {
+	switch {
+	case v-lo < hi-v:
+		return k
+	case v-lo > hi-v:
+		return k + 1
+	case k%2 == 0:
+		return k
+	}
+	return k + 1
 }
 
 // checkFromF32 checks conv (named name) on every input and its negation:

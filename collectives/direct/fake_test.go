@@ -75,24 +75,39 @@ func fakeRanksOn(t *testing.T, n, gpus int, cfg gpufake.Config, env map[string]s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { drv.Close() })
-	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("gpufake%d-%d", os.Getpid(), time.Now().UnixNano())
-	rs := make([]*devRank, n)
 	ctx := testCtx(t, 30*time.Second)
+	return startDevRanks(t, ctx, n, bufBytes, func(r int) (comm.Options, *gpu.Device, error) {
+		mine := maps.Clone(env)
+		maps.Copy(mine, each[r])
+		dev, err := drv.Device(r % gpus)
+		return comm.Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")}, dev, err
+	}, func(r int, c *comm.Comm, dev *gpu.Device) (*plane.DeviceComm, error) {
+		return deviceComm(ctx, c, dev)
+	})
+}
+
+// startDevRanks starts n ranks at once, each on an in-process store with
+// the comm options and device at(r) gives, a stream, test buffers a and b
+// of bufBytes and the DeviceComm open makes. The test's cleanup closes
+// what was made; any rank's error fails the test.
+func startDevRanks(t *testing.T, ctx context.Context, n, bufBytes int, at func(r int) (comm.Options, *gpu.Device, error),
+	open func(r int, c *comm.Comm, dev *gpu.Device) (*plane.DeviceComm, error)) []*devRank {
+	t.Helper()
+	stores := bootstrap.NewInProc(n)
+	rs := make([]*devRank, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
+	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[r] = func() error {
-				mine := maps.Clone(env)
-				maps.Copy(mine, each[r])
-				c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
+				opts, dev, err := at(r)
 				if err != nil {
 					return err
 				}
-				dev, err := drv.Device(r % gpus)
+				c, err := comm.New(ctx, stores[r], opts)
 				if err != nil {
 					return err
 				}
@@ -107,7 +122,7 @@ func fakeRanksOn(t *testing.T, n, gpus int, cfg gpufake.Config, env map[string]s
 				if dr.b, err = dev.Alloc(bufBytes); err != nil {
 					return err
 				}
-				dr.dc, err = deviceComm(ctx, c, dev)
+				dr.dc, err = open(r, c, dev)
 				return err
 			}()
 		}()

@@ -214,20 +214,32 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 	}
 }
 
+// flagPair is two fake ranks whose point-to-point groups up to 16 KiB
+// (FLEXLINK_GPU_FLAG_COLL_BYTES) run as flag kernels, with test buffers of
+// 128 KiB, and the context their test runs under.
+func flagPair(t *testing.T) ([]*devRank, context.Context) {
+	t.Helper()
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
+	return fakeRanks(t, 2, gpufake.Config{}, env, 1<<17), testCtx(t, 60*time.Second)
+}
+
+// bytesOf returns n bytes, byte i being f(i).
+func bytesOf(n int, f func(i int) byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = f(i)
+	}
+	return b
+}
+
 // On two ranks a group of one send or one receive (a pipeline step) up to
 // four times FLEXLINK_GPU_FLAG_COLL_BYTES runs as a flag kernel, larger
 // ones on the handshake path; the bytes arrive whole either
 // way, and steps in both directions interleave with allreduces.
 func TestGPUFakeFlagSendRecv(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<17)
-	ctx := testCtx(t, 60*time.Second)
+	rs, ctx := flagPair(t)
 	pattern := func(src, n, salt int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(src*31 + i*7 + salt)
-		}
-		return b
+		return bytesOf(n, func(i int) byte { return byte(src*31 + i*7 + salt) })
 	}
 	for k, tc := range []struct {
 		from, bytes int
@@ -296,15 +308,9 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 // FLEXLINK_GPU_FLAG_COLL_BYTES (an exchange) runs as a flag kernel, in
 // place too; larger or unequal ones on the handshake path.
 func TestGPUFakeFlagExchange(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<17)
-	ctx := testCtx(t, 60*time.Second)
+	rs, ctx := flagPair(t)
 	pattern := func(src, n, salt int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(src*29 + i*5 + salt)
-		}
-		return b
+		return bytesOf(n, func(i int) byte { return byte(src*29 + i*5 + salt) })
 	}
 	for k, tc := range []struct {
 		bytes   [2]int // what rank r sends (the peer receives as much)

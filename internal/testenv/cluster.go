@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"testing"
 )
 
 // Testcluster is what `scripts/testcluster up` prints about the emulated
@@ -35,4 +37,17 @@ func ParseTestcluster(out string, n int) (Testcluster, error) {
 		return Testcluster{}, fmt.Errorf("scripts/testcluster up printed %q", out)
 	}
 	return c, nil
+}
+
+// EmulatedHosts skips through Missing unless scripts/testcluster can bring
+// up emulated hosts here: it needs root (network namespaces), ip and tc
+// (iproute2) and sshd.
+func EmulatedHosts(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "root", "network namespaces for the emulated hosts")
+	}
+	LookPath(t, "iproute2", "ip")
+	LookPath(t, "iproute2", "tc")
+	LookPath(t, "openssh-server", "sshd")
 }

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"fmt"
+	"github.com/flexlink/flexlink/internal/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,23 +47,11 @@ func upCluster(t *testing.T, name, net string, extra ...string) *cluster {
 	if err != nil {
 		t.Fatalf("scripts/testcluster up 2 --rails 2 %s: %v", strings.Join(extra, " "), err)
 	}
-	c := &cluster{}
-	for _, line := range strings.Split(out, "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		v = strings.Trim(v, `"`)
-		switch k {
-		case "TC_DIR":
-			c.dir = v
-		case "TC_SSH_CONFIG":
-			c.sshConfig = v
-		case "TC_HOSTS":
-			c.hosts = strings.Fields(v)
-		}
+	tc, err := testenv.ParseTestcluster(out, 2)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(c.hosts) != 2 || c.sshConfig == "" {
-		t.Fatalf("scripts/testcluster up printed %q", out)
-	}
-	return c
+	return newCluster(tc)
 }
 
 // netEnv is the environment of a job on the network transport over every

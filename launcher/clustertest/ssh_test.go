@@ -207,6 +207,29 @@ func TestSSHConnectionKilled(t *testing.T) {
 	c.assertClean(t, 3*time.Second)
 }
 
+// cutHost2 takes host 2's NIC down (up again when the test ends), waits up
+// to d for p to end and returns its exit code, how long after the cut it
+// ended and flexrun's first line of its own on stderr.
+func cutHost2(t *testing.T, p *proc, d time.Duration) (code int, took time.Duration, first string) {
+	t.Helper()
+	veth := clusterName + "h2r0"
+	cut := time.Now()
+	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
+		t.Fatalf("cut the network: %v %s", err, out)
+	}
+	t.Cleanup(func() { command("ip", "link", "set", veth, "up") })
+	code = p.wait(t, d)
+	took = p.end.Sub(cut)
+	for _, l := range strings.Split(p.err.String(), "\n") {
+		if strings.HasPrefix(l, "flexrun: ") {
+			first = l
+			break
+		}
+	}
+	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
+	return code, took, first
+}
+
 // TestSSHNetworkCut: with host 2's NIC down, flexrun loses it (no word
 // within --agent-timeout) and names it first, never a rank of the healthy
 // host (whose collectives fail on the lost peers before the agent's
@@ -216,22 +239,7 @@ func TestSSHConnectionKilled(t *testing.T) {
 func TestSSHNetworkCut(t *testing.T) {
 	c := testCluster(t)
 	p, _ := startSpin(t, c)
-	veth := clusterName + "h2r0"
-	cut := time.Now()
-	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
-		t.Fatalf("cut the network: %v %s", err, out)
-	}
-	defer command("ip", "link", "set", veth, "up")
-	code := p.wait(t, 15*time.Second)
-	took := p.end.Sub(cut)
-	first := ""
-	for _, l := range strings.Split(p.err.String(), "\n") {
-		if strings.HasPrefix(l, "flexrun: ") {
-			first = l
-			break
-		}
-	}
-	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
+	code, took, first := cutHost2(t, p, 15*time.Second)
 	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for 3s \(ranks 2, 3 gone with it\)`)
 	if code != 1 || !want.MatchString(first) {
 		t.Errorf("exit %d, first line %q, want exit 1 and %q; stderr:\n%s", code, first, want, p.err.String())
@@ -251,22 +259,7 @@ func TestSSHNetworkCutLinksFirst(t *testing.T) {
 	args := []string{"--agent-timeout", "12s", "--kill-grace", "1s", "-x", "FLEXLINK_NET_TIMEOUT=2s", "-H", c.hosts[0] + ":2," + c.hosts[1] + ":2"}
 	p := c.flexrun(t, nil, append(args, st.bins.spin)...)
 	p.waitLines(t, joinedRE, 4, 30*time.Second)
-	veth := clusterName + "h2r0"
-	cut := time.Now()
-	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
-		t.Fatalf("cut the network: %v %s", err, out)
-	}
-	defer command("ip", "link", "set", veth, "up")
-	code := p.wait(t, 40*time.Second)
-	took := p.end.Sub(cut)
-	first := ""
-	for _, l := range strings.Split(p.err.String(), "\n") {
-		if strings.HasPrefix(l, "flexrun: ") {
-			first = l
-			break
-		}
-	}
-	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
+	code, took, first := cutHost2(t, p, 40*time.Second)
 	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for 12s \(ranks 2, 3 gone with it\)`)
 	if !want.MatchString(first) {
 		t.Errorf("exit %d, first line %q, want %q; stderr:\n%s", code, first, want, p.err.String())

@@ -116,12 +116,7 @@ func TestSwitchTwoNICs(t *testing.T) {
 // once for the package.
 func switchNeeds(t *testing.T) (topoFile, bench string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
+	testenv.EmulatedHosts(t)
 	testenv.LookPath(t, "openssh-client", "ssh")
 	testenv.LookPath(t, "openssh-client", "ssh-keygen")
 	topoFile = filepath.Join(st.bins.repo, "launcher", "clustertest", "testdata", "switch2x2.yaml")

@@ -15,12 +15,7 @@ import (
 // ends. Root only (network namespaces); skipped through testenv elsewhere.
 func railsUp(t *testing.T, name, subnet string, extra ...string) (prefix, bin string, c testenv.Testcluster) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
+	testenv.EmulatedHosts(t)
 	repo, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)

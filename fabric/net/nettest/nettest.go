@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash/crc64"
 	"math/rand/v2"
+	stdnet "net"
 	"testing"
 	"time"
 
@@ -46,6 +47,21 @@ func Large(n int) Option { return func(c *config) { c.large = n } }
 // socket to the listening address). Without it that case is skipped.
 func Junk(write func(t *testing.T, handle, junk []byte)) Option {
 	return func(c *config) { c.junk = write }
+}
+
+// JunkTCP is what a Junk writer of a provider whose listeners take raw
+// TCP connections does once it has the address from the handle: it
+// connects to addr and writes b (the listener may hang up early: that is
+// the point).
+func JunkTCP(t *testing.T, addr string, b []byte) {
+	t.Helper()
+	c, err := stdnet.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.Write(b)
 }
 
 // WithoutJunk leaves JunkOnListener out. Only the suite's own self-test

@@ -3,6 +3,8 @@ package launcher
 import (
 	"reflect"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestSlurmHosts(t *testing.T) {
@@ -21,7 +23,7 @@ func TestSlurmHosts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := SlurmHosts(tc.nodes, tc.tpn)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}

@@ -6,15 +6,17 @@ import (
 	"testing"
 )
 
+// TestFirstDiff: each case is want, got and the difference shown.
 func TestFirstDiff(t *testing.T) {
-	for _, tc := range []struct{ want, got, diff string }{
+	cases := [][3]string{
 		{"a\nb\n", "a\nb\n", "(no difference)"},
 		{"a\nb\n", "a\nc\n", "line 2:\n want \"b\"\n got  \"c\""},
 		{"a\n", "a\nextra\n", "line 2:\n want \"\"\n got  \"extra\""},
 		{"x", "", "line 1:\n want \"x\"\n got  \"\""},
-	} {
-		if d := FirstDiff(tc.want, tc.got); d != tc.diff {
-			t.Errorf("FirstDiff(%q, %q) = %q, want %q", tc.want, tc.got, d, tc.diff)
+	}
+	for _, c := range cases {
+		if d := FirstDiff(c[0], c[1]); d != c[2] {
+			t.Errorf("FirstDiff(%q, %q) = %q, want %q", c[0], c[1], d, c[2])
 		}
 	}
 }

@@ -33,16 +33,21 @@ type splitLog struct {
 	recs []pcieshare.SplitRec
 }
 
+// attach logs the PCIe part's tables of every rank and sets its smallest
+// slot.
 func (l *splitLog) attach(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
 		pl.px().MinSlot = minSlot
-		pl.px().OnSplit = func(x pcieshare.SplitRec) {
-			l.mu.Lock()
-			l.recs = append(l.recs, x)
-			l.mu.Unlock()
-		}
+		pl.px().OnSplit = l.record
 	}
+}
+
+// record is an OnSplit hook: it logs x.
+func (l *splitLog) record(x pcieshare.SplitRec) {
+	l.mu.Lock()
+	l.recs = append(l.recs, x)
+	l.mu.Unlock()
 }
 
 // check compares sender and receiver tables pair by pair and call by call,

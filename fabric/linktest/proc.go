@@ -102,6 +102,20 @@ func (p *Proc) Expect(t testing.TB, prefix string) string {
 	return ""
 }
 
+// ServeMain is a helper process's whole life: Serve ep (made with err;
+// peer rank 0) on stdin and stdout, then exit, with status 1 and the
+// error on stderr when making or serving it failed.
+func ServeMain(ep fabric.Endpoint, err error) {
+	if err == nil {
+		err = Serve(ep, 0, os.Stdin, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 // Serve runs a helper's side: it prints "addr <hex address>", reads the
 // parent's "addr" line, connects to rank peer, prints "ready", and serves
 // commands until "exit" or end of input.

@@ -220,15 +220,7 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(linktest.HelperEnv) != "tcp" {
 		return
 	}
-	ep, err := netlink.NewTCPEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, nil))
-	if err == nil {
-		err = linktest.Serve(ep, 0, os.Stdin, os.Stdout)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "helper:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	linktest.ServeMain(netlink.NewTCPEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, nil)))
 }
 
 // TestTCPTwoProcesses: a peer process that is killed or exits fails the

@@ -3,6 +3,8 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -50,4 +52,27 @@ func EmulatedHosts(t testing.TB) {
 	LookPath(t, "iproute2", "ip")
 	LookPath(t, "iproute2", "tc")
 	LookPath(t, "openssh-server", "sshd")
+}
+
+// RailTxBytes reads the bytes every rail sent on both hosts of the
+// emulated cluster name (/sys/class/net/rail<r>/statistics/tx_bytes in
+// each host's namespace), by "h<i>/rail<r>".
+func RailTxBytes(t testing.TB, name string) map[string]int64 {
+	t.Helper()
+	m := map[string]int64{}
+	for h := 1; h <= 2; h++ {
+		for r := 0; r < 2; r++ {
+			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", name, h),
+				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
+			if err != nil {
+				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
+			}
+			v, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+			if err != nil {
+				t.Fatalf("tx_bytes of h%d rail%d: %q: %v", h, r, out, err)
+			}
+			m[fmt.Sprintf("h%d/rail%d", h, r)] = v
+		}
+	}
+	return m
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestRailsDefaults: two emulated hosts with two NICs (rails) each, both
@@ -24,7 +25,7 @@ func TestRailsDefaults(t *testing.T) {
 	hosts, sshConfig := tc.Hosts, tc.SSHConfig
 	for _, op := range []string{"allreduce", "alltoall"} {
 		t.Run(op, func(t *testing.T) {
-			before := nicBytes(t, name)
+			before := testenv.RailTxBytes(t, name)
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "flexrun"), "--ssh-args", "-F "+sshConfig, "--prefix", prefix,
@@ -46,7 +47,7 @@ func TestRailsDefaults(t *testing.T) {
 			if rows[0].Wrong != 0 {
 				t.Errorf("%s 16 MiB: #wrong %d", op, rows[0].Wrong)
 			}
-			after := nicBytes(t, name)
+			after := testenv.RailTxBytes(t, name)
 			for h := 1; h <= 2; h++ {
 				r0 := after[fmt.Sprintf("h%d/rail0", h)] - before[fmt.Sprintf("h%d/rail0", h)]
 				r1 := after[fmt.Sprintf("h%d/rail1", h)] - before[fmt.Sprintf("h%d/rail1", h)]
@@ -62,22 +63,4 @@ func TestRailsDefaults(t *testing.T) {
 			}
 		})
 	}
-}
-
-// nicBytes reads both rails' transmitted bytes on both hosts of cluster
-// name, by "h<i>/rail<r>".
-func nicBytes(t *testing.T, name string) map[string]int64 {
-	t.Helper()
-	m := map[string]int64{}
-	for h := 1; h <= 2; h++ {
-		for r := 0; r < 2; r++ {
-			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", name, h),
-				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
-			if err != nil {
-				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
-			}
-			m[fmt.Sprintf("h%d/rail%d", h, r)], _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		}
-	}
-	return m
 }

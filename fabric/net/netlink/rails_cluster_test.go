@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // The emulated cluster of this test (scripts/testcluster), on names and a
@@ -46,7 +48,7 @@ func TestRailsInProportion(t *testing.T) {
 			}
 		}
 	}
-	before := railBytes(t)
+	before := testenv.RailTxBytes(t, railsCluster)
 	cmd := exec.Command(filepath.Join(bin, "flexrun"), "--ssh-args", "-F "+sshConfig, "--prefix", prefix,
 		"-H", hosts[0]+":1,"+hosts[1]+":1", "-x", "FLEXLINK_DEBUG=INFO", "-x", "FLEXLINK_NET=tcp",
 		"-x", "FLEXLINK_NET_IFNAME=rail", "-x", "FLEXLINK_NET_RAILS=0", "-x", "FLEXLINK_CHUNK_BYTES=1M", // the shares of 1 MiB messages
@@ -68,7 +70,7 @@ func TestRailsInProportion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("flexrun: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	after := railBytes(t)
+	after := testenv.RailTxBytes(t, railsCluster)
 	logs := stderr.String()
 	if n := len(railOrderRE.FindAllString(logs, -1)); n != 2 {
 		t.Fatalf("%d hosts list rail0 as link 0 and rail1 as link 1, want 2:\n%s", n, logs)
@@ -92,22 +94,4 @@ func TestRailsInProportion(t *testing.T) {
 			t.Errorf("%s: rail0 (400 Mbit/s) sent %.3f of the bytes beside rail1 (200 Mbit/s): want about 2/3", h, got)
 		}
 	}
-}
-
-// railBytes reads both rails' transmitted bytes on both hosts, by
-// "h<i>/rail<r>".
-func railBytes(t *testing.T) map[string]int64 {
-	t.Helper()
-	m := map[string]int64{}
-	for h := 1; h <= 2; h++ {
-		for r := 0; r < 2; r++ {
-			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", railsCluster, h),
-				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
-			if err != nil {
-				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
-			}
-			m[fmt.Sprintf("h%d/rail%d", h, r)], _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		}
-	}
-	return m
 }

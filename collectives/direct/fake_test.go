@@ -128,25 +128,7 @@ func startDevRanks(t *testing.T, ctx context.Context, n, bufBytes int, at func(r
 		}()
 	}
 	wg.Wait()
-	t.Cleanup(func() {
-		onRanks(rs, func(r *devRank) error {
-			if r == nil {
-				return nil
-			}
-			if r.dc != nil {
-				r.dc.Close(context.Background())
-			}
-			for _, b := range []*gpu.Buffer{r.a, r.b} {
-				if b != nil {
-					b.Free()
-				}
-			}
-			if r.s != nil {
-				r.s.Close()
-			}
-			return r.c.Close()
-		})
-	})
+	t.Cleanup(func() { onRanks(rs, (*devRank).close) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -167,9 +149,16 @@ func sweep(t *testing.T, rs []*devRank, cases []devCase) {
 // sweepCase runs c on every rank and checks each one's result.
 func sweepCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase) {
 	t.Helper()
+	checkRanks(t, rs, c, "", func(r *devRank) (int, error) { return runDevCase(ctx, r, c) })
+}
+
+// checkRanks runs run on every rank at once and fails on any rank's
+// error or wrong elements (counted as what says) in case c.
+func checkRanks(t *testing.T, rs []*devRank, c devCase, what string, run func(r *devRank) (wrong int, err error)) {
+	t.Helper()
 	wrong := make([]int, len(rs))
 	errs := onRanks(rs, func(r *devRank) (err error) {
-		wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
+		wrong[r.c.Rank()], err = run(r)
 		return err
 	})
 	for r, err := range errs {
@@ -177,9 +166,32 @@ func sweepCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase) {
 			t.Fatalf("%v: rank %d: %v", c, r, err)
 		}
 		if wrong[r] != 0 {
-			t.Errorf("%v: rank %d: %d wrong elements", c, r, wrong[r])
+			t.Errorf("%v: rank %d: %d wrong elements%s", c, r, wrong[r], what)
 		}
 	}
+}
+
+// close frees what the rank holds (any of it may be missing) and closes
+// its comm.
+func (r *devRank) close() error {
+	if r == nil {
+		return nil
+	}
+	if r.dc != nil {
+		r.dc.Close(context.Background())
+	}
+	for _, b := range []*gpu.Buffer{r.a, r.b} {
+		if b != nil {
+			b.Free()
+		}
+	}
+	if r.s != nil {
+		r.s.Close()
+	}
+	if r.c != nil {
+		return r.c.Close()
+	}
+	return nil
 }
 
 const fakeBig = 300_000 // elements: several 64 KiB chunks and pushes over fanOutMin

@@ -76,10 +76,18 @@ func settleOn(rs []*devRank, call func(r *devRank) error) []error {
 	})
 }
 
+// flagKernelPair is two fake ranks whose collectives all run as flag
+// kernels that give up waiting after kernelTimeout
+// (FLEXLINK_GPU_KERNEL_TIMEOUT), with test buffers of 1 MiB, and the
+// context their test runs under.
+func flagKernelPair(t *testing.T, kernelTimeout string) ([]*devRank, context.Context) {
+	t.Helper()
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": kernelTimeout}
+	return fakeRanks(t, 2, gpufake.Config{}, env, 1<<20), testCtx(t, 20*time.Second)
+}
+
 func TestGPUFakeFlagLostPeer(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
-	ctx := testCtx(t, 20*time.Second)
+	rs, ctx := flagKernelPair(t, "300ms")
 	// One call on both ranks makes the regions (on first use; a peer that
 	// misses that call is TestGPUFakeFlagLostPeerFirstCall).
 	if err := errors.Join(settleOn(rs, func(r *devRank) error {
@@ -112,9 +120,7 @@ func TestGPUFakeFlagLostPeer(t *testing.T) {
 // FLEXLINK_GPU_KERNEL_TIMEOUT with ErrTimeout naming the peer, as a kernel
 // waiting for it would.
 func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
-	ctx := testCtx(t, 20*time.Second)
+	rs, ctx := flagKernelPair(t, "300ms")
 	r := rs[0] // rank 1 never calls
 	start := time.Now()
 	err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
@@ -131,9 +137,7 @@ func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
 // the region's abort word), long before FLEXLINK_GPU_KERNEL_TIMEOUT, and
 // reports the abort.
 func TestGPUFakeFlagJobAbort(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "0"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
-	ctx := testCtx(t, 20*time.Second)
+	rs, ctx := flagKernelPair(t, "0")
 	// One call on both ranks makes the regions (on first use).
 	if err := errors.Join(onRanks(rs, func(r *devRank) error {
 		return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)

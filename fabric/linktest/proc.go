@@ -262,3 +262,21 @@ func (p *Proc) PingPong(t testing.TB, l fabric.Link, size, count int) time.Durat
 	p.Expect(t, "ok")
 	return d / time.Duration(2*max(count, 1))
 }
+
+// SuiteFails reruns this test binary on the tests that run selects
+// (-test.run) with env (NAME=value) added, and fails t unless that run
+// fails, in the test named fails ("--- FAIL: " fails). what names what
+// the rerun tested, for the message: the self-tests of the suites show
+// they catch a broken link or provider this way.
+func SuiteFails(t *testing.T, run, env, fails, what string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.v")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed %s:\n%s", what, out)
+	}
+	if want := "--- FAIL: " + fails; !strings.Contains(string(out), want) {
+		t.Fatalf("output lacks %q:\n%s", want, out)
+	}
+}

@@ -196,37 +196,3 @@ func checkFromF32[T uint8 | uint16](t *testing.T, name string, in []float32, con
 		}
 	}
 }
-
-func TestHalfSpecialValues(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		f    halfFormat
-		in   float32
-		want uint16
-	}{
-		{"one", f16Format(), 1, 0x3c00},
-		{"max finite", f16Format(), 65504, 0x7bff},
-		{"overflow tie to inf", f16Format(), 65520, 0x7c00},
-		{"below overflow tie", f16Format(), 65519.99, 0x7bff},
-		{"smallest subnormal", f16Format(), 0x1p-24, 0x0001},
-		{"tie below smallest subnormal", f16Format(), 0x1p-25, 0x0000},
-		{"above tie below smallest subnormal", f16Format(), 0x1.000002p-25, 0x0001},
-		{"subnormal tie to even up", f16Format(), 0x3p-25, 0x0002},
-		{"subnormal tie to even down", f16Format(), 0x5p-25, 0x0002},
-		{"largest subnormal rounds to normal", f16Format(), 0x1.fffp-15, 0x0400},
-		{"normal tie to even", f16Format(), 1 + 0x1p-11, 0x3c00},
-		{"normal tie to odd up", f16Format(), 1 + 0x3p-11, 0x3c02},
-		{"negative zero", f16Format(), float32(math.Copysign(0, -1)), 0x8000},
-		{"-inf", f16Format(), float32(math.Inf(-1)), 0xfc00},
-		{"bf16 one", bf16Format(), 1, 0x3f80},
-		{"bf16 tie to even", bf16Format(), 1 + 0x1p-8, 0x3f80},
-		{"bf16 tie to odd up", bf16Format(), 1 + 0x3p-8, 0x3f82},
-		{"bf16 overflow", bf16Format(), math.MaxFloat32, 0x7f80},
-		{"bf16 subnormal", bf16Format(), math.Float32frombits(0x00018000), 0x0002},
-		{"bf16 negative zero", bf16Format(), float32(math.Copysign(0, -1)), 0x8000},
-	} {
-		if got := tc.f.fromF32(tc.in); got != tc.want {
-			t.Errorf("%s: %s(%g) = %#04x, want %#04x", tc.name, tc.f.name, tc.in, got, tc.want)
-		}
-	}
-}

@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 
@@ -30,10 +29,7 @@ func TestParseHostList(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseHostList(tc.specs)
-			testenv.WantErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }
@@ -62,10 +58,7 @@ func TestParseHostfile(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseHostfile(strings.NewReader(tc.text), "hf")
-			testenv.WantErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }

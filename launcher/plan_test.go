@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/flexlink/flexlink/internal/testenv"
@@ -64,10 +63,7 @@ func TestPlan(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Plan(tc.req)
-			testenv.WantErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }

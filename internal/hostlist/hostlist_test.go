@@ -1,7 +1,6 @@
 package hostlist
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/flexlink/flexlink/internal/testenv"
@@ -44,10 +43,7 @@ func TestExpand(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := Expand(tc.in)
-			testenv.WantErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }
@@ -74,10 +70,7 @@ func TestTasksPerNode(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := TasksPerNode(tc.in)
-			testenv.WantErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }

@@ -1,16 +1,15 @@
 package linktest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // Helpers that the tests of the host transports share.
@@ -24,22 +23,7 @@ func NewJob(prefix string) string {
 }
 
 // LogBuffer collects log output from several goroutines.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type LogBuffer = testenv.SyncBuffer
 
 // ConnectPair connects two endpoints (ranks 0 and 1) from two goroutines,
 // as two ranks do.

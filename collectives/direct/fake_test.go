@@ -96,38 +96,29 @@ func startDevRanks(t *testing.T, ctx context.Context, n, bufBytes int, at func(r
 	t.Helper()
 	stores := bootstrap.NewInProc(n)
 	rs := make([]*devRank, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				opts, dev, err := at(r)
-				if err != nil {
-					return err
-				}
-				c, err := comm.New(ctx, stores[r], opts)
-				if err != nil {
-					return err
-				}
-				dr := &devRank{c: c}
-				rs[r] = dr
-				if dr.s, err = dev.NewStream(); err != nil {
-					return err
-				}
-				if dr.a, err = dev.Alloc(bufBytes); err != nil {
-					return err
-				}
-				if dr.b, err = dev.Alloc(bufBytes); err != nil {
-					return err
-				}
-				dr.dc, err = open(r, c, dev)
-				return err
-			}()
-		}()
-	}
-	wg.Wait()
+	errs := eachRank(n, func(r int) error {
+		opts, dev, err := at(r)
+		if err != nil {
+			return err
+		}
+		c, err := comm.New(ctx, stores[r], opts)
+		if err != nil {
+			return err
+		}
+		dr := &devRank{c: c}
+		rs[r] = dr
+		if dr.s, err = dev.NewStream(); err != nil {
+			return err
+		}
+		if dr.a, err = dev.Alloc(bufBytes); err != nil {
+			return err
+		}
+		if dr.b, err = dev.Alloc(bufBytes); err != nil {
+			return err
+		}
+		dr.dc, err = open(r, c, dev)
+		return err
+	})
 	t.Cleanup(func() { onRanks(rs, (*devRank).close) })
 	for r, err := range errs {
 		if err != nil {
@@ -280,23 +271,16 @@ func TestGPUFakeDirectRefused(t *testing.T) {
 	stores := bootstrap.NewInProc(2)
 	ctx := testCtx(t, 20*time.Second)
 	job := fmt.Sprintf("gpufake%d-%d", os.Getpid(), time.Now().UnixNano())
-	errs2 := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := 0; r < 2; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
-			if err != nil {
-				errs2[r] = err
-				return
-			}
-			defer c.Close()
-			dev, _ := drv.Device(r)
-			_, errs2[r] = deviceComm(ctx, c, dev)
-		}()
-	}
-	wg.Wait()
+	errs2 := eachRank(2, func(r int) error {
+		c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		dev, _ := drv.Device(r)
+		_, err = deviceComm(ctx, c, dev)
+		return err
+	})
 	for r, err := range errs2 {
 		if !errors.Is(err, errs.ErrNotSupported) {
 			t.Errorf("rank %d: %v, want ErrNotSupported", r, err)

@@ -84,7 +84,11 @@ func (s *Stream) Capture() (CaptureInfo, error) {
 
 // BeginCapture starts capturing s in mode m: the work enqueued on s from
 // now on (and on streams that join it by waiting on its events) is
-// recorded, not run, until EndCapture.
+// recorded, not run, until EndCapture. In CaptureThreadLocal mode the
+// driver ties the capture to the calling OS thread: call
+// runtime.LockOSThread before BeginCapture and keep it until EndCapture
+// (otherwise EndCapture may run on another thread and fail with
+// CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD).
 func (s *Stream) BeginCapture(m CaptureMode) error {
 	return s.enqueue("begin capture", func(api cu.API) error { return api.StreamBeginCapture(s.h, cu.CaptureMode(m)) })
 }

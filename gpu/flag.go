@@ -39,7 +39,16 @@ const (
 	// FlagSlotHeader is the bytes of each slot before its chunk (the
 	// call's signature).
 	FlagSlotHeader = 256
-	FlagCtlBytes   = (15 + FlagMaxRanks + 3) * 8
+	FlagCtlBytes   = (15 + FlagMaxRanks + 4) * 8
+	// FlagLLPay is a line slot's payload (flag.cu's FLAG_LL_PAY) and
+	// FlagLLSlot its bytes: lines of 16 bytes carry 8, after a header line.
+	FlagLLPay  = 8 << 10
+	FlagLLSlot = 2*FlagLLPay + FlagSlotHeader
+	// flagLLPeerBlocks is the line slots' blocks times peers a region
+	// holds at most (16 blocks with two ranks, 5 with four, 2 with
+	// eight): line calls up to 128 KiB with two ranks, as measured on
+	// 2xH200 (docs/PERF.md, "Lines").
+	flagLLPeerBlocks = 16
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a
@@ -58,9 +67,20 @@ func (l FlagLayout) Check() error {
 	return nil
 }
 
-// RegionBytes is the size of one rank's region for n ranks.
+// RegionBytes is the size of one rank's region for n ranks: the slots for
+// the n-1 peers, then their line slots (two per peer and line block).
 func (l FlagLayout) RegionBytes(n int) int {
-	return FlagDataOffset + (n-1)*l.MaxBlocks*l.Depth*l.SlotBytes // slots for the n-1 peers
+	return FlagDataOffset + (n-1)*l.MaxBlocks*l.Depth*l.SlotBytes + (n-1)*l.LLBlocks(n)*2*FlagLLSlot
+}
+
+// LLBlocks is how many blocks of a call may send lines (flag.cu, "Lines")
+// in a region of layout l for n ranks: a call of at most LLBlocks blocks
+// of one chunk of at most FlagLLPay bytes each.
+func (l FlagLayout) LLBlocks(n int) int {
+	if n < 2 {
+		return 0
+	}
+	return min(l.MaxBlocks, max(2, flagLLPeerBlocks/(n-1)))
 }
 
 // FlagCtl is a region's control block, written by the host once the peers'
@@ -80,6 +100,10 @@ type FlagCtl struct {
 	HostSlot   int
 	HostBlocks int
 	Times      uint64
+
+	// LLBlocks: calls of at most this many blocks may send lines
+	// (Layout.LLBlocks(Ranks) or 0: none).
+	LLBlocks int
 }
 
 // InboxBytes is the size of one rank's PCIe inbox for n ranks.
@@ -101,7 +125,7 @@ func (c FlagCtl) Bytes() []byte {
 	for j, h := range c.Host {
 		le.PutUint64(b[8*(FlagMaxRanks+7+j):], h)
 	}
-	for i, v := range []uint64{uint64(c.HostSlot), uint64(c.HostBlocks), c.Times} {
+	for i, v := range []uint64{uint64(c.HostSlot), uint64(c.HostBlocks), c.Times, uint64(c.LLBlocks)} {
 		le.PutUint64(b[8*(2*FlagMaxRanks+7+i):], v)
 	}
 	return b
@@ -123,6 +147,7 @@ func ParseFlagCtl(b []byte) FlagCtl {
 		c.Host[j] = w(7 + j)
 	}
 	c.HostSlot, c.HostBlocks, c.Times = int(w(7+FlagMaxRanks)), int(w(8+FlagMaxRanks)), w(9+FlagMaxRanks)
+	c.LLBlocks = int(w(10 + FlagMaxRanks))
 	return c
 }
 

@@ -11,7 +11,7 @@ func TestFlagCtlRoundTrip(t *testing.T) {
 	for _, c := range []gpu.FlagCtl{
 		{},
 		{Region: [gpu.FlagMaxRanks]uint64{0x7f0000000000, 0x7f0010000000}, ErrHost: 0x7e00, TimeoutNs: 30e9,
-			Layout: gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, Ranks: 2, Me: 1},
+			Layout: gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, Ranks: 2, Me: 1, LLBlocks: 8},
 		{Region: [gpu.FlagMaxRanks]uint64{1, 2, 3, 4, 5, 6, 7, 8}, Layout: gpu.FlagLayout{SlotBytes: 256, Depth: 9, MaxBlocks: 1}, Ranks: 8, Me: 7},
 	} {
 		b := c.Bytes()
@@ -48,8 +48,10 @@ func TestFlagLayout(t *testing.T) {
 		ok    bool
 		bytes int // for 2 ranks
 	}{
-		{gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144},
-		{gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*512},
+		// the slots, then the line slots: 16 line blocks with 2 ranks (at
+		// most the layout's blocks), two of 2*8 KiB + 256 each
+		{gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144 + 16*2*(16384+256)},
+		{gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*512 + 1*2*(16384+256)},
 		{gpu.FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, false, 0}, // no room beside the header
 		{gpu.FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
 		{gpu.FlagLayout{SlotBytes: 0, Depth: 2, MaxBlocks: 1}, false, 0},
@@ -63,6 +65,19 @@ func TestFlagLayout(t *testing.T) {
 		}
 		if tc.ok && tc.l.RegionBytes(2) != tc.bytes {
 			t.Errorf("%+v: RegionBytes(2) = %d, want %d", tc.l, tc.l.RegionBytes(2), tc.bytes)
+		}
+	}
+}
+
+// TestFlagLLBlocks: the line slots' blocks per region, alike on every
+// rank: 16 blocks' worth over the peers, at least 2, at most the layout's.
+func TestFlagLLBlocks(t *testing.T) {
+	for _, tc := range []struct{ blocks, n, want int }{
+		{128, 1, 0}, {128, 2, 16}, {128, 3, 8}, {128, 4, 5}, {128, 8, 2}, {128, 20, 2}, {1, 2, 1}, {4, 2, 4},
+	} {
+		l := gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: tc.blocks}
+		if got := l.LLBlocks(tc.n); got != tc.want {
+			t.Errorf("blocks %d, %d ranks: LLBlocks = %d, want %d", tc.blocks, tc.n, got, tc.want)
 		}
 	}
 }

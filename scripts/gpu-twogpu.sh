@@ -12,6 +12,23 @@
 #   async  all_reduce and all_gather on flexlink with FLEXLINK_GPU_ENQUEUE=async
 #   large  all_reduce, all_gather, reduce_scatter, alltoall 1 MiB-1 GiB, both
 #   torch  tests/torch/graph_capture.py, enqueue.py, compile_tp.py at 2 ranks
+#   tests  .devbin/direct.test (go test -c ./collectives/direct, carried):
+#          TestGPUProcs' flag cases and TestGPUProcsCapture, the sweep
+#          against the float64 reference at 2 ranks
+#   lines  all_reduce and all_gather on flexlink with FLEXLINK_GPU_FLAG_LINES=0
+#   mps    works on one GPU too: under an MPS daemon of the script's own,
+#          direct.test TestGPUProcsEnqueue (the sweep at 2 and 4 ranks on
+#          GPU 0: flag kernels and lines) and TestGPUProcsMismatch, then
+#          the nine binaries on flexlink at 2 and 4 ranks on GPU 0 (-c 1;
+#          NCCL refuses ranks sharing a GPU); TestGPUProcsMismatch again
+#          without MPS (the leader path)
+#   profile  rank 0's CPU profile of flexlink's library (FLEXLINK_CPU_PROFILE)
+#          over 20000 eager 8-byte all_reduce and sendrecv calls, to
+#          $OUT/prof-<test>.pb.gz (go tool pprof -top FILE)
+#   again  all_reduce and all_gather once more, the libraries alternating
+#          (eager times move with the host's noise from run to run)
+# KERNELS=1 first compiles gpu/kernels (scripts/gpu-kernels.sh) and runs on
+# those kernels, bringing them back as $OUT/fatbin.tar.
 # Rows go to $OUT/twogpu.log, every step's whole output to
 # $OUT/twogpu-steps.log (default OUT=/tmp/flexlink-out).
 set -uo pipefail
@@ -32,6 +49,13 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
 	nvidia-smi topo -m
 	nvidia-smi --query-gpu=index,name,memory.used --format=csv
 } >>"$LOG" 2>&1
+if [ "${KERNELS:-0}" = 1 ]; then
+	stamp "compiling gpu/kernels"
+	step kernels timeout 400 bash scripts/gpu-kernels.sh /tmp/flexlink-fatbin/fatbin
+	tail -3 "$STEPLOG" >>"$LOG"
+	tar -C /tmp/flexlink-fatbin -cf "$OUT/fatbin.tar" fatbin
+	export FLEXLINK_GPU_KERNELS=/tmp/flexlink-fatbin/fatbin
+fi
 [ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 step build timeout 300 make -s -j32 -C /tmp/nccl-tests MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
@@ -44,28 +68,79 @@ B=/tmp/nccl-tests/build
 one() {
 	local lib=$1 t=$2 pre=()
 	shift 2
-	[ "$lib" = flexlink ] && pre=(-x LD_PRELOAD=$LIB)
+	[[ "$lib" == flexlink* ]] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
 	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
 	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
 		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -np 2 $B/${t}_perf -g 1 -c 1 "$@"
 	grep -E "^ +[0-9]|Out of bounds|Avg bus" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 }
-export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync}
+export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1}
 
 if part small; then
 	stamp "nine binaries, 8 B-1 MiB, NCCL then flexlink, eager and -G 10"
 	for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
 		for lib in NCCL flexlink; do
-			one $lib $t -b 8 -e 1M -f 4 -n 200 -w 20
-			one $lib $t -b 8 -e 1M -f 4 -n 200 -w 20 -G 10
+			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20
+			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 		done
+	done
+fi
+if part tests; then
+	stamp "direct.test: the flag sweep at 2 ranks against the float64 reference"
+	step "TestGPUProcs flag cases" env FLEXLINK_REQUIRE_GPU=1 timeout 300 .devbin/direct.test -test.run '^TestGPUProcs$/^(direct-flag|direct-flag-all|direct-flag-wrap)$' -test.v -test.timeout 290s
+	step "TestGPUProcsCapture" env FLEXLINK_REQUIRE_GPU=1 timeout 200 .devbin/direct.test -test.run '^TestGPUProcsCapture$' -test.v -test.timeout 190s
+	grep -E "^(--- |    --- |ok|FAIL|PASS)" "$STEPLOG" | tail -20 >>"$LOG"
+fi
+if part lines; then
+	stamp "flexlink FLEXLINK_GPU_FLAG_LINES=0"
+	for t in all_reduce all_gather; do
+		FLEXLINK_GPU_FLAG_LINES=0 one flexlink-nolines $t -b 8 -e 1M -f 2 -n 200 -w 20
+		FLEXLINK_GPU_FLAG_LINES=0 one flexlink-nolines $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+	done
+fi
+if part again; then
+	stamp "all_reduce and all_gather again, alternating"
+	for t in all_reduce all_gather; do
+		for lib in flexlink NCCL; do
+			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20
+			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+		done
+	done
+fi
+if part mps; then
+	stamp "under MPS on GPU 0"
+	if mps_start; then
+		step "TestGPUProcsEnqueue, MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 240 .devbin/direct.test -test.run '^TestGPUProcsEnqueue$' -test.v -test.timeout 230s
+		step "TestGPUProcsMismatch, MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 150 .devbin/direct.test -test.run '^TestGPUProcsMismatch$' -test.v -test.timeout 140s
+		grep -E "^(--- |    --- |ok|FAIL|PASS)|against .*after" "$STEPLOG" | tail -24 >>"$LOG"
+		for np in 2 4; do
+			for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+				echo "-- GPU 0 MPS flexlink $t np $np" >>"$LOG"
+				step "flexlink $t np $np MPS" timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB \
+					-x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS -x CUDA_CACHE_MAXSIZE -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x FLEXLINK_GPU_FLAG_LINES \
+					-np $np $B/${t}_perf -g 1 -c 1 -b 8 -e 1M -f 4 -n 50 -w 5
+				grep -E "^ +[0-9]|Out of bounds" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
+			done
+		done
+		mps_stop
+	fi
+	step "TestGPUProcsMismatch, no MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 150 .devbin/direct.test -test.run '^TestGPUProcsMismatch$' -test.v -test.timeout 140s
+	grep -E "^(--- |    --- |ok|FAIL|PASS)|against .*after" "$STEPLOG" | tail -12 >>"$LOG"
+fi
+if part profile; then
+	stamp "CPU profiles of rank 0, 20000 eager 8-byte calls"
+	for t in all_reduce sendrecv; do
+		step "profile $t" timeout 120 mpirun --allow-run-as-root --bind-to none -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
+			-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_FLAG_LINES -x FLEXLINK_CPU_PROFILE_SECONDS=60 -np 2 \
+			sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then export FLEXLINK_CPU_PROFILE='"$OUT/prof-$t.pb.gz"'; fi; exec '"$B/${t}_perf"' -g 1 -b 8 -e 8 -n 20000 -w 100'
+		grep -E "^ +[0-9]" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 	done
 fi
 if part async; then
 	stamp "flexlink FLEXLINK_GPU_ENQUEUE=async"
 	for t in all_reduce all_gather; do
-		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 4 -n 200 -w 20
-		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 4 -n 200 -w 20 -G 10
+		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 2 -n 200 -w 20
+		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 	done
 fi
 if part large; then

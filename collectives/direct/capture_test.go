@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,9 @@ func captureCall(r *devRank, m gpu.CaptureMode, call func(s *gpu.Stream) error) 
 		return nil, err
 	}
 	defer cs.Close()
+	// A thread-local capture must end on the thread that began it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cs.BeginCapture(m); err != nil {
 		return nil, err
 	}

@@ -91,6 +91,7 @@ func ReadConfig(env settings.Env) (Config, error) {
 		return c, err
 	}
 	c.Flag.Enqueue = enq == "async"
+	c.Flag.Lines = env.Bool("FLEXLINK_GPU_FLAG_LINES")
 	if c.AllReduce, err = words("FLEXLINK_GPU_ALLREDUCE", "auto", "push", "read"); err != nil {
 		return c, err
 	}

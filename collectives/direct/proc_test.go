@@ -234,19 +234,21 @@ func runGPUProcs(t *testing.T, n int, gpuOf func(int) int, path string, env []st
 
 // gpuChild is one rank of TestGPUProcs: the sweep on GPU FLEXLINK_GPU over
 // the plane path, which the ranks must have agreed on.
-func gpuChild(path string) error {
+func gpuChild(path string) (rerr error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := comm.Init(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	// The driver first, so that it closes last: the communicator's GPU
+	// plane (its flag watcher reads pinned memory) goes before it.
 	drv, err := gpu.Open()
 	if err != nil {
 		return err
 	}
 	defer drv.Close()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	ord, err := settings.OS().Int("FLEXLINK_GPU")
 	if err != nil {
 		return err
@@ -276,6 +278,13 @@ func gpuChild(path string) error {
 	if r.dc, err = deviceComm(ctx, c, dev); err != nil {
 		return err
 	}
+	// On a failure too, the plane closes before the buffers and the
+	// driver go (its flag watcher reads pinned memory).
+	defer func() {
+		if rerr != nil {
+			r.dc.Close(context.Background())
+		}
+	}()
 	if r.dc.Path() != path {
 		return fmt.Errorf("rank %d: plane %s, want %s", c.Rank(), r.dc.Path(), path)
 	}
@@ -298,6 +307,9 @@ func gpuChild(path string) error {
 	}
 	if os.Getenv(captureEnv) == "1" {
 		return captureChild(ctx, r, 1<<20)
+	}
+	if spec := os.Getenv(mismatchEnv); spec != "" {
+		return mismatchChild(ctx, r, spec)
 	}
 	total, bad := 0, 0
 	start := time.Now()
@@ -326,8 +338,8 @@ func gpuChild(path string) error {
 	}
 	fmt.Printf("rank %d on %s: %d cases over the %s plane in %v, %d with wrong elements; group round ok; pcie share up to %.3f; %d flag allreduces\n",
 		c.Rank(), dev, total, path, time.Since(start).Round(time.Millisecond), bad, pcie, flag)
-	// Ranks sharing one GPU never run flag kernels (setup.go).
-	shared := os.Getenv(sharedGPUEnv) == "1"
+	// Ranks sharing one GPU run flag kernels only under CUDA MPS (setup.go).
+	shared := os.Getenv(sharedGPUEnv) == "1" && !dev.MPS()
 	if want := settings.OS().String("FLEXLINK_GPU_FLAG_BYTES") != "0" && path == "direct" && !shared; want != (flag > 0) {
 		return fmt.Errorf("rank %d: %d flag allreduces with FLEXLINK_GPU_FLAG_BYTES=%q", c.Rank(), flag, settings.OS().String("FLEXLINK_GPU_FLAG_BYTES"))
 	}

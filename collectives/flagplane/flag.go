@@ -50,7 +50,12 @@ import (
 )
 
 const (
-	flagDepth    = 2        // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	flagDepth = 2 // slots per sender and block: step i fills slot i+1 while the peer folds slot i
+	// flagLLChunk: a line call's bytes per block. Measured on 2xH200
+	// (docs/PERF.md, "Lines"): a replayed allreduce of one block took
+	// 6.1 us with 4 KiB, 7.0 with 8 KiB, 12.7 with 32 KiB (the slots and
+	// counters: 9.2-10.7 us).
+	flagLLChunk  = 4 << 10
 	flagMinChunk = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
 	flagAutoColl = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1
 	// rootedFactor: broadcasts and reduces take the flag kernels up to this
@@ -104,6 +109,7 @@ type peers struct {
 type Plane struct {
 	*peers
 	lim      flagLimits
+	lines    bool              // FLEXLINK_GPU_FLAG_LINES: small calls send lines (flag.cu, "Lines")
 	twoShots uint64            // two-shot allreduces so far (tests)
 	regions  [2]flagRegion     // small, large (the large one only when lim.maxBytes reaches SmallMax); nil mem until made
 	conf     [2]gpu.FlagLayout // the configured layouts, alike on every rank (setup)
@@ -243,16 +249,32 @@ func (f *Plane) P2PShape(o *plane.Op, limit int) bool {
 
 // shape is the grid and chunk (elements) of a call of bytes in a region of
 // layout l: blocks of at least flagMinChunk, at most the layout's, chunks
-// at most a slot. Every rank computes the same from the same call.
-func shape(l gpu.FlagLayout, bytes, sz int) (grid, chunk int) {
+// at most a slot. With ll line blocks (0: no lines) a call of at most ll
+// line payloads takes blocks of about flagLLChunk instead, at most ll of
+// them, one chunk of at most gpu.FlagLLPay each, which the kernels send as
+// lines (flag.cu, "Lines"). Every rank computes the same from the same call.
+func shape(l gpu.FlagLayout, bytes, sz, ll int) (grid, chunk int) {
 	// A chunk of at least flagMinChunk per block, or a slot's payload where
 	// slots are smaller (the small region beyond two ranks): one chunk per
 	// block, not a second step for a few blocks.
 	least := min(flagMinChunk, (l.SlotBytes-gpu.FlagSlotHeader)/256*256)
 	grid = min(l.MaxBlocks, max(1, (bytes+least-1)/least))
+	if ll > 0 && bytes <= ll*gpu.FlagLLPay {
+		grid = min(l.MaxBlocks, ll, max(1, (bytes+flagLLChunk-1)/flagLLChunk))
+	}
 	cb := (bytes + grid - 1) / grid
 	cb = min(l.SlotBytes-gpu.FlagSlotHeader, (cb+255)/256*256)
 	return min(grid, (bytes+cb-1)/cb), cb / sz // rounding up may leave blocks without a chunk
+}
+
+// llBlocks is how many blocks of a call in a region of layout l may send
+// lines (0: none; FLEXLINK_GPU_FLAG_LINES=0). The region's control
+// block holds the same (lazy.go).
+func (f *Plane) llBlocks(l gpu.FlagLayout) int {
+	if !f.lines {
+		return 0
+	}
+	return l.LLBlocks(f.n)
 }
 
 // err reports a failure a flag kernel recorded, or the job's abort

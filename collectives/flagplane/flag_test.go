@@ -19,24 +19,33 @@ func TestFlagShape(t *testing.T) {
 		{SlotBytes: 43520, Depth: 2, MaxBlocks: 3},
 		{SlotBytes: 512, Depth: 2, MaxBlocks: 1},
 	} {
-		for _, bytes := range []int{1, 255, 256, 8 << 10, 1 << 20, 1<<20 + 24, 64 << 20, 1 << 30} {
+		for _, bytes := range []int{1, 255, 256, 4 << 10, 8 << 10, 20 << 10, 64 << 10, 128 << 10, 1 << 20, 1<<20 + 24, 64 << 20, 1 << 30} {
 			for _, sz := range []int{1, 2, 4, 8} {
-				if bytes%sz != 0 {
-					continue
-				}
-				grid, chunk := shape(l, bytes, sz)
-				cb := chunk * sz
-				if grid < 1 || grid > l.MaxBlocks || cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-gpu.FlagSlotHeader {
-					t.Errorf("%+v, %d bytes of %d: grid %d, chunk %d bytes", l, bytes, sz, grid, cb)
-				}
-				chunks := (bytes/sz + chunk - 1) / chunk
-				if chunks < grid && bytes >= grid*256 {
-					t.Errorf("%+v, %d bytes: %d chunks for %d blocks (idle blocks)", l, bytes, chunks, grid)
-				}
-				// No block takes a second chunk while another block could
-				// have taken it: blocks are capped only by MaxBlocks.
-				if chunks > grid && grid < l.MaxBlocks {
-					t.Errorf("%+v, %d bytes of %d: %d chunks over %d of %d blocks (a second step for some)", l, bytes, sz, chunks, grid, l.MaxBlocks)
+				for _, ll := range []int{0, l.LLBlocks(2), l.LLBlocks(8)} {
+					if bytes%sz != 0 {
+						continue
+					}
+					grid, chunk := shape(l, bytes, sz, ll)
+					if ll > 0 && bytes <= ll*gpu.FlagLLPay && l.SlotBytes-gpu.FlagSlotHeader >= gpu.FlagLLPay {
+						// A line call: at most ll blocks, one chunk each, at
+						// most a line slot's payload (the kernels' test).
+						if grid > ll || grid > l.MaxBlocks || chunk*sz > gpu.FlagLLPay || (bytes/sz+chunk-1)/chunk > grid {
+							t.Errorf("%+v, %d bytes of %d, %d line blocks: grid %d, chunk %d bytes: not a line call", l, bytes, sz, ll, grid, chunk*sz)
+						}
+					}
+					cb := chunk * sz
+					if grid < 1 || grid > l.MaxBlocks || cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-gpu.FlagSlotHeader {
+						t.Errorf("%+v, %d bytes of %d: grid %d, chunk %d bytes", l, bytes, sz, grid, cb)
+					}
+					chunks := (bytes/sz + chunk - 1) / chunk
+					if chunks < grid && bytes >= grid*256 {
+						t.Errorf("%+v, %d bytes: %d chunks for %d blocks (idle blocks)", l, bytes, chunks, grid)
+					}
+					// No block takes a second chunk while another block could
+					// have taken it: blocks are capped only by MaxBlocks.
+					if chunks > grid && grid < l.MaxBlocks {
+						t.Errorf("%+v, %d bytes of %d: %d chunks over %d of %d blocks (a second step for some)", l, bytes, sz, chunks, grid, l.MaxBlocks)
+					}
 				}
 			}
 		}

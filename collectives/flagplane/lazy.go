@@ -221,6 +221,7 @@ func (f *Plane) allocRegion(ctx context.Context, i int, l gpu.FlagLayout, second
 	}
 	ctl := f.ctl
 	ctl.Layout = l
+	ctl.LLBlocks = f.llBlocks(l)
 	if i == 0 {
 		ctl.Host, ctl.HostSlot, ctl.HostBlocks, ctl.Times = [gpu.FlagMaxRanks]uint64{}, 0, 0, 0 // the PCIe part is the large region's
 	}

@@ -28,6 +28,9 @@ type Config struct {
 	// size of the collectives and two-rank send/recv they serve (as in a
 	// CUDA graph capture), so those calls never wait on the host.
 	Enqueue bool
+	// Lines: FLEXLINK_GPU_FLAG_LINES: small calls send lines that carry
+	// their own flags (flag.cu, "Lines"); every rank must agree.
+	Lines bool
 	// PerGPU is the most ranks of the plane on one GPU (direct.New sets it
 	// from the ranks' bus ids): their flag kernels split its SMs.
 	PerGPU int
@@ -76,7 +79,7 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 	// different GPUs that end up with different layouts turn the flag plane
 	// off (open).
 	blocks = min(blocks, max(1, pr.dev.Multiprocessors()/max(1, cfg.PerGPU)))
-	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}}
+	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}, lines: cfg.Lines}
 	f.holds.log = pr.c.Log().Warn
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
@@ -112,7 +115,7 @@ func (f *Plane) Setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err erro
 		return err
 	}
 	le := binary.LittleEndian
-	le.PutUint64(b, 1)
+	le.PutUint64(b, f.head())
 	le.PutUint64(b[8:], uint64(f.lim.maxBytes))
 	le.PutUint64(b[16:], uint64(f.lim.collBytes))
 	le.PutUint64(b[24:], uint64(f.lim.oneShot))
@@ -125,6 +128,16 @@ func (f *Plane) Setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err erro
 	return f.offerPCIe(b[flagBlobHead+2*flagRegionBlob:], px, pcieBlocks)
 }
 
+// head is the setup blob's first word: 1 (the flag plane is on), plus 2
+// with lines (every rank must agree: the kernels choose lines from the
+// call's shape and their control block).
+func (f *Plane) head() uint64 {
+	if f.lines {
+		return 3
+	}
+	return 1
+}
+
 // Open checks that every rank has the same limits and layouts (blobs[r]
 // is rank r's flag part), sets up the PCIe part, and keeps what the
 // regions' control blocks will hold; timeout is FLEXLINK_GPU_KERNEL_TIMEOUT.
@@ -133,7 +146,7 @@ func (f *Plane) Setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err erro
 func (f *Plane) Open(ctx context.Context, blobs [][]byte, bus []string, timeout time.Duration) (off bool, err error) {
 	le := binary.LittleEndian
 	for r, b := range blobs {
-		ok := le.Uint64(b) == 1 && le.Uint64(b[8:]) == uint64(f.lim.maxBytes) && le.Uint64(b[16:]) == uint64(f.lim.collBytes) &&
+		ok := le.Uint64(b) == f.head() && le.Uint64(b[8:]) == uint64(f.lim.maxBytes) && le.Uint64(b[16:]) == uint64(f.lim.collBytes) &&
 			le.Uint64(b[24:]) == uint64(f.lim.oneShot)
 		for i := range f.regions {
 			w := b[flagBlobHead+i*flagRegionBlob:]

@@ -64,6 +64,26 @@
 // balancer how long each link took for its share; block 0 writes pcount
 // to times[FLAG_MAX_BLOCKS] (rank 1's host reports the split from it).
 //
+// Lines (small calls): after the slots, a region holds line slots
+// ll[p][b][2] (p, b as for the slots; FLAG_LL_SLOT bytes each, two per
+// sender and block) for blocks below ctl.llBlocks. A call whose blocks
+// each move at most one chunk of at most FLAG_LL_PAY bytes, with a grid of
+// at most llBlocks and no PCIe part, sends its chunk as lines of 16 bytes,
+// {lo32, flag, hi32, flag}, 8 bytes of data each, line 0 carrying the
+// signature, into line slot seq % 2, where flag = seq % 0xffffffff + 1
+// (never 0, the zeroed region's value, and different from the slot's
+// previous use, seq - 2). The receiver's threads poll their own lines
+// until both flags of a line are this chunk's: a 16-byte store arrives as
+// two whole 8-byte halves, so a line with both flags right holds the data.
+// No fence: one NVLink store latency per call, as NCCL's LL protocol. The
+// sender still writes the slot's header and raises the ready counter
+// (unordered, unread by a line receiver), so that a peer that took the
+// slots for this call (ranks calling different collectives or counts)
+// finds the signature wrong at once. The cons counters, base and the slot
+// credit work as for the slots (a sender waits for cons >= seq - 1 before it overwrites
+// line slot seq % 2), so line calls and slot calls mix; every rank decides
+// from the same count, chunk and grid, so all take the same way.
+//
 // Each block is 512 threads; thread 0 does the waiting and signalling, the
 // barrier spreads what it saw (acquire) and gathers what the others did
 // (release) around it. Measured on 2xH200: a fence in every thread after
@@ -78,6 +98,8 @@
 #define FLAG_PLAN_OFF (26 * 1024)
 #define FLAG_DATA_OFF 65536
 #define FLAG_SLOT_HDR 256
+#define FLAG_LL_PAY (8 * 1024)                         // payload bytes of one line slot
+#define FLAG_LL_SLOT (2 * FLAG_LL_PAY + FLAG_SLOT_HDR)  // its lines: 16 bytes carry 8
 
 struct FlagCtl {
     u64 region[FLAG_MAX_RANKS];
@@ -86,6 +108,7 @@ struct FlagCtl {
     u64 slotBytes, depth, maxBlocks, nranks, me;
     u64 host[FLAG_MAX_RANKS];
     u64 hostSlot, hostBlocks, times;
+    u64 llBlocks;  // blocks with a line area (0: none; see "Lines")
 };
 
 __device__ __forceinline__ u64 ld_acquire(const u64* p) {
@@ -324,6 +347,62 @@ __device__ __forceinline__ void push(S* dst, const S* src, u64 cnt) {
 // ranks that disagree on the root, or on the collective, fail with the
 // mismatch error instead of finishing on their own, and the slot credits
 // stay in step for the next call, whatever its roots.
+// ll_flag is a line slot's flag for chunk seq (see "Lines").
+__device__ __forceinline__ u32 ll_flag(u64 seq) { return (u32)(seq % 0xffffffffull) + 1; }
+
+// ll_get8 reads the 8 bytes of line l of a chunk of cnt elements at p
+// (elements past cnt read as 0), one load when whole and aligned.
+template <class S>
+__device__ __forceinline__ u64 ll_get8(const S* p, u64 cnt, u64 l) {
+    const u64 E = 8 / sizeof(S), i0 = l * E;
+    if (i0 + E <= cnt && (((u64)(p + i0)) & 7) == 0) return *(const u64*)(p + i0);
+    union { u64 w; S s[8 / sizeof(S)]; } u;
+    u.w = 0;
+    for (u64 k = 0; k < E && i0 + k < cnt; k++) u.s[k] = p[i0 + k];
+    return u.w;
+}
+
+// ll_put8 writes line l's 8 bytes w to the chunk of cnt elements at p.
+template <class S>
+__device__ __forceinline__ void ll_put8(S* p, u64 cnt, u64 l, u64 w) {
+    const u64 E = 8 / sizeof(S), i0 = l * E;
+    if (i0 + E <= cnt && (((u64)(p + i0)) & 7) == 0) {
+        *(u64*)(p + i0) = w;
+        return;
+    }
+    union { u64 w; S s[8 / sizeof(S)]; } u;
+    u.w = w;
+    for (u64 k = 0; k < E && i0 + k < cnt; k++) p[i0 + k] = u.s[k];
+}
+
+__device__ __forceinline__ void ll_store(vec16* p, u64 w, u32 flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"((u32)w), "r"(flag),
+                 "r"((u32)(w >> 32)), "r"(flag)
+                 : "memory");
+}
+
+// ll_wait polls line p until both its flags are flag and returns its 8
+// bytes; on the deadline it records the failure (what 2, waiting for the
+// peer's data) and sets *bad, as does another block's failure.
+__device__ __forceinline__ u64 ll_wait(const vec16* p, u32 flag, const FlagCtl& c, u64 deadline, int peer,
+                                       volatile int* bad) {
+    for (int spin = 0;; spin++) {
+        const vec16 v = ld_vol(p);
+        if (v.y == flag && v.w == flag) return (u64)v.x | (u64)v.z << 32;
+        if ((spin & 63) == 63) {
+            if (*bad || *(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF)) {
+                *bad = 1;
+                return 0;
+            }
+            if (globaltimer() > deadline) {
+                fail(c, 2, peer);
+                *bad = 1;
+                return 0;
+            }
+        }
+    }
+}
+
 #define FLAG_NO_ROOT 0xffffffffffffffffull
 #define FLAG_AR 0
 #define FLAG_RS 1
@@ -399,6 +478,110 @@ __device__ __forceinline__ void flag_run(typename T::S* out, const typename T::S
         *lo += base;
         return hi - (*lo - base);
     };
+    // Lines: one chunk or none per block, small, no PCIe part.
+    if (c.llBlocks && pg == 0 && pc == 0 && gridDim.x <= c.llBlocks && G <= grid && ck * sizeof(S) <= FLAG_LL_PAY) {
+        const u64 llOff = FLAG_DATA_OFF + (u64)(n - 1) * c.maxBlocks * c.depth * c.slotBytes;
+        auto lslot = [&](int owner, int sender, u64 seq) -> vec16* {
+            if (sender > owner) sender--;
+            return (vec16*)((unsigned char*)c.region[owner] + llOff +
+                            ((sender * c.llBlocks + b) * 2 + seq % 2) * FLAG_LL_SLOT);
+        };
+        if (nb == 0) return;  // no chunk for this block: nothing moves, base stays
+        volatile int* bad = &abort_;  // set by any thread that gives up, read by all
+        const u64 seq = b0;
+        const u32 flag = ll_flag(seq);
+        u64 lo;
+        const u64 cnt = range(0, &lo);
+        const u64 nl = (cnt * sizeof(S) + 7) / 8;  // data lines
+        if (threadIdx.x == 0)
+            for (int t = 0; t < n && !abort_; t++)
+                if (t != me && !wait_at_least(&cons[t * FLAG_MAX_BLOCKS + cb], seq - 1, c, deadline, 1, t)) abort_ = 1;
+        __syncthreads();
+        if (abort_) return;
+        const bool perPeer = MODE == FLAG_RS || (MODE == FLAG_GATHER && a2a);
+        for (int k = 1; k < n; k++) {
+            const int t = (me + k) % n;
+            vec16* L = lslot(t, me, seq);
+            if (threadIdx.x == 0) {
+                ll_store(L, sig, flag);
+                // The slot's header and ready counter too (no fence): a
+                // peer that took the slots for this call (another count
+                // or collective) reads them and reports the mismatch at
+                // once instead of waiting out the kernel timeout.
+                unsigned char* sl = slot(t, me, seq);
+                *(volatile u64*)sl = sig;
+                *(volatile u64*)(sl + 8) = seq;
+                st_relaxed((u64*)((unsigned char*)c.region[t] + FLAG_READY_OFF) + me * FLAG_MAX_BLOCKS + cb, seq + 1);
+            }
+            if (!payload(t)) continue;
+            const S* src = in + (perPeer ? t * count : 0) + lo;
+            for (u64 l = threadIdx.x; l < nl; l += blockDim.x) ll_store(L + 1 + l, ll_get8(src, cnt, l), flag);
+        }
+        if (threadIdx.x == 0)
+            for (int t = 0; t < n && !*bad; t++) {
+                if (t == me) continue;
+                const u64 h = ll_wait(lslot(me, t, seq), flag, c, deadline, t, bad);
+                if (!*bad && h != sig) {
+                    fail(c, 3, t);
+                    *bad = 1;
+                }
+            }
+        if (MODE == FLAG_GATHER) {
+            if (bcast) {
+                if (me != rt) {
+                    const vec16* L = lslot(me, rt, seq) + 1;
+                    for (u64 l = threadIdx.x; l < nl && !*bad; l += blockDim.x)
+                        ll_put8(out + lo, cnt, l, ll_wait(L + l, flag, c, deadline, rt, bad));
+                } else if (out != in)
+                    push(out + lo, in + lo, cnt);
+            } else
+                for (int r = 0; r < n; r++) {
+                    if (r == me) {
+                        if (!xchg) push(out + r * count + lo, in + (a2a ? me * count : 0) + lo, cnt);
+                        continue;
+                    }
+                    const vec16* L = lslot(me, r, seq) + 1;
+                    S* dst = out + (xchg ? 0 : r * count) + lo;
+                    for (u64 l = threadIdx.x; l < nl && !*bad; l += blockDim.x)
+                        ll_put8(dst, cnt, l, ll_wait(L + l, flag, c, deadline, r, bad));
+                }
+        } else if (rt < 0 || me == rt) {
+            // A fold (allreduce, reduce at its root, reduce-scatter): line l
+            // of every rank, in rank order, 8 bytes of elements each.
+            typedef typename T::A A;
+            const S* mine = in + (MODE == FLAG_RS ? me * count : 0) + lo;
+            const u64 E = 8 / sizeof(S);
+            for (u64 l = threadIdx.x; l < nl && !*bad; l += blockDim.x) {
+                A a[8 / sizeof(S)];
+                for (int r = 0; r < n; r++) {
+                    union { u64 w; S s[8 / sizeof(S)]; } u;
+                    u.w = r == me ? ll_get8(mine, cnt, l) : ll_wait(lslot(me, r, seq) + 1 + l, flag, c, deadline, r, bad);
+#pragma unroll
+                    for (u64 k = 0; k < E; k++) a[k] = r == 0 ? T::ld(u.s[k]) : f(a[k], T::ld(u.s[k]));
+                }
+                union { u64 w; S s[8 / sizeof(S)]; } o;
+#pragma unroll
+                for (u64 k = 0; k < E; k++) {
+                    A y = a[k];
+                    if (div) y = Scale<T>{div}(y, y);
+                    o.s[k] = T::st(y);
+                }
+                if (!*bad) ll_put8(out + lo, cnt, l, o.w);
+            }
+        }
+        __syncthreads();
+        if (abort_) return;
+        if (threadIdx.x == 0) {
+            // Every line this block read was checked by its own load, so the
+            // peers may reuse the slot now: relaxed counters, no fence.
+            for (int k = 1; k < n; k++) {
+                const int t = (me + k) % n;
+                st_relaxed((u64*)((unsigned char*)c.region[t] + FLAG_CONS_OFF) + me * FLAG_MAX_BLOCKS + cb, seq + 1);
+            }
+            ((u64*)(region + FLAG_BASE_OFF))[blockIdx.x] = b0 + 1;
+        }
+        return;
+    }
     // Step i pushes chunk i+1 into every peer's slot and folds chunk i,
     // which the peers pushed in their step i-1: thread 0 waits for room in
     // the peers' slots (they have folded chunk i+1-depth) and for their

@@ -206,6 +206,11 @@ func (c *Comm) locate(w *work) error {
 	switch {
 	case w.recvN > 0 && w.sendN > 0 && w.call.Recv == w.call.Send: // in place: one driver query
 		w.recvReg, rd = w.sendReg, sd
+	case w.recvN > 0 && sd && w.sendReg.contains(uintptr(w.call.Recv)):
+		// In the send buffer's allocation (tensors of one segment of
+		// PyTorch's caching allocator): that allocation was just found
+		// live, and live allocations never share an address.
+		w.recvReg, rd = w.sendReg, true
 	case w.recvN > 0:
 		w.recvReg, rd = mem.Locate(uintptr(w.call.Recv))
 	}
@@ -231,8 +236,8 @@ func (c *Comm) locate(w *work) error {
 	}
 	// The DeviceComm checks every device call's capture itself; only the
 	// calls that go through this library's scratch need it here
-	// (run_device.go): one driver query per call, not two.
-	if w.op.PreMul || w.sendN > 0 && w.sendReg.NoIPC || w.recvN > 0 && w.recvReg.NoIPC {
+	// (run_device.go, onerank.go): one driver query per call, not two.
+	if c.viaScratch(w) {
 		var err error
 		if w.capture, err = c.capturing(w.call.Stream); err != nil {
 			return err

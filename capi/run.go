@@ -299,6 +299,9 @@ func (c *Comm) runP2P(l *p2pLists) error {
 // abort) names the members that have not called it (withheld.go).
 func (c *Comm) runColl(w *work) (err error) {
 	seq := c.prog.begin(w.call.Kind, !w.device)
+	if c.oneRank(w) {
+		return c.runOneRank(w) // no peer to wait for (onerank.go)
+	}
 	if !w.device {
 		defer c.prog.done()
 	}

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -48,10 +49,27 @@ type CaptureInfo struct {
 func (dv *Device) doAsync(f func(api cu.API) error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := dv.drv.api.CtxSetCurrent(dv.ctx); err != nil {
+	if err := dv.current(); err != nil {
 		return err
 	}
 	return f(dv.drv.api)
+}
+
+// current makes the device's primary context current on the calling
+// (locked) OS thread when it is not already. The thread's current context
+// is asked each time (cuCtxGetCurrent reads the thread's binding) rather
+// than remembered: the program may change it between two of the
+// library's calls (cudaSetDevice, cuCtxSetCurrent), and the copies check
+// their pointers against the current context, not the stream's. A
+// program that calls on one GPU per thread, through the runtime, has this
+// very context current already (the runtime's is the primary context),
+// so the common call binds nothing.
+func (dv *Device) current() error {
+	api := dv.drv.api
+	if c, err := api.CtxGetCurrent(); err == nil && c == dv.ctx {
+		return nil
+	}
+	return api.CtxSetCurrent(dv.ctx)
 }
 
 // relaxed runs f with the calling (locked) thread in relaxed capture mode
@@ -68,6 +86,16 @@ func relaxed(api cu.API, f func(api cu.API) error) error {
 		}
 	}
 	return ferr
+}
+
+// IsCaptureError reports whether err is the driver's refusal of a call
+// because of a stream capture (CUDA_ERROR_STREAM_CAPTURE_*, among them
+// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for work enqueued on a stream
+// whose capture was invalidated before; CUDA_ERROR_CAPTURED_EVENT): the
+// caller's capture failed, the context and its other streams did not.
+func IsCaptureError(err error) bool {
+	var e *cu.Error
+	return errors.As(err, &e) && e.Code >= cu.ErrorCaptureUnsupported && e.Code <= cu.ErrorCapturedEvent
 }
 
 // Capture reports whether s is being captured into a CUDA graph.

@@ -21,8 +21,9 @@
 // runtime.LockOSThread or manage contexts, and may use any object from any
 // goroutine. (The primary context may stay current on that thread
 // afterwards; that is harmless and the same context every CUDA library in the
-// process shares.) The cost is one cuCtxSetCurrent per call, a few tens of
-// nanoseconds.
+// process shares.) The cost is one cuCtxGetCurrent per call (a read of the
+// thread's state), and a cuCtxSetCurrent only where another context, or
+// none, is current.
 //
 // # Concurrency and ownership
 //

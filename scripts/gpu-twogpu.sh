@@ -20,7 +20,8 @@
 #          direct.test TestGPUProcsEnqueue (the sweep at 2 and 4 ranks on
 #          GPU 0: flag kernels and lines) and TestGPUProcsMismatch, then
 #          the nine binaries on flexlink at 2 and 4 ranks on GPU 0 (-c 1;
-#          NCCL refuses ranks sharing a GPU); TestGPUProcsMismatch again
+#          NCCL refuses ranks sharing a GPU; MPSRANKS="" skips them,
+#          MPSRANKS=2 runs 2 only); TestGPUProcsMismatch again
 #          without MPS (the leader path)
 #   profile  rank 0's CPU profile of flexlink's library (FLEXLINK_CPU_PROFILE)
 #          over 20000 eager 8-byte all_reduce and sendrecv calls, to
@@ -113,7 +114,7 @@ if part mps; then
 		step "TestGPUProcsEnqueue, MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 240 .devbin/direct.test -test.run '^TestGPUProcsEnqueue$' -test.v -test.timeout 230s
 		step "TestGPUProcsMismatch, MPS" env FLEXLINK_REQUIRE_GPU=1 timeout 150 .devbin/direct.test -test.run '^TestGPUProcsMismatch$' -test.v -test.timeout 140s
 		grep -E "^(--- |    --- |ok|FAIL|PASS)|against .*after" "$STEPLOG" | tail -24 >>"$LOG"
-		for np in 2 4; do
+		for np in ${MPSRANKS-2 4}; do
 			for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
 				echo "-- GPU 0 MPS flexlink $t np $np" >>"$LOG"
 				step "flexlink $t np $np MPS" timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_TESTS_DEVICE=0 -x LD_PRELOAD=$LIB \

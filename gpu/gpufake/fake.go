@@ -28,6 +28,11 @@ type Config = cufake.Config
 // loaded and its kernel names checked); contexts, devices of streams and
 // buffers, and peer access are checked as the real driver checks them.
 func Open(cfg Config) (*gpu.Driver, error) {
+	return gpu.NewDriver(newFake(cfg), "fake")
+}
+
+// newFake is the fake driver with the kernels' host implementations.
+func newFake(cfg Config) *cufake.Fake {
 	f := cufake.New(cfg)
 	for _, dt := range dtype.All() {
 		for _, op := range gpu.ReduceOps() {
@@ -43,7 +48,7 @@ func Open(cfg Config) (*gpu.Driver, error) {
 	f.RegisterKernel(gpu.FlagGatherKernelName, hostFlag(dtype.Uint8, dtype.Sum, gpu.FlagModeGather))
 	f.RegisterKernel(gpu.CopyKernelName, hostCopy)
 	f.RegisterKernel(gpu.Copy2KernelName, hostCopy2)
-	return gpu.NewDriver(f, "fake")
+	return f
 }
 
 // hostCopy is flexlink_copy on the host: (dst, src, n).

@@ -27,6 +27,11 @@ type API interface {
 	PrimaryCtxRelease(d Device) error
 	// CtxSetCurrent binds c to the calling OS thread.
 	CtxSetCurrent(c Context) error
+	// CtxGetCurrent is the context bound to the calling OS thread (0:
+	// none), a read of the thread's binding, which changes nothing: the
+	// library asks it before each context-bound call and binds its
+	// context only when another one (or none) is current.
+	CtxGetCurrent() (Context, error)
 	// CtxEnablePeerAccess (ctx) lets kernels and copies of the current context
 	// reach peer's memory. It fails with ErrorPeerAlreadyEnabled when done
 	// before.

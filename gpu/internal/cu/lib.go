@@ -32,6 +32,7 @@ const (
 	sPrimaryCtxRetain
 	sPrimaryCtxRelease
 	sCtxSetCurrent
+	sCtxGetCurrent
 	sCtxEnablePeerAccess
 	sMemGetInfo
 	sMemAlloc
@@ -104,6 +105,7 @@ func symbols() [numSyms][]string {
 		sPrimaryCtxRetain:        {"cuDevicePrimaryCtxRetain"},
 		sPrimaryCtxRelease:       {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"},
 		sCtxSetCurrent:           {"cuCtxSetCurrent"},
+		sCtxGetCurrent:           {"cuCtxGetCurrent"},
 		sCtxEnablePeerAccess:     {"cuCtxEnablePeerAccess"},
 		sMemGetInfo:              {"cuMemGetInfo_v2"},
 		sMemAlloc:                {"cuMemAlloc_v2"},

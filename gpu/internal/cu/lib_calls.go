@@ -74,6 +74,12 @@ func (l *Lib) PrimaryCtxRelease(d Device) error { return l.call(sPrimaryCtxRelea
 
 func (l *Lib) CtxSetCurrent(c Context) error { return l.call(sCtxSetCurrent, uintptr(c)) }
 
+func (l *Lib) CtxGetCurrent() (Context, error) {
+	var c Context
+	err := l.call(sCtxGetCurrent, uintptr(unsafe.Pointer(&c)))
+	return c, err
+}
+
 func (l *Lib) CtxEnablePeerAccess(peer Context) error {
 	return l.call(sCtxEnablePeerAccess, uintptr(peer), 0)
 }

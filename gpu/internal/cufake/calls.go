@@ -128,6 +128,12 @@ func (f *Fake) CtxSetCurrent(c cu.Context) error {
 	return nil
 }
 
+func (f *Fake) CtxGetCurrent() (cu.Context, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ctx.current[syscall.Gettid()], nil
+}
+
 func (f *Fake) CtxEnablePeerAccess(peer cu.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,0 +1,61 @@
+package capi
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/flexlink/flexlink/gpu/gpufake"
+)
+
+// BenchmarkSendRecv2 is nccl-tests' sendrecv at 8 bytes on two ranks on two
+// fake GPUs, each rank from a thread of its own as two processes make it:
+// ncclGroupStart, ncclSend to the peer, ncclRecv from it, ncclGroupEnd (the
+// flag kernels' exchange takes it). Per op, one group of each rank, the
+// fake kernels' meeting included: the host cost of a grouped call beside
+// BenchmarkPerCall2's single collective.
+func BenchmarkSendRecv2(b *testing.B) {
+	f, mem := newIDFixture(b, 2, gpufake.Config{})
+	type pair struct{ send, recv Call }
+	var calls [2]pair
+	for r := range calls {
+		send, recv := benchAlloc(b, f.dvs[r], mem, 8, r), benchAlloc(b, f.dvs[r], mem, 8, r)
+		s := f.ss[r].Handle()
+		calls[r] = pair{
+			send: Call{Kind: Send, Send: devPtr(send), Count: 2, Type: ncclFloat32, Root: 1 - r, Stream: s},
+			recv: Call{Kind: Recv, Recv: devPtr(recv), Count: 2, Type: ncclFloat32, Root: 1 - r, Stream: s},
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make([]error, len(calls))
+	for r := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tid := 10 + r
+			for range b.N {
+				f.l.GroupStart(tid)
+				err := f.l.Coll(tid, f.hs[r], calls[r].send)
+				if err == nil {
+					err = f.l.Coll(tid, f.hs[r], calls[r].recv)
+				}
+				if gerr := f.l.GroupEnd(tid); err == nil {
+					err = gerr
+				}
+				if err != nil {
+					errs[r] = fmt.Errorf("rank %d: %w", r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -37,11 +37,24 @@ func (l *Library) Abort(h uintptr) error {
 		}
 	default:
 	}
+	inFlight := c.prog.now.seq.Load()
 	c.cancel() // ends this rank's calls in flight, and an initialisation
-	// A call on host buffers that ends now asks the members who has not
-	// called it (withheld.go): let it, over the store, before the
-	// communicator (and maybe the world with its store) is closed.
+	// Calls enqueued on device buffers that are outstanding ask the
+	// members who has not made them (stalls_enqueued.go), while a call on
+	// host buffers that ends now asks who has not called it
+	// (withheld.go): let them, over the store, before the communicator
+	// (and maybe the world with its store) is closed.
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		select {
+		case <-c.ready:
+			c.abortEnqueued(inFlight)
+		default: // not initialised: nothing was called
+		}
+	}()
 	c.prog.settle(stallWait + 100*time.Millisecond)
+	<-asked
 	<-c.ready
 	if c.rc != nil {
 		c.rc.Revoke(reason)

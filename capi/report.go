@@ -34,9 +34,10 @@ import (
 // queued, says goodbye as soon as the queue is empty, and a later report
 // starts another sender that joins again: a stall reported while the
 // call still waits, then that call's end or a later one's. A process
-// joins at most maxReportSessions times; after that, or once a join has
-// failed (flexrun has gone; or it is older and refuses a rank's second
-// join), reports are dropped.
+// joins at most maxReportSessions times (a stall that is then withdrawn
+// does not count, nor does its withdrawal); after that, or once a join
+// has failed (flexrun has gone; or it is older and refuses a rank's
+// second join), reports are dropped.
 type jobReport struct {
 	mu       sync.Mutex
 	state    reportState
@@ -112,8 +113,15 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 		j.mu.Lock()
 		j.sessions++
 		j.mu.Unlock()
-		joined := j.session(env, log)
+		joined, withdrawn := j.session(env, log)
 		j.mu.Lock()
+		if joined && withdrawn {
+			// A stall that resolved (a late member, not a failure: a rank
+			// that saves a checkpoint while the others wait at a barrier)
+			// costs no session: neither this one, which withdraws it, nor
+			// the one that carried it.
+			j.sessions = max(0, j.sessions-2)
+		}
 		if !joined || j.sessions >= maxReportSessions {
 			j.state = reportShut
 			dropped := j.queue
@@ -135,11 +143,12 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 }
 
 // session joins flexrun's store, publishes the queue until it is empty,
-// and says goodbye; false when it could not join (what was queued is
-// dropped). The reports are done once the goodbye has left: the process
-// may exit then, and a reporter lost before its goodbye is told as a
-// loss in flexrun's log.
-func (j *jobReport) session(env settings.Env, log hclog.Logger) bool {
+// and says goodbye; joined is false when it could not join (what was
+// queued is dropped). The reports are done once the goodbye has left: the
+// process may exit then, and a reporter lost before its goodbye is told
+// as a loss in flexrun's log. withdrawn says that every report it
+// published withdrew a stall (comm.EndResumed).
+func (j *jobReport) session(env settings.Env, log hclog.Logger) (joined, withdrawn bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), reportDial)
 	rep, err := join.DialReporter(ctx, env, log.Named("report"))
 	cancel()
@@ -147,6 +156,7 @@ func (j *jobReport) session(env settings.Env, log hclog.Logger) bool {
 		log.Debug("cannot report to flexrun", "error", err)
 	}
 	var sent []chan struct{}
+	withdrawn = true
 	for {
 		j.mu.Lock()
 		if len(j.queue) == 0 {
@@ -156,6 +166,7 @@ func (j *jobReport) session(env settings.Env, log hclog.Logger) bool {
 		q := j.queue[0]
 		j.queue = j.queue[1:]
 		j.mu.Unlock()
+		withdrawn = withdrawn && q.e.Kind == comm.EndResumed
 		if err == nil {
 			key, value := comm.EncodeEnd(rep.Rank, q.e)
 			ctx, cancel := context.WithTimeout(context.Background(), reportDial)
@@ -176,7 +187,7 @@ func (j *jobReport) session(env settings.Env, log hclog.Logger) bool {
 	for _, done := range sent {
 		close(done)
 	}
-	return err == nil
+	return err == nil, withdrawn && len(sent) > 0
 }
 
 // reportEnd publishes e to flexrun (when under flexrun) and waits at most
@@ -210,11 +221,11 @@ func (c *Comm) reportName() string {
 // reportFailed tells flexrun that this rank's collective number seq
 // failed on a collective mismatch (the words name both calls: flexrun's
 // verdict quotes them) or on a lost member (this rank is then a
-// consequence, never the cause). Timeouts are reportWithheld's; other
-// failures are not reported: an abort is the program's own doing (torch
-// aborts its communicators at shutdown), and a call that fails on another
-// member's end of the communicator says nothing of its own rank (it may
-// be the cause, late).
+// consequence, never the cause). Timeouts are reportWithheld's, and a
+// call that waited in the call when another member ended the
+// communicator is nameWithheld's (it names that member, or the members
+// behind); other failures are not reported: this rank's own abort is the
+// program's doing (torch aborts its communicators at shutdown).
 func (c *Comm) reportFailed(seq uint64, err error) {
 	kind := ""
 	switch {

@@ -178,3 +178,67 @@ func TestReportSessions(t *testing.T) {
 		})
 	}
 }
+
+// TestReportSessionsWithdrawn: stalls that are withdrawn (a late member:
+// a rank that saves a checkpoint while the others wait at a barrier, at
+// every epoch) cost no session, neither the stall's nor the withdrawal's:
+// after more such pairs than maxReportSessions, each in sessions of its
+// own, a failure is still heard; an unwithdrawn stall counts.
+func TestReportSessionsWithdrawn(t *testing.T) {
+	f := newFakeFlexrun(t, true)
+	env := settings.Map(f.vars)
+	var j jobReport
+	send := func(e comm.EndReport) {
+		t.Helper()
+		select {
+		case <-j.publish(env, hclog.NewNullLogger(), e):
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s %s: not done within 10 s", e.Kind, e.InCall)
+		}
+		for _, want := range []bootstrap.EventKind{bootstrap.EventJoined, bootstrap.EventPut, bootstrap.EventLeft} {
+			ev := f.next(t, e.Kind+" "+e.InCall)
+			if ev.Kind != want {
+				t.Fatalf("%s %s: %v event, want %v", e.Kind, e.InCall, ev.Kind, want)
+			}
+			if ev.Kind == bootstrap.EventPut {
+				if got, _ := comm.DecodeEnd(ev.Key, ev.Value); got.Kind != e.Kind || got.InCall != e.InCall {
+					t.Fatalf("put %+v, want %s %s", got, e.Kind, e.InCall)
+				}
+			}
+		}
+	}
+	// counted is the sessions counted once the sender has ended (it
+	// counts after the reports are done).
+	counted := func() int {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			j.mu.Lock()
+			sending, sessions := j.sending, j.sessions
+			j.mu.Unlock()
+			if !sending {
+				return sessions
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sender still runs 10 s after the last report")
+			}
+			<-time.After(time.Millisecond)
+		}
+	}
+	end := func(kind string, i int) comm.EndReport {
+		return comm.EndReport{Comm: "nccl@test/w", Kind: kind, ClosedBy: -1, InCall: fmt.Sprintf("AllReduce #%d", i), Text: kind}
+	}
+	for i := range maxReportSessions + 2 {
+		send(end("timeout", i+1))
+		counted() // each in a session of its own
+		send(end(comm.EndResumed, i+1))
+		counted()
+	}
+	if sessions := counted(); sessions != 0 {
+		t.Errorf("%d sessions counted after stalls that were all withdrawn, want 0", sessions)
+	}
+	send(end("timeout", 100)) // not withdrawn: it counts
+	send(end("mismatch", 101))
+	if sessions := counted(); sessions != 2 {
+		t.Errorf("%d sessions counted after a stall and a mismatch, want 2", sessions)
+	}
+}

@@ -43,7 +43,7 @@ func TestFlexrunVerdictLibnccl(t *testing.T) {
 	const timeout = 2 * time.Second
 	for _, tc := range []struct {
 		n, bad int
-		how    string // withhold, or allgather (a collective mismatch)
+		how    string // withhold, abort (then exit 0), or allgather (a collective mismatch)
 		first  string // flexrun's first line, a regexp
 		second string // its second line
 	}{
@@ -57,6 +57,12 @@ func TestFlexrunVerdictLibnccl(t *testing.T) {
 			first:  `^rank 3 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 1, 2 timed out waiting for it(; terminating 1 other rank)?$`,
 			second: `^ranks 0, 1, 2 stopped: timed out waiting for rank 3$`},
 		{n: 3, bad: -1, how: "none"}, // a healthy job: exit 0 without ncclCommDestroy, nothing said
+		// Rank 1 ends the communicator (ncclCommAbort, as torch does as a
+		// process exits) and exits 0 while the others are in (or about to
+		// make) their fifth allreduce: their reports name it.
+		{n: 3, bad: 1, how: "abort",
+			first:  `^rank 1 \(host \S+, pid \d+\) (exited with status 0 while ranks 0, 2 were in AllReduce #5 on communicator nccl@\S+/w|ended communicator nccl@\S+/w while ranks 0, 2 were in AllReduce #5)( \(it had not called it\))?(; terminating \d+ other ranks?)?$`,
+			second: `^ranks 0, 2 stopped: peer rank 1 lost$`},
 		{n: 3, bad: 1, how: "allgather",
 			first:  `^collective mismatch on communicator nccl@\S+/w: .*rank 1 called allgather count=1 int64 \(call #5`,
 			second: `^ranks? [0-2, ]+ stopped: collective mismatch$`},
@@ -129,6 +135,10 @@ func TestFlexrunRankHelper(t *testing.T) {
 		// Stuck elsewhere (a bug, a hung data loader): flexrun ends it.
 		<-time.After(2 * time.Minute)
 		t.Fatalf("rank %d: still running 2 minutes after withholding", r)
+	case r == bad && os.Getenv("HELPER_HOW") == "abort":
+		err = l.Abort(h)
+		fmt.Fprintf(os.Stderr, "rank %d: abort: %v\n", r, err)
+		os.Exit(0)
 	case r == bad:
 		x := make([]int64, n)
 		err = l.Coll(tidOf(r), h, Call{Kind: AllGather, Send: unsafe.Pointer(&x[r]), Recv: unsafe.Pointer(&x[0]), Count: 1, Type: ncclInt64})

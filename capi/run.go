@@ -310,6 +310,10 @@ func (c *Comm) runColl(w *work) (err error) {
 	defer func() {
 		if err != nil {
 			err = c.nameWithheld(seq, err)
+		} else if w.device {
+			// Enqueued: it may wait inside the GPU for a member that has
+			// not called it, with no host thread in it (stalls_enqueued.go).
+			c.prog.enq.Store(seq)
 		}
 	}()
 	if w.device {

@@ -9,11 +9,13 @@ import (
 )
 
 // stallReport is how long (FLEXLINK_STALL_REPORT's default) a collective
-// may wait for its peers on the caller's thread before this rank asks the members which of them has not
-// called it, and reports it (reportWithheld): under flexrun the report is
-// evidence for the verdict if the job then fails, for example when
-// PyTorch's watchdog ends the process at its timeout while the call still
-// waits, or when the rank that withheld it exits. A call that completes
+// may wait for its peers on the caller's thread (or, enqueued on the GPU,
+// be outstanding while this rank makes no call: stalls_enqueued.go)
+// before this rank asks the members which of them has not called it, and
+// reports it (reportWithheld): under flexrun the report is evidence for
+// the verdict if the job then fails, for example when PyTorch's watchdog
+// ends the process at its timeout while the call still waits, or when
+// the rank that withheld it exits. A call that completes
 // later (successfully) withdraws the report (comm.EndResumed): the member
 // it waited for was late, not missing.
 const stallReport = 5 * time.Second
@@ -64,10 +66,12 @@ func (ic *inCall) completed() uint64 { return ic.ok.Load() }
 
 // watchStalls reports collectives that wait longer than stallReport for
 // their peers, once per call, while c lives: the call on the caller's
-// thread, timed from the first tick that sees it. Once a reported call
-// (or a later one) has completed successfully it tells flexrun so
-// (comm.EndResumed), before it reports any later stall: the judge takes a
-// rank's later report on a communicator over its earlier timeouts there.
+// thread, timed from the first tick that sees it, and the calls enqueued
+// on device buffers that wait inside the GPU (watchEnqueued). Once a
+// reported call (or a later one) has completed successfully it tells
+// flexrun so (comm.EndResumed), before it reports any later stall: the
+// judge takes a rank's later report on a communicator over its earlier
+// timeouts there.
 func (c *Comm) watchStalls() {
 	ic := &c.prog.now
 	ic.wake = make(chan struct{}, 1)
@@ -75,8 +79,12 @@ func (c *Comm) watchStalls() {
 	if err != nil || after == 0 { // 0: never (the value was checked at init)
 		return
 	}
-	tick := time.NewTicker(min(time.Second, after))
+	// Ticks at half the setting (at most 1 s apart): a call is seen
+	// stalled at most half the setting late.
+	period := max(min(time.Second, after/2), 10*time.Millisecond)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
+	var enq enqWatch // the calls enqueued on device buffers (stalls_enqueued.go)
 	var reported, seen uint64
 	var reportedName string // the reported call's words, as reported
 	var since time.Time
@@ -94,6 +102,7 @@ func (c *Comm) watchStalls() {
 			c.reportEnd(comm.EndReport{Kind: comm.EndResumed, InCall: reportedName,
 				Text: fmt.Sprintf("rank %d of %d: %s completed after waiting for its peers", c.rank, c.nranks, reportedName)}, reportWait)
 		}
+		c.watchEnqueued(&enq, now, period, after)
 		cur := ic.seq.Load()
 		if cur != seen {
 			seen, since = cur, now
@@ -108,6 +117,7 @@ func (c *Comm) watchStalls() {
 		if behind, jobs := c.askBehind(seq); len(behind) > 0 {
 			reported, reportedName = seq, c.prog.callName(seq)
 			ic.flagged.Store(seq)
+			enq.superseded() // the judge takes this report over an enqueued call's
 			c.reportWithheld(reportedName, behind, jobs)
 			if ic.completed() >= seq || ic.seq.Load() != seq {
 				// It ended while asked or reported (leave saw no flag):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,9 +45,16 @@ type progress struct {
 	calls atomic.Uint64    // collectives this rank has started on it
 	kinds [64]atomic.Int32 // the last ones' kinds, by number
 	busy  atomic.Int32     // calls on host buffers in flight
-	now   inCall           // the collective in flight on the caller's thread (stalls.go)
-	kids  atomic.Uint64    // splits and shrinks made from it, which name theirs
-	asked atomic.Uint64    // the last request seen
+	// enq is the last collective this rank enqueued on device buffers
+	// (one atomic store per such call): it returned before its work
+	// completed, and stays outstanding for watchStalls until every member
+	// has made it (stalls_enqueued.go). caught is the last call every
+	// member was found to have made (watchStalls' goroutine sets it).
+	enq    atomic.Uint64
+	caught atomic.Uint64
+	now    inCall        // the collective in flight on the caller's thread (stalls.go)
+	kids   atomic.Uint64 // splits and shrinks made from it, which name theirs
+	asked  atomic.Uint64 // the last request seen
 	// jobs are the members' ranks in flexrun's job, by comm rank (-1:
 	// not known), as the members last answered (report.go).
 	jobs atomic.Pointer[[]int]
@@ -151,14 +159,57 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 			// a process that has exited): flexrun still hears that this
 			// rank waited in it, and names the members that said nothing.
 			// (A call that failed on another member's end of the
-			// communicator is no evidence: its rank may be the withholder,
-			// late.)
+			// communicator is no evidence of waiting: its rank may be the
+			// withholder, late. It says whose end it met, below.)
 			c.reportEnd(comm.EndReport{Kind: "timeout", Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
+		} else if c.endedByPeer(err) && c.prog.waitingIn(seq) {
+			// Another member ended the communicator (ncclCommAbort,
+			// ncclCommRevoke) while this rank waited in the call, and
+			// nobody was found behind: the words name that member ("ended
+			// by rank R"), which flexrun takes for the one that left while
+			// the others were in a collective with it (torch aborts a
+			// process's communicators as it exits) unless it reported
+			// waiting itself (torch's watchdog aborts a waiting rank's
+			// communicators at its timeout; it asks first, and reports a
+			// member behind: abort.go). This rank is a consequence.
+			c.reportEnd(comm.EndReport{Kind: "aborted", Text: err.Error(), InCall: c.prog.callName(seq)}, callReportWait)
 		}
 		return err
 	}
 	c.withheldFor(c.prog.callName(seq), behind, jobs, callReportWait)
 	return fmt.Errorf("%s: %w", strings.Join(behind, "; "), err)
+}
+
+// endedByPeer reports whether err is another member's end of the
+// communicator by an abort or a revoke (internal/comm: "communicator w
+// ended by rank 1 of 3 (world rank 1) on h: ncclCommAbort: aborted"): not
+// this rank's own, and not one that names a cause of its own (a lost
+// member, a mismatch, a timeout, a close: those are reported as such).
+func (c *Comm) endedByPeer(err error) bool {
+	for _, cause := range []error{context.Canceled, context.DeadlineExceeded, errs.ErrTimeout, errs.ErrPeerLost, errs.ErrMismatch, errs.ErrClosed} {
+		if errors.Is(err, cause) {
+			return false
+		}
+	}
+	if !errors.Is(err, errs.ErrAborted) {
+		return false
+	}
+	c.mu.Lock()
+	self := c.aborted || c.revoked
+	c.mu.Unlock()
+	m := endedByWords.FindStringSubmatch(err.Error())
+	return !self && m != nil && m[1] != strconv.Itoa(c.rank)
+}
+
+// endedByWords finds the member that ended a communicator in its end's
+// words (internal/comm's; flexrun's judge reads them alike).
+var endedByWords = regexp.MustCompile(`ended by rank (\d+) of \d+ \(world rank \d+\)`)
+
+// waitingIn reports whether call seq was still waiting when it ended:
+// in flight on the caller's thread, or enqueued on the GPU and not known
+// to be done on every member (an asynchronous error found between calls).
+func (p *progress) waitingIn(seq uint64) bool {
+	return p.now.seq.Load() == seq || p.enq.Load() == seq && seq > p.caught.Load()
 }
 
 // endedWaiting reports whether err ended a call that was waiting: its
@@ -184,11 +235,21 @@ func (p *progress) callName(seq uint64) string {
 // named; and, for each of them whose rank in flexrun's job is known, that
 // rank.
 func (c *Comm) askBehind(seq uint64) ([]string, []int) {
+	calls, jobs := c.askCalls(seq, stallWait)
+	return c.behindOf(seq, calls, jobs)
+}
+
+// askCalls asks every other member how many collectives it has called
+// (this rank's call seq is the question's subject): calls[r] is member
+// r's answer (-1: none within wait, or r is this rank), jobs[r] its
+// rank in flexrun's job (-1: not known). Both are nil when nothing could
+// be asked.
+func (c *Comm) askCalls(seq uint64, wait time.Duration) (calls []int64, jobs []int) {
 	p := &c.prog
 	if p.store == nil || c.nranks < 2 {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), stallWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	req, _ := json.Marshal(stallRequest{Rank: c.rank, Call: p.callName(seq), Seq: seq})
 	k := p.asked.Load() + 1
@@ -201,8 +262,8 @@ func (c *Comm) askBehind(seq uint64) ([]string, []int) {
 			return nil, nil // the store is gone, or too many others ask at once
 		}
 	}
-	calls := make([]int64, c.nranks)
-	jobs := make([]int, c.nranks)
+	calls = make([]int64, c.nranks)
+	jobs = make([]int, c.nranks)
 	var wg sync.WaitGroup
 	for r := range c.nranks {
 		calls[r], jobs[r] = -1, -1
@@ -225,6 +286,12 @@ func (c *Comm) askBehind(seq uint64) ([]string, []int) {
 	}
 	wg.Wait()
 	p.jobs.Store(&jobs)
+	return calls, jobs
+}
+
+// behindOf is askBehind's answer from askCalls' for this rank's call seq.
+func (c *Comm) behindOf(seq uint64, calls []int64, jobs []int) ([]string, []int) {
+	p := &c.prog
 	var behind []string
 	var behindJobs []int
 	for r, n := range calls {

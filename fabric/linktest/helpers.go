@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/settings"
 	"github.com/flexlink/flexlink/internal/testenv"
 )
 
@@ -20,6 +21,15 @@ func NewJob(prefix string) string {
 	var b [6]byte
 	rand.Read(b[:])
 	return fmt.Sprintf("%s-%x", prefix, b)
+}
+
+// EndpointConfig is rank's endpoint config in the two-rank job job, on
+// host, with env's settings.
+func EndpointConfig(job string, rank int, host string, env map[string]string) fabric.EndpointConfig {
+	return fabric.EndpointConfig{
+		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
+		Host: host, Comm: "world", Env: settings.Map(env),
+	}
 }
 
 // LogBuffer collects log output from several goroutines.

@@ -21,7 +21,6 @@ import (
 	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net/netlink"
 	"github.com/flexlink/flexlink/internal/errs"
-	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func newJob() string { return linktest.NewJob("tcptest") }
@@ -32,10 +31,7 @@ func config(job string, rank int, env map[string]string) fabric.EndpointConfig {
 	for k, v := range env {
 		m[k] = v
 	}
-	return fabric.EndpointConfig{
-		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
-		Host: fmt.Sprintf("host%d", rank), Comm: "world", Env: settings.Map(m),
-	}
+	return linktest.EndpointConfig(job, rank, fmt.Sprintf("host%d", rank), m)
 }
 
 func tcpEndpoint(t testing.TB, cfg fabric.EndpointConfig) fabric.Endpoint {

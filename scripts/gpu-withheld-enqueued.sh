@@ -15,6 +15,12 @@
 #   bash scripts/gpu-withheld-enqueued.sh          # MPS on GPU 0, and 2 GPUs when there are
 #
 # Prints PASS/FAIL per setting with what flexrun and the ranks said.
+# The time limit is torch's, not ours: measured on one H200 under MPS
+# (2026-11-29), torch 2.11's watchdog caught the timeout at 8 s, asked for
+# a debug dump at 13 s and called abort only at 72 s (it waits up to 60 s
+# for the dump; rank 1's sleep had ended at 60 s), and the job ended at
+# 78 s with flexrun naming rank 1. TORCH_NCCL_DUMP_ON_TIMEOUT=0 skips that
+# wait (not measured here).
 set -uo pipefail
 source scripts/gpu-step.sh # mps_start, mps_stop
 # Binaries built with -tags flexlink_noptx (the device tool's) embed no kernels.
@@ -32,7 +38,7 @@ check() {
 	took=$(awk "BEGIN{print $(now) - $start}")
 	echo "$out" | grep -E "WITHHELD-ERROR|^flexrun:" | cut -c1-400 | head -6
 	first=$(echo "$out" | grep -E "^flexrun: " | head -1)
-	if [ $rc -ne 0 ] && echo "$first" | grep -qE "^flexrun: rank 1 \(.*(did not take part in|\(it had not called it\))" && awk "BEGIN{exit !($took < 30)}"; then
+	if [ $rc -ne 0 ] && echo "$first" | grep -qE "^flexrun: rank 1 \(.*(did not take part in|\(it had not called it\))" && awk "BEGIN{exit !($took < 100)}"; then
 		echo "PASS $name: flexrun names rank 1 as the withholder, ${took}s (exit $rc)"
 	else
 		echo "FAIL $name: flexrun's first line: ${first:-none}; ${took}s (exit $rc)"

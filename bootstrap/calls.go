@@ -86,19 +86,11 @@ func (e *endpoint) failWith(err error) {
 func (e *endpoint) handle(m message) {
 	switch v := m.(type) {
 	case collResMsg:
-		e.mu.Lock()
-		ch := e.colls[v.Seq]
-		delete(e.colls, v.Seq)
-		e.mu.Unlock()
-		if ch != nil {
+		if ch := take(&e.mu, e.colls, v.Seq); ch != nil {
 			ch <- v
 		}
 	case replyMsg:
-		e.mu.Lock()
-		ch := e.reqs[v.ID]
-		delete(e.reqs, v.ID)
-		e.mu.Unlock()
-		if ch != nil {
+		if ch := take(&e.mu, e.reqs, v.ID); ch != nil {
 			ch <- v
 		}
 	case abortMsg:
@@ -108,22 +100,14 @@ func (e *endpoint) handle(m message) {
 
 func (e *endpoint) collective(ctx context.Context, kind collKind, root int, data []byte) (collResMsg, error) {
 	what := fmt.Sprintf("bootstrap: rank %d %s", e.rank, kind)
-	if err := e.Err(); err != nil {
+	if err := e.usable(ctx, what); err != nil {
 		return collResMsg{}, err
-	}
-	if ctx.Err() != nil {
-		return collResMsg{}, ctxError(ctx, what)
 	}
 	if len(data) > MaxFrameSize-64 {
 		return collResMsg{}, fmt.Errorf("%s: %d bytes exceed the %d-byte frame limit", what, len(data), MaxFrameSize)
 	}
-	ch := make(chan collResMsg, 1)
 	e.sendMu.Lock()
-	e.mu.Lock()
-	seq := e.seq
-	e.seq++
-	e.colls[seq] = ch
-	e.mu.Unlock()
+	seq, ch := register(&e.mu, e.colls, &e.seq)
 	err := e.tx.send(collMsg{Seq: seq, Kind: kind, Root: uint32(root), Data: data})
 	e.sendMu.Unlock()
 	what = fmt.Sprintf("%s #%d", what, seq)
@@ -149,15 +133,47 @@ func (e *endpoint) collective(ctx context.Context, kind collKind, root int, data
 	case <-e.done:
 		return collResMsg{}, e.Err()
 	case <-ctx.Done():
-		e.mu.Lock()
-		delete(e.colls, seq)
-		e.mu.Unlock()
+		take(&e.mu, e.colls, seq)
 		err := ctxError(ctx, what)
 		if who := e.whoMissing(seq); who != "" {
 			err = fmt.Errorf("%w (%s)", err, who)
 		}
 		return collResMsg{}, err
 	}
+}
+
+// usable returns why a call named what cannot start: the store has
+// failed, or ctx has ended.
+func (e *endpoint) usable(ctx context.Context, what string) error {
+	if err := e.Err(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx, what)
+	}
+	return nil
+}
+
+// register files a new reply channel (room for one) in m under the
+// number *next, which it advances, holding mu.
+func register[V any](mu *sync.Mutex, m map[uint64]chan V, next *uint64) (uint64, chan V) {
+	ch := make(chan V, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	n := *next
+	*next++
+	m[n] = ch
+	return n, ch
+}
+
+// take removes the reply channel filed under n from m and returns it (nil
+// when none is), holding mu.
+func take[V any](mu *sync.Mutex, m map[uint64]chan V, n uint64) chan V {
+	mu.Lock()
+	defer mu.Unlock()
+	ch := m[n]
+	delete(m, n)
+	return ch
 }
 
 // sendError explains a failed send: the store's own error if it has one.
@@ -198,18 +214,10 @@ func (e *endpoint) Barrier(ctx context.Context) error {
 }
 
 func (e *endpoint) request(ctx context.Context, what string, build func(id uint64) message) (replyMsg, error) {
-	if err := e.Err(); err != nil {
+	if err := e.usable(ctx, what); err != nil {
 		return replyMsg{}, err
 	}
-	if ctx.Err() != nil {
-		return replyMsg{}, ctxError(ctx, what)
-	}
-	ch := make(chan replyMsg, 1)
-	e.mu.Lock()
-	id := e.nextID
-	e.nextID++
-	e.reqs[id] = ch
-	e.mu.Unlock()
+	id, ch := register(&e.mu, e.reqs, &e.nextID)
 	if err := e.tx.send(build(id)); err != nil {
 		return replyMsg{}, e.sendError(what, err)
 	}
@@ -222,9 +230,7 @@ func (e *endpoint) request(ctx context.Context, what string, build func(id uint6
 	case <-e.done:
 		return replyMsg{}, e.Err()
 	case <-ctx.Done():
-		e.mu.Lock()
-		delete(e.reqs, id)
-		e.mu.Unlock()
+		take(&e.mu, e.reqs, id)
 		return replyMsg{}, ctxError(ctx, what)
 	}
 }

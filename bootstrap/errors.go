@@ -43,21 +43,13 @@ func (c class) sentinel() error {
 	return errs.ErrAborted
 }
 
-// classOf picks err's class; the order decides for errors wrapping several.
+// classOf picks err's class; for errors wrapping several sentinels the
+// first class in the order of the constants decides.
 func classOf(err error) class {
-	switch {
-	case errors.Is(err, errs.ErrMismatch):
-		return classMismatch
-	case errors.Is(err, errs.ErrPeerLost):
-		return classPeerLost
-	case errors.Is(err, errs.ErrTimeout):
-		return classTimeout
-	case errors.Is(err, errs.ErrAuth):
-		return classAuth
-	case errors.Is(err, errs.ErrClosed):
-		return classClosed
-	case errors.Is(err, errs.ErrNotSupported):
-		return classNotSupported
+	for c := classMismatch; c < classLast; c++ {
+		if errors.Is(err, c.sentinel()) {
+			return c
+		}
 	}
 	return classAborted
 }

@@ -271,25 +271,21 @@ func TestLateJoinerSeesAbort(t *testing.T) {
 }
 
 func TestCollectiveMismatch(t *testing.T) {
-	for _, impl := range impls {
-		t.Run(impl.name, func(t *testing.T) {
-			stores := impl.make(t, 2)
-			ctx := ctxFor(t, 10*time.Second)
-			errc := onAll(stores, func(s Store) error {
-				if s.Rank() == 0 {
-					_, err := s.AllGather(ctx, nil)
-					return err
-				}
-				_, err := s.Broadcast(ctx, 1, []byte("b"))
+	forEachImpl(t, 2, 10*time.Second, func(t *testing.T, stores []Store, ctx context.Context) {
+		errc := onAll(stores, func(s Store) error {
+			if s.Rank() == 0 {
+				_, err := s.AllGather(ctx, nil)
 				return err
-			})
-			for r, err := range errc {
-				if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "broadcast(root 1)") {
-					t.Fatalf("rank %d: %v; want ErrMismatch naming both calls", r, err)
-				}
 			}
+			_, err := s.Broadcast(ctx, 1, []byte("b"))
+			return err
 		})
-	}
+		for r, err := range errc {
+			if !errors.Is(err, errs.ErrMismatch) || !strings.Contains(err.Error(), "broadcast(root 1)") {
+				t.Fatalf("rank %d: %v; want ErrMismatch naming both calls", r, err)
+			}
+		}
+	})
 }
 
 func TestContextHonoured(t *testing.T) {

@@ -149,6 +149,17 @@ func newTCPJob(t testing.TB, size int) *tcpJob {
 	return &tcpJob{srv: srv, log: lw, stores: dialAll(t, srv.Addr(), size)}
 }
 
+// forEachImpl runs body as a subtest per Store implementation, on a job
+// of n fresh stores and a context that ends after d.
+func forEachImpl(t *testing.T, n int, d time.Duration, body func(t *testing.T, stores []Store, ctx context.Context)) {
+	t.Helper()
+	for _, impl := range impls {
+		t.Run(impl.name, func(t *testing.T) {
+			body(t, impl.make(t, n), ctxFor(t, d))
+		})
+	}
+}
+
 // impls builds a job of size ranks with each implementation.
 var impls = []struct {
 	name string

@@ -84,42 +84,38 @@ func TestDialDeadline(t *testing.T) {
 // TestCloseIsGoodbye: a rank that closes is not reported lost; calls that
 // need it fail with ErrClosed naming it, the others go on.
 func TestCloseIsGoodbye(t *testing.T) {
-	for _, impl := range impls {
-		t.Run(impl.name, func(t *testing.T) {
-			stores := impl.make(t, 3)
-			ctx := ctxFor(t, 10*time.Second)
-			pend := make(chan error, 1)
-			go func() { _, err := stores[0].AllGather(ctx, nil); pend <- err }()
-			own := make(chan error, 1)
-			go func() { _, err := stores[2].Get(ctx, "never"); own <- err }()
-			if err := stores[2].Close(); err != nil {
-				t.Fatal(err)
+	forEachImpl(t, 3, 10*time.Second, func(t *testing.T, stores []Store, ctx context.Context) {
+		pend := make(chan error, 1)
+		go func() { _, err := stores[0].AllGather(ctx, nil); pend <- err }()
+		own := make(chan error, 1)
+		go func() { _, err := stores[2].Get(ctx, "never"); own <- err }()
+		if err := stores[2].Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-own; !errors.Is(err, errs.ErrClosed) {
+			t.Fatalf("closing rank's pending Get = %v; want ErrClosed", err)
+		}
+		_, err := stores[1].AllGather(ctx, nil)
+		for _, err := range []error{err, <-pend} {
+			if !errors.Is(err, errs.ErrClosed) || errors.Is(err, errs.ErrPeerLost) || !strings.Contains(err.Error(), "rank 2") {
+				t.Fatalf("allgather needing a closed rank = %v; want ErrClosed naming rank 2", err)
 			}
-			if err := <-own; !errors.Is(err, errs.ErrClosed) {
-				t.Fatalf("closing rank's pending Get = %v; want ErrClosed", err)
+		}
+		if err := stores[0].Put(ctx, "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := stores[1].Get(ctx, "k"); err != nil || string(v) != "v" {
+			t.Fatalf("get after a goodbye: %q, %v", v, err)
+		}
+		for _, s := range stores[:2] {
+			if s.Err() != nil {
+				t.Fatalf("rank %d failed after rank 2's goodbye: %v", s.Rank(), s.Err())
 			}
-			_, err := stores[1].AllGather(ctx, nil)
-			for _, err := range []error{err, <-pend} {
-				if !errors.Is(err, errs.ErrClosed) || errors.Is(err, errs.ErrPeerLost) || !strings.Contains(err.Error(), "rank 2") {
-					t.Fatalf("allgather needing a closed rank = %v; want ErrClosed naming rank 2", err)
-				}
-			}
-			if err := stores[0].Put(ctx, "k", []byte("v")); err != nil {
-				t.Fatal(err)
-			}
-			if v, err := stores[1].Get(ctx, "k"); err != nil || string(v) != "v" {
-				t.Fatalf("get after a goodbye: %q, %v", v, err)
-			}
-			for _, s := range stores[:2] {
-				if s.Err() != nil {
-					t.Fatalf("rank %d failed after rank 2's goodbye: %v", s.Rank(), s.Err())
-				}
-			}
-			if err := stores[2].Close(); err != nil {
-				t.Fatalf("second Close = %v", err)
-			}
-		})
-	}
+		}
+		if err := stores[2].Close(); err != nil {
+			t.Fatalf("second Close = %v", err)
+		}
+	})
 }
 
 // TestAbortThenClose is what the launcher does when a rank dies: Abort,
@@ -143,20 +139,16 @@ func TestAbortThenClose(t *testing.T) {
 // TestAllGatherTooLarge: a result over the frame limit fails that call on
 // every rank (not the job), in both implementations alike.
 func TestAllGatherTooLarge(t *testing.T) {
-	for _, impl := range impls {
-		t.Run(impl.name, func(t *testing.T) {
-			stores := impl.make(t, 3)
-			ctx := ctxFor(t, 20*time.Second)
-			big := make([]byte, MaxFrameSize/3+1)
-			errc := onAll(stores, func(s Store) error { _, err := s.AllGather(ctx, big); return err })
-			for r, err := range errc {
-				if !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "frame limit") {
-					t.Fatalf("rank %d: %v; want ErrNotSupported: frame limit", r, err)
-				}
+	forEachImpl(t, 3, 20*time.Second, func(t *testing.T, stores []Store, ctx context.Context) {
+		big := make([]byte, MaxFrameSize/3+1)
+		errc := onAll(stores, func(s Store) error { _, err := s.AllGather(ctx, big); return err })
+		for r, err := range errc {
+			if !errors.Is(err, errs.ErrNotSupported) || !strings.Contains(err.Error(), "frame limit") {
+				t.Fatalf("rank %d: %v; want ErrNotSupported: frame limit", r, err)
 			}
-			if err := onAll(stores, func(s Store) error { return s.Barrier(ctx) }); err[0] != nil || err[1] != nil || err[2] != nil {
-				t.Fatalf("barrier after a refused allgather: %v", err)
-			}
-		})
-	}
+		}
+		if err := onAll(stores, func(s Store) error { return s.Barrier(ctx) }); err[0] != nil || err[1] != nil || err[2] != nil {
+			t.Fatalf("barrier after a refused allgather: %v", err)
+		}
+	})
 }

@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/internal/ports"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestServerPortRange: servers given FLEXLINK_PORT_RANGE's range listen
@@ -46,17 +46,7 @@ func TestServerPortRange(t *testing.T) {
 			}
 		}
 	}
-	if len(got) == 0 {
-		t.Fatalf("no server in %v: %v", r, err)
-	}
-	for i, p := range got {
-		if !r.Contains(p) || i > 0 && p <= got[i-1] {
-			t.Fatalf("servers on ports %v: want ascending ports within %v", got, r)
-		}
-	}
-	if !errors.Is(err, ports.ErrExhausted) || !strings.Contains(err.Error(), "FLEXLINK_PORT_RANGE=31020-31022") {
-		t.Fatalf("server %d on a range of %d: %v; want ports.ErrExhausted naming FLEXLINK_PORT_RANGE=31020-31022", len(got)+1, r.Size(), err)
-	}
+	testenv.PortsInRange(t, "servers", got, r, err)
 	own, err := NewServer(ServerConfig{Addr: "127.0.0.1:" + strconv.Itoa(31023), Ports: r, Size: 1, Secret: testSecret, JobID: testJob})
 	if err == nil {
 		defer own.Close()

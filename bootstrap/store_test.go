@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -98,82 +99,74 @@ func TestStoreOps(t *testing.T) {
 }
 
 func TestPutWriteOnce(t *testing.T) {
-	for _, impl := range impls {
-		t.Run(impl.name, func(t *testing.T) {
-			stores := impl.make(t, 2)
-			ctx := ctxFor(t, 10*time.Second)
-			tests := []struct {
-				name    string
-				rank    int
-				value   string
-				wantErr error
-			}{
-				{"first", 0, "v1", nil},
-				{"same bytes again", 1, "v1", nil},
-				{"different bytes", 1, "v2", errs.ErrMismatch},
-				{"different bytes, same rank", 0, "", errs.ErrMismatch},
+	forEachImpl(t, 2, 10*time.Second, func(t *testing.T, stores []Store, ctx context.Context) {
+		tests := []struct {
+			name    string
+			rank    int
+			value   string
+			wantErr error
+		}{
+			{"first", 0, "v1", nil},
+			{"same bytes again", 1, "v1", nil},
+			{"different bytes", 1, "v2", errs.ErrMismatch},
+			{"different bytes, same rank", 0, "", errs.ErrMismatch},
+		}
+		for _, tc := range tests {
+			err := stores[tc.rank].Put(ctx, "k", []byte(tc.value))
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("%s: Put = %v, want %v", tc.name, err, tc.wantErr)
 			}
-			for _, tc := range tests {
-				err := stores[tc.rank].Put(ctx, "k", []byte(tc.value))
-				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
-					t.Fatalf("%s: Put = %v, want %v", tc.name, err, tc.wantErr)
-				}
+		}
+		for _, s := range stores {
+			v, err := s.Get(ctx, "k")
+			if err != nil || string(v) != "v1" {
+				t.Fatalf("rank %d: Get = %q, %v; want v1", s.Rank(), v, err)
 			}
-			for _, s := range stores {
-				v, err := s.Get(ctx, "k")
-				if err != nil || string(v) != "v1" {
-					t.Fatalf("rank %d: Get = %q, %v; want v1", s.Rank(), v, err)
-				}
-				if s.Err() != nil {
-					t.Fatalf("a refused Put must not fail the store: %v", s.Err())
-				}
+			if s.Err() != nil {
+				t.Fatalf("a refused Put must not fail the store: %v", s.Err())
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestResultsOwned checks that returned slices belong to the caller and
 // that a caller may reuse its input: rank 0 scribbles over both, and the
 // other ranks' results must not change.
 func TestResultsOwned(t *testing.T) {
-	for _, impl := range impls {
-		t.Run(impl.name, func(t *testing.T) {
-			stores := impl.make(t, 3)
-			ctx := ctxFor(t, 10*time.Second)
-			errs := onAll(stores, func(s Store) error {
-				in := payload(s.Rank(), 1)
-				got, err := s.AllGather(ctx, in)
-				if err != nil {
-					return err
-				}
-				if s.Rank() == 0 {
-					for _, p := range got {
-						for i := range p {
-							p[i] = 'X'
-						}
-					}
-					for i := range in {
-						in[i] = 'Y'
+	forEachImpl(t, 3, 10*time.Second, func(t *testing.T, stores []Store, ctx context.Context) {
+		errs := onAll(stores, func(s Store) error {
+			in := payload(s.Rank(), 1)
+			got, err := s.AllGather(ctx, in)
+			if err != nil {
+				return err
+			}
+			if s.Rank() == 0 {
+				for _, p := range got {
+					for i := range p {
+						p[i] = 'X'
 					}
 				}
-				if err := s.Barrier(ctx); err != nil {
-					return err
-				}
-				if s.Rank() == 0 {
-					return nil
-				}
-				for i, p := range got {
-					if !bytes.Equal(p, payload(i, 1)) {
-						return fmt.Errorf("rank %d: part %d changed to %q", s.Rank(), i, p)
-					}
-				}
-				return nil
-			})
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
+				for i := range in {
+					in[i] = 'Y'
 				}
 			}
+			if err := s.Barrier(ctx); err != nil {
+				return err
+			}
+			if s.Rank() == 0 {
+				return nil
+			}
+			for i, p := range got {
+				if !bytes.Equal(p, payload(i, 1)) {
+					return fmt.Errorf("rank %d: part %d changed to %q", s.Rank(), i, p)
+				}
+			}
+			return nil
 		})
-	}
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

@@ -52,6 +52,18 @@ func host(b Buffer, what string) ([]byte, error) {
 	return h, nil
 }
 
+// hostPair is host of the destination and the source of an operation
+// (what: "copy", "reduce").
+func hostPair(dst, src Buffer, what string) (d, s []byte, err error) {
+	if d, err = host(dst, what+" destination"); err != nil {
+		return nil, nil, err
+	}
+	if s, err = host(src, what+" source"); err != nil {
+		return nil, nil, err
+	}
+	return d, s, nil
+}
+
 // Alloc returns n bytes of scratch: zeroed when new, as its last user
 // left it when reused from the cache (scratch is written before it is
 // read).
@@ -75,11 +87,7 @@ func (h HostMemory) Free(b Buffer) {
 
 // Copy copies src into dst; the lengths must be equal.
 func (HostMemory) Copy(dst, src Buffer) error {
-	d, err := host(dst, "copy destination")
-	if err != nil {
-		return err
-	}
-	s, err := host(src, "copy source")
+	d, s, err := hostPair(dst, src, "copy")
 	if err != nil {
 		return err
 	}
@@ -92,11 +100,7 @@ func (HostMemory) Copy(dst, src Buffer) error {
 
 // Reduce sets dst = dst op src element-wise (reduce.Reduce).
 func (HostMemory) Reduce(dst, src Buffer, dt dtype.DType, op dtype.Op) error {
-	d, err := host(dst, "reduce destination")
-	if err != nil {
-		return err
-	}
-	s, err := host(src, "reduce source")
+	d, s, err := hostPair(dst, src, "reduce")
 	if err != nil {
 		return err
 	}

@@ -20,41 +20,11 @@ import (
 // messages of at least Config.Threshold bytes; recursive doubling below.
 func (e *Engine) AllReduce(ctx context.Context, send, recv Buffer, count int, dt dtype.DType, op dtype.Op) error {
 	h := describeArgs(kindAllReduce, dt, op, count, noRoot)
-	if err := e.checkCommon(h, count); err != nil {
-		return err
-	}
-	n := count * dt.Size()
-	send, err := e.need(h, send, n, "send")
-	if err != nil {
-		return err
-	}
-	if recv, err = e.need(h, recv, n, "recv"); err != nil {
-		return err
-	}
-	inPlace := sameMemory(send, recv)
-	if !inPlace && overlap(send, recv) {
-		return e.argErr(h, "send and recv overlap without being the same memory")
-	}
-	switch {
-	case e.sz == 1:
-		h.algo = algoLocal
-	case count == 0:
-		h.algo = algoHeader
-	case e.cfg.latency(n):
-		h.algo = algoRD
-	default:
-		h.algo = algoRing
-	}
-	return e.run(ctx, h, func(c *call) error {
-		switch h.algo {
-		case algoLocal:
-			return localCopy(c, send, recv, inPlace, true)
-		case algoHeader:
-			return c.headerRing()
-		case algoRD:
-			return allReduceRD(c, send, recv, count, inPlace)
+	return e.collective(ctx, h, algoRD, algoRing, e.sameSize(h, send, recv, 1), func(c *call, o operands) error {
+		if c.h.algo == algoRD {
+			return allReduceRD(c, o.send, o.recv, count, o.inPlace)
 		}
-		return allReduceRing(c, send, recv, count, inPlace)
+		return allReduceRing(c, o.send, o.recv, count, o.inPlace)
 	})
 }
 
@@ -67,39 +37,15 @@ func (e *Engine) AllReduce(ctx context.Context, send, recv Buffer, count int, dt
 // Algorithm: ring, pipelined in chunks.
 func (e *Engine) AllGather(ctx context.Context, send, recv Buffer, sendCount int, dt dtype.DType) error {
 	h := describeArgs(kindAllGather, dt, noField, sendCount, noRoot)
-	if err := e.checkCommon(h, sendCount); err != nil {
-		return err
+	bufs := func(n int) (operands, error) {
+		recv, mine, send, inPlace, err := e.needSlot(h, recv, send, n, "recv", "send", "slot")
+		return operands{send: send, recv: recv, from: send, to: mine, inPlace: inPlace}, err
 	}
-	n := sendCount * dt.Size()
-	recv, err := e.need(h, recv, n*e.sz, "recv")
-	if err != nil {
-		return err
-	}
-	mine := recv.Slice(e.rank*n, n)
-	inPlace := samePrefix(send, recv)
-	if !inPlace {
-		if send, err = e.need(h, send, n, "send"); err != nil {
+	return e.collective(ctx, h, algoRing, algoRing, bufs, func(c *call, o operands) error {
+		if err := o.local(c); err != nil {
 			return err
 		}
-		inPlace = sameMemory(send, mine)
-		if !inPlace && overlap(send, recv) {
-			return e.argErr(h, "send overlaps recv without being this rank's slot of it")
-		}
-	}
-	h.algo = e.pick(sendCount == 0, algoRing)
-	return e.run(ctx, h, func(c *call) error {
-		if !inPlace {
-			if err := c.copyBuf(mine, send.Slice(0, n)); err != nil {
-				return err
-			}
-		}
-		switch h.algo {
-		case algoLocal:
-			return nil
-		case algoHeader:
-			return c.headerRing()
-		}
-		return allGatherRing(c, recv, sendCount)
+		return allGatherRing(c, o.recv, sendCount)
 	})
 }
 
@@ -113,36 +59,12 @@ func (e *Engine) AllGather(ctx context.Context, send, recv Buffer, sendCount int
 // Algorithm: ring, pipelined in chunks.
 func (e *Engine) ReduceScatter(ctx context.Context, send, recv Buffer, recvCount int, dt dtype.DType, op dtype.Op) error {
 	h := describeArgs(kindReduceScatter, dt, op, recvCount, noRoot)
-	if err := e.checkCommon(h, recvCount); err != nil {
-		return err
+	bufs := func(n int) (operands, error) {
+		send, mine, recv, inPlace, err := e.needSlot(h, send, recv, n, "send", "recv", "block")
+		return operands{send: send, recv: recv, from: mine, to: recv, inPlace: inPlace}, err
 	}
-	n := recvCount * dt.Size()
-	send, err := e.need(h, send, n*e.sz, "send")
-	if err != nil {
-		return err
-	}
-	mine := send.Slice(e.rank*n, n)
-	inPlace := samePrefix(recv, send)
-	if inPlace {
-		recv = mine
-	} else {
-		if recv, err = e.need(h, recv, n, "recv"); err != nil {
-			return err
-		}
-		inPlace = sameMemory(recv, mine)
-		if !inPlace && overlap(send, recv) {
-			return e.argErr(h, "recv overlaps send without being this rank's block of it")
-		}
-	}
-	h.algo = e.pick(recvCount == 0, algoRing)
-	return e.run(ctx, h, func(c *call) error {
-		switch h.algo {
-		case algoLocal:
-			return localCopy(c, mine, recv, inPlace, true)
-		case algoHeader:
-			return c.headerRing()
-		}
-		return reduceScatterRing(c, send, recv, recvCount, inPlace)
+	return e.collective(ctx, h, algoRing, algoRing, bufs, func(c *call, o operands) error {
+		return reduceScatterRing(c, o.send, o.recv, recvCount, o.inPlace)
 	})
 }
 
@@ -154,42 +76,17 @@ func (e *Engine) ReduceScatter(ctx context.Context, send, recv Buffer, recvCount
 // or above.
 func (e *Engine) Broadcast(ctx context.Context, send, recv Buffer, count int, dt dtype.DType, root int) error {
 	h := describeArgs(kindBroadcast, dt, noField, count, root)
-	if err := e.checkCommon(h, count); err != nil {
-		return err
-	}
-	n := count * dt.Size()
-	recv, err := e.need(h, recv, n, "recv")
-	if err != nil {
-		return err
-	}
-	inPlace := true
-	if e.rank == root {
-		if send, err = e.need(h, send, n, "send"); err != nil {
-			return err
-		}
-		inPlace = sameMemory(send, recv)
-		if !inPlace && overlap(send, recv) {
-			return e.argErr(h, "send and recv overlap without being the same memory")
-		}
-	}
-	h.algo = e.pick(count == 0, e.treeOrChain(n))
-	return e.run(ctx, h, func(c *call) error {
-		if e.rank == root && !inPlace {
-			if err := c.copyBuf(recv, send); err != nil {
+	return e.collective(ctx, h, algoTree, algoChain, e.rooted(h, send, recv, "recv"), func(c *call, o operands) error {
+		if e.rank == root {
+			if err := o.local(c); err != nil {
 				return err
 			}
 		}
-		switch h.algo {
-		case algoLocal:
-			return nil
-		case algoHeader:
-			return c.headerRing()
-		}
 		c.guard() // the root only sends
-		if h.algo == algoTree {
-			return broadcastTree(c, recv, count)
+		if c.h.algo == algoTree {
+			return broadcastTree(c, o.recv, count)
 		}
-		return broadcastChain(c, recv, count)
+		return broadcastChain(c, o.recv, count)
 	})
 }
 
@@ -201,37 +98,12 @@ func (e *Engine) Broadcast(ctx context.Context, send, recv Buffer, count int, dt
 // or above.
 func (e *Engine) Reduce(ctx context.Context, send, recv Buffer, count int, dt dtype.DType, op dtype.Op, root int) error {
 	h := describeArgs(kindReduce, dt, op, count, root)
-	if err := e.checkCommon(h, count); err != nil {
-		return err
-	}
-	n := count * dt.Size()
-	send, err := e.need(h, send, n, "send")
-	if err != nil {
-		return err
-	}
-	inPlace := false
-	if e.rank == root {
-		if recv, err = e.need(h, recv, n, "recv"); err != nil {
-			return err
-		}
-		inPlace = sameMemory(send, recv)
-		if !inPlace && overlap(send, recv) {
-			return e.argErr(h, "send and recv overlap without being the same memory")
-		}
-	}
-	h.algo = e.pick(count == 0, e.treeOrChain(n))
-	return e.run(ctx, h, func(c *call) error {
-		switch h.algo {
-		case algoLocal:
-			return localCopy(c, send, recv, inPlace, true)
-		case algoHeader:
-			return c.headerRing()
-		}
+	return e.collective(ctx, h, algoTree, algoChain, e.rooted(h, send, recv, "send"), func(c *call, o operands) error {
 		c.guard() // the leaves only send
-		if h.algo == algoTree {
-			return reduceTree(c, send, recv, count, inPlace)
+		if c.h.algo == algoTree {
+			return reduceTree(c, o.send, o.recv, count, o.inPlace)
 		}
-		return reduceChain(c, send, recv, count, inPlace)
+		return reduceChain(c, o.send, o.recv, count, o.inPlace)
 	})
 }
 
@@ -242,30 +114,8 @@ func (e *Engine) Reduce(ctx context.Context, send, recv Buffer, count int, dt dt
 // Algorithm: pairwise exchange, pipelined in chunks.
 func (e *Engine) AllToAll(ctx context.Context, send, recv Buffer, count int, dt dtype.DType) error {
 	h := describeArgs(kindAllToAll, dt, noField, count, noRoot)
-	if err := e.checkCommon(h, count); err != nil {
-		return err
-	}
-	n := count * dt.Size()
-	send, err := e.need(h, send, n*e.sz, "send")
-	if err != nil {
-		return err
-	}
-	if recv, err = e.need(h, recv, n*e.sz, "recv"); err != nil {
-		return err
-	}
-	inPlace := sameMemory(send, recv)
-	if !inPlace && overlap(send, recv) {
-		return e.argErr(h, "send and recv overlap without being the same memory")
-	}
-	h.algo = e.pick(count == 0, algoPairwise)
-	return e.run(ctx, h, func(c *call) error {
-		switch h.algo {
-		case algoLocal:
-			return localCopy(c, send, recv, inPlace, false)
-		case algoHeader:
-			return c.headerRing()
-		}
-		return allToAllPairwise(c, send, recv, count, inPlace)
+	return e.collective(ctx, h, algoPairwise, algoPairwise, e.sameSize(h, send, recv, e.sz), func(c *call, o operands) error {
+		return allToAllPairwise(c, o.send, o.recv, count, o.inPlace)
 	})
 }
 
@@ -284,36 +134,4 @@ func (e *Engine) Barrier(ctx context.Context) error {
 		}
 		return c.barrier()
 	})
-}
-
-// pick returns the algorithm for a call: local on one rank, the header
-// exchange for count 0, else alg.
-func (e *Engine) pick(zero bool, alg algo) algo {
-	switch {
-	case e.sz == 1:
-		return algoLocal
-	case zero:
-		return algoHeader
-	}
-	return alg
-}
-
-func (e *Engine) treeOrChain(n int) algo {
-	if e.cfg.latency(n) {
-		return algoTree
-	}
-	return algoChain
-}
-
-// local is a collective on one rank: copy (and finish) send into recv.
-func localCopy(c *call, send, recv Buffer, inPlace, finish bool) error {
-	if !inPlace {
-		if err := c.copyBuf(recv, send); err != nil {
-			return err
-		}
-	}
-	if finish && c.h.op != noField {
-		return c.finish(recv)
-	}
-	return nil
 }

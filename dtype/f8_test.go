@@ -73,15 +73,7 @@ func (f f8Format) round(v float64) uint8 {
 		k++
 	}
 	lo, hi := f.decode(uint8(k)), f.decode(uint8(k+1))
-	switch {
-	case v-lo < hi-v:
-		return sign | uint8(k)
-	case v-lo > hi-v:
-		return sign | uint8(k+1)
-	case k%2 == 0:
-		return sign | uint8(k)
-	}
-	return sign | uint8(k+1)
+	return sign | uint8(nearestEven(v, lo, hi, k))
 }
 
 func TestF8ToFloat32Exhaustive(t *testing.T) {
@@ -142,50 +134,6 @@ func TestFloat32ToF8Rounding(t *testing.T) {
 			in = append(in, math.Float32frombits(rng.Uint32()))
 		}
 		in = append(in, 0, float32(math.Inf(1)), math.MaxFloat32, math.SmallestNonzeroFloat32, 1e-30, 65520, 1e10)
-		for _, v := range in {
-			for _, x := range []float32{v, -v} {
-				got := f.fromF32(x)
-				if x != x {
-					if want := uint8(math.Float32bits(x)>>24)&0x80 | 0x7f; got != want {
-						t.Fatalf("%s(NaN %#08x) = %#02x, want %#02x", f.name, math.Float32bits(x), got, want)
-					}
-					continue
-				}
-				if want := f.round(float64(x)); got != want {
-					t.Fatalf("%s(%g = %#08x) = %#02x, want %#02x", f.name, x, math.Float32bits(x), got, want)
-				}
-			}
-		}
-	}
-}
-
-func TestF8SpecialValues(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		f    f8Format
-		in   float32
-		want uint8
-	}{
-		{"one", e4m3(), 1, 0x38},
-		{"max", e4m3(), 448, 0x7e},
-		{"just above max rounds down", e4m3(), 463, 0x7e},
-		{"half-way above max saturates", e4m3(), 464, 0x7e},
-		{"inf saturates", e4m3(), float32(math.Inf(1)), 0x7e},
-		{"-inf saturates", e4m3(), float32(math.Inf(-1)), 0xfe},
-		{"smallest subnormal", e4m3(), 0x1p-9, 0x01},
-		{"tie below smallest subnormal", e4m3(), 0x1p-10, 0x00},
-		{"negative underflow keeps sign", e4m3(), -0x1p-11, 0x80},
-		{"tie to even", e4m3(), 1 + 0x1p-4, 0x38},
-		{"tie to odd rounds up", e4m3(), 1 + 0x3p-4, 0x3a},
-		{"e5m2 one", e5m2(), 1, 0x3c},
-		{"e5m2 max", e5m2(), 57344, 0x7b},
-		{"e5m2 overflow saturates", e5m2(), 65504, 0x7b},
-		{"e5m2 inf saturates", e5m2(), float32(math.Inf(1)), 0x7b},
-		{"e5m2 smallest subnormal", e5m2(), 0x1p-16, 0x01},
-		{"e5m2 tie to even", e5m2(), 1 + 0x1p-3, 0x3c},
-	} {
-		if got := tc.f.fromF32(tc.in); got != tc.want {
-			t.Errorf("%s: %s(%g) = %#02x, want %#02x", tc.name, tc.f.name, tc.in, got, tc.want)
-		}
+		checkFromF32(t, f.name, in, f.fromF32, f.round, func(xb uint32) uint8 { return uint8(xb>>24)&0x80 | 0x7f })
 	}
 }

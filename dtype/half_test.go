@@ -84,15 +84,7 @@ func (f halfFormat) round(v float64) uint16 {
 		return sign | f.expMask()
 	}
 	lo, hi := value(k), value(k+1)
-	switch {
-	case v-lo < hi-v:
-		return sign | uint16(k)
-	case v-lo > hi-v:
-		return sign | uint16(k+1)
-	case k%2 == 0:
-		return sign | uint16(k)
-	}
-	return sign | uint16(k+1)
+	return sign | uint16(nearestEven(v, lo, hi, k))
 }
 
 func TestHalfToFloat32Exhaustive(t *testing.T) {
@@ -162,57 +154,45 @@ func TestFloat32ToHalfRounding(t *testing.T) {
 		}
 		in = append(in, 0, float32(math.Inf(1)), math.MaxFloat32, math.SmallestNonzeroFloat32,
 			1e-30, 65519.996, 65520, 65536, 1e10)
-		for _, v := range in {
-			for _, x := range []float32{v, -v} {
-				got := f.fromF32(x)
-				if x != x {
-					// NaN: stays NaN, quiet, keeps sign and the top of the payload.
-					xb := math.Float32bits(x)
-					want := uint16(xb>>16)&0x8000 | f.expMask() | f.quietBit() |
-						uint16(xb>>(23-f.manBits))&(1<<f.manBits-1)
-					if got != want {
-						t.Fatalf("%s(NaN %#08x) = %#04x, want %#04x", f.name, xb, got, want)
-					}
-					continue
-				}
-				if want := f.round(float64(x)); got != want {
-					t.Fatalf("%s(%g = %#08x) = %#04x, want %#04x", f.name, x, math.Float32bits(x), got, want)
-				}
-			}
+		// NaN: stays NaN, quiet, keeps sign and the top of the payload.
+		nan := func(xb uint32) uint16 {
+			return uint16(xb>>16)&0x8000 | f.expMask() | f.quietBit() | uint16(xb>>(23-f.manBits))&(1<<f.manBits-1)
 		}
+		checkFromF32(t, f.name, in, f.fromF32, f.round, nan)
 	}
 }
 
-func TestHalfSpecialValues(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		f    halfFormat
-		in   float32
-		want uint16
-	}{
-		{"one", f16Format(), 1, 0x3c00},
-		{"max finite", f16Format(), 65504, 0x7bff},
-		{"overflow tie to inf", f16Format(), 65520, 0x7c00},
-		{"below overflow tie", f16Format(), 65519.99, 0x7bff},
-		{"smallest subnormal", f16Format(), 0x1p-24, 0x0001},
-		{"tie below smallest subnormal", f16Format(), 0x1p-25, 0x0000},
-		{"above tie below smallest subnormal", f16Format(), 0x1.000002p-25, 0x0001},
-		{"subnormal tie to even up", f16Format(), 0x3p-25, 0x0002},
-		{"subnormal tie to even down", f16Format(), 0x5p-25, 0x0002},
-		{"largest subnormal rounds to normal", f16Format(), 0x1.fffp-15, 0x0400},
-		{"normal tie to even", f16Format(), 1 + 0x1p-11, 0x3c00},
-		{"normal tie to odd up", f16Format(), 1 + 0x3p-11, 0x3c02},
-		{"negative zero", f16Format(), float32(math.Copysign(0, -1)), 0x8000},
-		{"-inf", f16Format(), float32(math.Inf(-1)), 0xfc00},
-		{"bf16 one", bf16Format(), 1, 0x3f80},
-		{"bf16 tie to even", bf16Format(), 1 + 0x1p-8, 0x3f80},
-		{"bf16 tie to odd up", bf16Format(), 1 + 0x3p-8, 0x3f82},
-		{"bf16 overflow", bf16Format(), math.MaxFloat32, 0x7f80},
-		{"bf16 subnormal", bf16Format(), math.Float32frombits(0x00018000), 0x0002},
-		{"bf16 negative zero", bf16Format(), float32(math.Copysign(0, -1)), 0x8000},
-	} {
-		if got := tc.f.fromF32(tc.in); got != tc.want {
-			t.Errorf("%s: %s(%g) = %#04x, want %#04x", tc.name, tc.f.name, tc.in, got, tc.want)
+// nearestEven rounds v, between the values lo of bits k and hi of bits
+// k+1, to the nearer one's bits, ties to the even one.
+func nearestEven(v, lo, hi float64, k int) int {
+	switch {
+	case v-lo < hi-v:
+		return k
+	case v-lo > hi-v:
+		return k + 1
+	case k%2 == 0:
+		return k
+	}
+	return k + 1
+}
+
+// checkFromF32 checks conv (named name) on every input and its negation:
+// a NaN must give nan of its bits, any other value round of it (the
+// reference rounding, in float64).
+func checkFromF32[T uint8 | uint16](t *testing.T, name string, in []float32, conv func(float32) T, round func(float64) T, nan func(bits uint32) T) {
+	t.Helper()
+	for _, v := range in {
+		for _, x := range []float32{v, -v} {
+			got, xb := conv(x), math.Float32bits(x)
+			if x != x {
+				if want := nan(xb); got != want {
+					t.Fatalf("%s(NaN %#08x) = %#x, want %#x", name, xb, got, want)
+				}
+				continue
+			}
+			if want := round(float64(x)); got != want {
+				t.Fatalf("%s(%g = %#08x) = %#x, want %#x", name, x, xb, got, want)
+			}
 		}
 	}
 }

@@ -273,6 +273,11 @@ func (fw *frameWriter) flush(d time.Duration) bool {
 		fw.mu.Unlock()
 		close(done)
 	}()
+	return closedWithin(done, d)
+}
+
+// closedWithin reports whether done is closed within d.
+func closedWithin(done <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -63,7 +65,7 @@ func TestParseFrame(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, label, err := parseFrame(tc.line, tc.labelled)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			if label != tc.label {
 				t.Errorf("label %d, want %d", label, tc.label)
 			}

@@ -49,7 +49,7 @@ func TestBind(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Bind(tc.mode, tc.t, tc.p)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			if tc.wantErr != "" {
 				return
 			}

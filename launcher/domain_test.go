@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // pprReference places ranks per NUMA node or socket the way OpenMPI's
@@ -139,7 +140,7 @@ func TestPlanPerDomainErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Plan(tc.req)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 		})
 	}
 }
@@ -176,7 +177,7 @@ func TestBindInDomain(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := Bind(tc.mode, topo, tc.p)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			if tc.wantErr != "" {
 				return
 			}

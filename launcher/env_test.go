@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestApplyExports(t *testing.T) {
@@ -33,7 +34,7 @@ func TestApplyExports(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, warnings, err := applyExports(base, tc.exports)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			if tc.wantErr != "" {
 				return
 			}

@@ -1,8 +1,9 @@
 package launcher
 
 import (
-	"reflect"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestSlurmHosts(t *testing.T) {
@@ -21,10 +22,7 @@ func TestSlurmHosts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := SlurmHosts(tc.nodes, tc.tpn)
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }

@@ -1,9 +1,10 @@
 package launcher
 
 import (
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestParseHostList(t *testing.T) {
@@ -28,10 +29,7 @@ func TestParseHostList(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseHostList(tc.specs)
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }
@@ -60,23 +58,7 @@ func TestParseHostfile(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseHostfile(strings.NewReader(tc.text), "hf")
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
-	}
-}
-
-// checkErr fails unless err is nil and want is "", or err contains want.
-func checkErr(t *testing.T, err error, want string) {
-	t.Helper()
-	switch {
-	case want == "" && err != nil:
-		t.Fatalf("unexpected error: %v", err)
-	case want != "" && err == nil:
-		t.Fatalf("no error, want one containing %q", want)
-	case want != "" && !strings.Contains(err.Error(), want):
-		t.Fatalf("error %q does not contain %q", err, want)
 	}
 }

@@ -1,8 +1,9 @@
 package launcher
 
 import (
-	"reflect"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func pl(rank int, host string, node, local, size, gpu int) Placement {
@@ -62,10 +63,7 @@ func TestPlan(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Plan(tc.req)
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }
@@ -106,7 +104,7 @@ func TestParseMapping(t *testing.T) {
 	}
 	for _, tc := range tests {
 		m, err := ParseMapping(tc.in)
-		checkErr(t, err, tc.wantErr)
+		testenv.WantErr(t, err, tc.wantErr)
 		if m != tc.want {
 			t.Errorf("ParseMapping(%q) = %+v, want %+v", tc.in, m, tc.want)
 		}

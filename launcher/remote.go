@@ -230,12 +230,8 @@ func (l *agentLink) close(grace time.Duration) {
 	_ = l.fw.send(frame{Kind: kBye, Node: -1, Rank: -1})
 	l.fw.flush(grace / 2)
 	_ = l.in.Close()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-l.done:
+	if closedWithin(l.done, grace) {
 		return
-	case <-t.C:
 	}
 	l.kill()
 	<-l.done

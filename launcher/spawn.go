@@ -116,30 +116,25 @@ type rankOutput struct {
 // startRank starts one rank in its own process group, with Pdeathsig
 // SIGKILL, its output piped to forwarders.
 func startRank(sp *spawner, rs rankSpec) (*rankProc, error) {
-	files, err := outputFiles(rs)
+	o, err := openOutput(rs)
 	if err != nil {
-		return nil, err
-	}
-	outR, outW, errR, errW, err := outputPipes(rs.p.Rank)
-	if err != nil {
-		closeAll(files[:]...)
 		return nil, err
 	}
 	cmd := exec.Command(rs.path, rs.args...)
 	cmd.Env, cmd.Dir = rs.env, rs.dir
-	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.Stdout, cmd.Stderr = o.outW, o.errW
 	if rs.stdin != nil {
 		cmd.Stdin = rs.stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err = sp.start(cmd, rs.cpus)
-	closeAll(outW, errW)
+	closeAll(o.outW, o.errW)
 	if err != nil {
-		closeAll(append(files[:], outR, errR)...)
+		closeAll(append(o.files[:], o.outR, o.errR)...)
 		return nil, fmt.Errorf("start rank %d (host %s): %w", rs.p.Rank, rs.p.Host, err)
 	}
-	rp := &rankProc{p: rs.p, cmd: cmd, pid: cmd.Process.Pid, outR: outR, errR: errR, outDone: make(chan struct{})}
-	rp.forward(rs, files)
+	rp := &rankProc{p: rs.p, cmd: cmd, pid: cmd.Process.Pid, outR: o.outR, errR: o.errR, outDone: make(chan struct{})}
+	rp.forward(rs, o.files)
 	return rp, nil
 }
 
@@ -147,18 +142,35 @@ func startRank(sp *spawner, rs rankSpec) (*rankProc, error) {
 // frames are written to pipes whose read ends are forwarded exactly like a
 // local rank's output.
 func remoteRank(rs rankSpec, a *agentConn) (*rankProc, error) {
+	o, err := openOutput(rs)
+	if err != nil {
+		return nil, err
+	}
+	rp := &rankProc{p: rs.p, outR: o.outR, errR: o.errR, outDone: make(chan struct{}), agent: a, sinks: [2]*os.File{o.outW, o.errW}}
+	rp.forward(rs, o.files)
+	return rp, nil
+}
+
+// outputs are where a rank's output goes: its --output-dir files (nil
+// without one) and the pipes of its stdout and stderr.
+type outputs struct {
+	files                  [2]*os.File
+	outR, outW, errR, errW *os.File
+}
+
+// openOutput creates the rank's output files and pipes; on an error none
+// is left open.
+func openOutput(rs rankSpec) (outputs, error) {
 	files, err := outputFiles(rs)
 	if err != nil {
-		return nil, err
+		return outputs{}, err
 	}
-	outR, outW, errR, errW, err := outputPipes(rs.p.Rank)
-	if err != nil {
+	o := outputs{files: files}
+	if o.outR, o.outW, o.errR, o.errW, err = outputPipes(rs.p.Rank); err != nil {
 		closeAll(files[:]...)
-		return nil, err
+		return outputs{}, err
 	}
-	rp := &rankProc{p: rs.p, outR: outR, errR: errR, outDone: make(chan struct{}), agent: a, sinks: [2]*os.File{outW, errW}}
-	rp.forward(rs, files)
-	return rp, nil
+	return o, nil
 }
 
 // outputFiles creates DIR/rank.N/stdout and stderr for --output-dir.
@@ -231,12 +243,8 @@ func (rp *rankProc) drain(grace time.Duration) {
 	if rp.agent != nil {
 		grace += time.Second
 	}
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-rp.outDone:
+	if closedWithin(rp.outDone, grace) {
 		return
-	case <-t.C:
 	}
 	if rp.agent != nil {
 		rp.agent.closeSinks(rp)

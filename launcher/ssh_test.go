@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestSplitArgs(t *testing.T) {
@@ -25,7 +27,7 @@ func TestSplitArgs(t *testing.T) {
 	for _, tc := range tests {
 		got, err := SplitArgs(tc.in)
 		if tc.wantErr != "" {
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			continue
 		}
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
@@ -125,7 +127,7 @@ func TestSlurmAllocation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok, err := slurmAllocation(tc.environ)
-			checkErr(t, err, tc.wantErr)
+			testenv.WantErr(t, err, tc.wantErr)
 			if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
 			}

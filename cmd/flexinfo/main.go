@@ -103,19 +103,9 @@ func show(c *cli.Context, out io.Writer, h *topo.Host) error {
 	}
 	switch {
 	case c.Bool("json"):
-		b, err := h.JSON()
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(b)
-		return err
+		return writeEncoded(out, h.JSON)
 	case c.Bool("yaml"):
-		b, err := h.YAML()
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(b)
-		return err
+		return writeEncoded(out, h.YAML)
 	case c.Bool("dot"):
 		_, err := io.WriteString(out, dot(h))
 		return err
@@ -123,4 +113,14 @@ func show(c *cli.Context, out io.Writer, h *topo.Host) error {
 		return nil
 	}
 	return writeReport(out, h)
+}
+
+// writeEncoded writes what encode returns to out.
+func writeEncoded(out io.Writer, encode func() ([]byte, error)) error {
+	b, err := encode()
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(b)
+	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric/topo"
 	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -32,20 +33,7 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 // golden compares got with testdata/name, or rewrites it with -update.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (go test -update rewrites it):\n%s", path, got)
-	}
+	testenv.Golden(t, filepath.Join("testdata", name), []byte(got), *update)
 }
 
 func TestMatrixGolden(t *testing.T) {

@@ -76,7 +76,7 @@ func writeMatrix(b *strings.Builder, h *topo.Host) {
 		for n := range h.NICs {
 			row = append(row, h.NICDistance(i, n).String())
 		}
-		row = append(row, orUnknown(g.CPUAffinity), numaText(g.NUMANode))
+		row = append(row, orUnknown(g.CPUAffinity), numOr(g.NUMANode, "?"))
 		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
 	}
 	for n, c := range h.NICs {
@@ -91,7 +91,7 @@ func writeMatrix(b *strings.Builder, h *topo.Host) {
 			}
 			row = append(row, cell)
 		}
-		row = append(row, "", numaText(c.NUMANode))
+		row = append(row, "", numOr(c.NUMANode, "?"))
 		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
 	}
 	tw.Flush()
@@ -262,9 +262,10 @@ func orDash(s string) string {
 	return s
 }
 
-func numaText(n int) string {
+// numOr is n, or none when n is negative (not known, or no rail).
+func numOr(n int, none string) string {
 	if n < 0 {
-		return "?"
+		return none
 	}
 	return fmt.Sprint(n)
 }

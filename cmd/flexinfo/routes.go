@@ -123,9 +123,9 @@ func writeRingsTable(out io.Writer, rings []ringLine) error {
 	for _, r := range rings {
 		hops := make([]string, len(r.Hops))
 		for i, h := range r.Hops {
-			hops[i] = fmt.Sprintf("%d>%d %s", h.Src, h.Dst, rail(h.Rail))
+			hops[i] = fmt.Sprintf("%d>%d %s", h.Src, h.Dst, numOr(h.Rail, "-"))
 			if !h.Aligned {
-				hops[i] += ">" + rail(h.DstRail)
+				hops[i] += ">" + numOr(h.DstRail, "-")
 			}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.Ring, intList(r.Ranks), strings.Join(hops, ", "))
@@ -183,7 +183,7 @@ func writeRoutesTable(out io.Writer, h *topo.Host, nodes int, p *pxn.Plan, a pxn
 			hop = "-"
 		}
 		fmt.Fprintf(tw, "%s:%d\t%s:%d\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Hosts[r.Src], r.Src, p.Hosts[r.Dst], r.Dst,
-			r.Via, hop, dash(r.NIC), rail(r.Rail), rail(r.DstRail), r.Reason)
+			r.Via, hop, orDash(r.NIC), numOr(r.Rail, "-"), numOr(r.DstRail, "-"), r.Reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -192,7 +192,7 @@ func writeRoutesTable(out io.Writer, h *topo.Host, nodes int, p *pxn.Plan, a pxn
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VIA\tDST\tNIC\tRAIL\tRECEIVES\tSENDERS")
 	for _, g := range a.Groups {
-		fmt.Fprintf(tw, "%d\t%s:%d\t%s\t%s\t%d\t%s\n", g.Via, g.DstHost, g.Dst, dash(g.NIC), rail(g.Rail), g.Receives, intList(g.Senders))
+		fmt.Fprintf(tw, "%d\t%s:%d\t%s\t%s\t%d\t%s\n", g.Via, g.DstHost, g.Dst, orDash(g.NIC), numOr(g.Rail, "-"), g.Receives, intList(g.Senders))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -204,20 +204,6 @@ func writeRoutesTable(out io.Writer, h *topo.Host, nodes int, p *pxn.Plan, a pxn
 	_, err := fmt.Fprintf(out, "\nall-to-all: %d cross-host messages, %d relayed, %d cross-rail; %d receives (%.2f messages per receive)\n",
 		a.Messages, a.Relayed, a.CrossRail, a.Receives, per)
 	return err
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func rail(r int) string {
-	if r < 0 {
-		return "-"
-	}
-	return fmt.Sprint(r)
 }
 
 func intList(v []int) string {

@@ -106,9 +106,11 @@ func TestBindToNone(t *testing.T) {
 	}
 }
 
-// TestBindToNUMA reads a topology with two NUMA nodes (cpu 0 and cpu 1)
-// from FLEXLINK_TOPO_FILE; the ranks have no GPU, so they go round-robin.
-func TestBindToNUMA(t *testing.T) {
+// twoNUMA writes a topology file with two NUMA nodes, cpu 0 and cpu 1, and
+// no GPU, and returns its path and the environment of ranks on it; it
+// skips where this process may not run on both cpus.
+func twoNUMA(t *testing.T) (file string, env []string) {
+	t.Helper()
 	all := myCPUs(t)
 	if all[0] != 0 || all[1] != 1 {
 		testenv.MissingHardware(t, "cpus 0 and 1", "the topology file names them")
@@ -118,7 +120,14 @@ func TestBindToNUMA(t *testing.T) {
 	if err := os.WriteFile(f, []byte(js), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, stderr := rankCPUs(t, []string{"FLEXLINK_TOPO_FILE=" + f, "CUDA_VISIBLE_DEVICES="}, "-np", "2", "--bind-to", "numa", "--report-bindings")
+	return f, []string{"FLEXLINK_TOPO_FILE=" + f, "CUDA_VISIBLE_DEVICES="}
+}
+
+// TestBindToNUMA reads a topology with two NUMA nodes (cpu 0 and cpu 1)
+// from FLEXLINK_TOPO_FILE; the ranks have no GPU, so they go round-robin.
+func TestBindToNUMA(t *testing.T) {
+	_, env := twoNUMA(t)
+	got, stderr := rankCPUs(t, env, "-np", "2", "--bind-to", "numa", "--report-bindings")
 	want := map[int][]int{0: {0}, 1: {1}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Cpus_allowed_list by rank %v, want %v", got, want)
@@ -194,16 +203,7 @@ func TestRemoteFlexrunMissing(t *testing.T) {
 // nodes (cpu 0 and cpu 1) starts two ranks, one bound to each node, and
 // --report-bindings says the same as each rank's Cpus_allowed_list.
 func TestMapByPPRNUMA(t *testing.T) {
-	all := myCPUs(t)
-	if all[0] != 0 || all[1] != 1 {
-		testenv.MissingHardware(t, "cpus 0 and 1", "the topology file names them")
-	}
-	f := filepath.Join(t.TempDir(), "topo.json")
-	js := `{"hostname": "x", "numa": [{"id": 0, "cpus": "0"}, {"id": 1, "cpus": "1"}], "gpus": [], "nics": []}`
-	if err := os.WriteFile(f, []byte(js), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"FLEXLINK_TOPO_FILE=" + f, "CUDA_VISIBLE_DEVICES="}
+	f, env := twoNUMA(t)
 	got, stderr := rankCPUs(t, env, "--map-by", "ppr:1:numa", "--report-bindings")
 	want := map[int][]int{0: {0}, 1: {1}}
 	if !reflect.DeepEqual(got, want) {

@@ -32,7 +32,7 @@ func TestRankFailureEndsJob(t *testing.T) {
 				t.Errorf("flexrun exited %d, want %d; stderr:\n%s", code, tc.code, l.stderr)
 			}
 			for rank, pid := range pids {
-				if probeAlive(pid) {
+				if alive(pid, "envprobe") {
 					t.Errorf("rank %d (pid %d) still alive after flexrun exited", rank, pid)
 				}
 			}

@@ -172,23 +172,6 @@ func signaled(ps *os.ProcessState) (syscall.Signal, bool) {
 	return ws.Signal(), true
 }
 
-// probeAlive reports whether pid is a live (not zombie) envprobe process.
-func probeAlive(pid int) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte("envprobe")) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name.
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z' && stat[i+2] != 'X'
-	}
-	return true
-}
-
 // waitGone polls /proc until none of pids is a live envprobe, or fails the
 // test after limit. Polling is the only way to observe other processes die.
 func waitGone(t *testing.T, pids map[int]int, limit time.Duration) {
@@ -197,19 +180,19 @@ func waitGone(t *testing.T, pids map[int]int, limit time.Duration) {
 	defer tick.Stop()
 	deadline := time.After(limit)
 	for {
-		var alive []string
+		var left []string
 		for rank, pid := range pids {
-			if probeAlive(pid) {
-				alive = append(alive, fmt.Sprintf("rank %d (pid %d)", rank, pid))
+			if alive(pid, "envprobe") {
+				left = append(left, fmt.Sprintf("rank %d (pid %d)", rank, pid))
 			}
 		}
-		if len(alive) == 0 {
+		if len(left) == 0 {
 			return
 		}
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("still alive after %v: %s", limit, strings.Join(alive, ", "))
+			t.Fatalf("still alive after %v: %s", limit, strings.Join(left, ", "))
 		}
 	}
 }

@@ -132,19 +132,7 @@ func TestGPUFakeCapture(t *testing.T) {
 // any error or wrong element.
 func replayCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase, m gpu.CaptureMode) {
 	t.Helper()
-	wrong := make([]int, len(rs))
-	errs := onRanks(rs, func(r *devRank) (err error) {
-		wrong[r.c.Rank()], err = captureRounds(ctx, r, c, m, 5)
-		return err
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("%v: rank %d: %v", c, r, err)
-		}
-		if wrong[r] != 0 {
-			t.Errorf("%v: rank %d: %d wrong elements over the rounds", c, r, wrong[r])
-		}
-	}
+	checkRanks(t, rs, c, " over the rounds", func(r *devRank) (int, error) { return captureRounds(ctx, r, c, m, 5) })
 }
 
 // captureRounds is one rank's side of a capture case (every rank runs it

@@ -305,13 +305,19 @@ func devCases(n int, big int) []devCase {
 
 // onRanks runs f on every rank at once and returns the errors.
 func onRanks(rs []*devRank, f func(r *devRank) error) []error {
-	errs := make([]error, len(rs))
+	return eachRank(len(rs), func(i int) error { return f(rs[i]) })
+}
+
+// eachRank runs f(r) for every r in [0, n) at once and returns each one's
+// error.
+func eachRank(n int, f func(r int) error) []error {
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, r := range rs {
+	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = f(r)
+			errs[r] = f(r)
 		}()
 	}
 	wg.Wait()

@@ -75,63 +75,51 @@ func fakeRanksOn(t *testing.T, n, gpus int, cfg gpufake.Config, env map[string]s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { drv.Close() })
-	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("gpufake%d-%d", os.Getpid(), time.Now().UnixNano())
-	rs := make([]*devRank, n)
 	ctx := testCtx(t, 30*time.Second)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				mine := maps.Clone(env)
-				maps.Copy(mine, each[r])
-				c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
-				if err != nil {
-					return err
-				}
-				dev, err := drv.Device(r % gpus)
-				if err != nil {
-					return err
-				}
-				dr := &devRank{c: c}
-				rs[r] = dr
-				if dr.s, err = dev.NewStream(); err != nil {
-					return err
-				}
-				if dr.a, err = dev.Alloc(bufBytes); err != nil {
-					return err
-				}
-				if dr.b, err = dev.Alloc(bufBytes); err != nil {
-					return err
-				}
-				dr.dc, err = deviceComm(ctx, c, dev)
-				return err
-			}()
-		}()
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		onRanks(rs, func(r *devRank) error {
-			if r == nil {
-				return nil
-			}
-			if r.dc != nil {
-				r.dc.Close(context.Background())
-			}
-			for _, b := range []*gpu.Buffer{r.a, r.b} {
-				if b != nil {
-					b.Free()
-				}
-			}
-			if r.s != nil {
-				r.s.Close()
-			}
-			return r.c.Close()
-		})
+	return startDevRanks(t, ctx, n, bufBytes, func(r int) (comm.Options, *gpu.Device, error) {
+		mine := maps.Clone(env)
+		maps.Copy(mine, each[r])
+		dev, err := drv.Device(r % gpus)
+		return comm.Options{Env: settings.Map(mine), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")}, dev, err
+	}, func(r int, c *comm.Comm, dev *gpu.Device) (*plane.DeviceComm, error) {
+		return deviceComm(ctx, c, dev)
 	})
+}
+
+// startDevRanks starts n ranks at once, each on an in-process store with
+// the comm options and device at(r) gives, a stream, test buffers a and b
+// of bufBytes and the DeviceComm open makes. The test's cleanup closes
+// what was made; any rank's error fails the test.
+func startDevRanks(t *testing.T, ctx context.Context, n, bufBytes int, at func(r int) (comm.Options, *gpu.Device, error),
+	open func(r int, c *comm.Comm, dev *gpu.Device) (*plane.DeviceComm, error)) []*devRank {
+	t.Helper()
+	stores := bootstrap.NewInProc(n)
+	rs := make([]*devRank, n)
+	errs := eachRank(n, func(r int) error {
+		opts, dev, err := at(r)
+		if err != nil {
+			return err
+		}
+		c, err := comm.New(ctx, stores[r], opts)
+		if err != nil {
+			return err
+		}
+		dr := &devRank{c: c}
+		rs[r] = dr
+		if dr.s, err = dev.NewStream(); err != nil {
+			return err
+		}
+		if dr.a, err = dev.Alloc(bufBytes); err != nil {
+			return err
+		}
+		if dr.b, err = dev.Alloc(bufBytes); err != nil {
+			return err
+		}
+		dr.dc, err = open(r, c, dev)
+		return err
+	})
+	t.Cleanup(func() { onRanks(rs, (*devRank).close) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -152,9 +140,16 @@ func sweep(t *testing.T, rs []*devRank, cases []devCase) {
 // sweepCase runs c on every rank and checks each one's result.
 func sweepCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase) {
 	t.Helper()
+	checkRanks(t, rs, c, "", func(r *devRank) (int, error) { return runDevCase(ctx, r, c) })
+}
+
+// checkRanks runs run on every rank at once and fails on any rank's
+// error or wrong elements (counted as what says) in case c.
+func checkRanks(t *testing.T, rs []*devRank, c devCase, what string, run func(r *devRank) (wrong int, err error)) {
+	t.Helper()
 	wrong := make([]int, len(rs))
 	errs := onRanks(rs, func(r *devRank) (err error) {
-		wrong[r.c.Rank()], err = runDevCase(ctx, r, c)
+		wrong[r.c.Rank()], err = run(r)
 		return err
 	})
 	for r, err := range errs {
@@ -162,9 +157,32 @@ func sweepCase(ctx context.Context, t *testing.T, rs []*devRank, c devCase) {
 			t.Fatalf("%v: rank %d: %v", c, r, err)
 		}
 		if wrong[r] != 0 {
-			t.Errorf("%v: rank %d: %d wrong elements", c, r, wrong[r])
+			t.Errorf("%v: rank %d: %d wrong elements%s", c, r, wrong[r], what)
 		}
 	}
+}
+
+// close frees what the rank holds (any of it may be missing) and closes
+// its comm.
+func (r *devRank) close() error {
+	if r == nil {
+		return nil
+	}
+	if r.dc != nil {
+		r.dc.Close(context.Background())
+	}
+	for _, b := range []*gpu.Buffer{r.a, r.b} {
+		if b != nil {
+			b.Free()
+		}
+	}
+	if r.s != nil {
+		r.s.Close()
+	}
+	if r.c != nil {
+		return r.c.Close()
+	}
+	return nil
 }
 
 const fakeBig = 300_000 // elements: several 64 KiB chunks and pushes over fanOutMin
@@ -253,23 +271,16 @@ func TestGPUFakeDirectRefused(t *testing.T) {
 	stores := bootstrap.NewInProc(2)
 	ctx := testCtx(t, 20*time.Second)
 	job := fmt.Sprintf("gpufake%d-%d", os.Getpid(), time.Now().UnixNano())
-	errs2 := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := 0; r < 2; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
-			if err != nil {
-				errs2[r] = err
-				return
-			}
-			defer c.Close()
-			dev, _ := drv.Device(r)
-			_, errs2[r] = deviceComm(ctx, c, dev)
-		}()
-	}
-	wg.Wait()
+	errs2 := eachRank(2, func(r int) error {
+		c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(map[string]string{"FLEXLINK_GPU_PATH": "direct"}), Host: "h", JobID: job, Secret: []byte("gpu-test")})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		dev, _ := drv.Device(r)
+		_, err = deviceComm(ctx, c, dev)
+		return err
+	})
 	for r, err := range errs2 {
 		if !errors.Is(err, errs.ErrNotSupported) {
 			t.Errorf("rank %d: %v, want ErrNotSupported", r, err)

@@ -76,10 +76,18 @@ func settleOn(rs []*devRank, call func(r *devRank) error) []error {
 	})
 }
 
+// flagKernelPair is two fake ranks whose collectives all run as flag
+// kernels that give up waiting after kernelTimeout
+// (FLEXLINK_GPU_KERNEL_TIMEOUT), with test buffers of 1 MiB, and the
+// context their test runs under.
+func flagKernelPair(t *testing.T, kernelTimeout string) ([]*devRank, context.Context) {
+	t.Helper()
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": kernelTimeout}
+	return fakeRanks(t, 2, gpufake.Config{}, env, 1<<20), testCtx(t, 20*time.Second)
+}
+
 func TestGPUFakeFlagLostPeer(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
-	ctx := testCtx(t, 20*time.Second)
+	rs, ctx := flagKernelPair(t, "300ms")
 	// One call on both ranks makes the regions (on first use; a peer that
 	// misses that call is TestGPUFakeFlagLostPeerFirstCall).
 	if err := errors.Join(settleOn(rs, func(r *devRank) error {
@@ -112,9 +120,7 @@ func TestGPUFakeFlagLostPeer(t *testing.T) {
 // FLEXLINK_GPU_KERNEL_TIMEOUT with ErrTimeout naming the peer, as a kernel
 // waiting for it would.
 func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "300ms"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
-	ctx := testCtx(t, 20*time.Second)
+	rs, ctx := flagKernelPair(t, "300ms")
 	r := rs[0] // rank 1 never calls
 	start := time.Now()
 	err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
@@ -131,9 +137,7 @@ func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
 // the region's abort word), long before FLEXLINK_GPU_KERNEL_TIMEOUT, and
 // reports the abort.
 func TestGPUFakeFlagJobAbort(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "0"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<20)
-	ctx := testCtx(t, 20*time.Second)
+	rs, ctx := flagKernelPair(t, "0")
 	// One call on both ranks makes the regions (on first use).
 	if err := errors.Join(onRanks(rs, func(r *devRank) error {
 		return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
@@ -214,20 +218,32 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 	}
 }
 
+// flagPair is two fake ranks whose point-to-point groups up to 16 KiB
+// (FLEXLINK_GPU_FLAG_COLL_BYTES) run as flag kernels, with test buffers of
+// 128 KiB, and the context their test runs under.
+func flagPair(t *testing.T) ([]*devRank, context.Context) {
+	t.Helper()
+	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
+	return fakeRanks(t, 2, gpufake.Config{}, env, 1<<17), testCtx(t, 60*time.Second)
+}
+
+// bytesOf returns n bytes, byte i being f(i).
+func bytesOf(n int, f func(i int) byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = f(i)
+	}
+	return b
+}
+
 // On two ranks a group of one send or one receive (a pipeline step) up to
 // four times FLEXLINK_GPU_FLAG_COLL_BYTES runs as a flag kernel, larger
 // ones on the handshake path; the bytes arrive whole either
 // way, and steps in both directions interleave with allreduces.
 func TestGPUFakeFlagSendRecv(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<17)
-	ctx := testCtx(t, 60*time.Second)
+	rs, ctx := flagPair(t)
 	pattern := func(src, n, salt int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(src*31 + i*7 + salt)
-		}
-		return b
+		return bytesOf(n, func(i int) byte { return byte(src*31 + i*7 + salt) })
 	}
 	for k, tc := range []struct {
 		from, bytes int
@@ -296,15 +312,9 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 // FLEXLINK_GPU_FLAG_COLL_BYTES (an exchange) runs as a flag kernel, in
 // place too; larger or unequal ones on the handshake path.
 func TestGPUFakeFlagExchange(t *testing.T) {
-	env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_FLAG_COLL_BYTES": "16384"}
-	rs := fakeRanks(t, 2, gpufake.Config{}, env, 1<<17)
-	ctx := testCtx(t, 60*time.Second)
+	rs, ctx := flagPair(t)
 	pattern := func(src, n, salt int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(src*29 + i*5 + salt)
-		}
-		return b
+		return bytesOf(n, func(i int) byte { return byte(src*29 + i*5 + salt) })
 	}
 	for k, tc := range []struct {
 		bytes   [2]int // what rank r sends (the peer receives as much)

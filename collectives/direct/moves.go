@@ -20,6 +20,22 @@ type copyPair struct {
 	off      int
 }
 
+// toPeers is one push per peer whose recv is known: src(j) (blk bytes)
+// into block Rank() of peer j's recv.
+func (p *directPlane) toPeers(in [][]byte, blk int, src func(j int) *gpu.Buffer) ([]*copyPair, error) {
+	recvs, err := p.remotes(in, 1)
+	if err != nil {
+		return nil, err
+	}
+	cs := make([]*copyPair, p.n)
+	for j, r := range recvs {
+		if r != nil {
+			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: src(j), off: p.me * blk}
+		}
+	}
+	return cs, nil
+}
+
 // pushes enqueues one copy per peer plus this rank's local part. Large
 // pushes each get their peer's copy stream, so the copy engines toward
 // different peers and the local copy on s run at once, and give their PCIe
@@ -62,16 +78,10 @@ func (p *directPlane) pushes(s *gpu.Stream, cs []*copyPair, local func() error) 
 
 // allGather pushes this rank's send into block Rank() of every peer's recv.
 func (p *directPlane) allGather(o *plane.Op, s *gpu.Stream, in [][]byte) error {
-	recvs, err := p.remotes(in, 1)
+	blk := o.Count * o.DT.Size()
+	cs, err := p.toPeers(in, blk, func(int) *gpu.Buffer { return o.Send })
 	if err != nil {
 		return err
-	}
-	blk := o.Count * o.DT.Size()
-	cs := make([]*copyPair, p.n)
-	for j, r := range recvs {
-		if r != nil {
-			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.Send, off: p.me * blk}
-		}
 	}
 	mine := o.Recv.Sub(p.me*blk, blk)
 	if p.lanes.stores && !sameMem(mine, o.Send) && (p.n-1)*blk >= fanOutMin {
@@ -125,16 +135,10 @@ func (p *directPlane) allGatherStore(s *gpu.Stream, cs []*copyPair, mine, send *
 
 // allToAll pushes send block j into block Rank() of peer j's recv.
 func (p *directPlane) allToAll(o *plane.Op, s *gpu.Stream, in [][]byte) error {
-	recvs, err := p.remotes(in, 1)
+	blk := o.Count * o.DT.Size()
+	cs, err := p.toPeers(in, blk, func(j int) *gpu.Buffer { return o.Send.Sub(j*blk, blk) })
 	if err != nil {
 		return err
-	}
-	blk := o.Count * o.DT.Size()
-	cs := make([]*copyPair, p.n)
-	for j, r := range recvs {
-		if r != nil {
-			cs[j] = &copyPair{dst: r.Sub(p.me*blk, blk), src: o.Send.Sub(j*blk, blk), off: p.me * blk}
-		}
 	}
 	return p.pushes(s, cs, func() error {
 		return s.CopyDtoD(o.Recv.Sub(p.me*blk, blk), o.Send.Sub(p.me*blk, blk))

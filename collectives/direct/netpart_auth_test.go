@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/flexlink/flexlink/bootstrap"
 	"github.com/flexlink/flexlink/collectives/plane"
 	"github.com/flexlink/flexlink/collectives/staged"
 	"github.com/flexlink/flexlink/dtype"
@@ -98,84 +97,31 @@ func fakeNetRanks(t *testing.T, n int, env map[string]string, bufBytes int, in *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { drv.Close() })
-	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("netauth%d-%d", os.Getpid(), time.Now().UnixNano())
 	secret := []byte("gpu-test")
 	ctx := testCtx(t, 60*time.Second)
-	rs := make([]*devRank, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				c, err := comm.New(ctx, stores[r], comm.Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: secret})
-				if err != nil {
-					return err
-				}
-				dr := &devRank{c: c}
-				rs[r] = dr
-				dev, err := drv.Device(r)
-				if err != nil {
-					return err
-				}
-				if dr.s, err = dev.NewStream(); err != nil {
-					return err
-				}
-				if dr.a, err = dev.Alloc(bufBytes); err != nil {
-					return err
-				}
-				if dr.b, err = dev.Alloc(bufBytes); err != nil {
-					return err
-				}
-				cfg, err := ReadConfig(c.Env())
-				if err != nil {
-					return err
-				}
-				open := cfg.Shares.OpenNIC
-				cfg.Shares.OpenNIC = func(log hclog.Logger) (net.Provider, int, error) {
-					p, dev, err := open(log)
-					if err != nil {
-						return p, dev, err
-					}
-					return listenHook{p, func(l net.Listener) { in.attack(ctx, l, netshare.Hello(secret, job, c.ID()), r, 1-r) }}, dev, nil
-				}
-				fast := plane.Candidate{
-					Blocker: func(bus []string) string { return Blocker(c, dev, bus) },
-					New:     func(ctx context.Context, bus []string) (plane.Plane, error) { return New(ctx, c, dev, cfg, bus) },
-				}
-				dr.dc, err = plane.Choose(ctx, c, dev, cfg.Path, fast, func() plane.Plane { return staged.New(c, dev) })
-				return err
-			}()
-		}()
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		onRanks(rs, func(r *devRank) error {
-			if r == nil {
-				return nil
-			}
-			if r.dc != nil {
-				r.dc.Close(context.Background())
-			}
-			for _, b := range []*gpu.Buffer{r.a, r.b} {
-				if b != nil {
-					b.Free()
-				}
-			}
-			if r.s != nil {
-				r.s.Close()
-			}
-			return r.c.Close()
-		})
-	})
-	for r, err := range errs {
+	return startDevRanks(t, ctx, n, bufBytes, func(r int) (comm.Options, *gpu.Device, error) {
+		dev, err := drv.Device(r)
+		return comm.Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: secret}, dev, err
+	}, func(r int, c *comm.Comm, dev *gpu.Device) (*plane.DeviceComm, error) {
+		cfg, err := ReadConfig(c.Env())
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return nil, err
 		}
-	}
-	return rs
+		open := cfg.Shares.OpenNIC
+		cfg.Shares.OpenNIC = func(log hclog.Logger) (net.Provider, int, error) {
+			p, dev, err := open(log)
+			if err != nil {
+				return p, dev, err
+			}
+			return listenHook{p, func(l net.Listener) { in.attack(ctx, l, netshare.Hello(secret, job, c.ID()), r, 1-r) }}, dev, nil
+		}
+		fast := plane.Candidate{
+			Blocker: func(bus []string) string { return Blocker(c, dev, bus) },
+			New:     func(ctx context.Context, bus []string) (plane.Plane, error) { return New(ctx, c, dev, cfg, bus) },
+		}
+		return plane.Choose(ctx, c, dev, cfg.Path, fast, func() plane.Plane { return staged.New(c, dev) })
+	})
 }
 
 // TestGPUFakeNetForeignConnections: a process outside the job connects to

@@ -43,11 +43,7 @@ func (l *splitLog) attachNet(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
 		pl.px().MinSlot = minSlot
-		pl.nx().OnSplit = func(x pcieshare.SplitRec) {
-			l.mu.Lock()
-			l.recs = append(l.recs, x)
-			l.mu.Unlock()
-		}
+		pl.nx().OnSplit = l.record
 	}
 }
 

@@ -33,16 +33,21 @@ type splitLog struct {
 	recs []pcieshare.SplitRec
 }
 
+// attach logs the PCIe part's tables of every rank and sets its smallest
+// slot.
 func (l *splitLog) attach(rs []*devRank, minSlot int) {
 	for _, r := range rs {
 		pl := r.dc.Plane().(*directPlane)
 		pl.px().MinSlot = minSlot
-		pl.px().OnSplit = func(x pcieshare.SplitRec) {
-			l.mu.Lock()
-			l.recs = append(l.recs, x)
-			l.mu.Unlock()
-		}
+		pl.px().OnSplit = l.record
 	}
+}
+
+// record is an OnSplit hook: it logs x.
+func (l *splitLog) record(x pcieshare.SplitRec) {
+	l.mu.Lock()
+	l.recs = append(l.recs, x)
+	l.mu.Unlock()
 }
 
 // check compares sender and receiver tables pair by pair and call by call,
@@ -288,16 +293,10 @@ func newFakeCommsErrs(t *testing.T, ctx context.Context, n int, env map[string]s
 	stores := bootstrap.NewInProc(n)
 	job := fmt.Sprintf("gpupcie%d-%d", os.Getpid(), time.Now().UnixNano())
 	cs := make([]*comm.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cs[r], errs[r] = comm.New(ctx, stores[r], comm.Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
-		}()
-	}
-	wg.Wait()
+	errs := eachRank(n, func(r int) (err error) {
+		cs[r], err = comm.New(ctx, stores[r], comm.Options{Env: settings.Map(env), Host: "fakehost", JobID: job, Secret: []byte("gpu-test")})
+		return err
+	})
 	t.Cleanup(func() {
 		for _, c := range cs {
 			if c != nil {

@@ -401,23 +401,7 @@ func TestGPUOneProcess(t *testing.T) {
 		}
 		return nil
 	})
-	defer onRanks(rs, func(dr *devRank) error {
-		if dr.dc != nil {
-			dr.dc.Close(context.Background())
-		}
-		for _, b := range []*gpu.Buffer{dr.a, dr.b} {
-			if b != nil {
-				b.Free()
-			}
-		}
-		if dr.s != nil {
-			dr.s.Close()
-		}
-		if dr.c != nil {
-			return dr.c.Close()
-		}
-		return nil
-	})
+	defer onRanks(rs, (*devRank).close)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

@@ -60,10 +60,8 @@ func (k cut) staging() int {
 
 func (k cut) stages(mem []byte) stages {
 	switch k.o.Kind {
-	case plane.AllGather:
-		return k.gather(mem)
-	case plane.ReduceScatter:
-		return k.scatter(mem)
+	case plane.AllGather, plane.ReduceScatter:
+		return k.byBlock(mem)
 	case plane.Group:
 		return k.group(mem)
 	}
@@ -125,62 +123,59 @@ func (k cut) blocks(mem []byte) (blk, per int, part func(c int) ([]byte, int, in
 	}
 }
 
-// gather cuts an allgather per block: chunk c is bytes [c*per, c*per+ln)
-// of every rank's block, one host allgather of ln bytes a rank, in place
-// in its part of the staging (size slots of ln bytes; this rank's send is
-// copied into its own slot).
-func (k cut) gather(mem []byte) stages {
+// byBlock cuts an allgather or a reduce-scatter per block: chunk c is
+// bytes [c*per, c*per+ln) of every rank's block, in its part of the
+// staging (size slots of ln bytes), and one host collective of ln bytes a
+// rank, in place there. An allgather copies this rank's send into its own
+// slot and every slot out; a reduce-scatter copies every block in and
+// this rank's slot (which keeps the result) out.
+func (k cut) byBlock(mem []byte) stages {
 	o, sz := k.o, k.o.DT.Size()
 	blk, per, part := k.blocks(mem)
+	gather := o.Kind == plane.AllGather
+	// chunk returns chunk c's staging, this rank's slot of it and the
+	// device range of its block q.
+	chunk := func(c int) (r, mine []byte, dev func(b *gpu.Buffer, q int) *gpu.Buffer) {
+		r, off, ln := part(c)
+		return r, r[k.rank*ln : (k.rank+1)*ln], func(b *gpu.Buffer, q int) *gpu.Buffer { return b.Sub(q*blk+off, ln) }
+	}
 	return stages{
 		chunks: (blk + per - 1) / per,
 		in: func(c int) error {
-			r, off, ln := part(c)
-			return k.s.CopyDtoH(r[k.rank*ln:(k.rank+1)*ln], o.Send.Sub(off, ln))
+			r, mine, dev := chunk(c)
+			if gather {
+				return k.s.CopyDtoH(mine, dev(o.Send, 0))
+			}
+			return k.eachSlot(r, func(q int, slot []byte) error { return k.s.CopyDtoH(slot, dev(o.Send, q)) })
 		},
 		host: func(ctx context.Context, c int) error {
-			r, _, ln := part(c)
-			return k.e.AllGather(ctx, collectives.HostBuffer(r[k.rank*ln:(k.rank+1)*ln]), collectives.HostBuffer(r), ln/sz, o.DT)
+			r, mine, _ := chunk(c)
+			all, own := collectives.HostBuffer(r), collectives.HostBuffer(mine)
+			if gather {
+				return k.e.AllGather(ctx, own, all, len(mine)/sz, o.DT)
+			}
+			return k.e.ReduceScatter(ctx, all, own, len(mine)/sz, o.DT, o.Op)
 		},
 		out: func(c int) error {
-			r, off, ln := part(c)
-			for q := range k.size {
-				if err := k.s.CopyHtoD(o.Recv.Sub(q*blk+off, ln), r[q*ln:(q+1)*ln]); err != nil {
-					return err
-				}
+			r, mine, dev := chunk(c)
+			if gather {
+				return k.eachSlot(r, func(q int, slot []byte) error { return k.s.CopyHtoD(dev(o.Recv, q), slot) })
 			}
-			return nil
+			return k.s.CopyHtoD(dev(o.Recv, 0), mine)
 		},
 	}
 }
 
-// scatter cuts a reduce-scatter per block as gather does: chunk c copies
-// bytes [c*per, c*per+ln) of every block into its part of the staging,
-// reduce-scatters it in place (this rank's slot keeps the result) and
-// copies that slot back.
-func (k cut) scatter(mem []byte) stages {
-	o, sz := k.o, k.o.DT.Size()
-	blk, per, part := k.blocks(mem)
-	return stages{
-		chunks: (blk + per - 1) / per,
-		in: func(c int) error {
-			r, off, ln := part(c)
-			for q := range k.size {
-				if err := k.s.CopyDtoH(r[q*ln:(q+1)*ln], o.Send.Sub(q*blk+off, ln)); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-		host: func(ctx context.Context, c int) error {
-			r, _, ln := part(c)
-			return k.e.ReduceScatter(ctx, collectives.HostBuffer(r), collectives.HostBuffer(r[k.rank*ln:(k.rank+1)*ln]), ln/sz, o.DT, o.Op)
-		},
-		out: func(c int) error {
-			r, off, ln := part(c)
-			return k.s.CopyHtoD(o.Recv.Sub(off, ln), r[k.rank*ln:(k.rank+1)*ln])
-		},
+// eachSlot runs f on each of the size slots of r in rank order, up to the
+// first error.
+func (k cut) eachSlot(r []byte, f func(q int, slot []byte) error) error {
+	ln := len(r) / k.size
+	for q := range k.size {
+		if err := f(q, r[q*ln:(q+1)*ln]); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // group cuts a group of sends and receives per message: a message of more

@@ -178,6 +178,21 @@ func (x *caseRun) collectives() error {
 	return nil
 }
 
+// run makes one call: pair's buffers for it (sc, rc, inPlace, inRecv,
+// off), call on them, then check of them.
+func (x *caseRun) run(sc, rc int, inPlace, inRecv bool, off int, call, check func(send, recv *gpu.Buffer) error) error {
+	x.call++
+	send, recv, free, err := x.pair(sc, rc, inPlace, inRecv, off)
+	if err != nil {
+		return err
+	}
+	defer free()
+	if err := call(send, recv); err != nil {
+		return err
+	}
+	return check(send, recv)
+}
+
 // pair allocates send (sc elements of rank's input) and recv (rc
 // elements; at recv offset off of send's memory when in place, where
 // inRecv says send lies inside recv rather than recv inside send).
@@ -204,71 +219,46 @@ func (x *caseRun) pair(sc, rc int, inPlace, inRecv bool, off int) (send, recv *g
 }
 
 func (x *caseRun) allReduce(count int, inPlace bool) error {
-	x.call++
-	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
-	if err != nil {
-		return err
-	}
-	defer free()
-	if err := x.dc.AllReduce(x.ctx, send, recv, count, x.dt, dtype.Sum, x.s); err != nil {
-		return err
-	}
-	return x.check("allreduce", recv, count, x.sum)
+	return x.run(count, count, inPlace, false, 0, func(send, recv *gpu.Buffer) error {
+		return x.dc.AllReduce(x.ctx, send, recv, count, x.dt, dtype.Sum, x.s)
+	}, func(send, recv *gpu.Buffer) error {
+		return x.check("allreduce", recv, count, x.sum)
+	})
 }
 
 func (x *caseRun) broadcast(count int, inPlace bool) error {
-	x.call++
-	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
-	if err != nil {
-		return err
-	}
-	defer free()
 	const root = 1
-	if err := x.dc.Broadcast(x.ctx, send, recv, count, x.dt, root, x.s); err != nil {
-		return err
-	}
-	return x.check("broadcast from rank 1", recv, count, func(i int) float64 { return x.val(root, i) })
+	return x.run(count, count, inPlace, false, 0, func(send, recv *gpu.Buffer) error {
+		return x.dc.Broadcast(x.ctx, send, recv, count, x.dt, root, x.s)
+	}, func(send, recv *gpu.Buffer) error {
+		return x.check("broadcast from rank 1", recv, count, func(i int) float64 { return x.val(root, i) })
+	})
 }
 
 func (x *caseRun) reduce(count int, inPlace bool) error {
-	x.call++
-	send, recv, free, err := x.pair(count, count, inPlace, false, 0)
-	if err != nil {
-		return err
-	}
-	defer free()
 	const root = 0
-	if err := x.dc.Reduce(x.ctx, send, recv, count, x.dt, dtype.Sum, root, x.s); err != nil {
-		return err
-	}
-	if x.rank != root { // send is left as it was
-		return x.check("reduce to rank 0 (non-root send)", send, count, func(i int) float64 { return x.val(x.rank, i) })
-	}
-	return x.check("reduce to rank 0", recv, count, x.sum)
+	return x.run(count, count, inPlace, false, 0, func(send, recv *gpu.Buffer) error {
+		return x.dc.Reduce(x.ctx, send, recv, count, x.dt, dtype.Sum, root, x.s)
+	}, func(send, recv *gpu.Buffer) error {
+		if x.rank != root { // send is left as it was
+			return x.check("reduce to rank 0 (non-root send)", send, count, func(i int) float64 { return x.val(x.rank, i) })
+		}
+		return x.check("reduce to rank 0", recv, count, x.sum)
+	})
 }
 
 func (x *caseRun) allGather(count int, inPlace bool) error {
-	x.call++
-	send, recv, free, err := x.pair(count, x.size*count, inPlace, true, x.rank*count)
-	if err != nil {
-		return err
-	}
-	defer free()
-	if err := x.dc.AllGather(x.ctx, send, recv, count, x.dt, x.s); err != nil {
-		return err
-	}
-	return x.check("allgather", recv, x.size*count, func(i int) float64 { return x.val(i/count, i%count) })
+	return x.run(count, x.size*count, inPlace, true, x.rank*count, func(send, recv *gpu.Buffer) error {
+		return x.dc.AllGather(x.ctx, send, recv, count, x.dt, x.s)
+	}, func(send, recv *gpu.Buffer) error {
+		return x.check("allgather", recv, x.size*count, func(i int) float64 { return x.val(i/count, i%count) })
+	})
 }
 
 func (x *caseRun) reduceScatter(count int, inPlace bool) error {
-	x.call++
-	send, recv, free, err := x.pair(x.size*count, count, inPlace, false, x.rank*count)
-	if err != nil {
-		return err
-	}
-	defer free()
-	if err := x.dc.ReduceScatter(x.ctx, send, recv, count, x.dt, dtype.Sum, x.s); err != nil {
-		return err
-	}
-	return x.check("reducescatter", recv, count, func(i int) float64 { return x.sum(x.rank*count + i) })
+	return x.run(x.size*count, count, inPlace, false, x.rank*count, func(send, recv *gpu.Buffer) error {
+		return x.dc.ReduceScatter(x.ctx, send, recv, count, x.dt, dtype.Sum, x.s)
+	}, func(send, recv *gpu.Buffer) error {
+		return x.check("reducescatter", recv, count, func(i int) float64 { return x.sum(x.rank*count + i) })
+	})
 }

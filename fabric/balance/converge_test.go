@@ -3,12 +3,12 @@ package balance
 import (
 	"flag"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current planner")
@@ -198,20 +198,7 @@ func TestGoldenTraces(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := sc.golden(sc.run(p))
-			path := filepath.Join("testdata", sc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -run TestGoldenTraces -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("trace differs from %s; rerun with -update if intended, then review the diff\n%s", path, firstDiff(string(want), got))
-			}
+			testenv.Golden(t, filepath.Join("testdata", sc.name+".golden"), []byte(got), *update)
 		})
 	}
 }

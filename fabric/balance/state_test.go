@@ -11,6 +11,7 @@ import (
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/internal/errs"
 	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestStateRoundTrip: a planner restored from its JSON state makes the
@@ -38,7 +39,7 @@ func TestStateRoundTrip(t *testing.T) {
 	sc.calls, sc.seed = 40, 99
 	a, b := sc.golden(sc.run(orig)), sc.golden(sc.run(restored))
 	if a != b {
-		t.Fatalf("restored planner diverges from the original:\n%s", firstDiff(a, b))
+		t.Fatalf("restored planner diverges from the original:\n%s", testenv.FirstDiff(a, b))
 	}
 }
 

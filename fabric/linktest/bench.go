@@ -2,6 +2,7 @@ package linktest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -81,4 +82,53 @@ func BenchPingPong(b *testing.B, a, c fabric.Link, size int) {
 	}
 	checkData(b, "echo", back, ping)
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N)/2e3, "us/oneway")
+}
+
+// BenchSuite runs the benchmarks every link kind shares, named
+// OneWay/<mode>/<size>, PingPong/<n>B and TwoProcess/<mode>/<size>
+// ("<mode>/" left out when mode is ""): BenchOneWay at 4 KiB, 1 MiB and
+// 64 MiB (64, 8 and 2 messages in flight) on the links pair makes,
+// BenchPingPong of 8 B and 4 KiB on pair's links of mode "", and the same
+// sizes streamed to a helper process that helper connects, after an echo
+// that warms up and checks the path.
+func BenchSuite(b *testing.B, modes []string, pair func(b *testing.B, mode string) (fabric.Link, fabric.Link), helper func(b *testing.B, mode string) (*Proc, fabric.Link)) {
+	sizes := []struct {
+		name         string
+		size, window int
+	}{{"4KiB", 4 << 10, 64}, {"1MiB", 1 << 20, 8}, {"64MiB", 64 << 20, 2}}
+	named := func(kind, mode, size string) string {
+		if mode == "" {
+			return kind + "/" + size
+		}
+		return kind + "/" + mode + "/" + size
+	}
+	for _, m := range modes {
+		for _, tc := range sizes {
+			b.Run(named("OneWay", m, tc.name), func(b *testing.B) {
+				a, c := pair(b, m)
+				defer a.Close()
+				defer c.Close()
+				BenchOneWay(b, a, c, tc.size, tc.window)
+			})
+		}
+	}
+	for _, size := range []int{8, 4 << 10} {
+		b.Run(fmt.Sprintf("PingPong/%dB", size), func(b *testing.B) {
+			a, c := pair(b, "")
+			defer a.Close()
+			defer c.Close()
+			BenchPingPong(b, a, c, size)
+		})
+	}
+	for _, m := range modes {
+		for _, tc := range sizes {
+			b.Run(named("TwoProcess", m, tc.name), func(b *testing.B) {
+				p, l := helper(b, m)
+				p.Echo(b, l, tc.size) // warm up and check the path
+				b.SetBytes(int64(tc.size))
+				b.ResetTimer()
+				p.Sink(b, l, tc.size, b.N, tc.window)
+			})
+		}
+	}
 }

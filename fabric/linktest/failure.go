@@ -113,13 +113,7 @@ func testWaitDeadline(t *testing.T, mk mkPair) {
 // limit.
 func awaitFailure(t *testing.T, r fabric.Request, want error, limit time.Duration, what string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	err := r.Wait(ctx)
-	if ctx.Err() != nil {
-		t.Fatalf("%s: still pending after %v", what, limit)
-	}
-	if !errors.Is(err, want) {
+	if err := awaitWithin(t, r, limit, what); !errors.Is(err, want) {
 		t.Fatalf("%s: error %v, want one wrapping %v", what, err, want)
 	}
 }

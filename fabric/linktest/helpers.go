@@ -1,16 +1,16 @@
 package linktest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/internal/settings"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // Helpers that the tests of the host transports share.
@@ -23,23 +23,17 @@ func NewJob(prefix string) string {
 	return fmt.Sprintf("%s-%x", prefix, b)
 }
 
+// EndpointConfig is rank's endpoint config in the two-rank job job, on
+// host, with env's settings.
+func EndpointConfig(job string, rank int, host string, env map[string]string) fabric.EndpointConfig {
+	return fabric.EndpointConfig{
+		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
+		Host: host, Comm: "world", Env: settings.Map(env),
+	}
+}
+
 // LogBuffer collects log output from several goroutines.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type LogBuffer = testenv.SyncBuffer
 
 // ConnectPair connects two endpoints (ranks 0 and 1) from two goroutines,
 // as two ranks do.

@@ -87,11 +87,18 @@ func TagOf(i int) fabric.Tag {
 // opTimeout) and returns its error.
 func Await(t testing.TB, r fabric.Request, what string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	return awaitWithin(t, r, opTimeout, what)
+}
+
+// awaitWithin waits for r to finish, failing the test if it does not
+// within limit, and returns its error.
+func awaitWithin(t testing.TB, r fabric.Request, limit time.Duration, what string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	err := r.Wait(ctx)
 	if ctx.Err() != nil {
-		t.Fatalf("%s: not done after %v", what, opTimeout)
+		t.Fatalf("%s: not done after %v", what, limit)
 	}
 	return err
 }

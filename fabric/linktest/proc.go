@@ -102,6 +102,20 @@ func (p *Proc) Expect(t testing.TB, prefix string) string {
 	return ""
 }
 
+// ServeMain is a helper process's whole life: Serve ep (made with err;
+// peer rank 0) on stdin and stdout, then exit, with status 1 and the
+// error on stderr when making or serving it failed.
+func ServeMain(ep fabric.Endpoint, err error) {
+	if err == nil {
+		err = Serve(ep, 0, os.Stdin, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 // Serve runs a helper's side: it prints "addr <hex address>", reads the
 // parent's "addr" line, connects to rank peer, prints "ready", and serves
 // commands until "exit" or end of input.
@@ -247,4 +261,22 @@ func (p *Proc) PingPong(t testing.TB, l fabric.Link, size, count int) time.Durat
 	checkData(t, "echoed message", got, msg)
 	p.Expect(t, "ok")
 	return d / time.Duration(2*max(count, 1))
+}
+
+// SuiteFails reruns this test binary on the tests that run selects
+// (-test.run) with env (NAME=value) added, and fails t unless that run
+// fails, in the test named fails ("--- FAIL: " fails). what names what
+// the rerun tested, for the message: the self-tests of the suites show
+// they catch a broken link or provider this way.
+func SuiteFails(t *testing.T, run, env, fails, what string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.v")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed %s:\n%s", what, out)
+	}
+	if want := "--- FAIL: " + fails; !strings.Contains(string(out), want) {
+		t.Fatalf("output lacks %q:\n%s", want, out)
+	}
 }

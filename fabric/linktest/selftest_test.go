@@ -3,7 +3,6 @@ package linktest_test
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -78,15 +77,7 @@ func TestSuiteCatchesBugs(t *testing.T) {
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			top, _, _ := strings.Cut(tc.fails, "/")
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenLink$/^"+top+"$", "-test.v")
-			cmd.Env = append(os.Environ(), "LINKTEST_BUG="+tc.bug)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the suite passed a link that %s:\n%s", tc.bug, out)
-			}
-			if want := "--- FAIL: TestBrokenLink/" + tc.fails; !strings.Contains(string(out), want) {
-				t.Fatalf("output lacks %q:\n%s", want, out)
-			}
+			linktest.SuiteFails(t, "^TestBrokenLink$/^"+top+"$", "LINKTEST_BUG="+tc.bug, "TestBrokenLink/"+tc.fails, "a link that "+tc.bug)
 		})
 	}
 }

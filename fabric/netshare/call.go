@@ -65,13 +65,8 @@ func (x *Share) Begin(peers []int, _ uint64, p linkshare.Plan) {
 // the bytes go (off in the peer's recv).
 func (x *Share) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 	nt := x.tx[j]
-	if nt.part.Sealed {
-		return fmt.Errorf("rank %d: net part toward rank %d staged after the call's copies were joined (a bug)", x.Me, j)
-	}
-	if f := x.Fault; f != nil {
-		if err := f("d2h", j); err != nil {
-			return fmt.Errorf("net part toward rank %d: %w", j, err)
-		}
+	if err := nt.part.CanStage(x.Me, j, "net", x.Fault); err != nil {
+		return err
 	}
 	record := func() error {
 		if nt.part.Slot < 0 {

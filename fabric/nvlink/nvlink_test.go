@@ -61,13 +61,8 @@ func TestWindowRoundTrip(t *testing.T) {
 	}
 	var first *gpu.Buffer
 	for _, r := range []struct{ off, n int }{{0, 4096}, {12288, 20000}, {1<<16 - 100, 100}} {
-		d, err := w0.Describe(buf.Sub(r.off, r.n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wire := make([]byte, DescBytes)
-		d.Put(wire)
-		m, err := w1.Open(0, GetDesc(wire))
+		desc := wired(t, w0, buf.Sub(r.off, r.n))
+		m, err := w1.Open(0, desc)
 		if err != nil {
 			t.Fatalf("open [%d,+%d): %v", r.off, r.n, err)
 		}
@@ -109,13 +104,7 @@ func TestWindowRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := w0.Describe(buf.Sub(4096, 4096))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wire := make([]byte, DescBytes)
-	d.Put(wire)
-	past := GetDesc(wire)
+	past := wired(t, w0, buf.Sub(4096, 4096))
 	past.n = 8192
 	for name, d := range map[string]Desc{"empty": empty, "past the end": past} {
 		if b, err := w1.Open(0, d); err == nil || b != nil {
@@ -236,13 +225,8 @@ func TestWindowReallocated(t *testing.T) {
 		if err := s0.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
-		d, err := w0.Describe(buf.Sub(0, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wire := make([]byte, DescBytes)
-		d.Put(wire)
-		m, err := w1.Open(0, GetDesc(wire))
+		desc := wired(t, w0, buf.Sub(0, n))
+		m, err := w1.Open(0, desc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,4 +250,17 @@ func TestWindowReallocated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// wired describes b in w and returns the description as the peer gets it
+// (Put, then GetDesc).
+func wired(t *testing.T, w *Window, b *gpu.Buffer) Desc {
+	t.Helper()
+	d, err := w.Describe(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := make([]byte, DescBytes)
+	d.Put(wire)
+	return GetDesc(wire)
 }

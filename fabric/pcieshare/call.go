@@ -173,13 +173,8 @@ func (x *Share) Start(s *gpu.Stream, peers []int) error {
 // copies wait for.
 func (x *Share) Stage(j, off int, src *gpu.Buffer, after *gpu.Event) error {
 	t := x.tx[j]
-	if t.part.Sealed {
-		return fmt.Errorf("rank %d: pcie part toward rank %d staged after the call's copies were joined (a bug)", x.Me, j)
-	}
-	if f := x.Fault; f != nil {
-		if err := f("d2h", j); err != nil {
-			return fmt.Errorf("pcie part toward rank %d: %w", j, err)
-		}
+	if err := t.part.CanStage(x.Me, j, "pcie", x.Fault); err != nil {
+		return err
 	}
 	if err := t.part.Fill(t.Tx, off, src, after, func() error { return x.recordSlot(t) }); err != nil {
 		return fmt.Errorf("pcie part toward rank %d: %w", j, err)

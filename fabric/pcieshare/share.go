@@ -222,6 +222,21 @@ func (p *Part) Reset(b int, pl pcie.Plan) {
 	*p = Part{Bytes: b, Plan: pl, Slot: -1, Segs: p.Segs[:0]}
 }
 
+// CanStage returns why rank me may not stage more of its kind part ("pcie",
+// "net") toward rank j now: the call's copies are joined (a bug), or the
+// test hook fault (nil: none) fails it at "d2h".
+func (p *Part) CanStage(me, j int, kind string, fault func(where string, peer int) error) error {
+	if p.Sealed {
+		return fmt.Errorf("rank %d: %s part toward rank %d staged after the call's copies were joined (a bug)", me, kind, j)
+	}
+	if fault != nil {
+		if err := fault("d2h", j); err != nil {
+			return fmt.Errorf("%s part toward rank %d: %w", kind, j, err)
+		}
+	}
+	return nil
+}
+
 // SplitRec is one side's view of a pair's staging table in one call
 // (tests compare the sender's and the receiver's).
 type SplitRec struct {

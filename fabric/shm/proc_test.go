@@ -25,15 +25,7 @@ func TestHelperProcess(t *testing.T) {
 	switch os.Getenv(linktest.HelperEnv) {
 	case "shm":
 		env := map[string]string{"FLEXLINK_SHM_CMA_BYTES": os.Getenv("LINKTEST_SHM_CMA")}
-		ep, err := NewEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, env))
-		if err == nil {
-			err = linktest.Serve(ep, 0, os.Stdin, os.Stdout)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+		linktest.ServeMain(NewEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, env)))
 	case "idle":
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)

@@ -8,17 +8,13 @@ import (
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/linktest"
-	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // newJob returns a job id unique to this test run.
 func newJob() string { return linktest.NewJob("shmtest") }
 
 func config(job string, rank int, env map[string]string) fabric.EndpointConfig {
-	return fabric.EndpointConfig{
-		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
-		Host: "testhost", Comm: "world", Env: settings.Map(env),
-	}
+	return linktest.EndpointConfig(job, rank, "testhost", env)
 }
 
 // newPair makes two connected links between goroutines of this process.

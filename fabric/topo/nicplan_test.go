@@ -1,14 +1,14 @@
 package topo
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -169,23 +169,7 @@ func nicTable(h *Host, a [][]int) string {
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", "nics", name+".txt")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if !bytes.Equal(want, []byte(got)) {
-		t.Errorf("differs from %s (go test -update rewrites it):\n%s", path, got)
-	}
+	testenv.Golden(t, filepath.Join("testdata", "nics", name+".txt"), []byte(got), *update)
 }
 
 func TestAssignNICsGolden(t *testing.T) {

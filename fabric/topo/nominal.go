@@ -22,36 +22,42 @@ func NominalNVLinkBW(version int) float64 {
 	return 0
 }
 
+// pcieGen is one PCIe generation: the lowest link rate (GT/s) taken for
+// it, and a lane's bandwidth in bytes/s in one direction after line
+// encoding.
+type pcieGen struct {
+	minGTs, perLane float64
+}
+
+// pcieGens are PCIe generations 1 to 6.
+func pcieGens() [6]pcieGen {
+	return [6]pcieGen{
+		{2.4, 2.5e9 * 8 / 10 / 8},
+		{4.9, 5e9 * 8 / 10 / 8},
+		{7.9, 8e9 * 128 / 130 / 8},
+		{15, 16e9 * 128 / 130 / 8},
+		{31, 32e9 * 128 / 130 / 8},
+		{63, 64e9 * 242 / 256 / 8}, // FLIT mode
+	}
+}
+
 // PCIeBW returns the bandwidth of a PCIe link in bytes/s in one direction
 // after line encoding, or 0 when gen or width is unknown.
 func PCIeBW(gen, width int) float64 {
-	perLane := map[int]float64{
-		1: 2.5e9 * 8 / 10 / 8,
-		2: 5e9 * 8 / 10 / 8,
-		3: 8e9 * 128 / 130 / 8,
-		4: 16e9 * 128 / 130 / 8,
-		5: 32e9 * 128 / 130 / 8,
-		6: 64e9 * 242 / 256 / 8, // FLIT mode
-	}[gen]
-	return perLane * float64(width)
+	if gen < 1 || gen > len(pcieGens()) {
+		return 0
+	}
+	return pcieGens()[gen-1].perLane * float64(width)
 }
 
 // PCIeGenFromRate maps a link rate in GT/s to a PCIe generation (0 when
 // unrecognised).
 func PCIeGenFromRate(gts float64) int {
-	switch {
-	case gts >= 63:
-		return 6
-	case gts >= 31:
-		return 5
-	case gts >= 15:
-		return 4
-	case gts >= 7.9:
-		return 3
-	case gts >= 4.9:
-		return 2
-	case gts >= 2.4:
-		return 1
+	gens := pcieGens()
+	for g := len(gens); g >= 1; g-- {
+		if gts >= gens[g-1].minGTs {
+			return g
+		}
 	}
 	return 0
 }

@@ -1,9 +1,9 @@
 package hostlist
 
 import (
-	"reflect"
-	"strings"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 func TestExpand(t *testing.T) {
@@ -43,10 +43,7 @@ func TestExpand(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := Expand(tc.in)
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
 	}
 }
@@ -73,22 +70,7 @@ func TestTasksPerNode(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := TasksPerNode(tc.in)
-			checkErr(t, err, tc.wantErr)
-			if tc.wantErr == "" && !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
+			testenv.WantResult(t, got, err, tc.want, tc.wantErr)
 		})
-	}
-}
-
-func checkErr(t *testing.T, err error, want string) {
-	t.Helper()
-	switch {
-	case want == "" && err != nil:
-		t.Fatalf("unexpected error: %v", err)
-	case want != "" && err == nil:
-		t.Fatalf("no error, want one containing %q", want)
-	case want != "" && !strings.Contains(err.Error(), want):
-		t.Fatalf("error %q does not contain %q", err, want)
 	}
 }

@@ -27,6 +27,10 @@ type cluster struct {
 	hosts     []string // rail-0 addresses of h1, h2, ...
 }
 
+func newCluster(tc testenv.Testcluster) *cluster {
+	return &cluster{dir: tc.Dir, sshConfig: tc.SSHConfig, hosts: tc.Hosts}
+}
+
 func missing(t *testing.T, component, why string) {
 	t.Helper()
 	testenv.Missing(t, component, why)
@@ -59,24 +63,12 @@ func startCluster() (*cluster, func(), string, error) {
 		command(script, "down", "--name", clusterName)
 		return nil, nil, "", fmt.Errorf("scripts/testcluster up: %v", err)
 	}
-	c := &cluster{}
-	for _, line := range strings.Split(out, "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		v = strings.Trim(v, `"`)
-		switch k {
-		case "TC_DIR":
-			c.dir = v
-		case "TC_SSH_CONFIG":
-			c.sshConfig = v
-		case "TC_HOSTS":
-			c.hosts = strings.Fields(v)
-		}
-	}
-	if len(c.hosts) != 2 || c.sshConfig == "" {
+	tc, err := testenv.ParseTestcluster(out, 2)
+	if err != nil {
 		command(script, "down", "--name", clusterName)
-		return nil, nil, "", fmt.Errorf("scripts/testcluster up printed %q", out)
+		return nil, nil, "", err
 	}
-	return c, func() { command(script, "down", "--name", clusterName) }, "", nil
+	return newCluster(tc), func() { command(script, "down", "--name", clusterName) }, "", nil
 }
 
 // flexrun runs flexrun with the cluster's ssh configuration and prefix.

@@ -1,7 +1,6 @@
 package clustertest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // binaries are built once by TestMain; fixtures are started by the first
@@ -110,7 +111,7 @@ func (f *fixture[T]) stop() {
 // proc is a running process whose output the test reads as it comes.
 type proc struct {
 	cmd      *exec.Cmd
-	out, err syncBuffer
+	out, err testenv.SyncBuffer
 	done     chan struct{}
 	start    time.Time
 	end      time.Time
@@ -180,24 +181,6 @@ func poll(d time.Duration, cond func() bool) bool {
 		}
 		<-tick.C
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // command runs a helper command to completion (30 s at most).

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"fmt"
+	"github.com/flexlink/flexlink/internal/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,23 +47,11 @@ func upCluster(t *testing.T, name, net string, extra ...string) *cluster {
 	if err != nil {
 		t.Fatalf("scripts/testcluster up 2 --rails 2 %s: %v", strings.Join(extra, " "), err)
 	}
-	c := &cluster{}
-	for _, line := range strings.Split(out, "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		v = strings.Trim(v, `"`)
-		switch k {
-		case "TC_DIR":
-			c.dir = v
-		case "TC_SSH_CONFIG":
-			c.sshConfig = v
-		case "TC_HOSTS":
-			c.hosts = strings.Fields(v)
-		}
+	tc, err := testenv.ParseTestcluster(out, 2)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(c.hosts) != 2 || c.sshConfig == "" {
-		t.Fatalf("scripts/testcluster up printed %q", out)
-	}
-	return c
+	return newCluster(tc)
 }
 
 // netEnv is the environment of a job on the network transport over every
@@ -162,12 +151,12 @@ func TestNetTransport(t *testing.T) {
 				}
 			}
 		}
-		before := txBytes(t)
+		before := testenv.RailTxBytes(t, netClusterName)
 		p := c.flexrun(t, netEnv("tcp"), "-H", hosts11, bench, "allreduce", "-b", "16M", "-e", "16M", "-n", "10", "-w", "2", "--no-inplace")
 		if code := p.wait(t, 60*time.Second); code != 0 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, p.out.String(), p.err.String())
 		}
-		after := txBytes(t)
+		after := testenv.RailTxBytes(t, netClusterName)
 		checkRows(t, p, 1)
 		rails := checkLinks(t, p.err.String())
 		shares := sharesRE.FindAllStringSubmatch(p.err.String(), -1)
@@ -211,11 +200,11 @@ func TestNetTransport(t *testing.T) {
 	t.Run("rail down mid-run", func(t *testing.T) {
 		// The rails stay rate-limited, so the run lasts seconds; a 2 s
 		// timeout makes the dead rail known soon after it goes.
-		before := txBytes(t)
+		before := testenv.RailTxBytes(t, netClusterName)
 		p := c.flexrun(t, netEnv("tcp", "FLEXLINK_NET_TIMEOUT=2s"), "-H", hosts11, bench, "allreduce", "-b", "16M", "-e", "16M", "-n", "16", "-w", "1", "--no-inplace")
 		ns2 := netClusterName + "h2"
 		// Mid-run: once rail1 has carried 4 MB of this job.
-		if !poll(30*time.Second, func() bool { return txBytes(t)["h1/rail1"]-before["h1/rail1"] > 4e6 }) {
+		if !poll(30*time.Second, func() bool { return testenv.RailTxBytes(t, netClusterName)["h1/rail1"]-before["h1/rail1"] > 4e6 }) {
 			t.Fatalf("rail1 carried no traffic within 30 s\nstderr:\n%s", p.err.String())
 		}
 		if out, err := command("ip", "-n", ns2, "link", "set", "rail1", "down"); err != nil {
@@ -238,22 +227,4 @@ func TestNetTransport(t *testing.T) {
 			t.Errorf("no WARN line naming rail1:\n%s", p.err.String())
 		}
 	})
-}
-
-// txBytes reads every rail's transmitted bytes in both hosts, by
-// "h<i>/rail<r>".
-func txBytes(t *testing.T) map[string]int64 {
-	t.Helper()
-	m := map[string]int64{}
-	for h := 1; h <= 2; h++ {
-		for r := 0; r < 2; r++ {
-			out, err := command("ip", "netns", "exec", fmt.Sprintf("%sh%d", netClusterName, h), "cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r))
-			if err != nil {
-				t.Fatalf("tx_bytes: %v", err)
-			}
-			v, _ := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
-			m[fmt.Sprintf("h%d/rail%d", h, r)] = v
-		}
-	}
-	return m
 }

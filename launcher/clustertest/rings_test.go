@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // The emulated hosts of TestSwitchRings: two namespaces with two NICs
@@ -68,14 +70,14 @@ func TestSwitchRings(t *testing.T) {
 			if tc.oneRing {
 				env = append(env, "FLEXLINK_RINGS=1")
 			}
-			before := switchTx(t, ringsClusterName)
+			before := testenv.RailTxBytes(t, ringsClusterName)
 			args := append([]string{"-H", hosts}, wrapper...)
 			args = append(args, bench, tc.op, "-b", "16M", "-e", "16M", "-n", "4", "-w", "1", "--no-inplace")
 			p := c.flexrun(t, env, args...)
 			if code := p.wait(t, 90*time.Second); code != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, p.out.String(), p.err.String())
 			}
-			after := switchTx(t, ringsClusterName)
+			after := testenv.RailTxBytes(t, ringsClusterName)
 			checkRows(t, p, 1)
 			for _, line := range strings.Split(p.out.String(), "\n") {
 				if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "#") {

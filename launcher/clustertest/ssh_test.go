@@ -207,22 +207,19 @@ func TestSSHConnectionKilled(t *testing.T) {
 	c.assertClean(t, 3*time.Second)
 }
 
-// TestSSHNetworkCut: with host 2's NIC down, flexrun loses it (no word
-// within --agent-timeout) and names it first, never a rank of the healthy
-// host (whose collectives fail on the lost peers before the agent's
-// silence is over); host 2's ranks are gone too (its agent, its sshd, or
-// the ranks themselves notice), and the job ends within the agent timeout
-// and a few seconds.
-func TestSSHNetworkCut(t *testing.T) {
-	c := testCluster(t)
-	p, _ := startSpin(t, c)
+// cutHost2 takes host 2's NIC down (up again when the test ends), waits up
+// to d for p to end and checks that flexrun's first line of its own names
+// host 2 lost to its agent's silence of agentTimeout, ranks 2 and 3 with
+// it, within agentTimeout and 5 s of the cut. It returns p's exit code.
+func cutHost2(t *testing.T, c *cluster, p *proc, agentTimeout, d time.Duration) int {
+	t.Helper()
 	veth := clusterName + "h2r0"
 	cut := time.Now()
 	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
 		t.Fatalf("cut the network: %v %s", err, out)
 	}
-	defer command("ip", "link", "set", veth, "up")
-	code := p.wait(t, 15*time.Second)
+	t.Cleanup(func() { command("ip", "link", "set", veth, "up") })
+	code := p.wait(t, d)
 	took := p.end.Sub(cut)
 	first := ""
 	for _, l := range strings.Split(p.err.String(), "\n") {
@@ -232,12 +229,27 @@ func TestSSHNetworkCut(t *testing.T) {
 		}
 	}
 	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
-	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for 3s \(ranks 2, 3 gone with it\)`)
-	if code != 1 || !want.MatchString(first) {
-		t.Errorf("exit %d, first line %q, want exit 1 and %q; stderr:\n%s", code, first, want, p.err.String())
+	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for ` + agentTimeout.String() + ` \(ranks 2, 3 gone with it\)`)
+	if !want.MatchString(first) {
+		t.Errorf("exit %d, first line %q, want %q; stderr:\n%s", code, first, want, p.err.String())
 	}
-	if took > 3*time.Second+5*time.Second {
-		t.Errorf("flexrun ended %v after the cut, want within the agent timeout (3 s) and 5 s", took)
+	if took > agentTimeout+5*time.Second {
+		t.Errorf("flexrun ended %v after the cut, want within the agent timeout (%v) and 5 s", took, agentTimeout)
+	}
+	return code
+}
+
+// TestSSHNetworkCut: with host 2's NIC down, flexrun loses it (no word
+// within --agent-timeout) and names it first, never a rank of the healthy
+// host (whose collectives fail on the lost peers before the agent's
+// silence is over); host 2's ranks are gone too (its agent, its sshd, or
+// the ranks themselves notice), and the job ends within the agent timeout
+// and a few seconds.
+func TestSSHNetworkCut(t *testing.T) {
+	c := testCluster(t)
+	p, _ := startSpin(t, c)
+	if code := cutHost2(t, c, p, 3*time.Second, 15*time.Second); code != 1 {
+		t.Errorf("exit %d, want 1", code)
 	}
 	c.assertClean(t, 10*time.Second)
 }
@@ -251,29 +263,7 @@ func TestSSHNetworkCutLinksFirst(t *testing.T) {
 	args := []string{"--agent-timeout", "12s", "--kill-grace", "1s", "-x", "FLEXLINK_NET_TIMEOUT=2s", "-H", c.hosts[0] + ":2," + c.hosts[1] + ":2"}
 	p := c.flexrun(t, nil, append(args, st.bins.spin)...)
 	p.waitLines(t, joinedRE, 4, 30*time.Second)
-	veth := clusterName + "h2r0"
-	cut := time.Now()
-	if out, err := command("ip", "link", "set", veth, "down"); err != nil {
-		t.Fatalf("cut the network: %v %s", err, out)
-	}
-	defer command("ip", "link", "set", veth, "up")
-	code := p.wait(t, 40*time.Second)
-	took := p.end.Sub(cut)
-	first := ""
-	for _, l := range strings.Split(p.err.String(), "\n") {
-		if strings.HasPrefix(l, "flexrun: ") {
-			first = l
-			break
-		}
-	}
-	t.Logf("exit %d %v after the cut: %q", code, took.Round(time.Millisecond), first)
-	want := regexp.MustCompile(`^flexrun: host ` + regexp.QuoteMeta(c.hosts[1]) + ` lost: no word from its agent for 12s \(ranks 2, 3 gone with it\)`)
-	if !want.MatchString(first) {
-		t.Errorf("exit %d, first line %q, want %q; stderr:\n%s", code, first, want, p.err.String())
-	}
-	if took > 12*time.Second+5*time.Second {
-		t.Errorf("flexrun ended %v after the cut, want within the agent timeout (12 s) and 5 s", took)
-	}
+	cutHost2(t, c, p, 12*time.Second, 40*time.Second)
 	c.assertClean(t, 10*time.Second)
 }
 

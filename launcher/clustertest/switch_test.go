@@ -1,9 +1,7 @@
 package clustertest
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -54,14 +52,14 @@ func TestSwitchTwoNICs(t *testing.T) {
 	// bytes each host sent on each rail meanwhile.
 	job := func(t *testing.T, env []string, wrapper []string, op string) (string, map[string]int64) {
 		t.Helper()
-		before := switchTx(t, switchClusterName)
+		before := testenv.RailTxBytes(t, switchClusterName)
 		args := append([]string{"-H", hosts}, wrapper...)
 		args = append(args, bench, op, "-b", "4M", "-e", "4M", "-n", "4", "-w", "1", "--no-inplace")
 		p := c.flexrun(t, env, args...)
 		if code := p.wait(t, 60*time.Second); code != 0 {
 			t.Fatalf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", op, code, p.out.String(), p.err.String())
 		}
-		after := switchTx(t, switchClusterName)
+		after := testenv.RailTxBytes(t, switchClusterName)
 		checkRows(t, p, 1)
 		sent := map[string]int64{}
 		for k, v := range after {
@@ -116,12 +114,7 @@ func TestSwitchTwoNICs(t *testing.T) {
 // once for the package.
 func switchNeeds(t *testing.T) (topoFile, bench string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
+	testenv.EmulatedHosts(t)
 	testenv.LookPath(t, "openssh-client", "ssh")
 	testenv.LookPath(t, "openssh-client", "ssh-keygen")
 	topoFile = filepath.Join(st.bins.repo, "launcher", "clustertest", "testdata", "switch2x2.yaml")
@@ -164,26 +157,4 @@ func ownNICs(t *testing.T, stderr string, want map[int]string) {
 func switchCluster(t *testing.T) *cluster {
 	t.Helper()
 	return upCluster(t, switchClusterName, switchClusterNet, "--rate", "1gbit")
-}
-
-// switchTx reads every rail's transmitted bytes in both hosts of the
-// emulated cluster name, by "h<i>/rail<r>".
-func switchTx(t *testing.T, name string) map[string]int64 {
-	t.Helper()
-	m := map[string]int64{}
-	for h := 1; h <= 2; h++ {
-		for r := 0; r < 2; r++ {
-			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", name, h),
-				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
-			if err != nil {
-				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
-			}
-			v, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-			if err != nil {
-				t.Fatalf("tx_bytes of h%d rail%d: %q: %v", h, r, out, err)
-			}
-			m[fmt.Sprintf("h%d/rail%d", h, r)] = v
-		}
-	}
-	return m
 }

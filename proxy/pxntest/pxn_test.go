@@ -88,19 +88,8 @@ func setup() {
 		cluster.err = fmt.Errorf("scripts/testcluster up: %v\n%s", err, out)
 		return
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		v = strings.Trim(v, `"`)
-		switch k {
-		case "TC_SSH_CONFIG":
-			cluster.sshCf = v
-		case "TC_HOSTS":
-			cluster.hosts = strings.Fields(v)
-		}
-	}
-	if len(cluster.hosts) != 2 || cluster.sshCf == "" {
-		cluster.err = fmt.Errorf("scripts/testcluster up printed %q", out)
-	}
+	tc, err := testenv.ParseTestcluster(string(out), 2)
+	cluster.sshCf, cluster.hosts, cluster.err = tc.SSHConfig, tc.Hosts, err
 }
 
 func teardown() {

@@ -10,30 +10,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // jobRanks is the size of the job the tests attack and inspect.
 const jobRanks = 4
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // jobSpec is how a test runs testdata/job.
 type jobSpec struct {
@@ -48,7 +31,7 @@ type jobSpec struct {
 // rank ready (every listener open) and waiting for the release.
 type runningJob struct {
 	cmd     *exec.Cmd
-	stderr  *syncBuffer
+	stderr  *testenv.SyncBuffer
 	lines   chan string // stdout lines not yet read; closed at its end
 	exited  chan error  // cmd.Wait's error, once stdout has ended
 	out     []string    // stdout lines read so far
@@ -66,7 +49,7 @@ func startJob(ctx context.Context, t *testing.T, spec jobSpec) *runningJob {
 		"github.com/flexlink/flexlink/tests/listeners/testdata/job").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	j := &runningJob{stderr: &syncBuffer{}, lines: make(chan string, 64), exited: make(chan error, 1),
+	j := &runningJob{stderr: &testenv.SyncBuffer{}, lines: make(chan string, 64), exited: make(chan error, 1),
 		release: filepath.Join(t.TempDir(), "go")}
 	args := append([]string{"--oversubscribe", "-np", fmt.Sprint(jobRanks), "--timeout", spec.timeout}, spec.flags...)
 	args = append(args, filepath.Join(bin, "job"), "-go", j.release, "-wait", spec.wait, "-iters", fmt.Sprint(spec.iters))

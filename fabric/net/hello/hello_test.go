@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/tcp"
 	"github.com/flexlink/flexlink/internal/errs"
@@ -68,7 +68,7 @@ func TestAcceptDropsForeign(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var buf syncBuf
+	var buf linktest.LogBuffer
 	drops := &Drops{Log: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}), What: "test listener"}
 	layer, err := Open(p, 0, Options{Config: cfg, MaxTag: 42, What: "test", Wait: 300 * time.Millisecond, Drops: drops})
 	if err != nil {
@@ -168,21 +168,4 @@ func TestAcceptDropsForeign(t *testing.T) {
 	if w := strings.Count(buf.String(), "[WARN]"); w != 1 {
 		t.Errorf("%d WARN lines for %d dropped connections, want 1:\n%s", w, len(foreign), buf.String())
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

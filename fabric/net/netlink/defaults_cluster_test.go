@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,45 +21,11 @@ import (
 // and the results are exact (flexbench's check, #wrong 0).
 func TestRailsDefaults(t *testing.T) {
 	const name, subnet = "ndflt", "10.86"
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
-	repo, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := t.TempDir()
-	os.Chmod(prefix, 0o755)
-	bin := filepath.Join(prefix, "bin")
-	if out, err := exec.Command("go", "build", "-C", repo, "-o", bin+"/", "./cmd/flexrun", "./cmd/flexbench").CombinedOutput(); err != nil {
-		t.Fatalf("build flexrun, flexbench: %v\n%s", err, out)
-	}
-	script := filepath.Join(repo, "scripts", "testcluster")
-	t.Cleanup(func() { exec.Command(script, "down", "--name", name).Run() })
-	out, err := exec.Command(script, "up", "2", "--rails", "2", "--rate", "1gbit", "--name", name, "--net", subnet).Output()
-	if err != nil {
-		t.Fatalf("testcluster up: %v\n%s", err, out)
-	}
-	var hosts []string
-	var sshConfig string
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		switch v = strings.Trim(v, `"`); k {
-		case "TC_HOSTS":
-			hosts = strings.Fields(v)
-		case "TC_SSH_CONFIG":
-			sshConfig = v
-		}
-	}
-	if len(hosts) != 2 || sshConfig == "" {
-		t.Fatalf("testcluster up printed %q", out)
-	}
+	prefix, bin, tc := railsUp(t, name, subnet, "--rate", "1gbit")
+	hosts, sshConfig := tc.Hosts, tc.SSHConfig
 	for _, op := range []string{"allreduce", "alltoall"} {
 		t.Run(op, func(t *testing.T) {
-			before := nicBytes(t, name)
+			before := testenv.RailTxBytes(t, name)
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "flexrun"), "--ssh-args", "-F "+sshConfig, "--prefix", prefix,
@@ -83,7 +47,7 @@ func TestRailsDefaults(t *testing.T) {
 			if rows[0].Wrong != 0 {
 				t.Errorf("%s 16 MiB: #wrong %d", op, rows[0].Wrong)
 			}
-			after := nicBytes(t, name)
+			after := testenv.RailTxBytes(t, name)
 			for h := 1; h <= 2; h++ {
 				r0 := after[fmt.Sprintf("h%d/rail0", h)] - before[fmt.Sprintf("h%d/rail0", h)]
 				r1 := after[fmt.Sprintf("h%d/rail1", h)] - before[fmt.Sprintf("h%d/rail1", h)]
@@ -99,22 +63,4 @@ func TestRailsDefaults(t *testing.T) {
 			}
 		})
 	}
-}
-
-// nicBytes reads both rails' transmitted bytes on both hosts of cluster
-// name, by "h<i>/rail<r>".
-func nicBytes(t *testing.T, name string) map[string]int64 {
-	t.Helper()
-	m := map[string]int64{}
-	for h := 1; h <= 2; h++ {
-		for r := 0; r < 2; r++ {
-			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", name, h),
-				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
-			if err != nil {
-				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
-			}
-			m[fmt.Sprintf("h%d/rail%d", h, r)], _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		}
-	}
-	return m
 }

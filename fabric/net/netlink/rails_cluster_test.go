@@ -6,7 +6,6 @@ package netlink_test
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -38,42 +37,8 @@ var (
 // reported for the 1 MiB messages the ring sends, and both near the rates'
 // 2:1.
 func TestRailsInProportion(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "root", "network namespaces for the emulated hosts")
-	}
-	testenv.LookPath(t, "iproute2", "ip")
-	testenv.LookPath(t, "iproute2", "tc")
-	testenv.LookPath(t, "openssh-server", "sshd")
-	repo, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := t.TempDir()
-	os.Chmod(prefix, 0o755)
-	bin := filepath.Join(prefix, "bin")
-	if out, err := exec.Command("go", "build", "-C", repo, "-o", bin+"/", "./cmd/flexrun", "./cmd/flexbench").CombinedOutput(); err != nil {
-		t.Fatalf("build flexrun, flexbench: %v\n%s", err, out)
-	}
-	script := filepath.Join(repo, "scripts", "testcluster")
-	t.Cleanup(func() { exec.Command(script, "down", "--name", railsCluster).Run() })
-	out, err := exec.Command(script, "up", "2", "--rails", "2", "--name", railsCluster, "--net", railsNet).Output()
-	if err != nil {
-		t.Fatalf("testcluster up: %v\n%s", err, out)
-	}
-	var hosts []string
-	var sshConfig string
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		switch v = strings.Trim(v, `"`); k {
-		case "TC_HOSTS":
-			hosts = strings.Fields(v)
-		case "TC_SSH_CONFIG":
-			sshConfig = v
-		}
-	}
-	if len(hosts) != 2 || sshConfig == "" {
-		t.Fatalf("testcluster up printed %q", out)
-	}
+	prefix, bin, tc := railsUp(t, railsCluster, railsNet)
+	hosts, sshConfig := tc.Hosts, tc.SSHConfig
 	for h := 1; h <= 2; h++ {
 		for r, rate := range []string{"400mbit", "200mbit"} {
 			ns := fmt.Sprintf("%sh%d", railsCluster, h)
@@ -83,7 +48,7 @@ func TestRailsInProportion(t *testing.T) {
 			}
 		}
 	}
-	before := railBytes(t)
+	before := testenv.RailTxBytes(t, railsCluster)
 	cmd := exec.Command(filepath.Join(bin, "flexrun"), "--ssh-args", "-F "+sshConfig, "--prefix", prefix,
 		"-H", hosts[0]+":1,"+hosts[1]+":1", "-x", "FLEXLINK_DEBUG=INFO", "-x", "FLEXLINK_NET=tcp",
 		"-x", "FLEXLINK_NET_IFNAME=rail", "-x", "FLEXLINK_NET_RAILS=0", "-x", "FLEXLINK_CHUNK_BYTES=1M", // the shares of 1 MiB messages
@@ -95,6 +60,7 @@ func TestRailsInProportion(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(60 * time.Second):
@@ -104,7 +70,7 @@ func TestRailsInProportion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("flexrun: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	after := railBytes(t)
+	after := testenv.RailTxBytes(t, railsCluster)
 	logs := stderr.String()
 	if n := len(railOrderRE.FindAllString(logs, -1)); n != 2 {
 		t.Fatalf("%d hosts list rail0 as link 0 and rail1 as link 1, want 2:\n%s", n, logs)
@@ -128,22 +94,4 @@ func TestRailsInProportion(t *testing.T) {
 			t.Errorf("%s: rail0 (400 Mbit/s) sent %.3f of the bytes beside rail1 (200 Mbit/s): want about 2/3", h, got)
 		}
 	}
-}
-
-// railBytes reads both rails' transmitted bytes on both hosts, by
-// "h<i>/rail<r>".
-func railBytes(t *testing.T) map[string]int64 {
-	t.Helper()
-	m := map[string]int64{}
-	for h := 1; h <= 2; h++ {
-		for r := 0; r < 2; r++ {
-			out, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("%sh%d", railsCluster, h),
-				"cat", fmt.Sprintf("/sys/class/net/rail%d/statistics/tx_bytes", r)).Output()
-			if err != nil {
-				t.Fatalf("tx_bytes of h%d rail%d: %v", h, r, err)
-			}
-			m[fmt.Sprintf("h%d/rail%d", h, r)], _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		}
-	}
-	return m
 }

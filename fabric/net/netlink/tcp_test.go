@@ -21,7 +21,6 @@ import (
 	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net/netlink"
 	"github.com/flexlink/flexlink/internal/errs"
-	"github.com/flexlink/flexlink/internal/settings"
 )
 
 func newJob() string { return linktest.NewJob("tcptest") }
@@ -32,10 +31,7 @@ func config(job string, rank int, env map[string]string) fabric.EndpointConfig {
 	for k, v := range env {
 		m[k] = v
 	}
-	return fabric.EndpointConfig{
-		Rank: rank, Size: 2, JobID: job, Secret: []byte("job secret " + job),
-		Host: fmt.Sprintf("host%d", rank), Comm: "world", Env: settings.Map(m),
-	}
+	return linktest.EndpointConfig(job, rank, fmt.Sprintf("host%d", rank), m)
 }
 
 func tcpEndpoint(t testing.TB, cfg fabric.EndpointConfig) fabric.Endpoint {
@@ -220,15 +216,7 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(linktest.HelperEnv) != "tcp" {
 		return
 	}
-	ep, err := netlink.NewTCPEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, nil))
-	if err == nil {
-		err = linktest.Serve(ep, 0, os.Stdin, os.Stdout)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "helper:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	linktest.ServeMain(netlink.NewTCPEndpoint(config(os.Getenv("LINKTEST_JOB"), 1, nil)))
 }
 
 // TestTCPTwoProcesses: a peer process that is killed or exits fails the

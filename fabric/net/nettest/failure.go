@@ -124,6 +124,13 @@ func testGarbageHandles(t *testing.T, e *Env) {
 		return // a garbage connection may sit in the accept queue
 	}
 	// The listener still works.
+	acc := acceptOne(l)
+	checkConn(t, e.A, good, acc)
+}
+
+// acceptOne accepts one connection on l in the background (waiting at most
+// opTimeout); the channel gets it, or nil when Accept failed.
+func acceptOne(l net.Listener) <-chan net.RecvConn {
 	acc := make(chan net.RecvConn, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -131,7 +138,7 @@ func testGarbageHandles(t *testing.T, e *Env) {
 		r, _ := l.Accept(ctx)
 		acc <- r
 	}()
-	checkConn(t, e.A, good, acc)
+	return acc
 }
 
 // checkConn connects from p to handle, takes the accepted side from acc and
@@ -169,13 +176,7 @@ func testJunk(t *testing.T, e *Env, junk func(t *testing.T, handle, junk []byte)
 		t.Fatal(err)
 	}
 	defer l.Close()
-	acc := make(chan net.RecvConn, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		r, _ := l.Accept(ctx)
-		acc <- r
-	}()
+	acc := acceptOne(l)
 	for i, n := range []int{0, 1, 7, 64, 65, 1000, 1 << 20} {
 		b := Pattern(uint64(i), n)
 		junk(t, l.Handle(), b)

@@ -1,7 +1,6 @@
 package nettest
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/flexlink/flexlink/fabric/net"
@@ -14,10 +13,17 @@ import (
 // caller's test runs over Narrow(tcp, 20) to show that its tags fit the
 // narrowest provider without needing one, and over a narrower one to
 // show that it refuses with a clear error (net.CheckTags).
-func Narrow(p net.Provider, bits int) net.Provider { return narrow{p, bits} }
+func Narrow(p net.Provider, bits int) net.Provider {
+	n := narrow{bits: bits}
+	n.Wrapped = Wrapped{Provider: p,
+		Send: func(s net.SendConn) net.SendConn { return narrowSend{s, n} },
+		Recv: func(r net.RecvConn) net.RecvConn { return narrowRecv{r, n} },
+	}
+	return n
+}
 
 type narrow struct {
-	net.Provider
+	Wrapped
 	bits int
 }
 
@@ -28,35 +34,6 @@ func (n narrow) check(tag uint64) error {
 		return fmt.Errorf("tag %#x over the %d bits this provider carries: %w", tag, n.bits, errs.ErrNotSupported)
 	}
 	return nil
-}
-
-func (n narrow) Listen(ctx context.Context, dev int) (net.Listener, error) {
-	l, err := n.Provider.Listen(ctx, dev)
-	if err != nil {
-		return nil, err
-	}
-	return narrowListener{l, n}, nil
-}
-
-func (n narrow) Connect(ctx context.Context, dev int, handle []byte) (net.SendConn, error) {
-	s, err := n.Provider.Connect(ctx, dev, handle)
-	if err != nil {
-		return nil, err
-	}
-	return narrowSend{s, n}, nil
-}
-
-type narrowListener struct {
-	net.Listener
-	n narrow
-}
-
-func (l narrowListener) Accept(ctx context.Context) (net.RecvConn, error) {
-	r, err := l.Listener.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return narrowRecv{r, l.n}, nil
 }
 
 type narrowSend struct {

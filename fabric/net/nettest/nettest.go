@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"hash/crc64"
 	"math/rand/v2"
+	stdnet "net"
 	"testing"
 	"time"
 
+	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net"
 )
 
@@ -45,6 +47,21 @@ func Large(n int) Option { return func(c *config) { c.large = n } }
 // socket to the listening address). Without it that case is skipped.
 func Junk(write func(t *testing.T, handle, junk []byte)) Option {
 	return func(c *config) { c.junk = write }
+}
+
+// JunkTCP is what a Junk writer of a provider whose listeners take raw
+// TCP connections does once it has the address from the handle: it
+// connects to addr and writes b (the listener may hang up early: that is
+// the point).
+func JunkTCP(t *testing.T, addr string, b []byte) {
+	t.Helper()
+	c, err := stdnet.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.Write(b)
 }
 
 // WithoutJunk leaves JunkOnListener out. Only the suite's own self-test
@@ -150,15 +167,9 @@ func Connect(ctx context.Context, from, to net.Provider) (net.SendConn, net.Recv
 	return s, a.r, nil
 }
 
-// Pattern returns n bytes determined by seed (a PCG stream).
-func Pattern(seed uint64, n int) []byte {
-	b := make([]byte, n+8)
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	for i := 0; i < n; i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
-	}
-	return b[:n:n]
-}
+// Pattern returns n bytes determined by seed: the PCG stream of
+// linktest.Payload, which PatternSum follows too.
+func Pattern(seed uint64, n int) []byte { return linktest.Payload(seed, n) }
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 

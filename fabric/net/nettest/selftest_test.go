@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/nettest"
 	"github.com/flexlink/flexlink/fabric/net/tcp"
@@ -16,40 +15,22 @@ import (
 
 // broken wraps the tcp provider and breaks one rule of the contract.
 type broken struct {
-	net.Provider
+	nettest.Wrapped
 	bug string
+}
+
+func newBroken(p net.Provider, bug string) broken {
+	return broken{nettest.Wrapped{Provider: p,
+		Send: func(s net.SendConn) net.SendConn { return brokenSend{s, bug} },
+		Recv: func(r net.RecvConn) net.RecvConn { return brokenRecv{r, bug} },
+	}, bug}
 }
 
 func (b broken) Connect(ctx context.Context, dev int, h []byte) (net.SendConn, error) {
 	if b.bug == "TrimsHandle" && len(h) > 28 {
 		h = h[:28]
 	}
-	s, err := b.Provider.Connect(ctx, dev, h)
-	if err != nil {
-		return nil, err
-	}
-	return brokenSend{s, b.bug}, nil
-}
-
-func (b broken) Listen(ctx context.Context, dev int) (net.Listener, error) {
-	l, err := b.Provider.Listen(ctx, dev)
-	if err != nil {
-		return nil, err
-	}
-	return brokenListener{l, b.bug}, nil
-}
-
-type brokenListener struct {
-	net.Listener
-	bug string
-}
-
-func (l brokenListener) Accept(ctx context.Context) (net.RecvConn, error) {
-	r, err := l.Listener.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return brokenRecv{r, l.bug}, nil
+	return b.Wrapped.Connect(ctx, dev, h)
 }
 
 type brokenSend struct {
@@ -120,7 +101,7 @@ func TestBrokenProvider(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return broken{p, bug}
+		return newBroken(p, bug)
 	}, nettest.Large(8<<20), nettest.WithoutJunk())
 }
 
@@ -135,15 +116,7 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		{"HidesRemote", "PeerDies"},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenProvider$/^"+tc.fails+"$", "-test.v")
-			cmd.Env = append(os.Environ(), "NETTEST_BUG="+tc.bug)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the suite passed a provider that %s:\n%s", tc.bug, out)
-			}
-			if want := "--- FAIL: TestBrokenProvider/" + tc.fails; !strings.Contains(string(out), want) {
-				t.Fatalf("output lacks %q:\n%s", want, out)
-			}
+			linktest.SuiteFails(t, "^TestBrokenProvider$/^"+tc.fails+"$", "NETTEST_BUG="+tc.bug, "TestBrokenProvider/"+tc.fails, "a provider that "+tc.bug)
 		})
 	}
 }
@@ -156,6 +129,6 @@ func TestUntouched(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return broken{p, ""}
+		return newBroken(p, "")
 	}, nettest.Large(8<<20), nettest.WithoutJunk())
 }

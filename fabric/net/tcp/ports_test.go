@@ -2,13 +2,12 @@ package tcp
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	fnet "github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/internal/ports"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // TestListenPortRange: with FLEXLINK_PORT_RANGE's range in Options.Ports,
@@ -46,17 +45,7 @@ func TestListenPortRange(t *testing.T) {
 			l.Close()
 		}
 	}()
-	if len(got) == 0 {
-		t.Fatalf("no listener in %v: %v", r, err)
-	}
-	for i, p := range got {
-		if !r.Contains(p) || i > 0 && p <= got[i-1] {
-			t.Fatalf("listeners on ports %v: want ascending ports within %v", got, r)
-		}
-	}
-	if !errors.Is(err, ports.ErrExhausted) || !strings.Contains(err.Error(), "FLEXLINK_PORT_RANGE=31010-31015") {
-		t.Fatalf("listener %d on a range of %d: %v; want ports.ErrExhausted naming FLEXLINK_PORT_RANGE=31010-31015", len(got)+1, r.Size(), err)
-	}
+	testenv.PortsInRange(t, "listeners", got, r, err)
 	s, err := ps[1].Connect(ctx, 0, ls[0].Handle())
 	if err != nil {
 		t.Fatalf("connect to a listener in the range: %v", err)

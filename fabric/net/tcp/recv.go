@@ -24,8 +24,8 @@ import (
 // dropped, never stored) and acknowledged, then the connection fails.
 type recvConn struct {
 	endpoint
-	st   state
-	life lifecycle
+	st state
+	lifecycle
 
 	mu     sync.Mutex
 	cond   *sync.Cond // an IRecv was posted, or the connection failed
@@ -108,7 +108,7 @@ func newRecvConn(p *Provider, dev, remote string, socks []*net.TCPConn) *recvCon
 		posted: postings{msgs: map[uint64]*inMsg{}},
 		done:   completions{arrived: map[uint64]bool{}, kick: make(chan struct{}, 1)}}
 	c.cond = sync.NewCond(&c.mu)
-	c.life.wg.Add(len(socks) + 1)
+	c.start(len(socks)+1, c.fail, func() { p.untrack(c) })
 	for i := range socks {
 		go c.read(i)
 	}
@@ -148,7 +148,7 @@ func (c *recvConn) IRecv(bufs [][]byte, tags []uint64, mrs []fnet.MemRegion) (fn
 
 // read is socket i's loop.
 func (c *recvConn) read(i int) {
-	defer c.life.wg.Done()
+	defer c.wg.Done()
 	br := bufio.NewReaderSize(&deadlineReader{c: c.socks[i], timeout: c.timeout}, 16<<10)
 	var b [hdrBytes]byte
 	for {
@@ -303,7 +303,7 @@ func (c *recvConn) failOp(op *recvOp, err error) {
 // writeAcks sends the count of complete messages back on socket 0 when it
 // grows, and a heartbeat when idle.
 func (c *recvConn) writeAcks() {
-	defer c.life.wg.Done()
+	defer c.wg.Done()
 	beat := max(c.timeout/5, time.Millisecond)
 	tick := time.NewTicker(beat)
 	defer tick.Stop()
@@ -376,22 +376,4 @@ func (c *recvConn) fail(err error, tell bool) {
 	for _, s := range c.socks {
 		s.Close()
 	}
-}
-
-// Abort fails everything with err and tells the peer.
-func (c *recvConn) Abort(err error) { c.fail(err, true) }
-
-func (c *recvConn) closeWith(err error) {
-	c.fail(err, true)
-	c.life.once.Do(func() {
-		c.life.wg.Wait()
-		c.p.untrack(c)
-	})
-}
-
-// Close fails pending receives with errs.ErrClosed and waits for the
-// goroutines.
-func (c *recvConn) Close() error {
-	c.closeWith(fmt.Errorf("connection %w", errs.ErrClosed))
-	return nil
 }

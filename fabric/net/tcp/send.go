@@ -23,8 +23,8 @@ type sendConn struct {
 	mu        sync.Mutex // orders ISend; guards seq, inflight
 	seq       uint64
 	inflight  []*sendOp // in seq order, not yet acknowledged
-	life      lifecycle
-	meter     rateMeter
+	lifecycle
+	meter rateMeter
 }
 
 // endpoint is what both sides of a connection hold: the provider that
@@ -40,10 +40,39 @@ func newEndpoint(p *Provider, dev, remote string, socks []*net.TCPConn) endpoint
 	return endpoint{p: p, dev: dev, remote: remote, socks: socks, timeout: p.opt.Timeout}
 }
 
-// lifecycle is what closing a connection waits for.
+// lifecycle is how a connection ends, the same for both sides: fail is
+// the side's own failure (recvConn.fail, sendConn.fail), and closing waits
+// for the connection's goroutines once before the provider forgets it.
 type lifecycle struct {
-	wg   sync.WaitGroup // the connection's goroutines
-	once sync.Once
+	wg      sync.WaitGroup // the connection's goroutines
+	once    sync.Once
+	fail    func(err error, tell bool)
+	untrack func()
+}
+
+// start readies the lifecycle of a connection about to start n
+// goroutines.
+func (l *lifecycle) start(n int, fail func(err error, tell bool), untrack func()) {
+	l.fail, l.untrack = fail, untrack
+	l.wg.Add(n)
+}
+
+// Abort fails everything with err and tells the peer.
+func (l *lifecycle) Abort(err error) { l.fail(err, true) }
+
+func (l *lifecycle) closeWith(err error) {
+	l.fail(err, true)
+	l.once.Do(func() {
+		l.wg.Wait()
+		l.untrack()
+	})
+}
+
+// Close fails pending operations with errs.ErrClosed and waits for the
+// goroutines.
+func (l *lifecycle) Close() error {
+	l.closeWith(fmt.Errorf("connection %w", errs.ErrClosed))
+	return nil
 }
 
 func newSendConn(p *Provider, dev, remote string, socks []*net.TCPConn) *sendConn {
@@ -52,7 +81,7 @@ func newSendConn(p *Provider, dev, remote string, socks []*net.TCPConn) *sendCon
 	for i, s := range socks {
 		c.writers = append(c.writers, &writer{c: c, i: i, conn: s, ready: make(chan struct{}, 1)})
 	}
-	c.life.wg.Add(len(socks) + 1)
+	c.start(len(socks)+1, c.fail, func() { p.untrack(c) })
 	for _, w := range c.writers {
 		go w.run()
 	}
@@ -164,7 +193,7 @@ func (c *sendConn) ack(count uint64) error {
 
 // readAcks reads socket 0's reverse direction: acks, heartbeats, aborts.
 func (c *sendConn) readAcks() {
-	defer c.life.wg.Done()
+	defer c.wg.Done()
 	br := bufio.NewReaderSize(&deadlineReader{c: c.socks[0], timeout: c.timeout}, 4096)
 	var b [hdrBytes]byte
 	for {
@@ -221,24 +250,6 @@ func (c *sendConn) fail(err error, tell bool) {
 	}
 }
 
-// Abort fails everything with err and tells the peer.
-func (c *sendConn) Abort(err error) { c.fail(err, true) }
-
-func (c *sendConn) closeWith(err error) {
-	c.fail(err, true)
-	c.life.once.Do(func() {
-		c.life.wg.Wait()
-		c.p.untrack(c)
-	})
-}
-
-// Close fails pending sends with errs.ErrClosed and waits for the
-// goroutines.
-func (c *sendConn) Close() error {
-	c.closeWith(fmt.Errorf("connection %w", errs.ErrClosed))
-	return nil
-}
-
 // maxBatch is how many queued parts a writer hands to one writev.
 const maxBatch = 32
 
@@ -286,7 +297,7 @@ func (w *writer) take(into []part) []part {
 
 func (w *writer) run() {
 	c := w.c
-	defer c.life.wg.Done()
+	defer c.wg.Done()
 	beat := max(c.timeout/5, time.Millisecond)
 	tick := time.NewTicker(beat)
 	defer tick.Stop()

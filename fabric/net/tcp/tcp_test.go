@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -37,13 +36,7 @@ func junk(t *testing.T, handle, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.DialTimeout("tcp", h.addr.String(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	c.Write(b) // the listener may hang up early: that is the point
+	nettest.JunkTCP(t, h.addr.String(), b)
 }
 
 func TestConformance(t *testing.T) {

@@ -1,9 +1,7 @@
 package ucx
 
 import (
-	"net"
 	"testing"
-	"time"
 
 	fnet "github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/nettest"
@@ -15,13 +13,7 @@ func junk(t *testing.T, handle, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.DialTimeout("tcp", h.addr.String(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	c.Write(b) // the listener may hang up early: that is the point
+	nettest.JunkTCP(t, h.addr.String(), b)
 }
 
 // TestConformance runs the provider suite over UCX's tcp transport on

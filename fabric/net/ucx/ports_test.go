@@ -44,15 +44,5 @@ func TestSideChannelPortRange(t *testing.T) {
 		defer l.Close()
 		got = append(got, int(l.(*listener).h.addr.Port()))
 	}
-	if len(got) == 0 {
-		t.Fatalf("no listener in %v: %v", r, err)
-	}
-	for i, port := range got {
-		if !r.Contains(port) || i > 0 && port <= got[i-1] {
-			t.Fatalf("side channel on ports %v: want ascending ports within %v", got, r)
-		}
-	}
-	if !errors.Is(err, ports.ErrExhausted) || !strings.Contains(err.Error(), "FLEXLINK_PORT_RANGE="+r.String()) {
-		t.Fatalf("listener %d on a range of %d: %v; want ports.ErrExhausted naming the range", len(got)+1, r.Size(), err)
-	}
+	testenv.PortsInRange(t, "side channel listeners", got, r, err)
 }

@@ -11,10 +11,9 @@ package linktest
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"github.com/flexlink/flexlink/internal/testenv"
 	"testing"
 	"time"
 
@@ -64,17 +63,9 @@ func Run(t *testing.T, mk func(t *testing.T) (a, b fabric.Link)) {
 
 type mkPair = func(t *testing.T) (fabric.Link, fabric.Link)
 
-// Payload returns n pseudo-random bytes determined by seed. Tests compare
-// what arrived with what was sent, so any corruption, truncation or
-// reordering of bytes shows.
-func Payload(seed uint64, n int) []byte {
-	b := make([]byte, n+8)
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	for i := 0; i < n; i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
-	}
-	return b[:n:n]
-}
+// Payload returns n pseudo-random bytes determined by seed
+// (testenv.Payload).
+func Payload(seed uint64, n int) []byte { return testenv.Payload(seed, n) }
 
 // TagOf returns a tag whose four words all depend on i, so a transport that
 // drops or swaps any word of a tag is caught.

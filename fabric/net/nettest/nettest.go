@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 const (
@@ -168,8 +168,8 @@ func Connect(ctx context.Context, from, to net.Provider) (net.SendConn, net.Recv
 }
 
 // Pattern returns n bytes determined by seed: the PCG stream of
-// linktest.Payload, which PatternSum follows too.
-func Pattern(seed uint64, n int) []byte { return linktest.Payload(seed, n) }
+// testenv.Payload (linktest.Payload too), which PatternSum follows.
+func Pattern(seed uint64, n int) []byte { return testenv.Payload(seed, n) }
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 

@@ -15,12 +15,12 @@
 #   bash scripts/gpu-withheld-enqueued.sh          # MPS on GPU 0, and 2 GPUs when there are
 #
 # Prints PASS/FAIL per setting with what flexrun and the ranks said.
-# The time limit is torch's, not ours: measured on one H200 under MPS
-# (2026-11-29), torch 2.11's watchdog caught the timeout at 8 s, asked for
-# a debug dump at 13 s and called abort only at 72 s (it waits up to 60 s
-# for the dump; rank 1's sleep had ended at 60 s), and the job ended at
-# 78 s with flexrun naming rank 1. TORCH_NCCL_DUMP_ON_TIMEOUT=0 skips that
-# wait (not measured here).
+# The time limit is loose: measured on one H200 under MPS (2026-11-29),
+# flexrun named rank 1 both times, but the job ended at 78-80 s (with and
+# without TORCH_NCCL_DUMP_ON_TIMEOUT=0): torch's watchdog caught the 8 s
+# timeout on time, yet the waiting ranks ended only after rank 1 made the
+# call at 60 s and their kernels completed (docs/ERRORS.md says what may
+# hold them).
 set -uo pipefail
 source scripts/gpu-step.sh # mps_start, mps_stop
 # Binaries built with -tags flexlink_noptx (the device tool's) embed no kernels.

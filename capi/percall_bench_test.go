@@ -95,29 +95,7 @@ func BenchmarkPerCall2(b *testing.B) {
 		calls[r] = Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: 2, Type: ncclFloat32, Stream: f.ss[r].Handle()}
 	}
 	b.Run("threads", func(b *testing.B) {
-		b.ReportAllocs()
-		b.ResetTimer()
-		var wg sync.WaitGroup
-		errs := make([]error, len(calls))
-		for r := range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range b.N {
-					if err := f.l.Coll(10+r, f.hs[r], calls[r]); err != nil {
-						errs[r] = fmt.Errorf("rank %d: %w", r, err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		b.StopTimer()
-		for _, err := range errs {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		benchThreads(b, len(calls), func(r int) error { return f.l.Coll(10+r, f.hs[r], calls[r]) })
 	})
 	b.Run("group", func(b *testing.B) {
 		b.ReportAllocs()
@@ -146,4 +124,33 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// benchThreads runs op(r) b.N times on a goroutine per rank r of n (each
+// rank's calls from a thread of its own, as n processes make them) and
+// fails b with the first rank's error.
+func benchThreads(b *testing.B, n int, op func(r int) error) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range b.N {
+				if err := op(r); err != nil {
+					errs[r] = fmt.Errorf("rank %d: %w", r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -1,8 +1,6 @@
 package capi
 
 import (
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/flexlink/flexlink/gpu/gpufake"
@@ -26,36 +24,16 @@ func BenchmarkSendRecv2(b *testing.B) {
 			recv: Call{Kind: Recv, Recv: devPtr(recv), Count: 2, Type: ncclFloat32, Root: 1 - r, Stream: s},
 		}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	errs := make([]error, len(calls))
-	for r := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tid := 10 + r
-			for range b.N {
-				f.l.GroupStart(tid)
-				err := f.l.Coll(tid, f.hs[r], calls[r].send)
-				if err == nil {
-					err = f.l.Coll(tid, f.hs[r], calls[r].recv)
-				}
-				if gerr := f.l.GroupEnd(tid); err == nil {
-					err = gerr
-				}
-				if err != nil {
-					errs[r] = fmt.Errorf("rank %d: %w", r, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
+	benchThreads(b, len(calls), func(r int) error {
+		tid := 10 + r
+		f.l.GroupStart(tid)
+		err := f.l.Coll(tid, f.hs[r], calls[r].send)
+		if err == nil {
+			err = f.l.Coll(tid, f.hs[r], calls[r].recv)
 		}
-	}
+		if gerr := f.l.GroupEnd(tid); err == nil {
+			err = gerr
+		}
+		return err
+	})
 }

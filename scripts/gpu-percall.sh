@@ -29,11 +29,7 @@ LOG=$OUT/percall.log
 : >"$LOG"
 rows() { grep -E "^ +[0-9]|Out of bounds" | tee -a "$LOG"; }
 
-[ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
-cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-step build timeout 300 make -s -j16 -C /tmp/nccl-tests MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
-	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
-B=/tmp/nccl-tests/build
+nccl_tests_build "$src"
 
 PARTS=${PARTS:-one two}
 part() { [[ " $PARTS " == *" $1 "* ]]; }

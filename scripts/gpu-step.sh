@@ -23,6 +23,18 @@ step() {
 	fi
 }
 
+# nccl_tests_build SRC builds nccl-tests from the checkout SRC in
+# /tmp/nccl-tests against the installed NCCL's header (as users build it),
+# for this GPU's architecture, as a step, and sets B to its build folder.
+nccl_tests_build() {
+	local cap
+	[ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$1" /tmp/nccl-tests; }
+	cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+	step build timeout 300 make -s -j"$(nproc)" -C /tmp/nccl-tests MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
+		NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
+	B=/tmp/nccl-tests/build
+}
+
 # mps_start starts a CUDA MPS daemon of the script's own (its own pipe and
 # log directories under /tmp/flexlink-mps; it changes no GPU setting) and
 # exports CUDA_MPS_PIPE_DIRECTORY so that the processes started after it

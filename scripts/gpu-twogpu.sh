@@ -57,11 +57,7 @@ if [ "${KERNELS:-0}" = 1 ]; then
 	tar -C /tmp/flexlink-fatbin -cf "$OUT/fatbin.tar" fatbin
 	export FLEXLINK_GPU_KERNELS=/tmp/flexlink-fatbin/fatbin
 fi
-[ -x /tmp/nccl-tests/build/all_reduce_perf ] || { rm -rf /tmp/nccl-tests && cp -r "$src" /tmp/nccl-tests; }
-cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-step build timeout 300 make -s -j32 -C /tmp/nccl-tests MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
-	NVCC_GENCODE="-gencode=arch=compute_$cap,code=sm_$cap"
-B=/tmp/nccl-tests/build
+nccl_tests_build "$src"
 
 # one LIB TEST ARGS...: one nccl-tests run at 2 MPI ranks, one per GPU;
 # its rows and #wrong line to $LOG under a header, the whole output to
@@ -75,15 +71,17 @@ one() {
 		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -np 2 $B/${t}_perf -g 1 -c 1 "$@"
 	grep -E "^ +[0-9]|Out of bounds|Avg bus" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 }
+# pair LIB TEST: one eager run and one replayed (-G 10), 8 B-1 MiB.
+pair() {
+	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20
+	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+}
 export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1}
 
 if part small; then
 	stamp "nine binaries, 8 B-1 MiB, NCCL then flexlink, eager and -G 10"
 	for t in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
-		for lib in NCCL flexlink; do
-			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20
-			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
-		done
+		for lib in NCCL flexlink; do pair $lib $t; done
 	done
 fi
 if part tests; then
@@ -95,17 +93,13 @@ fi
 if part lines; then
 	stamp "flexlink FLEXLINK_GPU_FLAG_LINES=0"
 	for t in all_reduce all_gather; do
-		FLEXLINK_GPU_FLAG_LINES=0 one flexlink-nolines $t -b 8 -e 1M -f 2 -n 200 -w 20
-		FLEXLINK_GPU_FLAG_LINES=0 one flexlink-nolines $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+		FLEXLINK_GPU_FLAG_LINES=0 pair flexlink-nolines $t
 	done
 fi
 if part again; then
 	stamp "all_reduce and all_gather again, alternating"
 	for t in all_reduce all_gather; do
-		for lib in flexlink NCCL; do
-			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20
-			one $lib $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
-		done
+		for lib in flexlink NCCL; do pair $lib $t; done
 	done
 fi
 if part mps; then
@@ -140,8 +134,7 @@ fi
 if part async; then
 	stamp "flexlink FLEXLINK_GPU_ENQUEUE=async"
 	for t in all_reduce all_gather; do
-		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 2 -n 200 -w 20
-		FLEXLINK_GPU_ENQUEUE=async one flexlink $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+		FLEXLINK_GPU_ENQUEUE=async pair flexlink $t
 	done
 fi
 if part large; then

@@ -253,6 +253,16 @@ func (e *endpoint) Put(ctx context.Context, key string, value []byte) error {
 	if len(value) > MaxFrameSize-maxKeyLen-64 {
 		return fmt.Errorf("%s: %d bytes exceed the frame limit", what, len(value))
 	}
+	if serr := e.Err(); serr != nil && !e.isClosing() {
+		// The job has failed: the store keeps nothing more, but its owner
+		// still hears of the put (the server reports puts that come after
+		// a failure, see engine.handle): a rank's word on how its
+		// communicator ended is the launcher's evidence, and it is often
+		// sent just after another rank's end failed the job. Best effort,
+		// bounded; the put still fails.
+		_ = e.tx.sendWait(putMsg{Key: key, Value: value}, flushBound)
+		return serr
+	}
 	_, err := e.request(ctx, what, func(id uint64) message { return putMsg{ID: id, Key: key, Value: value} })
 	return err
 }

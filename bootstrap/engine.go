@@ -128,7 +128,17 @@ func (m *member) staying() bool { return m.joined && !m.transient }
 func (e *engine) handle(rank int, session uint64, msg message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.failed != nil || !e.current(rank, session) {
+	if !e.current(rank, session) {
+		return
+	}
+	if e.failed != nil {
+		// Nothing is served once the job failed; a put is still told to
+		// the owner (it is evidence of how the rank's communicators
+		// ended: Put sends it even then) but not kept or answered.
+		if m, ok := msg.(putMsg); ok {
+			_, dup := e.kv[m.Key]
+			e.emit(Event{Kind: EventPut, Rank: rank, Host: e.members[rank].host, Key: m.Key, Value: m.Value, Dup: dup})
+		}
 		return
 	}
 	switch m := msg.(type) {

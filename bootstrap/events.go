@@ -34,7 +34,7 @@ const (
 	EventLost                         // Rank's connection ended before goodbye, or it fell silent
 	EventRefused                      // a connection was refused during the handshake
 	EventFailed                       // the job failed (first failure only)
-	EventPut                          // Rank put Key
+	EventPut                          // Rank put Key (told even after the job failed, when it is not kept)
 )
 
 func (k EventKind) String() string {

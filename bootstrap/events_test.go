@@ -97,6 +97,19 @@ func TestEvents(t *testing.T) {
 	l.waitFor(t, "failed", func(ev Event) bool {
 		return ev.Kind == EventFailed && ev.Rank == -1 && errors.Is(ev.Err, errs.ErrPeerLost) && strings.Contains(ev.Text, "rank 1 on host host-1 lost")
 	})
+	// After the failure a put fails, but the owner still hears of it (a
+	// rank's word on its communicator's end, sent as it learns of
+	// another's): rank 0 once it knows the job failed, and not kept.
+	<-st[0].Done()
+	if err := st[0].Put(ctx, "after", []byte("late word")); !errors.Is(err, errs.ErrPeerLost) {
+		t.Fatalf("put after the failure: %v, want the job's failure", err)
+	}
+	l.waitFor(t, "put after the failure", func(ev Event) bool {
+		return ev.Kind == EventPut && ev.Rank == 0 && ev.Key == "after" && string(ev.Value) == "late word" && !ev.Dup
+	})
+	if _, err := st[0].Get(ctx, "after"); !errors.Is(err, errs.ErrPeerLost) {
+		t.Fatalf("get after the failure: %v, want the job's failure", err)
+	}
 }
 
 // TestRefusalSummary: a flood of refused connections gives one WARN at

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // A rank that exits with status 0 has not failed, but it may still be a
@@ -127,27 +128,12 @@ func leftWaiting(outs []outcome, ev evidence, firstFailed outcome) (verdict, boo
 		if !consistent {
 			continue
 		}
-		// Who was in the call: every member that reported an end in it.
-		var in []int
-		for _, e := range ev.ends {
-			if e.Comm == first.Comm && e.InCall == first.InCall && e.rank != c.rank && !slices.Contains(in, e.rank) {
-				in = append(in, e.rank)
-			}
-		}
-		slices.Sort(in)
-		were := "rank " + joinInts(in) + " was"
-		if len(in) > 1 {
-			were = "ranks " + joinInts(in) + " were"
-		}
-		call := first.InCall
-		if call == "" {
-			call = "a collective"
-		}
 		v := verdict{cause: c, why: fmt.Sprintf("peer rank %d lost", c.rank)}
 		v.cause.code = max(firstFailed.code, 1)
-		did := c.how + " while " + were + " in " + call + " on communicator " + first.Comm
+		were := whereWere(ev.ends, first, c.rank)
+		did := c.how + " while " + were + " on communicator " + first.Comm
 		if stillRunning {
-			did = "ended communicator " + first.Comm + " while " + were + " in " + call
+			did = "ended communicator " + first.Comm + " while " + were
 		}
 		v.first = fmt.Sprintf("rank %d (host %s, pid %d) %s", c.rank, c.host, c.pid, did)
 		if behind {
@@ -186,4 +172,53 @@ func (ev *evidence) waited(rank int) bool {
 	return ev.reporters[rank] || slices.ContainsFunc(ev.ends, func(e endReport) bool {
 		return e.rank == rank && e.Kind == "timeout"
 	})
+}
+
+// whereWere says which collective each member that reported an end on
+// first's communicator was in (left is the rank that left), grouped by
+// call in the order of each group's lowest rank: "ranks 0, 2 were in
+// AllReduce #5", or, where a member was still finishing the call before
+// (a slower member meets the end there), "rank 0 was in AllReduce #5 and
+// rank 2 in AllReduce #4".
+func whereWere(ends []endReport, first *endReport, left int) string {
+	var calls []string
+	in := map[string][]int{}
+	seen := map[int]bool{}
+	for _, e := range ends {
+		// (A member that says no call was in none, unless first says none
+		// either.)
+		if e.Comm != first.Comm || e.rank == left || seen[e.rank] || e.Kind == "mismatch" || e.Kind == EndResumed ||
+			e.InCall == "" && first.InCall != "" {
+			continue
+		}
+		call := e.InCall
+		seen[e.rank] = true
+		if _, ok := in[call]; !ok {
+			calls = append(calls, call)
+		}
+		in[call] = append(in[call], e.rank)
+	}
+	for _, call := range calls {
+		slices.Sort(in[call])
+	}
+	slices.SortFunc(calls, func(a, b string) int { return in[a][0] - in[b][0] })
+	var b strings.Builder
+	for i, call := range calls {
+		rs := in[call]
+		name := call
+		if name == "" {
+			name = "a collective"
+		}
+		switch {
+		case i > 0 && len(rs) > 1:
+			fmt.Fprintf(&b, " and ranks %s in %s", joinInts(rs), name)
+		case i > 0:
+			fmt.Fprintf(&b, " and rank %s in %s", joinInts(rs), name)
+		case len(rs) > 1:
+			fmt.Fprintf(&b, "ranks %s were in %s", joinInts(rs), name)
+		default:
+			fmt.Fprintf(&b, "rank %s was in %s", joinInts(rs), name)
+		}
+	}
+	return b.String()
 }

@@ -33,17 +33,20 @@ func allReduceRing(c *call, send, recv Buffer, count int, inPlace bool) error {
 	k := chunks(longest, ce)
 	lanes := make([]ringLane, len(rings))
 	for l, ring := range rings {
-		p := allReduceLane(c, send, recv, parts[l], ring, ce, k, inPlace)
+		p := allReduceLane(c, send, recv, parts[l], ring, ce, k, inPlace, true)
 		p.stepBase = l * p.steps * p.stride
 		lanes[l] = laneOn(c, ring, p)
 	}
 	return runRings(c, lanes)
 }
 
-// allReduceLane is the pass of the elements in part over ring, this rank
-// at position r on it, in chunks of ce elements (k per segment).
-func allReduceLane(c *call, send, recv Buffer, part span, ring []int, ce, k int, inPlace bool) *ringPass {
-	n, r := c.size, ringPos(ring, c.rank)
+// allReduceLane is the pass of the elements in part over ring (all the
+// communicator's ranks, or some of them: allReduceHier), this rank at
+// position r on it, in chunks of ce elements (k per segment). finish:
+// the segment a rank holds after the reduce-scatter is the reduction over
+// every rank of the communicator (Avg divides it there).
+func allReduceLane(c *call, send, recv Buffer, part span, ring []int, ce, k int, inPlace, finish bool) *ringPass {
+	n, r := len(ring), ringPos(ring, c.rank)
 	segs := split(part.n, n)
 	for i := range segs {
 		segs[i].off += part.off
@@ -99,7 +102,7 @@ func allReduceLane(c *call, send, recv Buffer, part span, ring []int, ce, k int,
 			if err := c.reduce(dst, other); err != nil {
 				return err
 			}
-			if s == rs-1 { // segment r+1 is complete
+			if s == rs-1 && finish { // segment r+1 is complete
 				return c.finish(dst)
 			}
 			return nil

@@ -8,9 +8,10 @@ import (
 
 // Algorithm names accepted by Config.Algo (and FLEXLINK_ALGO).
 const (
-	AlgoAuto = "auto" // by size: latency-optimised below Threshold, ring at or above
-	AlgoRing = "ring" // bandwidth-optimised: ring allreduce, chain broadcast/reduce
+	AlgoAuto = "auto" // by size: latency-optimised below Threshold, bandwidth-optimised at or above (allreduce by host where Config.Hosts allows)
+	AlgoRing = "ring" // bandwidth-optimised: one ring over every rank (allreduce never by host), chain broadcast/reduce
 	AlgoRD   = "rd"   // latency-optimised: recursive doubling, binomial trees
+	AlgoHier = "hier" // bandwidth-optimised, allreduce by host where Config.Hosts allows (allReduceHier), at every size
 )
 
 // Defaults used for zero fields of a Config.
@@ -48,6 +49,13 @@ type Config struct {
 	// them from its members' hosts and NICs (proxy/pxn.Rings), so that
 	// every rail of a host carries a ring's cross-host hop.
 	Rings [][]int
+	// Hosts are the communicator's ranks by host (each host's in the order
+	// its ring runs), when they span several: allreduce then reduces on
+	// each host first, sends each reduced share between hosts from the
+	// rank holding it, and gathers on the host (allReduceHier), when every
+	// host has as many ranks, at least 2. Nil: the ranks' hosts are not
+	// known, or they are one. The communicator core sets them.
+	Hosts [][]int
 }
 
 // DefaultConfig is what an empty environment gives.
@@ -74,9 +82,9 @@ func ConfigFromEnv(env settings.Env) (Config, error) {
 
 func (c Config) validate() error {
 	switch c.Algo {
-	case "", AlgoAuto, AlgoRing, AlgoRD:
+	case "", AlgoAuto, AlgoRing, AlgoRD, AlgoHier:
 	default:
-		return fmt.Errorf("FLEXLINK_ALGO=%q: want auto, ring or rd", c.Algo)
+		return fmt.Errorf("FLEXLINK_ALGO=%q: want auto, ring, rd or hier", c.Algo)
 	}
 	if c.Threshold < 0 {
 		return fmt.Errorf("FLEXLINK_ALGO_THRESHOLD=%d: must not be negative", c.Threshold)
@@ -110,10 +118,42 @@ func (c Config) latency(n int) bool {
 	switch c.Algo {
 	case AlgoRD:
 		return true
-	case AlgoRing:
+	case AlgoRing, AlgoHier:
 		return false
 	}
 	return n < c.Threshold
+}
+
+// byHost reports whether a bandwidth-optimised allreduce goes by host
+// (allReduceHier) on rank.
+func (c Config) byHost(rank int) bool {
+	if c.Algo == AlgoRing || c.Algo == AlgoRD {
+		return false
+	}
+	_, _, ok := c.hierRings(rank)
+	return ok
+}
+
+// checkHosts reports whether Hosts hold each of 0..size-1 once.
+func (c Config) checkHosts(size int) error {
+	if c.Hosts == nil {
+		return nil
+	}
+	seen := make([]bool, size)
+	n := 0
+	for _, h := range c.Hosts {
+		for _, r := range h {
+			if r < 0 || r >= size || seen[r] {
+				return fmt.Errorf("collectives: hosts %v are not a partition of ranks 0..%d", c.Hosts, size-1)
+			}
+			seen[r] = true
+			n++
+		}
+	}
+	if n != size {
+		return fmt.Errorf("collectives: hosts %v are not a partition of ranks 0..%d", c.Hosts, size-1)
+	}
+	return nil
 }
 
 // chunkElems is the pipeline chunk in elements of size esize (at least 1).

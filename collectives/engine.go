@@ -76,6 +76,9 @@ func NewEngine(commID uint64, p Peers, m Memory, cfg Config) *Engine {
 	if e.cfgErr == nil {
 		e.cfgErr = e.cfg.checkRings(e.sz)
 	}
+	if e.cfgErr == nil {
+		e.cfgErr = e.cfg.checkHosts(e.sz)
+	}
 	return e
 }
 

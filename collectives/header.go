@@ -64,9 +64,10 @@ const (
 	algoPairwise             // pairwise exchange (all-to-all)
 	algoDissem               // dissemination (barrier)
 	algoDirect               // point-to-point
+	algoHier                 // by host: allreduce (allReduceHier)
 )
 
-var algoNames = [...]string{"none", "local", "header", "ring", "rd", "chain", "tree", "pairwise", "dissemination", "direct"}
+var algoNames = [...]string{"none", "local", "header", "ring", "rd", "chain", "tree", "pairwise", "dissemination", "direct", "hier"}
 
 func (a algo) String() string {
 	if int(a) < len(algoNames) {

@@ -17,12 +17,20 @@ import (
 // the same memory. Every rank gets bit-identical results.
 //
 // Algorithm: ring reduce-scatter + allgather, pipelined in chunks, for
-// messages of at least Config.Threshold bytes; recursive doubling below.
+// messages of at least Config.Threshold bytes (by host where
+// Config.Hosts allows: allReduceHier); recursive doubling below.
 func (e *Engine) AllReduce(ctx context.Context, send, recv Buffer, count int, dt dtype.DType, op dtype.Op) error {
 	h := describeArgs(kindAllReduce, dt, op, count, noRoot)
-	return e.collective(ctx, h, algoRD, algoRing, e.sameSize(h, send, recv, 1), func(c *call, o operands) error {
-		if c.h.algo == algoRD {
+	large := algoRing
+	if e.cfg.byHost(e.rank) {
+		large = algoHier
+	}
+	return e.collective(ctx, h, algoRD, large, e.sameSize(h, send, recv, 1), func(c *call, o operands) error {
+		switch c.h.algo {
+		case algoRD:
 			return allReduceRD(c, o.send, o.recv, count, o.inPlace)
+		case algoHier:
+			return allReduceHier(c, o.send, o.recv, count, o.inPlace)
 		}
 		return allReduceRing(c, o.send, o.recv, count, o.inPlace)
 	})

@@ -238,5 +238,5 @@ func ringPos(ring []int, rank int) int {
 // laneOn is pass p on ring, with this rank's neighbours there.
 func laneOn(c *call, ring []int, p *ringPass) ringLane {
 	i := ringPos(ring, c.rank)
-	return ringLane{p: p, left: ring[mod(i-1, c.size)], right: ring[mod(i+1, c.size)]}
+	return ringLane{p: p, left: ring[mod(i-1, len(ring))], right: ring[mod(i+1, len(ring))]}
 }

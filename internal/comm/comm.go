@@ -86,6 +86,7 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	if cfg.Rings = channelRings(c); cfg.Rings != nil && c.rank == 0 {
 		flog.Sub(w.log, flog.Net).Info("ring collectives over every rail", "comm", name, "rings", ringsText(cfg.Rings))
 	}
+	cfg.Hosts = hostGroups(c)
 	c.links = newLinkSet(c, addr)
 	c.engine = collectives.NewEngine(c.id, peers{c.links}, collectives.NewHostMemory(), cfg)
 	c.engine.SetObserver(c.observeCall(c.callObserver()))
@@ -99,6 +100,28 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 	go c.watchClose()
 	logSummary(c)
 	return c, nil
+}
+
+// hostGroups are c's ranks by host (collectives.Config.Hosts), hosts in
+// the order of their first rank, when c spans several hosts; nil on one.
+// Every member computes the same from the same published hosts.
+func hostGroups(c *Comm) [][]int {
+	var groups [][]int
+	at := map[string]int{}
+	for r := range c.size {
+		h := c.PeerHost(r)
+		i, ok := at[h]
+		if !ok {
+			i = len(groups)
+			at[h] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], r)
+	}
+	if len(groups) < 2 {
+		return nil
+	}
+	return groups
 }
 
 // Rank: see rank.Comm.Rank.

@@ -43,7 +43,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_SOCKET_TIMEOUT":         {[]string{"10s", "1"}, []string{"-1s", "soon"}},
 	"FLEXLINK_SHM_RING_BYTES":         {[]string{"4194304", "64K", "1G", "4MiB"}, []string{"1024", "2G", "lots", "-64K"}},
 	"FLEXLINK_SHM_CMA_BYTES":          {[]string{"0", "auto", "65536", "64K"}, []string{"-1", "on", "AUTO2"}},
-	"FLEXLINK_ALGO":                   {[]string{"auto", "ring", "rd", "RING"}, []string{"tree", "ring,rd"}},
+	"FLEXLINK_ALGO":                   {[]string{"auto", "ring", "rd", "RING", "hier"}, []string{"tree", "ring,rd"}},
 	"FLEXLINK_ALGO_THRESHOLD":         {[]string{"0", "65536", "64k"}, []string{"-1", "big"}},
 	"FLEXLINK_CHUNK_BYTES":            {[]string{"1048576", "1M", "1"}, []string{"-5", "1X", "0"}},
 	"FLEXLINK_LIVENESS_TIMEOUT":       {[]string{"30s", "10", "500ms"}, []string{"0", "0s", "-1s", "x"}},

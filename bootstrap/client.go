@@ -153,9 +153,16 @@ func (c *tcpClient) readLoop() {
 	}
 	err = c.pc.readErr(err)
 	c.log.Error("lost bootstrap server", "addr", c.addr, "rank", c.ep.rank, "error", err)
-	c.ep.failWith(fmt.Errorf("bootstrap: rank %d: %s lost: %s: %w", c.ep.rank, c.peer(), describeReadErr(err, c.pc.timeout), errs.ErrPeerLost))
+	c.ep.failWith(&serverLost{fmt.Errorf("bootstrap: rank %d: %s lost: %s: %w", c.ep.rank, c.peer(), describeReadErr(err, c.pc.timeout), errs.ErrPeerLost)})
 	c.pc.shutdown(0)
 }
+
+// serverLost is a store's error when its server was lost: its text, and
+// ErrServerLost beside what it wraps.
+type serverLost struct{ err error }
+
+func (e *serverLost) Error() string   { return e.err.Error() }
+func (e *serverLost) Unwrap() []error { return []error{e.err, ErrServerLost} }
 
 // describeReadErr says in words why a read loop ended.
 func describeReadErr(err error, timeout time.Duration) string {

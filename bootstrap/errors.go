@@ -8,6 +8,15 @@ import (
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
+// ErrServerLost is wrapped (with errs.ErrPeerLost) by a store's error
+// when its connection to the server ended without a word from the server
+// (the server's process ended, or the network to it): unlike a failure
+// the server announced, it says nothing of the ranks. (flexlink's libnccl
+// serves the store from rank 0's process: rank 0 ending after its last
+// collective, as a script without ncclCommDestroy does, loses the server
+// while the others still finish that collective, whose data they have.)
+var ErrServerLost = errors.New("bootstrap server lost")
+
 // class is an error's sentinel class as it travels on the wire, so that a
 // remote rank's error wraps the same sentinel as the original.
 type class uint8

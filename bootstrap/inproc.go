@@ -57,10 +57,12 @@ func LoseInProc(s Store) error {
 	if !ok {
 		return fmt.Errorf("bootstrap: LoseInProc: %T is not an in-process store", s)
 	}
+	// The store's error first: a call that finds the connection down then
+	// reports it (sendError), not the bare cut.
+	ep.failWith(fmt.Errorf("bootstrap: rank %d: connection cut: store %w", ep.rank, errs.ErrClosed))
 	tx.mu.Lock()
 	tx.down = true
 	tx.mu.Unlock()
-	ep.failWith(fmt.Errorf("bootstrap: rank %d: connection cut: store %w", ep.rank, errs.ErrClosed))
 	tx.eng.lost(ep.rank, tx.session, "connection cut")
 	return nil
 }

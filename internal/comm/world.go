@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -61,8 +62,39 @@ func (w *world) watch() {
 	}
 	w.mu.Unlock()
 	for _, c := range comms {
+		if errors.Is(err, bootstrap.ErrServerLost) {
+			go c.endAfterCall(err, serverLostGrace)
+			continue
+		}
 		c.end(err)
 	}
+}
+
+// serverLostGrace bounds how long a collective in flight when the
+// bootstrap server was lost may go on before its communicator ends.
+const serverLostGrace = 2 * time.Second
+
+// endAfterCall ends c with err once the call it is making (if any) has
+// returned, or after grace. The server's loss says nothing of the members
+// (flexlink's libnccl serves the store from rank 0's process, which a
+// script may end right after its last collective while the others still
+// take in that collective's data, already on their links): a member that
+// is really gone fails the call through its link at once, and a member
+// stuck elsewhere is ended by the grace.
+func (c *Comm) endAfterCall(err error, grace time.Duration) {
+	idle := make(chan struct{})
+	go func() {
+		c.opMu.Lock()
+		c.opMu.Unlock() // (only waits for the call in flight)
+		close(idle)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+	c.end(err)
 }
 
 // register adds c to the communicators the world ends on news, and

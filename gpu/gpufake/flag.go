@@ -62,6 +62,7 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 		if ok, err := k.plan(v[7]); !ok {
 			return err
 		}
+		k.lines = k.linesFit()
 		if k.part.call != 0 && k.c.Times != 0 {
 			w, err := k.word(k.c.Times + 8*gpu.FlagMaxBlocks)
 			if err != nil {
@@ -97,6 +98,7 @@ type fakeFlag struct {
 	a        flagArgs
 	m        flagMode
 	part     flagPart
+	lines    bool // the call sends lines (flag_lines.go)
 }
 
 // flagArgs are a launch's buffers and sizes, as flag.cu takes them.
@@ -416,6 +418,17 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 		return k.consumed(seq, cb)
 	}
 	if nb == 0 {
+		return true, nil
+	}
+	if k.lines { // one chunk a block (linesFit)
+		lo, cnt := rng(0)
+		if ok, err := k.sendLines(cb, b0, lo, cnt); !ok {
+			return false, err
+		}
+		if ok, err := recv(0); !ok {
+			return false, err
+		}
+		k.store(base, b0+1)
 		return true, nil
 	}
 	if ok, err := send(0); !ok {

@@ -95,6 +95,9 @@ func (k *fakeFlag) gatherChunk(seq, lo, cnt uint64, host bool, b, cb uint64) (bo
 // blocks) and returns its n bytes of data after checking the slot header
 // (signature and step; a mismatch is recorded as flag.cu records it).
 func (k *fakeFlag) arrived(r int, host bool, b, cb, seq, n uint64) ([]byte, bool, error) {
+	if k.lines {
+		return k.linesArrived(r, cb, seq, n)
+	}
 	if ok, err := k.wait(k.a.region+gpu.FlagReadyOffset+8*(uint64(r)*gpu.FlagMaxBlocks+cb), int64(seq+1), 2, cb, r); !ok {
 		return nil, false, err
 	}

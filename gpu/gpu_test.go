@@ -118,16 +118,7 @@ func gpuRoundTrip(t *testing.T, r *rig) {
 
 func gpuEvents(t *testing.T, r *rig) {
 	dv, s := r.devs[0], r.streams[0]
-	start, err := dv.NewEvent(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer start.Close()
-	end, err := dv.NewEvent(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer end.Close()
+	start, end := mustEvent(t, dv, true), mustEvent(t, dv, true)
 	buf := r.alloc(t, dv, 256<<20)
 	if err := s.Record(start); err != nil {
 		t.Fatal(err)

@@ -34,11 +34,7 @@ func newRig(t testing.TB, drv *gpu.Driver, want int) *rig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			if err := s.Close(); err != nil {
-				t.Error(err)
-			}
-		})
+		closeAtEnd(t, s.Close)
 		r.devs = append(r.devs, dv)
 		r.streams = append(r.streams, s)
 	}
@@ -56,11 +52,7 @@ func openGPU(t testing.TB) *gpu.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	closeAtEnd(t, d.Close)
 	return d
 }
 
@@ -81,11 +73,7 @@ func (r *rig) alloc(t testing.TB, dv *gpu.Device, n int) *gpu.Buffer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := b.Free(); err != nil {
-			t.Error(err)
-		}
-	})
+	closeAtEnd(t, b.Free)
 	return b
 }
 

@@ -39,15 +39,7 @@ func BenchmarkAllReduce1Host(b *testing.B) {
 // Buffer, the stream, and the device collective's enqueue.
 func BenchmarkAllReduce1Device(b *testing.B) {
 	l, h, mem, dv := oneDeviceRank(b, &fakeMem{alloc: map[uintptr]Region{}})
-	buf, err := dv.Alloc(4 * 8)
-	if err != nil {
-		b.Fatal(err)
-	}
-	mem.add(buf, 0)
-	s, err := dv.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
+	buf, s := memAlloc(b, dv, mem, 4*8, 0), newStream(b, dv)
 	call := Call{Kind: AllReduce, Send: devPtr(buf), Recv: devPtr(buf), Count: 8, Type: ncclFloat32, Stream: s.Handle()}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -82,6 +74,39 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 	return l, hs[0], mem, dv
 }
 
+// memAlloc is a foreign allocation of n bytes on dv, known to mem as
+// memory of GPU dev.
+func memAlloc(tb testing.TB, dv *gpu.Device, mem interface{ add(*gpu.Buffer, int) }, n, dev int) *gpu.Buffer {
+	tb.Helper()
+	buf, err := dv.Alloc(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	mem.add(buf, dev)
+	return buf
+}
+
+// newStream is a new stream of dv.
+func newStream(tb testing.TB, dv *gpu.Device) *gpu.Stream {
+	tb.Helper()
+	s, err := dv.NewStream()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// newCapture is a new stream of dv with a global capture begun on it.
+func newCapture(tb testing.TB, dv *gpu.Device) *gpu.Stream {
+	tb.Helper()
+	cs := newStream(tb, dv)
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		cs.Close()
+		tb.Fatal(err)
+	}
+	return cs
+}
+
 // TestFastPathNoAllocs: the library's own steps of a call on buffers it
 // has seen make no heap allocation: finding the communicator and that it
 // is healthy, locating a buffer by its allocation's id, its Buffer, the
@@ -89,15 +114,7 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 func TestFastPathNoAllocs(t *testing.T) {
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
 	l, h, _, dv := oneDeviceRank(t, mem)
-	buf, err := dv.Alloc(4 * 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem.add(buf, 0)
-	s, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	buf, s := memAlloc(t, dv, mem, 4*64, 0), newStream(t, dv)
 	c := l.handles.get(h)
 	host := make([]float32, 8)
 	hp := unsafe.Pointer(&host[0])

@@ -42,6 +42,31 @@ func onThread(f *cufake.Fake, m cu.CaptureMode, fn func() error) error {
 	return <-done
 }
 
+// captureOnThread begins a capture in mode m on a new stream, on a thread
+// in mode m, runs during there and ends the capture: endErr is the end's
+// error (its graph, if any, destroyed), err that of the steps before.
+func captureOnThread(f *cufake.Fake, m cu.CaptureMode, during func() error) (endErr, err error) {
+	err = onThread(f, m, func() error {
+		s, err := f.StreamCreate(cu.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer f.StreamDestroy(s)
+		if err := f.StreamBeginCapture(s, m); err != nil {
+			return err
+		}
+		if err := during(); err != nil {
+			return err
+		}
+		g, err := f.StreamEndCapture(s)
+		if endErr = err; err == nil {
+			return f.GraphDestroy(g)
+		}
+		return nil
+	})
+	return endErr, err
+}
+
 // TestFakeCaptureModes: a potentially unsafe call fails and invalidates
 // the captures its thread's mode forbids, as the CUDA documentation of
 // cuStreamBeginCapture's modes says, and only those.
@@ -90,26 +115,13 @@ func TestFakeCaptureModes(t *testing.T) {
 					defer f.StreamDestroy(o)
 					return f.StreamSynchronize(o)
 				}
-				var callErr, endErr error
-				err := onThread(f, tc.capture, func() error {
-					s, err := f.StreamCreate(cu.StreamNonBlocking)
-					if err != nil {
-						return err
-					}
-					defer f.StreamDestroy(s)
-					if err := f.StreamBeginCapture(s, tc.capture); err != nil {
-						return err
-					}
+				var callErr error
+				endErr, err := captureOnThread(f, tc.capture, func() error {
 					if tc.sameThread {
 						f.ThreadExchangeStreamCaptureMode(tc.callerMode)
 						callErr = call()
 					} else {
 						callErr = onThread(f, tc.callerMode, call)
-					}
-					g, err := f.StreamEndCapture(s)
-					endErr = err
-					if err == nil {
-						return f.GraphDestroy(g)
 					}
 					return nil
 				})
@@ -133,19 +145,10 @@ func TestFakeCaptureModes(t *testing.T) {
 func TestFakeCaptureLibraryRelaxed(t *testing.T) {
 	dv, f := fakeDevice(t, gpufake.Config{})
 	other, ev := mustStream(t, dv), mustEvent(t, dv, false)
-	var endErr error
-	err := onThread(f, cu.CaptureModeGlobal, func() error {
-		s, err := f.StreamCreate(cu.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer f.StreamDestroy(s)
-		if err := f.StreamBeginCapture(s, cu.CaptureModeGlobal); err != nil {
-			return err
-		}
+	endErr, err := captureOnThread(f, cu.CaptureModeGlobal, func() error {
 		// On other threads (Go moves goroutines; gpu switches each call's
 		// thread to relaxed mode).
-		if err := onThread(f, cu.CaptureModeGlobal, func() error {
+		return onThread(f, cu.CaptureModeGlobal, func() error {
 			b, err := dv.Alloc(1 << 10)
 			if err != nil {
 				return err
@@ -160,15 +163,7 @@ func TestFakeCaptureLibraryRelaxed(t *testing.T) {
 				return err
 			}
 			return b.Free()
-		}); err != nil {
-			return err
-		}
-		g, err := f.StreamEndCapture(s)
-		endErr = err
-		if err == nil {
-			f.GraphDestroy(g)
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -36,16 +36,24 @@ func fakeDevice(t testing.TB, cfg gpufake.Config) (*gpu.Device, *cufake.Fake) {
 	return dv, f
 }
 
-// TestFakeReduce runs every dtype × op × shape through Stream.Reduce and
-// Finish on the fake, whose kernels are package reduce: it checks argument
-// order, offsets, counts, in-place use and peer operands, and that every
-// kernel the Go side names exists in the embedded PTX.
-func TestFakeReduce(t *testing.T) {
+// fakePeerRig is a rig of two fake GPUs, the first with peer access to
+// the second.
+func fakePeerRig(t *testing.T) *rig {
+	t.Helper()
 	drv, _ := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 2)
 	if err := r.devs[0].EnablePeerAccess(r.devs[1]); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// TestFakeReduce runs every dtype × op × shape through Stream.Reduce and
+// Finish on the fake, whose kernels are package reduce: it checks argument
+// order, offsets, counts, in-place use and peer operands, and that every
+// kernel the Go side names exists in the embedded PTX.
+func TestFakeReduce(t *testing.T) {
+	r := fakePeerRig(t)
 	for _, dt := range dtype.All() {
 		for _, op := range dtype.Ops() {
 			t.Run(fmt.Sprintf("%s-%s", dt, op), func(t *testing.T) {

@@ -98,6 +98,20 @@ func (f *devFixture) alloc(r, n int, noIPC bool) *gpu.Buffer {
 	return b
 }
 
+// reallocAt frees rank r's allocation b and allocates as much again,
+// which the fake (Config.ReuseFreed) must place at b's address.
+func (f *devFixture) reallocAt(t *testing.T, r int, b *gpu.Buffer) *gpu.Buffer {
+	t.Helper()
+	if err := f.mem.free(b); err != nil {
+		t.Fatal(err)
+	}
+	nb := f.alloc(r, b.Len(), false)
+	if nb.Ptr() != b.Ptr() {
+		t.Fatalf("rank %d: the fake placed the new allocation at %#x, not at the freed %#x", r, nb.Ptr(), b.Ptr())
+	}
+	return nb
+}
+
 func (f *devFixture) upload(r int, b *gpu.Buffer, host []byte) {
 	f.t.Helper()
 	if err := f.ss[r].CopyHtoD(b.Sub(0, len(host)), host); err != nil {

@@ -57,6 +57,13 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 	if err != nil {
 		tb.Fatal(err)
 	}
+	l, h, dv := oneDeviceRankOn(tb, drv, mem)
+	return l, h, mem, dv
+}
+
+// oneDeviceRankOn is oneDeviceRank on drv, which it closes when tb ends.
+func oneDeviceRankOn(tb testing.TB, drv *gpu.Driver, mem Memory) (*Library, uintptr, *gpu.Device) {
+	tb.Helper()
 	l := New(Options{
 		Env:    settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": tb.TempDir()}),
 		Memory: mem,
@@ -71,7 +78,7 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = l.Destroy(hs[0]); drv.Close() })
-	return l, hs[0], mem, dv
+	return l, hs[0], dv
 }
 
 // memAlloc is a foreign allocation of n bytes on dv, known to mem as

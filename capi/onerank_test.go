@@ -10,7 +10,6 @@ import (
 
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
-	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // oneRankFixture is a one-rank communicator on a fake GPU whose driver
@@ -37,22 +36,10 @@ func newOneRankFixture(t *testing.T) *oneRankFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(Options{
-		Env:    settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir()}),
-		Memory: mem,
-		Driver: func() (*gpu.Driver, error) { return drv, nil },
-	})
-	hs, err := l.InitAll(1, []int{0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, h, dv := oneDeviceRankOn(t, drv, mem)
 	s := newStream(t, dv)
-	t.Cleanup(func() { s.Close(); _ = l.Destroy(hs[0]); drv.Close() })
-	return &oneRankFixture{t: t, l: l, h: hs[0], mem: mem, dv: dv, s: s, calls: calls}
+	t.Cleanup(func() { s.Close() })
+	return &oneRankFixture{t: t, l: l, h: h, mem: mem, dv: dv, s: s, calls: calls}
 }
 
 // alloc is a foreign allocation of n bytes (VMM memory when noIPC).

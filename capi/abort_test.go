@@ -28,21 +28,35 @@ func initRanks(t *testing.T, l *Library, n int) []uintptr {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := make([]uintptr, n)
+	return eachRank(t, l, "init", n, nil, func(r int) (uintptr, error) { return l.InitRank(tidOf(r), n, id, r, DefaultConfig()) })
+}
+
+// eachRank has every rank of ranks (nil: all n) make a handle with f,
+// each from its own thread, and returns the handles by rank; an error
+// fails t naming what. The handles still live when t ends are destroyed.
+func eachRank(t *testing.T, l *Library, what string, n int, ranks []int, f func(r int) (uintptr, error)) []uintptr {
+	t.Helper()
+	if ranks == nil {
+		ranks = make([]int, n)
+		for r := range ranks {
+			ranks[r] = r
+		}
+	}
+	out := make([]uintptr, n)
 	errc := make([]error, n)
 	var wg sync.WaitGroup
-	for r := range n {
+	for _, r := range ranks {
 		wg.Add(1)
-		go func() { defer wg.Done(); hs[r], errc[r] = l.InitRank(tidOf(r), n, id, r, DefaultConfig()) }()
+		go func() { defer wg.Done(); out[r], errc[r] = f(r) }()
 	}
 	wg.Wait()
 	for r, err := range errc {
 		if err != nil {
-			t.Fatalf("init rank %d: %v", r, err)
+			t.Fatalf("%s rank %d: %v", what, r, err)
 		}
 	}
-	destroyAtEnd(t, l, hs)
-	return hs
+	destroyAtEnd(t, l, out)
+	return out
 }
 
 // destroyAtEnd destroys the handles still live when the test ends.
@@ -62,21 +76,9 @@ func destroyAtEnd(t *testing.T, l *Library, hs []uintptr) {
 // splitRanks splits every rank's handle by colors (index: rank).
 func splitRanks(t *testing.T, l *Library, hs []uintptr, colors []int) []uintptr {
 	t.Helper()
-	out := make([]uintptr, len(hs))
-	errc := make([]error, len(hs))
-	var wg sync.WaitGroup
-	for r, h := range hs {
-		wg.Add(1)
-		go func() { defer wg.Done(); out[r], errc[r] = l.Split(tidOf(r), h, colors[r], 0, DefaultConfig()) }()
-	}
-	wg.Wait()
-	for r, err := range errc {
-		if err != nil {
-			t.Fatalf("split rank %d: %v", r, err)
-		}
-	}
-	destroyAtEnd(t, l, out)
-	return out
+	return eachRank(t, l, "split", len(hs), nil, func(r int) (uintptr, error) {
+		return l.Split(tidOf(r), hs[r], colors[r], 0, DefaultConfig())
+	})
 }
 
 // allreduce sums v over the communicator h (from rank r's thread).
@@ -267,24 +269,9 @@ func TestRevoke(t *testing.T) {
 // their handles hs; it returns the new handles by rank.
 func shrinkRanks(t *testing.T, l *Library, hs []uintptr, callers []int, exclude []int, flags int) []uintptr {
 	t.Helper()
-	out := make([]uintptr, len(hs))
-	errc := make([]error, len(hs))
-	var wg sync.WaitGroup
-	for _, r := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[r], errc[r] = l.Shrink(tidOf(r), hs[r], exclude, DefaultConfig(), flags)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errc {
-		if err != nil {
-			t.Fatalf("shrink rank %d: %v", r, err)
-		}
-	}
-	destroyAtEnd(t, l, out)
-	return out
+	return eachRank(t, l, "shrink", len(hs), callers, func(r int) (uintptr, error) {
+		return l.Shrink(tidOf(r), hs[r], exclude, DefaultConfig(), flags)
+	})
 }
 
 // TestShrinkLive: the others shrink a live rank away. With the default

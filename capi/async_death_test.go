@@ -47,6 +47,47 @@ func TestAsyncErrorOnDeath(t *testing.T) {
 	}
 }
 
+// startHelper starts a copy of this test binary running test alone (and
+// args), with env added to the environment and its stderr into stderr.
+// It returns the process, its stdin, open until closed, and its stdout's
+// lines, closed at its end.
+func startHelper(ctx context.Context, t *testing.T, test string, stderr io.Writer, env []string, args ...string) (*exec.Cmd, io.WriteCloser, <-chan string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-test.run=^" + test + "$", "-test.count=1"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 4)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return cmd, stdin, lines
+}
+
+// parseID reads a UniqueID written in hex (what: where from), failing t.
+func parseID(t *testing.T, what, s string) UniqueID {
+	t.Helper()
+	raw, err := hex.DecodeString(s)
+	if err != nil || len(raw) != UniqueIDBytes {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return UniqueID(raw)
+}
+
 func testAsyncErrorOnDeath(t *testing.T, n int, serves bool) {
 	victim := n - 1
 	if serves {
@@ -64,30 +105,17 @@ func testAsyncErrorOnDeath(t *testing.T, n int, serves bool) {
 		}
 		env = append(env, "HELPER_ID="+hex.EncodeToString(id[:]))
 	}
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAsyncErrorVictim$", "-test.count=1")
-	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if _, err := cmd.StdinPipe(); err != nil { // stays open: the victim waits on it
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, _, lines := startHelper(ctx, t, "TestAsyncErrorVictim", &stderr, env) // stdin stays open: the victim waits on it
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	ready := make(chan struct{})
 	ids := make(chan string, 1)
 	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == asyncReadyLine {
+		for line := range lines {
+			if line == asyncReadyLine {
 				close(ready)
 			}
-			if hexID, ok := strings.CutPrefix(sc.Text(), "ID "); ok {
+			if hexID, ok := strings.CutPrefix(line, "ID "); ok {
 				ids <- hexID
 			}
 		}
@@ -95,11 +123,7 @@ func testAsyncErrorOnDeath(t *testing.T, n int, serves bool) {
 	if serves {
 		select {
 		case hexID := <-ids:
-			raw, err := hex.DecodeString(hexID)
-			if err != nil || len(raw) != UniqueIDBytes {
-				t.Fatalf("the victim's id %q: %v", hexID, err)
-			}
-			copy(id[:], raw)
+			id = parseID(t, fmt.Sprintf("the victim's id %q", hexID), hexID)
 		case <-ctx.Done():
 			t.Fatalf("the victim printed no id:\n%s", stderr.String())
 		}
@@ -214,11 +238,7 @@ func TestAsyncErrorVictim(t *testing.T) {
 	l := scopeLib()
 	var id UniqueID
 	if hexID := os.Getenv("HELPER_ID"); hexID != "" {
-		raw, err := hex.DecodeString(hexID)
-		if err != nil || len(raw) != UniqueIDBytes {
-			t.Fatalf("HELPER_ID: %v", err)
-		}
-		copy(id[:], raw)
+		id = parseID(t, "HELPER_ID", hexID)
 	} else { // this process serves the rendezvous
 		var err error
 		if id, err = l.GetUniqueID(); err != nil {

@@ -2,13 +2,10 @@ package capi
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flexlink/flexlink/internal/testenv"
 )
@@ -21,29 +18,8 @@ import (
 // program reads the reason from ncclGetLastError either way.
 func TestCLibrarySilent(t *testing.T) {
 	cc := testenv.LookPath(t, "C compiler", "cc")
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	build := func(name string, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	libDir := filepath.Join(dir, "lib")
-	build("go", "build", "-tags", "nonvml", "-buildmode=c-shared",
-		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(root, "cmd/libnccl/exports.map")+"'",
-		"-o", filepath.Join(libDir, "libnccl.so.2"), "./cmd/libnccl")
-	prog := filepath.Join(dir, "nccl_quiet")
-	build(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
-		"-o", prog, filepath.Join(root, "capi/testdata/nccl_quiet.c"),
-		"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir)
+	w := newCWorkshop(t)
+	prog := w.program(cc, "nccl_quiet", w.libnccl())
 
 	var base []string // the environment without any logging variable
 	for _, kv := range os.Environ() {
@@ -63,7 +39,7 @@ func TestCLibrarySilent(t *testing.T) {
 		{"FLEXLINK_DEBUG=WARN", []string{"FLEXLINK_DEBUG=WARN"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.CommandContext(ctx, prog)
+			cmd := exec.CommandContext(w.ctx, prog)
 			cmd.Env = append(append([]string(nil), base...), tc.env...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -38,28 +38,10 @@ ncclCommCuDevice ncclGather ncclScatter`)
 func TestCLibrary(t *testing.T) {
 	cc := testenv.LookPath(t, "C compiler", "cc")
 	nm := testenv.LookPath(t, "binutils", "nm")
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	run := func(name string, args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	libDir := filepath.Join(dir, "lib")
+	w := newCWorkshop(t)
+	ctx, root, dir, run := w.ctx, w.root, w.dir, w.run
+	libDir := w.libnccl()
 	lib := filepath.Join(libDir, "libnccl.so.2")
-	run("go", "build", "-tags", "nonvml", "-buildmode=c-shared", // as make libnccl builds it
-		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(root, "cmd/libnccl/exports.map")+"'",
-		"-o", lib, "./cmd/libnccl")
 
 	t.Run("exports", func(t *testing.T) {
 		var got []string
@@ -109,18 +91,11 @@ func TestCLibrary(t *testing.T) {
 		}
 	})
 
-	prog := filepath.Join(dir, "nccl_check")
-	run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
-		"-o", prog, filepath.Join(root, "capi/testdata/nccl_check.c"),
-		"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir, "-lpthread", "-lm")
-	flexrun := filepath.Join(dir, "flexrun")
-	run("go", "build", "-o", flexrun, "./cmd/flexrun")
+	prog := w.program(cc, "nccl_check", libDir, "-lpthread", "-lm")
+	flexrun := w.flexrun()
 
 	t.Run("v2.30", func(t *testing.T) {
-		v230 := filepath.Join(dir, "nccl_v230")
-		run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
-			"-o", v230, filepath.Join(root, "capi/testdata/nccl_v230.c"),
-			"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir, "-lpthread")
+		v230 := w.program(cc, "nccl_v230", libDir, "-lpthread")
 		cmd := exec.CommandContext(ctx, v230)
 		cmd.Env = append(os.Environ(), "FLEXLINK_DEBUG=", "FLEXLINK_TIMEOUT=60s")
 		out, err := cmd.CombinedOutput()
@@ -133,10 +108,7 @@ func TestCLibrary(t *testing.T) {
 	// host cost") builds and gets its one-rank result right (its time is
 	// a measurement, not checked here).
 	t.Run("percall", func(t *testing.T) {
-		percall := filepath.Join(dir, "nccl_percall")
-		run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
-			"-o", percall, filepath.Join(root, "capi/testdata/nccl_percall.c"),
-			"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir)
+		percall := w.program(cc, "nccl_percall", libDir)
 		cmd := exec.CommandContext(ctx, percall, "2000")
 		cmd.Env = append(os.Environ(), "FLEXLINK_DEBUG=")
 		out, err := cmd.CombinedOutput()
@@ -250,6 +222,68 @@ func TestCLibrary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cWorkshop is what the C-library tests build in: the repository root, a
+// temporary directory, and a deadline for every command they run.
+type cWorkshop struct {
+	t         *testing.T
+	ctx       context.Context
+	root, dir string
+}
+
+func newCWorkshop(t *testing.T) *cWorkshop {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return &cWorkshop{t: t, ctx: ctx, root: root, dir: t.TempDir()}
+}
+
+// run runs name with args in the root and returns its output; a failure
+// fails the test.
+func (w *cWorkshop) run(name string, args ...string) string {
+	w.t.Helper()
+	cmd := exec.CommandContext(w.ctx, name, args...)
+	cmd.Dir = w.root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		w.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// libnccl builds libnccl.so.2 (cmd/libnccl) as make libnccl does, in
+// dir/lib, and returns that directory.
+func (w *cWorkshop) libnccl() string {
+	w.t.Helper()
+	libDir := filepath.Join(w.dir, "lib")
+	w.run("go", "build", "-tags", "nonvml", "-buildmode=c-shared",
+		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(w.root, "cmd/libnccl/exports.map")+"'",
+		"-o", filepath.Join(libDir, "libnccl.so.2"), "./cmd/libnccl")
+	return libDir
+}
+
+// program compiles capi/testdata/name.c with cc against include/nccl.h
+// and the libnccl.so.2 in libDir (and libs) into dir/name, its path.
+func (w *cWorkshop) program(cc, name, libDir string, libs ...string) string {
+	w.t.Helper()
+	prog := filepath.Join(w.dir, name)
+	w.run(cc, append([]string{"-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(w.root, "include"),
+		"-o", prog, filepath.Join(w.root, "capi/testdata/"+name+".c"),
+		"-L", libDir, "-l:libnccl.so.2", "-Wl,-rpath," + libDir}, libs...)...)
+	return prog
+}
+
+// flexrun builds cmd/flexrun into dir and returns its path.
+func (w *cWorkshop) flexrun() string {
+	w.t.Helper()
+	flexrun := filepath.Join(w.dir, "flexrun")
+	w.run("go", "build", "-o", flexrun, "./cmd/flexrun")
+	return flexrun
 }
 
 // ncclSymbols reads a list of NCCL's exported functions (one name a line,

@@ -28,13 +28,20 @@ const fixtureTid = 7
 
 func newDevFixture(t testing.TB, n int, cfg gpufake.Config, env ...string) *devFixture {
 	t.Helper()
-	cfg.Devices = n
 	mem := &fakeMem{alloc: map[uintptr]Region{}}
 	cfg.IPCRefused = func(p uintptr) bool { // as the driver refuses VMM memory
 		mem.mu.Lock()
 		defer mem.mu.Unlock()
 		return mem.alloc[p].NoIPC
 	}
+	return newDevFixtureOn(t, n, cfg, mem, mem, env...)
+}
+
+// newDevFixtureOn is newDevFixture keeping its allocations in mem, with
+// lib as the library's Memory.
+func newDevFixtureOn(t testing.TB, n int, cfg gpufake.Config, mem *fakeMem, lib Memory, env ...string) *devFixture {
+	t.Helper()
+	cfg.Devices = n
 	drv, err := gpufake.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +55,7 @@ func newDevFixture(t testing.TB, n int, cfg gpufake.Config, env ...string) *devF
 	}
 	f.l = New(Options{
 		Env:    settings.Map(vars),
-		Memory: f.mem,
+		Memory: lib,
 		Driver: func() (*gpu.Driver, error) { return drv, nil },
 	})
 	devs := make([]int, n)
@@ -63,11 +70,7 @@ func newDevFixture(t testing.TB, n int, cfg gpufake.Config, env ...string) *devF
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := dv.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.dvs, f.ss = append(f.dvs, dv), append(f.ss, s)
+		f.dvs, f.ss = append(f.dvs, dv), append(f.ss, newStream(t, dv))
 	}
 	t.Cleanup(f.close)
 	return f
@@ -93,6 +96,20 @@ func (f *devFixture) alloc(r, n int, noIPC bool) *gpu.Buffer {
 	}
 	f.mem.addAs(b, r, noIPC)
 	return b
+}
+
+// reallocAt frees rank r's allocation b and allocates as much again,
+// which the fake (Config.ReuseFreed) must place at b's address.
+func (f *devFixture) reallocAt(t *testing.T, r int, b *gpu.Buffer) *gpu.Buffer {
+	t.Helper()
+	if err := f.mem.free(b); err != nil {
+		t.Fatal(err)
+	}
+	nb := f.alloc(r, b.Len(), false)
+	if nb.Ptr() != b.Ptr() {
+		t.Fatalf("rank %d: the fake placed the new allocation at %#x, not at the freed %#x", r, nb.Ptr(), b.Ptr())
+	}
+	return nb
 }
 
 func (f *devFixture) upload(r int, b *gpu.Buffer, host []byte) {

@@ -1,8 +1,6 @@
 package capi
 
 import (
-	"fmt"
-	"math"
 	"testing"
 
 	"github.com/flexlink/flexlink/dtype"
@@ -20,81 +18,55 @@ func TestDevicePreMulSum(t *testing.T) {
 	f := newDevFixture(t, 2, gpufake.Config{})
 	const count = 300
 	n := 2
-	for _, dt := range preMulTypes {
-		for _, residence := range []int{ScalarHostImmediate, ScalarDevice} {
-			for _, kind := range []Kind{AllReduce, ReduceScatter} {
-				pairs := [][2]float64{{0.5, 0.25}, {1.0 / 3, 3}}
-				if !dt.IsFloat() {
-					pairs = [][2]float64{{2, -3}} // exact
-				}
-				for _, s := range pairs {
-					t.Run(fmt.Sprintf("%s/res%d/%s/%g", dt, residence, kind, s[0]), func(t *testing.T) {
-						sendN := count
-						if kind == ReduceScatter {
-							sendN = count * n
-						}
-						var sends, recvs []*gpu.Buffer
-						var host [][]byte
-						ops := make([]int32, n)
-						for r := range n {
-							sc := make([]byte, dt.Size())
-							var err error
-							if residence == ScalarHostImmediate {
-								dtype.Put(sc, 0, dt, s[r])
-								ops[r], err = f.l.CreatePreMulSum(f.hs[r], sc, 0, residence, preMulCodes[dt])
-							} else {
-								dsc := f.alloc(r, 64, false)
-								dtype.Put(sc, 0, dt, 1000) // replaced before the call: the value when it runs counts
-								f.upload(r, dsc, sc)
-								if ops[r], err = f.l.CreatePreMulSum(f.hs[r], nil, dsc.Ptr(), residence, preMulCodes[dt]); err == nil {
-									dtype.Put(sc, 0, dt, s[r])
-									f.upload(r, dsc, sc)
-								}
-							}
-							if err != nil {
-								t.Fatal(err)
-							}
-							b := make([]byte, sendN*dt.Size())
-							for i := range sendN {
-								dtype.Put(b, i, dt, float64((i*(r+3))%17-8))
-							}
-							host = append(host, b)
-							send, recv := f.alloc(r, len(b), false), f.alloc(r, count*dt.Size(), false)
-							f.upload(r, send, b)
-							sends, recvs = append(sends, send), append(recvs, recv)
-						}
-						if err := f.group(func(r int) Call {
-							return Call{Kind: kind, Send: devPtr(sends[r]), Recv: devPtr(recvs[r]), Count: count, Type: preMulCodes[dt], Op: ops[r], Stream: f.ss[r].Handle()}
-						}); err != nil {
-							t.Fatal(err)
-						}
-						exact := s[0] != 1.0/3
-						for r := range n {
-							got := f.download(r, recvs[r], count*dt.Size())
-							for i := range count {
-								at := i
-								if kind == ReduceScatter {
-									at = r*count + i
-								}
-								want := 0.0
-								for q := range n {
-									want += dtype.Get(host[q], at, dt) * dtype.Round(s[q], dt)
-								}
-								g := dtype.Get(got, i, dt)
-								if exact && g != want || !exact && math.Abs(g-want) > 4*dtype.Tolerance(dt)*(1+math.Abs(want)) {
-									t.Fatalf("rank %d element %d = %v, want %v", r, i, g, want)
-								}
-							}
-							// The send buffer is the caller's and stays as it was.
-							if back := f.download(r, sends[r], len(host[r])); string(back) != string(host[r]) {
-								t.Fatalf("rank %d: the send buffer changed", r)
-							}
-						}
-					})
+	preMulCases(t, func(t *testing.T, dt dtype.DType, residence int, kind Kind, s [2]float64) {
+		sendN := count
+		if kind == ReduceScatter {
+			sendN = count * n
+		}
+		var sends, recvs []*gpu.Buffer
+		var host [][]byte
+		ops := make([]int32, n)
+		for r := range n {
+			sc := make([]byte, dt.Size())
+			var err error
+			if residence == ScalarHostImmediate {
+				dtype.Put(sc, 0, dt, s[r])
+				ops[r], err = f.l.CreatePreMulSum(f.hs[r], sc, 0, residence, preMulCodes[dt])
+			} else {
+				dsc := f.alloc(r, 64, false)
+				dtype.Put(sc, 0, dt, 1000) // replaced before the call: the value when it runs counts
+				f.upload(r, dsc, sc)
+				if ops[r], err = f.l.CreatePreMulSum(f.hs[r], nil, dsc.Ptr(), residence, preMulCodes[dt]); err == nil {
+					dtype.Put(sc, 0, dt, s[r])
+					f.upload(r, dsc, sc)
 				}
 			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, sendN*dt.Size())
+			for i := range sendN {
+				dtype.Put(b, i, dt, float64((i*(r+3))%17-8))
+			}
+			host = append(host, b)
+			send, recv := f.alloc(r, len(b), false), f.alloc(r, count*dt.Size(), false)
+			f.upload(r, send, b)
+			sends, recvs = append(sends, send), append(recvs, recv)
 		}
-	}
+		if err := f.group(func(r int) Call {
+			return Call{Kind: kind, Send: devPtr(sends[r]), Recv: devPtr(recvs[r]), Count: count, Type: preMulCodes[dt], Op: ops[r], Stream: f.ss[r].Handle()}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		scale := []float64{dtype.Round(s[0], dt), dtype.Round(s[1], dt)}
+		for r := range n {
+			checkPreMul(t, dt, kind, s, r, count, host, scale, f.download(r, recvs[r], count*dt.Size()))
+			// The send buffer is the caller's and stays as it was.
+			if back := f.download(r, sends[r], len(host[r])); string(back) != string(host[r]) {
+				t.Fatalf("rank %d: the send buffer changed", r)
+			}
+		}
+	})
 }
 
 // TestDeviceNoIPC: buffers that cannot be IPC-exported (VMM memory, as

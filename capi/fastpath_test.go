@@ -39,15 +39,7 @@ func BenchmarkAllReduce1Host(b *testing.B) {
 // Buffer, the stream, and the device collective's enqueue.
 func BenchmarkAllReduce1Device(b *testing.B) {
 	l, h, mem, dv := oneDeviceRank(b, &fakeMem{alloc: map[uintptr]Region{}})
-	buf, err := dv.Alloc(4 * 8)
-	if err != nil {
-		b.Fatal(err)
-	}
-	mem.add(buf, 0)
-	s, err := dv.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
+	buf, s := memAlloc(b, dv, mem, 4*8, 0), newStream(b, dv)
 	call := Call{Kind: AllReduce, Send: devPtr(buf), Recv: devPtr(buf), Count: 8, Type: ncclFloat32, Stream: s.Handle()}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -65,6 +57,13 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 	if err != nil {
 		tb.Fatal(err)
 	}
+	l, h, dv := oneDeviceRankOn(tb, drv, mem)
+	return l, h, mem, dv
+}
+
+// oneDeviceRankOn is oneDeviceRank on drv, which it closes when tb ends.
+func oneDeviceRankOn(tb testing.TB, drv *gpu.Driver, mem Memory) (*Library, uintptr, *gpu.Device) {
+	tb.Helper()
 	l := New(Options{
 		Env:    settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": tb.TempDir()}),
 		Memory: mem,
@@ -79,7 +78,40 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = l.Destroy(hs[0]); drv.Close() })
-	return l, hs[0], mem, dv
+	return l, hs[0], dv
+}
+
+// memAlloc is a foreign allocation of n bytes on dv, known to mem as
+// memory of GPU dev.
+func memAlloc(tb testing.TB, dv *gpu.Device, mem interface{ add(*gpu.Buffer, int) }, n, dev int) *gpu.Buffer {
+	tb.Helper()
+	buf, err := dv.Alloc(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	mem.add(buf, dev)
+	return buf
+}
+
+// newStream is a new stream of dv.
+func newStream(tb testing.TB, dv *gpu.Device) *gpu.Stream {
+	tb.Helper()
+	s, err := dv.NewStream()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// newCapture is a new stream of dv with a global capture begun on it.
+func newCapture(tb testing.TB, dv *gpu.Device) *gpu.Stream {
+	tb.Helper()
+	cs := newStream(tb, dv)
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		cs.Close()
+		tb.Fatal(err)
+	}
+	return cs
 }
 
 // TestFastPathNoAllocs: the library's own steps of a call on buffers it
@@ -89,15 +121,7 @@ func oneDeviceRank[M Memory](tb testing.TB, mem M) (*Library, uintptr, M, *gpu.D
 func TestFastPathNoAllocs(t *testing.T) {
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
 	l, h, _, dv := oneDeviceRank(t, mem)
-	buf, err := dv.Alloc(4 * 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem.add(buf, 0)
-	s, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	buf, s := memAlloc(t, dv, mem, 4*64, 0), newStream(t, dv)
 	c := l.handles.get(h)
 	host := make([]float32, 8)
 	hp := unsafe.Pointer(&host[0])

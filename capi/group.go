@@ -85,17 +85,7 @@ func (t *threadGroups) deferInit(tid int, c *Comm, run func()) {
 
 // queue adds w to tid's group and reports whether there was one.
 func (t *threadGroups) queue(tid int, w *work) bool {
-	if t.open.Load() == 0 {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	g := t.byThread[tid]
-	if g == nil || g.depth == 0 {
-		return false
-	}
-	g.works = append(g.works, w)
-	return true
+	return t.inGroup(tid, func(g *group) { g.works = append(g.works, w) })
 }
 
 // refused records err, a call's failure inside tid's group, and reports
@@ -103,6 +93,16 @@ func (t *threadGroups) queue(tid int, w *work) bool {
 // it and runs none of the group's calls (NCCL's ncclGroupEnd after an
 // error), so no rank runs half a group.
 func (t *threadGroups) refused(tid int, err error) bool {
+	return t.inGroup(tid, func(g *group) {
+		if g.err == nil {
+			g.err = err
+		}
+	})
+}
+
+// inGroup calls f with tid's group, under the lock, and reports whether
+// tid had a group open.
+func (t *threadGroups) inGroup(tid int, f func(g *group)) bool {
 	if t.open.Load() == 0 {
 		return false
 	}
@@ -112,9 +112,7 @@ func (t *threadGroups) refused(tid int, err error) bool {
 	if g == nil || g.depth == 0 {
 		return false
 	}
-	if g.err == nil {
-		g.err = err
-	}
+	f(g)
 	return true
 }
 

@@ -203,6 +203,89 @@ var (
 func TestPreMulSumHost(t *testing.T) {
 	l, hs := hostLib(t, 2)
 	const tid = 14
+	preMulCases(t, func(t *testing.T, dt dtype.DType, residence int, kind Kind, s [2]float64) {
+		const count = 96
+		n := len(hs)
+		sendN := count
+		if kind == ReduceScatter {
+			sendN = count * n
+		}
+		var sends, recvs, scalars [][]byte
+		var ops []int32
+		for r := range hs {
+			sc := make([]byte, dt.Size())
+			dtype.Put(sc, 0, dt, s[r])
+			scalars = append(scalars, sc)
+			var op int32
+			var err error
+			if residence == ScalarHostImmediate {
+				op, err = l.CreatePreMulSum(hs[r], sc, 0, residence, preMulCodes[dt])
+			} else {
+				op, err = l.CreatePreMulSum(hs[r], nil, uintptr(unsafe.Pointer(&sc[0])), residence, preMulCodes[dt])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, op)
+			b := make([]byte, sendN*dt.Size())
+			for i := range sendN {
+				dtype.Put(b, i, dt, float64((i*(r+3))%17-8))
+			}
+			sends = append(sends, b)
+			recvs = append(recvs, make([]byte, count*dt.Size()))
+		}
+		calls, end := hostGroup(l, tid, hs, func(r int) Call {
+			return Call{Kind: kind, Send: unsafe.Pointer(&sends[r][0]), Recv: unsafe.Pointer(&recvs[r][0]), Count: count, Type: preMulCodes[dt], Op: ops[r]}
+		})
+		for r, err := range calls {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		if end != nil {
+			t.Fatal(end)
+		}
+		scale := make([]float64, len(hs))
+		for q := range hs {
+			scale[q] = dtype.Get(scalars[q], 0, dt)
+		}
+		for r := range hs {
+			checkPreMul(t, dt, kind, s, r, count, sends, scale, recvs[r])
+		}
+		for r := range hs {
+			if err := l.DestroyRedOp(hs[r], ops[r]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// checkPreMul checks rank r's count elements got of a PreMulSum call of
+// kind: the sum over ranks q of sends[q] times scale[q] (exactly unless
+// the scalars s hold 1/3).
+func checkPreMul(t *testing.T, dt dtype.DType, kind Kind, s [2]float64, r, count int, sends [][]byte, scale []float64, got []byte) {
+	t.Helper()
+	exact := s[0] != 1.0/3
+	for i := range count {
+		at := i
+		if kind == ReduceScatter {
+			at = r*count + i
+		}
+		want := 0.0
+		for q := range sends {
+			want += dtype.Get(sends[q], at, dt) * scale[q]
+		}
+		g := dtype.Get(got, i, dt)
+		if exact && g != want || !exact && math.Abs(g-want) > 4*dtype.Tolerance(dt)*(1+math.Abs(want)) {
+			t.Fatalf("rank %d element %d = %v, want %v", r, i, g, want)
+		}
+	}
+}
+
+// preMulCases runs f as a subtest for each type of preMulTypes, each
+// scalar residence, allreduce and reduce-scatter, and each pair of
+// scalars (exact ones for the integers).
+func preMulCases(t *testing.T, f func(t *testing.T, dt dtype.DType, residence int, kind Kind, s [2]float64)) {
 	for _, dt := range preMulTypes {
 		for _, residence := range []int{ScalarHostImmediate, ScalarDevice} {
 			for _, kind := range []Kind{AllReduce, ReduceScatter} {
@@ -211,72 +294,7 @@ func TestPreMulSumHost(t *testing.T) {
 					pairs = [][2]float64{{2, -3}} // exact
 				}
 				for _, s := range pairs {
-					name := fmt.Sprintf("%s/res%d/%s/%g", dt, residence, kind, s[0])
-					t.Run(name, func(t *testing.T) {
-						const count = 96
-						n := len(hs)
-						sendN := count
-						if kind == ReduceScatter {
-							sendN = count * n
-						}
-						var sends, recvs, scalars [][]byte
-						var ops []int32
-						for r := range hs {
-							sc := make([]byte, dt.Size())
-							dtype.Put(sc, 0, dt, s[r])
-							scalars = append(scalars, sc)
-							var op int32
-							var err error
-							if residence == ScalarHostImmediate {
-								op, err = l.CreatePreMulSum(hs[r], sc, 0, residence, preMulCodes[dt])
-							} else {
-								op, err = l.CreatePreMulSum(hs[r], nil, uintptr(unsafe.Pointer(&sc[0])), residence, preMulCodes[dt])
-							}
-							if err != nil {
-								t.Fatal(err)
-							}
-							ops = append(ops, op)
-							b := make([]byte, sendN*dt.Size())
-							for i := range sendN {
-								dtype.Put(b, i, dt, float64((i*(r+3))%17-8))
-							}
-							sends = append(sends, b)
-							recvs = append(recvs, make([]byte, count*dt.Size()))
-						}
-						calls, end := hostGroup(l, tid, hs, func(r int) Call {
-							return Call{Kind: kind, Send: unsafe.Pointer(&sends[r][0]), Recv: unsafe.Pointer(&recvs[r][0]), Count: count, Type: preMulCodes[dt], Op: ops[r]}
-						})
-						for r, err := range calls {
-							if err != nil {
-								t.Fatalf("rank %d: %v", r, err)
-							}
-						}
-						if end != nil {
-							t.Fatal(end)
-						}
-						exact := s[0] != 1.0/3
-						for r := range hs {
-							for i := range count {
-								at := i
-								if kind == ReduceScatter {
-									at = r*count + i
-								}
-								want := 0.0
-								for q := range hs {
-									want += dtype.Get(sends[q], at, dt) * dtype.Get(scalars[q], 0, dt)
-								}
-								got := dtype.Get(recvs[r], i, dt)
-								if exact && got != want || !exact && math.Abs(got-want) > 4*dtype.Tolerance(dt)*(1+math.Abs(want)) {
-									t.Fatalf("rank %d element %d = %v, want %v", r, i, got, want)
-								}
-							}
-						}
-						for r := range hs {
-							if err := l.DestroyRedOp(hs[r], ops[r]); err != nil {
-								t.Fatal(err)
-							}
-						}
-					})
+					t.Run(fmt.Sprintf("%s/res%d/%s/%g", dt, residence, kind, s[0]), func(t *testing.T) { f(t, dt, residence, kind, s) })
 				}
 			}
 		}

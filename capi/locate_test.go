@@ -8,7 +8,6 @@ import (
 
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
-	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // idMem is fakeMem as cmd/libnccl's cudaMemory is: an Identifier too, and
@@ -33,38 +32,8 @@ func (m *idMem) Locate(p uintptr) (Region, bool) {
 // newIDFixture is newDevFixture with an idMem as the library's Memory.
 func newIDFixture(t testing.TB, n int, cfg gpufake.Config, env ...string) (*devFixture, *idMem) {
 	t.Helper()
-	cfg.Devices = n
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
-	drv, err := gpufake.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &devFixture{t: t, drv: drv, mem: mem.fakeMem}
-	vars := map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir(), "FLEXLINK_GPU_KERNEL_TIMEOUT": "60s"}
-	for i := 0; i+1 < len(env); i += 2 {
-		vars[env[i]] = env[i+1]
-	}
-	f.l = New(Options{Env: settings.Map(vars), Memory: mem, Driver: func() (*gpu.Driver, error) { return drv, nil }})
-	devs := make([]int, n)
-	for i := range devs {
-		devs[i] = i
-	}
-	if f.hs, err = f.l.InitAll(n, devs); err != nil {
-		t.Fatal(err)
-	}
-	for r := range n {
-		dv, err := drv.Device(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := dv.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.dvs, f.ss = append(f.dvs, dv), append(f.ss, s)
-	}
-	t.Cleanup(f.close)
-	return f, mem
+	return newDevFixtureOn(t, n, cfg, mem.fakeMem, mem, env...), mem
 }
 
 // TestLocateByBufferID: with an Identifier, each buffer of each call costs
@@ -92,7 +61,6 @@ func testLocateByID(t *testing.T, env []string) {
 	// Out of place: send and recv are two allocations of each rank.
 	send := []*gpu.Buffer{f.alloc(0, 4*count, false), f.alloc(1, 4*count, false)}
 	recv := []*gpu.Buffer{f.alloc(0, 4*count, false), f.alloc(1, 4*count, false)}
-	addrs := []uintptr{send[0].Ptr(), send[1].Ptr()}
 	value := func(round, r, i int) float32 { return float32((round*5+r*3+i)%241) - 100 }
 	const callsPerRound = 3
 	for round, realloc := range [][2]bool{{false, false}, {false, false}, {true, false}, {true, true}, {false, true}} {
@@ -102,17 +70,10 @@ func testLocateByID(t *testing.T, env []string) {
 				newAllocs = 4 // every buffer is new to the library
 			}
 			for r, again := range realloc {
-				if !again {
-					continue
+				if again {
+					send[r] = f.reallocAt(t, r, send[r])
+					newAllocs++
 				}
-				if err := f.mem.free(send[r]); err != nil {
-					t.Fatal(err)
-				}
-				send[r] = f.alloc(r, 4*count, false)
-				if send[r].Ptr() != addrs[r] {
-					t.Fatalf("rank %d: the fake placed the new allocation at %#x, not at the freed %#x", r, send[r].Ptr(), addrs[r])
-				}
-				newAllocs++
 			}
 			id0, loc0 := mem.identifies.Load(), mem.locates.Load()
 			for call := range callsPerRound {
@@ -224,15 +185,7 @@ func TestLocateConcurrent(t *testing.T) {
 func TestLocateInPlace(t *testing.T) {
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
 	l, h, _, dv := oneDeviceRank(t, mem)
-	buf, err := dv.Alloc(4 * 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem.add(buf, 0)
-	s, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	buf, s := memAlloc(t, dv, mem, 4*64, 0), newStream(t, dv)
 	const calls = 10
 	for range calls {
 		if err := l.Coll(1, h, Call{Kind: AllReduce, Send: devPtr(buf), Recv: devPtr(buf), Count: 64, Type: ncclFloat32, Stream: s.Handle()}); err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
-	"github.com/flexlink/flexlink/internal/settings"
 )
 
 // oneRankFixture is a one-rank communicator on a fake GPU whose driver
@@ -37,25 +36,10 @@ func newOneRankFixture(t *testing.T) *oneRankFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(Options{
-		Env:    settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s", "FLEXLINK_CACHE_DIR": t.TempDir()}),
-		Memory: mem,
-		Driver: func() (*gpu.Driver, error) { return drv, nil },
-	})
-	hs, err := l.InitAll(1, []int{0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); _ = l.Destroy(hs[0]); drv.Close() })
-	return &oneRankFixture{t: t, l: l, h: hs[0], mem: mem, dv: dv, s: s, calls: calls}
+	l, h, dv := oneDeviceRankOn(t, drv, mem)
+	s := newStream(t, dv)
+	t.Cleanup(func() { s.Close() })
+	return &oneRankFixture{t: t, l: l, h: h, mem: mem, dv: dv, s: s, calls: calls}
 }
 
 // alloc is a foreign allocation of n bytes (VMM memory when noIPC).
@@ -322,14 +306,8 @@ func TestOneRankDriverCalls(t *testing.T) {
 			f.put(send, input(0))
 			var x *gpu.GraphExec
 			if r.capture {
-				cs, err := f.dv.NewStream()
-				if err != nil {
-					t.Fatal(err)
-				}
+				cs := newCapture(t, f.dv)
 				defer cs.Close()
-				if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
-					t.Fatal(err)
-				}
 				call.Stream = cs.Handle()
 				got := f.measure(3, run)
 				g, err := cs.EndCapture()
@@ -374,19 +352,13 @@ func TestOneRankCaptureInvalidated(t *testing.T) {
 	const count = 64
 	f := newOneRankFixture(t)
 	send, recv := f.alloc(4*count, false), f.alloc(4*count, false)
-	cs, err := f.dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := newCapture(t, f.dv)
 	defer cs.Close()
-	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
-		t.Fatal(err)
-	}
 	if err := cs.Synchronize(); err == nil { // synchronising a capturing stream invalidates its capture
 		t.Fatal("synchronising a capturing stream succeeded")
 	}
 	call := Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: count, Type: ncclFloat32, Stream: cs.Handle()}
-	err = f.l.Coll(1, f.h, call)
+	err := f.l.Coll(1, f.h, call)
 	if ResultOf(err) != InvalidUsage {
 		t.Fatalf("call on an invalidated capture: %v (result %d), want ncclInvalidUsage", err, ResultOf(err))
 	}

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
@@ -42,14 +41,11 @@ func BenchmarkPerCall1(b *testing.B) {
 func benchPerCall1(b *testing.B, n int, inPlace bool) {
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
 	l, h, _, dv := oneDeviceRank(b, mem)
-	send, recv := benchAlloc(b, dv, mem, n, 0), benchAlloc(b, dv, mem, n, 0)
+	send, recv := memAlloc(b, dv, mem, n, 0), memAlloc(b, dv, mem, n, 0)
 	if inPlace {
 		recv = send
 	}
-	s, err := dv.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := newStream(b, dv)
 	call := Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: uint64(n / 4), Type: ncclFloat32, Stream: s.Handle()}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -64,11 +60,8 @@ func benchPerCall1(b *testing.B, n int, inPlace bool) {
 func BenchmarkPerCallGroup1(b *testing.B) {
 	mem := &idMem{fakeMem: &fakeMem{alloc: map[uintptr]Region{}}}
 	l, h, _, dv := oneDeviceRank(b, mem)
-	send, recv := benchAlloc(b, dv, mem, 8, 0), benchAlloc(b, dv, mem, 8, 0)
-	s, err := dv.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
+	send, recv := memAlloc(b, dv, mem, 8, 0), memAlloc(b, dv, mem, 8, 0)
+	s := newStream(b, dv)
 	call := Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: 2, Type: ncclFloat32, Stream: s.Handle()}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -91,7 +84,7 @@ func BenchmarkPerCall2(b *testing.B) {
 	f, mem := newIDFixture(b, 2, gpufake.Config{})
 	var calls [2]Call
 	for r := range calls {
-		send, recv := benchAlloc(b, f.dvs[r], mem, 8, r), benchAlloc(b, f.dvs[r], mem, 8, r)
+		send, recv := memAlloc(b, f.dvs[r], mem, 8, r), memAlloc(b, f.dvs[r], mem, 8, r)
 		calls[r] = Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: 2, Type: ncclFloat32, Stream: f.ss[r].Handle()}
 	}
 	b.Run("threads", func(b *testing.B) {
@@ -105,18 +98,6 @@ func BenchmarkPerCall2(b *testing.B) {
 			}
 		}
 	})
-}
-
-// benchAlloc is a foreign allocation of n bytes on dv, known to mem as
-// memory of GPU dev.
-func benchAlloc(tb testing.TB, dv *gpu.Device, mem *idMem, n, dev int) *gpu.Buffer {
-	tb.Helper()
-	buf, err := dv.Alloc(n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	mem.add(buf, dev)
-	return buf
 }
 
 func sizeName(n int) string {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,33 +102,13 @@ func testRendezvousLiveness(t *testing.T, liveness string, kill, survives bool) 
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRendezvousMemberHelper$", "-test.count=1")
 	// The member's id: its own copy of the one this process made (it
 	// dials as ncclCommInitRank does, rendezvousDial), and its settings.
 	raw := info.encode()
-	cmd.Env = append(os.Environ(), liveHelperEnv+"=1", "HELPER_ID="+hex.EncodeToString(raw[:]), "HELPER_LIVENESS="+liveness)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, lines := startHelper(ctx, t, "TestRendezvousMemberHelper", &stderr,
+		[]string{liveHelperEnv + "=1", "HELPER_ID=" + hex.EncodeToString(raw[:]), "HELPER_LIVENESS=" + liveness})
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	lines := make(chan string, 4)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
 
 	cfg, err := l.rendezvousDial(info, 0, 2, "test", nil)
 	if err != nil {
@@ -197,11 +176,7 @@ func TestRendezvousMemberHelper(t *testing.T) {
 	if os.Getenv(liveHelperEnv) == "" {
 		return
 	}
-	raw, err := hex.DecodeString(os.Getenv("HELPER_ID"))
-	if err != nil || len(raw) != UniqueIDBytes {
-		t.Fatalf("HELPER_ID: %v", err)
-	}
-	info, err := decodeID(UniqueID(raw))
+	info, err := decodeID(parseID(t, "HELPER_ID", os.Getenv("HELPER_ID")))
 	if err != nil {
 		t.Fatal(err)
 	}

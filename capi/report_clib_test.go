@@ -1,7 +1,6 @@
 package capi
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,25 +34,9 @@ const char *ncclGetLastError(void *c) { stub("ncclGetLastError"); return ""; }
 // ranks' reports, and the job ends within seconds of the timeout.
 func TestCLibraryVerdict(t *testing.T) {
 	cc := testenv.LookPath(t, "C compiler", "cc")
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	run := func(name string, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	libDir, stubDir := filepath.Join(dir, "lib"), filepath.Join(dir, "stub")
-	run("go", "build", "-tags", "nonvml", "-buildmode=c-shared", // as make libnccl builds it
-		"-ldflags", "-extldflags '-Wl,-soname,libnccl.so.2 -Wl,--version-script="+filepath.Join(root, "cmd/libnccl/exports.map")+"'",
-		"-o", filepath.Join(libDir, "libnccl.so.2"), "./cmd/libnccl")
+	w := newCWorkshop(t)
+	dir := w.dir
+	libDir, stubDir := w.libnccl(), filepath.Join(dir, "stub")
 	if err := os.MkdirAll(stubDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -61,16 +44,12 @@ func TestCLibraryVerdict(t *testing.T) {
 	if err := os.WriteFile(stubSrc, []byte(ncclStub), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run(cc, "-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o", filepath.Join(stubDir, "libnccl.so.2"), stubSrc)
-	prog := filepath.Join(dir, "nccl_withhold")
-	run(cc, "-O1", "-Wall", "-Werror", "-DFLEXLINK_NCCL_NO_CUDA", "-I", filepath.Join(root, "include"),
-		"-o", prog, filepath.Join(root, "capi/testdata/nccl_withhold.c"),
-		"-L", stubDir, "-l:libnccl.so.2", "-Wl,-rpath,"+stubDir)
-	flexrun := filepath.Join(dir, "flexrun")
-	run("go", "build", "-o", flexrun, "./cmd/flexrun")
+	w.run(cc, "-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o", filepath.Join(stubDir, "libnccl.so.2"), stubSrc)
+	prog := w.program(cc, "nccl_withhold", stubDir)
+	flexrun := w.flexrun()
 
 	const timeout = 2 * time.Second
-	cmd := exec.CommandContext(ctx, flexrun, "-np", "3", "--oversubscribe", "--kill-grace", "1s", "--nccl-lib", libDir,
+	cmd := exec.CommandContext(w.ctx, flexrun, "-np", "3", "--oversubscribe", "--kill-grace", "1s", "--nccl-lib", libDir,
 		"-x", "FLEXLINK_TIMEOUT="+timeout.String(), prog, filepath.Join(dir, "id"), "1")
 	code, elapsed, lines, stderr := runFlexrun(t, cmd)
 	first := regexp.MustCompile(`^rank 1 \(host \S+, pid \d+\) did not take part in AllReduce #5 on communicator nccl@\S+/w: ranks 0, 2 timed out waiting for it(; terminating 1 other rank)?$`)

@@ -17,7 +17,7 @@ func BenchmarkSendRecv2(b *testing.B) {
 	type pair struct{ send, recv Call }
 	var calls [2]pair
 	for r := range calls {
-		send, recv := benchAlloc(b, f.dvs[r], mem, 8, r), benchAlloc(b, f.dvs[r], mem, 8, r)
+		send, recv := memAlloc(b, f.dvs[r], mem, 8, r), memAlloc(b, f.dvs[r], mem, 8, r)
 		s := f.ss[r].Handle()
 		calls[r] = pair{
 			send: Call{Kind: Send, Send: devPtr(send), Count: 2, Type: ncclFloat32, Root: 1 - r, Stream: s},

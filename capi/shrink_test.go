@@ -1,7 +1,6 @@
 package capi
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -44,30 +43,17 @@ func TestShrinkAfterKill(t *testing.T) {
 			ready := make(chan int, n)
 			var copies sync.WaitGroup
 			for r := 1; r < n; r++ {
-				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShrinkRank$", "-test.count=1", "-test.v")
-				cmd.Env = append(os.Environ(), helperEnv+"=1", "HELPER_ID="+hex.EncodeToString(id[:]),
-					"HELPER_RANK="+strconv.Itoa(r), "HELPER_N="+strconv.Itoa(n), "HELPER_VICTIM="+strconv.Itoa(victim),
-					"HELPER_FLAGS="+strconv.Itoa(flags))
 				// The helper prints readyLine after its first allreduce; the
 				// victim then waits on its stdin, which stays open.
-				stdout, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				cmd.Stderr = &outs[r]
-				if _, err := cmd.StdinPipe(); err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
+				cmd, _, lines := startHelper(ctx, t, "TestShrinkRank", &outs[r], []string{helperEnv + "=1", "HELPER_ID=" + hex.EncodeToString(id[:]),
+					"HELPER_RANK=" + strconv.Itoa(r), "HELPER_N=" + strconv.Itoa(n), "HELPER_VICTIM=" + strconv.Itoa(victim),
+					"HELPER_FLAGS=" + strconv.Itoa(flags)}, "-test.v")
 				cmds[r] = cmd
 				copies.Add(1)
 				go func() {
 					defer copies.Done()
-					sc := bufio.NewScanner(stdout)
-					for sc.Scan() {
-						if sc.Text() == readyLine {
+					for line := range lines {
+						if line == readyLine {
 							ready <- r
 						}
 					}
@@ -118,12 +104,7 @@ func TestShrinkRank(t *testing.T) {
 		return
 	}
 	atoi := func(k string) int { v, _ := strconv.Atoi(os.Getenv(k)); return v }
-	raw, err := hex.DecodeString(os.Getenv("HELPER_ID"))
-	if err != nil || len(raw) != UniqueIDBytes {
-		t.Fatalf("HELPER_ID: %v", err)
-	}
-	var id UniqueID
-	copy(id[:], raw)
+	id := parseID(t, "HELPER_ID", os.Getenv("HELPER_ID"))
 	r, victim := atoi("HELPER_RANK"), atoi("HELPER_VICTIM")
 	ready := func() {
 		fmt.Println(readyLine)

@@ -137,14 +137,8 @@ func (e *enqFixture) enqueue(r, k int, done chan<- error) {
 func (e *enqFixture) capture(r, k int) *gpu.GraphExec {
 	e.t.Helper()
 	e.input(r, k)
-	cs, err := e.dvs[r].NewStream()
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cs := newCapture(e.t, e.dvs[r])
 	defer cs.Close()
-	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
-		e.t.Fatal(err)
-	}
 	call := e.call(r, k)
 	call.Stream = cs.Handle()
 	cerr := e.l.Coll(fixtureTid, e.hs[r], call)

@@ -11,26 +11,15 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flexlink-examples")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/examples/hello", "github.com/flexlink/flexlink/examples/train", "github.com/flexlink/flexlink/examples/modelparallel")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.RunWithBinaries(m, "flexlink-examples", func(dir string) { bin = dir },
+		"github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/examples/hello", "github.com/flexlink/flexlink/examples/train", "github.com/flexlink/flexlink/examples/modelparallel")
 }
 
 func flexrun(t *testing.T, args ...string) string {

@@ -42,6 +42,31 @@ func onThread(f *cufake.Fake, m cu.CaptureMode, fn func() error) error {
 	return <-done
 }
 
+// captureOnThread begins a capture in mode m on a new stream, on a thread
+// in mode m, runs during there and ends the capture: endErr is the end's
+// error (its graph, if any, destroyed), err that of the steps before.
+func captureOnThread(f *cufake.Fake, m cu.CaptureMode, during func() error) (endErr, err error) {
+	err = onThread(f, m, func() error {
+		s, err := f.StreamCreate(cu.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer f.StreamDestroy(s)
+		if err := f.StreamBeginCapture(s, m); err != nil {
+			return err
+		}
+		if err := during(); err != nil {
+			return err
+		}
+		g, err := f.StreamEndCapture(s)
+		if endErr = err; err == nil {
+			return f.GraphDestroy(g)
+		}
+		return nil
+	})
+	return endErr, err
+}
+
 // TestFakeCaptureModes: a potentially unsafe call fails and invalidates
 // the captures its thread's mode forbids, as the CUDA documentation of
 // cuStreamBeginCapture's modes says, and only those.
@@ -90,26 +115,13 @@ func TestFakeCaptureModes(t *testing.T) {
 					defer f.StreamDestroy(o)
 					return f.StreamSynchronize(o)
 				}
-				var callErr, endErr error
-				err := onThread(f, tc.capture, func() error {
-					s, err := f.StreamCreate(cu.StreamNonBlocking)
-					if err != nil {
-						return err
-					}
-					defer f.StreamDestroy(s)
-					if err := f.StreamBeginCapture(s, tc.capture); err != nil {
-						return err
-					}
+				var callErr error
+				endErr, err := captureOnThread(f, tc.capture, func() error {
 					if tc.sameThread {
 						f.ThreadExchangeStreamCaptureMode(tc.callerMode)
 						callErr = call()
 					} else {
 						callErr = onThread(f, tc.callerMode, call)
-					}
-					g, err := f.StreamEndCapture(s)
-					endErr = err
-					if err == nil {
-						return f.GraphDestroy(g)
 					}
 					return nil
 				})
@@ -131,34 +143,12 @@ func TestFakeCaptureModes(t *testing.T) {
 // TestFakeCaptureLibraryRelaxed: the library's own calls (package gpu)
 // never invalidate a global capture in progress on another thread.
 func TestFakeCaptureLibraryRelaxed(t *testing.T) {
-	drv, f := openFake(t, gpufake.Config{})
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	ev, err := dv.NewEvent(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Close()
-	var endErr error
-	err = onThread(f, cu.CaptureModeGlobal, func() error {
-		s, err := f.StreamCreate(cu.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer f.StreamDestroy(s)
-		if err := f.StreamBeginCapture(s, cu.CaptureModeGlobal); err != nil {
-			return err
-		}
+	dv, f := fakeDevice(t, gpufake.Config{})
+	other, ev := mustStream(t, dv), mustEvent(t, dv, false)
+	endErr, err := captureOnThread(f, cu.CaptureModeGlobal, func() error {
 		// On other threads (Go moves goroutines; gpu switches each call's
 		// thread to relaxed mode).
-		if err := onThread(f, cu.CaptureModeGlobal, func() error {
+		return onThread(f, cu.CaptureModeGlobal, func() error {
 			b, err := dv.Alloc(1 << 10)
 			if err != nil {
 				return err
@@ -173,15 +163,7 @@ func TestFakeCaptureLibraryRelaxed(t *testing.T) {
 				return err
 			}
 			return b.Free()
-		}); err != nil {
-			return err
-		}
-		g, err := f.StreamEndCapture(s)
-		endErr = err
-		if err == nil {
-			f.GraphDestroy(g)
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -197,24 +179,11 @@ func TestFakeCaptureLibraryRelaxed(t *testing.T) {
 // recorded inside a capture cannot be used outside it; a graph's user
 // objects are destroyed with the graph and its instantiations.
 func TestFakeGraph(t *testing.T) {
-	drv, f := openFake(t, gpufake.Config{})
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cs, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	dv, f := fakeDevice(t, gpufake.Config{})
+	s, cs := mustStream(t, dv), mustStream(t, dv)
 	const n = 4096
 	in, mid, out := mustAlloc(t, dv, n), mustAlloc(t, dv, n), mustAlloc(t, dv, n)
-	ext, inner := mustEvent(t, dv), mustEvent(t, dv)
+	ext, inner := mustEvent(t, dv, false), mustEvent(t, dv, false)
 	var hostRuns, destroyed atomic.Int32
 
 	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
@@ -295,45 +264,14 @@ func TestFakeGraph(t *testing.T) {
 	}
 }
 
-func mustAlloc(t *testing.T, dv *gpu.Device, n int) *gpu.Buffer {
-	t.Helper()
-	b, err := dv.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Free() })
-	return b
-}
-
-func mustEvent(t *testing.T, dv *gpu.Device) *gpu.Event {
-	t.Helper()
-	e, err := dv.NewEvent(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
-
 // TestFakeCaptureEvents: a capture may wait on an event recorded outside
 // it only as an external wait (a plain one invalidates it, as CUDA's
 // isolation rule); a stream that waits on an event of the capture joins it
 // (a fork), and its work replays with the graph.
 func TestFakeCaptureEvents(t *testing.T) {
-	drv, _ := openFake(t, gpufake.Config{})
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	streams := make([]*gpu.Stream, 3)
-	for i := range streams {
-		if streams[i], err = dv.NewStream(); err != nil {
-			t.Fatal(err)
-		}
-		defer streams[i].Close()
-	}
-	s, cs, side := streams[0], streams[1], streams[2]
-	eager, fork := mustEvent(t, dv), mustEvent(t, dv)
+	dv, _ := fakeDevice(t, gpufake.Config{})
+	s, cs, side := mustStream(t, dv), mustStream(t, dv), mustStream(t, dv)
+	eager, fork := mustEvent(t, dv, false), mustEvent(t, dv, false)
 	if err := s.Record(eager); err != nil {
 		t.Fatal(err)
 	}
@@ -403,21 +341,8 @@ func TestFakeCaptureEvents(t *testing.T) {
 // replayed graph) writes, with each condition; captured writes and waits
 // are nodes that act at every replay.
 func TestFakeStreamValues(t *testing.T) {
-	drv, _ := openFake(t, gpufake.Config{})
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	dv, _ := fakeDevice(t, gpufake.Config{})
+	a, b := mustStream(t, dv), mustStream(t, dv)
 	flag := mustAlloc(t, dv, 64)
 	if err := a.Memset(flag, 0); err != nil {
 		t.Fatal(err)
@@ -441,11 +366,7 @@ func TestFakeStreamValues(t *testing.T) {
 	}
 	// Captured: a graph that waits for the word to reach k, then writes
 	// k+100 next to it; the host side bumps the word through a copy.
-	cs, err := dv.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := mustStream(t, dv)
 	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
 		t.Fatal(err)
 	}

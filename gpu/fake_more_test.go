@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -175,15 +174,7 @@ func TestFakeHostMemory(t *testing.T) {
 	drv, _ := openFake(t, gpufake.Config{})
 	r := newRig(t, drv, 1)
 	dv, s := r.devs[0], r.streams[0]
-	m, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Munmap(m)
-	reg, err := dv.RegisterHost(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, reg := registeredMapping(t, dv, 1<<16)
 	if _, err := dv.RegisterHost(m[4096:]); err == nil {
 		t.Error("registering an overlapping range succeeded")
 	}

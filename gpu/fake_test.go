@@ -21,12 +21,31 @@ func openFake(t testing.TB, cfg gpufake.Config) (*gpu.Driver, *cufake.Fake) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	closeAtEnd(t, d.Close)
 	return d, d.Backend().(*cufake.Fake)
+}
+
+// fakeDevice is device 0 of a fake driver opened by openFake.
+func fakeDevice(t testing.TB, cfg gpufake.Config) (*gpu.Device, *cufake.Fake) {
+	t.Helper()
+	drv, f := openFake(t, cfg)
+	dv, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dv, f
+}
+
+// fakePeerRig is a rig of two fake GPUs, the first with peer access to
+// the second.
+func fakePeerRig(t *testing.T) *rig {
+	t.Helper()
+	drv, _ := openFake(t, gpufake.Config{})
+	r := newRig(t, drv, 2)
+	if err := r.devs[0].EnablePeerAccess(r.devs[1]); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestFakeReduce runs every dtype × op × shape through Stream.Reduce and
@@ -34,11 +53,7 @@ func openFake(t testing.TB, cfg gpufake.Config) (*gpu.Driver, *cufake.Fake) {
 // order, offsets, counts, in-place use and peer operands, and that every
 // kernel the Go side names exists in the embedded PTX.
 func TestFakeReduce(t *testing.T) {
-	drv, _ := openFake(t, gpufake.Config{})
-	r := newRig(t, drv, 2)
-	if err := r.devs[0].EnablePeerAccess(r.devs[1]); err != nil {
-		t.Fatal(err)
-	}
+	r := fakePeerRig(t)
 	for _, dt := range dtype.All() {
 		for _, op := range dtype.Ops() {
 			t.Run(fmt.Sprintf("%s-%s", dt, op), func(t *testing.T) {
@@ -59,11 +74,7 @@ func TestFakeErrors(t *testing.T) {
 	d0, d1, s0 := r.devs[0], r.devs[1], r.streams[0]
 	b0 := r.alloc(t, d0, 4096)
 	b1 := r.alloc(t, d1, 4096)
-	other, err := d1.NewEvent(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := mustEvent(t, d1, false)
 	mod, err := d1.LoadModule([]byte(".visible .entry k(\n)"))
 	if err != nil {
 		t.Fatal(err)
@@ -121,11 +132,7 @@ func TestFakeErrors(t *testing.T) {
 
 // TestFakeFreeTwice: second Free / Close of every kind returns ErrClosed.
 func TestFakeFreeTwice(t *testing.T) {
-	drv, _ := openFake(t, gpufake.Config{})
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dv, _ := fakeDevice(t, gpufake.Config{})
 	buf, _ := dv.Alloc(64)
 	host, _ := dv.AllocHost(64)
 	s, _ := dv.NewStream()

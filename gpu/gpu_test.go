@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -118,16 +117,7 @@ func gpuRoundTrip(t *testing.T, r *rig) {
 
 func gpuEvents(t *testing.T, r *rig) {
 	dv, s := r.devs[0], r.streams[0]
-	start, err := dv.NewEvent(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer start.Close()
-	end, err := dv.NewEvent(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer end.Close()
+	start, end := mustEvent(t, dv, true), mustEvent(t, dv, true)
 	buf := r.alloc(t, dv, 256<<20)
 	if err := s.Record(start); err != nil {
 		t.Fatal(err)
@@ -160,15 +150,7 @@ func gpuEvents(t *testing.T, r *rig) {
 func gpuRegister(t *testing.T, r *rig) {
 	dv, s := r.devs[0], r.streams[0]
 	const n = 64 << 20
-	m, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Munmap(m)
-	h, err := dv.RegisterHost(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, h := registeredMapping(t, dv, n)
 	src := pattern(n, 7)
 	buf := r.alloc(t, dv, n)
 	r.upload(t, buf, src)

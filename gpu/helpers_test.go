@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/reduce"
 )
 
@@ -150,4 +151,46 @@ func reduceCases(large int) []reduceCase {
 		{name: "in-place", count: 2048 + 5, inPlace: true},
 		{name: "large", count: large},
 	}
+}
+
+// closeAtEnd calls c when t ends; its error fails t.
+func closeAtEnd(t testing.TB, c func() error) {
+	t.Cleanup(func() {
+		if err := c(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// mustAlloc is n bytes of dv, freed when t ends.
+func mustAlloc(t testing.TB, dv *gpu.Device, n int) *gpu.Buffer {
+	t.Helper()
+	b, err := dv.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
+}
+
+// mustStream is a new stream of dv, closed when t ends.
+func mustStream(t testing.TB, dv *gpu.Device) *gpu.Stream {
+	t.Helper()
+	s, err := dv.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// mustEvent is a new event of dv (timing: for Since), closed when t ends.
+func mustEvent(t testing.TB, dv *gpu.Device, timing bool) *gpu.Event {
+	t.Helper()
+	e, err := dv.NewEvent(timing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }

@@ -20,11 +20,7 @@ import (
 // product of the two values (exact in float64 for every type but float64,
 // whose own product is the reference), rounded once to the type.
 func TestFakePreMul(t *testing.T) {
-	drv, _ := openFake(t, gpufake.Config{})
-	r := newRig(t, drv, 2)
-	if err := r.devs[0].EnablePeerAccess(r.devs[1]); err != nil {
-		t.Fatal(err)
-	}
+	r := fakePeerRig(t)
 	for _, dt := range dtype.All() {
 		t.Run(dt.String(), func(t *testing.T) {
 			for i, c := range reduceCases(1<<12 + 3) {

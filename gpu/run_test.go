@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/flexlink/flexlink/dtype"
@@ -34,11 +35,7 @@ func newRig(t testing.TB, drv *gpu.Driver, want int) *rig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			if err := s.Close(); err != nil {
-				t.Error(err)
-			}
-		})
+		closeAtEnd(t, s.Close)
 		r.devs = append(r.devs, dv)
 		r.streams = append(r.streams, s)
 	}
@@ -56,11 +53,7 @@ func openGPU(t testing.TB) *gpu.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	closeAtEnd(t, d.Close)
 	return d
 }
 
@@ -81,12 +74,25 @@ func (r *rig) alloc(t testing.TB, dv *gpu.Device, n int) *gpu.Buffer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := b.Free(); err != nil {
-			t.Error(err)
-		}
-	})
+	closeAtEnd(t, b.Free)
 	return b
+}
+
+// registeredMapping is a shared anonymous mapping of n bytes (as host
+// staging shares memory between processes), unmapped when t ends, and
+// its registration with dv, the caller's to free.
+func registeredMapping(t testing.TB, dv *gpu.Device, n int) ([]byte, *gpu.HostMem) {
+	t.Helper()
+	m, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Munmap(m) })
+	h, err := dv.RegisterHost(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, h
 }
 
 // upload copies data into b on its device's stream and waits.

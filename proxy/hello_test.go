@@ -8,6 +8,7 @@ import (
 
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/hello"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -97,7 +98,7 @@ func TestForeignHelloDropped(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the rogue connection was never dropped: %v", err)
 	}
-	j.run(t, even(2, 4096))
+	j.run(t, testenv.EvenLengths(2, 4096))
 }
 
 func send(ctx context.Context, sc net.SendConn, b []byte, tag uint64) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/flexlink/flexlink/fabric/fake"
 	"github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/fabric/net/tcp"
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // fakeLocal adapts a fake network to Local.
@@ -143,15 +144,7 @@ func (j *job) run(t *testing.T, lens [][]int) []Stats {
 	recvs := make([][][]byte, n)
 	sends := make([][][]byte, n)
 	for r := range n {
-		send, recv := make([][]byte, n), make([][]byte, n)
-		for d := range n {
-			send[d] = make([]byte, lens[r][d])
-			for i := range send[d] {
-				send[d][i] = payload(r, d, i)
-			}
-			recv[d] = make([]byte, lens[d][r])
-		}
-		sends[r], recvs[r] = send, recv
+		sends[r], recvs[r] = testenv.AllToAllBuffers(lens, r, payload)
 	}
 	var wg sync.WaitGroup
 	for r := range n {
@@ -213,9 +206,9 @@ func TestAllToAll(t *testing.T) {
 		// expected totals: cross-host messages sent, of them relayed, receives posted
 		messages, relayed, receives int64
 	}{
-		{"rail even", railVia(per), 1 << 20, even(n, 4096), 32, 24, 8},
-		{"direct even", directVia, 1 << 20, even(n, 4096), 32, 0, 32},
-		{"rail chunked", railVia(per), 1000, even(n, 2500), 96, 72, 24},
+		{"rail even", railVia(per), 1 << 20, testenv.EvenLengths(n, 4096), 32, 24, 8},
+		{"direct even", directVia, 1 << 20, testenv.EvenLengths(n, 4096), 32, 0, 32},
+		{"rail chunked", railVia(per), 1000, testenv.EvenLengths(n, 2500), 96, 72, 24},
 		{"rail uneven", railVia(per), 777, unevenLengths(n, 5000, 1), -1, -1, -1},
 		{"direct uneven", directVia, 777, unevenLengths(n, 5000, 2), -1, -1, -1},
 	} {
@@ -246,7 +239,7 @@ func TestAllToAllGathered(t *testing.T) {
 		chunk int
 		lens  [][]int
 	}{
-		{"even", 1 << 20, even(n, 4096)},
+		{"even", 1 << 20, testenv.EvenLengths(n, 4096)},
 		{"chunked uneven", 777, unevenLengths(n, 5000, 3)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -283,17 +276,6 @@ func TestAllToAllGathered(t *testing.T) {
 	}
 }
 
-func even(n, l int) [][]int {
-	out := make([][]int, n)
-	for s := range out {
-		out[s] = make([]int, n)
-		for d := range out[s] {
-			out[s][d] = l
-		}
-	}
-	return out
-}
-
 // TestRankKilled: a rank that dies mid-all-to-all (its proxy aborted, its
 // local links gone) fails the call on every other rank within the
 // deadline, and the error names a rank.
@@ -303,7 +285,7 @@ func TestRankKilled(t *testing.T) {
 		t.Run(fmt.Sprint("rank", victim), func(t *testing.T) {
 			n := hosts * per
 			j := newJob(t, hosts, per, railVia(per), 1<<10)
-			lens := even(n, 1<<20)
+			lens := testenv.EvenLengths(n, 1<<20)
 			errs := make([]error, n)
 			var wg, started sync.WaitGroup // started: every survivor is about to call
 			start := time.Now()
@@ -390,7 +372,7 @@ func TestMultiReceiveBatches(t *testing.T) {
 	if tot.Received != tot.Messages {
 		t.Errorf("%d messages sent, %d received", tot.Messages, tot.Received)
 	}
-	tot = sum(j.run(t, even(n, 1000)))
+	tot = sum(j.run(t, testenv.EvenLengths(n, 1000)))
 	if want := int64(n * per); tot.Messages != want || tot.Relayed != want-int64(n) {
 		t.Errorf("%+v, want %d messages, %d relayed", tot, want, want-int64(n))
 	}

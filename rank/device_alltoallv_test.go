@@ -86,24 +86,34 @@ func a2aCount(s, d, n int) int {
 	return (s*5 + d*3) % 7 * 211
 }
 
+// openDevice is c's DeviceComm on dev and a stream of dev; done closes
+// both.
+func openDevice(ctx context.Context, c *Comm, dev *gpu.Device) (*DeviceComm, *gpu.Stream, func(), error) {
+	dc, err := c.Device(ctx, dev)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		dc.Close(ctx)
+		return nil, nil, nil, err
+	}
+	return dc, s, func() { s.Close(); dc.Close(ctx) }, nil
+}
+
 func a2aValue(s, d, i int) int64 { return int64(s)<<40 | int64(d)<<20 | int64(i) }
 
 func deviceAllToAlls(c *Comm, dev *gpu.Device, level string, gathered bool) error {
 	ctx := context.Background()
 	n, me := c.Size(), c.Rank()
-	dc, err := c.Device(ctx, dev)
+	dc, s, done, err := openDevice(ctx, c, dev)
 	if err != nil {
 		return err
 	}
-	defer dc.Close(ctx)
+	defer done()
 	if dc.Path() != "staged" {
 		return fmt.Errorf("plane %q, want staged (ranks on two hosts)", dc.Path())
 	}
-	s, err := dev.NewStream()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 
 	// AllToAll, 3 calls (the proxy is made on the first, reused after).
 	const blk = 1500

@@ -68,11 +68,6 @@ func allReduces(ctx context.Context, dc *DeviceComm, s *gpu.Stream, seed int, co
 // at most 16 MiB, after small and large allreduces on them, all right.
 func TestDeviceCommMemory(t *testing.T) {
 	const n = 4
-	drv, err := gpufake.Open(gpufake.Config{Devices: n, MemPerDevice: 2 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
 	pair := worldtest.Plan(worldtest.Spec{N: 2, Env: gpuVars}) // the two-rank communicator of ranks 0 and 1
 	var mu sync.Mutex
 	report := map[string][]int64{}
@@ -84,18 +79,8 @@ func TestDeviceCommMemory(t *testing.T) {
 		}
 		report[what][r] = b
 	}
-	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n, Env: gpuVars}, New, func(c *Comm) error {
-		ctx := context.Background()
+	gpuWorld(t, n, func(ctx context.Context, c *Comm, dev *gpu.Device, s *gpu.Stream) error {
 		me := c.Rank()
-		dev, err := drv.Device(me)
-		if err != nil {
-			return err
-		}
-		s, err := dev.NewStream()
-		if err != nil {
-			return err
-		}
-		defer s.Close()
 		// step measures what making a DeviceComm on comm and running a small
 		// and a large allreduce on it adds on this rank's GPU.
 		step := func(what string, comm *Comm, limit int64) (*DeviceComm, error) {
@@ -164,7 +149,7 @@ func TestDeviceCommMemory(t *testing.T) {
 		}
 		// The world still runs right beside them.
 		return allReduces(ctx, world, s, 3, arSmall, arLarge)
-	}))
+	})
 	for _, what := range []string{"world", "split", "pair"} {
 		t.Logf("%s: bytes of gpu memory per rank %v", what, report[what])
 	}

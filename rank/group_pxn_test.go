@@ -120,16 +120,11 @@ func checkGroup(me int, recv [][]int64, k int) error {
 func deviceGroupPXN(c *Comm, dev *gpu.Device) error {
 	ctx := context.Background()
 	n, me := c.Size(), c.Rank()
-	dc, err := c.Device(ctx, dev)
+	dc, s, done, err := openDevice(ctx, c, dev)
 	if err != nil {
 		return err
 	}
-	defer dc.Close(ctx)
-	s, err := dev.NewStream()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
+	defer done()
 	var ops []DeviceP2P
 	rbufs := make([]*gpu.Buffer, n)
 	for p := range n {

@@ -90,6 +90,19 @@ func sizes(c config) []int64 {
 	return out
 }
 
+// newRow is the row of one size of cfg's collective, of elems elements,
+// with count in the count column; its timings and #wrong are to come.
+func newRow(cfg config, elems, count int) result {
+	row := result{shape: shape{Bytes: int64(elems * cfg.dt.Size()), Count: count, Type: cfg.dt.String(), Op: "none", Root: -1}}
+	if cfg.spec.reduces {
+		row.Op = cfg.op.String()
+	}
+	if cfg.spec.rooted {
+		row.Root = cfg.root
+	}
+	return row
+}
+
 // measure runs one size on every rank and returns the row (every rank gets
 // the same, agreed row: time is the slowest rank's, #wrong the sum).
 func measure(ctx context.Context, c backend, cfg config, size int64) (result, error) {
@@ -104,13 +117,7 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 	case "allgather", "reducescatter", "alltoall":
 		count = elems / n
 	}
-	row := result{shape: shape{Bytes: int64(elems * tsz), Count: count, Type: cfg.dt.String(), Op: "none", Root: -1}}
-	if cfg.spec.reduces {
-		row.Op = cfg.op.String()
-	}
-	if cfg.spec.rooted {
-		row.Root = cfg.root
-	}
+	row := newRow(cfg, elems, count)
 	for _, inPlace := range []bool{false, true} {
 		if inPlace && !cfg.inPlaceAlso {
 			continue
@@ -147,19 +154,24 @@ func measure(ctx context.Context, c backend, cfg config, size int64) (result, er
 		if err != nil {
 			return row, err
 		}
-		wrong = int64(w)
-		alg := 0.0
-		if us > 0 {
-			alg = float64(row.Bytes) / us / 1e3 // bytes/µs → GB/s
-		}
-		bus := alg * cfg.spec.bus(n)
-		if inPlace {
-			row.InTime, row.InAlg, row.InBus, row.InErr = us, alg, bus, wrong
-		} else {
-			row.OutTime, row.OutAlg, row.OutBus, row.OutErr = us, alg, bus, wrong
-		}
+		row.set(cfg, n, inPlace, us, int64(w))
 	}
 	return row, nil
+}
+
+// set fills the out-of-place or in-place columns from the agreed time per
+// call (µs) and #wrong, with the bandwidths over n ranks.
+func (row *result) set(cfg config, n int, inPlace bool, us float64, wrong int64) {
+	alg := 0.0
+	if us > 0 {
+		alg = float64(row.Bytes) / us / 1e3 // bytes/µs → GB/s
+	}
+	bus := alg * cfg.spec.bus(n)
+	if inPlace {
+		row.InTime, row.InAlg, row.InBus, row.InErr = us, alg, bus, wrong
+	} else {
+		row.OutTime, row.OutAlg, row.OutBus, row.OutErr = us, alg, bus, wrong
+	}
 }
 
 // buffers allocates send and recv for one size; in place they overlap the

@@ -6,36 +6,23 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // benchBins are built once by TestMain and only read afterwards.
 var benchBins struct{ flexrun, flexbench string }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flexbench-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	benchBins.flexrun, benchBins.flexbench = filepath.Join(dir, "flexrun"), filepath.Join(dir, "flexbench")
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/cmd/flexbench")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build flexrun flexbench: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.RunWithBinaries(m, "flexbench-test-", func(dir string) {
+		benchBins.flexrun, benchBins.flexbench = filepath.Join(dir, "flexrun"), filepath.Join(dir, "flexbench")
+	}, "github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/cmd/flexbench")
 }
 
 // benchOut is one finished flexrun job.

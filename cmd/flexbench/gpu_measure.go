@@ -79,13 +79,7 @@ func measureGPU(ctx context.Context, g *gpuRig, coll gpuColl, cfg config, size i
 	elems := cfg.spec.round(int(size)/tsz, n)
 	sc, rc := cfg.spec.counts(elems, n)
 	count := countFor(cfg.spec.name, sc, rc, n)
-	row := result{shape: shape{Bytes: int64(elems * tsz), Count: elems, Type: cfg.dt.String(), Op: "none", Root: -1}}
-	if cfg.spec.reduces {
-		row.Op = cfg.op.String()
-	}
-	if cfg.spec.rooted {
-		row.Root = cfg.root
-	}
+	row := newRow(cfg, elems, elems)
 	for _, inPlace := range []bool{false, true} {
 		if inPlace && (!cfg.inPlaceAlso || cfg.spec.name == "alltoall" || cfg.spec.name == "sendrecv") {
 			continue // NCCL defines no in-place all-to-all or send/recv
@@ -130,17 +124,7 @@ func measureGPU(ctx context.Context, g *gpuRig, coll gpuColl, cfg config, size i
 		if err := g.c.AllReduce(ctx, rank.Of(sumW), rank.Of(sumW), dtype.Sum); err != nil {
 			return row, err
 		}
-		us, wrong = maxT[0], int64(sumW[0])
-		alg := 0.0
-		if us > 0 {
-			alg = float64(row.Bytes) / us / 1e3
-		}
-		bus := alg * cfg.spec.bus(n)
-		if inPlace {
-			row.InTime, row.InAlg, row.InBus, row.InErr = us, alg, bus, wrong
-		} else {
-			row.OutTime, row.OutAlg, row.OutBus, row.OutErr = us, alg, bus, wrong
-		}
+		row.set(cfg, n, inPlace, maxT[0], int64(sumW[0]))
 	}
 	return row, nil
 }

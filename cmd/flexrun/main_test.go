@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/testenv"
 )
 
 // binaries are built once per test binary by TestMain.
@@ -26,24 +28,9 @@ type binaries struct {
 var bins binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flexrun-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins = binaries{flexrun: filepath.Join(dir, "flexrun"), probe: filepath.Join(dir, "envprobe"), spin: filepath.Join(dir, "spin"), report: filepath.Join(dir, "reporter")}
-	for _, b := range []struct{ out, pkg string }{{bins.flexrun, "."}, {bins.probe, "./testdata/envprobe"}, {bins.spin, "../../launcher/clustertest/testdata/spin"}, {bins.report, "./testdata/reporter"}} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n", b.pkg, err)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.RunWithBinaries(m, "flexrun-test-", func(dir string) {
+		bins = binaries{flexrun: filepath.Join(dir, "flexrun"), probe: filepath.Join(dir, "envprobe"), spin: filepath.Join(dir, "spin"), report: filepath.Join(dir, "reporter")}
+	}, ".", "./testdata/envprobe", "../../launcher/clustertest/testdata/spin", "./testdata/reporter")
 }
 
 // result is a finished flexrun.

@@ -2,9 +2,7 @@ package plane
 
 import (
 	"context"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -78,20 +76,5 @@ func (d *DeviceComm) callArgs(o *Op) []any {
 // sharesText writes link shares as "nvlink:0.920/pcie:0.080" ("none"
 // when the call pushed nothing).
 func sharesText(m map[string]float64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte('/')
-		}
-		b.WriteString(k + ":" + strconv.FormatFloat(m[k], 'f', 3, 64))
-	}
-	return b.String()
+	return flog.Tally(m, func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) })
 }

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 
@@ -44,6 +45,29 @@ type Probe = Observation
 type Share struct {
 	Link     int
 	Fraction float64
+}
+
+// FractionOf is link's fraction in s: 0 where s has no share for it.
+func FractionOf(s []Share, link int) float64 {
+	for _, x := range s {
+		if x.Link == link {
+			return x.Fraction
+		}
+	}
+	return 0
+}
+
+// SameShares reports whether every link's fraction differs by less than
+// tol between a and b (a link absent from one has fraction 0 there).
+func SameShares(a, b []Share, tol float64) bool {
+	for _, s := range [][]Share{a, b} {
+		for _, x := range s {
+			if math.Abs(FractionOf(a, x.Link)-FractionOf(b, x.Link)) >= tol {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Config tunes the planner. Zero fields take the defaults of

@@ -77,7 +77,7 @@ func TestSharesWithLateReceiver(t *testing.T) {
 				linktest.AwaitOK(t, s, "send")
 				linktest.AwaitOK(t, rr, "recv")
 				if i >= msgs/2 {
-					fracs = append(fracs, frac(pa.Shares(size), 0))
+					fracs = append(fracs, balance.FractionOf(pa.Shares(size), 0))
 				}
 			}
 			lo, hi, sum := 1.0, 0.0, 0.0
@@ -91,13 +91,4 @@ func TestSharesWithLateReceiver(t *testing.T) {
 			}
 		})
 	}
-}
-
-func frac(s []balance.Share, link int) float64 {
-	for _, x := range s {
-		if x.Link == link {
-			return x.Fraction
-		}
-	}
-	return 0
 }

@@ -1,7 +1,6 @@
 package multilink
 
 import (
-	"math"
 	"math/bits"
 
 	"github.com/flexlink/flexlink/fabric"
@@ -42,7 +41,7 @@ func (b *balancer) noteShares(bytes int) {
 	}
 	class := bits.Len(uint(bytes))
 	now := b.planner.Shares(bytes)
-	if last, ok := b.reported[class]; ok && !moved(last, now) {
+	if last, ok := b.reported[class]; ok && balance.SameShares(last, now, shareStep) {
 		return
 	}
 	if b.reported == nil {
@@ -50,27 +49,6 @@ func (b *balancer) noteShares(bytes int) {
 	}
 	b.reported[class] = now
 	b.onShares(bytes, now)
-}
-
-// moved reports whether some link's fraction differs by shareStep or
-// more between a and b (a link absent from one has fraction 0 there).
-func moved(a, b []balance.Share) bool {
-	frac := func(s []balance.Share, link int) float64 {
-		for _, x := range s {
-			if x.Link == link {
-				return x.Fraction
-			}
-		}
-		return 0
-	}
-	for _, s := range [][]balance.Share{a, b} {
-		for _, x := range s {
-			if math.Abs(frac(a, x.Link)-frac(b, x.Link)) >= shareStep {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // PlannerConfig is the balancer configuration for a channel over links:

@@ -29,7 +29,7 @@ func TestOnShares(t *testing.T) {
 	mo := multilink.Options{OnShares: func(bytes int, shares []balance.Share) {
 		mu.Lock()
 		defer mu.Unlock()
-		if want := r.pa.Shares(bytes); !sameShares(want, shares, 1e-12) {
+		if want := r.pa.Shares(bytes); !balance.SameShares(want, shares, 1e-12) {
 			t.Errorf("reported %v, planner holds %v", shares, want)
 		}
 		reports = append(reports, report{bytes, append([]balance.Share(nil), shares...)})
@@ -63,32 +63,11 @@ func TestOnShares(t *testing.T) {
 		if rep.bytes != size || math.Abs(sum-1) > 1e-9 {
 			t.Errorf("report %d: %d bytes, shares %v summing to %v", i, rep.bytes, rep.shares, sum)
 		}
-		if i > 0 && sameShares(reports[i-1].shares, rep.shares, 0.02) {
+		if i > 0 && balance.SameShares(reports[i-1].shares, rep.shares, 0.02) {
 			t.Errorf("report %d repeats %v within two points of %v", i, rep.shares, reports[i-1].shares)
 		}
 	}
-	if last := reports[len(reports)-1].shares; !sameShares(last, r.pa.Shares(size), 0.02) {
+	if last := reports[len(reports)-1].shares; !balance.SameShares(last, r.pa.Shares(size), 0.02) {
 		t.Errorf("shares in force %v moved from the last report %v without a report", r.pa.Shares(size), last)
 	}
-}
-
-// sameShares reports whether every link's fraction differs by less than
-// tol between a and b.
-func sameShares(a, b []balance.Share, tol float64) bool {
-	frac := func(s []balance.Share, link int) float64 {
-		for _, x := range s {
-			if x.Link == link {
-				return x.Fraction
-			}
-		}
-		return 0
-	}
-	for _, s := range [][]balance.Share{a, b} {
-		for _, x := range s {
-			if math.Abs(frac(a, x.Link)-frac(b, x.Link)) >= tol {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"sort"
 	"strconv"
 	"strings"
 
@@ -70,26 +69,11 @@ func (c *Comm) writeCall(lg hclog.Logger, ci collectives.Call) {
 // linkSummary counts the open links by kind: "shm:3/tcp:1" ("none" before
 // the first message has opened any; links open lazily).
 func linkSummary(links []LinkReport) string {
-	if len(links) == 0 {
-		return "none"
-	}
 	n := map[string]int{}
 	for _, l := range links {
 		n[l.Kind]++
 	}
-	kinds := make([]string, 0, len(n))
-	for k := range n {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var b strings.Builder
-	for i, k := range kinds {
-		if i > 0 {
-			b.WriteByte('/')
-		}
-		b.WriteString(k + ":" + strconv.Itoa(n[k]))
-	}
-	return b.String()
+	return flog.Tally(n, strconv.Itoa)
 }
 
 // sharesLogger is the multilink channel's OnShares toward world rank

@@ -38,7 +38,7 @@ func TestPXNAllToAll(t *testing.T) {
 	} {
 		t.Run("level"+c.level, func(t *testing.T) {
 			env := map[string]string{"FLEXLINK_TRANSPORT": "auto", "FLEXLINK_NET": "tcp", "FLEXLINK_NET_IFNAME": "=lo," + eth0, "FLEXLINK_PXN": c.level}
-			lens := [][][]int{evenLens(n, 3000), randLens(n, 20000, 1), randLens(n, 5000, 2)}
+			lens := [][][]int{testenv.EvenLengths(n, 3000), randLens(n, 20000, 1), randLens(n, 5000, 2)}
 			stats := runPXN(t, hosts, per, env, lens)
 			if stats[0].Receives != c.receives || stats[0].Relayed != c.relayed {
 				t.Errorf("even all-to-all: %+v, want %d receives and %d relayed", stats[0], c.receives, c.relayed)
@@ -50,20 +50,9 @@ func TestPXNAllToAll(t *testing.T) {
 	}
 }
 
-func evenLens(n, l int) [][]int {
-	out := make([][]int, n)
-	for s := range out {
-		out[s] = make([]int, n)
-		for d := range out[s] {
-			out[s][d] = l
-		}
-	}
-	return out
-}
-
 func randLens(n, max int, seed uint64) [][]int {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	out := evenLens(n, 0)
+	out := testenv.EvenLengths(n, 0)
 	for s := range out {
 		for d := range out[s] {
 			if rng.IntN(5) > 0 {
@@ -89,14 +78,7 @@ func runPXN(t *testing.T, hosts, per int, env map[string]string, calls [][][]int
 	errs := worldtest.Run(t, worldtest.Spec{N: n, Env: env, Host: worldtest.PerHost(per)}, New, func(c *Comm) error {
 		r := c.Rank()
 		for k, lens := range calls {
-			send, recv := make([][]byte, n), make([][]byte, n)
-			for d := range n {
-				send[d] = make([]byte, lens[r][d])
-				for i := range send[d] {
-					send[d][i] = pxnByte(r, d, i)
-				}
-				recv[d] = make([]byte, lens[d][r])
-			}
+			send, recv := testenv.AllToAllBuffers(lens, r, pxnByte)
 			before, _ := c.PXNStats()
 			var ok bool
 			if err := c.Run(ctx, "alltoallv", func(ctx context.Context) error {

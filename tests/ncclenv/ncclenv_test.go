@@ -22,22 +22,8 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flexlink-ncclenv")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/flexlink/flexlink/cmd/flexrun",
-		"github.com/flexlink/flexlink/cmd/flexinfo", "github.com/flexlink/flexlink/examples/train")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.RunWithBinaries(m, "flexlink-ncclenv", func(dir string) { bin = dir },
+		"github.com/flexlink/flexlink/cmd/flexrun", "github.com/flexlink/flexlink/cmd/flexinfo", "github.com/flexlink/flexlink/examples/train")
 }
 
 // run runs a built program with env added to a clean copy of this

@@ -11,18 +11,10 @@ import (
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
-func mustType(t *testing.T, dt dtype.DType) uint64 {
+// mustC is NCCL's value for x (ncclType, ncclOp), as the fake records it.
+func mustC[X any, V dataType | redOp](t *testing.T, f func(X) (V, error), x X) uint64 {
 	t.Helper()
-	v, err := ncclType(dt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uint64(v)
-}
-
-func mustOp(t *testing.T, op dtype.Op) uint64 {
-	t.Helper()
-	v, err := ncclOp(op)
+	v, err := f(x)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +31,7 @@ func TestCollectiveCalls(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, ty, o := uint64(c.h), mustType(t, dt), mustOp(t, op)
+			h, ty, o := uint64(c.h), mustC(t, ncclType, dt), mustC(t, ncclOp, op)
 			cases := []struct {
 				do   func() error
 				want fakeCall
@@ -88,7 +80,7 @@ func TestAllToAllGroup(t *testing.T) {
 			if err := c.AllToAll(send, recv, per, dt, stream); err != nil {
 				t.Fatal(err)
 			}
-			h, ty := uint64(c.h), mustType(t, dt)
+			h, ty := uint64(c.h), mustC(t, ncclType, dt)
 			want := []fakeCall{{"ncclGroupStart", nil, true}}
 			for p := 0; p < n; p++ {
 				off := uint64(p * per * dt.Size())
@@ -121,13 +113,7 @@ func TestAllToAllFailureClosesGroup(t *testing.T) {
 	if !errors.As(err, &e) || e.Func != "ncclRecv" {
 		t.Fatalf("error %v, want the ncclRecv failure", err)
 	}
-	var names []string
-	for _, call := range f.calls {
-		names = append(names, call.fn)
-	}
-	if got, want := strings.Join(names, " "), "ncclGroupStart ncclSend ncclRecv ncclGroupEnd"; got != want {
-		t.Errorf("calls %q, want %q", got, want)
-	}
+	f.wantCalls(t, "ncclGroupStart ncclSend ncclRecv ncclGroupEnd")
 }
 
 func TestGroup(t *testing.T) {
@@ -145,13 +131,7 @@ func TestGroup(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Errorf("Group returned %v, want f's error", err)
 	}
-	var names []string
-	for _, call := range f.calls {
-		names = append(names, call.fn)
-	}
-	if got, want := strings.Join(names, " "), "ncclGroupStart ncclSend ncclGroupEnd"; got != want {
-		t.Errorf("calls %q, want %q", got, want)
-	}
+	f.wantCalls(t, "ncclGroupStart ncclSend ncclGroupEnd")
 	f.calls = nil
 	f.fail["ncclGroupEnd"] = RemoteError
 	if err := c.Group(func() error { return nil }); !errors.Is(err, errs.ErrPeerLost) {

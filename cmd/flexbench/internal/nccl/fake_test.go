@@ -3,6 +3,7 @@ package nccl
 import (
 	"fmt"
 	"strings"
+	"testing"
 )
 
 // fakeCall is one NCCL call the fake saw: the C function's name, its
@@ -102,6 +103,19 @@ func (f *fakeAPI) lastError(c commHandle) string {
 
 // countingRunner is a Runner that tracks its nesting in *depth (which the
 // fake reads to mark calls made inside it) and counts its invocations.
+// wantCalls checks the functions called, in order (their names, a space
+// between).
+func (f *fakeAPI) wantCalls(t *testing.T, want string) {
+	t.Helper()
+	var names []string
+	for _, call := range f.calls {
+		names = append(names, call.fn)
+	}
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+}
+
 type countingRunner struct {
 	depth int
 	calls int

@@ -9,11 +9,13 @@
 # Needs root, iproute2, openssh-server, OpenMPI (issue 31's must-show).
 # Usage: scripts/bench-rails-default.sh [outdir]
 #   ITERS=10 REPEATS=3 RATE=1gbit SIZE=16M NAME=nrdef NET=10.87
+#   VARIANT="FLEXLINK_ALGO=ring" also runs flexlink with that setting in
+#   each round (a column of its own: what the defaults gain over it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out/bench-rails-default}
 iters=${ITERS:-10} repeats=${REPEATS:-3} rate=${RATE:-1gbit} size=${SIZE:-16M}
-name=${NAME:-nrdef} net=${NET:-10.87}
+name=${NAME:-nrdef} net=${NET:-10.87} variant=${VARIANT:-}
 mkdir -p "$out"
 bin=$(mktemp -d /tmp/flexlink-bench-XXXXXX)
 chmod 755 "$bin"
@@ -46,6 +48,12 @@ for rep in $(seq 1 "$repeats"); do
 			a=($(railbytes 1 0) $(railbytes 1 1) $(railbytes 2 0) $(railbytes 2 1))
 			rails[$op$per]="h1 rail0 $(( (a[0]-b[0])>>20 )) MiB, rail1 $(( (a[1]-b[1])>>20 )) MiB; h2 rail0 $(( (a[2]-b[2])>>20 )) MiB, rail1 $(( (a[3]-b[3])>>20 )) MiB"
 			fig[fl$op$per]+=" $(busbw "$f")"
+			if [ -n "$variant" ]; then
+				v="$out/${op}_${per}_variant_$rep.txt"
+				timeout 120 "$bin/bin/flexrun" --ssh-args "-F $TC_SSH_CONFIG" --prefix "$bin" -H "$h1:$per,$h2:$per" -x "$variant" \
+					"$bin/bin/flexbench" "$op" -b "$size" -e "$size" --no-inplace -n "$iters" -w 2 > "$v" 2>&1 || echo "# failed: exit $?" >> "$v"
+				fig[var$op$per]+=" $(busbw "$v")"
+			fi
 			m="$out/${op}_${per}_mpi_$rep.txt"
 			timeout 120 mpirun --hostfile "$out/hostfile$per" -np $((2 * per)) --mca plm_rsh_agent "ssh -F $TC_SSH_CONFIG" --mca plm_rsh_no_tree_spawn 1 \
 				--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24,$net.1.0/24" --bind-to none \
@@ -55,11 +63,18 @@ for rep in $(seq 1 "$repeats"); do
 	done
 done
 {
-	printf '| %-28s | %-14s | %-14s | %-5s | %s |\n' "op, hosts x ranks" "flexlink busbw" "OpenMPI busbw" "ratio" "flexlink bytes per rail (last run)"
+	printf '| %-28s | %-14s | %-14s | %-5s | %s |' "op, hosts x ranks" "flexlink busbw" "OpenMPI busbw" "ratio" "flexlink bytes per rail (last run)"
+	[ -z "$variant" ] || printf ' %s busbw | defaults / it |' "$variant"
+	echo
 	for per in 1 2; do
 		for op in allreduce alltoall; do
 			fl=$(echo "${fig[fl$op$per]}" | median) mp=$(echo "${fig[mpi$op$per]}" | median)
-			printf '| %-28s | %-14s | %-14s | %-5s | %s |\n' "$op $size, 2x$per" "$fl [${fig[fl$op$per]# }]" "$mp [${fig[mpi$op$per]# }]" "$(ratio "$fl" "$mp")" "${rails[$op$per]}"
+			printf '| %-28s | %-14s | %-14s | %-5s | %s |' "$op $size, 2x$per" "$fl [${fig[fl$op$per]# }]" "$mp [${fig[mpi$op$per]# }]" "$(ratio "$fl" "$mp")" "${rails[$op$per]}"
+			if [ -n "$variant" ]; then
+				va=$(echo "${fig[var$op$per]}" | median)
+				printf ' %s [%s] | %s |' "$va" "${fig[var$op$per]# }" "$(ratio "$fl" "$va")"
+			fi
+			echo
 		done
 	done
 } | tee -a "$sum"

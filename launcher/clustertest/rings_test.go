@@ -28,13 +28,16 @@ var ringsLineRE = regexp.MustCompile(`ring collectives over every rail:.* comm=w
 // now the communicator runs two rings, one per rail (pxn.Rings, logged at
 // INFO), whose cross-host hops each join two ranks on one rail.
 //
-// For allreduce at 16 MiB (and reduce-scatter and allgather, which share
-// the rings) at PXN levels 0 and 2: flexbench reports #wrong 0, rank 0
-// logs two rings, every cross-host link of a rank is on its own NIC, and
-// each host sends at least 25% of its bytes on each rail (the per-NIC
-// counters), at least 80 MiB in all for allreduce. With FLEXLINK_RINGS=1
-// (the one ring of before) some host sends less than 25% on a rail: the
-// check can fail.
+// For allreduce at 16 MiB (FLEXLINK_ALGO=ring: by default an allreduce
+// on these hosts goes by host, not by the rings) and reduce-scatter and
+// allgather, which share the rings, at PXN levels 0 and 2: flexbench
+// reports #wrong 0, rank 0 logs two rings, every cross-host link of a
+// rank is on its own NIC, and each host sends at least 25% of its bytes
+// on each rail (the per-NIC counters), at least 80 MiB in all for
+// allreduce. With FLEXLINK_RINGS=1 (the one ring of before) some host
+// sends less than 25% on a rail: the check can fail. The allreduce by
+// host (the default) spreads the same way: each rank exchanges its share
+// with its peer on the other host from its own NIC.
 func TestSwitchRings(t *testing.T) {
 	topoFile, bench := switchNeeds(t)
 	c := upCluster(t, ringsClusterName, ringsClusterNet, "--rate", "1gbit")
@@ -48,27 +51,37 @@ func TestSwitchRings(t *testing.T) {
 		// the rings were spread): the counters must show a rail with
 		// less than 25% on some host, or they could not tell.
 		oneRing bool
+		byHost  bool // the default allreduce (by host), not FLEXLINK_ALGO=ring
 	}{
 		// Each ring carries half of the 16 MiB and each of its hops
 		// 2(n-1)/n of that, 12 MiB; each host sends one hop per ring:
 		// 24 MiB an iteration.
-		{"0", "allreduce", 80 << 20, false},
-		{"2", "allreduce", 80 << 20, false},
+		{"0", "allreduce", 80 << 20, false, false},
+		{"2", "allreduce", 80 << 20, false, false},
 		// A 16 MiB input (reduce-scatter) or result (allgather): each
 		// ring hop carries n-1 = 3 blocks of 4 MiB halved, 6 MiB, and
 		// each host sends one hop per ring: 12 MiB an iteration.
-		{"0", "reducescatter", 40 << 20, false},
-		{"0", "allgather", 40 << 20, false},
-		{"0", "allreduce", 80 << 20, true},
+		{"0", "reducescatter", 40 << 20, false, false},
+		{"0", "allgather", 40 << 20, false, false},
+		{"0", "allreduce", 80 << 20, true, false},
+		// By host: each rank's 8 MiB share, half out and half back, 16
+		// MiB out of each host an iteration, 80 MiB of data over the 5.
+		{"0", "allreduce", 72 << 20, false, true},
 	} {
 		name := "pxn" + tc.level + "/" + tc.op
 		if tc.oneRing {
 			name += "/rings=1"
 		}
+		if tc.byHost {
+			name += "/byhost"
+		}
 		t.Run(name, func(t *testing.T) {
 			env := []string{"FLEXLINK_DEBUG=INFO", "FLEXLINK_TOPO_FILE=" + topoFile, "FLEXLINK_PXN=" + tc.level}
 			if tc.oneRing {
 				env = append(env, "FLEXLINK_RINGS=1")
+			}
+			if tc.op == "allreduce" && !tc.byHost {
+				env = append(env, "FLEXLINK_ALGO=ring")
 			}
 			before := testenv.RailTxBytes(t, ringsClusterName)
 			args := append([]string{"-H", hosts}, wrapper...)

@@ -187,6 +187,9 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	if err == nil {
 		return nil
 	}
+	if held := c.fate.held(); held != nil {
+		c.end(held) // a loss held back for this call (endAfterCall) is its root cause
+	}
 	c.awaitRootCause(err)
 	if fe := c.fate.ended(); fe != nil {
 		if !errors.Is(err, fe) {

@@ -35,6 +35,26 @@ type fate struct {
 	done chan struct{}
 	mu   sync.Mutex
 	err  error
+	// deferred is an end held back until the call in flight returns
+	// (endAfterCall): a call that fails meanwhile ends with it, as the
+	// root cause.
+	deferred error
+}
+
+// hold records err as the end held back for the call in flight.
+func (f *fate) hold(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deferred == nil {
+		f.deferred = err
+	}
+}
+
+// held is the end held back, if any.
+func (f *fate) held() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deferred
 }
 
 func newFate() fate { return fate{done: make(chan struct{})} }
@@ -233,7 +253,12 @@ func (w *world) watchLosses() {
 		}
 		w.mu.Unlock()
 		for _, c := range hit {
-			c.end(c.lossError(l))
+			// As for a lost server (endAfterCall): the member may have
+			// ended after its last collective (libnccl's ranks exit
+			// without ncclCommDestroy), whose data the others still take
+			// in; if it was gone mid-call, the call fails on its link and
+			// ends with this loss as the root cause.
+			go c.endAfterCall(c.lossError(l), serverLostGrace)
 		}
 	}
 }

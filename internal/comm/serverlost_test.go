@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +77,30 @@ func TestServerLostMidCall(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("the stuck call ended %v after the loss, want about the grace", el)
 	}
+	// A call that fails while an end is held back ends with that end, at
+	// once: it is the root cause (the link's words come second).
+	comms, _ = fateWorld(t, 2)
+	in, fail := make(chan struct{}), make(chan struct{})
+	go func() {
+		res <- comms[1].Run(ctx, "recv", func(context.Context) error {
+			close(in)
+			<-fail
+			return fmt.Errorf("recv from rank 0: link closed: %w", errs.ErrPeerLost)
+		})
+	}()
+	<-in
+	ended = make(chan struct{})
+	go func() { comms[1].endAfterCall(serverLostErr, time.Hour); close(ended) }()
+	for comms[1].fate.held() == nil {
+		runtime.Gosched() // until the end is held back (it is the scenario, not a timing)
+	}
+	close(fail)
+	if err := <-res; !errors.Is(err, bootstrap.ErrServerLost) || !strings.Contains(err.Error(), "link closed") {
+		t.Fatalf("a call that failed with an end held back: %v, want the held end first and the link's words", err)
+	}
+	<-ended
 	// Idle: at once, whatever the grace.
+	comms, _ = fateWorld(t, 2)
 	comms[0].endAfterCall(serverLostErr, time.Hour)
 	if err := comms[0].Err(); !errors.Is(err, bootstrap.ErrServerLost) {
 		t.Fatalf("an idle communicator: %v, want ended by the server's loss", err)

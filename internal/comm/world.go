@@ -71,17 +71,20 @@ func (w *world) watch() {
 }
 
 // serverLostGrace bounds how long a collective in flight when the
-// bootstrap server was lost may go on before its communicator ends.
+// bootstrap server or a member was lost may go on before its communicator
+// ends.
 const serverLostGrace = 2 * time.Second
 
 // endAfterCall ends c with err once the call it is making (if any) has
-// returned, or after grace. The server's loss says nothing of the members
+// returned, or after grace; a call that fails meanwhile ends c with err at
+// once (Run: it is the root cause). The server's loss says nothing of the members
 // (flexlink's libnccl serves the store from rank 0's process, which a
 // script may end right after its last collective while the others still
 // take in that collective's data, already on their links): a member that
 // is really gone fails the call through its link at once, and a member
 // stuck elsewhere is ended by the grace.
 func (c *Comm) endAfterCall(err error, grace time.Duration) {
+	c.fate.hold(err)
 	idle := make(chan struct{})
 	go func() {
 		c.opMu.Lock()

@@ -104,6 +104,7 @@ type Share struct {
 	// reads it; DefaultMinPart, tests lower it).
 	MinPart int
 
+	late  lateAbort         // aborts held back after a failed call (wire.go)
 	tx    []*txSide         // by peer: this rank's sending side (nil: none)
 	rx    []*rxSide         // by peer: this rank's receiving side
 	plan  linkshare.Plan    // this call's split (Begin)
@@ -506,6 +507,7 @@ func (x *Share) Close() error {
 		return nil
 	}
 	var errs []error
+	x.late.flush() // a held-back abort runs now, before the connections close
 	x.closeListeners()
 	for j, t := range x.tx {
 		if t == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/flexlink/flexlink/fabric/net"
@@ -69,7 +70,8 @@ type wireRecv struct {
 // Complete, before the done handshake): sends toward every peer with a
 // planned part, receives from every peer that announced one, H2D into recv
 // as slots land; s then waits for the D2H and H2D copies. On error every
-// connection of the part is aborted.
+// connection of the part is aborted once the communicator has ended
+// (abortLater).
 func (x *Share) Send(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, peers []int) error {
 	var sends []*wireSend
 	var recvs []*wireRecv
@@ -89,9 +91,65 @@ func (x *Share) Send(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, peers
 	defer cancel()
 	err := x.wire(ctx, s, recv, x.PCIe.Call(), sends, recvs)
 	if err != nil {
-		x.abort(err)
+		x.abortLater(err)
 	}
 	return err
+}
+
+// abortWait bounds how long a failed call leaves the part's connections
+// open for the communicator's end to come first (abortLater).
+const abortWait = 3 * time.Second
+
+// abortLater aborts every connection of the part once the communicator
+// has ended (this rank publishes why, after its wait for the root cause,
+// see internal/comm), or after abortWait. Aborting at once would fail the
+// peers on a reset that names this rank's link, racing the published
+// reason that names the rank really lost; the peers' waits end with the
+// communicator anyway (jobCtx).
+func (x *Share) abortLater(err error) {
+	stop := x.late.start()
+	go func() {
+		defer x.late.wg.Done()
+		t := time.NewTimer(abortWait)
+		defer t.Stop()
+		select {
+		case <-x.Host.JobDone():
+		case <-t.C:
+		case <-stop:
+		}
+		x.abort(err)
+	}()
+}
+
+// lateAbort tracks the aborts abortLater holds back, so that Close runs
+// them before it closes the connections.
+type lateAbort struct {
+	mu   sync.Mutex
+	stop chan struct{} // closed by flush
+	wg   sync.WaitGroup
+}
+
+// start counts one held-back abort and returns the channel that ends its
+// wait.
+func (l *lateAbort) start() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stop == nil {
+		l.stop = make(chan struct{})
+	}
+	l.wg.Add(1)
+	return l.stop
+}
+
+// flush ends every held-back abort's wait and waits for it to finish.
+func (l *lateAbort) flush() {
+	l.mu.Lock()
+	if l.stop != nil {
+		close(l.stop)
+		l.stop = nil
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 func (x *Share) wire(ctx context.Context, s *gpu.Stream, recv *gpu.Buffer, call uint64, sends []*wireSend, recvs []*wireRecv) error {

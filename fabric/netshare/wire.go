@@ -107,7 +107,10 @@ const abortWait = 3 * time.Second
 // reason that names the rank really lost; the peers' waits end with the
 // communicator anyway (jobCtx).
 func (x *Share) abortLater(err error) {
-	stop := x.late.start()
+	stop, ok := x.late.start()
+	if !ok {
+		return // Close is closing the connections
+	}
 	go func() {
 		defer x.late.wg.Done()
 		t := time.NewTimer(abortWait)
@@ -124,26 +127,32 @@ func (x *Share) abortLater(err error) {
 // lateAbort tracks the aborts abortLater holds back, so that Close runs
 // them before it closes the connections.
 type lateAbort struct {
-	mu   sync.Mutex
-	stop chan struct{} // closed by flush
-	wg   sync.WaitGroup
+	mu      sync.Mutex
+	stop    chan struct{} // closed by flush
+	flushed bool          // Close has begun: no more held-back aborts
+	wg      sync.WaitGroup
 }
 
 // start counts one held-back abort and returns the channel that ends its
-// wait.
-func (l *lateAbort) start() <-chan struct{} {
+// wait; ok is false once flush has run (Close closes the connections).
+func (l *lateAbort) start() (stop <-chan struct{}, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.flushed {
+		return nil, false
+	}
 	if l.stop == nil {
 		l.stop = make(chan struct{})
 	}
 	l.wg.Add(1)
-	return l.stop
+	return l.stop, true
 }
 
-// flush ends every held-back abort's wait and waits for it to finish.
+// flush ends every held-back abort's wait and waits for it to finish; no
+// abort is held back after it.
 func (l *lateAbort) flush() {
 	l.mu.Lock()
+	l.flushed = true
 	if l.stop != nil {
 		close(l.stop)
 		l.stop = nil

@@ -191,6 +191,9 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 		c.end(held) // a loss held back for this call (endAfterCall) is its root cause
 	}
 	c.awaitRootCause(err)
+	if held := c.fate.held(); held != nil {
+		c.end(held) // held back while this rank waited for the root cause
+	}
 	if fe := c.fate.ended(); fe != nil {
 		if !errors.Is(err, fe) {
 			// The communicator ended first (another member failed or
@@ -218,8 +221,9 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 const rootCauseWait = time.Second
 
 // awaitRootCause waits, for a peer-lost error only, until the
-// communicator ends by other news (the bootstrap's loss record or the
-// job's end: the server's own detection) or rootCauseWait passes.
+// communicator ends by other news (the job's end: the server's own
+// detection), a loss is held back for the call (the bootstrap's loss
+// record or the server's loss, endAfterCall), or rootCauseWait passes.
 func (c *Comm) awaitRootCause(err error) {
 	if !errors.Is(err, errs.ErrPeerLost) || c.fate.ended() != nil {
 		return
@@ -228,6 +232,7 @@ func (c *Comm) awaitRootCause(err error) {
 	defer t.Stop()
 	select {
 	case <-c.fate.done:
+	case <-c.fate.heldC: // a loss held back for this call (endAfterCall): Run ends with it
 	case <-t.C:
 	}
 }

@@ -37,8 +37,9 @@ type fate struct {
 	err  error
 	// deferred is an end held back until the call in flight returns
 	// (endAfterCall): a call that fails meanwhile ends with it, as the
-	// root cause.
+	// root cause; heldC is closed when it is set (awaitRootCause wakes).
 	deferred error
+	heldC    chan struct{}
 }
 
 // hold records err as the end held back for the call in flight.
@@ -47,6 +48,7 @@ func (f *fate) hold(err error) {
 	defer f.mu.Unlock()
 	if f.deferred == nil {
 		f.deferred = err
+		close(f.heldC)
 	}
 }
 
@@ -57,7 +59,7 @@ func (f *fate) held() error {
 	return f.deferred
 }
 
-func newFate() fate { return fate{done: make(chan struct{})} }
+func newFate() fate { return fate{done: make(chan struct{}), heldC: make(chan struct{})} }
 
 // ended is nil while the communicator is healthy, then why it ended.
 func (f *fate) ended() error {

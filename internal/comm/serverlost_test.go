@@ -99,6 +99,22 @@ func TestServerLostMidCall(t *testing.T) {
 		t.Fatalf("a call that failed with an end held back: %v, want the held end first and the link's words", err)
 	}
 	<-ended
+	// A call that failed on its link before the loss came (the link's EOF
+	// often beats the bootstrap's news by milliseconds): the loss, held
+	// back while the rank waits for the root cause, is still its cause.
+	comms, _ = fateWorld(t, 2)
+	returning := make(chan struct{})
+	go func() {
+		res <- comms[1].Run(ctx, "recv", func(context.Context) error {
+			close(returning)
+			return fmt.Errorf("recv from rank 0: link closed: %w", errs.ErrPeerLost)
+		})
+	}()
+	<-returning
+	comms[1].endAfterCall(serverLostErr, time.Hour) // returns once the call has
+	if err := <-res; !errors.Is(err, bootstrap.ErrServerLost) || !strings.Contains(err.Error(), "link closed") {
+		t.Fatalf("a call that failed before the loss came: %v, want the loss first and the link's words", err)
+	}
 	// Idle: at once, whatever the grace.
 	comms, _ = fateWorld(t, 2)
 	comms[0].endAfterCall(serverLostErr, time.Hour)

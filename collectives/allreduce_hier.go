@@ -26,35 +26,39 @@ const (
 	hierPhase3 = 2 << 36
 )
 
-// hierRings are this rank's host ring (the ranks of its host, in
+// hierRings are a rank's host ring (the ranks of its host, in
 // Config.Hosts's order) and its cross ring (the ranks at its position on
-// every host, in host order); ok is false when Config.Hosts does not
-// give the communicator several hosts of as many ranks, at least 2 each.
-func (c Config) hierRings(rank int) (local, cross []int, ok bool) {
+// every host, in host order).
+type hierRings struct{ local, cross []int }
+
+// hierRings is rank's, or nil when Config.Hosts does not give the
+// communicator several hosts of as many ranks, at least 2 each.
+func (c Config) hierRings(rank int) *hierRings {
 	hs := c.Hosts
 	if len(hs) < 2 || len(hs[0]) < 2 {
-		return nil, nil, false
+		return nil
 	}
+	h := &hierRings{}
 	pos := -1
-	for _, h := range hs {
-		if len(h) != len(hs[0]) {
-			return nil, nil, false
+	for _, host := range hs {
+		if len(host) != len(hs[0]) {
+			return nil
 		}
-		if p := ringPos(h, rank); p >= 0 {
-			local, pos = h, p
+		if p := ringPos(host, rank); p >= 0 {
+			h.local, pos = host, p
 		}
 	}
 	if pos < 0 {
-		return nil, nil, false
+		return nil
 	}
-	for _, h := range hs {
-		cross = append(cross, h[pos])
+	for _, host := range hs {
+		h.cross = append(h.cross, host[pos])
 	}
-	return local, cross, true
+	return h
 }
 
 func allReduceHier(c *call, send, recv Buffer, count int, inPlace bool) error {
-	local, cross, _ := c.e.cfg.hierRings(c.rank)
+	local, cross := c.e.hier.local, c.e.hier.cross
 	m := len(local)
 	all := span{0, count}
 	segs := split(count, m)

@@ -124,14 +124,13 @@ func (c Config) latency(n int) bool {
 	return n < c.Threshold
 }
 
-// byHost reports whether a bandwidth-optimised allreduce goes by host
-// (allReduceHier) on rank.
-func (c Config) byHost(rank int) bool {
+// byHost is rank's rings for a bandwidth-optimised allreduce by host
+// (allReduceHier), or nil when it does not go by host.
+func (c Config) byHost(rank int) *hierRings {
 	if c.Algo == AlgoRing || c.Algo == AlgoRD {
-		return false
+		return nil
 	}
-	_, _, ok := c.hierRings(rank)
-	return ok
+	return c.hierRings(rank)
 }
 
 // checkHosts reports whether Hosts hold each of 0..size-1 once.

@@ -45,6 +45,9 @@ type Engine struct {
 	failed   error
 	rank, sz int
 	obs      observing
+	// hier is this rank's rings for allreduce by host (allReduceHier),
+	// from Config.Hosts once; nil when allreduce does not go by host.
+	hier *hierRings
 }
 
 // Config is the engine's configuration (zero fields filled in).
@@ -78,6 +81,9 @@ func NewEngine(commID uint64, p Peers, m Memory, cfg Config) *Engine {
 	}
 	if e.cfgErr == nil {
 		e.cfgErr = e.cfg.checkHosts(e.sz)
+	}
+	if e.cfgErr == nil {
+		e.hier = e.cfg.byHost(e.rank)
 	}
 	return e
 }

@@ -41,24 +41,7 @@ func TestHier(t *testing.T) {
 		}
 		for fi, fab := range fabrics {
 			t.Run(fmt.Sprintf("%s/%s", set.name, fab.name), func(t *testing.T) {
-				cfg := collectives.Config{Algo: collectives.AlgoHier, ChunkBytes: 40, Hosts: set.hosts}
-				w := newWorld(n, fab.opt, cfg)
-				idx := 0
-				for _, dt := range dtype.All() {
-					for _, inPlace := range []bool{false, true} {
-						for _, count := range []int{0, 1, 7, 1000} {
-							idx++
-							if idx%fab.every != 0 && fi > 0 {
-								continue
-							}
-							c := collCase{coll: "allreduce", dt: dt, count: count, inPlace: inPlace, seed: uint64(idx),
-								op: dtype.Ops()[(idx+n)%len(dtype.Ops())]}
-							if !runCase(t, w, c) {
-								w = newWorld(n, fab.opt, cfg)
-							}
-						}
-					}
-				}
+				sweepDTypes(t, n, fi, "allreduce", collectives.Config{Algo: collectives.AlgoHier, ChunkBytes: 40, Hosts: set.hosts})
 			})
 		}
 	}

@@ -22,7 +22,7 @@ import (
 func (e *Engine) AllReduce(ctx context.Context, send, recv Buffer, count int, dt dtype.DType, op dtype.Op) error {
 	h := describeArgs(kindAllReduce, dt, op, count, noRoot)
 	large := algoRing
-	if e.cfg.byHost(e.rank) {
+	if e.hier != nil {
 		large = algoHier
 	}
 	return e.collective(ctx, h, algoRD, large, e.sameSize(h, send, recv, 1), func(c *call, o operands) error {

@@ -55,24 +55,7 @@ func TestRings(t *testing.T) {
 		for _, coll := range []string{"allreduce", "reducescatter", "allgather"} {
 			for fi, fab := range fabrics {
 				t.Run(fmt.Sprintf("%s/%s/%s", set.name, coll, fab.name), func(t *testing.T) {
-					cfg := collectives.Config{Algo: "ring", ChunkBytes: 40, Rings: set.rings}
-					w := newWorld(n, fab.opt, cfg)
-					idx := 0
-					for _, dt := range dtype.All() {
-						for _, inPlace := range []bool{false, true} {
-							for _, count := range []int{0, 1, 7, 1000} {
-								idx++
-								if idx%fab.every != 0 && fi > 0 {
-									continue
-								}
-								c := collCase{coll: coll, dt: dt, count: count, inPlace: inPlace, seed: uint64(idx),
-									op: dtype.Ops()[(idx+n)%len(dtype.Ops())]}
-								if !runCase(t, w, c) {
-									w = newWorld(n, fab.opt, cfg)
-								}
-							}
-						}
-					}
+					sweepDTypes(t, n, fi, coll, collectives.Config{Algo: "ring", ChunkBytes: 40, Rings: set.rings})
 				})
 			}
 		}
@@ -156,6 +139,31 @@ func TestRingsChecked(t *testing.T) {
 		for r, err := range errs {
 			if err == nil || !strings.Contains(err.Error(), "ring") {
 				t.Errorf("rings %v: rank %d: %v, want an error naming the ring", rings, r, err)
+			}
+		}
+	}
+}
+
+// sweepDTypes runs coll on n ranks of fabric fi with cfg over every dtype,
+// in and out of place, counts 0, 1, 7 and 1000 (the ops in turn), against
+// the serial reference; the jittered fabric takes every fab.every-th case.
+func sweepDTypes(t *testing.T, n, fi int, coll string, cfg collectives.Config) {
+	t.Helper()
+	fab := fabrics[fi]
+	w := newWorld(n, fab.opt, cfg)
+	idx := 0
+	for _, dt := range dtype.All() {
+		for _, inPlace := range []bool{false, true} {
+			for _, count := range []int{0, 1, 7, 1000} {
+				idx++
+				if idx%fab.every != 0 && fi > 0 {
+					continue
+				}
+				c := collCase{coll: coll, dt: dt, count: count, inPlace: inPlace, seed: uint64(idx),
+					op: dtype.Ops()[(idx+n)%len(dtype.Ops())]}
+				if !runCase(t, w, c) {
+					w = newWorld(n, fab.opt, cfg)
+				}
 			}
 		}
 	}

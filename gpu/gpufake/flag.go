@@ -283,6 +283,20 @@ func (k *fakeFlag) store(w *uint64, v uint64) {
 	k.f.Poke()
 }
 
+// pushSource is what this rank pushes to peer t for elements lo..lo+cnt:
+// those of in (of t's block, in a reduce-scatter or an alltoall), or none
+// where t takes the header alone (payload).
+func (k *fakeFlag) pushSource(t int, lo, cnt uint64) ([]byte, error) {
+	sz := uint64(k.dt.Size())
+	if !k.payload(t) {
+		cnt = 0
+	}
+	if k.m.mode == gpu.FlagModeRS || k.m.mode == gpu.FlagModeGather && k.m.a2a {
+		lo += uint64(t) * k.a.count // block t goes to rank t
+	}
+	return k.f.Mem(cu.DevPtr(k.a.in+lo*sz), cnt*sz)
+}
+
 func (k *fakeFlag) block(cb uint64) (bool, error) {
 	n, me, sz := k.c.Ranks, k.c.Me, uint64(k.dt.Size())
 	base, err := k.word(k.a.region + gpu.FlagBaseOffset + 8*cb)
@@ -314,18 +328,11 @@ func (k *fakeFlag) block(cb uint64) (bool, error) {
 			if t == me {
 				continue
 			}
-			m := cnt
-			if !k.payload(t) {
-				m = 0 // the header alone
-			}
-			at := lo
-			if k.m.mode == gpu.FlagModeRS || k.m.mode == gpu.FlagModeGather && k.m.a2a {
-				at += uint64(t) * k.a.count // block t goes to rank t
-			}
-			src, err := k.f.Mem(cu.DevPtr(k.a.in+at*sz), m*sz)
+			src, err := k.pushSource(t, lo, cnt)
 			if err != nil {
 				return false, err
 			}
+			m := uint64(len(src)) / sz
 			if ok, err := k.wait(k.a.region+gpu.FlagConsOffset+8*(uint64(t)*gpu.FlagMaxBlocks+cb), int64(seq+1)-int64(k.c.Layout.Depth), 1, cb, t); !ok {
 				return false, err
 			}

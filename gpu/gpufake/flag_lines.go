@@ -65,25 +65,17 @@ func putLines(dst []byte, sig uint64, w []byte, flag uint32) {
 // block b to every peer, once each peer has read the slot's use before
 // (cons >= seq-1: two line slots a sender and block).
 func (k *fakeFlag) sendLines(b, seq, lo, cnt uint64) (bool, error) {
-	n, me, sz := k.c.Ranks, k.c.Me, uint64(k.dt.Size())
+	n, me := k.c.Ranks, k.c.Me
 	for j := 1; j < n; j++ {
 		t := (me + j) % n
 		if ok, err := k.wait(k.a.region+gpu.FlagConsOffset+8*(uint64(t)*gpu.FlagMaxBlocks+b), int64(seq)-1, 1, b, t); !ok {
 			return false, err
 		}
-		m := cnt
-		if !k.payload(t) {
-			m = 0
-		}
-		at := lo
-		if k.m.mode == gpu.FlagModeRS || k.m.mode == gpu.FlagModeGather && k.m.a2a {
-			at += uint64(t) * k.a.count
-		}
-		src, err := k.f.Mem(cu.DevPtr(k.a.in+at*sz), m*sz)
+		src, err := k.pushSource(t, lo, cnt)
 		if err != nil {
 			return false, err
 		}
-		lines, err := k.f.Mem(cu.DevPtr(k.lineSlot(t, me, b, seq)), 16*(1+(m*sz+7)/8))
+		lines, err := k.f.Mem(cu.DevPtr(k.lineSlot(t, me, b, seq)), 16*(1+(uint64(len(src))+7)/8))
 		if err != nil {
 			return false, fmt.Errorf("flag kernel: line slot of rank %d: %w", t, err)
 		}

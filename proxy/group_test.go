@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,8 @@ type groupJob struct {
 	failed   map[int]error
 	reported chan int      // the rank, each time a service reports
 	stats    map[int]Stats // the last run's counters, by rank
+	// onHand, when set, sees every delivery on hand (fake.Options.OnDeliver).
+	onHand atomic.Pointer[func(from, to, n int)]
 }
 
 func newGroupJob(t *testing.T, nhosts, per, chunk int) *groupJob {
@@ -36,7 +39,11 @@ func newGroupJob(t *testing.T, nhosts, per, chunk int) *groupJob {
 func newGroupJobOn(t *testing.T, j *job) *groupJob {
 	t.Helper()
 	g := &groupJob{job: j, failed: map[int]error{}, reported: make(chan int, len(j.px))}
-	g.hand = fake.NewNetwork(len(j.px), fake.Options{})
+	g.hand = fake.NewNetwork(len(j.px), fake.Options{OnDeliver: func(from, to, n int) {
+		if f := g.onHand.Load(); f != nil {
+			(*f)(from, to, n)
+		}
+	}})
 	for r, px := range g.px {
 		px.Serve(fakeLocal{g.hand, r}, func(err error) {
 			g.mu.Lock()
@@ -374,9 +381,27 @@ func TestGroupDestinationKilled(t *testing.T) {
 				g.nw.Kill(victim)
 			}
 			msg := make([]byte, 64<<10)
+			// During: the hand-off to the relay stops after 8 KiB until
+			// the kill, so the message cannot go through first.
+			held, release := make(chan struct{}), make(chan struct{})
+			var handed atomic.Int64
+			hold := func(from, to, n int) {
+				if from == 0 && to == 1 && handed.Add(int64(n)) >= 8<<10 && handed.Load()-int64(n) < 8<<10 {
+					close(held)
+					<-release
+				}
+			}
 			if !during {
 				kill()
 			} else {
+				g.onHand.Store(&hold)
+				defer func() {
+					select {
+					case <-release:
+					default:
+						close(release)
+					}
+				}()
 				go g.px[victim].Group(ctx, nil, []Msg{{0, make([]byte, len(msg))}})
 			}
 			done := make(chan error, 1)
@@ -385,6 +410,11 @@ func TestGroupDestinationKilled(t *testing.T) {
 				done <- err
 			}()
 			if during { // some of it went through the relay
+				select {
+				case <-held:
+				case <-ctx.Done():
+					t.Fatal("the hand-off to the relay never reached 8 KiB")
+				}
 				for g.px[1].Totals().Relayed < 4 {
 					select {
 					case <-ctx.Done():
@@ -393,6 +423,7 @@ func TestGroupDestinationKilled(t *testing.T) {
 					}
 				}
 				kill()
+				close(release)
 			}
 			for r := -1; r != 1; { // the victim's siblings report its hand-off links too
 				select {

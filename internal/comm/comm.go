@@ -187,11 +187,11 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	if err == nil {
 		return nil
 	}
-	if held := c.fate.held(); held != nil {
+	if held := c.fate.held(); held != nil && lossConsequence(err) {
 		c.end(held) // a loss held back for this call (endAfterCall) is its root cause
 	}
 	c.awaitRootCause(err)
-	if held := c.fate.held(); held != nil {
+	if held := c.fate.held(); held != nil && lossConsequence(err) {
 		c.end(held) // held back while this rank waited for the root cause
 	}
 	if fe := c.fate.ended(); fe != nil {
@@ -208,6 +208,15 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	}
 	c.end(err)
 	return err
+}
+
+// lossConsequence reports whether err, a call's failure, may follow from a
+// member's loss (a link lost, a wait timed out, an abort): a loss held back
+// then is its root cause. A mismatch, an unsupported call or bad input is
+// this rank's own finding and stays the cause.
+func lossConsequence(err error) bool {
+	return errors.Is(err, errs.ErrPeerLost) || errors.Is(err, errs.ErrTimeout) || errors.Is(err, errs.ErrAborted) ||
+		errors.Is(err, context.DeadlineExceeded)
 }
 
 // rootCauseWait bounds how long a rank that lost a peer over a link waits

@@ -115,6 +115,31 @@ func TestServerLostMidCall(t *testing.T) {
 	if err := <-res; !errors.Is(err, bootstrap.ErrServerLost) || !strings.Contains(err.Error(), "link closed") {
 		t.Fatalf("a call that failed before the loss came: %v, want the loss first and the link's words", err)
 	}
+	// A call that finds a mismatch while an end is held back reports the
+	// mismatch: its own finding, not a consequence of the loss.
+	comms, _ = fateWorld(t, 2)
+	in, fail = make(chan struct{}), make(chan struct{})
+	go func() {
+		res <- comms[1].Run(ctx, "allreduce", func(context.Context) error {
+			close(in)
+			<-fail
+			return fmt.Errorf("rank 0 called AllGather #3 where this rank called AllReduce #3: %w", errs.ErrMismatch)
+		})
+	}()
+	<-in
+	ended = make(chan struct{})
+	go func() { comms[1].endAfterCall(serverLostErr, time.Hour); close(ended) }()
+	for comms[1].fate.held() == nil {
+		runtime.Gosched()
+	}
+	close(fail)
+	if err := <-res; !errors.Is(err, errs.ErrMismatch) || errors.Is(err, bootstrap.ErrServerLost) {
+		t.Fatalf("a mismatch found with an end held back: %v, want the mismatch as the cause", err)
+	}
+	<-ended
+	if err := comms[1].Err(); !errors.Is(err, errs.ErrMismatch) {
+		t.Errorf("after a mismatch: communicator error %v, want the mismatch", err)
+	}
 	// Idle: at once, whatever the grace.
 	comms, _ = fateWorld(t, 2)
 	comms[0].endAfterCall(serverLostErr, time.Hour)

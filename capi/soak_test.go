@@ -1,0 +1,527 @@
+package capi
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/gpu"
+	"github.com/flexlink/flexlink/gpu/gpufake"
+)
+
+// TestDeviceRandomCalls runs seeded random sequences of device calls
+// through the C library on the fake driver, as PyTorch makes them: every
+// collective and grouped send/recv, every type and op, sizes from one
+// element to past the flag kernels' limits, views at any element offset
+// into a few allocations (send and receive sometimes in one), in place and
+// out of place, calls from one thread in a group (nccl-tests -g) or from
+// each rank's own thread outside any group, and allocations freed and
+// made again at the same address between calls. Before each call every
+// byte of every allocation is set at random; after it the outputs must
+// equal a reference computed here in float64 (exact integer arithmetic
+// for integers; every input is a small integer, so float results are
+// exact too but for avg and float8 products) and every other byte must be
+// as it was: nothing written out of bounds, no input changed. A third of
+// the grouped calls are captured in a CUDA graph (a random capture mode)
+// and replayed twice with new inputs; a call flexlink cannot capture must
+// be refused as such, and the communicators go on.
+func TestDeviceRandomCalls(t *testing.T) {
+	for _, tc := range []struct {
+		n     int
+		calls int
+		env   []string
+	}{
+		{2, 60, nil},
+		{3, 40, nil},
+		{4, 40, nil},
+		{2, 40, []string{"FLEXLINK_GPU_ENQUEUE", "async"}},
+		{4, 30, []string{"FLEXLINK_GPU_ENQUEUE", "async"}},
+		{3, 30, []string{"FLEXLINK_GPU_FLAG_BYTES", "0"}},
+	} {
+		for seed := range *soakSeeds {
+			t.Run(fmt.Sprintf("n=%d/%v/seed=%d", tc.n, tc.env, seed), func(t *testing.T) {
+				s := newSoak(t, tc.n, uint64(tc.n*1000+len(tc.env)+seed*7919), tc.env)
+				for i := range tc.calls {
+					s.step(i)
+				}
+			})
+		}
+	}
+}
+
+// soakSeeds is how many seeds each case runs (make test: one; a longer
+// hunt: go test ./capi -run TestDeviceRandomCalls -args -soak.seeds=20).
+var soakSeeds = flag.Int("soak.seeds", 1, "seeds per case of TestDeviceRandomCalls")
+
+// soakPool is the bytes of one allocation per rank that the calls carve
+// their views from.
+const soakPool = 3 << 20
+
+type soak struct {
+	t      *testing.T
+	f      *devFixture
+	rng    *rand.Rand
+	n      int
+	pools  [][2]*gpu.Buffer // [rank][allocation]
+	noFlag bool             // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
+}
+
+func newSoak(t *testing.T, n int, seed uint64, env []string) *soak {
+	f := newDevFixture(t, n, gpufake.Config{ReuseFreed: true}, env...)
+	s := &soak{t: t, f: f, rng: rand.New(rand.NewPCG(seed, 31)), n: n}
+	for i := 0; i+1 < len(env); i += 2 {
+		s.noFlag = s.noFlag || env[i] == "FLEXLINK_GPU_FLAG_BYTES" && env[i+1] == "0"
+	}
+	for r := range n {
+		s.pools = append(s.pools, [2]*gpu.Buffer{f.alloc(r, soakPool, false), f.alloc(r, soakPool, false)})
+	}
+	return s
+}
+
+// view is count elements at byte offset off of allocation a.
+type view struct {
+	a, off, count int
+}
+
+func (v view) bytes(dt dtype.DType) (int, int) { return v.off, v.off + v.count*dt.Size() }
+
+// soakCall is one random call, as every rank makes it.
+type soakCall struct {
+	kind       Kind
+	dt         dtype.DType
+	op         dtype.Op
+	count      int // NCCL's count argument
+	root       int
+	shift      int // send/recv: rank r sends to r+shift, receives from r-shift
+	send, recv []view
+	inPlace    bool
+	grouped    bool
+}
+
+var soakKinds = []Kind{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Send}
+
+// ncclOp is NCCL's code of op.
+func ncclOp(op dtype.Op) int32 {
+	return map[dtype.Op]int32{dtype.Sum: 0, dtype.Prod: 1, dtype.Max: 2, dtype.Min: 3, dtype.Avg: 4}[op]
+}
+
+// sizes: how many elements of NCCL's count a call takes: tiny, within the
+// flag kernels' limits, and past them.
+func (s *soak) pickCount(dt dtype.DType, per int) int {
+	var bytes int
+	switch s.rng.IntN(4) {
+	case 0:
+		return 1 + s.rng.IntN(16)
+	case 1:
+		bytes = 64 + s.rng.IntN(16<<10)
+	case 2:
+		bytes = 16<<10 + s.rng.IntN(240<<10)
+	default:
+		bytes = 256<<10 + s.rng.IntN(768<<10)
+	}
+	c := bytes / dt.Size() / per
+	return max(c, 1)
+}
+
+func (s *soak) pick() soakCall {
+	c := soakCall{kind: soakKinds[s.rng.IntN(len(soakKinds))], grouped: s.rng.IntN(2) == 0}
+	all := dtype.All()
+	c.dt = all[s.rng.IntN(len(all))]
+	ops := dtype.Ops()
+	c.op = ops[s.rng.IntN(len(ops))]
+	c.root = s.rng.IntN(s.n)
+	c.shift = s.rng.IntN(s.n) // 0: to itself
+	per := 1                  // elements a rank's biggest buffer holds, in counts
+	switch c.kind {
+	case AllGather, ReduceScatter, AllToAll, Gather, Scatter:
+		per = s.n
+	}
+	c.count = s.pickCount(c.dt, per)
+	sendN, recvN := c.count, c.count
+	switch c.kind {
+	case AllGather, Gather:
+		recvN = c.count * s.n
+	case ReduceScatter, Scatter:
+		sendN = c.count * s.n
+	case AllToAll:
+		sendN, recvN = c.count*s.n, c.count*s.n
+	}
+	c.inPlace = c.kind != AllToAll && c.kind != Send && s.rng.IntN(3) == 0
+	es := c.dt.Size()
+	for r := range s.n {
+		if c.inPlace {
+			big := max(sendN, recvN)
+			v := view{a: s.rng.IntN(2), off: es * s.rng.IntN((soakPool-big*es)/es)}
+			recv := view{v.a, v.off, recvN}
+			send := view{v.a, v.off, sendN}
+			switch c.kind {
+			case AllGather, Gather: // NCCL's in place: the send is the rank's block of the receive
+				send.off += r * c.count * es
+			case ReduceScatter, Scatter:
+				recv.off += r * c.count * es
+			}
+			c.send, c.recv = append(c.send, send), append(c.recv, recv)
+			continue
+		}
+		// Out of place: two views that do not overlap, in one allocation
+		// or in two.
+		sa, ra := s.rng.IntN(2), s.rng.IntN(2)
+		sb, rb := sendN*es, recvN*es
+		if sa == ra {
+			lo := es * s.rng.IntN((soakPool-sb-rb)/es+1)
+			gap := es * s.rng.IntN((soakPool-sb-rb-lo)/es+1)
+			if s.rng.IntN(2) == 0 {
+				c.send, c.recv = append(c.send, view{sa, lo, sendN}), append(c.recv, view{ra, lo + sb + gap, recvN})
+			} else {
+				c.recv, c.send = append(c.recv, view{ra, lo, recvN}), append(c.send, view{sa, lo + rb + gap, sendN})
+			}
+			continue
+		}
+		c.send = append(c.send, view{sa, es * s.rng.IntN((soakPool-sb)/es+1), sendN})
+		c.recv = append(c.recv, view{ra, es * s.rng.IntN((soakPool-rb)/es+1), recvN})
+	}
+	return c
+}
+
+// input is rank r's element i of its send view: a small integer (exact
+// in every type, and so are their sums and products over 4 ranks).
+func (c *soakCall) input(seed, r, i int) float64 {
+	h := uint64(seed)*0x9e3779b97f4a7c15 ^ uint64(r)*0xbf58476d1ce4e5b9 ^ uint64(i)*0x94d049bb133111eb
+	h ^= h >> 29
+	switch {
+	case c.op == dtype.Prod:
+		return float64(1 + h%3)
+	case c.dt.IsFloat8():
+		return float64(h % 3)
+	case c.dt == dtype.Uint8 || c.dt == dtype.Uint32 || c.dt == dtype.Uint64:
+		return float64(h % 16)
+	}
+	return float64(int(h%17) - 8)
+}
+
+// refReduce is the reference reduction of vs in type dt.
+func refReduce(op dtype.Op, dt dtype.DType, vs []float64) float64 {
+	acc := vs[0]
+	for _, v := range vs[1:] {
+		switch op {
+		case dtype.Sum, dtype.Avg:
+			acc += v
+		case dtype.Prod:
+			acc *= v
+		case dtype.Min:
+			acc = math.Min(acc, v)
+		case dtype.Max:
+			acc = math.Max(acc, v)
+		}
+	}
+	if op == dtype.Avg {
+		if dt.IsFloat() {
+			return acc / float64(len(vs))
+		}
+		return math.Trunc(acc / float64(len(vs))) // C's integer division
+	}
+	return acc
+}
+
+func (s *soak) step(i int) {
+	t := s.t
+	if s.rng.IntN(8) == 0 { // the caching allocator gave a block back and took it again
+		a := s.rng.IntN(2)
+		for r := range s.n {
+			s.pools[r][a] = s.f.reallocAt(t, r, s.pools[r][a])
+		}
+	}
+	c := s.pick()
+	what := fmt.Sprintf("call %d: %v %v %v count %d root %d shift %d in place %v grouped %v send %v recv %v",
+		i, c.kind, c.dt, c.op, c.count, c.root, c.shift, c.inPlace, c.grouped, c.send, c.recv)
+	if !c.grouped || s.rng.IntN(3) != 0 {
+		before := s.prepare(c, i)
+		if err := s.run(c); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		s.check(c, i, before, what)
+		return
+	}
+	// Captured in a CUDA graph (as nccl-tests -G), replayed twice with new
+	// inputs.
+	mode := []gpu.CaptureMode{gpu.CaptureGlobal, gpu.CaptureThreadLocal, gpu.CaptureRelaxed}[s.rng.IntN(3)]
+	xs, err := s.f.captureGroup(mode, func(r int, st uintptr) []Call {
+		calls := s.calls(c, r)
+		for k := range calls {
+			calls[k].Stream = st
+		}
+		return calls
+	})
+	if err != nil && s.capturable(c) {
+		t.Fatalf("%s: capture (%v): %v", what, mode, err)
+	}
+	if err != nil { // refused, said so, and the communicators go on
+		if !strings.Contains(err.Error(), "cannot run under CUDA graph capture") {
+			t.Fatalf("%s: capture (%v) refused with %v, want it to say the call cannot be captured", what, mode, err)
+		}
+		return
+	}
+	if !s.capturable(c) {
+		t.Fatalf("%s: captured (%v), though this test expects a refusal: update capturable", what, mode)
+	}
+	defer func() {
+		for _, x := range xs {
+			x.Close()
+		}
+	}()
+	for rep := range 2 {
+		seed := 1000*i + 100 + rep
+		before := s.prepare(c, seed)
+		if err := s.f.replay(xs); err != nil {
+			t.Fatalf("%s: replay %d: %v", what, rep, err)
+		}
+		s.check(c, seed, before, fmt.Sprintf("%s, captured (%v), replay %d", what, mode, rep))
+	}
+}
+
+// capturable reports whether flexlink captures c: every collective while
+// the flag kernels are on (FLEXLINK_GPU_FLAG_BYTES not 0), grouped
+// send/recv (and gather and scatter, which are made of them) on two ranks
+// only, or to the rank itself.
+func (s *soak) capturable(c soakCall) bool {
+	if c.kind == Send && c.shift == 0 {
+		return true // to itself: a copy
+	}
+	if s.noFlag {
+		return false
+	}
+	switch c.kind {
+	case Gather, Scatter:
+		return s.n == 2
+	case Send:
+		return s.n == 2
+	}
+	return true
+}
+
+// prepare sets every byte of every allocation at random, then c's inputs
+// for seed, and returns what it wrote.
+func (s *soak) prepare(c soakCall, seed int) [][2][]byte {
+	before := make([][2][]byte, s.n)
+	for r := range s.n {
+		for a := range 2 {
+			b := make([]byte, soakPool)
+			for j := 0; j < len(b); j += 8 {
+				x := s.rng.Uint64()
+				for k := 0; k < 8 && j+k < len(b); k++ {
+					b[j+k] = byte(x >> (8 * k))
+				}
+			}
+			before[r][a] = b
+		}
+		if sendsHere(c, r) {
+			v := c.send[r]
+			for j := range v.count {
+				dtype.Put(before[r][v.a][v.off:], j, c.dt, c.input(seed, r, j))
+			}
+		}
+		for a := range 2 {
+			s.f.upload(r, s.pools[r][a], before[r][a])
+		}
+	}
+	return before
+}
+
+// check compares every allocation with before, c's outputs for seed put
+// in.
+func (s *soak) check(c soakCall, seed int, before [][2][]byte, what string) {
+	for r := range s.n {
+		after := [2][]byte{s.f.download(r, s.pools[r][0], soakPool), s.f.download(r, s.pools[r][1], soakPool)}
+		want := [2][]byte{append([]byte(nil), before[r][0]...), append([]byte(nil), before[r][1]...)}
+		if v, out := c.expected(seed, r, s.n); out != nil {
+			for j, x := range out {
+				dtype.Put(want[v.a][v.off:], j, c.dt, x)
+			}
+		}
+		for a := range 2 {
+			if bad := firstDiff(c, after[a], want[a]); bad >= 0 {
+				s.t.Fatalf("%s: rank %d allocation %d byte %d is %#x, want %#x (was %#x)", what, r, a, bad, after[a][bad], want[a][bad], before[r][a][bad])
+			}
+		}
+	}
+}
+
+// sendsHere reports whether rank r's send view holds input for c.
+func sendsHere(c soakCall, r int) bool {
+	switch c.kind {
+	case Broadcast, Scatter:
+		return r == c.root
+	}
+	return true
+}
+
+// firstDiff is the first byte where got differs from want, -1 when none.
+// Reduced floats that are not exact may differ by the type's tolerance:
+// avg's division, and float8 products (3·3·3 is 27, which E5M2 rounds to
+// 28, but 3·3 rounds to 8 first: every step rounds, as NCCL's do).
+func firstDiff(c soakCall, got, want []byte) int {
+	for j := range got {
+		if got[j] == want[j] {
+			continue
+		}
+		if reducing(c.kind) && (c.op == dtype.Avg && c.dt.IsFloat() || c.dt.IsFloat8()) {
+			es := c.dt.Size()
+			e := j / es
+			g, w := dtype.Get(got, e, c.dt), dtype.Get(want, e, c.dt)
+			if math.Abs(g-w) <= dtype.Tolerance(c.dt)*math.Max(1, math.Abs(w)) {
+				continue
+			}
+		}
+		return j
+	}
+	return -1
+}
+
+func reducing(k Kind) bool { return k == AllReduce || k == ReduceScatter || k == Reduce }
+
+// expected is rank r's output view and its values, or a nil slice when r
+// receives nothing.
+func (c *soakCall) expected(seed, r, n int) (view, []float64) {
+	in := func(q, j int) float64 { return c.input(seed, q, j) }
+	red := func(j int) float64 {
+		vs := make([]float64, n)
+		for q := range n {
+			vs[q] = in(q, j)
+		}
+		return dtype.Round(refReduce(c.op, c.dt, vs), c.dt)
+	}
+	v := c.recv[r]
+	out := make([]float64, v.count)
+	switch c.kind {
+	case AllReduce:
+		for j := range out {
+			out[j] = red(j)
+		}
+	case Reduce:
+		if r != c.root {
+			return v, nil
+		}
+		for j := range out {
+			out[j] = red(j)
+		}
+	case ReduceScatter:
+		for j := range out {
+			out[j] = red(r*c.count + j)
+		}
+	case AllGather:
+		for j := range out {
+			out[j] = in(j/c.count, j%c.count)
+		}
+	case Gather:
+		if r != c.root {
+			return v, nil
+		}
+		for j := range out {
+			out[j] = in(j/c.count, j%c.count)
+		}
+	case Broadcast:
+		for j := range out {
+			out[j] = in(c.root, j)
+		}
+	case Scatter:
+		for j := range out {
+			out[j] = in(c.root, r*c.count+j)
+		}
+	case AllToAll:
+		for j := range out {
+			out[j] = in(j/c.count, r*c.count+j%c.count)
+		}
+	case Send:
+		from := (r - c.shift + n) % n
+		for j := range out {
+			out[j] = in(from, j)
+		}
+	}
+	return v, out
+}
+
+// calls is rank r's calls for c: one, or a send and a receive.
+func (s *soak) calls(c soakCall, r int) []Call {
+	ptr := func(v view) uintptr { return s.pools[r][v.a].Ptr() + uintptr(v.off) }
+	st := s.f.ss[r].Handle()
+	mk := func(k Kind, send, recv uintptr, count, root int) Call {
+		return Call{Kind: k, Send: devAddr(send), Recv: devAddr(recv), Count: uint64(count), Type: ncclCode(s.t, c.dt), Op: ncclOp(c.op), Root: root, Stream: st}
+	}
+	if c.kind == Send {
+		return []Call{
+			mk(Send, ptr(c.send[r]), 0, c.count, (r+c.shift)%s.n),
+			mk(Recv, 0, ptr(c.recv[r]), c.count, (r-c.shift+s.n)%s.n),
+		}
+	}
+	return []Call{mk(c.kind, ptr(c.send[r]), ptr(c.recv[r]), c.count, c.root)}
+}
+
+// run makes c on every rank: from one thread in one group, or from each
+// rank's own thread (a group only around a send and its receive).
+func (s *soak) run(c soakCall) error {
+	if c.grouped {
+		s.f.l.GroupStart(fixtureTid)
+		var first error
+		for r := range s.n {
+			for _, call := range s.calls(c, r) {
+				if err := s.f.l.Coll(fixtureTid, s.f.hs[r], call); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+		if err := s.f.l.GroupEnd(fixtureTid); err != nil && first == nil {
+			first = err
+		}
+		return first
+	}
+	errs := make([]error, s.n)
+	var wg sync.WaitGroup
+	for r := range s.n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tid := 100 + r
+			calls := s.calls(c, r)
+			if len(calls) > 1 {
+				s.f.l.GroupStart(tid)
+			}
+			for _, call := range calls {
+				if err := s.f.l.Coll(tid, s.f.hs[r], call); err != nil && errs[r] == nil {
+					errs[r] = err
+				}
+			}
+			if len(calls) > 1 {
+				if err := s.f.l.GroupEnd(tid); err != nil && errs[r] == nil {
+					errs[r] = err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// devAddr is a device address as the C caller passes it (nil for 0).
+func devAddr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// ncclCode is dt's ncclDataType_t.
+func ncclCode(t testing.TB, dt dtype.DType) int32 {
+	for code := int32(0); code < ncclNumTypes; code++ {
+		if d, err := DataType(code); err == nil && d == dt {
+			return code
+		}
+	}
+	t.Fatalf("%v has no ncclDataType_t", dt)
+	return -1
+}

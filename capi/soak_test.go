@@ -21,8 +21,11 @@ import (
 // element to past the flag kernels' limits, views at any element offset
 // into a few allocations (send and receive sometimes in one), in place and
 // out of place, calls from one thread in a group (nccl-tests -g) or from
-// each rank's own thread outside any group, and allocations freed and
-// made again at the same address between calls. Before each call every
+// each rank's own thread outside any group, bursts of up to three calls
+// enqueued before any is waited for, each rank's on either of two streams
+// (the fake driver runs a stream's work as it is enqueued, so this checks
+// the calls' bookkeeping across streams, not races between them), and
+// allocations freed and made again at the same address between calls. Before each call every
 // byte of every allocation is set at random; after it the outputs must
 // equal a reference computed here in float64 (exact integer arithmetic
 // for integers; every input is a small integer, so float results are
@@ -69,6 +72,7 @@ type soak struct {
 	rng    *rand.Rand
 	n      int
 	pools  [][2]*gpu.Buffer // [rank][allocation]
+	second []*gpu.Stream    // each rank's second stream (the fixture's is the first)
 	noFlag bool             // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
 }
 
@@ -80,6 +84,7 @@ func newSoak(t *testing.T, n int, seed uint64, env []string) *soak {
 	}
 	for r := range n {
 		s.pools = append(s.pools, [2]*gpu.Buffer{f.alloc(r, soakPool, false), f.alloc(r, soakPool, false)})
+		s.second = append(s.second, newStream(t, f.dvs[r]))
 	}
 	return s
 }
@@ -102,6 +107,7 @@ type soakCall struct {
 	send, recv []view
 	inPlace    bool
 	grouped    bool
+	stream     []int // rank r's call is on its stream stream[r] (of two)
 }
 
 var soakKinds = []Kind{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Send}
@@ -111,9 +117,10 @@ func ncclOp(op dtype.Op) int32 {
 	return map[dtype.Op]int32{dtype.Sum: 0, dtype.Prod: 1, dtype.Max: 2, dtype.Min: 3, dtype.Avg: 4}[op]
 }
 
-// sizes: how many elements of NCCL's count a call takes: tiny, within the
-// flag kernels' limits, and past them.
-func (s *soak) pickCount(dt dtype.DType, per int) int {
+// pickCount: how many elements of NCCL's count a call takes, its biggest
+// buffer at most limit bytes: tiny, within the flag kernels' limits, and
+// past them.
+func (s *soak) pickCount(dt dtype.DType, per, limit int) int {
 	var bytes int
 	switch s.rng.IntN(4) {
 	case 0:
@@ -125,12 +132,17 @@ func (s *soak) pickCount(dt dtype.DType, per int) int {
 	default:
 		bytes = 256<<10 + s.rng.IntN(768<<10)
 	}
-	c := bytes / dt.Size() / per
+	c := min(bytes, limit) / dt.Size() / per
 	return max(c, 1)
 }
 
-func (s *soak) pick() soakCall {
-	c := soakCall{kind: soakKinds[s.rng.IntN(len(soakKinds))], grouped: s.rng.IntN(2) == 0}
+// pick is a random call whose views lie in bytes [lo, lo+span) of each
+// allocation, on a random stream of each rank.
+func (s *soak) pick(lo, span int, grouped bool) soakCall {
+	c := soakCall{kind: soakKinds[s.rng.IntN(len(soakKinds))], grouped: grouped}
+	for range s.n {
+		c.stream = append(c.stream, s.rng.IntN(2))
+	}
 	all := dtype.All()
 	c.dt = all[s.rng.IntN(len(all))]
 	ops := dtype.Ops()
@@ -142,7 +154,7 @@ func (s *soak) pick() soakCall {
 	case AllGather, ReduceScatter, AllToAll, Gather, Scatter:
 		per = s.n
 	}
-	c.count = s.pickCount(c.dt, per)
+	c.count = s.pickCount(c.dt, per, span/3)
 	sendN, recvN := c.count, c.count
 	switch c.kind {
 	case AllGather, Gather:
@@ -157,7 +169,7 @@ func (s *soak) pick() soakCall {
 	for r := range s.n {
 		if c.inPlace {
 			big := max(sendN, recvN)
-			v := view{a: s.rng.IntN(2), off: es * s.rng.IntN((soakPool-big*es)/es)}
+			v := view{a: s.rng.IntN(2), off: lo + es*s.rng.IntN((span-big*es)/es)}
 			recv := view{v.a, v.off, recvN}
 			send := view{v.a, v.off, sendN}
 			switch c.kind {
@@ -174,17 +186,18 @@ func (s *soak) pick() soakCall {
 		sa, ra := s.rng.IntN(2), s.rng.IntN(2)
 		sb, rb := sendN*es, recvN*es
 		if sa == ra {
-			lo := es * s.rng.IntN((soakPool-sb-rb)/es+1)
-			gap := es * s.rng.IntN((soakPool-sb-rb-lo)/es+1)
+			first := es * s.rng.IntN((span-sb-rb)/es+1)
+			gap := es * s.rng.IntN((span-sb-rb-first)/es+1)
+			first += lo
 			if s.rng.IntN(2) == 0 {
-				c.send, c.recv = append(c.send, view{sa, lo, sendN}), append(c.recv, view{ra, lo + sb + gap, recvN})
+				c.send, c.recv = append(c.send, view{sa, first, sendN}), append(c.recv, view{ra, first + sb + gap, recvN})
 			} else {
-				c.recv, c.send = append(c.recv, view{ra, lo, recvN}), append(c.send, view{sa, lo + rb + gap, sendN})
+				c.recv, c.send = append(c.recv, view{ra, first, recvN}), append(c.send, view{sa, first + rb + gap, sendN})
 			}
 			continue
 		}
-		c.send = append(c.send, view{sa, es * s.rng.IntN((soakPool-sb)/es+1), sendN})
-		c.recv = append(c.recv, view{ra, es * s.rng.IntN((soakPool-rb)/es+1), recvN})
+		c.send = append(c.send, view{sa, lo + es*s.rng.IntN((span-sb)/es+1), sendN})
+		c.recv = append(c.recv, view{ra, lo + es*s.rng.IntN((span-rb)/es+1), recvN})
 	}
 	return c
 }
@@ -237,19 +250,37 @@ func (s *soak) step(i int) {
 			s.pools[r][a] = s.f.reallocAt(t, r, s.pools[r][a])
 		}
 	}
-	c := s.pick()
-	what := fmt.Sprintf("call %d: %v %v %v count %d root %d shift %d in place %v grouped %v send %v recv %v",
-		i, c.kind, c.dt, c.op, c.count, c.root, c.shift, c.inPlace, c.grouped, c.send, c.recv)
-	if !c.grouped || s.rng.IntN(3) != 0 {
-		before := s.prepare(c, i)
-		if err := s.run(c); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		s.check(c, i, before, what)
+	grouped := s.rng.IntN(2) == 0
+	if grouped && s.rng.IntN(3) == 0 {
+		s.captured(i, s.pick(0, soakPool, true))
 		return
 	}
-	// Captured in a CUDA graph (as nccl-tests -G), replayed twice with new
-	// inputs.
+	// A burst: up to three calls enqueued before any is waited for, each
+	// rank's on either of its streams, on disjoint bytes.
+	k := 1 + s.rng.IntN(3)
+	burst := make([]soakCall, k)
+	seeds := make([]int, k)
+	var what strings.Builder
+	for j := range burst {
+		burst[j] = s.pick(j*(soakPool/k), soakPool/k, grouped)
+		seeds[j] = 10*i + j
+		c := burst[j]
+		fmt.Fprintf(&what, "call %d.%d: %v %v %v count %d root %d shift %d in place %v grouped %v streams %v send %v recv %v; ",
+			i, j, c.kind, c.dt, c.op, c.count, c.root, c.shift, c.inPlace, c.grouped, c.stream, c.send, c.recv)
+	}
+	before := s.prepare(burst, seeds)
+	if err := s.run(burst); err != nil {
+		t.Fatalf("%s: %v", what.String(), err)
+	}
+	s.check(burst, seeds, before, what.String())
+}
+
+// captured captures c in a CUDA graph (as nccl-tests -G), a random
+// capture mode, and replays it twice with new inputs.
+func (s *soak) captured(i int, c soakCall) {
+	t := s.t
+	what := fmt.Sprintf("call %d: %v %v %v count %d root %d shift %d in place %v send %v recv %v",
+		i, c.kind, c.dt, c.op, c.count, c.root, c.shift, c.inPlace, c.send, c.recv)
 	mode := []gpu.CaptureMode{gpu.CaptureGlobal, gpu.CaptureThreadLocal, gpu.CaptureRelaxed}[s.rng.IntN(3)]
 	xs, err := s.f.captureGroup(mode, func(r int, st uintptr) []Call {
 		calls := s.calls(c, r)
@@ -276,12 +307,12 @@ func (s *soak) step(i int) {
 		}
 	}()
 	for rep := range 2 {
-		seed := 1000*i + 100 + rep
-		before := s.prepare(c, seed)
+		seeds := []int{10*i + rep}
+		before := s.prepare([]soakCall{c}, seeds)
 		if err := s.f.replay(xs); err != nil {
 			t.Fatalf("%s: replay %d: %v", what, rep, err)
 		}
-		s.check(c, seed, before, fmt.Sprintf("%s, captured (%v), replay %d", what, mode, rep))
+		s.check([]soakCall{c}, seeds, before, fmt.Sprintf("%s, captured (%v), replay %d", what, mode, rep))
 	}
 }
 
@@ -305,9 +336,9 @@ func (s *soak) capturable(c soakCall) bool {
 	return true
 }
 
-// prepare sets every byte of every allocation at random, then c's inputs
-// for seed, and returns what it wrote.
-func (s *soak) prepare(c soakCall, seed int) [][2][]byte {
+// prepare sets every byte of every allocation at random, then the calls'
+// inputs (call j's from seeds[j]), and returns what it wrote.
+func (s *soak) prepare(calls []soakCall, seeds []int) [][2][]byte {
 	before := make([][2][]byte, s.n)
 	for r := range s.n {
 		for a := range 2 {
@@ -320,33 +351,43 @@ func (s *soak) prepare(c soakCall, seed int) [][2][]byte {
 			}
 			before[r][a] = b
 		}
-		if sendsHere(c, r) {
-			v := c.send[r]
-			for j := range v.count {
-				dtype.Put(before[r][v.a][v.off:], j, c.dt, c.input(seed, r, j))
+		for j, c := range calls {
+			if sendsHere(c, r) {
+				v := c.send[r]
+				for e := range v.count {
+					dtype.Put(before[r][v.a][v.off:], e, c.dt, c.input(seeds[j], r, e))
+				}
 			}
 		}
 		for a := range 2 {
 			s.f.upload(r, s.pools[r][a], before[r][a])
 		}
+		if err := s.f.ss[r].Synchronize(); err != nil { // before a call on the second stream
+			s.t.Fatal(err)
+		}
 	}
 	return before
 }
 
-// check compares every allocation with before, c's outputs for seed put
-// in.
-func (s *soak) check(c soakCall, seed int, before [][2][]byte, what string) {
+// check compares every allocation with before, the calls' outputs put in.
+func (s *soak) check(calls []soakCall, seeds []int, before [][2][]byte, what string) {
 	for r := range s.n {
+		if err := s.second[r].Synchronize(); err != nil {
+			s.t.Fatalf("%s: rank %d: %v", what, r, err)
+		}
 		after := [2][]byte{s.f.download(r, s.pools[r][0], soakPool), s.f.download(r, s.pools[r][1], soakPool)}
 		want := [2][]byte{append([]byte(nil), before[r][0]...), append([]byte(nil), before[r][1]...)}
-		if v, out := c.expected(seed, r, s.n); out != nil {
-			for j, x := range out {
-				dtype.Put(want[v.a][v.off:], j, c.dt, x)
+		for j, c := range calls {
+			if v, out := c.expected(seeds[j], r, s.n); out != nil {
+				for e, x := range out {
+					dtype.Put(want[v.a][v.off:], e, c.dt, x)
+				}
 			}
 		}
 		for a := range 2 {
-			if bad := firstDiff(c, after[a], want[a]); bad >= 0 {
-				s.t.Fatalf("%s: rank %d allocation %d byte %d is %#x, want %#x (was %#x)", what, r, a, bad, after[a][bad], want[a][bad], before[r][a][bad])
+			if bad, c := firstDiff(calls, r, a, after[a], want[a]); bad >= 0 {
+				s.t.Fatalf("%s: rank %d allocation %d byte %d (call %v %v %v) is %#x, want %#x (was %#x)",
+					what, r, a, bad, c.kind, c.dt, c.op, after[a][bad], want[a][bad], before[r][a][bad])
 			}
 		}
 	}
@@ -361,26 +402,38 @@ func sendsHere(c soakCall, r int) bool {
 	return true
 }
 
-// firstDiff is the first byte where got differs from want, -1 when none.
+// firstDiff is the first byte of rank r's allocation a where got differs
+// from want (-1 when none) and the call whose output holds it, if any.
 // Reduced floats that are not exact may differ by the type's tolerance:
 // avg's division, and float8 products (3·3·3 is 27, which E5M2 rounds to
 // 28, but 3·3 rounds to 8 first: every step rounds, as NCCL's do).
-func firstDiff(c soakCall, got, want []byte) int {
+func firstDiff(calls []soakCall, r, a int, got, want []byte) (int, soakCall) {
 	for j := range got {
 		if got[j] == want[j] {
 			continue
 		}
-		if reducing(c.kind) && (c.op == dtype.Avg && c.dt.IsFloat() || c.dt.IsFloat8()) {
-			es := c.dt.Size()
-			e := j / es
-			g, w := dtype.Get(got, e, c.dt), dtype.Get(want, e, c.dt)
-			if math.Abs(g-w) <= dtype.Tolerance(c.dt)*math.Max(1, math.Abs(w)) {
-				continue
+		var in *soakCall
+		for k := range calls {
+			if v := calls[k].recv[r]; v.a == a {
+				if lo, hi := v.bytes(calls[k].dt); j >= lo && j < hi {
+					in = &calls[k]
+				}
 			}
 		}
-		return j
+		if in == nil {
+			return j, soakCall{}
+		}
+		if !reducing(in.kind) || !(in.op == dtype.Avg && in.dt.IsFloat() || in.dt.IsFloat8()) {
+			return j, *in
+		}
+		lo, _ := in.recv[r].bytes(in.dt)
+		e := (j - lo) / in.dt.Size()
+		g, w := dtype.Get(got[lo:], e, in.dt), dtype.Get(want[lo:], e, in.dt)
+		if math.Abs(g-w) > dtype.Tolerance(in.dt)*math.Max(1, math.Abs(w)) {
+			return j, *in
+		}
 	}
-	return -1
+	return -1, soakCall{}
 }
 
 func reducing(k Kind) bool { return k == AllReduce || k == ReduceScatter || k == Reduce }
@@ -450,6 +503,9 @@ func (c *soakCall) expected(seed, r, n int) (view, []float64) {
 func (s *soak) calls(c soakCall, r int) []Call {
 	ptr := func(v view) uintptr { return s.pools[r][v.a].Ptr() + uintptr(v.off) }
 	st := s.f.ss[r].Handle()
+	if c.stream[r] == 1 {
+		st = s.second[r].Handle()
+	}
 	mk := func(k Kind, send, recv uintptr, count, root int) Call {
 		return Call{Kind: k, Send: devAddr(send), Recv: devAddr(recv), Count: uint64(count), Type: ncclCode(s.t, c.dt), Op: ncclOp(c.op), Root: root, Stream: st}
 	}
@@ -462,23 +518,29 @@ func (s *soak) calls(c soakCall, r int) []Call {
 	return []Call{mk(c.kind, ptr(c.send[r]), ptr(c.recv[r]), c.count, c.root)}
 }
 
-// run makes c on every rank: from one thread in one group, or from each
-// rank's own thread (a group only around a send and its receive).
-func (s *soak) run(c soakCall) error {
-	if c.grouped {
-		s.f.l.GroupStart(fixtureTid)
-		var first error
-		for r := range s.n {
-			for _, call := range s.calls(c, r) {
-				if err := s.f.l.Coll(fixtureTid, s.f.hs[r], call); err != nil && first == nil {
-					first = err
+// run makes the calls in order on every rank: from one thread, each in a
+// group of every rank's part (nccl-tests -g), or from each rank's own
+// thread (a group only around a send and its receive).
+func (s *soak) run(burst []soakCall) error {
+	if burst[0].grouped {
+		for _, c := range burst {
+			s.f.l.GroupStart(fixtureTid)
+			var first error
+			for r := range s.n {
+				for _, call := range s.calls(c, r) {
+					if err := s.f.l.Coll(fixtureTid, s.f.hs[r], call); err != nil && first == nil {
+						first = err
+					}
 				}
 			}
+			if err := s.f.l.GroupEnd(fixtureTid); err != nil && first == nil {
+				first = err
+			}
+			if first != nil {
+				return first
+			}
 		}
-		if err := s.f.l.GroupEnd(fixtureTid); err != nil && first == nil {
-			first = err
-		}
-		return first
+		return nil
 	}
 	errs := make([]error, s.n)
 	var wg sync.WaitGroup
@@ -487,18 +549,20 @@ func (s *soak) run(c soakCall) error {
 		go func() {
 			defer wg.Done()
 			tid := 100 + r
-			calls := s.calls(c, r)
-			if len(calls) > 1 {
-				s.f.l.GroupStart(tid)
-			}
-			for _, call := range calls {
-				if err := s.f.l.Coll(tid, s.f.hs[r], call); err != nil && errs[r] == nil {
-					errs[r] = err
+			for _, c := range burst {
+				calls := s.calls(c, r)
+				if len(calls) > 1 {
+					s.f.l.GroupStart(tid)
 				}
-			}
-			if len(calls) > 1 {
-				if err := s.f.l.GroupEnd(tid); err != nil && errs[r] == nil {
-					errs[r] = err
+				for _, call := range calls {
+					if err := s.f.l.Coll(tid, s.f.hs[r], call); err != nil && errs[r] == nil {
+						errs[r] = err
+					}
+				}
+				if len(calls) > 1 {
+					if err := s.f.l.GroupEnd(tid); err != nil && errs[r] == nil {
+						errs[r] = err
+					}
 				}
 			}
 		}()

@@ -24,7 +24,12 @@ import (
 // captureGroup captures call(r) for every rank, each on a new stream of
 // its GPU, inside one group, and returns the instantiated graphs.
 func (f *devFixture) captureGroup(mode gpu.CaptureMode, calls func(r int, s uintptr) []Call) ([]*gpu.GraphExec, error) {
-	n := len(f.hs)
+	return f.captureGroupOn(f.hs, mode, calls)
+}
+
+// captureGroupOn is captureGroup on communicators hs (rank r's: hs[r]).
+func (f *devFixture) captureGroupOn(hs []uintptr, mode gpu.CaptureMode, calls func(r int, s uintptr) []Call) ([]*gpu.GraphExec, error) {
+	n := len(hs)
 	cs := make([]*gpu.Stream, n)
 	for r := range n {
 		s, err := f.dvs[r].NewStream()
@@ -41,7 +46,7 @@ func (f *devFixture) captureGroup(mode gpu.CaptureMode, calls func(r int, s uint
 	var first error
 	for r := range n {
 		for _, c := range calls(r, cs[r].Handle()) {
-			if err := f.l.Coll(fixtureTid, f.hs[r], c); err != nil && first == nil {
+			if err := f.l.Coll(fixtureTid, hs[r], c); err != nil && first == nil {
 				first = err
 			}
 		}

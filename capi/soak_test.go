@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,9 @@ import (
 // TestDeviceRandomCalls runs seeded random sequences of device calls
 // through the C library on the fake driver, as PyTorch makes them: every
 // collective and grouped send/recv, every type and op, sizes from one
-// element to past the flag kernels' limits, views at any element offset
+// element to past the flag kernels' limits, on the world's communicators
+// or a split's (colors r%2, ranks in reverse order; on 3 ranks one of them
+// has one rank), views at any element offset
 // into a few allocations (send and receive sometimes in one), in place and
 // out of place, calls from one thread in a group (nccl-tests -g) or from
 // each rank's own thread outside any group, bursts of up to three calls
@@ -73,7 +76,16 @@ type soak struct {
 	n      int
 	pools  [][2]*gpu.Buffer // [rank][allocation]
 	second []*gpu.Stream    // each rank's second stream (the fixture's is the first)
+	lays   [2]layout        // the world, and its split
 	noFlag bool             // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
+}
+
+// layout is one communicator per rank: the world's, or one of a split's.
+type layout struct {
+	h      []uintptr // rank r's handle
+	sub    []int     // rank r's rank in it
+	group  [][]int   // rank r's communicator's members, world ranks in its rank order
+	noFlag bool      // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
 }
 
 func newSoak(t *testing.T, n int, seed uint64, env []string) *soak {
@@ -85,6 +97,41 @@ func newSoak(t *testing.T, n int, seed uint64, env []string) *soak {
 	for r := range n {
 		s.pools = append(s.pools, [2]*gpu.Buffer{f.alloc(r, soakPool, false), f.alloc(r, soakPool, false)})
 		s.second = append(s.second, newStream(t, f.dvs[r]))
+	}
+	// The split: colors r%2 (on 2 ranks one color), keys reversed, so
+	// ranks differ from the world's; on 3 ranks one communicator has one
+	// rank.
+	world := make([]int, n)
+	s.lays[0] = layout{h: f.hs}
+	for r := range n {
+		world[r] = r
+		s.lays[0].sub = append(s.lays[0].sub, r)
+	}
+	for range n {
+		s.lays[0].group = append(s.lays[0].group, world)
+	}
+	colors := make([]int, n)
+	for r := range colors {
+		colors[r] = r % 2
+		if n == 2 {
+			colors[r] = 0
+		}
+	}
+	s.lays[1].h = eachRank(t, f.l, "split", n, nil, func(r int) (uintptr, error) {
+		return f.l.Split(tidOf(r), f.hs[r], colors[r], n-r, DefaultConfig())
+	})
+	t.Cleanup(func() {
+		eachRank(t, f.l, "destroy", n, nil, func(r int) (uintptr, error) { return 0, f.l.Destroy(s.lays[1].h[r]) })
+	})
+	for r := range n {
+		var g []int
+		for q := n - 1; q >= 0; q-- { // keys reversed
+			if colors[q] == colors[r] {
+				g = append(g, q)
+			}
+		}
+		s.lays[1].group = append(s.lays[1].group, g)
+		s.lays[1].sub = append(s.lays[1].sub, slices.Index(g, r))
 	}
 	return s
 }
@@ -108,7 +155,11 @@ type soakCall struct {
 	inPlace    bool
 	grouped    bool
 	stream     []int // rank r's call is on its stream stream[r] (of two)
+	lay        int   // the world's communicators (0) or the split's (1)
 }
+
+// rootOf is the root (rooted calls) of rank r's communicator, a rank of it.
+func (c *soakCall) rootOf(s *soak, r int) int { return c.root % len(s.lays[c.lay].group[r]) }
 
 var soakKinds = []Kind{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Send}
 
@@ -147,26 +198,28 @@ func (s *soak) pick(lo, span int, grouped bool) soakCall {
 	c.dt = all[s.rng.IntN(len(all))]
 	ops := dtype.Ops()
 	c.op = ops[s.rng.IntN(len(ops))]
-	c.root = s.rng.IntN(s.n)
-	c.shift = s.rng.IntN(s.n) // 0: to itself
-	per := 1                  // elements a rank's biggest buffer holds, in counts
-	switch c.kind {
-	case AllGather, ReduceScatter, AllToAll, Gather, Scatter:
-		per = s.n
-	}
-	c.count = s.pickCount(c.dt, per, span/3)
-	sendN, recvN := c.count, c.count
-	switch c.kind {
-	case AllGather, Gather:
-		recvN = c.count * s.n
-	case ReduceScatter, Scatter:
-		sendN = c.count * s.n
-	case AllToAll:
-		sendN, recvN = c.count*s.n, c.count*s.n
+	c.root = s.rng.IntN(s.n)  // of each communicator: modulo its size
+	c.shift = s.rng.IntN(s.n) // 0: to itself; modulo the size
+	c.lay = s.rng.IntN(2)
+	c.count = s.pickCount(c.dt, s.n, span/3)
+	lens := func(r int) (sendN, recvN int) {
+		m := len(s.lays[c.lay].group[r])
+		sendN, recvN = c.count, c.count
+		switch c.kind {
+		case AllGather, Gather:
+			recvN = c.count * m
+		case ReduceScatter, Scatter:
+			sendN = c.count * m
+		case AllToAll:
+			sendN, recvN = c.count*m, c.count*m
+		}
+		return sendN, recvN
 	}
 	c.inPlace = c.kind != AllToAll && c.kind != Send && s.rng.IntN(3) == 0
 	es := c.dt.Size()
 	for r := range s.n {
+		sendN, recvN := lens(r)
+		sr := s.lays[c.lay].sub[r]
 		if c.inPlace {
 			big := max(sendN, recvN)
 			v := view{a: s.rng.IntN(2), off: lo + es*s.rng.IntN((span-big*es)/es)}
@@ -174,9 +227,9 @@ func (s *soak) pick(lo, span int, grouped bool) soakCall {
 			send := view{v.a, v.off, sendN}
 			switch c.kind {
 			case AllGather, Gather: // NCCL's in place: the send is the rank's block of the receive
-				send.off += r * c.count * es
+				send.off += sr * c.count * es
 			case ReduceScatter, Scatter:
-				recv.off += r * c.count * es
+				recv.off += sr * c.count * es
 			}
 			c.send, c.recv = append(c.send, send), append(c.recv, recv)
 			continue
@@ -282,7 +335,7 @@ func (s *soak) captured(i int, c soakCall) {
 	what := fmt.Sprintf("call %d: %v %v %v count %d root %d shift %d in place %v send %v recv %v",
 		i, c.kind, c.dt, c.op, c.count, c.root, c.shift, c.inPlace, c.send, c.recv)
 	mode := []gpu.CaptureMode{gpu.CaptureGlobal, gpu.CaptureThreadLocal, gpu.CaptureRelaxed}[s.rng.IntN(3)]
-	xs, err := s.f.captureGroup(mode, func(r int, st uintptr) []Call {
+	xs, err := s.f.captureGroupOn(s.lays[c.lay].h, mode, func(r int, st uintptr) []Call {
 		calls := s.calls(c, r)
 		for k := range calls {
 			calls[k].Stream = st
@@ -316,22 +369,22 @@ func (s *soak) captured(i int, c soakCall) {
 	}
 }
 
-// capturable reports whether flexlink captures c: every collective while
-// the flag kernels are on (FLEXLINK_GPU_FLAG_BYTES not 0), grouped
+// capturable reports whether flexlink captures c on every rank's
+// communicator: a send and receive of a rank to itself (a copy), a
+// one-rank communicator's calls (copies); else, while the flag kernels are
+// on (FLEXLINK_GPU_FLAG_BYTES not 0), every collective, and grouped
 // send/recv (and gather and scatter, which are made of them) on two ranks
-// only, or to the rank itself.
+// only.
 func (s *soak) capturable(c soakCall) bool {
-	if c.kind == Send && c.shift == 0 {
-		return true // to itself: a copy
-	}
-	if s.noFlag {
-		return false
-	}
-	switch c.kind {
-	case Gather, Scatter:
-		return s.n == 2
-	case Send:
-		return s.n == 2
+	for r := range s.n {
+		m := len(s.lays[c.lay].group[r])
+		switch {
+		case m == 1 || c.kind == Send && c.shift%m == 0:
+		case s.noFlag:
+			return false
+		case (c.kind == Gather || c.kind == Scatter || c.kind == Send) && m > 2:
+			return false
+		}
 	}
 	return true
 }
@@ -352,7 +405,7 @@ func (s *soak) prepare(calls []soakCall, seeds []int) [][2][]byte {
 			before[r][a] = b
 		}
 		for j, c := range calls {
-			if sendsHere(c, r) {
+			if s.sendsHere(c, r) {
 				v := c.send[r]
 				for e := range v.count {
 					dtype.Put(before[r][v.a][v.off:], e, c.dt, c.input(seeds[j], r, e))
@@ -378,7 +431,7 @@ func (s *soak) check(calls []soakCall, seeds []int, before [][2][]byte, what str
 		after := [2][]byte{s.f.download(r, s.pools[r][0], soakPool), s.f.download(r, s.pools[r][1], soakPool)}
 		want := [2][]byte{append([]byte(nil), before[r][0]...), append([]byte(nil), before[r][1]...)}
 		for j, c := range calls {
-			if v, out := c.expected(seeds[j], r, s.n); out != nil {
+			if v, out := c.expected(s, seeds[j], r); out != nil {
 				for e, x := range out {
 					dtype.Put(want[v.a][v.off:], e, c.dt, x)
 				}
@@ -394,10 +447,10 @@ func (s *soak) check(calls []soakCall, seeds []int, before [][2][]byte, what str
 }
 
 // sendsHere reports whether rank r's send view holds input for c.
-func sendsHere(c soakCall, r int) bool {
+func (s *soak) sendsHere(c soakCall, r int) bool {
 	switch c.kind {
 	case Broadcast, Scatter:
-		return r == c.root
+		return s.lays[c.lay].sub[r] == c.rootOf(s, r)
 	}
 	return true
 }
@@ -438,10 +491,12 @@ func firstDiff(calls []soakCall, r, a int, got, want []byte) (int, soakCall) {
 
 func reducing(k Kind) bool { return k == AllReduce || k == ReduceScatter || k == Reduce }
 
-// expected is rank r's output view and its values, or a nil slice when r
+// expected is world rank wr's output view and its values, or a nil slice when it
 // receives nothing.
-func (c *soakCall) expected(seed, r, n int) (view, []float64) {
-	in := func(q, j int) float64 { return c.input(seed, q, j) }
+func (c *soakCall) expected(s *soak, seed, wr int) (view, []float64) {
+	g, r, root := s.lays[c.lay].group[wr], s.lays[c.lay].sub[wr], c.rootOf(s, wr)
+	n := len(g)
+	in := func(q, j int) float64 { return c.input(seed, g[q], j) } // q: a rank of the communicator
 	red := func(j int) float64 {
 		vs := make([]float64, n)
 		for q := range n {
@@ -449,7 +504,7 @@ func (c *soakCall) expected(seed, r, n int) (view, []float64) {
 		}
 		return dtype.Round(refReduce(c.op, c.dt, vs), c.dt)
 	}
-	v := c.recv[r]
+	v := c.recv[wr]
 	out := make([]float64, v.count)
 	switch c.kind {
 	case AllReduce:
@@ -457,7 +512,7 @@ func (c *soakCall) expected(seed, r, n int) (view, []float64) {
 			out[j] = red(j)
 		}
 	case Reduce:
-		if r != c.root {
+		if r != root {
 			return v, nil
 		}
 		for j := range out {
@@ -472,7 +527,7 @@ func (c *soakCall) expected(seed, r, n int) (view, []float64) {
 			out[j] = in(j/c.count, j%c.count)
 		}
 	case Gather:
-		if r != c.root {
+		if r != root {
 			return v, nil
 		}
 		for j := range out {
@@ -480,18 +535,18 @@ func (c *soakCall) expected(seed, r, n int) (view, []float64) {
 		}
 	case Broadcast:
 		for j := range out {
-			out[j] = in(c.root, j)
+			out[j] = in(root, j)
 		}
 	case Scatter:
 		for j := range out {
-			out[j] = in(c.root, r*c.count+j)
+			out[j] = in(root, r*c.count+j)
 		}
 	case AllToAll:
 		for j := range out {
 			out[j] = in(j/c.count, r*c.count+j%c.count)
 		}
 	case Send:
-		from := (r - c.shift + n) % n
+		from := (r - c.shift%n + n) % n
 		for j := range out {
 			out[j] = in(from, j)
 		}
@@ -510,12 +565,13 @@ func (s *soak) calls(c soakCall, r int) []Call {
 		return Call{Kind: k, Send: devAddr(send), Recv: devAddr(recv), Count: uint64(count), Type: ncclCode(s.t, c.dt), Op: ncclOp(c.op), Root: root, Stream: st}
 	}
 	if c.kind == Send {
+		m, sr := len(s.lays[c.lay].group[r]), s.lays[c.lay].sub[r]
 		return []Call{
-			mk(Send, ptr(c.send[r]), 0, c.count, (r+c.shift)%s.n),
-			mk(Recv, 0, ptr(c.recv[r]), c.count, (r-c.shift+s.n)%s.n),
+			mk(Send, ptr(c.send[r]), 0, c.count, (sr+c.shift)%m),
+			mk(Recv, 0, ptr(c.recv[r]), c.count, (sr-c.shift%m+m)%m),
 		}
 	}
-	return []Call{mk(c.kind, ptr(c.send[r]), ptr(c.recv[r]), c.count, c.root)}
+	return []Call{mk(c.kind, ptr(c.send[r]), ptr(c.recv[r]), c.count, c.rootOf(s, r))}
 }
 
 // run makes the calls in order on every rank: from one thread, each in a
@@ -528,7 +584,7 @@ func (s *soak) run(burst []soakCall) error {
 			var first error
 			for r := range s.n {
 				for _, call := range s.calls(c, r) {
-					if err := s.f.l.Coll(fixtureTid, s.f.hs[r], call); err != nil && first == nil {
+					if err := s.f.l.Coll(fixtureTid, s.lays[c.lay].h[r], call); err != nil && first == nil {
 						first = err
 					}
 				}
@@ -555,7 +611,7 @@ func (s *soak) run(burst []soakCall) error {
 					s.f.l.GroupStart(tid)
 				}
 				for _, call := range calls {
-					if err := s.f.l.Coll(tid, s.f.hs[r], call); err != nil && errs[r] == nil {
+					if err := s.f.l.Coll(tid, s.lays[c.lay].h[r], call); err != nil && errs[r] == nil {
 						errs[r] = err
 					}
 				}

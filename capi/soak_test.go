@@ -39,20 +39,24 @@ import (
 // be refused as such, and the communicators go on.
 func TestDeviceRandomCalls(t *testing.T) {
 	for _, tc := range []struct {
-		n     int
-		calls int
-		env   []string
+		n      int
+		calls  int
+		env    []string
+		noPeer bool // GPUs without peer access (PCIe only, no P2P): the staged paths
 	}{
-		{2, 60, nil},
-		{3, 40, nil},
-		{4, 40, nil},
-		{2, 40, []string{"FLEXLINK_GPU_ENQUEUE", "async"}},
-		{4, 30, []string{"FLEXLINK_GPU_ENQUEUE", "async"}},
-		{3, 30, []string{"FLEXLINK_GPU_FLAG_BYTES", "0"}},
+		{2, 60, nil, false},
+		{3, 40, nil, false},
+		{4, 40, nil, false},
+		{2, 40, []string{"FLEXLINK_GPU_ENQUEUE", "async"}, false},
+		{4, 30, []string{"FLEXLINK_GPU_ENQUEUE", "async"}, false},
+		{3, 30, []string{"FLEXLINK_GPU_FLAG_BYTES", "0"}, false},
+		{2, 30, []string{"FLEXLINK_GPU_FLAG_BYTES", "0", "FLEXLINK_GPU_ALLREDUCE", "push"}, false},
+		{2, 30, nil, true},
+		{3, 30, nil, true},
 	} {
 		for seed := range *soakSeeds {
-			t.Run(fmt.Sprintf("n=%d/%v/seed=%d", tc.n, tc.env, seed), func(t *testing.T) {
-				s := newSoak(t, tc.n, uint64(tc.n*1000+len(tc.env)+seed*7919), tc.env)
+			t.Run(fmt.Sprintf("n=%d/%v/nopeer=%v/seed=%d", tc.n, tc.env, tc.noPeer, seed), func(t *testing.T) {
+				s := newSoak(t, tc.n, uint64(tc.n*1000+len(tc.env)+seed*7919), gpufake.Config{ReuseFreed: true, NoPeer: tc.noPeer}, tc.env)
 				for i := range tc.calls {
 					s.step(i)
 				}
@@ -78,6 +82,7 @@ type soak struct {
 	second []*gpu.Stream    // each rank's second stream (the fixture's is the first)
 	lays   [2]layout        // the world, and its split
 	noFlag bool             // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
+	staged bool             // no peer access: the staged plane, which captures nothing
 }
 
 // layout is one communicator per rank: the world's, or one of a split's.
@@ -88,9 +93,9 @@ type layout struct {
 	noFlag bool      // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
 }
 
-func newSoak(t *testing.T, n int, seed uint64, env []string) *soak {
-	f := newDevFixture(t, n, gpufake.Config{ReuseFreed: true}, env...)
-	s := &soak{t: t, f: f, rng: rand.New(rand.NewPCG(seed, 31)), n: n}
+func newSoak(t *testing.T, n int, seed uint64, cfg gpufake.Config, env []string) *soak {
+	f := newDevFixture(t, n, cfg, env...)
+	s := &soak{t: t, f: f, rng: rand.New(rand.NewPCG(seed, 31)), n: n, staged: cfg.NoPeer}
 	for i := 0; i+1 < len(env); i += 2 {
 		s.noFlag = s.noFlag || env[i] == "FLEXLINK_GPU_FLAG_BYTES" && env[i+1] == "0"
 	}
@@ -370,8 +375,9 @@ func (s *soak) captured(i int, c soakCall) {
 }
 
 // capturable reports whether flexlink captures c on every rank's
-// communicator: a send and receive of a rank to itself (a copy), a
-// one-rank communicator's calls (copies); else, while the flag kernels are
+// communicator: a one-rank communicator's calls and a send and receive of
+// a rank to itself (copies); nothing else on GPUs without peer access (the
+// staged plane); else, while the flag kernels are
 // on (FLEXLINK_GPU_FLAG_BYTES not 0), every collective, and grouped
 // send/recv (and gather and scatter, which are made of them) on two ranks
 // only.
@@ -380,6 +386,8 @@ func (s *soak) capturable(c soakCall) bool {
 		m := len(s.lays[c.lay].group[r])
 		switch {
 		case m == 1 || c.kind == Send && c.shift%m == 0:
+		case s.staged:
+			return false
 		case s.noFlag:
 			return false
 		case (c.kind == Gather || c.kind == Scatter || c.kind == Send) && m > 2:

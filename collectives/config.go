@@ -16,16 +16,16 @@ const (
 
 // Defaults used for zero fields of a Config.
 const (
-	DefaultThreshold  = 64 << 10
-	DefaultChunkBytes = 1 << 20
+	DefaultThreshold = 64 << 10
+	// DefaultChunkBytes is FLEXLINK_CHUNK_BYTES's default: 4 MiB chunks
+	// moved more than 1 MiB ones across emulated hosts in every collective
+	// measured (docs/PERF.md, 2026-11-28), and within a host once large
+	// messages go single-copy (docs/PERF.md, "Host memory, eighteenth
+	// session").
+	DefaultChunkBytes = 4 << 20
 	// MaxChunkBytes caps ChunkBytes so that an operation's scratch (at most
 	// a dozen chunks, see call.go) stays under 64 MiB.
 	MaxChunkBytes = 4 << 20
-	// NetChunkBytes is the chunk of communicators whose ranks span hosts
-	// (the network transport) when FLEXLINK_CHUNK_BYTES is not set: on the
-	// emulated hosts of scripts/bench-net.sh, 4 MiB chunks moved more than
-	// 1 MiB ones in every collective measured (docs/PERF.md, 2026-11-28).
-	NetChunkBytes = 4 << 20
 )
 
 // Config chooses algorithms and pipelining. Every rank of a communicator

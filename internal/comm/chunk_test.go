@@ -8,10 +8,9 @@ import (
 	"github.com/flexlink/flexlink/collectives"
 )
 
-// TestNetChunk: a communicator whose ranks span hosts pipelines in
-// NetChunkBytes unless FLEXLINK_CHUNK_BYTES is set; one within a host
-// keeps the default.
-func TestNetChunk(t *testing.T) {
+// TestChunk: a communicator pipelines in DefaultChunkBytes, within a host
+// or across, unless FLEXLINK_CHUNK_BYTES is set.
+func TestChunk(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		hosts int
@@ -19,7 +18,7 @@ func TestNetChunk(t *testing.T) {
 		want  int
 	}{
 		{"one host", 1, "", collectives.DefaultChunkBytes},
-		{"two hosts", 2, "", collectives.NetChunkBytes},
+		{"two hosts", 2, "", collectives.DefaultChunkBytes},
 		{"two hosts, set", 2, "65536", 65536},
 		{"one host, set", 1, "2097152", 2 << 20},
 	} {

@@ -80,9 +80,6 @@ func newComm(w *world, name string, members []int, myWorldRank int, eps endpoint
 		eps.close()
 		return nil, err
 	}
-	if !w.env.IsSet("FLEXLINK_CHUNK_BYTES") && w.needsNet(c.members) {
-		cfg.ChunkBytes = collectives.NetChunkBytes // the same on every member: it depends on their hosts only
-	}
 	if cfg.Rings = channelRings(c); cfg.Rings != nil && c.rank == 0 {
 		flog.Sub(w.log, flog.Net).Info("ring collectives over every rail", "comm", name, "rings", ringsText(cfg.Rings))
 	}

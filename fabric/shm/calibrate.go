@@ -86,9 +86,13 @@ func (p *cmaPolicy) config(peerPulls, wePull bool) cmaConfig {
 const autoCMABytes = 64 << 10
 
 // calibrationBytes is the size of the measured read: large enough that the
-// per-page cost dominates the system call, small enough to take well under
-// a millisecond.
-const calibrationBytes = 1 << 20
+// per-page cost dominates the system call and that memmove runs at memory
+// speed, as it does on the large messages single copy is for (at 1 MiB a
+// cache-hot memmove made pulls look twice as slow on a 2-core VM, so the
+// decision flipped from run to run; 4 MiB gave a steady 1.45, docs/PERF.md
+// "Host memory, eighteenth session"), small enough that the five tries
+// take about 4 ms.
+const calibrationBytes = 4 << 20
 
 // measureFunc times one calibrationBytes read of this process's own memory
 // by process_vm_readv and one memmove of it (the best of a few tries: a

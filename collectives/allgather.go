@@ -11,8 +11,10 @@ package collectives
 // ring, and part l of every block travels ring l, blocks numbered by the
 // rank at each position of that ring.
 //
-// The caller has already put this rank's block in place.
-func allGatherRing(c *call, recv Buffer, sendCount int) error {
+// With own nil the caller has already put this rank's block in place;
+// otherwise own is that block (the send buffer, out of place): step 0
+// sends from it, so the copy into recv may run meanwhile.
+func allGatherRing(c *call, recv, own Buffer, sendCount int) error {
 	n := c.size
 	rings := c.rings()
 	parts := split(sendCount, len(rings))
@@ -30,8 +32,13 @@ func allGatherRing(c *call, recv Buffer, sendCount int) error {
 			steps: n - 1, chunks: k, stride: k, stepBase: l * (n - 1) * k,
 			slots:    ringSlots{use: func(int) bool { return false }},
 			recvInto: func(s, ch int) Buffer { return block(r-s-1, ch) },
-			sendBuf:  func(s, ch int) Buffer { return block(r-s, ch) },
-			process:  func(int, int, Buffer) error { return nil },
+			sendBuf: func(s, ch int) Buffer {
+				if s == 0 && own != nil {
+					return c.bytes(own, chunkOf(part, ch, ce))
+				}
+				return block(r-s, ch)
+			},
+			process: func(int, int, Buffer) error { return nil },
 		})
 	}
 	return runRings(c, lanes)

@@ -33,12 +33,7 @@ func allToAllPairwise(c *call, send, recv Buffer, count int, inPlace bool) error
 	for st := range n {
 		p := mod(st-r, n)
 		if p == r {
-			if !inPlace {
-				if err := c.copyBuf(c.bytes(recv, span{r * count, count}), c.bytes(send, span{r * count, count})); err != nil {
-					return err
-				}
-			}
-			continue
+			continue // the own block is copied once the exchanges are posted (below)
 		}
 		for ch := range k {
 			if len(q) == window { // the oldest exchange must finish (and free its scratch)
@@ -60,6 +55,13 @@ func allToAllPairwise(c *call, send, recv Buffer, count int, inPlace bool) error
 			}
 			q = append(q, exchange{c.send(p, uint64(ch), out), c.recv(p, uint64(ch), in)})
 			idx++
+		}
+	}
+	// The own block: copied while the links move the posted exchanges
+	// (single-copy links pull in their own goroutines), not before them.
+	if !inPlace {
+		if err := c.copyBuf(c.bytes(recv, span{r * count, count}), c.bytes(send, span{r * count, count})); err != nil {
+			return err
 		}
 	}
 	return c.waitAll()

@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"context"
+	"errors"
 
 	"github.com/flexlink/flexlink/dtype"
 )
@@ -50,10 +51,16 @@ func (e *Engine) AllGather(ctx context.Context, send, recv Buffer, sendCount int
 		return operands{send: send, recv: recv, from: send, to: mine, inPlace: inPlace}, err
 	}
 	return e.collective(ctx, h, algoRing, algoRing, bufs, func(c *call, o operands) error {
-		if err := o.local(c); err != nil {
-			return err
+		if o.inPlace {
+			return allGatherRing(c, o.recv, nil, sendCount)
 		}
-		return allGatherRing(c, o.recv, sendCount)
+		// Out of place the own block's copy into recv runs beside the
+		// ring, which sends it from send (single-copy links pull in
+		// goroutines of their own: the copy fills this one's wait).
+		copied := make(chan error, 1)
+		go func() { copied <- o.local(c) }()
+		err := allGatherRing(c, o.recv, o.send, sendCount)
+		return errors.Join(err, <-copied)
 	})
 }
 

@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/flexlink/flexlink/internal/worldtest"
@@ -105,4 +106,51 @@ func TestAllToAllPXNSubComm(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// TestAllToAllInPlaceNoCopy: an in-place AllToAll that does not go through
+// the PXN proxy (one host) makes no copy of its buffer: the copy the
+// proxy needs was made before asking whether it applies, and cost a 64
+// MiB in-place alltoall on one host 3/4 of its time (docs/PERF.md, "Host
+// memory, eighteenth session"). The second call's bytes allocated by the
+// whole process (both ranks) stay far under one buffer.
+func TestAllToAllInPlaceNoCopy(t *testing.T) {
+	const n, blk = 2, 1 << 20 // int32s per block: 4 MiB a rank
+	var before, after runtime.MemStats
+	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n}, New, func(c *Comm) error {
+		ctx := context.Background()
+		buf := make([]int32, n*blk)
+		for round := range 2 {
+			for i := range buf {
+				buf[i] = int32(c.Rank()*n*blk + i)
+			}
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+			if round == 1 && c.Rank() == 0 {
+				runtime.ReadMemStats(&before)
+			}
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+			if err := c.AllToAll(ctx, Of(buf), Of(buf)); err != nil {
+				return err
+			}
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+			if round == 1 && c.Rank() == 0 {
+				runtime.ReadMemStats(&after)
+			}
+			for p := range n {
+				if want := int32(p*n*blk + c.Rank()*blk + 7); buf[p*blk+7] != want {
+					return fmt.Errorf("round %d: from rank %d: %d, want %d", round, p, buf[p*blk+7], want)
+				}
+			}
+		}
+		return nil
+	}))
+	if got := after.TotalAlloc - before.TotalAlloc; got > blk {
+		t.Errorf("an in-place alltoall of %d MiB a rank allocated %d bytes, want well under one block", n*blk*4>>20, got)
+	}
 }

@@ -177,6 +177,14 @@ func railWorld(c *Comm) (*topo.World, error) {
 	return topo.NewWorld(members)
 }
 
+// PXNUsed reports whether c's all-to-alls go through the PXN proxy (see
+// pxnProxy), setting the proxy up on first use: a caller that must prepare
+// its buffers for the proxy (an in-place call's copy of send) asks first.
+func (c *Comm) PXNUsed(ctx context.Context) (bool, error) {
+	px, err := pxnProxy(ctx, c)
+	return px != nil, err
+}
+
 // PXNAllToAllv runs an all-to-all of byte blocks through the PXN proxy
 // when FLEXLINK_PXN applies (ok true), following the planner's routes;
 // send[d] goes to rank d, recv[s] takes rank s's block (its exact length).

@@ -115,7 +115,7 @@ func TestAllToAllPXNSubComm(t *testing.T) {
 // memory, eighteenth session"). The second call's bytes allocated by the
 // whole process (both ranks) stay far under one buffer.
 func TestAllToAllInPlaceNoCopy(t *testing.T) {
-	const n, blk = 2, 1 << 20 // int32s per block: 4 MiB a rank
+	const n, blk = 2, 1 << 20 // int32s per block: 4 MiB blocks, 8 MiB a rank
 	var before, after runtime.MemStats
 	worldtest.NoErrors(t, worldtest.Run(t, worldtest.Spec{N: n}, New, func(c *Comm) error {
 		ctx := context.Background()

@@ -276,30 +276,6 @@ func (c *soakCall) input(seed, r, i int) float64 {
 	return float64(int(h%17) - 8)
 }
 
-// refReduce is the reference reduction of vs in type dt.
-func refReduce(op dtype.Op, dt dtype.DType, vs []float64) float64 {
-	acc := vs[0]
-	for _, v := range vs[1:] {
-		switch op {
-		case dtype.Sum, dtype.Avg:
-			acc += v
-		case dtype.Prod:
-			acc *= v
-		case dtype.Min:
-			acc = math.Min(acc, v)
-		case dtype.Max:
-			acc = math.Max(acc, v)
-		}
-	}
-	if op == dtype.Avg {
-		if dt.IsFloat() {
-			return acc / float64(len(vs))
-		}
-		return math.Trunc(acc / float64(len(vs))) // C's integer division
-	}
-	return acc
-}
-
 func (s *soak) step(i int) {
 	t := s.t
 	if s.rng.IntN(8) == 0 { // the caching allocator gave a block back and took it again
@@ -506,11 +482,7 @@ func (c *soakCall) expected(s *soak, seed, wr int) (view, []float64) {
 	n := len(g)
 	in := func(q, j int) float64 { return c.input(seed, g[q], j) } // q: a rank of the communicator
 	red := func(j int) float64 {
-		vs := make([]float64, n)
-		for q := range n {
-			vs[q] = in(q, j)
-		}
-		return dtype.Round(refReduce(c.op, c.dt, vs), c.dt)
+		return dtype.Round(dtype.Fold(c.op, c.dt, n, func(q int) float64 { return in(q, j) }), c.dt)
 	}
 	v := c.recv[wr]
 	out := make([]float64, v.count)

@@ -107,3 +107,31 @@ func Tolerance(d DType) float64 {
 	}
 	return 0
 }
+
+// Fold is the reference reduction by op of one element of n ranks, v(r)
+// being rank r's, in float64 and in rank order: avg divides the sum by n,
+// truncating toward zero for the integer types as C's division does. It
+// is meant for tests, checks and examples, beside Put and Get.
+func Fold(op Op, d DType, n int, v func(r int) float64) float64 {
+	acc := v(0)
+	for r := 1; r < n; r++ {
+		x := v(r)
+		switch op {
+		case Sum, Avg:
+			acc += x
+		case Prod:
+			acc *= x
+		case Min:
+			acc = math.Min(acc, x)
+		case Max:
+			acc = math.Max(acc, x)
+		}
+	}
+	if op == Avg {
+		acc /= float64(n)
+		if !d.IsFloat() {
+			acc = math.Trunc(acc)
+		}
+	}
+	return acc
+}

@@ -52,3 +52,29 @@ func TestParseDTypeNames(t *testing.T) {
 		t.Errorf("All has %d types, names %d, want %d", len(All()), len(dtypeNames), numDTypes)
 	}
 }
+
+// TestFold: the reference reduction of one element over ranks, against
+// values worked out by hand, avg truncating toward zero for integers only.
+func TestFold(t *testing.T) {
+	vs := []float64{3, -7, 2}
+	at := func(r int) float64 { return vs[r] }
+	for _, tc := range []struct {
+		op   Op
+		d    DType
+		want float64
+	}{
+		{Sum, Float32, -2},
+		{Prod, Int32, -42},
+		{Min, Int8, -7},
+		{Max, Float64, 3},
+		{Avg, Float32, -2.0 / 3},
+		{Avg, Int32, 0}, // -0.67 toward zero
+	} {
+		if got := Fold(tc.op, tc.d, len(vs), at); got != tc.want {
+			t.Errorf("Fold(%v, %v) = %v, want %v", tc.op, tc.d, got, tc.want)
+		}
+	}
+	if got := Fold(Avg, Int64, 2, func(r int) float64 { return []float64{-3, -4}[r] }); got != -3 {
+		t.Errorf("Fold(avg, int64) of -3, -4 = %v, want -3 (toward zero)", got)
+	}
+}

@@ -53,24 +53,7 @@ func plainInput(r, i, _ int, _ dtype.Op) float64 { return float64((r*5 + i) % 11
 
 // fold is the float64 reference reduction of element i over all ranks.
 func fold(i, n int, op dtype.Op, in func(r, i, n int, op dtype.Op) float64) float64 {
-	acc := in(0, i, n, op)
-	for r := 1; r < n; r++ {
-		v := in(r, i, n, op)
-		switch op {
-		case dtype.Sum, dtype.Avg:
-			acc += v
-		case dtype.Prod:
-			acc *= v
-		case dtype.Min:
-			acc = min(acc, v)
-		case dtype.Max:
-			acc = max(acc, v)
-		}
-	}
-	if op == dtype.Avg {
-		acc /= float64(n)
-	}
-	return acc
+	return dtype.Fold(op, dtype.Float64, n, func(r int) float64 { return in(r, i, n, op) })
 }
 
 func ops() map[string]*opSpec {

@@ -365,28 +365,7 @@ func TestAllReduceMemory(t *testing.T) {
 // per-rank block. sig[i] is false where recv is not significant (reduce on
 // a non-root). It also returns the send count.
 func simulate(coll string, dt dtype.DType, op dtype.Op, in func(r, i int) float64, blk, n, me, root int) (want []float64, sig []bool, send int) {
-	red := func(i int) float64 {
-		acc := in(0, i)
-		for r := 1; r < n; r++ {
-			switch v := in(r, i); op {
-			case dtype.Sum, dtype.Avg:
-				acc += v
-			case dtype.Prod:
-				acc *= v
-			case dtype.Min:
-				acc = math.Min(acc, v)
-			case dtype.Max:
-				acc = math.Max(acc, v)
-			}
-		}
-		if op == dtype.Avg {
-			acc /= float64(n)
-			if !dt.IsFloat() {
-				acc = math.Trunc(acc)
-			}
-		}
-		return acc
-	}
+	red := func(i int) float64 { return dtype.Fold(op, dt, n, func(r int) float64 { return in(r, i) }) }
 	send, recv := blk*n, blk*n
 	switch coll {
 	case "allgather":

@@ -76,27 +76,7 @@ func (c devCase) input(r, i, n int) float64 {
 
 // fold reduces element i over the ranks in float64.
 func (c devCase) fold(i, n int) float64 {
-	acc := c.input(0, i, n)
-	for r := 1; r < n; r++ {
-		v := c.input(r, i, n)
-		switch c.op {
-		case dtype.Sum, dtype.Avg:
-			acc += v
-		case dtype.Prod:
-			acc *= v
-		case dtype.Min:
-			acc = math.Min(acc, v)
-		case dtype.Max:
-			acc = math.Max(acc, v)
-		}
-	}
-	if c.op == dtype.Avg {
-		acc /= float64(n)
-		if !c.dt.IsFloat() {
-			acc = math.Trunc(acc)
-		}
-	}
-	return dtype.Round(acc, c.dt)
+	return dtype.Round(dtype.Fold(c.op, c.dt, n, func(r int) float64 { return c.input(r, i, n) }), c.dt)
 }
 
 // expect is rank me's recv element i (ok=false: not defined there).

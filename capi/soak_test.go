@@ -56,7 +56,11 @@ func TestDeviceRandomCalls(t *testing.T) {
 	} {
 		for seed := range *soakSeeds {
 			t.Run(fmt.Sprintf("n=%d/%v/nopeer=%v/seed=%d", tc.n, tc.env, tc.noPeer, seed), func(t *testing.T) {
-				s := newSoak(t, tc.n, uint64(tc.n*1000+len(tc.env)+seed*7919), gpufake.Config{ReuseFreed: true, NoPeer: tc.noPeer}, tc.env)
+				mix := uint64(tc.n*1000 + len(tc.env) + seed*7919)
+				if tc.noPeer {
+					mix += 500
+				}
+				s := newSoak(t, tc.n, mix, gpufake.Config{ReuseFreed: true, NoPeer: tc.noPeer}, tc.env)
 				for i := range tc.calls {
 					s.step(i)
 				}
@@ -414,15 +418,17 @@ func (s *soak) check(calls []soakCall, seeds []int, before [][2][]byte, what str
 		}
 		after := [2][]byte{s.f.download(r, s.pools[r][0], soakPool), s.f.download(r, s.pools[r][1], soakPool)}
 		want := [2][]byte{append([]byte(nil), before[r][0]...), append([]byte(nil), before[r][1]...)}
+		writes := make([]bool, len(calls))
 		for j, c := range calls {
 			if v, out := c.expected(s, seeds[j], r); out != nil {
+				writes[j] = true
 				for e, x := range out {
 					dtype.Put(want[v.a][v.off:], e, c.dt, x)
 				}
 			}
 		}
 		for a := range 2 {
-			if bad, c := firstDiff(calls, r, a, after[a], want[a]); bad >= 0 {
+			if bad, c := firstDiff(calls, writes, r, a, after[a], want[a]); bad >= 0 {
 				s.t.Fatalf("%s: rank %d allocation %d byte %d (call %v %v %v) is %#x, want %#x (was %#x)",
 					what, r, a, bad, c.kind, c.dt, c.op, after[a][bad], want[a][bad], before[r][a][bad])
 			}
@@ -440,33 +446,35 @@ func (s *soak) sendsHere(c soakCall, r int) bool {
 }
 
 // firstDiff is the first byte of rank r's allocation a where got differs
-// from want (-1 when none) and the call whose output holds it, if any.
-// Reduced floats that are not exact may differ by the type's tolerance:
-// avg's division, and float8 products (3·3·3 is 27, which E5M2 rounds to
-// 28, but 3·3 rounds to 8 first: every step rounds, as NCCL's do).
-func firstDiff(calls []soakCall, r, a int, got, want []byte) (int, soakCall) {
+// from want (-1 when none) and the call whose view holds it, if any.
+// writes[k]: rank r gets output from calls[k]. Output that is not exact
+// (soakCall.inexact) may differ by the type's tolerance: avg's division,
+// and float8 products (3·3·3 is 27, which E5M2 rounds to 28, but 3·3
+// rounds to 8 first: every step rounds, as NCCL's do).
+func firstDiff(calls []soakCall, writes []bool, r, a int, got, want []byte) (int, soakCall) {
 	for j := range got {
 		if got[j] == want[j] {
 			continue
 		}
 		var in *soakCall
+		inexact := false
 		for k := range calls {
 			if v := calls[k].recv[r]; v.a == a {
 				if lo, hi := v.bytes(calls[k].dt); j >= lo && j < hi {
-					in = &calls[k]
+					in, inexact = &calls[k], writes[k] && calls[k].inexact()
 				}
 			}
 		}
 		if in == nil {
 			return j, soakCall{}
 		}
-		if !reducing(in.kind) || !(in.op == dtype.Avg && in.dt.IsFloat() || in.dt.IsFloat8()) {
+		if !inexact {
 			return j, *in
 		}
 		lo, _ := in.recv[r].bytes(in.dt)
 		e := (j - lo) / in.dt.Size()
 		g, w := dtype.Get(got[lo:], e, in.dt), dtype.Get(want[lo:], e, in.dt)
-		if math.Abs(g-w) > dtype.Tolerance(in.dt)*math.Max(1, math.Abs(w)) {
+		if !(math.Abs(g-w) <= dtype.Tolerance(in.dt)*math.Max(1, math.Abs(w))) { // a NaN fails
 			return j, *in
 		}
 	}
@@ -474,6 +482,13 @@ func firstDiff(calls []soakCall, r, a int, got, want []byte) (int, soakCall) {
 }
 
 func reducing(k Kind) bool { return k == AllReduce || k == ReduceScatter || k == Reduce }
+
+// inexact reports whether c's reduced values may differ from the
+// reference by rounding: avg of a float type, and float8 products and
+// avg (sums, min and max of these inputs are exact in every type).
+func (c *soakCall) inexact() bool {
+	return reducing(c.kind) && c.dt.IsFloat() && (c.op == dtype.Avg || c.dt.IsFloat8() && c.op == dtype.Prod)
+}
 
 // expected is world rank wr's output view and its values, or a nil slice when it
 // receives nothing.

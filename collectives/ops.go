@@ -54,6 +54,12 @@ func (e *Engine) AllGather(ctx context.Context, send, recv Buffer, sendCount int
 		if o.inPlace {
 			return allGatherRing(c, o.recv, nil, sendCount)
 		}
+		if o.from.Len() < copyAsideBytes { // not worth a goroutine
+			if err := o.local(c); err != nil {
+				return err
+			}
+			return allGatherRing(c, o.recv, nil, sendCount)
+		}
 		// Out of place the own block's copy into recv runs beside the
 		// ring, which sends it from send (single-copy links pull in
 		// goroutines of their own: the copy fills this one's wait).
@@ -63,6 +69,10 @@ func (e *Engine) AllGather(ctx context.Context, send, recv Buffer, sendCount int
 		return errors.Join(err, <-copied)
 	})
 }
+
+// copyAsideBytes: an out-of-place allgather's own block of at least this
+// many bytes is copied into recv beside the ring, not before it.
+const copyAsideBytes = 256 << 10
 
 // ReduceScatter reduces every rank's send (Size()*recvCount elements) with
 // op and leaves block r of the result (recvCount elements) in rank r's

@@ -386,7 +386,10 @@ func TestGroupDestinationKilled(t *testing.T) {
 			held, release := make(chan struct{}), make(chan struct{})
 			var handed atomic.Int64
 			hold := func(from, to, n int) {
-				if from == 0 && to == 1 && handed.Add(int64(n)) >= 8<<10 && handed.Load()-int64(n) < 8<<10 {
+				if from != 0 || to != 1 {
+					return
+				}
+				if v := handed.Add(int64(n)); v >= 8<<10 && v-int64(n) < 8<<10 { // this delivery crossed 8 KiB
 					close(held)
 					<-release
 				}

@@ -113,7 +113,8 @@ func TestAllToAllPXNSubComm(t *testing.T) {
 // proxy needs was made before asking whether it applies, and cost a 64
 // MiB in-place alltoall on one host 3/4 of its time (docs/PERF.md, "Host
 // memory, eighteenth session"). The second call's bytes allocated by the
-// whole process (both ranks) stay far under one buffer.
+// whole process (both ranks) stay under one 4 MiB block (the copies were
+// 16 MiB).
 func TestAllToAllInPlaceNoCopy(t *testing.T) {
 	const n, blk = 2, 1 << 20 // int32s per block: 4 MiB blocks, 8 MiB a rank
 	var before, after runtime.MemStats
@@ -150,7 +151,7 @@ func TestAllToAllInPlaceNoCopy(t *testing.T) {
 		}
 		return nil
 	}))
-	if got := after.TotalAlloc - before.TotalAlloc; got > blk {
-		t.Errorf("an in-place alltoall of %d MiB a rank allocated %d bytes, want well under one block", n*blk*4>>20, got)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4*blk { // the copy was 2 × 8 MiB
+		t.Errorf("an in-place alltoall of %d MiB a rank allocated %d bytes, want well under one block (%d)", n*blk*4>>20, got, 4*blk)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // collective and grouped send/recv, every type and op, sizes from one
 // element to past the flag kernels' limits, on the world's communicators
 // or a split's (colors r%2, ranks in reverse order; on 3 ranks one of them
-// has one rank), views at any element offset
+// has one rank; now and then destroyed and split again), views at any element offset
 // into a few allocations (send and receive sometimes in one), in place and
 // out of place, calls from one thread in a group (nccl-tests -g) or from
 // each rank's own thread outside any group, bursts of up to three calls
@@ -85,6 +85,7 @@ type soak struct {
 	pools  [][2]*gpu.Buffer // [rank][allocation]
 	second []*gpu.Stream    // each rank's second stream (the fixture's is the first)
 	lays   [2]layout        // the world, and its split
+	colors []int            // the split's colors by rank
 	noFlag bool             // FLEXLINK_GPU_FLAG_BYTES=0: the flag kernels are off
 	staged bool             // no peer access: the staged plane, which captures nothing
 }
@@ -126,12 +127,8 @@ func newSoak(t *testing.T, n int, seed uint64, cfg gpufake.Config, env []string)
 			colors[r] = 0
 		}
 	}
-	s.lays[1].h = eachRank(t, f.l, "split", n, nil, func(r int) (uintptr, error) {
-		return f.l.Split(tidOf(r), f.hs[r], colors[r], n-r, DefaultConfig())
-	})
-	t.Cleanup(func() {
-		eachRank(t, f.l, "destroy", n, nil, func(r int) (uintptr, error) { return 0, f.l.Destroy(s.lays[1].h[r]) })
-	})
+	s.colors = colors
+	s.split() // eachRank destroys what is live at the end
 	for r := range n {
 		var g []int
 		for q := n - 1; q >= 0; q-- { // keys reversed
@@ -143,6 +140,21 @@ func newSoak(t *testing.T, n int, seed uint64, cfg gpufake.Config, env []string)
 		s.lays[1].sub = append(s.lays[1].sub, slices.Index(g, r))
 	}
 	return s
+}
+
+// split makes the split's communicators (colors s.colors, keys reversed).
+func (s *soak) split() {
+	s.lays[1].h = eachRank(s.t, s.f.l, "split", s.n, nil, func(r int) (uintptr, error) {
+		return s.f.l.Split(tidOf(r), s.f.hs[r], s.colors[r], s.n-r, DefaultConfig())
+	})
+}
+
+// resplit destroys the split's communicators and makes them again, as a
+// program that drops a process group and creates it anew: the new ones
+// must not see the old ones' state (flag regions, calls, buffers).
+func (s *soak) resplit() {
+	eachRank(s.t, s.f.l, "destroy", s.n, nil, func(r int) (uintptr, error) { return 0, s.f.l.Destroy(s.lays[1].h[r]) })
+	s.split()
 }
 
 // view is count elements at byte offset off of allocation a.
@@ -287,6 +299,9 @@ func (s *soak) step(i int) {
 		for r := range s.n {
 			s.pools[r][a] = s.f.reallocAt(t, r, s.pools[r][a])
 		}
+	}
+	if s.rng.IntN(12) == 0 {
+		s.resplit()
 	}
 	grouped := s.rng.IntN(2) == 0
 	if grouped && s.rng.IntN(3) == 0 {

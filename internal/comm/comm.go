@@ -184,12 +184,9 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	if err == nil {
 		return nil
 	}
+	c.awaitRootCause(err) // returns at once when a loss is already held back
 	if held := c.fate.held(); held != nil && lossConsequence(err) {
-		c.end(held) // a loss held back for this call (endAfterCall) is its root cause
-	}
-	c.awaitRootCause(err)
-	if held := c.fate.held(); held != nil && lossConsequence(err) {
-		c.end(held) // held back while this rank waited for the root cause
+		c.end(held) // a loss held back for this call (endAfterCall), before or during the wait, is its root cause
 	}
 	if fe := c.fate.ended(); fe != nil {
 		if !errors.Is(err, fe) {

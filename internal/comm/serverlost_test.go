@@ -80,25 +80,9 @@ func TestServerLostMidCall(t *testing.T) {
 	// A call that fails while an end is held back ends with that end, at
 	// once: it is the root cause (the link's words come second).
 	comms, _ = fateWorld(t, 2)
-	in, fail := make(chan struct{}), make(chan struct{})
-	go func() {
-		res <- comms[1].Run(ctx, "recv", func(context.Context) error {
-			close(in)
-			<-fail
-			return fmt.Errorf("recv from rank 0: link closed: %w", errs.ErrPeerLost)
-		})
-	}()
-	<-in
-	ended = make(chan struct{})
-	go func() { comms[1].endAfterCall(serverLostErr, time.Hour); close(ended) }()
-	for comms[1].fate.held() == nil {
-		runtime.Gosched() // until the end is held back (it is the scenario, not a timing)
-	}
-	close(fail)
-	if err := <-res; !errors.Is(err, bootstrap.ErrServerLost) || !strings.Contains(err.Error(), "link closed") {
+	if err, _ := failWhileHeld(ctx, comms[1], fmt.Errorf("recv from rank 0: link closed: %w", errs.ErrPeerLost)); !errors.Is(err, bootstrap.ErrServerLost) || !strings.Contains(err.Error(), "link closed") {
 		t.Fatalf("a call that failed with an end held back: %v, want the held end first and the link's words", err)
 	}
-	<-ended
 	// A call that failed on its link before the loss came (the link's EOF
 	// often beats the bootstrap's news by milliseconds): the loss, held
 	// back while the rank waits for the root cause, is still its cause.
@@ -118,27 +102,12 @@ func TestServerLostMidCall(t *testing.T) {
 	// A call that finds a mismatch while an end is held back reports the
 	// mismatch: its own finding, not a consequence of the loss.
 	comms, _ = fateWorld(t, 2)
-	in, fail = make(chan struct{}), make(chan struct{})
-	go func() {
-		res <- comms[1].Run(ctx, "allreduce", func(context.Context) error {
-			close(in)
-			<-fail
-			return fmt.Errorf("rank 0 called AllGather #3 where this rank called AllReduce #3: %w", errs.ErrMismatch)
-		})
-	}()
-	<-in
-	ended = make(chan struct{})
-	go func() { comms[1].endAfterCall(serverLostErr, time.Hour); close(ended) }()
-	for comms[1].fate.held() == nil {
-		runtime.Gosched()
-	}
-	close(fail)
-	if err := <-res; !errors.Is(err, errs.ErrMismatch) || errors.Is(err, bootstrap.ErrServerLost) {
+	err, after := failWhileHeld(ctx, comms[1], fmt.Errorf("rank 0 called AllGather #3 where this rank called AllReduce #3: %w", errs.ErrMismatch))
+	if !errors.Is(err, errs.ErrMismatch) || errors.Is(err, bootstrap.ErrServerLost) {
 		t.Fatalf("a mismatch found with an end held back: %v, want the mismatch as the cause", err)
 	}
-	<-ended
-	if err := comms[1].Err(); !errors.Is(err, errs.ErrMismatch) {
-		t.Errorf("after a mismatch: communicator error %v, want the mismatch", err)
+	if !errors.Is(after, errs.ErrMismatch) {
+		t.Errorf("after a mismatch: communicator error %v, want the mismatch", after)
 	}
 	// Idle: at once, whatever the grace.
 	comms, _ = fateWorld(t, 2)
@@ -146,4 +115,28 @@ func TestServerLostMidCall(t *testing.T) {
 	if err := comms[0].Err(); !errors.Is(err, bootstrap.ErrServerLost) {
 		t.Fatalf("an idle communicator: %v, want ended by the server's loss", err)
 	}
+}
+
+// failWhileHeld makes c's call fail with callErr while the server's loss
+// is held back for it (endAfterCall), and returns the call's error and,
+// once the held end has run, the communicator's.
+func failWhileHeld(ctx context.Context, c *Comm, callErr error) (err, after error) {
+	in, fail, res := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		res <- c.Run(ctx, "call", func(context.Context) error {
+			close(in)
+			<-fail
+			return callErr
+		})
+	}()
+	<-in
+	ended := make(chan struct{})
+	go func() { c.endAfterCall(serverLostErr, time.Hour); close(ended) }()
+	for c.fate.held() == nil {
+		runtime.Gosched() // until the end is held back (it is the scenario, not a timing)
+	}
+	close(fail)
+	err = <-res
+	<-ended
+	return err, c.Err()
 }

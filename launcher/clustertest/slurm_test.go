@@ -53,26 +53,38 @@ func startSlurm() (*slurm, func(), string, error) {
 			return nil, nil, "Slurm: sshd not found (scripts/testslurm builds on scripts/testcluster: apt-get install openssh-server)", nil
 		}
 	}
-	dir, err := os.MkdirTemp("", "flexlink-slurm-")
-	if err != nil {
-		return nil, nil, "", err
-	}
-	ports, err := freePorts(1)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	script := filepath.Join(st.bins.repo, "scripts", "testslurm")
-	stop := func() {
-		exec.Command(script, "down", "--name", slurmName, "--dir", dir).Run()
-		os.RemoveAll(dir)
-	}
-	up := exec.Command(script, "up", "2", "--name", slurmName, "--net", slurmNet, "--dir", dir, "--port", strconv.Itoa(ports[0]))
-	var stderr strings.Builder
-	up.Stderr = &stderr
-	out, err := up.Output()
-	if err != nil {
+	var (
+		out  []byte
+		stop func()
+		dir  string
+	)
+	// The controller's port is free when chosen but may be taken before
+	// slurmctld binds it (it then exits, and testslurm says so): a new
+	// port, at most three times.
+	for try := 1; ; try++ {
+		var err error
+		if dir, err = os.MkdirTemp("", "flexlink-slurm-"); err != nil {
+			return nil, nil, "", err
+		}
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		script := filepath.Join(st.bins.repo, "scripts", "testslurm")
+		stop = func() {
+			exec.Command(script, "down", "--name", slurmName, "--dir", dir).Run()
+			os.RemoveAll(dir)
+		}
+		up := exec.Command(script, "up", "2", "--name", slurmName, "--net", slurmNet, "--dir", dir, "--port", strconv.Itoa(ports[0]))
+		var stderr strings.Builder
+		up.Stderr = &stderr
+		if out, err = up.Output(); err == nil {
+			break
+		}
 		stop()
-		return nil, nil, "", fmt.Errorf("scripts/testslurm up 2: %w\n%s", err, stderr.String())
+		if try == 3 || !strings.Contains(stderr.String(), "Address already in use") {
+			return nil, nil, "", fmt.Errorf("scripts/testslurm up 2: %w\n%s", err, stderr.String())
+		}
 	}
 	vars := map[string]string{}
 	for _, line := range strings.Split(string(out), "\n") {

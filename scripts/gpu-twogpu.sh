@@ -11,7 +11,14 @@
 #   small  the nine binaries, both libraries, eager and -G 10 (default)
 #   async  all_reduce and all_gather on flexlink with FLEXLINK_GPU_ENQUEUE=async
 #   large  all_reduce, all_gather, reduce_scatter, alltoall 1 MiB-1 GiB, both
+#          (LARGEF: the size factor, 4; LARGEASYNC=1 adds flexlink with
+#          FLEXLINK_GPU_ENQUEUE=async, as flexlink-async)
 #   torch  tests/torch/graph_capture.py, enqueue.py, compile_tp.py at 2 ranks
+#   torchasync  enqueue.py at 2 ranks with FLEXLINK_GPU_ENQUEUE=async
+#   torchnccl  enqueue.py at 2 ranks on torch's own NCCL (the anchor)
+#   coll   the flag kernels' per-peer limit: the collectives but allreduce,
+#          1 MiB-128 MiB, NCCL, flexlink, and flexlink with
+#          FLEXLINK_GPU_FLAG_COLL_BYTES=$COLL (flexlink-coll; default 16 MiB)
 #   tests  .devbin/direct.test (go test -c ./collectives/direct, carried):
 #          TestGPUProcs' flag cases and TestGPUProcsCapture, the sweep
 #          against the float64 reference at 2 ranks
@@ -68,7 +75,7 @@ one() {
 	[[ "$lib" == flexlink* ]] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
 	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
 	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
-		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -np 2 $B/${t}_perf -g 1 -c 1 "$@"
+		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -np 2 $B/${t}_perf -g 1 -c 1 "$@"
 	grep -E "^ +[0-9]|Out of bounds|Avg bus" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 }
 # pair LIB TEST: one eager run and one replayed (-G 10), 8 B-1 MiB.
@@ -76,7 +83,7 @@ pair() {
 	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20
 	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 }
-export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1}
+export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1} FLEXLINK_GPU_FLAG_COLL_BYTES=${FLEXLINK_GPU_FLAG_COLL_BYTES:--1}
 
 if part small; then
 	stamp "nine binaries, 8 B-1 MiB, NCCL then flexlink, eager and -G 10"
@@ -141,8 +148,9 @@ if part large; then
 	stamp "1 MiB-1 GiB, NCCL then flexlink"
 	for t in all_reduce all_gather reduce_scatter alltoall; do
 		for lib in NCCL flexlink; do
-			one $lib $t -b 1M -e 1G -f 4 -n 20 -w 5
+			one $lib $t -b 1M -e 1G -f "${LARGEF:-4}" -n 20 -w 5
 		done
+		[ "${LARGEASYNC:-0}" = 1 ] && FLEXLINK_GPU_ENQUEUE=async one flexlink-async $t -b 1M -e 1G -f "${LARGEF:-4}" -n 20 -w 5
 	done
 fi
 if part torch; then
@@ -151,5 +159,20 @@ if part torch; then
 	step "graph_capture.py" env REPLAYS=1000 timeout 240 "${R[@]}" tests/torch/graph_capture.py
 	step "enqueue.py" timeout 120 "${R[@]}" tests/torch/enqueue.py
 	step "compile_tp.py" timeout 200 "${R[@]}" tests/torch/compile_tp.py
+fi
+if part coll; then
+	stamp "the flag kernels' per-peer limit: FLEXLINK_GPU_FLAG_COLL_BYTES=${COLL:=16777216}"
+	for t in all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
+		for lib in NCCL flexlink; do one $lib $t -b 1M -e 128M -f 2 -n 20 -w 5; done
+		FLEXLINK_GPU_FLAG_COLL_BYTES=$COLL one flexlink-coll $t -b 1M -e 128M -f 2 -n 20 -w 5
+	done
+fi
+if part torchnccl; then
+	stamp "torch enqueue.py at 2 ranks, torch's own NCCL"
+	step "enqueue.py NCCL" timeout 120 bin/flexrun -np 2 python3 tests/torch/enqueue.py
+fi
+if part torchasync; then
+	stamp "torch enqueue.py at 2 ranks, FLEXLINK_GPU_ENQUEUE=async"
+	step "enqueue.py async" env FLEXLINK_GPU_ENQUEUE=async timeout 120 bin/flexrun --nccl --nccl-lib "$PWD/build/nccl/lib" -np 2 python3 tests/torch/enqueue.py
 fi
 stamp "done: $fails failed" | tee -a "$LOG"

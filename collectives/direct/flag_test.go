@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,48 +134,62 @@ func TestGPUFakeFlagLostPeerFirstCall(t *testing.T) {
 }
 
 // TestGPUFakeFlagJobAbort: a rank whose flag kernel waits for a peer that
-// will not come ends as soon as the job is aborted (the abort watcher sets
-// the region's abort word), long before FLEXLINK_GPU_KERNEL_TIMEOUT, and
-// reports the abort.
+// will not come ends as soon as the job is aborted, long before
+// FLEXLINK_GPU_KERNEL_TIMEOUT, and reports the abort: through the region's
+// abort word (a copy), or, when that copy never lands (it can wait behind
+// the caller's other work on the copy engines for good), through the
+// host's abort word alone.
 func TestGPUFakeFlagJobAbort(t *testing.T) {
-	rs, ctx := flagKernelPair(t, "0")
-	// One call on both ranks makes the regions (on first use).
-	if err := errors.Join(onRanks(rs, func(r *devRank) error {
-		return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
-	})...); err != nil {
-		t.Fatal(err)
-	}
-	// Rank 1 aborts the job once rank 0's kernel has pushed its chunk into
-	// rank 1's region (so it is waiting for rank 1's), which rank 1 sees
-	// in its ready counter for sender 0, block 0.
-	r1 := rs[1]
-	region := r1.dc.Plane().(*directPlane).flag.State().Small
-	before, word := make([]byte, 8), make([]byte, 8)
-	if err := r1.s.CopyDtoH(before, region.Sub(gpu.FlagReadyOffset, 8)); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for ctx.Err() == nil {
-			if err := r1.s.CopyDtoH(word, region.Sub(gpu.FlagReadyOffset, 8)); err != nil || !bytes.Equal(word, before) {
-				break
+	for _, tc := range []struct {
+		name  string
+		stuck bool // the abort copies never land
+	}{{"region word", false}, {"host word alone", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var aborting atomic.Bool
+			cfg := gpufake.Config{CopyStuck: func(_ uintptr, n uint64) bool { return tc.stuck && n == 8 && aborting.Load() }}
+			// The kernel timeout (15 s) ends the wait when the abort does not.
+			env := map[string]string{"FLEXLINK_GPU_FLAG_BYTES": "-1", "FLEXLINK_GPU_KERNEL_TIMEOUT": "15s"}
+			rs, ctx := fakeRanks(t, 2, cfg, env, 1<<20), testCtx(t, 30*time.Second)
+			// One call on both ranks makes the regions (on first use).
+			if err := errors.Join(onRanks(rs, func(r *devRank) error {
+				return r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s)
+			})...); err != nil {
+				t.Fatal(err)
 			}
-			runtime.Gosched()
-		}
-		r1.c.Abort(errors.New("rank 1 gives up"))
-	}()
-	r := rs[0]
-	start := time.Now()
-	if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the kernel ended %v after it started, want soon after the abort", d)
-	}
-	if err := r.dc.AsyncError(); err == nil || !strings.Contains(err.Error(), "rank 1 gives up") {
-		t.Fatalf("AsyncError: %v, want the job's abort", err)
+			// Rank 1 aborts the job once rank 0's kernel has pushed its chunk into
+			// rank 1's region (so it is waiting for rank 1's), which rank 1 sees
+			// in its ready counter for sender 0, block 0.
+			r1 := rs[1]
+			region := r1.dc.Plane().(*directPlane).flag.State().Small
+			before, word := make([]byte, 8), make([]byte, 8)
+			if err := r1.s.CopyDtoH(before, region.Sub(gpu.FlagReadyOffset, 8)); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for ctx.Err() == nil {
+					if err := r1.s.CopyDtoH(word, region.Sub(gpu.FlagReadyOffset, 8)); err != nil || !bytes.Equal(word, before) {
+						break
+					}
+					runtime.Gosched()
+				}
+				aborting.Store(true)
+				r1.c.Abort(errors.New("rank 1 gives up"))
+			}()
+			r := rs[0]
+			start := time.Now()
+			if err := r.dc.AllReduce(ctx, r.a, r.b, 1000, dtype.Float32, dtype.Sum, r.s); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("the kernel ended %v after it started, want soon after the abort", d)
+			}
+			if err := r.dc.AsyncError(); err == nil || !strings.Contains(err.Error(), "rank 1 gives up") {
+				t.Fatalf("AsyncError: %v, want the job's abort", err)
+			}
+		})
 	}
 }
 

@@ -117,7 +117,7 @@ type Plane struct {
 	ctl      gpu.FlagCtl       // what every region's control block holds beside the region's own fields (open)
 	claims   [2]bool           // this plane holds its device's primary small / large region (devmem.go)
 	timeout  time.Duration     // FLEXLINK_GPU_KERNEL_TIMEOUT (0: none)
-	errMem   *gpu.HostMem      // word 0: the kernels' error word; word 1: 1, the source of abort copies
+	errMem   *gpu.HostMem      // errWords words: 0, the kernels' error word; 1: 1, the source of abort copies; hostAbortWord
 	last     *gpu.Event        // after the latest flag kernel
 	lastS    *gpu.Stream       // the stream it was recorded on
 	calls    uint64
@@ -156,6 +156,18 @@ type flagWatch struct {
 // flagPoll is how often the watcher looks at the error word.
 const flagPoll = 20 * time.Millisecond
 
+// errMem's layout: errWords words, of which hostAbortWord is the host's
+// abort word: the watcher sets it when the job is aborted, and the
+// kernels' waits read it (flag.cu, host_aborted) beside the region's abort
+// word, which a copy sets. That copy can wait behind the caller's other
+// work on the copy engines for good (a synchronous copy on the legacy
+// stream waiting for a stream that holds a waiting kernel); the host word
+// needs no copy.
+const (
+	errWords      = 3
+	hostAbortWord = 2
+)
+
 // watch sets this rank's abort words once the job is aborted, and aborts
 // the job when a kernel of this rank records an error, until the plane
 // closes (stop).
@@ -181,6 +193,7 @@ func (f *Plane) watch(done <-chan struct{}, stop <-chan struct{}, failed func())
 		return
 	}
 	f.w.fired = true // a region made from now on is not used: the call that makes it sees the job's error
+	atomic.StoreUint64(f.errMem.Word(hostAbortWord), 1)
 	for i := range f.regions {
 		if g := &f.regions[i]; g.mem != nil {
 			// A copy engine writes the word while the kernel runs; errors

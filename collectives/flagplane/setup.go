@@ -103,11 +103,12 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 // The regions themselves are made on first use (lazy.go). b is
 // BlobBytes long.
 func (f *Plane) Setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err error) {
-	if f.errMem, err = f.dev.AllocHost(16); err != nil {
+	if f.errMem, err = f.dev.AllocHost(errWords * 8); err != nil {
 		return fmt.Errorf("gpu flag error word: %w", err)
 	}
 	atomic.StoreUint64(f.errMem.Word(0), 0)
 	atomic.StoreUint64(f.errMem.Word(1), 1)
+	atomic.StoreUint64(f.errMem.Word(hostAbortWord), 0)
 	if f.last, err = f.dev.NewEvent(false); err != nil {
 		return err
 	}

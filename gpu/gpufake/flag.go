@@ -185,6 +185,8 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	}
 	timer := time.NewTimer(time.Until(k.deadline))
 	defer timer.Stop()
+	poll := time.NewTicker(hostAbortPoll)
+	defer poll.Stop()
 	le := binary.LittleEndian
 	for {
 		changed := k.f.Changed()
@@ -202,6 +204,10 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 		}
 		select {
 		case <-changed:
+		case <-poll.C:
+			if k.hostAborted() {
+				return false, nil
+			}
 		case <-timer.C:
 			return false, k.fail(2, 0, 0)
 		}
@@ -261,6 +267,8 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	}
 	timer := time.NewTimer(time.Until(k.deadline))
 	defer timer.Stop()
+	poll := time.NewTicker(hostAbortPoll)
+	defer poll.Stop()
 	for {
 		changed := k.f.Changed() // before the checks, so no write between them is missed
 		switch {
@@ -271,10 +279,29 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 		}
 		select {
 		case <-changed:
+		case <-poll.C:
+			if k.hostAborted() {
+				return false, nil
+			}
 		case <-timer.C:
 			return false, k.fail(what, b, peer)
 		}
 	}
+}
+
+// hostAbortPoll is how often a fake kernel's wait reads the host's abort
+// word (a kernel: every 4096 spins): no write to fake memory announces it,
+// as none reaches a real kernel.
+const hostAbortPoll = time.Millisecond
+
+// hostAborted reads the host's abort word (word 2 of the error words,
+// flag.cu's host_aborted).
+func (k *fakeFlag) hostAborted() bool {
+	if k.c.ErrHost == 0 {
+		return false
+	}
+	w, err := k.word(k.c.ErrHost + 16)
+	return err == nil && atomic.LoadUint64(w) != 0
 }
 
 // store writes a counter or flag word and wakes the waiters.

@@ -10,8 +10,9 @@
 //
 //   [0, 4 KiB)        control, written once by the host:
 //                       u64 region[8]   rank j's region as mapped here
-//                       u64 errHost     device address of a host-mapped
-//                                       error word (0: none)
+//                       u64 errHost     device address of host-mapped
+//                                       words (0: none): word 0 the error
+//                                       word, word 2 the host's abort word
 //                       u64 timeoutNs   how long a wait may take
 //                       u64 slotBytes, depth, maxBlocks, nranks, me
 //                       u64 host[8]     rank j's PCIe inbox as mapped here
@@ -165,6 +166,15 @@ __device__ __forceinline__ void fail(const FlagCtl& c, u64 what, u64 peer) {
     }
 }
 
+// host_aborted reads the host's abort word (word 2 of the error words,
+// set by the library when the job is aborted): a wait checks it every
+// 4096 spins (a read across PCIe), so that an abort reaches a kernel even
+// when the copy that sets the region's abort word waits behind other work
+// on the copy engines.
+__device__ __forceinline__ bool host_aborted(const FlagCtl& c, int spin) {
+    return (spin & 4095) == 4095 && c.errHost && *(volatile u64*)(c.errHost + 16);
+}
+
 // wait_at_least spins (thread 0 only) until *p >= want; false when the
 // deadline passes first (after recording it) or another block has failed.
 __device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const FlagCtl& c,
@@ -173,7 +183,7 @@ __device__ __forceinline__ bool wait_at_least(const u64* p, u64 want, const Flag
     for (int spin = 0;; spin++) {
         if (ld_acquire(p) >= want) return true;
         if ((spin & 63) == 63) {
-            if (*(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF)) return false;
+            if (*(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF) || host_aborted(c, spin)) return false;
             if (globaltimer() > deadline) {
                 fail(c, what, peer);
                 return false;
@@ -205,7 +215,7 @@ __device__ __forceinline__ u64 wait_plan(const FlagCtl& c, unsigned char* region
             return ~0ull;
         }
         if ((spin & 63) == 63) {
-            if (*(volatile u64*)(region + FLAG_ABORT_OFF)) return ~0ull;
+            if (*(volatile u64*)(region + FLAG_ABORT_OFF) || host_aborted(c, spin)) return ~0ull;
             if (globaltimer() > deadline) {
                 fail(c, 2, 0);
                 return ~0ull;
@@ -390,7 +400,7 @@ __device__ __forceinline__ u64 ll_wait(const vec16* p, u32 flag, const FlagCtl& 
         const vec16 v = ld_vol(p);
         if (v.y == flag && v.w == flag) return (u64)v.x | (u64)v.z << 32;
         if ((spin & 63) == 63) {
-            if (*bad || *(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF)) {
+            if (*bad || *(volatile u64*)((unsigned char*)c.region[c.me] + FLAG_ABORT_OFF) || host_aborted(c, spin)) {
                 *bad = 1;
                 return 0;
             }

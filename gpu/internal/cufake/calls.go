@@ -303,6 +303,9 @@ func (f *Fake) MemcpyHtoDAsync(dst cu.DevPtr, src unsafe.Pointer, n uint64, s cu
 		return err
 	}
 	run := func() error { copyWords(d, unsafe.Slice((*byte)(src), n)); f.Poke(); return nil }
+	if f.cfg.CopyStuck != nil && f.cfg.CopyStuck(uintptr(dst), n) {
+		run = func() error { return nil }
+	}
 	if captured, err := f.record("cuMemcpyHtoDAsync", s, run); captured || err != nil {
 		return err
 	}

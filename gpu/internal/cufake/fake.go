@@ -48,6 +48,13 @@ type Config struct {
 	// fail one launch of a sequence. It runs under the driver's lock: it
 	// must not call the driver.
 	LaunchFault func(dev int, name string) error
+
+	// CopyStuck, when set, is asked by each cuMemcpyHtoDAsync with its
+	// destination and size; true accepts the copy and never performs it,
+	// as a copy queued behind work that never completes. Tests of abort
+	// paths that must not depend on a copy use it. It runs under the
+	// driver's lock: it must not call the driver.
+	CopyStuck func(dst uintptr, n uint64) bool
 }
 
 // KernelFunc runs a kernel on the host. params are as passed to

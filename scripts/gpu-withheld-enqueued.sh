@@ -46,6 +46,27 @@ check() {
 	fi
 }
 
+# PROBE=1: instead, where the waiting ranks are held: the 2-GPU job once
+# with torch's logs, the library's goroutines at 20 s
+# (FLEXLINK_STACK_DUMP_AFTER) and rank 0's native stacks at 25 s (gdb),
+# all to $OUT/withheld-probe*.
+if [ "${PROBE:-0}" = 1 ]; then
+	OUT=${OUT:-/tmp/flexlink-out}
+	mkdir -p "$OUT"
+	start=$(now)
+	TORCH_CPP_LOG_LEVEL=INFO TORCH_NCCL_TRACE_BUFFER_SIZE=0 FLEXLINK_STACK_DUMP_AFTER=20s timeout 120 $FR -np 2 --timestamp-output --tag-output python3 tests/torch/failures.py withhold >"$OUT/withheld-probe.log" 2>&1 &
+	job=$!
+	sleep 25
+	gdb=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
+	for pid in $(pgrep -f "tests/torch/failures.py withhold" | grep -v $job); do
+		echo "=== pid $pid at $(awk "BEGIN{print $(now) - $start}") s: $(tr '\0' ' ' </proc/$pid/cmdline | cut -c1-80)"
+		[ -n "$gdb" ] && timeout 30 "$gdb" -p "$pid" -batch -ex "thread apply all bt 16" 2>&1 | grep -E "^Thread|^#" | cut -c1-220 | head -400
+	done >"$OUT/withheld-probe-native.txt" 2>&1
+	wait $job
+	echo "exit $? after $(awk "BEGIN{print $(now) - $start}") s"
+	exit 0
+fi
+
 if mps_start; then
 	check "withheld all_reduce, 4 ranks on GPU 0 under MPS" 4
 	mps_stop

@@ -76,6 +76,13 @@ fi
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -ge 2 ]; then
 	check "withheld all_reduce, $gpus ranks on $gpus GPUs" "$gpus"
+	# The anchor: the same job on torch's own NCCL (its kernels wait inside
+	# the GPU too); how long it takes to end is torch's part of the time.
+	start=$(now)
+	out=$(timeout 150 bin/flexrun -np "$gpus" python3 tests/torch/failures.py withhold 2>&1)
+	rc=$?
+	echo "$out" | grep -E "WITHHELD-ERROR|^flexrun:|taking the entire process down" | cut -c1-300 | head -6
+	echo "ANCHOR torch's NCCL, $gpus ranks on $gpus GPUs: ended after $(awk "BEGIN{print $(now) - $start}")s (exit $rc)"
 else
 	echo "SKIP separate GPUs: $gpus GPU here"
 fi

@@ -67,7 +67,9 @@ if [ "${PROBE:-0}" = 1 ]; then
 	exit 0
 fi
 
-if mps_start; then
+if [ "${MPS:-1}" = 0 ]; then
+	echo "SKIP MPS: MPS=0"
+elif mps_start; then
 	check "withheld all_reduce, 4 ranks on GPU 0 under MPS" 4
 	mps_stop
 else

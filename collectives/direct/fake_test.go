@@ -190,7 +190,7 @@ const fakeBig = 300_000 // elements: several 64 KiB chunks and pushes over fanOu
 func TestGPUFakeDirect(t *testing.T) {
 	// flag: FLEXLINK_GPU_FLAG_BYTES ("0": the handshake allreduce only;
 	// "-1": the default, flag allreduces for every size (two-shot over 2 MiB
-	// beyond two ranks) and the other collectives' flag kernels up to 4 MiB
+	// beyond two ranks) and the other collectives' flag kernels up to 16 MiB
 	// per peer, so the larger cases mix both; a small region and few
 	// blocks make the slots wrap many times within one call; "1T": the flag
 	// kernels for every size of every collective, FLEXLINK_GPU_FLAG_COLL_BYTES

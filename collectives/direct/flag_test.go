@@ -193,7 +193,7 @@ func TestGPUFakeFlagJobAbort(t *testing.T) {
 	}
 }
 
-// Broadcasts and reduces up to four times FLEXLINK_GPU_FLAG_COLL_BYTES run
+// Broadcasts and reduces up to FLEXLINK_GPU_FLAG_COLL_BYTES run
 // as flag kernels (no host handshake), larger ones on the handshake paths; every
 // root, against the float64 reference, off-root recv untouched.
 func TestGPUFakeFlagRooted(t *testing.T) {
@@ -205,7 +205,7 @@ func TestGPUFakeFlagRooted(t *testing.T) {
 			for _, tc := range []struct {
 				count int
 				flag  bool
-			}{{16_000, true}, {70_000, false}} { // float32: 64000 B, 280000 B (the limit: 4 x 65536)
+			}{{16_000, true}, {70_000, false}} { // float32: 64000 B, 280000 B (the limit: 65536)
 				for root := 0; root < n; root++ {
 					for _, c := range []devCase{
 						{kind: plane.Broadcast, count: tc.count, dt: dtype.Float32, root: root},
@@ -252,7 +252,7 @@ func bytesOf(n int, f func(i int) byte) []byte {
 }
 
 // On two ranks a group of one send or one receive (a pipeline step) up to
-// four times FLEXLINK_GPU_FLAG_COLL_BYTES runs as a flag kernel, larger
+// FLEXLINK_GPU_FLAG_COLL_BYTES runs as a flag kernel, larger
 // ones on the handshake path; the bytes arrive whole either
 // way, and steps in both directions interleave with allreduces.
 func TestGPUFakeFlagSendRecv(t *testing.T) {
@@ -263,7 +263,7 @@ func TestGPUFakeFlagSendRecv(t *testing.T) {
 	for k, tc := range []struct {
 		from, bytes int
 		flag        bool
-	}{{0, 1000, true}, {1, 65536, true}, {0, 65537, false}, {1, 4096, true}, {0, 100_000, false}, {1, 1, true}} {
+	}{{0, 1000, true}, {1, 16384, true}, {0, 16385, false}, {1, 4096, true}, {0, 100_000, false}, {1, 1, true}} {
 		before := planeCalls(rs)
 		errs2 := onRanks(rs, func(r *devRank) error {
 			me, buf := r.c.Rank(), r.b.Sub(0, tc.bytes)

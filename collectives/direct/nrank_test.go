@@ -95,8 +95,8 @@ func TestGPUFakeFlagAuto(t *testing.T) {
 		if f == nil {
 			t.Fatalf("%d ranks: no flag plane", n)
 		}
-		if st := f.State(); st.MaxBytes < 1<<40 || st.CollBytes != 4<<20 || st.OneShot != 2<<20 {
-			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 4 MiB per peer block, two-shot over 2 MiB", n, st)
+		if st := f.State(); st.MaxBytes < 1<<40 || st.CollBytes != 16<<20 || st.OneShot != 2<<20 {
+			t.Errorf("%d ranks: flag plane %+v, want every allreduce, 16 MiB per peer block, two-shot over 2 MiB", n, st)
 		}
 	}
 }

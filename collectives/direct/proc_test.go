@@ -79,7 +79,7 @@ func TestGPUProcs(t *testing.T) {
 		// move 30 % through the pinned inboxes (4 blocks).
 		{"direct-flag-pcie", "direct", "read", "1", []string{"FLEXLINK_PCIE_SHARE=0.3", "FLEXLINK_GPU_FLAG_PCIE_BLOCKS=4"}},
 		// The flag kernels for every size of every collective (the defaults
-		// take reduce-scatter, allgather and alltoall up to 4 MiB per peer),
+		// take reduce-scatter, allgather and alltoall up to 16 MiB per peer),
 		// allreduces over 1 KiB two-shot beyond two ranks.
 		{"direct-flag-all", "direct", "read", "1", []string{"FLEXLINK_GPU_FLAG_BYTES=1099511627776", "FLEXLINK_GPU_FLAG_COLL_BYTES=1099511627776", "FLEXLINK_GPU_FLAG_ONESHOT_BYTES=1024"}},
 		// Few blocks and a small region: slots wrap many times per call.

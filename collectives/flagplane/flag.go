@@ -57,13 +57,18 @@ const (
 	// counters: 9.2-10.7 us).
 	flagLLChunk  = 4 << 10
 	flagMinChunk = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
-	flagAutoColl = 4 << 20  // bytes per peer block: FLEXLINK_GPU_FLAG_COLL_BYTES=-1
-	// rootedFactor: broadcasts and reduces take the flag kernels up to this
-	// many times the per-peer limit (16 MiB by default). Measured on 2xH200
-	// with 200 calls a row: at 8 and 16 MiB the flag broadcast took 37.9
-	// and 64.7 µs against 41.7 and 65.0 on the handshake path, the flag
-	// reduce 33.9 and 58.9 against 39.5 and 63.5 (docs/PERF.md).
-	rootedFactor     = 4
+	// flagAutoColl: FLEXLINK_GPU_FLAG_COLL_BYTES=-1, the largest per-peer
+	// block (and the largest broadcast, reduce or single send) the flag
+	// kernels take eagerly. Measured on 2xH200 (docs/PERF.md, "Two GPUs"),
+	// nccl-tests 20 calls a row: with 4 MiB, allgather, reduce-scatter and
+	// alltoall of 16 MiB took 81-100 us on the handshake paths against
+	// 46-53 us as flag kernels (NCCL 53-55), sendrecv of 8 MiB 77 against
+	// 45 (NCCL 50); from 32 MiB per peer the handshake paths (copy engines
+	// and the PCIe share) are as fast or faster. Broadcasts and reduces of
+	// 64 MiB were slower as flag kernels (218 and 226 us against 200 and
+	// 201), of 8 and 16 MiB as fast (before, with 4 MiB per peer and four
+	// times that for them: 37.9 and 64.7 us against 41.7 and 65.0).
+	flagAutoColl     = 16 << 20
 	flagAutoOneShot  = 2 << 20  // bytes: FLEXLINK_GPU_FLAG_ONESHOT_BYTES=-1 (more than two ranks)
 	flagTwoShotAlign = 256      // bytes: a two-shot allreduce's blocks are multiples of this
 	SmallMax         = 32 << 20 // bytes: smaller calls use the small region
@@ -205,8 +210,7 @@ func (f *Plane) watch(done <-chan struct{}, stop <-chan struct{}, failed func())
 
 // takes reports whether o runs on the flag plane (false when f is nil):
 // allreduces up to maxBytes, reduce-scatters, allgathers and alltoalls whose per-peer block
-// is at most collBytes, broadcasts and reduces of at most rootedFactor
-// times collBytes.
+// is at most collBytes, broadcasts and reduces of at most collBytes.
 func (f *Plane) Takes(o *plane.Op) bool {
 	if f == nil || f.captureOnly {
 		return false
@@ -218,7 +222,7 @@ func (f *Plane) Takes(o *plane.Op) bool {
 	case plane.ReduceScatter, plane.AllGather, plane.AllToAll:
 		return b > 0 && b <= f.lim.collBytes
 	case plane.Broadcast, plane.Reduce:
-		return b > 0 && (b+rootedFactor-1)/rootedFactor <= f.lim.collBytes
+		return b > 0 && b <= f.lim.collBytes
 	}
 	return false
 }
@@ -226,7 +230,7 @@ func (f *Plane) Takes(o *plane.Op) bool {
 // p2p reports whether o, a Group, runs as a flag kernel (false when f is
 // nil): on two ranks,
 // one send to the peer or one receive from it (a pipeline's step) of at
-// most rootedFactor times collBytes, moved as a broadcast from the sender,
+// most collBytes, moved as a broadcast from the sender,
 // or one send and one receive of the same size up to collBytes (an
 // exchange). Both ranks of a correct program decide alike (each sees the
 // same entries and sizes); other groups take the handshake path.
@@ -251,7 +255,7 @@ func (f *Plane) P2PShape(o *plane.Op, limit int) bool {
 	switch len(o.P2P) {
 	case 1:
 		b := o.P2P[0].Buf.Len()
-		return b > 0 && (b+rootedFactor-1)/rootedFactor <= limit
+		return b > 0 && b <= limit
 	case 2:
 		a, b := o.P2P[0], o.P2P[1]
 		n := a.Buf.Len()

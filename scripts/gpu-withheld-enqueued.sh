@@ -15,12 +15,11 @@
 #   bash scripts/gpu-withheld-enqueued.sh          # MPS on GPU 0, and 2 GPUs when there are
 #
 # Prints PASS/FAIL per setting with what flexrun and the ranks said.
-# The time limit is loose: measured on one H200 under MPS (2026-11-29),
-# flexrun named rank 1 both times, but the job ended at 78-80 s (with and
-# without TORCH_NCCL_DUMP_ON_TIMEOUT=0): torch's watchdog caught the 8 s
-# timeout on time, yet the waiting ranks ended only after rank 1 made the
-# call at 60 s and their kernels completed (docs/ERRORS.md says what may
-# hold them).
+# The time limit is loose: torch's watchdog catches the 8 s timeout on
+# time but takes the process down 60 s later, on its own NCCL too (2xH200,
+# 2026-11-29: 79.6 s on flexlink, naming rank 1; 77.5 s on NCCL, naming
+# rank 0, killed by the watchdog's abort). With 2+ GPUs the script runs
+# that anchor after flexlink's job.
 set -uo pipefail
 source scripts/gpu-step.sh # mps_start, mps_stop
 # Binaries built with -tags flexlink_noptx (the device tool's) embed no kernels.

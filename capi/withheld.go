@@ -55,6 +55,7 @@ type progress struct {
 	now    inCall        // the collective in flight on the caller's thread (stalls.go)
 	kids   atomic.Uint64 // splits and shrinks made from it, which name theirs
 	asked  atomic.Uint64 // the last request seen
+	asks   questions     // the recent requests (holdstore.go)
 	// jobs are the members' ranks in flexrun's job, by comm rank (-1:
 	// not known), as the members last answered (report.go).
 	jobs atomic.Pointer[[]int]
@@ -126,7 +127,11 @@ func (c *Comm) answerStalls() {
 			ans.Job = &jr
 		}
 		var req stallRequest
-		if json.Unmarshal(b, &req) != nil || req.Rank == c.rank {
+		if json.Unmarshal(b, &req) != nil {
+			continue
+		}
+		p.asks.note(k, req)
+		if req.Rank == c.rank {
 			continue
 		}
 		out, _ := json.Marshal(ans)
@@ -151,7 +156,8 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 	if !endedWaiting(err) {
 		return err
 	}
-	behind, jobs := c.askBehind(seq)
+	calls, asked := c.askCalls(seq, stallWait)
+	behind, jobs := c.behindOf(seq, calls, asked)
 	if len(behind) == 0 {
 		if errors.Is(err, context.DeadlineExceeded) {
 			// This rank's own deadline passed in the call, but the members
@@ -177,6 +183,9 @@ func (c *Comm) nameWithheld(seq uint64, err error) error {
 		return err
 	}
 	c.withheldFor(c.prog.callName(seq), behind, jobs, callReportWait)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errs.ErrTimeout) {
+		c.holdStore(seq, calls) // not after an abort: see serveGrace
+	}
 	return fmt.Errorf("%s: %w", strings.Join(behind, "; "), err)
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/internal/errs"
+	"github.com/flexlink/flexlink/internal/memcopy"
 	"github.com/flexlink/flexlink/reduce"
 )
 
@@ -94,7 +95,7 @@ func (HostMemory) Copy(dst, src Buffer) error {
 	if len(d) != len(s) {
 		return fmt.Errorf("host memory: copy of %d bytes into %d: %w", len(s), len(d), errs.ErrMismatch)
 	}
-	copy(d, s)
+	memcopy.Copy(d, s) // non-temporal stores for large copies
 	return nil
 }
 

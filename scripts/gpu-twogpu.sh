@@ -16,10 +16,6 @@
 #   torch  tests/torch/graph_capture.py, enqueue.py, compile_tp.py at 2 ranks
 #   torchasync  enqueue.py at 2 ranks with FLEXLINK_GPU_ENQUEUE=async
 #   torchnccl  enqueue.py at 2 ranks on torch's own NCCL (the anchor)
-#   chunk  the flag kernels' smallest chunk: all_reduce, all_gather,
-#          reduce_scatter, alltoall 64 KiB-8 MiB, eager and -G 10, NCCL and
-#          flexlink with FLEXLINK_GPU_FLAG_MIN_CHUNK each of $CHUNKS
-#          (default "auto 8192 2048"), as flexlink-chunk-<value>
 #   coll   the flag kernels' per-peer limit: the collectives but allreduce,
 #          1 MiB-128 MiB, NCCL, flexlink, and flexlink with
 #          FLEXLINK_GPU_FLAG_COLL_BYTES=$COLL (flexlink-coll; default 16 MiB)
@@ -79,7 +75,7 @@ one() {
 	[[ "$lib" == flexlink* ]] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
 	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
 	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
-		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -x FLEXLINK_GPU_FLAG_MIN_CHUNK -np 2 $B/${t}_perf -g 1 -c 1 "$@"
+		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -np 2 $B/${t}_perf -g 1 -c 1 "$@"
 	grep -E "^ +[0-9]|Out of bounds|Avg bus" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 }
 # pair LIB TEST: one eager run and one replayed (-G 10), 8 B-1 MiB.
@@ -87,7 +83,7 @@ pair() {
 	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20
 	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 }
-export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1} FLEXLINK_GPU_FLAG_COLL_BYTES=${FLEXLINK_GPU_FLAG_COLL_BYTES:--1} FLEXLINK_GPU_FLAG_MIN_CHUNK=${FLEXLINK_GPU_FLAG_MIN_CHUNK:-auto}
+export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1} FLEXLINK_GPU_FLAG_COLL_BYTES=${FLEXLINK_GPU_FLAG_COLL_BYTES:--1}
 
 if part small; then
 	stamp "nine binaries, 8 B-1 MiB, NCCL then flexlink, eager and -G 10"
@@ -169,19 +165,6 @@ if part coll; then
 	for t in all_gather reduce_scatter alltoall sendrecv broadcast reduce gather scatter; do
 		for lib in NCCL flexlink; do one $lib $t -b 1M -e 128M -f 2 -n 20 -w 5; done
 		FLEXLINK_GPU_FLAG_COLL_BYTES=$COLL one flexlink-coll $t -b 1M -e 128M -f 2 -n 20 -w 5
-	done
-fi
-if part chunk; then
-	stamp "the flag kernels' smallest chunk: ${CHUNKS:=auto 8192 2048}"
-	for t in all_reduce all_gather reduce_scatter alltoall; do
-		for g in "" "-G 10"; do
-			# shellcheck disable=SC2086 # $g is empty or two words
-			one NCCL $t -b 64K -e 8M -f 2 -n 100 -w 10 $g
-			for c in $CHUNKS; do
-				# shellcheck disable=SC2086
-				FLEXLINK_GPU_FLAG_MIN_CHUNK=$c one flexlink-chunk-$c $t -b 64K -e 8M -f 2 -n 100 -w 10 $g
-			done
-		done
 	done
 fi
 if part torchnccl; then

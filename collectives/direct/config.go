@@ -69,14 +69,6 @@ func ReadConfig(env settings.Env) (Config, error) {
 		}
 		*i.to = v
 	}
-	c.Flag.MinChunk = -1
-	if env.String("FLEXLINK_GPU_FLAG_MIN_CHUNK") != "auto" {
-		m, err := env.Int("FLEXLINK_GPU_FLAG_MIN_CHUNK")
-		if err != nil {
-			return c, err
-		}
-		c.Flag.MinChunk = m
-	}
 	c.StagedChunk = -1
 	if v := env.String("FLEXLINK_GPU_STAGED_CHUNK_BYTES"); v != "auto" {
 		n, err := env.Int("FLEXLINK_GPU_STAGED_CHUNK_BYTES")

@@ -69,7 +69,7 @@ func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if x != nil {
 		ll = 0 // the PCIe part's grid is fixed; its calls are large
 	}
-	grid, chunk := shape(l, bytes, unit, ll, f.lim.minChunk)
+	grid, chunk := shape(l, bytes, unit, ll)
 	var pc gpu.FlagPCIe
 	if x != nil {
 		// The inbox slots are per PCIe block, their counters per launched
@@ -154,18 +154,18 @@ func (f *Plane) twoShot(o *plane.Op, s *gpu.Stream, g *flagRegion) error {
 	per := o.Count / f.n / (flagTwoShotAlign / sz) * (flagTwoShotAlign / sz)
 	head := per * f.n
 	if per > 0 {
-		grid, chunk := shape(g.layout, per*sz, sz, f.llBlocks(g.layout), f.lim.minChunk) // each peer transfer is one block of per elements
+		grid, chunk := shape(g.layout, per*sz, sz, f.llBlocks(g.layout)) // each peer transfer is one block of per elements
 		mine := sub(o.Recv, f.me*per, (f.me+1)*per, sz)
 		if err := s.FlagTwoShotReduceScatter(mine, o.Send.Sub(0, head*sz), per, o.DT, o.Op, g.mem, g.layout, chunk, grid, f.n); err != nil {
 			return err
 		}
-		grid, chunk = shape(g.layout, per*sz, 1, f.llBlocks(g.layout), f.lim.minChunk)
+		grid, chunk = shape(g.layout, per*sz, 1, f.llBlocks(g.layout))
 		if err := s.FlagTwoShotGather(o.Recv.Sub(0, head*sz), mine, per*sz, g.mem, g.layout, chunk, grid, f.n); err != nil {
 			return err
 		}
 	}
 	if rest := o.Count - head; rest > 0 {
-		grid, chunk := shape(g.layout, rest*sz, sz, f.llBlocks(g.layout), f.lim.minChunk)
+		grid, chunk := shape(g.layout, rest*sz, sz, f.llBlocks(g.layout))
 		return s.FlagTwoShotTail(sub(o.Recv, head, o.Count, sz), sub(o.Send, head, o.Count, sz), rest, o.DT, o.Op,
 			g.mem, g.layout, chunk, grid, f.n)
 	}

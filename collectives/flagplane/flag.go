@@ -56,10 +56,11 @@ const (
 	// 6.1 us with 4 KiB, 7.0 with 8 KiB, 12.7 with 32 KiB (the slots and
 	// counters: 9.2-10.7 us).
 	flagLLChunk  = 4 << 10
-	flagMinChunk = 32 << 10 // bytes: FLEXLINK_GPU_FLAG_MIN_CHUNK=-1, the smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200 with one large region, over 32 blocks 14 µs)
+	flagMinChunk = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
 	// flagAutoColl: FLEXLINK_GPU_FLAG_COLL_BYTES=-1, the largest per-peer
 	// block (and the largest broadcast, reduce or single send) the flag
-	// kernels take eagerly. Measured on 2xH200 (docs/PERF.md, "Two GPUs"),
+	// kernels take eagerly. Measured on 2xH200 (docs/PERF.md, "Two H200s,
+	// nineteenth session"),
 	// nccl-tests 20 calls a row: with 4 MiB, allgather, reduce-scatter and
 	// alltoall of 16 MiB took 81-100 us on the handshake paths against
 	// 46-53 us as flag kernels (NCCL 53-55), sendrecv of 8 MiB 77 against
@@ -74,7 +75,7 @@ const (
 	SmallMax         = 32 << 20 // bytes: smaller calls use the small region
 	flagBlobFields   = 3        // per region: slot bytes, depth, max blocks
 	flagRegionBlob   = flagBlobFields * 8
-	flagBlobHead     = 40                                             // enabled, the largest allreduce, the largest other block, the largest one-shot allreduce, the smallest chunk
+	flagBlobHead     = 32                                             // enabled, the largest allreduce, the largest other block, the largest one-shot allreduce
 	BlobBytes        = flagBlobHead + 2*flagRegionBlob + flagPCIeBlob // then the small and the large region's layouts, the PCIe part
 )
 
@@ -143,7 +144,6 @@ type flagLimits struct {
 	maxBytes  int // largest allreduce taken
 	collBytes int // largest per-peer block of a reduce-scatter, allgather or alltoall taken
 	oneShot   int // more than two ranks: largest allreduce pushed whole to every peer; larger ones run two-shot
-	minChunk  int // smallest chunk (bytes) a block takes before a call spreads over more blocks
 }
 
 // flagWatch is the abort watcher's state: when the job is aborted (a peer
@@ -266,16 +266,16 @@ func (f *Plane) P2PShape(o *plane.Op, limit int) bool {
 }
 
 // shape is the grid and chunk (elements) of a call of bytes in a region of
-// layout l: blocks of at least least bytes (FLEXLINK_GPU_FLAG_MIN_CHUNK), at most the layout's, chunks
+// layout l: blocks of at least flagMinChunk, at most the layout's, chunks
 // at most a slot. With ll line blocks (0: no lines) a call of at most ll
 // line payloads takes blocks of about flagLLChunk instead, at most ll of
 // them, one chunk of at most gpu.FlagLLPay each, which the kernels send as
 // lines (flag.cu, "Lines"). Every rank computes the same from the same call.
-func shape(l gpu.FlagLayout, bytes, sz, ll, least int) (grid, chunk int) {
-	// A chunk of at least least bytes per block, or a slot's payload where
+func shape(l gpu.FlagLayout, bytes, sz, ll int) (grid, chunk int) {
+	// A chunk of at least flagMinChunk per block, or a slot's payload where
 	// slots are smaller (the small region beyond two ranks): one chunk per
 	// block, not a second step for a few blocks.
-	least = max(256, min(least, (l.SlotBytes-gpu.FlagSlotHeader)/256*256))
+	least := min(flagMinChunk, (l.SlotBytes-gpu.FlagSlotHeader)/256*256)
 	grid = min(l.MaxBlocks, max(1, (bytes+least-1)/least))
 	if ll > 0 && bytes <= ll*gpu.FlagLLPay {
 		grid = min(l.MaxBlocks, ll, max(1, (bytes+flagLLChunk-1)/flagLLChunk))
@@ -409,7 +409,6 @@ func (f *Plane) Leak() {
 type State struct {
 	Calls, TwoShots              uint64      // eager flag calls, of them two-shot allreduces
 	MaxBytes, CollBytes, OneShot int         // the limits (FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES)
-	MinChunk                     int         // FLEXLINK_GPU_FLAG_MIN_CHUNK
 	CaptureOnly                  bool        // only captured calls run here (ranks share a GPU)
 	PCIe                         bool        // the flag allreduce's PCIe part is on
 	PCIeObserved, PCIePending    int         // rank 0: calls its balancer observed, calls whose times it awaits
@@ -421,7 +420,7 @@ type State struct {
 // State reads the plane's counters (tests; between calls).
 func (f *Plane) State() State {
 	st := State{Calls: f.calls, TwoShots: f.twoShots, MaxBytes: f.lim.maxBytes, CollBytes: f.lim.collBytes,
-		OneShot: f.lim.oneShot, MinChunk: f.lim.minChunk, CaptureOnly: f.captureOnly, PCIe: f.pcie != nil}
+		OneShot: f.lim.oneShot, CaptureOnly: f.captureOnly, PCIe: f.pcie != nil}
 	if x := f.pcie; x != nil {
 		st.PCIeObserved, st.PCIePending, st.LastPCIe = x.bal.observed, len(x.bal.pend), x.lastPCIe()
 	}

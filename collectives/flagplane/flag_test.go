@@ -21,12 +21,11 @@ func TestFlagShape(t *testing.T) {
 	} {
 		for _, bytes := range []int{1, 255, 256, 4 << 10, 8 << 10, 20 << 10, 64 << 10, 128 << 10, 1 << 20, 1<<20 + 24, 64 << 20, 1 << 30} {
 			for _, sz := range []int{1, 2, 4, 8} {
-				for _, c := range []struct{ ll, least int }{{0, flagMinChunk}, {l.LLBlocks(2), flagMinChunk}, {l.LLBlocks(8), flagMinChunk}, {0, 8 << 10}, {l.LLBlocks(2), 256}, {0, 1}} {
-					ll := c.ll
+				for _, ll := range []int{0, l.LLBlocks(2), l.LLBlocks(8)} {
 					if bytes%sz != 0 {
 						continue
 					}
-					grid, chunk := shape(l, bytes, sz, ll, c.least)
+					grid, chunk := shape(l, bytes, sz, ll)
 					if ll > 0 && bytes <= ll*gpu.FlagLLPay && l.SlotBytes-gpu.FlagSlotHeader >= gpu.FlagLLPay {
 						// A line call: at most ll blocks, one chunk each, at
 						// most a line slot's payload (the kernels' test).

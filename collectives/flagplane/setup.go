@@ -21,7 +21,6 @@ import (
 // Config holds the flag kernels' settings (-1: automatic, 0: off).
 type Config struct {
 	Bytes, CollBytes, OneShotBytes int           // FLEXLINK_GPU_FLAG_BYTES, _COLL_BYTES, _ONESHOT_BYTES
-	MinChunk                       int           // FLEXLINK_GPU_FLAG_MIN_CHUNK (-1: auto)
 	Blocks, RegionBytes            int           // FLEXLINK_GPU_FLAG_BLOCKS, _REGION_BYTES
 	PCIeBlocks                     int           // FLEXLINK_GPU_FLAG_PCIE_BLOCKS (0..32)
 	KernelTimeout                  time.Duration // FLEXLINK_GPU_KERNEL_TIMEOUT
@@ -46,7 +45,7 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 	pr := &peers{c: h, dev: dev, n: h.Size(), me: h.Rank()}
 	// -1 is each limit's automatic value; 0 turns the flag allreduce (and
 	// with it the plane) or the other collectives' kernels off.
-	var maxBytes, coll, oneShot, minChunk int
+	var maxBytes, coll, oneShot int
 	for _, l := range []struct {
 		v    int
 		to   *int
@@ -55,7 +54,6 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 		{cfg.Bytes, &maxBytes, 1 << 62}, // every size: one-shot with 2 ranks, two-shot beyond FLEXLINK_GPU_FLAG_ONESHOT_BYTES with more
 		{cfg.CollBytes, &coll, flagAutoColl},
 		{cfg.OneShotBytes, &oneShot, flagAutoOneShot},
-		{cfg.MinChunk, &minChunk, flagMinChunk},
 	} {
 		*l.to = l.v
 		if l.v == -1 {
@@ -81,7 +79,7 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 	// different GPUs that end up with different layouts turn the flag plane
 	// off (open).
 	blocks = min(blocks, max(1, pr.dev.Multiprocessors()/max(1, cfg.PerGPU)))
-	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot, minChunk: minChunk}, lines: cfg.Lines}
+	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}, lines: cfg.Lines}
 	f.holds.log = pr.c.Log().Warn
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want
@@ -122,7 +120,6 @@ func (f *Plane) Setup(b []byte, px pcieshare.Settings, pcieBlocks int) (err erro
 	le.PutUint64(b[8:], uint64(f.lim.maxBytes))
 	le.PutUint64(b[16:], uint64(f.lim.collBytes))
 	le.PutUint64(b[24:], uint64(f.lim.oneShot))
-	le.PutUint64(b[32:], uint64(f.lim.minChunk))
 	for i, l := range f.conf {
 		w := b[flagBlobHead+i*flagRegionBlob:]
 		for k, v := range []uint64{uint64(l.SlotBytes), uint64(l.Depth), uint64(l.MaxBlocks)} {
@@ -151,7 +148,7 @@ func (f *Plane) Open(ctx context.Context, blobs [][]byte, bus []string, timeout 
 	le := binary.LittleEndian
 	for r, b := range blobs {
 		ok := le.Uint64(b) == f.head() && le.Uint64(b[8:]) == uint64(f.lim.maxBytes) && le.Uint64(b[16:]) == uint64(f.lim.collBytes) &&
-			le.Uint64(b[24:]) == uint64(f.lim.oneShot) && le.Uint64(b[32:]) == uint64(f.lim.minChunk)
+			le.Uint64(b[24:]) == uint64(f.lim.oneShot)
 		for i := range f.regions {
 			w := b[flagBlobHead+i*flagRegionBlob:]
 			l := gpu.FlagLayout{SlotBytes: int(le.Uint64(w)), Depth: int(le.Uint64(w[8:])), MaxBlocks: int(le.Uint64(w[16:]))}

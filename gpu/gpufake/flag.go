@@ -45,7 +45,8 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 		k := &fakeFlag{f: f, c: gpu.ParseFlagCtl(raw), dt: dt, op: op,
 			a:    flagArgs{region: v[3], out: v[0], in: v[1], count: v[2], chunk: v[4], div: int(v[5]), sig: v[6], grid: uint64(grid[0])},
 			m:    flagMode{mode: mode, root: -1},
-			part: flagPart{call: v[8]}}
+			part: flagPart{call: v[8]}, poll: time.NewTicker(hostAbortPoll)}
+		defer k.poll.Stop()
 		if root != gpu.FlagNoRoot {
 			if root >= uint64(k.c.Ranks) {
 				return fmt.Errorf("flag kernel: root %d of %d ranks", root, k.c.Ranks)
@@ -98,7 +99,8 @@ type fakeFlag struct {
 	a        flagArgs
 	m        flagMode
 	part     flagPart
-	lines    bool // the call sends lines (flag_lines.go)
+	lines    bool         // the call sends lines (flag_lines.go)
+	poll     *time.Ticker // when the waits read the host's abort word (hostAbortPoll)
 }
 
 // flagArgs are a launch's buffers and sizes, as flag.cu takes them.
@@ -185,8 +187,6 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 	}
 	timer := time.NewTimer(time.Until(k.deadline))
 	defer timer.Stop()
-	poll := time.NewTicker(hostAbortPoll)
-	defer poll.Stop()
 	le := binary.LittleEndian
 	for {
 		changed := k.f.Changed()
@@ -204,7 +204,7 @@ func (k *fakeFlag) plan(pcount uint64) (bool, error) {
 		}
 		select {
 		case <-changed:
-		case <-poll.C:
+		case <-k.poll.C:
 			if k.hostAborted() {
 				return false, nil
 			}
@@ -267,8 +267,6 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	}
 	timer := time.NewTimer(time.Until(k.deadline))
 	defer timer.Stop()
-	poll := time.NewTicker(hostAbortPoll)
-	defer poll.Stop()
 	for {
 		changed := k.f.Changed() // before the checks, so no write between them is missed
 		switch {
@@ -279,7 +277,7 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 		}
 		select {
 		case <-changed:
-		case <-poll.C:
+		case <-k.poll.C:
 			if k.hostAborted() {
 				return false, nil
 			}
@@ -289,9 +287,10 @@ func (k *fakeFlag) wait(p uint64, want int64, what, b uint64, peer int) (bool, e
 	}
 }
 
-// hostAbortPoll is how often a fake kernel's wait reads the host's abort
+// hostAbortPoll is how often a fake kernel's waits read the host's abort
 // word (a kernel: every 4096 spins): no write to fake memory announces it,
-// as none reaches a real kernel.
+// as none reaches a real kernel. One ticker per launch (its blocks run one
+// after the other).
 const hostAbortPoll = time.Millisecond
 
 // hostAborted reads the host's abort word (word 2 of the error words,

@@ -27,7 +27,7 @@ const (
 // that count, as the built-in copy does (overlapping slices included).
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n < ntMin || !hasNT || overlap(dst[:n], src[:n]) {
+	if n < ntMin || !hasNT || raceEnabled || overlap(dst[:n], src[:n]) {
 		return copy(dst, src)
 	}
 	d, s := unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src))

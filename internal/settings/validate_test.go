@@ -65,7 +65,6 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_GPU_FLAG_BYTES":         {[]string{"-1", "0", "1099511627776", "32M"}, []string{"-2", "all"}},
 	"FLEXLINK_GPU_FLAG_COLL_BYTES":    {[]string{"-1", "0", "65536"}, []string{"-2", "auto"}},
 	"FLEXLINK_GPU_FLAG_ONESHOT_BYTES": {[]string{"-1", "16", "2M"}, []string{"-3", "x"}},
-	"FLEXLINK_GPU_FLAG_MIN_CHUNK":     {[]string{"auto", "256", "8K", "1M"}, []string{"0", "-1", "255", "2G", "x"}},
 	"FLEXLINK_GPU_FLAG_LINES":         {[]string{"0", "1", "on"}, []string{"2", "maybe"}},
 	"FLEXLINK_GPU_FLAG_BLOCKS":        {[]string{"1", "128", "160"}, []string{"0", "161", "many"}},
 	"FLEXLINK_GPU_FLAG_PCIE_BLOCKS":   {[]string{"0", "32"}, []string{"-1", "33"}},

@@ -35,6 +35,9 @@
 #          $OUT/prof-<test>.pb.gz (go tool pprof -top FILE)
 #   again  all_reduce and all_gather once more, the libraries alternating
 #          (eager times move with the host's noise from run to run)
+#   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
+#          second kernel beside a small kernel costs, replayed and eager
+#          (one GPU; PARTS=nodes alone skips building nccl-tests)
 # KERNELS=1 first compiles gpu/kernels (scripts/gpu-kernels.sh) and runs on
 # those kernels, bringing them back as $OUT/fatbin.tar.
 # Rows go to $OUT/twogpu.log, every step's whole output to
@@ -64,7 +67,7 @@ if [ "${KERNELS:-0}" = 1 ]; then
 	tar -C /tmp/flexlink-fatbin -cf "$OUT/fatbin.tar" fatbin
 	export FLEXLINK_GPU_KERNELS=/tmp/flexlink-fatbin/fatbin
 fi
-nccl_tests_build "$src"
+[ "$PARTS" = nodes ] || nccl_tests_build "$src"
 
 # one LIB TEST ARGS...: one nccl-tests run at 2 MPI ranks, one per GPU;
 # its rows and #wrong line to $LOG under a header, the whole output to
@@ -174,5 +177,12 @@ fi
 if part torchasync; then
 	stamp "torch enqueue.py at 2 ranks, FLEXLINK_GPU_ENQUEUE=async"
 	step "enqueue.py async" env FLEXLINK_GPU_ENQUEUE=async timeout 120 bin/flexrun --nccl --nccl-lib "$PWD/build/nccl/lib" -np 2 python3 tests/torch/enqueue.py
+fi
+if part nodes; then
+	stamp "graph_node_probe"
+	cc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+	step "build graph_node_probe" "$cc" -O3 -arch=sm_90 -std=c++17 -o /tmp/graph_node_probe scripts/graph_node_probe.cu
+	step "graph_node_probe" timeout 60 /tmp/graph_node_probe 2000
+	tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac >>"$LOG"
 fi
 stamp "done: $fails failed" | tee -a "$LOG"

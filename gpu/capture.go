@@ -141,6 +141,26 @@ func (s *Stream) RecordExternal(e *Event) error {
 	return s.enqueue("record event", func(api cu.API) error { return api.EventRecordWithFlags(e.h, s.h, cu.EventRecordExternal) })
 }
 
+// GraphNode is a node of a graph being captured (RecordBranch's).
+type GraphNode struct{ h cu.GraphNode }
+
+// RecordBranch records e at each replay of the graph s is capturing, after
+// the work captured on s so far and after the node after (the zero
+// GraphNode: none), as a side branch: s's later work does not wait for the
+// record, as it waits for RecordExternal's. A flag call ends with one, each
+// after the previous, so the records keep their order off the kernels'
+// chain (0.05 µs a replayed call against 0.6 in the chain on an H200:
+// docs/bench/h200-graph-nodes-2026-11-30-s20.txt). Fails unless s is
+// capturing.
+func (s *Stream) RecordBranch(e *Event, after GraphNode) (GraphNode, error) {
+	if e.dev != s.dev {
+		return GraphNode{}, fmt.Errorf("%s: record an event of %s", s.dev, e.dev)
+	}
+	var n cu.GraphNode
+	err := s.enqueue("record event (branch)", func(api cu.API) (err error) { n, err = api.EventRecordBranch(s.h, e.h, after.h); return })
+	return GraphNode{n}, err
+}
+
 // WaitExternal makes s, which must be capturing, wait for e, which may
 // have been recorded outside the capture: each replay waits for e's
 // latest record at the time of the replay (an event wait node). (The

@@ -337,6 +337,68 @@ func TestFakeCaptureEvents(t *testing.T) {
 	})
 }
 
+// TestFakeRecordBranch: a branch record needs an active capture, and a
+// dependency from the same graph; the graph it ends replays.
+func TestFakeRecordBranch(t *testing.T) {
+	dv, _ := fakeDevice(t, gpufake.Config{})
+	s, cs := mustStream(t, dv), mustStream(t, dv)
+	ev := mustEvent(t, dv, false)
+	if _, err := cs.RecordBranch(ev, gpu.GraphNode{}); !cu.Is(err, cu.ErrorIllegalState) {
+		t.Fatalf("a branch record outside a capture: %v, want CUDA_ERROR_ILLEGAL_STATE", err)
+	}
+	capture := func() (first, second gpu.GraphNode, g *gpu.Graph) {
+		t.Helper()
+		buf := mustAlloc(t, dv, 64)
+		if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Memset(buf, 1); err != nil {
+			t.Fatal(err)
+		}
+		first, err := cs.RecordBranch(ev, gpu.GraphNode{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Memset(buf, 2); err != nil {
+			t.Fatal(err)
+		}
+		if second, err = cs.RecordBranch(ev, first); err != nil {
+			t.Fatal(err)
+		}
+		if g, err = cs.EndCapture(); err != nil {
+			t.Fatal(err)
+		}
+		return first, second, g
+	}
+	_, second, g1 := capture()
+	defer g1.Close()
+	if err := cs.BeginCapture(gpu.CaptureGlobal); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RecordBranch(ev, second); !cu.Is(err, cu.ErrorInvalidValue) {
+		t.Errorf("a branch record after another graph's node: %v, want CUDA_ERROR_INVALID_VALUE", err)
+	}
+	if g, err := cs.EndCapture(); err == nil {
+		g.Close()
+	}
+	x, err := g1.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	for range 3 {
+		if err := x.Launch(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Wait(ev); err != nil {
+		t.Fatalf("an eager wait on the replayed branch record: %v", err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFakeStreamValues: a stream waits for a word another stream (or a
 // replayed graph) writes, with each condition; captured writes and waits
 // are nodes that act at every replay.

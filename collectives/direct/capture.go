@@ -41,8 +41,9 @@ import (
 //
 // Order. A rank's flag kernels must run one after another, replays and
 // eager calls alike. Every flag call ends by recording its last event; in
-// a capture the record is an event record node (RecordExternal) and the
-// capture's first flag call starts with an event wait node on it
+// a capture the record is an event record node on a side branch, after
+// the call's kernels and the capture's previous record (RecordBranch; the
+// kernels do not wait for it), and the capture's first flag call starts with an event wait node on it
 // (WaitExternal), so each replay waits for the latest flag call enqueued
 // before it and records its own end; once a plane has captured, every
 // eager flag call waits on last too, whatever its stream. Two streams of

@@ -111,16 +111,16 @@ func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 		// A two-shot call may have enqueued some of its kernels: Close
 		// (and any later call on another stream) still waits for them.
 		if capID != 0 {
-			s.RecordExternal(f.last)
+			f.recordCaptured(s)
 		} else if s.Record(f.last) == nil {
 			f.lastS = s
 		}
 		return err
 	}
 	if capID != 0 {
-		// Each replay records last (an event record node); the host's
-		// count and link shares describe eager calls only.
-		return s.RecordExternal(f.last)
+		// Each replay records last (capture.go); the host's count and
+		// link shares describe eager calls only.
+		return f.recordCaptured(s)
 	}
 	pbytes := 0
 	switch {

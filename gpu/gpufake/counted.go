@@ -305,6 +305,11 @@ func (c *countedAPI) ThreadExchangeStreamCaptureMode(a0 cu.CaptureMode) (cu.Capt
 	return c.API.ThreadExchangeStreamCaptureMode(a0)
 }
 
+func (c *countedAPI) EventRecordBranch(a0 cu.Stream, a1 cu.Event, a2 cu.GraphNode) (cu.GraphNode, error) {
+	c.calls.note("EventRecordBranch")
+	return c.API.EventRecordBranch(a0, a1, a2)
+}
+
 func (c *countedAPI) EventRecordWithFlags(a0 cu.Event, a1 cu.Stream, a2 uint32) error {
 	c.calls.note("EventRecordWithFlags")
 	return c.API.EventRecordWithFlags(a0, a1, a2)

@@ -105,6 +105,14 @@ type API interface {
 	// in a capture) as an event record node: the event is recorded at each
 	// replay, and can be waited on outside the graph.
 	EventRecordWithFlags(e Event, s Stream, flags uint32) error
+	// EventRecordBranch adds to the graph s is capturing a node that
+	// records e at each replay, after the work captured on s so far and
+	// after the node `after` (0: none), without making s's later work
+	// wait for it: the record is a side branch of the graph, off the
+	// stream's chain (an event record in the chain costs a replayed
+	// small kernel ~0.6 µs on an H200; a branch ~0.05, scripts/
+	// graph_node_probe.cu). Fails unless s is capturing.
+	EventRecordBranch(s Stream, e Event, after GraphNode) (GraphNode, error)
 	// StreamWaitEventFlags makes s wait for e; with EventWaitExternal (only
 	// in a capture) as an event wait node on an event recorded outside it.
 	StreamWaitEventFlags(s Stream, e Event, flags uint32) error

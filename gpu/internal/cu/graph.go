@@ -7,6 +7,7 @@ type (
 	Graph      uintptr // CUgraph
 	GraphExec  uintptr // CUgraphExec
 	UserObject uintptr // CUuserObject
+	GraphNode  uintptr // CUgraphNode
 )
 
 // CaptureStatus is a CUstreamCaptureStatus.

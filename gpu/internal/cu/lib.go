@@ -83,6 +83,7 @@ const (
 	sGraphExecDestroy
 	sStreamWriteValue32
 	sStreamWaitValue32
+	sGraphAddEventRecordNode
 	numSyms
 )
 
@@ -157,6 +158,7 @@ func symbols() [numSyms][]string {
 		sGraphExecDestroy:                {"cuGraphExecDestroy"},
 		sStreamWriteValue32:              {"cuStreamWriteValue32_v2", "cuStreamWriteValue32"},
 		sStreamWaitValue32:               {"cuStreamWaitValue32_v2", "cuStreamWaitValue32"},
+		sGraphAddEventRecordNode:         {"cuGraphAddEventRecordNode"},
 	}
 }
 

@@ -2,6 +2,7 @@ package cu
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -74,6 +75,43 @@ func (l *Lib) StreamCaptureInfo(s Stream) (CaptureStatus, uint64, Graph, error) 
 			uintptr(unsafe.Pointer(&g)), 0, 0)
 	}
 	return st, id, g, err
+}
+
+func (l *Lib) EventRecordBranch(s Stream, e Event, after GraphNode) (GraphNode, error) {
+	var st CaptureStatus
+	var g Graph
+	var deps *GraphNode // the driver's array, valid until the next call on s
+	var n uintptr
+	var err error
+	if l.names[sStreamGetCaptureInfo] == "cuStreamGetCaptureInfo_v3" {
+		var edges uintptr // edge data: the record waits for the whole node whatever its edges
+		err = l.call(sStreamGetCaptureInfo, uintptr(s), uintptr(unsafe.Pointer(&st)), 0, uintptr(unsafe.Pointer(&g)),
+			uintptr(unsafe.Pointer(&deps)), uintptr(unsafe.Pointer(&edges)), uintptr(unsafe.Pointer(&n)))
+	} else {
+		err = l.call(sStreamGetCaptureInfo, uintptr(s), uintptr(unsafe.Pointer(&st)), 0, uintptr(unsafe.Pointer(&g)),
+			uintptr(unsafe.Pointer(&deps)), uintptr(unsafe.Pointer(&n)))
+	}
+	if err != nil {
+		return 0, err
+	}
+	if st != CaptureActive {
+		return 0, &Error{Func: "cuGraphAddEventRecordNode", Code: ErrorIllegalState, Name: "CUDA_ERROR_ILLEGAL_STATE", Desc: "the stream is not in an active capture"}
+	}
+	all := make([]GraphNode, 0, int(n)+1)
+	if n > 0 {
+		all = append(all, unsafe.Slice(deps, int(n))...)
+	}
+	if after != 0 {
+		all = append(all, after)
+	}
+	var node GraphNode
+	var p uintptr
+	if len(all) > 0 {
+		p = uintptr(unsafe.Pointer(&all[0]))
+	}
+	err = l.call(sGraphAddEventRecordNode, uintptr(unsafe.Pointer(&node)), uintptr(g), p, uintptr(len(all)), uintptr(e))
+	runtime.KeepAlive(all)
+	return node, err
 }
 
 func (l *Lib) ThreadExchangeStreamCaptureMode(m CaptureMode) (CaptureMode, error) {

@@ -48,11 +48,13 @@ type captState struct {
 	graphs  map[cu.Graph]*graph
 	execs   map[cu.GraphExec]*graphExec
 	users   map[cu.UserObject]*userObj
+	nodes   map[cu.GraphNode]*graph // branch record nodes (EventRecordBranch), by their graph
 }
 
 func newCaptState() captState {
 	return captState{streams: map[cu.Stream]*capture{}, modes: map[int]cu.CaptureMode{},
-		graphs: map[cu.Graph]*graph{}, execs: map[cu.GraphExec]*graphExec{}, users: map[cu.UserObject]*userObj{}}
+		graphs: map[cu.Graph]*graph{}, execs: map[cu.GraphExec]*graphExec{}, users: map[cu.UserObject]*userObj{},
+		nodes: map[cu.GraphNode]*graph{}}
 }
 
 type capture struct {
@@ -252,6 +254,11 @@ func (f *Fake) StreamEndCapture(s cu.Stream) (cu.Graph, error) {
 func (f *Fake) dropGraph(h cu.Graph) func() {
 	g := f.capt.graphs[h]
 	delete(f.capt.graphs, h)
+	for n, ng := range f.capt.nodes {
+		if ng == g {
+			delete(f.capt.nodes, n)
+		}
+	}
 	return f.releaseUsers(g.users)
 }
 
@@ -424,4 +431,35 @@ func (f *Fake) EventRecordWithFlags(e cu.Event, s cu.Stream, flags uint32) error
 
 func (f *Fake) StreamWaitEventFlags(s cu.Stream, e cu.Event, flags uint32) error {
 	return f.streamWait("cuStreamWaitEvent", s, e, flags&cu.EventWaitExternal != 0)
+}
+
+// EventRecordBranch adds a record node to s's capture. The fake replays a
+// graph's nodes in capture order, so a branch record runs where a record
+// in the chain would: what it checks is the call's use (s capturing,
+// `after` a node of the same graph).
+func (f *Fake) EventRecordBranch(s cu.Stream, e cu.Event, after cu.GraphNode) (cu.GraphNode, error) {
+	const fn = "cuGraphAddEventRecordNode"
+	f.mu.Lock()
+	c := f.capturing(s)
+	var g *graph
+	if c != nil {
+		g = c.g
+	}
+	other, known := f.capt.nodes[after]
+	f.mu.Unlock()
+	switch {
+	case c == nil || c.invalidated != "":
+		return 0, fail(fn, cu.ErrorIllegalState, "stream %#x is not in an active capture", uintptr(s))
+	case after != 0 && (!known || other != g):
+		return 0, fail(fn, cu.ErrorInvalidValue, "dependency node %#x is not a node of the graph being captured", uintptr(after))
+	}
+	if err := f.eventRecord(fn, e, s, true); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.capt.next++
+	n := cu.GraphNode(f.capt.next)
+	f.capt.nodes[n] = g
+	return n, nil
 }

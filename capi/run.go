@@ -268,6 +268,10 @@ func (c *Comm) runP2P(l *p2pLists) error {
 			return fail(InvalidUsage, "rank %d: a send of %d bytes to itself meets a receive of %d bytes", c.rank, s.bytes, r.bytes)
 		}
 		if dev {
+			// The device group copies them (inside the flag kernel of a
+			// gather's or scatter's root, or of torch's all_to_all over
+			// sends and receives, where one runs): never bounced, a copy
+			// on this GPU needs no IPC.
 			src, err := c.lib.mem.buffer(c.gpuDev, s.w.sendReg, s.ptr, s.bytes)
 			if err != nil {
 				return err
@@ -276,9 +280,8 @@ func (c *Comm) runP2P(l *p2pLists) error {
 			if err != nil {
 				return err
 			}
-			if err := stream.CopyDtoD(dst, src); err != nil {
-				return fail(UnhandledCudaError, "rank %d: copy to itself: %w", c.rank, err)
-			}
+			l.devOps = append(l.devOps, rank.DeviceP2P{Send: true, Peer: c.rank, Buf: src}, rank.DeviceP2P{Peer: c.rank, Buf: dst})
+			l.bounced = append(l.bounced, false, false)
 			continue
 		}
 		copy(hostBytes(r.ptr, r.bytes), hostBytes(s.ptr, s.bytes))

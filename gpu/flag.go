@@ -420,7 +420,37 @@ func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *B
 	if a2a {
 		mode = GatherModeA2A
 	}
-	return s.launchGather(out, in, count, region, chunk, grid, mode, FlagSignature(kind, count, dtype.Uint8, dtype.Sum), FlagNoRoot)
+	return s.launchGather(out, in, count, region, chunk, grid, mode, FlagSignature(kind, count, dtype.Uint8, dtype.Sum), FlagNoRoot, SideCopy{})
+}
+
+// SideCopy is a copy on the caller's GPU that a flag send/receive or
+// exchange kernel makes besides its transfer (a group's send and receive
+// to the rank itself), before it meets the peer: Src's bytes into Dst,
+// both of one length (the zero SideCopy: none).
+type SideCopy struct{ Dst, Src *Buffer }
+
+// check reports a side copy that is not one of two buffers of s's device
+// of equal length.
+func (c SideCopy) check(s *Stream, what string) error {
+	if c.Dst == nil && c.Src == nil {
+		return nil
+	}
+	if c.Dst == nil || c.Src == nil || c.Dst.dev != s.dev || c.Src.dev != s.dev || c.Dst.n != c.Src.n || c.Dst.n == 0 {
+		return fmt.Errorf("%s: %s: the copy to itself wants two buffers of %s of one nonzero length", s.dev, what, s.dev)
+	}
+	return nil
+}
+
+// alone makes the side copy of a call with nothing to send (on the copy
+// engine; none when c is the zero SideCopy).
+func (c SideCopy) alone(s *Stream, what string) error {
+	if c.Dst == nil && c.Src == nil {
+		return nil
+	}
+	if err := c.check(s, what); err != nil {
+		return err
+	}
+	return s.CopyDtoD(c.Dst, c.Src)
 }
 
 // The gather kernel's a2a argument (flag.cu): allgather, alltoall, or a
@@ -433,13 +463,17 @@ const (
 
 // launchGather launches the gather kernel (flexlink_flag_gather) once the
 // caller has checked its operands.
-func (s *Stream) launchGather(out, in *Buffer, count int, region *Buffer, chunk, grid, mode int, sig, root uint64) error {
+func (s *Stream) launchGather(out, in *Buffer, count int, region *Buffer, chunk, grid, mode int, sig, root uint64, side SideCopy) error {
 	k, _, err := s.dev.commonKernels()
 	if err != nil {
 		return err
 	}
+	var cdst, csrc, cn uint64
+	if side.Dst != nil {
+		cdst, csrc, cn = uint64(side.Dst.ptr), uint64(side.Src.ptr), uint64(side.Dst.n)
+	}
 	return s.Launch(k.gather, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1},
-		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(mode), sig, root)
+		uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(mode), sig, root, cdst, csrc, cn)
 }
 
 // FlagBroadcast enqueues one flag broadcast of count bytes: root pushes its
@@ -448,43 +482,56 @@ func (s *Stream) launchGather(out, in *Buffer, count int, region *Buffer, chunk,
 // (pass out elsewhere). Chunks (bytes), grid and ordering as FlagGather;
 // every rank must name the same root.
 func (s *Stream) FlagBroadcast(out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
-	return s.flagBroadcast(FlagBroadcastKind, out, in, count, root, region, l, chunk, grid, ranks)
+	return s.flagBroadcast(FlagBroadcastKind, out, in, count, root, region, l, chunk, grid, ranks, SideCopy{})
 }
 
 // FlagSendRecv is FlagBroadcast between two ranks as a send (root: this
 // rank; buf is read) or a receive (root: the peer; buf is written), under
-// FlagSendRecvKind, so a rank that broadcasts meanwhile is caught.
-func (s *Stream) FlagSendRecv(buf *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid int) error {
-	return s.flagBroadcast(FlagSendRecvKind, buf, buf, count, root, region, l, chunk, grid, 2)
+// FlagSendRecvKind, so a rank that broadcasts meanwhile is caught. side
+// is a copy to the rank itself made too (SideCopy).
+func (s *Stream) FlagSendRecv(buf *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid int, side SideCopy) error {
+	return s.flagBroadcast(FlagSendRecvKind, buf, buf, count, root, region, l, chunk, grid, 2, side)
 }
 
 // FlagExchange enqueues one flag exchange between two ranks (a send and a
 // receive of count bytes in one group): in goes to the peer, whose kernel
 // copies it into its out. in and out may be the same buffer. Chunks
-// (bytes), grid and ordering as FlagGather.
-func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid int) error {
+// (bytes), grid and ordering as FlagGather; side as FlagSendRecv.
+func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid int, side SideCopy) error {
 	what := fmt.Sprintf("flag exchange %d bytes", count)
-	if err := s.operands(what, count, count, out, in); err != nil || count == 0 {
+	if err := s.operands(what, count, count, out, in); err != nil {
 		return err
+	}
+	if count == 0 {
+		return side.alone(s, what)
 	}
 	if err := s.flagCheck(what, region, l, chunk, grid, 2); err != nil {
 		return err
 	}
-	return s.launchGather(out, in, count, region, chunk, grid, GatherModeExchange, FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), FlagNoRoot)
+	if err := side.check(s, what); err != nil {
+		return err
+	}
+	return s.launchGather(out, in, count, region, chunk, grid, GatherModeExchange, FlagSignature(FlagExchangeKind, count, dtype.Uint8, dtype.Sum), FlagNoRoot, side)
 }
 
-func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
+func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int, side SideCopy) error {
 	what := fmt.Sprintf("flag broadcast %d bytes root %d", count, root)
 	if root < 0 || root >= ranks {
 		return fmt.Errorf("%s: %s: root not one of %d ranks", s.dev, what, ranks)
 	}
-	if err := s.operands(what, count, count, out, in); err != nil || count == 0 {
+	if err := s.operands(what, count, count, out, in); err != nil {
 		return err
+	}
+	if count == 0 {
+		return side.alone(s, what)
 	}
 	if err := s.flagCheck(what, region, l, chunk, grid, ranks); err != nil {
 		return err
 	}
-	return s.launchGather(out, in, count, region, chunk, grid, GatherModeAll, FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root))
+	if err := side.check(s, what); err != nil {
+		return err
+	}
+	return s.launchGather(out, in, count, region, chunk, grid, GatherModeAll, FlagRootedSignature(kind, count, dtype.Uint8, dtype.Sum, root), uint64(root), side)
 }
 
 // DevicePtr is the device address of pinned memory from AllocHost, for

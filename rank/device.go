@@ -194,7 +194,9 @@ func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count
 
 // Group runs sends and receives together (ncclGroupStart/End around
 // ncclSend/ncclRecv): the i-th send from a to b matches b's i-th receive
-// from a, and the sizes must agree. Only the ranks named take part.
+// from a, and the sizes must agree. Only the ranks named take part. Sends
+// and receives to the rank itself pair up in order and are copies on s
+// (on two ranks, inside the kernel that moves the rest).
 func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...DeviceP2P) error {
 	if err := device.Check(d.d); err != nil {
 		return err

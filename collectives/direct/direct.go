@@ -191,6 +191,14 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 	if err := p.flag.Err(); err != nil {
 		return err
 	}
+	if o.Self.Dst != nil && o.Capture == 0 && !p.flag.P2P(o) {
+		// The copy to itself goes first on the copy engine where no flag
+		// kernel makes it (CaptureBlocker let only flag groups be captured).
+		if err := s.CopyDtoD(o.Self.Dst, o.Self.Src); err != nil {
+			return fmt.Errorf("gpu group: copy to itself: %w", err)
+		}
+		o.Self = gpu.SideCopy{}
+	}
 	if o.Capture != 0 {
 		return p.captured(ctx, o, s) // CaptureBlocker took it (capture.go)
 	}

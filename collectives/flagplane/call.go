@@ -20,7 +20,7 @@ func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if se := f.c.JobErr(); se != nil {
 		return se // the job is aborted (before this plane's first call too): the watcher ends the kernels
 	}
-	capID := o.Capture // o is rewritten below for send/recv
+	capID, side := o.Capture, o.Self // o is rewritten below for send/recv
 	if capID != 0 {
 		if err := f.captureBegin(capID, s); err != nil { // capture.go
 			return err
@@ -95,9 +95,9 @@ func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 		}
 		err = s.FlagReduce(out, o.Send, o.Count, o.DT, o.Op, o.Root, g.mem, g.layout, chunk, grid, f.n)
 	case xchg:
-		err = s.FlagExchange(o.Recv, o.Send, bytes, g.mem, g.layout, chunk, grid)
+		err = s.FlagExchange(o.Recv, o.Send, bytes, g.mem, g.layout, chunk, grid, side)
 	case p2p:
-		err = s.FlagSendRecv(o.Recv, bytes, o.Root, g.mem, g.layout, chunk, grid)
+		err = s.FlagSendRecv(o.Recv, bytes, o.Root, g.mem, g.layout, chunk, grid, side)
 	case o.Kind == plane.Broadcast:
 		in := o.Send // nil off root, where the kernel reads nothing
 		if in == nil {

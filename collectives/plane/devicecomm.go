@@ -134,24 +134,62 @@ func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count
 	return d.call(ctx, s, &Op{Kind: AllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
 }
 
-// Group: see rank.DeviceComm.Group.
+// Group: see rank.DeviceComm.Group. Entries to the rank itself pair up in
+// order (the i-th send with the i-th receive) and are copies on s; one
+// such pair beside entries to peers rides in the direct plane's call
+// (Op.Self: inside the flag kernel where one runs).
 func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error {
-	ps := make([]P2P, len(ops))
+	ps := make([]P2P, 0, len(ops))
+	var selfs [2][]*gpu.Buffer // sends, receives to the rank itself
+	me := d.c.Rank()
 	for i, o := range ops {
-		if err := d.c.CheckPeer(o.Peer); err != nil {
-			return fmt.Errorf("gpu group entry %d: %w", i, err)
+		if o.Peer != me {
+			if err := d.c.CheckPeer(o.Peer); err != nil {
+				return fmt.Errorf("gpu group entry %d: %w", i, err)
+			}
 		}
 		if err := d.local("group entry", o.Buf, -1); err != nil {
 			return fmt.Errorf("gpu group entry %d: %w", i, err)
 		}
-		ps[i] = o
+		if o.Peer != me {
+			ps = append(ps, o)
+		} else if o.Send {
+			selfs[0] = append(selfs[0], o.Buf)
+		} else {
+			selfs[1] = append(selfs[1], o.Buf)
+		}
 	}
 	if s == nil || s.Device() != d.dev {
-		return fmt.Errorf("rank %d: gpu group: stream is not on %s", d.c.Rank(), d.dev)
+		return fmt.Errorf("rank %d: gpu group: stream is not on %s", me, d.dev)
+	}
+	if len(selfs[0]) != len(selfs[1]) {
+		return fmt.Errorf("rank %d: gpu group: %d sends to itself but %d receives from itself: %w", me, len(selfs[0]), len(selfs[1]), errs.ErrMismatch)
+	}
+	for i, src := range selfs[0] {
+		if dst := selfs[1][i]; dst.Len() != src.Len() {
+			return fmt.Errorf("rank %d: gpu group: a send of %d bytes to itself meets a receive of %d bytes: %w", me, src.Len(), dst.Len(), errs.ErrMismatch)
+		}
 	}
 	o := &Op{Kind: Group, P2P: ps, DT: dtype.Uint8}
-	if err := d.captureOf(o, s); err != nil {
-		return err
+	if len(ps) > 0 {
+		if err := d.captureOf(o, s); err != nil {
+			return err
+		}
+	}
+	copies := selfs[0]
+	if len(ps) > 0 && len(copies) == 1 && copies[0].Len() > 0 && d.path == "direct" {
+		o.Self, copies = gpu.SideCopy{Dst: selfs[1][0], Src: copies[0]}, nil
+	}
+	for i, src := range copies {
+		if src.Len() == 0 || src.Ptr() == selfs[1][i].Ptr() {
+			continue
+		}
+		if err := s.CopyDtoD(selfs[1][i], src); err != nil {
+			return fmt.Errorf("rank %d: gpu group: copy to itself: %w", me, err)
+		}
+	}
+	if len(ps) == 0 {
+		return nil
 	}
 	return d.run(ctx, "gpu "+o.Kind.String(), o, s)
 }

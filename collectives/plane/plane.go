@@ -77,6 +77,10 @@ type Op struct {
 	// (0: none): the plane enqueues only work that replays correctly with
 	// no host involvement (Capturer said it can).
 	Capture uint64
+	// Self is a Group's one send and receive to the rank itself (the zero
+	// SideCopy: none; P2P then names peers only): the plane copies it on
+	// the call's stream, inside a flag kernel where one runs.
+	Self gpu.SideCopy
 }
 
 // P2P is one send or receive of a Group; Buf is the whole message.

@@ -21,10 +21,23 @@ import (
 // have delivered their chunks, as a kernel would spin.
 func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 	return func(f *cufake.Fake, grid, _ [3]uint32, params []unsafe.Pointer) error {
-		nargs := map[int]int{gpu.FlagModeAR: 10, gpu.FlagModeRS: 7, gpu.FlagModeGather: 8}[mode]
+		nargs := map[int]int{gpu.FlagModeAR: 10, gpu.FlagModeRS: 7, gpu.FlagModeGather: 11}[mode]
 		v, err := kernelArgs(params, nargs)
 		if err != nil {
 			return err
+		}
+		if mode == gpu.FlagModeGather && v[10] != 0 {
+			// The side copy (flag.cu's cdst, csrc, cbytes), first, as the
+			// kernel makes it.
+			dst, err := f.Mem(cu.DevPtr(v[8]), v[10])
+			if err != nil {
+				return err
+			}
+			src, err := f.Mem(cu.DevPtr(v[9]), v[10])
+			if err != nil {
+				return err
+			}
+			copy(dst, src)
 		}
 		root := gpu.FlagNoRoot
 		switch mode {

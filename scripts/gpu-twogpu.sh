@@ -35,6 +35,9 @@
 #          $OUT/prof-<test>.pb.gz (go tool pprof -top FILE)
 #   again  all_reduce and all_gather once more, the libraries alternating
 #          (eager times move with the host's noise from run to run)
+#   record replayed (-G 10) all_reduce, all_gather, broadcast, reduce and
+#          sendrecv with each FLEXLINK_GPU_GRAPH_RECORD (chain, branch, auto),
+#          beside NCCL
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
@@ -78,7 +81,7 @@ one() {
 	[[ "$lib" == flexlink* ]] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
 	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
 	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
-		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -np 2 $B/${t}_perf -g 1 -c 1 "$@"
+		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -x FLEXLINK_GPU_GRAPH_RECORD -np 2 $B/${t}_perf -g 1 -c 1 "$@"
 	grep -E "^ +[0-9]|Out of bounds|Avg bus" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 }
 # pair LIB TEST: one eager run and one replayed (-G 10), 8 B-1 MiB.
@@ -86,6 +89,7 @@ pair() {
 	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20
 	one "$1" "$2" -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 }
+export FLEXLINK_GPU_GRAPH_RECORD=${FLEXLINK_GPU_GRAPH_RECORD:-auto}
 export FLEXLINK_GPU_ENQUEUE=${FLEXLINK_GPU_ENQUEUE:-sync} FLEXLINK_GPU_FLAG_LINES=${FLEXLINK_GPU_FLAG_LINES:-1} FLEXLINK_GPU_FLAG_COLL_BYTES=${FLEXLINK_GPU_FLAG_COLL_BYTES:--1}
 
 if part small; then
@@ -177,6 +181,15 @@ fi
 if part torchasync; then
 	stamp "torch enqueue.py at 2 ranks, FLEXLINK_GPU_ENQUEUE=async"
 	step "enqueue.py async" env FLEXLINK_GPU_ENQUEUE=async timeout 120 bin/flexrun --nccl --nccl-lib "$PWD/build/nccl/lib" -np 2 python3 tests/torch/enqueue.py
+fi
+if part record; then
+	stamp "FLEXLINK_GPU_GRAPH_RECORD: chain, branch, auto; replayed"
+	for t in all_reduce all_gather broadcast reduce sendrecv; do
+		one NCCL $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+		for m in chain branch auto; do
+			FLEXLINK_GPU_GRAPH_RECORD=$m one flexlink-$m $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+		done
+	done
 fi
 if part nodes; then
 	stamp "graph_node_probe"

@@ -92,6 +92,9 @@ func ReadConfig(env settings.Env) (Config, error) {
 	}
 	c.Flag.Enqueue = enq == "async"
 	c.Flag.Lines = env.Bool("FLEXLINK_GPU_FLAG_LINES")
+	if c.Flag.GraphRecord, err = words("FLEXLINK_GPU_GRAPH_RECORD", "auto", "chain", "branch"); err != nil {
+		return c, err
+	}
 	if c.AllReduce, err = words("FLEXLINK_GPU_ALLREDUCE", "auto", "push", "read"); err != nil {
 		return c, err
 	}

@@ -111,7 +111,7 @@ func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 		// A two-shot call may have enqueued some of its kernels: Close
 		// (and any later call on another stream) still waits for them.
 		if capID != 0 {
-			f.recordCaptured(s)
+			f.recordCaptured(s, 0)
 		} else if s.Record(f.last) == nil {
 			f.lastS = s
 		}
@@ -120,7 +120,10 @@ func (f *Plane) Call(ctx context.Context, o *plane.Op, s *gpu.Stream) error {
 	if capID != 0 {
 		// Each replay records last (capture.go); the host's count and
 		// link shares describe eager calls only.
-		return f.recordCaptured(s)
+		if o.Kind == plane.AllReduce && f.n > 2 && bytes > f.lim.oneShot {
+			grid = 0 // a two-shot call: several kernels
+		}
+		return f.recordCaptured(s, grid)
 	}
 	pbytes := 0
 	switch {

@@ -61,9 +61,18 @@ func (f *Plane) captureBegin(id uint64, s *gpu.Stream) error {
 	return s.Wait(c.ev)
 }
 
-// recordCaptured ends a captured flag call on s: last is recorded at each
-// replay once the call's kernels and the capture's earlier records are.
-func (f *Plane) recordCaptured(s *gpu.Stream) error {
+// recordCaptured ends a captured flag call on s, whose kernels ran grid
+// blocks (0: several kernels): last is recorded at each replay once the
+// call's kernels and the capture's earlier records are, in the stream's
+// chain or on a side branch (FLEXLINK_GPU_GRAPH_RECORD; auto: a branch for
+// one block). The records stay in order either way: a branch record
+// follows the capture's previous branch record, and a chain record
+// follows everything before it on s.
+func (f *Plane) recordCaptured(s *gpu.Stream, grid int) error {
+	branch := f.graphRecord == "branch" || (f.graphRecord == "auto" || f.graphRecord == "") && grid == 1
+	if !branch {
+		return s.RecordExternal(f.last)
+	}
 	rec, err := s.RecordBranch(f.last, f.capt.rec)
 	if err != nil {
 		return err

@@ -114,23 +114,24 @@ type peers struct {
 // accept a nil Plane).
 type Plane struct {
 	*peers
-	lim      flagLimits
-	lines    bool              // FLEXLINK_GPU_FLAG_LINES: small calls send lines (flag.cu, "Lines")
-	twoShots uint64            // two-shot allreduces so far (tests)
-	regions  [2]flagRegion     // small, large (the large one only when lim.maxBytes reaches SmallMax); nil mem until made
-	conf     [2]gpu.FlagLayout // the configured layouts, alike on every rank (setup)
-	large    largeState        // whether calls of SmallMax bytes and more have a region of their own
-	ctl      gpu.FlagCtl       // what every region's control block holds beside the region's own fields (open)
-	claims   [2]bool           // this plane holds its device's primary small / large region (devmem.go)
-	timeout  time.Duration     // FLEXLINK_GPU_KERNEL_TIMEOUT (0: none)
-	errMem   *gpu.HostMem      // errWords words: 0, the kernels' error word; 1: 1, the source of abort copies; hostAbortWord
-	last     *gpu.Event        // after the latest flag kernel
-	lastS    *gpu.Stream       // the stream it was recorded on
-	calls    uint64
-	pcie     *flagPCIe                // the large region's PCIe part (pcie.go); nil: NVLink only
-	count    func(nvlink, pcie int64) // a finished call's bytes per link, for LinkShares
-	w        flagWatch
-	capt     flagCapture // CUDA graph capture (capture.go)
+	lim         flagLimits
+	lines       bool              // FLEXLINK_GPU_FLAG_LINES: small calls send lines (flag.cu, "Lines")
+	graphRecord string            // FLEXLINK_GPU_GRAPH_RECORD (capture.go)
+	twoShots    uint64            // two-shot allreduces so far (tests)
+	regions     [2]flagRegion     // small, large (the large one only when lim.maxBytes reaches SmallMax); nil mem until made
+	conf        [2]gpu.FlagLayout // the configured layouts, alike on every rank (setup)
+	large       largeState        // whether calls of SmallMax bytes and more have a region of their own
+	ctl         gpu.FlagCtl       // what every region's control block holds beside the region's own fields (open)
+	claims      [2]bool           // this plane holds its device's primary small / large region (devmem.go)
+	timeout     time.Duration     // FLEXLINK_GPU_KERNEL_TIMEOUT (0: none)
+	errMem      *gpu.HostMem      // errWords words: 0, the kernels' error word; 1: 1, the source of abort copies; hostAbortWord
+	last        *gpu.Event        // after the latest flag kernel
+	lastS       *gpu.Stream       // the stream it was recorded on
+	calls       uint64
+	pcie        *flagPCIe                // the large region's PCIe part (pcie.go); nil: NVLink only
+	count       func(nvlink, pcie int64) // a finished call's bytes per link, for LinkShares
+	w           flagWatch
+	capt        flagCapture // CUDA graph capture (capture.go)
 	// captureOnly: the ranks share a GPU, where eager calls take other
 	// paths (collectives/direct/setup.go); only captured calls run here.
 	captureOnly bool

@@ -31,6 +31,10 @@ type Config struct {
 	// Lines: FLEXLINK_GPU_FLAG_LINES: small calls send lines that carry
 	// their own flags (flag.cu, "Lines"); every rank must agree.
 	Lines bool
+	// GraphRecord: FLEXLINK_GPU_GRAPH_RECORD: how a captured call records
+	// its end (capture.go): "chain", "branch", or "auto" (or ""): a branch
+	// for a call of one block, the chain otherwise.
+	GraphRecord string
 	// PerGPU is the most ranks of the plane on one GPU (direct.New sets it
 	// from the ranks' bus ids): their flag kernels split its SMs.
 	PerGPU int
@@ -79,7 +83,7 @@ func New(h plane.Host, dev *gpu.Device, cfg Config, captureOnly bool, count func
 	// different GPUs that end up with different layouts turn the flag plane
 	// off (open).
 	blocks = min(blocks, max(1, pr.dev.Multiprocessors()/max(1, cfg.PerGPU)))
-	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}, lines: cfg.Lines}
+	f := &Plane{peers: pr, count: count, captureOnly: captureOnly, lim: flagLimits{maxBytes: maxBytes, collBytes: coll, oneShot: oneShot}, lines: cfg.Lines, graphRecord: cfg.GraphRecord}
 	f.holds.log = pr.c.Log().Warn
 	// The small region: a quarter of the budget spread as if over n
 	// senders (64 KiB slots with two ranks and 128 blocks: small calls want

@@ -57,6 +57,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_GPU_SHARED":             {[]string{"auto", "leader", "events"}, []string{"mps", "one"}},
 	"FLEXLINK_STACK_DUMP_AFTER":       {[]string{"0", "90s"}, []string{"soon", "-1s"}},
 	"FLEXLINK_GPU_ENQUEUE":            {[]string{"async", "SYNC"}, []string{"on", "1"}},
+	"FLEXLINK_GPU_GRAPH_RECORD":       {[]string{"branch", "Chain", "auto"}, []string{"1", "side"}},
 	"FLEXLINK_GPU_CHUNK_BYTES":        {[]string{"65536", "16M"}, []string{"65535", "1K", "x"}},
 	"FLEXLINK_GPU_COPY_STREAMS":       {[]string{"1", "16"}, []string{"0", "17"}},
 	"FLEXLINK_GPU_ALLREDUCE":          {[]string{"read", "push", "auto"}, []string{"pull", "store"}},

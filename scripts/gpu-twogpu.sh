@@ -38,6 +38,10 @@
 #   record replayed (-G 10) all_reduce, all_gather, broadcast, reduce and
 #          sendrecv with each FLEXLINK_GPU_GRAPH_RECORD (chain, branch, auto),
 #          beside NCCL
+#   ab     another build of flexlink's library beside this one (LIBB: its
+#          path, a libnccl.so.2 built from a variant), as flexlink-b, and
+#          NCCL: ABTESTS (default the seven collectives and sendrecv)
+#          64 KiB-1 MiB, eager and -G 10
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
@@ -79,6 +83,7 @@ one() {
 	local lib=$1 t=$2 pre=()
 	shift 2
 	[[ "$lib" == flexlink* ]] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
+	[[ "$lib" == flexlink-b ]] && pre=(-x LD_PRELOAD=${LIBB:?LIBB: the other library} -x FLEXLINK_GPU_FLAG_LINES)
 	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
 	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
 		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -x FLEXLINK_GPU_GRAPH_RECORD -np 2 $B/${t}_perf -g 1 -c 1 "$@"
@@ -188,6 +193,14 @@ if part record; then
 		one NCCL $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
 		for m in chain branch auto; do
 			FLEXLINK_GPU_GRAPH_RECORD=$m one flexlink-$m $t -b 8 -e 1M -f 2 -n 200 -w 20 -G 10
+		done
+	done
+fi
+if part ab; then
+	stamp "flexlink beside flexlink-b ($LIBB), 64 KiB-1 MiB"
+	for t in ${ABTESTS:-all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv}; do
+		for g in "" "-G 10"; do
+			for lib in NCCL flexlink flexlink-b; do one $lib $t -b 64K -e 1M -f 2 -n 200 -w 20 $g; done
 		done
 	done
 fi

@@ -45,10 +45,12 @@ const (
 	FlagLLPay  = 8 << 10
 	FlagLLSlot = 2*FlagLLPay + FlagSlotHeader
 	// flagLLPeerBlocks is the line slots' blocks times peers a region
-	// holds at most (16 blocks with two ranks, 5 with four, 2 with
-	// eight): line calls up to 128 KiB with two ranks, as measured on
-	// 2xH200 (docs/PERF.md, "Lines").
-	flagLLPeerBlocks = 16
+	// holds at most (64 blocks with two ranks, 21 with four, 9 with
+	// eight): line calls up to 512 KiB per peer with two ranks. Measured
+	// on 2xH200 (docs/PERF.md, "Two H200s, twentieth session"): with 16
+	// (128 KiB) replayed calls of 256 KiB-1 MiB took 1.3-1.6x NCCL's time
+	// (the step to the slots and their fences); with 64, 0.9-1.1x.
+	flagLLPeerBlocks = 64
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a

@@ -41,7 +41,7 @@
 #   ab     another build of flexlink's library beside this one (LIBB: its
 #          path, a libnccl.so.2 built from a variant), as flexlink-b, and
 #          NCCL: ABTESTS (default the seven collectives and sendrecv)
-#          64 KiB-1 MiB, eager and -G 10
+#          from ABB to ABE (default 64K, 1M), eager and -G 10
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
@@ -197,10 +197,10 @@ if part record; then
 	done
 fi
 if part ab; then
-	stamp "flexlink beside flexlink-b ($LIBB), 64 KiB-1 MiB"
+	stamp "flexlink beside flexlink-b ($LIBB), ${ABB:=64K}-${ABE:=1M}"
 	for t in ${ABTESTS:-all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv}; do
 		for g in "" "-G 10"; do
-			for lib in NCCL flexlink flexlink-b; do one $lib $t -b 64K -e 1M -f 2 -n 200 -w 20 $g; done
+			for lib in NCCL flexlink flexlink-b; do one $lib $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g; done
 		done
 	done
 fi

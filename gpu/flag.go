@@ -45,12 +45,13 @@ const (
 	FlagLLPay  = 8 << 10
 	FlagLLSlot = 2*FlagLLPay + FlagSlotHeader
 	// flagLLPeerBlocks is the line slots' blocks times peers a region
-	// holds at most (64 blocks with two ranks, 21 with four, 9 with
-	// eight): line calls up to 512 KiB per peer with two ranks. Measured
-	// on 2xH200 (docs/PERF.md, "Two H200s, twentieth session"): with 16
+	// holds at most (128 blocks with two ranks, 42 with four, 18 with
+	// eight): line calls up to 1 MiB per peer with two ranks. Measured on
+	// 2xH200 (docs/PERF.md, "Two H200s, twentieth session"): with 16
 	// (128 KiB) replayed calls of 256 KiB-1 MiB took 1.3-1.6x NCCL's time
-	// (the step to the slots and their fences); with 64, 0.9-1.1x.
-	flagLLPeerBlocks = 64
+	// (the step to the slots and their fences); with 64, 0.9-1.1x; with
+	// 128 replays of 1-2 MiB 2-13% faster again, the rest alike.
+	flagLLPeerBlocks = 128
 )
 
 // FlagLayout is the shape of every rank's flag region; all ranks of a

@@ -48,9 +48,9 @@ func TestFlagLayout(t *testing.T) {
 		ok    bool
 		bytes int // for 2 ranks
 	}{
-		// the slots, then the line slots: 64 line blocks with 2 ranks (at
+		// the slots, then the line slots: 128 line blocks with 2 ranks (at
 		// most the layout's blocks), two of 2*8 KiB + 256 each
-		{gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144 + 64*2*(16384+256)},
+		{gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}, true, 65536 + 128*2*262144 + 128*2*(16384+256)},
 		{gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: 1}, true, 65536 + 2*512 + 1*2*(16384+256)},
 		{gpu.FlagLayout{SlotBytes: 256, Depth: 2, MaxBlocks: 1}, false, 0}, // no room beside the header
 		{gpu.FlagLayout{SlotBytes: 300, Depth: 2, MaxBlocks: 1}, false, 0},
@@ -70,10 +70,10 @@ func TestFlagLayout(t *testing.T) {
 }
 
 // TestFlagLLBlocks: the line slots' blocks per region, alike on every
-// rank: 64 blocks' worth over the peers, at least 2, at most the layout's.
+// rank: 128 blocks' worth over the peers, at least 2, at most the layout's.
 func TestFlagLLBlocks(t *testing.T) {
 	for _, tc := range []struct{ blocks, n, want int }{
-		{128, 1, 0}, {128, 2, 64}, {128, 3, 32}, {128, 4, 21}, {128, 8, 9}, {128, 40, 2}, {1, 2, 1}, {4, 2, 4}, {32, 2, 32},
+		{128, 1, 0}, {128, 2, 128}, {128, 3, 64}, {128, 4, 42}, {128, 8, 18}, {128, 80, 2}, {1, 2, 1}, {4, 2, 4}, {32, 2, 32}, {160, 2, 128},
 	} {
 		l := gpu.FlagLayout{SlotBytes: 512, Depth: 2, MaxBlocks: tc.blocks}
 		if got := l.LLBlocks(tc.n); got != tc.want {

@@ -63,7 +63,7 @@ func (c *Comm) runOneRank(w *work) error {
 		what = "PreMulSum"
 		err = c.oneRankPreMul(w, s, send, recv)
 	} else {
-		err = s.CopyDtoD(recv, send)
+		err = s.CopyLocal(recv, send) // a copy kernel up to 1 MiB: less host time than NCCL's cudaMemcpyAsync
 	}
 	var checked *Error
 	switch {

@@ -150,7 +150,9 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // on the caller's stream, in place nothing, and for a PreMulSum (which
 // its avg of floats is) one kernel launch, in place too; it asks nothing
 // about the pointers or the capture. flexlink makes, out of place, the
-// copy (cuMemcpyAsync) and cuCtxGetCurrent (a read of the thread's
+// copy (up to 1 MiB a copy kernel, cuLaunchKernel, which costs the host
+// less than a cuMemcpyAsync: gpu.Stream.CopyLocal; a copy-engine copy,
+// cuMemcpyAsync, above) and cuCtxGetCurrent (a read of the thread's
 // binding: the context is made current only when another is); and it
 // asks the driver about each distinct allocation once (Identify,
 // cuPointerGetAttributes: memory type and buffer id), which is how it
@@ -163,7 +165,7 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // are checked against a float64 reference.
 func TestOneRankDriverCalls(t *testing.T) {
 	const count = 1000
-	outOfPlace := driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}
+	outOfPlace := driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 2}
 	inPlace := driverCalls{"Identify": 1}
 	type row struct {
 		kind    Kind
@@ -208,11 +210,11 @@ func TestOneRankDriverCalls(t *testing.T) {
 	rows = append(rows,
 		row{kind: AllReduce, premul: "device", capture: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 3}},
 		row{kind: AllReduce, noIPC: true, want: outOfPlace},
-		row{kind: AllReduce, oneBuf: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 1}},
+		row{kind: AllReduce, oneBuf: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 1}},
 		row{kind: AllReduce, capture: true, want: outOfPlace},
 		row{kind: AllReduce, op: 4, capture: true, want: outOfPlace},
 		row{kind: AllReduce, inPlace: true, capture: true, want: inPlace},
-		row{kind: AllToAll, group: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}},
+		row{kind: AllToAll, group: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 2}},
 	)
 	f := newOneRankFixture(t)
 	for _, r := range rows {
@@ -406,7 +408,7 @@ func TestOneRankArgumentsChecked(t *testing.T) {
 			if ResultOf(err) != InvalidArgument {
 				t.Fatalf("got %v (result %d), want ncclInvalidArgument", err, ResultOf(err))
 			}
-			if d := f.calls.Since(before); d["MemcpyAsync"] != 0 {
+			if d := f.calls.Since(before); d["MemcpyAsync"] != 0 || d["LaunchKernel"] != 0 {
 				t.Errorf("the refused call enqueued: %v", driverCalls(d))
 			}
 		})

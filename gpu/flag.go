@@ -444,8 +444,8 @@ func (c SideCopy) check(s *Stream, what string) error {
 	return nil
 }
 
-// alone makes the side copy of a call with nothing to send (on the copy
-// engine; none when c is the zero SideCopy).
+// alone makes the side copy of a call with nothing to send (CopyLocal;
+// none when c is the zero SideCopy).
 func (c SideCopy) alone(s *Stream, what string) error {
 	if c.Dst == nil && c.Src == nil {
 		return nil
@@ -453,7 +453,7 @@ func (c SideCopy) alone(s *Stream, what string) error {
 	if err := c.check(s, what); err != nil {
 		return err
 	}
-	return s.CopyDtoD(c.Dst, c.Src)
+	return s.CopyLocal(c.Dst, c.Src)
 }
 
 // The gather kernel's a2a argument (flag.cu): allgather, alltoall, or a

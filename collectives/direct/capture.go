@@ -127,5 +127,5 @@ func selfCopy(o *plane.Op, s *gpu.Stream) error {
 		return nil
 	}
 	n := min(src.Len(), dst.Len())
-	return s.CopyDtoD(dst.Sub(0, n), src.Sub(0, n))
+	return s.CopyLocal(dst.Sub(0, n), src.Sub(0, n))
 }

@@ -192,9 +192,9 @@ func (p *directPlane) do(ctx context.Context, o *plane.Op, s *gpu.Stream) (err e
 		return err
 	}
 	if o.Self.Dst != nil && o.Capture == 0 && !p.flag.P2P(o) {
-		// The copy to itself goes first on the copy engine where no flag
-		// kernel makes it (CaptureBlocker let only flag groups be captured).
-		if err := s.CopyDtoD(o.Self.Dst, o.Self.Src); err != nil {
+		// The copy to itself goes first where no flag kernel makes it
+		// (CaptureBlocker let only flag groups be captured).
+		if err := s.CopyLocal(o.Self.Dst, o.Self.Src); err != nil {
 			return fmt.Errorf("gpu group: copy to itself: %w", err)
 		}
 		o.Self = gpu.SideCopy{}

@@ -9,8 +9,8 @@ import (
 
 // A group's send and receive to the rank itself beside its entries to the
 // peer (a gather's or scatter's root, an all-to-all over sends and
-// receives) is copied inside the flag kernel where one runs, and on the
-// copy engine ahead of the handshake path where not: the bytes arrive
+// receives) is copied inside the flag kernel where one runs, and ahead
+// of the handshake path where not (CopyLocal): the bytes arrive
 // whole either way, nothing past them is written, and a group of copies
 // to itself alone meets no peer.
 func TestGPUFakeFlagSelfCopy(t *testing.T) {

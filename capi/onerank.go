@@ -63,7 +63,12 @@ func (c *Comm) runOneRank(w *work) error {
 		what = "PreMulSum"
 		err = c.oneRankPreMul(w, s, send, recv)
 	} else {
-		err = s.CopyLocal(recv, send) // a copy kernel up to 1 MiB: less host time than NCCL's cudaMemcpyAsync
+		// A copy kernel up to 1 MiB (CopyLocal): eager, a call takes 5-7.5
+		// µs of GPU time against 7.2 for NCCL's cudaMemcpyAsync; replayed
+		// 1.0-1.3 against 0.9-1.15 (docs/PERF.md, twentieth session). The
+		// capture is not asked (a driver call per call, which NCCL does
+		// not make either), so a captured call gets the kernel too.
+		err = s.CopyLocal(recv, send)
 	}
 	var checked *Error
 	switch {

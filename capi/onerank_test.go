@@ -152,7 +152,8 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // about the pointers or the capture. flexlink makes, out of place, the
 // copy (up to 1 MiB a copy kernel, cuLaunchKernel, which costs the host
 // less than a cuMemcpyAsync: gpu.Stream.CopyLocal; a copy-engine copy,
-// cuMemcpyAsync, above) and cuCtxGetCurrent (a read of the thread's
+// cuMemcpyAsync, above; the capture is not asked, so a captured call
+// gets the kernel too) and cuCtxGetCurrent (a read of the thread's
 // binding: the context is made current only when another is); and it
 // asks the driver about each distinct allocation once (Identify,
 // cuPointerGetAttributes: memory type and buffer id), which is how it

@@ -127,5 +127,8 @@ func selfCopy(o *plane.Op, s *gpu.Stream) error {
 		return nil
 	}
 	n := min(src.Len(), dst.Len())
+	if o.Capture != 0 {
+		return s.CopyDtoD(dst.Sub(0, n), src.Sub(0, n)) // replayed, a copy node costs less than a kernel node
+	}
 	return s.CopyLocal(dst.Sub(0, n), src.Sub(0, n))
 }

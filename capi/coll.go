@@ -91,14 +91,7 @@ func (l *Library) checkCall(fn string, h uintptr, call Call) (*work, error) {
 	if err := c.usable(fn); err != nil {
 		return nil, err
 	}
-	w, err := c.check(call)
-	if err != nil {
-		return nil, err
-	}
-	if w.sendN == 0 && w.recvN == 0 {
-		return nil, nil
-	}
-	return w, nil
+	return c.check(call)
 }
 
 // runAllOne runs one call outside a group. A refusal (Error.Local) fails
@@ -113,7 +106,8 @@ func (c *Comm) runAllOne(w *work) error {
 	return nil
 }
 
-// check validates call's arguments against the communicator.
+// check validates call's arguments against the communicator; a nil work
+// means there is nothing to do (count 0).
 func (c *Comm) check(call Call) (*work, error) {
 	fn := call.Kind.String()
 	w := c.lib.newWork(c, call)
@@ -186,6 +180,12 @@ func (c *Comm) check(call Call) (*work, error) {
 	}
 	if w.recvN > 0 && call.Recv == nil {
 		return nil, fail(InvalidArgument, "%s: receive buffer is NULL (count %d)", fn, call.Count)
+	}
+	if w.sendN == 0 && w.recvN == 0 {
+		// Count 0: nothing to do, as NCCL, and no driver call to learn
+		// where buffers nobody touches live.
+		c.lib.freeWork(w)
+		return nil, nil
 	}
 	if err := c.locate(w); err != nil {
 		return nil, fmt.Errorf("%s: %w", fn, err)

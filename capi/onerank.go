@@ -63,12 +63,11 @@ func (c *Comm) runOneRank(w *work) error {
 		what = "PreMulSum"
 		err = c.oneRankPreMul(w, s, send, recv)
 	} else {
-		// A copy kernel up to 1 MiB (CopyLocal): eager, a call takes 5-7.5
-		// µs of GPU time against 7.2 for NCCL's cudaMemcpyAsync; replayed
-		// 1.0-1.3 against 0.9-1.15 (docs/PERF.md, twentieth session). The
-		// capture is not asked (a driver call per call, which NCCL does
-		// not make either), so a captured call gets the kernel too.
-		err = s.CopyLocal(recv, send)
+		// The copy engine, as NCCL: a copy kernel (gpu.Stream.CopyLocal)
+		// ran eager calls faster on an H200 (5-7.5 µs against 7.2) and
+		// replays slower (1.0-1.3 against 0.9-1.15; docs/PERF.md, twentieth
+		// session), and would make a one-rank job load the kernels.
+		err = s.CopyDtoD(recv, send)
 	}
 	var checked *Error
 	switch {

@@ -150,10 +150,7 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // on the caller's stream, in place nothing, and for a PreMulSum (which
 // its avg of floats is) one kernel launch, in place too; it asks nothing
 // about the pointers or the capture. flexlink makes, out of place, the
-// copy (up to 1 MiB a copy kernel, cuLaunchKernel, which costs the host
-// less than a cuMemcpyAsync: gpu.Stream.CopyLocal; a copy-engine copy,
-// cuMemcpyAsync, above; the capture is not asked, so a captured call
-// gets the kernel too) and cuCtxGetCurrent (a read of the thread's
+// copy (cuMemcpyAsync) and cuCtxGetCurrent (a read of the thread's
 // binding: the context is made current only when another is); and it
 // asks the driver about each distinct allocation once (Identify,
 // cuPointerGetAttributes: memory type and buffer id), which is how it
@@ -166,7 +163,7 @@ func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 // are checked against a float64 reference.
 func TestOneRankDriverCalls(t *testing.T) {
 	const count = 1000
-	outOfPlace := driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 2}
+	outOfPlace := driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}
 	inPlace := driverCalls{"Identify": 1}
 	type row struct {
 		kind    Kind
@@ -211,11 +208,11 @@ func TestOneRankDriverCalls(t *testing.T) {
 	rows = append(rows,
 		row{kind: AllReduce, premul: "device", capture: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 3}},
 		row{kind: AllReduce, noIPC: true, want: outOfPlace},
-		row{kind: AllReduce, oneBuf: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 1}},
+		row{kind: AllReduce, oneBuf: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 1}},
 		row{kind: AllReduce, capture: true, want: outOfPlace},
 		row{kind: AllReduce, op: 4, capture: true, want: outOfPlace},
 		row{kind: AllReduce, inPlace: true, capture: true, want: inPlace},
-		row{kind: AllToAll, group: true, want: driverCalls{"CtxGetCurrent": 1, "LaunchKernel": 1, "Identify": 2}},
+		row{kind: AllToAll, group: true, want: driverCalls{"CtxGetCurrent": 1, "MemcpyAsync": 1, "Identify": 2}},
 	)
 	f := newOneRankFixture(t)
 	for _, r := range rows {
@@ -418,5 +415,24 @@ func TestOneRankArgumentsChecked(t *testing.T) {
 	recv := f.alloc(4*count, false)
 	if err := f.l.Coll(1, f.h, Call{Kind: AllReduce, Send: devPtr(send), Recv: devPtr(recv), Count: count, Type: ncclFloat32, Stream: f.s.Handle()}); err != nil {
 		t.Fatalf("a good call after the refused ones: %v", err)
+	}
+}
+
+// TestCountZeroNoDriverCall: a call of count 0 succeeds at once, as NCCL's,
+// whatever its buffers (NULL too), and asks the driver nothing.
+func TestCountZeroNoDriverCall(t *testing.T) {
+	f := newOneRankFixture(t)
+	buf := f.alloc(64, false)
+	for _, kind := range []Kind{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Send, Recv} {
+		for _, p := range []unsafe.Pointer{devPtr(buf), nil} {
+			before := f.calls.Counts()
+			err := f.l.Coll(1, f.h, Call{Kind: kind, Send: p, Recv: p, Count: 0, Type: ncclFloat32, Stream: f.s.Handle()})
+			if err != nil {
+				t.Errorf("%s of count 0 (buffer %p): %v", kind, p, err)
+			}
+			if d := f.calls.Since(before); len(d) != 0 {
+				t.Errorf("%s of count 0 (buffer %p) made driver calls %v", kind, p, driverCalls(d))
+			}
+		}
 	}
 }

@@ -181,7 +181,11 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 		o.Self, copies = gpu.SideCopy{Dst: selfs[1][0], Src: copies[0]}, nil
 	}
 	for i, src := range copies {
-		if err := s.CopyLocal(selfs[1][i], src); err != nil {
+		if src.Len() == 0 || src.Ptr() == selfs[1][i].Ptr() {
+			continue
+		}
+		// The copy engine: a one-rank job loads no kernels.
+		if err := s.CopyDtoD(selfs[1][i], src); err != nil {
 			return fmt.Errorf("rank %d: gpu group: copy to itself: %w", me, err)
 		}
 	}

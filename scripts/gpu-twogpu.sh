@@ -42,6 +42,8 @@
 #          path, a libnccl.so.2 built from a variant), as flexlink-b, and
 #          NCCL: ABTESTS (default the seven collectives and sendrecv)
 #          from ABB to ABE (default 64K, 1M), eager and -G 10
+#   cputime  all_reduce, broadcast and sendrecv 8 B-64 KiB eager with -C 1
+#          (host time per call instead of the GPU's), both libraries
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
@@ -202,6 +204,12 @@ if part ab; then
 		for g in "" "-G 10"; do
 			for lib in NCCL flexlink flexlink-b; do one $lib $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g; done
 		done
+	done
+fi
+if part cputime; then
+	stamp "host time per call (-C 1), 2 ranks"
+	for t in all_reduce broadcast sendrecv; do
+		for lib in NCCL flexlink; do one $lib $t -b 8 -e 64K -f 8 -n 2000 -w 50 -C 1; done
 	done
 fi
 if part nodes; then

@@ -85,7 +85,7 @@
 //
 // Every rank runs in its own process group, and signals go to the group.
 // When a rank exits non-zero or dies by a signal, flexrun waits up to
-// --cause-grace (300 ms; less once every rank has ended) for the other
+// --cause-grace (1 s; less once every rank has ended) for the other
 // ranks' ends, names the cause on its first line and the ranks that failed
 // because of it on a second:
 //

@@ -127,6 +127,15 @@ func (m *Members) Options(r int) join.Options {
 			vars[k] = v
 		}
 	}
+	if _, ok := vars["FLEXLINK_NET_IFNAME"]; !ok {
+		// The network transport takes the loopback unless the test names
+		// its NICs: the machine's other interfaces come and go (bridges
+		// and namespaces another test package makes, scripts/testcluster),
+		// and a rail that vanishes mid-test refuses the connection (CI,
+		// 2026-11-30: TestCollectivesOverRealTransports dialled fswbr1,
+		// launcher/clustertest's bridge, as it was torn down).
+		vars["FLEXLINK_NET_IFNAME"] = "=lo"
+	}
 	host := "testhost"
 	if m.spec.Host != nil {
 		host = m.spec.Host(r)

@@ -77,9 +77,11 @@ func (s *supervisor) awaitClean() {
 // network: its agent falls silent) flexrun learns only after
 // Remote.AgentTimeout. Naming one of the consequences at once would blame
 // a healthy rank. It waits at most the agent timeout and a second past
-// the window's opening.
+// the window's opening. It also waits, at most cleanWait past the
+// opening, for a rank that exited 0 (cleanPending) and for a rank that
+// timed out and has not exited yet (timedOutRunning).
 func (s *supervisor) causeElsewhere() bool {
-	if time.Since(s.opened) < cleanWait && s.cleanPending() {
+	if time.Since(s.opened) < cleanWait && (s.cleanPending() || s.timedOutRunning()) {
 		return true
 	}
 	if s.remote == nil || time.Since(s.opened) > s.job.Remote.AgentTimeout+time.Second {
@@ -93,6 +95,23 @@ func (s *supervisor) causeElsewhere() bool {
 	}
 	for i, rp := range s.ranks {
 		if !s.exited[i] && rp.agent != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// timedOutRunning reports whether a rank that published a timeout (its
+// collective's deadline passed) has not exited yet: it is on its way out,
+// a consequence to be named with the others, and its exit can trail the
+// first failure by more than the window (the rank that serves a C
+// library job's store holds its error until the others have asked who is
+// behind: capi/holdstore.go). The window waits for it, at most cleanWait
+// past its opening.
+func (s *supervisor) timedOutRunning() bool {
+	s.drainReports()
+	for _, e := range s.evidence.ends {
+		if e.Kind == "timeout" && e.rank >= 0 && e.rank < len(s.exited) && !s.exited[e.rank] {
 			return true
 		}
 	}

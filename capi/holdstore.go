@@ -17,7 +17,8 @@ import (
 // So the process that serves the store, having named the members behind
 // for its own timed-out call, waits before returning that error until
 // each other waiting member has asked about the same call and every
-// member has answered it, at most serveGrace.
+// member has answered it and the asker has read the answers, at most
+// serveGrace.
 
 // serveGrace bounds that wait: a failure path (the job is failing), and
 // never an abort's (torch's watchdog wants its abort back within a
@@ -82,6 +83,12 @@ func (c *Comm) holdStore(seq uint64, calls []int64) {
 			if _, err := c.prog.store.Get(ctx, answerKey(c.prog.key, k, a)); err != nil {
 				return
 			}
+		}
+		// The answers being in the store is not enough: the member may not
+		// have read them yet, and this process's exit would take them
+		// with it (seen in CI: rank 2's error then named nobody).
+		if _, err := c.prog.store.Get(ctx, readKey(c.prog.key, k)); err != nil {
+			return
 		}
 	}
 }

@@ -145,6 +145,12 @@ func answerKey(comm string, k uint64, r int) string {
 	return comm + "/stall/" + strconv.FormatUint(k, 10) + "/" + strconv.Itoa(r)
 }
 
+// readKey is where the member that put request k says it has read the
+// answers (or stopped waiting for them).
+func readKey(comm string, k uint64) string {
+	return comm + "/stall/" + strconv.FormatUint(k, 10) + "/read"
+}
+
 // nameWithheld adds to err, the end of this rank's collective number seq
 // by a timeout or an abort, the members that have not called it; and
 // tells flexrun (report.go) why the call failed, when that is evidence
@@ -295,6 +301,11 @@ func (c *Comm) askCalls(seq uint64, wait time.Duration) (calls []int64, jobs []i
 	}
 	wg.Wait()
 	p.jobs.Store(&jobs)
+	// Say the answers were read: the process serving the store may be
+	// waiting for that before it exits (holdStore).
+	actx, acancel := context.WithTimeout(context.Background(), stallWait)
+	_ = p.store.Put(actx, readKey(p.key, k), []byte{1})
+	acancel()
 	return calls, jobs
 }
 

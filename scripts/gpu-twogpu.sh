@@ -42,6 +42,12 @@
 #          path, a libnccl.so.2 built from a variant), as flexlink-b, and
 #          NCCL: ABTESTS (default the seven collectives and sendrecv)
 #          from ABB to ABE (default 64K, 1M), eager and -G 10
+#   kab    the kernels as committed (KERNELSA, a copy of gpu/kernels/fatbin;
+#          default .devbin/fatbin-a, carried) beside those of this tree
+#          (KERNELS=1 compiles them), both through this library, as
+#          flexlink-a and flexlink, and NCCL: ABTESTS (default
+#          all_reduce all_gather broadcast sendrecv) from ABB to ABE
+#          (default 8, 64K), replayed (-G 10; KABEAGER=1 adds eager)
 #   cputime  all_reduce, broadcast and sendrecv 8 B-64 KiB eager with -C 1
 #          (host time per call instead of the GPU's), both libraries
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
@@ -203,6 +209,19 @@ if part ab; then
 	for t in ${ABTESTS:-all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv}; do
 		for g in "" "-G 10"; do
 			for lib in NCCL flexlink flexlink-b; do one $lib $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g; done
+		done
+	done
+fi
+if part kab; then
+	KERNELSA=${KERNELSA:-$PWD/.devbin/fatbin-a}
+	stamp "kernels $KERNELSA (flexlink-a) beside $FLEXLINK_GPU_KERNELS (flexlink), ${ABB:=8}-${ABE:=64K}"
+	modes=("-G 10")
+	[ "${KABEAGER:-0}" = 1 ] && modes+=("")
+	for t in ${ABTESTS:-all_reduce all_gather broadcast sendrecv}; do
+		for g in "${modes[@]}"; do
+			one NCCL $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g
+			FLEXLINK_GPU_KERNELS=$KERNELSA one flexlink-a $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g
+			one flexlink $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g
 		done
 	done
 fi

@@ -199,9 +199,9 @@ func (s *Stream) FlagTwoShotTail(out, in *Buffer, count int, dt dtype.DType, op 
 }
 
 func (s *Stream) flagAllReduce(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int, pc FlagPCIe) error {
-	what := fmt.Sprintf("flag allreduce %d %s %s", count, dt, op)
+	what := func() string { return fmt.Sprintf("flag allreduce %d %s %s", count, dt, op) }
 	if !dt.Valid() || !op.Valid() {
-		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
+		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what())
 	}
 	if err := s.operands(what, count*dt.Size(), count, out, in); err != nil || count == 0 {
 		return err
@@ -213,11 +213,11 @@ func (s *Stream) flagAllReduce(kind FlagKind, out, in *Buffer, count int, dt dty
 	if pc.Call != 0 {
 		switch {
 		case ranks != 2 || pc.Blocks < 1 || grid+pc.Blocks > FlagMaxBlocks:
-			return fmt.Errorf("%s: %s: a PCIe part of %d blocks beside %d: want two ranks and at most %d blocks in all", s.dev, what, pc.Blocks, grid, FlagMaxBlocks)
+			return fmt.Errorf("%s: %s: a PCIe part of %d blocks beside %d: want two ranks and at most %d blocks in all", s.dev, what(), pc.Blocks, grid, FlagMaxBlocks)
 		case pc.Count < 0:
 			pcount = ^uint64(0) // rank 1: rank 0's kernel says
 		case pc.Count > count || pc.Count > 0 && (count-pc.Count)*dt.Size()%256 != 0:
-			return fmt.Errorf("%s: %s: a PCIe part of %d elements: want at most the count, the head a multiple of 256 bytes", s.dev, what, pc.Count)
+			return fmt.Errorf("%s: %s: a PCIe part of %d elements: want at most the count, the head a multiple of 256 bytes", s.dev, what(), pc.Count)
 		default:
 			pcount = uint64(pc.Count)
 		}
@@ -235,9 +235,9 @@ const FlagNoRoot = ^uint64(0)
 // count elements there, in itself for one). Chunks, grid and ordering as
 // FlagAllReduce; every rank must name the same root.
 func (s *Stream) FlagReduce(out, in *Buffer, count int, dt dtype.DType, op dtype.Op, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
-	what := fmt.Sprintf("flag reduce %d %s %s root %d", count, dt, op, root)
+	what := func() string { return fmt.Sprintf("flag reduce %d %s %s root %d", count, dt, op, root) }
 	if !dt.Valid() || !op.Valid() || root < 0 || root >= ranks {
-		return fmt.Errorf("%s: %s: unknown dtype or op, or root not one of %d ranks", s.dev, what, ranks)
+		return fmt.Errorf("%s: %s: unknown dtype or op, or root not one of %d ranks", s.dev, what(), ranks)
 	}
 	if err := s.operands(what, count*dt.Size(), count, out, in); err != nil || count == 0 {
 		return err
@@ -267,9 +267,10 @@ func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.
 	if kind == FlagReduceKind {
 		sig = FlagRootedSignature(kind, count, dt, op, int(extra[2])) // extra: pcount, call, root
 	}
-	args := append([]uint64{uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div),
-		sig}, extra...)
-	return s.Launch(f, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1}, args...)
+	var args [10]uint64 // on the stack: Launch copies them
+	n := copy(args[:], []uint64{uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div), sig})
+	n += copy(args[n:], extra)
+	return s.Launch(f, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1}, args[:n]...)
 }
 
 // FlagPCIe is a flag call's PCIe part (two ranks, a control block with
@@ -343,15 +344,15 @@ const FlagGatherKernelName = kernelPrefix + "flag_gather"
 
 // flagCheck checks what every flag call shares: its layout, region, chunk
 // (bytes cb) and grid.
-func (s *Stream) flagCheck(what string, region *Buffer, l FlagLayout, cb, grid, ranks int) error {
+func (s *Stream) flagCheck(what func() string, region *Buffer, l FlagLayout, cb, grid, ranks int) error {
 	if err := l.Check(); err != nil {
 		return err
 	}
 	if region.dev != s.dev || ranks < 1 || ranks > FlagMaxRanks || region.n < l.RegionBytes(ranks) {
-		return fmt.Errorf("%s: %s: region is not a flag region of %d ranks on this device", s.dev, what, ranks)
+		return fmt.Errorf("%s: %s: region is not a flag region of %d ranks on this device", s.dev, what(), ranks)
 	}
 	if cb <= 0 || cb%256 != 0 || cb > l.SlotBytes-FlagSlotHeader || grid < 1 || grid > l.MaxBlocks {
-		return fmt.Errorf("%s: %s: chunk %d bytes, grid %d: want chunks of a multiple of 256 bytes up to a slot and 1 to %d blocks", s.dev, what, cb, grid, l.MaxBlocks)
+		return fmt.Errorf("%s: %s: chunk %d bytes, grid %d: want chunks of a multiple of 256 bytes up to a slot and 1 to %d blocks", s.dev, what(), cb, grid, l.MaxBlocks)
 	}
 	return nil
 }
@@ -370,9 +371,9 @@ func (s *Stream) FlagTwoShotReduceScatter(out, in *Buffer, count int, dt dtype.D
 }
 
 func (s *Stream) flagReduceScatter(kind FlagKind, out, in *Buffer, count int, dt dtype.DType, op dtype.Op, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
-	what := fmt.Sprintf("flag reduce-scatter %d %s %s", count, dt, op)
+	what := func() string { return fmt.Sprintf("flag reduce-scatter %d %s %s", count, dt, op) }
 	if !dt.Valid() || !op.Valid() {
-		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
+		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what())
 	}
 	if err := s.operands(what, count*dt.Size(), count, out); err != nil || count == 0 {
 		return err
@@ -406,10 +407,11 @@ func (s *Stream) FlagTwoShotGather(out, in *Buffer, count int, region *Buffer, l
 
 func (s *Stream) flagGather(kind FlagKind, out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid, ranks int) error {
 	a2a := kind == FlagAllToAllKind
-	what, inBytes := fmt.Sprintf("flag allgather %d bytes", count), count
+	coll, inBytes := "allgather", count
 	if a2a {
-		what, inBytes = fmt.Sprintf("flag alltoall %d bytes", count), ranks*count
+		coll, inBytes = "alltoall", ranks*count
 	}
+	what := func() string { return fmt.Sprintf("flag %s %d bytes", coll, count) }
 	if err := s.operands(what, ranks*count, count, out); err != nil || count == 0 {
 		return err
 	}
@@ -434,19 +436,19 @@ type SideCopy struct{ Dst, Src *Buffer }
 
 // check reports a side copy that is not one of two buffers of s's device
 // of equal length.
-func (c SideCopy) check(s *Stream, what string) error {
+func (c SideCopy) check(s *Stream, what func() string) error {
 	if c.Dst == nil && c.Src == nil {
 		return nil
 	}
 	if c.Dst == nil || c.Src == nil || c.Dst.dev != s.dev || c.Src.dev != s.dev || c.Dst.n != c.Src.n || c.Dst.n == 0 {
-		return fmt.Errorf("%s: %s: the copy to itself wants two buffers of %s of one nonzero length", s.dev, what, s.dev)
+		return fmt.Errorf("%s: %s: the copy to itself wants two buffers of %s of one nonzero length", s.dev, what(), s.dev)
 	}
 	return nil
 }
 
 // alone makes the side copy of a call with nothing to send (CopyLocal;
 // none when c is the zero SideCopy).
-func (c SideCopy) alone(s *Stream, what string) error {
+func (c SideCopy) alone(s *Stream, what func() string) error {
 	if c.Dst == nil && c.Src == nil {
 		return nil
 	}
@@ -501,7 +503,7 @@ func (s *Stream) FlagSendRecv(buf *Buffer, count, root int, region *Buffer, l Fl
 // copies it into its out. in and out may be the same buffer. Chunks
 // (bytes), grid and ordering as FlagGather; side as FlagSendRecv.
 func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l FlagLayout, chunk, grid int, side SideCopy) error {
-	what := fmt.Sprintf("flag exchange %d bytes", count)
+	what := func() string { return fmt.Sprintf("flag exchange %d bytes", count) }
 	if err := s.operands(what, count, count, out, in); err != nil {
 		return err
 	}
@@ -518,9 +520,9 @@ func (s *Stream) FlagExchange(out, in *Buffer, count int, region *Buffer, l Flag
 }
 
 func (s *Stream) flagBroadcast(kind FlagKind, out, in *Buffer, count, root int, region *Buffer, l FlagLayout, chunk, grid, ranks int, side SideCopy) error {
-	what := fmt.Sprintf("flag broadcast %d bytes root %d", count, root)
+	what := func() string { return fmt.Sprintf("flag broadcast %d bytes root %d", count, root) }
 	if root < 0 || root >= ranks {
-		return fmt.Errorf("%s: %s: root not one of %d ranks", s.dev, what, ranks)
+		return fmt.Errorf("%s: %s: root not one of %d ranks", s.dev, what(), ranks)
 	}
 	if err := s.operands(what, count, count, out, in); err != nil {
 		return err

@@ -33,7 +33,7 @@ func (s *Stream) PreMul(dst, src *Buffer, dt dtype.DType, scalar *Buffer) error 
 		return fmt.Errorf("%s: %s: not a whole number of %d-byte elements", s.dev, what, dt.Size())
 	}
 	count := dst.n / dt.Size()
-	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil {
+	if err := s.operands(nameOf(what), count*dt.Size(), count, dst, src); err != nil {
 		return err
 	}
 	if scalar.n < dt.Size() {

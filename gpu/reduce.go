@@ -146,7 +146,7 @@ func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.O
 	if !dt.Valid() || !op.Valid() {
 		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
 	}
-	if err := s.operands(what, count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
+	if err := s.operands(nameOf(what), count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
 		return err
 	}
 	k, maxGrid, err := s.dev.typeKernels(dt)
@@ -168,7 +168,7 @@ func (s *Stream) Scale(dst, src *Buffer, count int, dt dtype.DType, n int) error
 	if n <= 0 {
 		return fmt.Errorf("%s: %s: divisor must be positive", s.dev, what)
 	}
-	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil || count == 0 {
+	if err := s.operands(nameOf(what), count*dt.Size(), count, dst, src); err != nil || count == 0 {
 		return err
 	}
 	k, maxGrid, err := s.dev.typeKernels(dt)
@@ -268,9 +268,11 @@ func (s *Stream) Finish(dst *Buffer, count int, dt dtype.DType, op dtype.Op, n i
 
 // operands checks a kernel's buffers: the first (the destination) on the
 // stream's device, the others reachable from it, each at least bytes long.
-func (s *Stream) operands(what string, bytes, count int, bufs ...*Buffer) error {
+// what names the call in an error only: a flag call formats its name
+// then, not on every call (a fmt.Sprintf per collective, issue 29).
+func (s *Stream) operands(what func() string, bytes, count int, bufs ...*Buffer) error {
 	if count < 0 || count > maxCount {
-		return fmt.Errorf("%s: %s: bad count", s.dev, what)
+		return fmt.Errorf("%s: %s: bad count", s.dev, what())
 	}
 	names := []string{"dst", "a", "b"}
 	if len(bufs) == 2 {
@@ -278,14 +280,17 @@ func (s *Stream) operands(what string, bytes, count int, bufs ...*Buffer) error 
 	}
 	for i, b := range bufs {
 		if b.n < bytes {
-			return fmt.Errorf("%s: %s: %s has %d bytes, need %d: %w", s.dev, what, names[i], b.n, bytes, errs.ErrMismatch)
+			return fmt.Errorf("%s: %s: %s has %d bytes, need %d: %w", s.dev, what(), names[i], b.n, bytes, errs.ErrMismatch)
 		}
 		if i == 0 && b.dev != s.dev {
-			return fmt.Errorf("%s: %s: dst is on %s, not the stream's device", s.dev, what, b.dev)
+			return fmt.Errorf("%s: %s: dst is on %s, not the stream's device", s.dev, what(), b.dev)
 		}
 		if !s.dev.reaches(b.dev) {
-			return fmt.Errorf("%s: %w", what, s.dev.errPeer(names[i], b.dev))
+			return fmt.Errorf("%s: %w", what(), s.dev.errPeer(names[i], b.dev))
 		}
 	}
 	return nil
 }
+
+// nameOf is what as a call's name for operands.
+func nameOf(what string) func() string { return func() string { return what } }

@@ -300,6 +300,15 @@ func (e *Event) Close() error {
 // valid until Close.
 func (s *Stream) Handle() uintptr { return uintptr(s.h) }
 
+// launchArgs holds a launch's parameters and the pointers to them, which
+// cuLaunchKernel takes (every kernel of package gpu takes at most 16).
+type launchArgs struct {
+	vals   [launchArgsMax]uint64
+	params [launchArgsMax]unsafe.Pointer
+}
+
+const launchArgsMax = 16
+
 // Launch enqueues kernel f on s with grid × block threads and no dynamic
 // shared memory. Every kernel parameter is 8 bytes: pass device pointers
 // (Buffer.Ptr), 64-bit integers, or math.Float64bits of a double. f must be
@@ -308,13 +317,24 @@ func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) erro
 	if f.mod.dev != s.dev {
 		return fmt.Errorf("%s: launch %s: kernel is loaded on %s", s.dev, f.name, f.mod.dev)
 	}
-	vals := make([]uint64, len(args))
+	// One allocation for the values and the pointers to them (the driver
+	// reads both during the call; the fake keeps them longer).
+	var vals []uint64
+	var params []unsafe.Pointer
+	if len(args) <= launchArgsMax {
+		a := new(launchArgs)
+		vals, params = a.vals[:len(args)], a.params[:len(args)]
+	} else {
+		vals, params = make([]uint64, len(args)), make([]unsafe.Pointer, len(args))
+	}
 	copy(vals, args)
-	params := make([]unsafe.Pointer, len(vals))
 	for i := range vals {
 		params[i] = unsafe.Pointer(&vals[i])
 	}
-	return s.enqueue("launch "+f.name, func(api cu.API) error {
-		return api.LaunchKernel(f.h, grid, block, 0, s.h, params)
-	})
+	// As enqueue, the error's words made only for an error (a string per
+	// call otherwise).
+	if err := s.dev.doAsync(func(api cu.API) error { return api.LaunchKernel(f.h, grid, block, 0, s.h, params) }); err != nil {
+		return fmt.Errorf("%s: launch %s: %w", s.dev, f.name, err)
+	}
+	return nil
 }

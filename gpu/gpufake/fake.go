@@ -57,15 +57,20 @@ func hostCopy(f *cufake.Fake, _, _ [3]uint32, params []unsafe.Pointer) error {
 	if err != nil {
 		return err
 	}
-	dst, err := f.Mem(cu.DevPtr(v[0]), v[2])
+	return devCopy(f, v[0], v[1], v[2])
+}
+
+// devCopy copies n bytes of device memory from src to dst.
+func devCopy(f *cufake.Fake, dst, src, n uint64) error {
+	d, err := f.Mem(cu.DevPtr(dst), n)
 	if err != nil {
 		return err
 	}
-	src, err := f.Mem(cu.DevPtr(v[1]), v[2])
+	s, err := f.Mem(cu.DevPtr(src), n)
 	if err != nil {
 		return err
 	}
-	copy(dst, src)
+	copy(d, s)
 	return nil
 }
 

@@ -29,15 +29,9 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 		if mode == gpu.FlagModeGather && v[10] != 0 {
 			// The side copy (flag.cu's cdst, csrc, cbytes), first, as the
 			// kernel makes it.
-			dst, err := f.Mem(cu.DevPtr(v[8]), v[10])
-			if err != nil {
+			if err := devCopy(f, v[8], v[9], v[10]); err != nil {
 				return err
 			}
-			src, err := f.Mem(cu.DevPtr(v[9]), v[10])
-			if err != nil {
-				return err
-			}
-			copy(dst, src)
 		}
 		root := gpu.FlagNoRoot
 		switch mode {

@@ -20,12 +20,12 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Every test, then the driver binding once more without cgo (its purego
-# path, gpu/internal/cu/raw_purego.go). FLEXLINK_REQUIRE_SYSTEM=1 (set by .ci/run) turns skips for
+# Every test, then the calls into C libraries once more without cgo (their
+# purego path, internal/ccall/call_purego.go). FLEXLINK_REQUIRE_SYSTEM=1 (set by .ci/run) turns skips for
 # missing system components into failures.
 test: vet
 	$(GO) test -timeout $(TESTTIME) -count=1 ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./gpu/internal/cu
+	CGO_ENABLED=0 $(GO) test -count=1 ./internal/ccall ./gpu/internal/cu ./fabric/net/ucx/internal/ucp
 
 # Host benchmarks beside the OpenMPI anchor (figures for docs/PERF.md).
 bench: build

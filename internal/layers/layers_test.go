@@ -41,7 +41,7 @@ var order = [][]string{
 	{"bootstrap"},
 	{"reduce", "internal/testenv"},
 	{"internal/settings"},
-	{"dtype", "mem", "internal/errs", "internal/hostlist", "internal/textdist", "internal/flog", "internal/pause", "internal/auth", "internal/bounded", "internal/ports", "internal/memcopy"},
+	{"dtype", "mem", "internal/errs", "internal/hostlist", "internal/textdist", "internal/flog", "internal/pause", "internal/auth", "internal/bounded", "internal/ports", "internal/memcopy", "internal/ccall"},
 }
 
 // testOnly packages are never linked into programs.

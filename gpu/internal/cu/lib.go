@@ -8,6 +8,8 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/flexlink/flexlink/internal/ccall"
+
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -228,18 +230,11 @@ func (l *Lib) Path() string { return l.path }
 // Symbols lists the resolved entry points (versioned names), for reports.
 func (l *Lib) Symbols() []string { return append([]string(nil), l.names[:]...) }
 
-// maxArgs is the most arguments an entry point takes through call
-// (cuLaunchKernel's 11; rawCall takes 12).
-const maxArgs = 12
-
 // call invokes entry point s and turns its CUresult into an error.
 //
 //go:uintptrescapes
 func (l *Lib) call(s sym, args ...uintptr) error {
-	if len(args) > maxArgs {
-		panic(fmt.Sprintf("cu: %s called with %d arguments (at most %d)", l.names[s], len(args), maxArgs))
-	}
-	r := rawCall(l.fn[s], args...)
+	r := ccall.Call(l.fn[s], args...)
 	return l.check(s, Result(int32(uint32(r))))
 }
 

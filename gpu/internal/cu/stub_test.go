@@ -12,6 +12,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/flexlink/flexlink/internal/ccall"
 	"github.com/flexlink/flexlink/internal/testenv"
 )
 
@@ -65,11 +66,11 @@ u fl_stub_last(u i) { return i < 13 ? rec[i] : 0; }
 	if err != nil {
 		t.Fatal(err)
 	}
-	return so, func(i int) uintptr { return rawCall(last, uintptr(i)) }
+	return so, func(i int) uintptr { return ccall.Call(last, uintptr(i)) }
 }
 
 // TestDriverCallsReachTheDriver: the binding's calls reach the driver's
-// entry points with their arguments in order, whichever way rawCall goes
+// entry points with their arguments in order, whichever way internal/ccall goes
 // (cgo, or purego without cgo: CGO_ENABLED=0 go test ./gpu/internal/cu),
 // out-parameters come back, a failure is the driver's error, and a call
 // allocates at most its argument slice (go:uintptrescapes keeps it on the

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/flexlink/flexlink/internal/ccall"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -169,15 +170,14 @@ func (l *Lib) StatusString(s Status) string {
 //
 //go:uintptrescapes
 func (l *Lib) raw(s sym, args ...uintptr) uintptr {
-	r, _, _ := purego.SyscallN(l.fn[s], args...)
-	return r
+	return ccall.Call(l.fn[s], args...)
 }
 
 // call invokes s and turns a ucs_status_t result into an error.
 //
 //go:uintptrescapes
 func (l *Lib) call(s sym, args ...uintptr) error {
-	r, _, _ := purego.SyscallN(l.fn[s], args...)
+	r := ccall.Call(l.fn[s], args...)
 	return l.check(s, Status(int8(r)))
 }
 

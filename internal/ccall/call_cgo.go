@@ -1,6 +1,6 @@
 //go:build cgo
 
-package cu
+package ccall
 
 /*
 #include <stdint.h>
@@ -24,18 +24,20 @@ static fl_u fl_c12(fl_u f, fl_u a, fl_u b, fl_u c, fl_u d, fl_u e, fl_u g, fl_u 
 */
 import "C"
 
-// rawCall calls the C function at fn with args (at most 12, each passed
-// as an integer or pointer, as every driver entry point the binding uses
-// takes them) and returns its result register. Where cgo is available it
-// goes through a C trampoline: 70-85 ns a call on the 2-core machine,
-// against 165-275 ns and one allocation through purego.SyscallN
-// (raw_purego.go), and a flag collective makes six or seven driver calls
-// (issue 29). Arities 7 to 11 use the 12-argument trampoline: under the
-// x86-64 and AArch64 C calling conventions the callee never reads the
-// arguments it does not declare, and the caller cleans its own stack.
-func rawCall(fn uintptr, args ...uintptr) uintptr {
+// Call calls the C function at fn with args (at most MaxArgs, each
+// passed as an integer or pointer) and returns its result register.
+// Where cgo is available it goes through a C trampoline: 70-85 ns a call
+// on the 2-core machine, against 165-275 ns and one allocation through
+// purego.SyscallN (call_purego.go). Arities 7 to 11 use the 12-argument
+// trampoline: under the x86-64 and AArch64 C calling conventions the
+// callee never reads the arguments it does not declare, and the caller
+// cleans its own stack (purego.SyscallN always passes 15).
+func Call(fn uintptr, args ...uintptr) uintptr {
+	if len(args) > MaxArgs {
+		panic(tooMany(len(args)))
+	}
 	f := C.fl_u(fn)
-	var a [12]C.fl_u
+	var a [MaxArgs]C.fl_u
 	for i, v := range args {
 		a[i] = C.fl_u(v)
 	}

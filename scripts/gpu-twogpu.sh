@@ -54,7 +54,11 @@
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
 # KERNELS=1 first compiles gpu/kernels (scripts/gpu-kernels.sh) and runs on
-# those kernels, bringing them back as $OUT/fatbin.tar.
+# those kernels, bringing them back as $OUT/fatbin.tar. KPATCH=FILE first
+# applies a patch (patch -p1) to the machine's copy of the tree: a kernel
+# variant, compiled by KERNELS=1 and measured against the committed
+# kernels by PARTS=kab (scripts/patches/*.diff; to keep it, apply the same
+# patch here and commit it with the fatbin.tar it brought back).
 # Rows go to $OUT/twogpu.log, every step's whole output to
 # $OUT/twogpu-steps.log (default OUT=/tmp/flexlink-out).
 set -uo pipefail
@@ -75,6 +79,9 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
 	nvidia-smi topo -m
 	nvidia-smi --query-gpu=index,name,memory.used --format=csv
 } >>"$LOG" 2>&1
+if [ -n "${KPATCH:-}" ]; then
+	step "patch $KPATCH" patch -p1 -i "$KPATCH" || exit 1
+fi
 if [ "${KERNELS:-0}" = 1 ]; then
 	stamp "compiling gpu/kernels"
 	step kernels timeout 400 bash scripts/gpu-kernels.sh /tmp/flexlink-fatbin/fatbin

@@ -80,7 +80,7 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
 	nvidia-smi --query-gpu=index,name,memory.used --format=csv
 } >>"$LOG" 2>&1
 if [ -n "${KPATCH:-}" ]; then
-	patch -p1 -i "$KPATCH" >>"$STEPLOG" 2>&1 || { stamp "KPATCH $KPATCH does not apply" | tee -a "$LOG"; exit 1; }
+	{ patch -p1 -i "$KPATCH" || git apply "$KPATCH"; } >>"$STEPLOG" 2>&1 || { stamp "KPATCH $KPATCH does not apply" | tee -a "$LOG"; exit 1; }
 	stamp "applied $KPATCH" | tee -a "$LOG"
 fi
 if [ "${KERNELS:-0}" = 1 ]; then

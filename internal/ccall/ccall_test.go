@@ -2,9 +2,6 @@ package ccall
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,7 +15,6 @@ import (
 // lost, swapped or truncated argument changes the result; with cgo (the
 // trampolines) and without (purego): CGO_ENABLED=0 go test ./internal/ccall.
 func TestCallEveryArity(t *testing.T) {
-	cc := testenv.LookPath(t, "C compiler", "cc")
 	var src strings.Builder
 	src.WriteString("#include <stdint.h>\ntypedef uintptr_t u;\n")
 	for n := 0; n <= MaxArgs; n++ {
@@ -32,14 +28,7 @@ func TestCallEveryArity(t *testing.T) {
 		}
 		fmt.Fprintf(&src, "u f%d(%s) { return %s; }\n", n, strings.Join(params, ", "), strings.Join(sum, " + "))
 	}
-	dir := t.TempDir()
-	c, so := filepath.Join(dir, "f.c"), filepath.Join(dir, "libf.so")
-	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", so, c).CombinedOutput(); err != nil {
-		t.Fatalf("compiling: %v\n%s", err, out)
-	}
+	so := testenv.CSharedLib(t, src.String())
 	h, err := purego.Dlopen(so, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		t.Fatal(err)

@@ -3,9 +3,6 @@ package cu
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -26,7 +23,6 @@ import (
 // is the entry point's sym, 1-12 its arguments).
 func stubDriver(t testing.TB) (string, func(i int) uintptr) {
 	t.Helper()
-	cc := testenv.LookPath(t, "C compiler", "cc")
 	var src strings.Builder
 	src.WriteString(`#include <stdint.h>
 typedef uintptr_t u;
@@ -50,14 +46,7 @@ u fl_stub_last(u i) { return i < 13 ? rec[i] : 0; }
 		}
 		fmt.Fprintf(&src, "int %s(ARGS) { REC(%d); %s }\n", name, s, body)
 	}
-	dir := t.TempDir()
-	c, so := filepath.Join(dir, "stub.c"), filepath.Join(dir, "libcuda-stub.so")
-	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", so, c).CombinedOutput(); err != nil {
-		t.Fatalf("compiling the stub driver: %v\n%s", err, out)
-	}
+	so := testenv.CSharedLib(t, src.String())
 	h, err := purego.Dlopen(so, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		t.Fatal(err)

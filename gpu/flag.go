@@ -267,9 +267,9 @@ func (s *Stream) launchFold(kind FlagKind, out, in *Buffer, count int, dt dtype.
 	if kind == FlagReduceKind {
 		sig = FlagRootedSignature(kind, count, dt, op, int(extra[2])) // extra: pcount, call, root
 	}
-	var args [10]uint64 // on the stack: Launch copies them
-	n := copy(args[:], []uint64{uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div), sig})
-	n += copy(args[n:], extra)
+	// On the stack (Launch copies them): seven, then extra's at most three.
+	args := [10]uint64{uint64(out.ptr), uint64(in.ptr), uint64(count), uint64(region.ptr), uint64(chunk), uint64(div), sig}
+	n := 7 + copy(args[7:], extra)
 	return s.Launch(f, [3]uint32{uint32(grid), 1, 1}, [3]uint32{FlagBlock, 1, 1}, args[:n]...)
 }
 

@@ -25,22 +25,22 @@ func (s *Stream) PreMul(dst, src *Buffer, dt dtype.DType, scalar *Buffer) error 
 	if !dt.Valid() {
 		return fmt.Errorf("%s: premul %s: unknown dtype", s.dev, dt)
 	}
-	what := fmt.Sprintf("premul %d bytes of %s", dst.n, dt)
+	what := func() string { return fmt.Sprintf("premul %d bytes of %s", dst.n, dt) }
 	if dst.n != src.n {
-		return fmt.Errorf("%s: %s: dst has %d bytes, src %d: %w", s.dev, what, dst.n, src.n, errs.ErrMismatch)
+		return fmt.Errorf("%s: %s: dst has %d bytes, src %d: %w", s.dev, what(), dst.n, src.n, errs.ErrMismatch)
 	}
 	if dst.n%dt.Size() != 0 {
-		return fmt.Errorf("%s: %s: not a whole number of %d-byte elements", s.dev, what, dt.Size())
+		return fmt.Errorf("%s: %s: not a whole number of %d-byte elements", s.dev, what(), dt.Size())
 	}
 	count := dst.n / dt.Size()
-	if err := s.operands(nameOf(what), count*dt.Size(), count, dst, src); err != nil {
+	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil {
 		return err
 	}
 	if scalar.n < dt.Size() {
-		return fmt.Errorf("%s: %s: scalar has %d bytes, want one %d-byte element: %w", s.dev, what, scalar.n, dt.Size(), errs.ErrMismatch)
+		return fmt.Errorf("%s: %s: scalar has %d bytes, want one %d-byte element: %w", s.dev, what(), scalar.n, dt.Size(), errs.ErrMismatch)
 	}
 	if !s.dev.reaches(scalar.dev) {
-		return fmt.Errorf("%s: %w", what, s.dev.errPeer("scalar", scalar.dev))
+		return fmt.Errorf("%s: %w", what(), s.dev.errPeer("scalar", scalar.dev))
 	}
 	if count == 0 {
 		return nil

@@ -142,11 +142,11 @@ func grid(count int, dt dtype.DType, maxGrid uint32) [3]uint32 {
 // all contributions are in). Buffers 16-byte aligned (as allocations are)
 // take the vector path; others work, more slowly.
 func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.Op) error {
-	what := fmt.Sprintf("reduce %d %s %s", count, dt, op)
+	what := func() string { return fmt.Sprintf("reduce %d %s %s", count, dt, op) }
 	if !dt.Valid() || !op.Valid() {
-		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what)
+		return fmt.Errorf("%s: %s: unknown dtype or op", s.dev, what())
 	}
-	if err := s.operands(nameOf(what), count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
+	if err := s.operands(what, count*dt.Size(), count, dst, a, b); err != nil || count == 0 {
 		return err
 	}
 	k, maxGrid, err := s.dev.typeKernels(dt)
@@ -161,14 +161,14 @@ func (s *Stream) Reduce(dst, a, b *Buffer, count int, dt dtype.DType, op dtype.O
 // dt: integers truncate toward zero, float16 and bfloat16 divide in float32
 // and round to nearest even. src may be dst, or on a reachable peer.
 func (s *Stream) Scale(dst, src *Buffer, count int, dt dtype.DType, n int) error {
-	what := fmt.Sprintf("scale %d %s by 1/%d", count, dt, n)
+	what := func() string { return fmt.Sprintf("scale %d %s by 1/%d", count, dt, n) }
 	if !dt.Valid() {
-		return fmt.Errorf("%s: %s: unknown dtype", s.dev, what)
+		return fmt.Errorf("%s: %s: unknown dtype", s.dev, what())
 	}
 	if n <= 0 {
-		return fmt.Errorf("%s: %s: divisor must be positive", s.dev, what)
+		return fmt.Errorf("%s: %s: divisor must be positive", s.dev, what())
 	}
-	if err := s.operands(nameOf(what), count*dt.Size(), count, dst, src); err != nil || count == 0 {
+	if err := s.operands(what, count*dt.Size(), count, dst, src); err != nil || count == 0 {
 		return err
 	}
 	k, maxGrid, err := s.dev.typeKernels(dt)
@@ -268,7 +268,7 @@ func (s *Stream) Finish(dst *Buffer, count int, dt dtype.DType, op dtype.Op, n i
 
 // operands checks a kernel's buffers: the first (the destination) on the
 // stream's device, the others reachable from it, each at least bytes long.
-// what names the call in an error only: a flag call formats its name
+// what names the call in an error only: a kernel call formats its name
 // then, not on every call (a fmt.Sprintf per collective, issue 29).
 func (s *Stream) operands(what func() string, bytes, count int, bufs ...*Buffer) error {
 	if count < 0 || count > maxCount {
@@ -291,6 +291,3 @@ func (s *Stream) operands(what func() string, bytes, count int, bufs ...*Buffer)
 	}
 	return nil
 }
-
-// nameOf is what as a call's name for operands.
-func nameOf(what string) func() string { return func() string { return what } }

@@ -57,8 +57,15 @@ func (s *Stream) Close() error {
 // naming the stream's operation in errors. The thread keeps its capture
 // mode (capture.go): a capture records the work whatever the mode.
 func (s *Stream) enqueue(what string, f func(api cu.API) error) error {
+	return s.enqueueNamed(func() string { return what }, f)
+}
+
+// enqueueNamed is enqueue with the operation's name made only for an
+// error: a launch's or a peer copy's name is built from its arguments, a
+// string per call otherwise (issue 29).
+func (s *Stream) enqueueNamed(what func() string, f func(api cu.API) error) error {
 	if err := s.dev.doAsync(f); err != nil {
-		return fmt.Errorf("%s: %s: %w", s.dev, what, err)
+		return fmt.Errorf("%s: %s: %w", s.dev, what(), err)
 	}
 	return nil
 }
@@ -181,7 +188,7 @@ func (s *Stream) CopyDtoD(dst, src *Buffer) error {
 			return api.MemcpyAsync(dst.ptr, src.ptr, uint64(dst.n), s.h)
 		})
 	}
-	return s.enqueue(fmt.Sprintf("copy gpu %d to gpu %d", src.dev.ord, dst.dev.ord), func(api cu.API) error {
+	return s.enqueueNamed(func() string { return fmt.Sprintf("copy gpu %d to gpu %d", src.dev.ord, dst.dev.ord) }, func(api cu.API) error {
 		return api.MemcpyPeerAsync(dst.ptr, dst.dev.ctx, src.ptr, src.dev.ctx, uint64(dst.n), s.h)
 	})
 }
@@ -331,10 +338,7 @@ func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) erro
 	for i := range vals {
 		params[i] = unsafe.Pointer(&vals[i])
 	}
-	// As enqueue, the error's words made only for an error (a string per
-	// call otherwise).
-	if err := s.dev.doAsync(func(api cu.API) error { return api.LaunchKernel(f.h, grid, block, 0, s.h, params) }); err != nil {
-		return fmt.Errorf("%s: launch %s: %w", s.dev, f.name, err)
-	}
-	return nil
+	return s.enqueueNamed(func() string { return "launch " + f.name }, func(api cu.API) error {
+		return api.LaunchKernel(f.h, grid, block, 0, s.h, params)
+	})
 }

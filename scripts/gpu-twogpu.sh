@@ -100,6 +100,7 @@ one() {
 	shift 2
 	[[ "$lib" == flexlink* ]] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
 	[[ "$lib" == flexlink-b ]] && pre=(-x LD_PRELOAD=${LIBB:?LIBB: the other library} -x FLEXLINK_GPU_FLAG_LINES)
+	[[ "$lib" == flexlink-a ]] && local -x FLEXLINK_GPU_KERNELS=$KERNELSA # the other kernels (part kab)
 	echo "-- 2 GPUs $lib $t $*" >>"$LOG"
 	step "$lib $t $*" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
 		-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_ENQUEUE -x FLEXLINK_GPU_FLAG_COLL_BYTES -x FLEXLINK_GPU_GRAPH_RECORD -np 2 $B/${t}_perf -g 1 -c 1 "$@"
@@ -212,26 +213,26 @@ if part record; then
 		done
 	done
 fi
-if part ab; then
-	stamp "flexlink beside flexlink-b ($LIBB), ${ABB:=64K}-${ABE:=1M}"
-	for t in ${ABTESTS:-all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv}; do
-		for g in "" "-G 10"; do
-			for lib in NCCL flexlink flexlink-b; do one $lib $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g; done
+# abrows OTHER MODE...: ABTESTS from ABB to ABE in each MODE ("" eager,
+# "-G 10" replayed): NCCL, OTHER (flexlink-b or flexlink-a) and flexlink.
+abrows() {
+	local other=$1 t g
+	shift
+	for t in $ABTESTS; do
+		for g in "$@"; do
+			for lib in NCCL "$other" flexlink; do one $lib $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g; done
 		done
 	done
+}
+if part ab; then
+	: "${ABB:=64K}" "${ABE:=1M}" "${ABTESTS:=all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv}"
+	stamp "flexlink beside flexlink-b ($LIBB), $ABB-$ABE"
+	abrows flexlink-b "" "-G 10"
 fi
 if part kab; then
-	KERNELSA=${KERNELSA:-$PWD/.devbin/fatbin-a}
-	stamp "kernels $KERNELSA (flexlink-a) beside $FLEXLINK_GPU_KERNELS (flexlink), ${ABB:=8}-${ABE:=64K}"
-	modes=("-G 10")
-	[ "${KABEAGER:-0}" = 1 ] && modes+=("")
-	for t in ${ABTESTS:-all_reduce all_gather broadcast sendrecv}; do
-		for g in "${modes[@]}"; do
-			one NCCL $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g
-			FLEXLINK_GPU_KERNELS=$KERNELSA one flexlink-a $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g
-			one flexlink $t -b $ABB -e $ABE -f 2 -n 200 -w 20 $g
-		done
-	done
+	: "${KERNELSA:=$PWD/.devbin/fatbin-a}" "${ABB:=8}" "${ABE:=64K}" "${ABTESTS:=all_reduce all_gather broadcast sendrecv}"
+	stamp "kernels $KERNELSA (flexlink-a) beside $FLEXLINK_GPU_KERNELS (flexlink), $ABB-$ABE"
+	if [ "${KABEAGER:-0}" = 1 ]; then abrows flexlink-a "-G 10" ""; else abrows flexlink-a "-G 10"; fi
 fi
 if part cputime; then
 	stamp "host time per call (-C 1), 2 ranks"

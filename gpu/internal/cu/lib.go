@@ -9,7 +9,6 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/flexlink/flexlink/internal/ccall"
-
 	"github.com/flexlink/flexlink/internal/errs"
 )
 

@@ -21,6 +21,9 @@ type transport interface {
 	close()
 	// peer names the other end in errors ("bootstrap server at host:port").
 	peer() string
+	// gone is closed once nothing more can come from the server (nil:
+	// never, an in-process engine answers at once).
+	gone() <-chan struct{}
 }
 
 // endpoint is one rank's Store: it numbers collectives, matches replies to
@@ -245,6 +248,15 @@ func checkKey(key string) error {
 // Put stores value under key and returns once the store has it. Keys are
 // write-once: putting different bytes under a key that is set fails with
 // an error wrapping errs.ErrMismatch; putting the same bytes again is fine.
+//
+// Once the job has failed the store keeps nothing more, but its owner
+// still hears of a put (the server reports puts that come after a
+// failure, see engine.handle): a rank's word on how its communicator
+// ended is the launcher's evidence, and it is often sent just as another
+// rank's end fails the job. Such a put still fails, but it returns only
+// once the server has answered it (at most flushBound): a rank prints its
+// error and exits right after it, and an exit that resets the connection
+// before the server has read the put would lose that word.
 func (e *endpoint) Put(ctx context.Context, key string, value []byte) error {
 	what := fmt.Sprintf("bootstrap: rank %d put %q", e.rank, key)
 	if err := checkKey(key); err != nil {
@@ -253,18 +265,71 @@ func (e *endpoint) Put(ctx context.Context, key string, value []byte) error {
 	if len(value) > MaxFrameSize-maxKeyLen-64 {
 		return fmt.Errorf("%s: %d bytes exceed the frame limit", what, len(value))
 	}
-	if serr := e.Err(); serr != nil && !e.isClosing() {
-		// The job has failed: the store keeps nothing more, but its owner
-		// still hears of the put (the server reports puts that come after
-		// a failure, see engine.handle): a rank's word on how its
-		// communicator ended is the launcher's evidence, and it is often
-		// sent just after another rank's end failed the job. Best effort,
-		// bounded; the put still fails.
-		_ = e.tx.sendWait(putMsg{Key: key, Value: value}, flushBound)
+	m := putMsg{Key: key, Value: value}
+	if serr := e.Err(); serr != nil {
+		if !e.isClosing() {
+			e.putAfterFailure(ctx, serr, m)
+		}
 		return serr
 	}
-	_, err := e.request(ctx, what, func(id uint64) message { return putMsg{ID: id, Key: key, Value: value} })
-	return err
+	if ctx.Err() != nil {
+		return ctxError(ctx, what)
+	}
+	id, ch := register(&e.mu, e.reqs, &e.nextID)
+	defer take(&e.mu, e.reqs, id)
+	m.ID = id
+	if err := e.tx.send(m); err != nil {
+		return e.sendError(what, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Status != 0 {
+			return newWireError(r.Status, what+": "+r.Text)
+		}
+		return nil
+	case <-e.done:
+		// The job failed while the put was on its way: the server answers
+		// it either way (kept, or told to its owner after the failure).
+		serr := e.Err()
+		e.awaitAnswer(ctx, serr, ch)
+		return serr
+	case <-ctx.Done():
+		return ctxError(ctx, what)
+	}
+}
+
+// putAfterFailure sends m, a put made once the job has failed (serr), and
+// waits for the server's answer (awaitAnswer).
+func (e *endpoint) putAfterFailure(ctx context.Context, serr error, m putMsg) {
+	if errors.Is(serr, ErrServerLost) {
+		_ = e.tx.sendWait(m, flushBound) // best effort: no answer will come
+		return
+	}
+	id, ch := register(&e.mu, e.reqs, &e.nextID)
+	defer take(&e.mu, e.reqs, id)
+	m.ID = id
+	if e.tx.send(m) != nil {
+		return
+	}
+	e.awaitAnswer(ctx, serr, ch)
+}
+
+// awaitAnswer waits for the server's answer to a put on ch, at most
+// flushBound (or until ctx ends), once the job has failed (serr): the
+// server answers once it has told its owner of the put. A lost server
+// answers nothing.
+func (e *endpoint) awaitAnswer(ctx context.Context, serr error, ch chan replyMsg) {
+	if errors.Is(serr, ErrServerLost) {
+		return
+	}
+	t := time.NewTimer(flushBound)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-e.tx.gone():
+	}
 }
 
 // Get returns key's value, waiting until some rank puts it.

@@ -125,6 +125,8 @@ func (c *tcpClient) sendWait(m message, d time.Duration) error {
 
 func (c *tcpClient) close() { c.pc.shutdown(flushBound) }
 
+func (c *tcpClient) gone() <-chan struct{} { return c.pc.life.readDone }
+
 // readLoop hands the server's messages to the endpoint until the
 // connection ends; an end the rank did not ask for is a lost server.
 func (c *tcpClient) readLoop() {

@@ -134,10 +134,15 @@ func (e *engine) handle(rank int, session uint64, msg message) {
 	if e.failed != nil {
 		// Nothing is served once the job failed; a put is still told to
 		// the owner (it is evidence of how the rank's communicators
-		// ended: Put sends it even then) but not kept or answered.
+		// ended: Put sends it even then) but not kept. It is answered
+		// with the job's failure once told: the rank then knows its word
+		// has reached the owner before it exits (a process that exits
+		// with unread data on its connection resets it, and the server
+		// may lose what it had not read yet).
 		if m, ok := msg.(putMsg); ok {
 			_, dup := e.kv[m.Key]
 			e.emit(Event{Kind: EventPut, Rank: rank, Host: e.members[rank].host, Key: m.Key, Value: m.Value, Dup: dup})
+			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Status: e.failed.Class, Text: e.failed.err().Error()}))
 		}
 		return
 	}

@@ -133,3 +133,34 @@ func TestRefusalSummary(t *testing.T) {
 		t.Errorf("%d WARN lines for %d refused connections, want 2:\n%s", n, flood, strings.Join(lw.lines, "\n"))
 	}
 }
+
+// TestPutAfterFailureToldBeforeItReturns: a put made once the job has
+// failed returns only after the server has told its owner of it (the
+// server answers it then). A rank prints its error and exits right after
+// that put: had it returned once the put left the process, the exit
+// could reset the connection before the server read it, and the
+// launcher would never hear how the rank's communicator ended (seen in
+// CI: flexrun then named a rank that timed out as the job's cause, not
+// the rank that withheld the call).
+func TestPutAfterFailureToldBeforeItReturns(t *testing.T) {
+	l := &eventLog{ch: make(chan struct{}, 1)}
+	srv, _ := testServerCfg(t, ServerConfig{Size: 2, OnEvent: l.add})
+	st := dialRanks(t, srv.Addr(), 2, 0, 1)
+	if err := st[1].Abort(fmt.Errorf("rank 1 gives up: %w", errs.ErrTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	<-st[0].Done()
+	ctx := ctxFor(t, 5*time.Second)
+	for i := range 20 {
+		key := fmt.Sprintf("end/%d", i)
+		if err := st[0].Put(ctx, key, []byte("word")); !errors.Is(err, errs.ErrTimeout) {
+			t.Fatalf("put after the failure: %v, want the job's failure", err)
+		}
+		l.mu.Lock()
+		told := slices.ContainsFunc(l.evs, func(ev Event) bool { return ev.Kind == EventPut && ev.Rank == 0 && ev.Key == key })
+		l.mu.Unlock()
+		if !told {
+			t.Fatalf("put %d returned before the server told its owner of it", i)
+		}
+	}
+}

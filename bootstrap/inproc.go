@@ -80,6 +80,8 @@ type inprocTx struct {
 
 func (t *inprocTx) peer() string { return "in-process store" }
 
+func (t *inprocTx) gone() <-chan struct{} { return nil }
+
 func (t *inprocTx) send(m message) error {
 	t.mu.Lock()
 	down := t.down

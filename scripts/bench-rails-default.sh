@@ -30,7 +30,15 @@ read -r h1 h2 <<<"$TC_HOSTS"
 sum="$out/summary.txt"
 echo "# $(date -u '+%F %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); 2 emulated hosts, 2 rails at $rate each; $size, $iters iterations, $repeats repeats, medians; flexlink with no settings" | tee "$sum"
 
-busbw() { awk '!/^#/ && NF>=9 && $1 ~ /^[0-9]+$/ {bw=$8} END {print bw+0}' "$1"; }
+# busbw FILE OP RANKS: the bus bandwidth of FILE's row in GB/s, to three
+# decimals, from its time (flexbench prints two): size / time x the
+# op's factor (nccl-tests': allreduce 2(n-1)/n, all-to-all (n-1)/n).
+busbw() {
+	awk -v op="$2" -v n="$3" '!/^#/ && NF>=9 && $1 ~ /^[0-9]+$/ && $6 > 0 {
+		f = (op == "allreduce") ? 2 * (n - 1) / n : (n - 1) / n
+		bw = $1 / ($6 * 1e3) * f
+	} END { printf "%.3f\n", bw + 0 }' "$1"
+}
 ratio() { awk "BEGIN{ if ($2 > 0) printf \"%.2f\", $1/$2; else print \"-\" }"; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print 0; else if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 railbytes() { # host rail -> tx bytes
@@ -47,18 +55,18 @@ for rep in $(seq 1 "$repeats"); do
 				"$bin/bin/flexbench" "$op" -b "$size" -e "$size" --no-inplace -n "$iters" -w 2 > "$f" 2>&1 || echo "# failed: exit $?" >> "$f"
 			a=($(railbytes 1 0) $(railbytes 1 1) $(railbytes 2 0) $(railbytes 2 1))
 			rails[$op$per]="h1 rail0 $(( (a[0]-b[0])>>20 )) MiB, rail1 $(( (a[1]-b[1])>>20 )) MiB; h2 rail0 $(( (a[2]-b[2])>>20 )) MiB, rail1 $(( (a[3]-b[3])>>20 )) MiB"
-			fig[fl$op$per]+=" $(busbw "$f")"
+			fig[fl$op$per]+=" $(busbw "$f" "$op" $((2 * per)))"
 			if [ -n "$variant" ]; then
 				v="$out/${op}_${per}_variant_$rep.txt"
 				timeout 120 "$bin/bin/flexrun" --ssh-args "-F $TC_SSH_CONFIG" --prefix "$bin" -H "$h1:$per,$h2:$per" -x "$variant" \
 					"$bin/bin/flexbench" "$op" -b "$size" -e "$size" --no-inplace -n "$iters" -w 2 > "$v" 2>&1 || echo "# failed: exit $?" >> "$v"
-				fig[var$op$per]+=" $(busbw "$v")"
+				fig[var$op$per]+=" $(busbw "$v" "$op" $((2 * per)))"
 			fi
 			m="$out/${op}_${per}_mpi_$rep.txt"
 			timeout 120 mpirun --hostfile "$out/hostfile$per" -np $((2 * per)) --mca plm_rsh_agent "ssh -F $TC_SSH_CONFIG" --mca plm_rsh_no_tree_spawn 1 \
 				--mca oob_tcp_if_include "$net.0.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$net.0.0/24,$net.1.0/24" --bind-to none \
 				"$bin/bin/flexbench-mpi" "$op" --backend mpi -b "$size" -e "$size" --no-inplace -n "$iters" -w 2 > "$m" 2>&1 || echo "# failed: exit $?" >> "$m"
-			fig[mpi$op$per]+=" $(busbw "$m")"
+			fig[mpi$op$per]+=" $(busbw "$m" "$op" $((2 * per)))"
 		done
 	done
 done

@@ -283,10 +283,13 @@ func (e *endpoint) Put(ctx context.Context, key string, value []byte) error {
 	}
 	select {
 	case r := <-ch:
-		if r.Status != 0 {
-			return newWireError(r.Status, what+": "+r.Text)
+		if r.Status == 0 {
+			return nil
 		}
-		return nil
+		if serr := e.Err(); serr != nil {
+			return serr // the job failed: its error, as every other call gives
+		}
+		return newWireError(r.Status, what+": "+r.Text)
 	case <-e.done:
 		// The job failed while the put was on its way: the server answers
 		// it either way (kept, or told to its owner after the failure).

@@ -29,12 +29,7 @@ func firstCause(outs []outcome, ev evidence) (verdict, bool) {
 	if slices.ContainsFunc(outs, func(o outcome) bool { return o.kind == endHost || o.kind == endStopped }) {
 		return verdict{}, false
 	}
-	firstFailed := outs[0]
-	for _, o := range outs[1:] {
-		if o.order < firstFailed.order {
-			firstFailed = o
-		}
-	}
+	firstFailed := firstOwnFailure(outs, ev)
 	for _, o := range outs {
 		// (A refusal is unauthenticated: it counts only for a rank that
 		// never joined.)
@@ -71,6 +66,30 @@ func firstCause(outs []outcome, ev evidence) (verdict, bool) {
 		return v, true
 	}
 	return verdict{}, false
+}
+
+// firstOwnFailure is the first rank to end among those that did not
+// fail only because they lost a peer (ExitPeerLost, or a lost peer they
+// reported), or the first of all when every one did: the failure whose
+// exit status flexrun gives for a cause that is no one rank's exit (a
+// two-sided mismatch, a withheld call). A rank that failed on the loss of
+// the cause's process can end before it (the kernel closes a dying
+// process's sockets before its parent hears of its end), and its status
+// (75) is not the job's.
+func firstOwnFailure(outs []outcome, ev evidence) outcome {
+	var first, own *outcome
+	for i, o := range outs {
+		if first == nil || o.order < first.order {
+			first = &outs[i]
+		}
+		if o.kind != endPeerLost && !ev.reporters[o.rank] && (own == nil || o.order < own.order) {
+			own = &outs[i]
+		}
+	}
+	if own != nil {
+		return *own
+	}
+	return *first
 }
 
 // mismatchVerdict is the verdict of the first mismatch a member

@@ -294,7 +294,9 @@ func (e *endpoint) Put(ctx context.Context, key string, value []byte) error {
 		// The job failed while the put was on its way: the server answers
 		// it either way (kept, or told to its owner after the failure).
 		serr := e.Err()
-		e.awaitAnswer(ctx, serr, ch)
+		if !e.isClosing() {
+			e.awaitAnswer(ctx, serr, ch)
+		}
 		return serr
 	case <-ctx.Done():
 		return ctxError(ctx, what)
@@ -311,7 +313,9 @@ func (e *endpoint) putAfterFailure(ctx context.Context, serr error, m putMsg) {
 	id, ch := register(&e.mu, e.reqs, &e.nextID)
 	defer take(&e.mu, e.reqs, id)
 	m.ID = id
-	if e.tx.send(m) != nil {
+	// Out of the process whatever ctx says (a caller's deadline may have
+	// passed already), then the answer within ctx.
+	if e.tx.sendWait(m, flushBound) != nil {
 		return
 	}
 	e.awaitAnswer(ctx, serr, ch)

@@ -142,7 +142,7 @@ func (e *engine) handle(rank int, session uint64, msg message) {
 		if m, ok := msg.(putMsg); ok {
 			_, dup := e.kv[m.Key]
 			e.emit(Event{Kind: EventPut, Rank: rank, Host: e.members[rank].host, Key: m.Key, Value: m.Value, Dup: dup})
-			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Status: e.failed.Class, Text: e.failed.err().Error()}))
+			e.members[rank].sink.deliver(newOut(replyMsg{ID: m.ID, Status: e.failed.Class, Text: truncate(e.failed.err().Error(), maxTextLen)}))
 		}
 		return
 	}

@@ -164,3 +164,32 @@ func TestPutAfterFailureToldBeforeItReturns(t *testing.T) {
 		}
 	}
 }
+
+// TestPutAfterLongFailure: the answer to a put made after the job failed
+// carries the failure's words, cut to what a reply may hold: a failure of
+// the longest text an abort may carry does not make the answer malformed
+// (the rank's connection would then end, and the server would report it
+// lost).
+func TestPutAfterLongFailure(t *testing.T) {
+	l := &eventLog{ch: make(chan struct{}, 1)}
+	srv, _ := testServerCfg(t, ServerConfig{Size: 2, OnEvent: l.add})
+	st := dialRanks(t, srv.Addr(), 2, 0, 1)
+	if err := st[1].Abort(errors.New(strings.Repeat("x", maxTextLen))); err != nil {
+		t.Fatal(err)
+	}
+	<-st[0].Done()
+	ctx := ctxFor(t, 5*time.Second)
+	for i := range 3 {
+		if err := st[0].Put(ctx, fmt.Sprintf("end/%d", i), []byte("word")); !errors.Is(err, errs.ErrAborted) {
+			t.Fatalf("put after the failure: %v, want the job's failure", err)
+		}
+	}
+	l.waitFor(t, "the last put", func(ev Event) bool { return ev.Kind == EventPut && ev.Key == "end/2" })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ev := range l.evs {
+		if ev.Kind == EventLost {
+			t.Fatalf("rank %d reported lost after its puts: %s", ev.Rank, ev.Text)
+		}
+	}
+}

@@ -367,7 +367,9 @@ func (job Job) secrets(size int) (jobSecrets, error) {
 // MASTER_PORT, other than the bootstrap's: in r when it is a range
 // (FLEXLINK_PORT_RANGE), taken from its top down, since the port is
 // released for PyTorch to bind and the job's other listeners take the
-// range from the bottom up.
+// range from the bottom up; otherwise below the kernel's ephemeral range
+// (ports.ListenBelowEphemeral), where no other process's bind(0) or
+// connect can take it before torch binds it.
 func freePort(bootstrap string, r ports.Range) (int, error) {
 	_, bport, _ := net.SplitHostPort(bootstrap)
 	var held []net.Listener // the bootstrap's port, found free on loopback: held so the next try skips it
@@ -377,7 +379,7 @@ func freePort(bootstrap string, r ports.Range) (int, error) {
 		}
 	}()
 	for range 3 {
-		l, err := r.ListenFromTop(context.Background(), "tcp", "127.0.0.1")
+		l, err := listenMaster(r)
 		if err != nil {
 			return 0, fmt.Errorf("find a free port for MASTER_PORT: %w", err)
 		}
@@ -389,6 +391,14 @@ func freePort(bootstrap string, r ports.Range) (int, error) {
 		held = append(held, l)
 	}
 	return 0, fmt.Errorf("find a free port for MASTER_PORT: kept getting the bootstrap's port %s", bport)
+}
+
+// listenMaster listens on a candidate for MASTER_PORT (see freePort).
+func listenMaster(r ports.Range) (net.Listener, error) {
+	if r.IsZero() {
+		return ports.ListenBelowEphemeral(context.Background(), "tcp", "127.0.0.1")
+	}
+	return r.ListenFromTop(context.Background(), "tcp", "127.0.0.1")
 }
 
 // printPlan writes the --dry-run table.

@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -29,5 +31,28 @@ func TestFreePortRange(t *testing.T) {
 	_, err = freePort("127.0.0.1:31035", one)
 	if !errors.Is(err, ports.ErrExhausted) || !strings.Contains(err.Error(), "FLEXLINK_PORT_RANGE=31035-31035") || !strings.Contains(err.Error(), "MASTER_PORT") {
 		t.Errorf("freePort in a range the bootstrap fills: %v, want ErrExhausted naming MASTER_PORT and the range", err)
+	}
+}
+
+// TestFreePortBelowEphemeral: without a range, MASTER_PORT is a free port
+// below the kernel's ephemeral range, where no other process's bind(0) or
+// connect can take it between flexrun's check and torch's bind.
+func TestFreePortBelowEphemeral(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatalf("the kernel's ephemeral range: %v", err)
+	}
+	lo, err := strconv.Atoi(strings.Fields(string(b))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		p, err := freePort("127.0.0.1:1", ports.Range{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p >= lo || p < lo/2 {
+			t.Errorf("MASTER_PORT %d, want one in [%d, %d), below the ephemeral range", p, lo/2, lo)
+		}
 	}
 }

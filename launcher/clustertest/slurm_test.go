@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexlink/flexlink/internal/ports"
 )
 
 // slurm is a two-node Slurm cluster made by scripts/testslurm: munged and
@@ -99,9 +102,11 @@ func startSlurm() (*slurm, func(), string, error) {
 	return &slurm{dir: dir, conf: vars["SLURM_CONF"], nodes: strings.Split(vars["TS_NODES"], ",")}, stop, "", nil
 }
 
-// freePorts finds n free TCP ports on the loopback interface.
+// freePorts finds n free TCP ports on the loopback interface, below the
+// kernel's ephemeral range: they are released for another program to bind,
+// and no process's bind(0) or connect is handed one meanwhile.
 func freePorts(n int) ([]int, error) {
-	var ports []int
+	var ps []int
 	var lns []net.Listener
 	defer func() {
 		for _, l := range lns {
@@ -109,14 +114,14 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := ports.ListenBelowEphemeral(context.Background(), "tcp", "127.0.0.1")
 		if err != nil {
 			return nil, err
 		}
 		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ps = append(ps, l.Addr().(*net.TCPAddr).Port)
 	}
-	return ports, nil
+	return ps, nil
 }
 
 // TestSrunWithoutFlexrun: `srun -n 4 ./train`: rank.Init reads the step's

@@ -3,6 +3,7 @@ package capi
 import (
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -117,6 +118,13 @@ func (d driverCalls) String() string {
 // driver calls of one run: every count must be a multiple of k.
 func (f *oneRankFixture) measure(k int, run func() error) driverCalls {
 	f.t.Helper()
+	// On one OS thread, as a C program's calls are (cgo runs a call on its
+	// caller's thread): the CUDA context is current per thread, and a
+	// goroutine moved to another thread between two calls makes its
+	// context current there, a cuCtxSetCurrent no C caller's calls make
+	// (seen in CI, one in five calls).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := run(); err != nil {
 		f.t.Fatal(err)
 	}

@@ -222,6 +222,7 @@ func (e *endpoint) request(ctx context.Context, what string, build func(id uint6
 	}
 	id, ch := register(&e.mu, e.reqs, &e.nextID)
 	if err := e.tx.send(build(id)); err != nil {
+		take(&e.mu, e.reqs, id)
 		return replyMsg{}, e.sendError(what, err)
 	}
 	select {
@@ -304,12 +305,8 @@ func (e *endpoint) Put(ctx context.Context, key string, value []byte) error {
 }
 
 // putAfterFailure sends m, a put made once the job has failed (serr), and
-// waits for the server's answer (awaitAnswer).
+// waits for the server's answer (awaitAnswer; none from a lost server).
 func (e *endpoint) putAfterFailure(ctx context.Context, serr error, m putMsg) {
-	if errors.Is(serr, ErrServerLost) {
-		_ = e.tx.sendWait(m, flushBound) // best effort: no answer will come
-		return
-	}
 	id, ch := register(&e.mu, e.reqs, &e.nextID)
 	defer take(&e.mu, e.reqs, id)
 	m.ID = id

@@ -12,23 +12,31 @@ import (
 
 // TestConformance runs the Link conformance suite over multilink pairs: one
 // link (nothing to split), three ideal links (large messages split three
-// ways), and three segmented, timed links of unequal speed.
+// ways), and three segmented, timed links of unequal speed; and the last
+// two with a tail (Options.Tail) in every message of 64 KiB or more.
 func TestConformance(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		links []fake.Options
+		tail  float64 // Options.Tail, from 64 KiB messages on
 	}{
-		{"OneLink", []fake.Options{{}}},
-		{"ThreeIdeal", []fake.Options{{}, {}, {}}},
+		{"OneLink", []fake.Options{{}}, 0},
+		{"ThreeIdeal", []fake.Options{{}, {}, {}}, 0},
+		{"ThreeIdealTail", []fake.Options{{}, {}, {}}, 0.4},
 		{"ThreeTimed", []fake.Options{
 			{Seed: 1, Latency: 20 * time.Microsecond, Bandwidth: 8e9, MaxSegment: 1 << 20},
 			{Seed: 2, Latency: 50 * time.Microsecond, Jitter: 100 * time.Microsecond, Bandwidth: 2e9, MaxSegment: 256 << 10},
 			{Seed: 3, Latency: 80 * time.Microsecond, Bandwidth: 1e9, MaxSegment: 64 << 10},
-		}},
+		}, 0},
+		{"ThreeTimedTail", []fake.Options{
+			{Seed: 1, Latency: 20 * time.Microsecond, Bandwidth: 8e9, MaxSegment: 1 << 20},
+			{Seed: 2, Latency: 50 * time.Microsecond, Jitter: 100 * time.Microsecond, Bandwidth: 2e9, MaxSegment: 256 << 10},
+			{Seed: 3, Latency: 80 * time.Microsecond, Bandwidth: 1e9, MaxSegment: 64 << 10},
+		}, 0.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.Run(t, func(t *testing.T) (fabric.Link, fabric.Link) {
-				r := newRig(t, tc.links, nil, multilink.Options{})
+				r := newRig(t, tc.links, nil, multilink.Options{Tail: tc.tail, TailMin: 64 << 10})
 				return r.a, r.b
 			})
 		})

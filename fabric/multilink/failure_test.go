@@ -63,12 +63,16 @@ func (f *failureLog) await(t *testing.T, n int) []string {
 func TestLinkFailsMidTransfer(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		link      int // which link fails
-		afterPart int // after how many of its frames
+		link      int     // which link fails
+		afterPart int     // after how many of its frames
+		tail      float64 // Options.Tail: parts of the tail in flight fail too
 	}{
-		{"FastestLink", 0, 5},
-		{"MiddleLink", 1, 3},
-		{"SlowestLink", 2, 8},
+		{"FastestLink", 0, 5, 0},
+		{"MiddleLink", 1, 3, 0},
+		{"SlowestLink", 2, 8, 0},
+		{"FastestLinkTail", 0, 5, 0.25},
+		{"MiddleLinkTail", 1, 9, 0.25},
+		{"SlowestLinkTail", 2, 14, 0.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var nets []*fake.Network
@@ -93,7 +97,7 @@ func TestLinkFailsMidTransfer(t *testing.T) {
 				}
 			}
 			log := newFailureLog()
-			r := newRigWithFailures(t, opts, log, &nets)
+			r := newRigWithFailures(t, opts, log, &nets, tc.tail)
 			stream(t, r, 30, 1<<20+333, 3, 7) // odd size: an unaligned tail part
 			if !failed.Load() {
 				t.Fatalf("link %d carried only %d frames; the failure never fired", tc.link, frames.Load())
@@ -124,7 +128,7 @@ func TestLinkFailsMidTransfer(t *testing.T) {
 	}
 }
 
-func newRigWithFailures(t *testing.T, opts []fake.Options, log *failureLog, nets *[]*fake.Network) *rig {
+func newRigWithFailures(t *testing.T, opts []fake.Options, log *failureLog, nets *[]*fake.Network, tail float64) *rig {
 	t.Helper()
 	var la, lb []fabric.Link
 	r := &rig{}
@@ -139,8 +143,8 @@ func newRigWithFailures(t *testing.T, opts []fake.Options, log *failureLog, nets
 	// a part of every message and the failure fires where the table says;
 	// under the real clock, noisy timings on a busy machine sometimes
 	// starved the slowest link of the frames it was to fail after.
-	r.a = multilink.New(1, la, r.pa, multilink.Options{Now: frozen, OnLinkFailure: log.report("a")})
-	r.b = multilink.New(0, lb, nil, multilink.Options{Now: frozen, OnLinkFailure: log.report("b")})
+	r.a = multilink.New(1, la, r.pa, multilink.Options{Now: frozen, OnLinkFailure: log.report("a"), Tail: tail})
+	r.b = multilink.New(0, lb, nil, multilink.Options{Now: frozen, OnLinkFailure: log.report("b"), Tail: tail})
 	t.Cleanup(func() { r.a.Close(); r.b.Close() })
 	return r
 }
@@ -154,7 +158,7 @@ func TestAllLinksFail(t *testing.T) {
 		{Latency: 50 * time.Microsecond, Bandwidth: 1e9, MaxSegment: 64 << 10},
 	}
 	log := newFailureLog()
-	r := newRigWithFailures(t, opts, log, &nets)
+	r := newRigWithFailures(t, opts, log, &nets, 0)
 	msg := linktest.Payload(1, 8<<20)
 	got := make([]byte, len(msg))
 	recv := r.b.Recv(linktest.TagOf(1), got)

@@ -48,6 +48,17 @@ type Options struct {
 	// from the goroutine that completed a message: it must not block or
 	// call the channel, and must not keep shares.
 	OnShares func(bytes int, shares []balance.Share)
+	// Tail is the fraction of a message of TailMin bytes or more that
+	// the planner's split leaves out (0 to 0.5; 0: none): the tail is
+	// handed out in pieces, each to the link whose last part of the
+	// message just completed, so the links that run faster during the
+	// message carry more of it and all of them finish together. Shares
+	// learnt from earlier messages miss a link's rate changing within
+	// one (TCP's congestion control probing over a message's length, a
+	// link shared with other channels). tail.go says how pieces are cut.
+	Tail float64
+	// TailMin is the smallest message with a tail (0: 1 MiB).
+	TailMin int
 }
 
 // Specs describes links for balance.NewPlanner from their Props, with IDs
@@ -126,6 +137,10 @@ func New(peer int, links []fabric.Link, planner *balance.Planner, opts Options) 
 	}
 	if opts.FrameBytes < headerLen {
 		opts.FrameBytes = 4096
+	}
+	opts.Tail = min(max(opts.Tail, 0), maxTail)
+	if opts.TailMin <= 0 {
+		opts.TailMin = defaultTailMin
 	}
 	c := &channel{
 		peer: peer, links: links, opt: opts,

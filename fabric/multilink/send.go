@@ -23,6 +23,7 @@ type outMsg struct {
 	pending  int                   // parts whose link sends have not completed
 	acked    ranges                // bytes the receiver acknowledged
 	whole    bool                  // acked covers buf (for an empty message: its part was acked)
+	rest     int                   // the tail's first byte not yet issued (tail.go): rest < len(buf) while some is left
 	resent   bool                  // a part failed: the timings are not clean
 	observed bool                  // the timings went to the planner
 	obs      []balance.Observation // per completed part
@@ -78,7 +79,12 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 		return fabric.DoneReq(c.st.err)
 	}
 	m := c.out.add(tag, buf)
-	c.sendRangeLocked(m, 0, len(buf))
+	head := c.tailStart(len(buf))
+	m.rest = head
+	c.sendRangeLocked(m, 0, head)
+	if head < len(buf) {
+		c.startTailLocked(m)
+	}
 	if !c.opt.NoAcks {
 		// A reader holding back a part until its receive is posted must
 		// stage it now instead: the acks of this message may be queued
@@ -96,23 +102,29 @@ func (c *channel) sendRangeLocked(m *outMsg, off, n int) {
 		return
 	}
 	for _, p := range parts {
-		h := header{wantAck: !c.opt.NoAcks, seq: m.seq, total: len(m.buf), off: off + p.Off, len: p.Len, tag: m.tag}
-		frame := make([]byte, c.opt.FrameBytes)
-		h.put(frame)
-		link := c.links[p.Link]
-		reqs := make([]fabric.Request, 1, 2)
-		if h.len <= c.opt.FrameBytes-headerLen {
-			copy(frame[headerLen:], m.buf[h.off:h.off+h.len])
-			reqs[0] = link.Send(frameTag(), frame)
-		} else {
-			reqs[0] = link.Send(frameTag(), frame)
-			reqs = append(reqs, link.Send(payloadTag(h), m.buf[h.off:h.off+h.len]))
-		}
-		pt := &part{link: p.Link, off: h.off, len: h.len}
-		m.parts = append(m.parts, pt)
-		m.pending++
-		go c.awaitPart(m, pt, reqs, c.opt.Now())
+		c.issueLocked(m, p.Link, off+p.Off, p.Len)
 	}
+}
+
+// issueLocked sends bytes [off, off+n) of m over link j as one part: a
+// frame, and the payload after it when it does not fit in the frame.
+func (c *channel) issueLocked(m *outMsg, j, off, n int) {
+	h := header{wantAck: !c.opt.NoAcks, seq: m.seq, total: len(m.buf), off: off, len: n, tag: m.tag}
+	frame := make([]byte, c.opt.FrameBytes)
+	h.put(frame)
+	link := c.links[j]
+	reqs := make([]fabric.Request, 1, 2)
+	if h.len <= c.opt.FrameBytes-headerLen {
+		copy(frame[headerLen:], m.buf[h.off:h.off+h.len])
+		reqs[0] = link.Send(frameTag(), frame)
+	} else {
+		reqs[0] = link.Send(frameTag(), frame)
+		reqs = append(reqs, link.Send(payloadTag(h), m.buf[h.off:h.off+h.len]))
+	}
+	pt := &part{link: j, off: h.off, len: h.len}
+	m.parts = append(m.parts, pt)
+	m.pending++
+	go c.awaitPart(m, pt, reqs, c.opt.Now())
 }
 
 // awaitPart waits for one part's sends, then records its time, or sends it
@@ -156,6 +168,7 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 	if c.opt.NoAcks {
 		m.ack(p.off, p.len) // the link's Send completes on delivery
 	}
+	c.pieceLocked(m, j) // the link that finished first takes more of the tail
 	if m.pending == 0 && !m.resent && !m.observed {
 		m.observed = true
 		c.bal.observe(len(m.buf), m.obs)

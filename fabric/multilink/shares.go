@@ -2,6 +2,7 @@ package multilink
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
@@ -25,7 +26,7 @@ type balancer struct {
 // observe hands the planner the timings of a message of bytes, sent
 // cleanly (no part resent), and reports its shares.
 func (b *balancer) observe(bytes int, obs []balance.Observation) {
-	if obs := b.rated(obs); obs != nil { // nil: a link's rate is not known yet
+	if obs := b.rated(perLink(obs)); obs != nil { // nil: a link's rate is not known yet
 		b.planner.Observe(bytes, obs)
 	}
 	b.noteShares(bytes)
@@ -62,15 +63,21 @@ func (b *balancer) noteShares(bytes int) {
 // rate, see balancer.rated.)
 func PlannerConfig(links []fabric.Link) balance.Config {
 	cfg := balance.DefaultConfig()
-	for _, l := range links {
-		if k := l.Props().Kind; k == fabric.KindNet || k == fabric.KindTCP {
-			cfg.JumpRatio = netJumpRatio
-			cfg.Alpha = netAlpha
-			cfg.Step = netStep
-			break
-		}
+	if OverNet(links) {
+		cfg.JumpRatio = netJumpRatio
+		cfg.Alpha = netAlpha
+		cfg.Step = netStep
 	}
 	return cfg
+}
+
+// OverNet reports whether any of links is a network link (kind net or
+// tcp).
+func OverNet(links []fabric.Link) bool {
+	return slices.ContainsFunc(links, func(l fabric.Link) bool {
+		k := l.Props().Kind
+		return k == fabric.KindNet || k == fabric.KindTCP
+	})
 }
 
 const (
@@ -78,3 +85,20 @@ const (
 	netAlpha     = 0.1
 	netStep      = 0.25
 )
+
+// perLink sums the observations of each link (a message with a tail has
+// several parts on one link, whose service times follow one another): the
+// planner learns a link's rate from its whole share of the message.
+func perLink(obs []balance.Observation) []balance.Observation {
+	out := obs[:0:0]
+	for _, o := range obs {
+		i := slices.IndexFunc(out, func(x balance.Observation) bool { return x.Link == o.Link })
+		if i < 0 {
+			out = append(out, o)
+			continue
+		}
+		out[i].Bytes += o.Bytes
+		out[i].Duration += o.Duration
+	}
+	return out
+}

@@ -177,8 +177,13 @@ func (s *linkSet) dial(wpeer int) (fabric.Link, *balance.Planner, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("rank %d: plan links to rank %d: %w", w.store.Rank(), wpeer, err)
 	}
+	var tail float64
+	if multilink.OverNet(links) {
+		tail = w.netTail
+	}
 	return multilink.New(wpeer, links, planner, multilink.Options{
 		NoAcks: multilink.OnDelivery(links),
+		Tail:   tail,
 		OnLinkFailure: func(i int, kind fabric.Kind, err error) {
 			// A link the peer aborted is one the peer gave up on: it
 			// closed its communicator (the end of every clean run), or it

@@ -87,9 +87,14 @@ func New(ctx context.Context, store bootstrap.Store, opt Options) (*Comm, error)
 	if err != nil {
 		return nil, err
 	}
+	netTail, err := opt.Env.Float("FLEXLINK_NET_TAIL")
+	if err != nil {
+		return nil, err
+	}
 	w := &world{store: store, env: opt.Env, log: opt.Logger, net: &netState{cfg: netCfg},
-		jobInfo:    jobInfo{host: opt.Host, jobID: opt.JobID, secret: opt.Secret},
-		linkConfig: linkConfig{mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), callTimeout: callTimeout, dialTimeout: dialTimeout}}
+		jobInfo: jobInfo{host: opt.Host, jobID: opt.JobID, secret: opt.Secret},
+		linkConfig: linkConfig{mode: mode, links: opt.Env.String("FLEXLINK_LINKS"), callTimeout: callTimeout, dialTimeout: dialTimeout,
+			netTail: netTail}}
 	// Round one: hosts, pids and the addresses of the host transports. The
 	// network transport is opened only when the job spans hosts (or
 	// FLEXLINK_TRANSPORT=net), and its addresses follow in round two.

@@ -48,6 +48,9 @@ type linkConfig struct {
 	// A collective's default deadline (FLEXLINK_TIMEOUT) and how long
 	// dialing a peer's link may take (FLEXLINK_BOOTSTRAP_TIMEOUT).
 	callTimeout, dialTimeout time.Duration
+	// The tail of a message over several network links
+	// (FLEXLINK_NET_TAIL, multilink.Options.Tail).
+	netTail float64
 }
 
 // watch aborts every communicator's links when the bootstrap reports a lost

@@ -56,6 +56,7 @@ var Table = []Setting{
 	{"FLEXLINK_NET_STRIPE_BYTES", "65536", "network transport (tcp provider): smallest message striped across a connection's sockets", KindBytes(1, 1<<30)},
 	{"FLEXLINK_NET_TIMEOUT", "10s", "network transport (tcp provider): a peer silent this long (no data, acknowledgement or heartbeat) is lost; heartbeats go out every fifth of it", KindDuration()},
 	{"FLEXLINK_NET_RAILS", "all", "network transport: most NICs (rails) one pair of ranks on different hosts uses at once, each a link of a multi-link channel whose shares the balancer learns (all or 0, the default: every NIC both hosts have, up to 8, the links a channel balances; 1: the first pair only). NICs pair by IPv4 subnet (one subnet per rail), in the order of the lower rank's NICs; NICs without a subnet pair by position (docs/NET.md)", KindInt(0, 64, "all")},
+	{"FLEXLINK_NET_TAIL", "0", "network transport, a pair of ranks over several NICs (rails): the fraction (0 to 0.5) of each message of 1 MiB or more that is not split by the balancer's shares but handed out in pieces to whichever NIC delivers its part first, so the NICs finish a message together when their rates move within it (0: off; docs/NET.md)", KindFloat(0, 0.5)},
 	{"FLEXLINK_PORT_RANGE", "", "TCP ports every listener of the job takes, FIRST-LAST (50000-50100): flexrun's bootstrap server and MASTER_PORT, the C library's rendezvous, the network transport's listeners (tcp provider, ucx side channel); each takes the first free port in order, so ranks of one host share the range (empty: ephemeral ports, and MASTER_PORT a free port below the ephemeral range; flexrun --port-range sets it)", KindPortRange()},
 	{"FLEXLINK_SOCKET_IFNAME", "", "network interface (or prefix, ^ to exclude) for tcp links, like NCCL_SOCKET_IFNAME", KindString()},
 	{"FLEXLINK_SOCKETS_PER_PEER", "2", "tcp sockets per peer pair", KindInt(1, 16)},
@@ -187,6 +188,24 @@ func (e Env) Int(name string) (int, error) {
 		return 0, fmt.Errorf("%s=%q: not an integer", name, v)
 	}
 	return int(n), nil
+}
+
+// Float parses the setting as a number after checking it against the
+// setting's Kind (KindFloat); empty is 0.
+func (e Env) Float(name string) (float64, error) {
+	s := lookup(name)
+	v := strings.TrimSpace(e.String(name))
+	if v == "" {
+		return 0, nil
+	}
+	if err := checkValue(s, v); err != nil {
+		return 0, err
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not a number", name, v)
+	}
+	return f, nil
 }
 
 // Duration parses the setting as a Go duration ("90s"); a bare number is

@@ -75,6 +75,7 @@ var values = map[string]struct{ good, bad []string }{
 	"FLEXLINK_GPU_STAGED_CHUNK_BYTES": {[]string{"auto", "0", "4194304", "16M"}, []string{"-1", "2T", "big"}},
 	"FLEXLINK_PCIE_STAGING_BYTES":     {[]string{"0", "67108864", "16G"}, []string{"-1", "17G"}},
 	"FLEXLINK_PCIE_SHARE":             {[]string{"0", "0.1", "0.5"}, []string{"0.6", "-0.1", "NaN", "half"}},
+	"FLEXLINK_NET_TAIL":               {[]string{"0", "0.25", "0.5"}, []string{"-0.1", "0.6", "x"}},
 	"FLEXLINK_GPU_NET_SHARE":          {[]string{"0", "0.01", "0.5"}, []string{"0.6", "-0.1", "NaN", "some"}},
 	"FLEXLINK_GPU_PTX":                {[]string{"k.ptx"}, nil},
 	"FLEXLINK_CPU_PROFILE":            {[]string{"/tmp/p.prof"}, nil},

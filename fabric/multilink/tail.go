@@ -1,0 +1,72 @@
+package multilink
+
+// The tail of a large message (Options.Tail). The planner splits the
+// head, the first 1-Tail of the message, by its shares; the rest is cut
+// into pieces handed out as the links complete their parts: one piece to
+// each link the head went to at once (queued behind its head part, so the
+// link never idles while that part's completion travels back), then one
+// more to a link each time one of its parts of the message completes. A
+// piece is the larger of tailPiece and what is left over twice the live
+// links, so pieces shrink as the message ends and the links finish within
+// about a small piece of each other. Links the planner gave no share get
+// no piece: a slow link stays out.
+
+const (
+	maxTail        = 0.5
+	defaultTailMin = 1 << 20
+	// tailPiece is the smallest piece (rounded up to Options.Align): each
+	// costs a frame and an ack.
+	tailPiece = 64 << 10
+)
+
+// tailStart is where the tail of an n-byte message starts: n when it has
+// none (Tail off, a small message, fewer than two live links, or a tail
+// smaller than one aligned unit).
+func (c *channel) tailStart(n int) int {
+	if c.opt.Tail <= 0 || n < c.opt.TailMin || c.liveLinks() < 2 {
+		return n
+	}
+	tail := int(float64(n)*c.opt.Tail) / c.opt.Align * c.opt.Align
+	if tail <= 0 {
+		return n
+	}
+	return n - tail
+}
+
+// liveLinks counts the links that have not failed (c.mu held).
+func (c *channel) liveLinks() int {
+	n := 0
+	for _, d := range c.st.dead {
+		if !d {
+			n++
+		}
+	}
+	return n
+}
+
+// startTailLocked gives a first piece of m's tail to every link its head
+// went to (the head's parts are m's only ones yet).
+func (c *channel) startTailLocked(m *outMsg) {
+	got := make([]bool, len(c.links))
+	for _, p := range m.parts {
+		if !got[p.link] {
+			got[p.link] = true
+			c.pieceLocked(m, p.link)
+		}
+	}
+}
+
+// pieceLocked sends the next piece of m's tail over link j, when any is
+// left and j is alive.
+func (c *channel) pieceLocked(m *outMsg, j int) {
+	left := len(m.buf) - m.rest
+	if left <= 0 || c.st.err != nil || c.st.dead[j] {
+		return
+	}
+	n := max(tailPiece, left/(2*max(c.liveLinks(), 1)))
+	n = (n + c.opt.Align - 1) / c.opt.Align * c.opt.Align
+	n = min(n, left)
+	off := m.rest
+	m.rest += n
+	c.issueLocked(m, j, off, n)
+}

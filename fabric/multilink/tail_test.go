@@ -1,0 +1,72 @@
+package multilink_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/linktest"
+	"github.com/flexlink/flexlink/fabric/multilink"
+)
+
+// TestTailFollowsTheFasterLink: the planner believes two links equal
+// (frozen clock: it never learns otherwise), but link 0 runs eight times
+// faster. Without a tail each link carries half of a message; with one,
+// the tail's pieces after the first go to the link that completes its
+// parts first, so link 0 carries them. The bytes arrive exactly either way.
+func TestTailFollowsTheFasterLink(t *testing.T) {
+	const size = 8 << 20
+	for _, tc := range []struct {
+		name       string
+		tail       float64
+		minFast    int // least payload link 0 must carry
+		maxFast    int // most
+		wantPieces bool
+	}{
+		{"NoTail", 0, size / 2, size / 2, false},
+		// Head 4 MiB, 2 each; the first pieces, queued behind the head
+		// parts, 1 MiB to link 0 and 0.75 to link 1; link 0 should take
+		// most of the rest (5.25 MiB in all when it takes all of it;
+		// at least 4.5 on a slow machine, where the slow link may
+		// complete a part before the fast one asks again).
+		{"HalfTail", 0.5, size/2 + 512<<10, size - 2<<20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr traffic
+			opts := tr.options(2)
+			opts[0].Bandwidth, opts[1].Bandwidth = 800e6, 100e6
+			equal := func(links []fabric.Link) *balance.Planner {
+				specs := multilink.Specs(links)
+				for i := range specs {
+					specs[i].Bandwidth = 100e6
+				}
+				return mustPlanner(t, specs, balance.Config{})
+			}
+			r := newRig(t, opts, equal, multilink.Options{Now: frozen, Tail: tc.tail})
+			msg := linktest.Payload(7, size)
+			got := make([]byte, size)
+			rr := r.b.Recv(linktest.TagOf(size), got)
+			linktest.AwaitOK(t, r.a.Send(linktest.TagOf(size), msg), "send")
+			linktest.AwaitOK(t, rr, "recv")
+			if !bytes.Equal(got, msg) {
+				t.Fatal("data differs")
+			}
+			msgs, byts := tr.snapshot()
+			payload := [2]int{}
+			for i := range payload {
+				// every part is a frame plus its payload
+				payload[i] = byts[i] - (msgs[i]/2)*frameBytes
+			}
+			if payload[0]+payload[1] != size {
+				t.Fatalf("payload over the links %v sums to %d, want %d", payload, payload[0]+payload[1], size)
+			}
+			if payload[0] < tc.minFast || payload[0] > tc.maxFast {
+				t.Errorf("the fast link carried %d bytes (slow: %d), want %d..%d", payload[0], payload[1], tc.minFast, tc.maxFast)
+			}
+			if pieces := msgs[0]/2 + msgs[1]/2; (pieces > 2) != tc.wantPieces {
+				t.Errorf("%d parts in all (links %v), want more than 2: %v", pieces, msgs, tc.wantPieces)
+			}
+		})
+	}
+}

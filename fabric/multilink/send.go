@@ -41,6 +41,7 @@ type outbox struct {
 	seq      uint64             // number of the next Send
 	msgs     map[uint64]*outMsg // by seq: not yet completed
 	linkFree []time.Time        // per link: when its last part completed
+	tailing  *outMsg            // the last Send, while its tail is being handed out (tail.go)
 }
 
 // add numbers a new Send and keeps it until it completes.
@@ -78,11 +79,13 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 	if c.st.err != nil {
 		return fabric.DoneReq(c.st.err)
 	}
+	c.flushTailLocked() // its bytes go ahead of this message's on every link
 	m := c.out.add(tag, buf)
 	head := c.tailStart(len(buf))
 	m.rest = head
 	c.sendRangeLocked(m, 0, head)
 	if head < len(buf) {
+		c.out.tailing = m
 		c.startTailLocked(m)
 	}
 	if !c.opt.NoAcks {
@@ -189,6 +192,9 @@ func (c *channel) finishSendLocked(m *outMsg, err error) {
 		return
 	}
 	delete(c.out.msgs, m.seq)
+	if c.out.tailing == m {
+		c.out.tailing = nil
+	}
 	m.req.Complete(err)
 }
 

@@ -10,6 +10,13 @@ package multilink
 // links, so pieces shrink as the message ends and the links finish within
 // about a small piece of each other. Links the planner gave no share get
 // no piece: a slow link stays out.
+//
+// Only the last Send hands out its tail: a Send flushes the tail left of
+// the one before (split by the shares, like a head), so a message's bytes
+// never queue behind a later message's on a link. In a stream of
+// messages (a pipelined collective) only the last one keeps its tail; in
+// an exchange of one message per call (an all-to-all's block) every one
+// does.
 
 const (
 	maxTail        = 0.5
@@ -63,10 +70,27 @@ func (c *channel) pieceLocked(m *outMsg, j int) {
 	if left <= 0 || c.st.err != nil || c.st.dead[j] {
 		return
 	}
+
 	n := max(tailPiece, left/(2*max(c.liveLinks(), 1)))
 	n = (n + c.opt.Align - 1) / c.opt.Align * c.opt.Align
 	n = min(n, left)
 	off := m.rest
 	m.rest += n
+	if m.rest == len(m.buf) && c.out.tailing == m {
+		c.out.tailing = nil // its last piece
+	}
 	c.issueLocked(m, j, off, n)
+}
+
+// flushTailLocked sends what is left of the last Send's tail, split by
+// the planner's shares.
+func (c *channel) flushTailLocked() {
+	m := c.out.tailing
+	c.out.tailing = nil
+	if m == nil || m.rest >= len(m.buf) || c.st.err != nil {
+		return
+	}
+	off := m.rest
+	m.rest = len(m.buf)
+	c.sendRangeLocked(m, off, len(m.buf)-off)
 }

@@ -1,15 +1,16 @@
 package multilink
 
 // The tail of a large message (Options.Tail). The planner splits the
-// head, the first 1-Tail of the message, by its shares; the rest is cut
-// into pieces handed out as the links complete their parts: one piece to
-// each link the head went to at once (queued behind its head part, so the
-// link never idles while that part's completion travels back), then one
-// more to a link each time one of its parts of the message completes. A
-// piece is the larger of tailPiece and what is left over twice the live
-// links, so pieces shrink as the message ends and the links finish within
-// about a small piece of each other. Links the planner gave no share get
-// no piece: a slow link stays out.
+// head, the first 1-Tail of the message, by its shares, and the first
+// half of the tail the same way, at once (each link then has a part
+// queued behind its head part, so it never idles while that part's
+// completion travels back). The rest is cut into pieces handed out as
+// the links complete their parts: one more to a link each time one of its
+// parts of the message completes. A piece is the larger of tailPiece and
+// what is left over twice the live links, so pieces shrink as the message
+// ends and the links finish within about a small piece of each other.
+// Only links that complete parts of the message get pieces: a link the
+// planner gave no share stays out.
 //
 // Only the last Send hands out its tail: a Send flushes the tail left of
 // the one before (split by the shares, like a head), so a message's bytes
@@ -51,16 +52,19 @@ func (c *channel) liveLinks() int {
 	return n
 }
 
-// startTailLocked gives a first piece of m's tail to every link its head
-// went to (the head's parts are m's only ones yet).
+// startTailLocked sends the first half of m's tail at once, split by the
+// planner's shares like the head (so over the links the head went to):
+// each link has a piece queued behind its head part and never idles while
+// that part's completion travels back. The second half goes in pieces as
+// the links deliver (pieceLocked).
 func (c *channel) startTailLocked(m *outMsg) {
-	got := make([]bool, len(c.links))
-	for _, p := range m.parts {
-		if !got[p.link] {
-			got[p.link] = true
-			c.pieceLocked(m, p.link)
-		}
+	first := (len(m.buf) - m.rest) / 2 / c.opt.Align * c.opt.Align
+	if first <= 0 {
+		return
 	}
+	off := m.rest
+	m.rest += first
+	c.sendRangeLocked(m, off, first)
 }
 
 // pieceLocked sends the next piece of m's tail over link j, when any is

@@ -13,8 +13,8 @@ import (
 // TestTailFollowsTheFasterLink: the planner believes two links equal
 // (frozen clock: it never learns otherwise), but link 0 runs eight times
 // faster. Without a tail each link carries half of a message; with one,
-// the tail's pieces after the first go to the link that completes its
-// parts first, so link 0 carries them. The bytes arrive exactly either way.
+// the pieces of the tail's second half go to the link that completes its
+// parts first, so link 0 carries most of them. The bytes arrive exactly either way.
 func TestTailFollowsTheFasterLink(t *testing.T) {
 	const size = 8 << 20
 	for _, tc := range []struct {
@@ -25,12 +25,11 @@ func TestTailFollowsTheFasterLink(t *testing.T) {
 		wantPieces bool
 	}{
 		{"NoTail", 0, size / 2, size / 2, false},
-		// Head 4 MiB, 2 each; the first pieces, queued behind the head
-		// parts, 1 MiB to link 0 and 0.75 to link 1; link 0 should take
-		// most of the rest (5.25 MiB in all when it takes all of it;
-		// at least 4.5 on a slow machine, where the slow link may
+		// Head 4 MiB, 2 each, then the tail's first half, 1 each; link
+		// 0 should take most of the last 2 MiB (all of it: 5 MiB in
+		// all; at least 4.75 on a slow machine, where the slow link may
 		// complete a part before the fast one asks again).
-		{"HalfTail", 0.5, size/2 + 512<<10, size - 2<<20, true},
+		{"HalfTail", 0.5, size/2 + 768<<10, size/2 + 1<<20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tr traffic

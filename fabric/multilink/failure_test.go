@@ -143,8 +143,8 @@ func newRigWithFailures(t *testing.T, opts []fake.Options, log *failureLog, nets
 	// a part of every message and the failure fires where the table says;
 	// under the real clock, noisy timings on a busy machine sometimes
 	// starved the slowest link of the frames it was to fail after.
-	r.a = multilink.New(1, la, r.pa, multilink.Options{Now: frozen, OnLinkFailure: log.report("a"), Tail: tail})
-	r.b = multilink.New(0, lb, nil, multilink.Options{Now: frozen, OnLinkFailure: log.report("b"), Tail: tail})
+	r.a = multilink.New(1, la, r.pa, multilink.Options{Now: frozen, OnLinkFailure: log.report("a"), Tail: tail, TailMin: 64 << 10})
+	r.b = multilink.New(0, lb, nil, multilink.Options{Now: frozen, OnLinkFailure: log.report("b"), Tail: tail, TailMin: 64 << 10})
 	t.Cleanup(func() { r.a.Close(); r.b.Close() })
 	return r
 }

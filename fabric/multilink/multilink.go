@@ -57,7 +57,7 @@ type Options struct {
 	// one (TCP's congestion control probing over a message's length, a
 	// link shared with other channels). tail.go says how pieces are cut.
 	Tail float64
-	// TailMin is the smallest message with a tail (0: 1 MiB).
+	// TailMin is the smallest message with a tail (0: 4 MiB).
 	TailMin int
 }
 

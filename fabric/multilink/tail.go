@@ -7,8 +7,9 @@ package multilink
 // completion travels back). The rest is cut into pieces handed out as
 // the links complete their parts: one more to a link each time one of its
 // parts of the message completes. A piece is the larger of tailPiece and
-// what is left over twice the live links, so pieces shrink as the message
-// ends and the links finish within about a small piece of each other.
+// half the link's share of what is left, so pieces follow the shares
+// while the links keep to them, shrink as the message ends, and the links
+// finish within about a small piece of each other.
 // Only links that complete parts of the message get pieces: a link the
 // planner gave no share stays out.
 //
@@ -21,7 +22,7 @@ package multilink
 
 const (
 	maxTail        = 0.5
-	defaultTailMin = 1 << 20
+	defaultTailMin = 4 << 20
 	// tailPiece is the smallest piece (rounded up to Options.Align): each
 	// costs a frame and an ack.
 	tailPiece = 64 << 10
@@ -39,6 +40,19 @@ func (c *channel) tailStart(n int) int {
 		return n
 	}
 	return n - tail
+}
+
+// shareOf is link j's share of a message of n bytes by the planner (0
+// when the planner would not use it), for the size of j's pieces: while
+// the links run at the rates the planner knows, each link's pieces follow
+// its share, and the order in which they deliver moves the rest.
+func (c *channel) shareOf(n, j int) float64 {
+	for _, s := range c.bal.planner.Shares(n) {
+		if s.Link == j {
+			return s.Fraction
+		}
+	}
+	return 0
 }
 
 // liveLinks counts the links that have not failed (c.mu held).
@@ -74,8 +88,7 @@ func (c *channel) pieceLocked(m *outMsg, j int) {
 	if left <= 0 || c.st.err != nil || c.st.dead[j] {
 		return
 	}
-
-	n := max(tailPiece, left/(2*max(c.liveLinks(), 1)))
+	n := max(tailPiece, int(float64(left)*c.shareOf(len(m.buf), j)/2))
 	n = (n + c.opt.Align - 1) / c.opt.Align * c.opt.Align
 	n = min(n, left)
 	off := m.rest

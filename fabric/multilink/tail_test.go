@@ -2,10 +2,13 @@ package multilink_test
 
 import (
 	"bytes"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flexlink/flexlink/fabric"
 	"github.com/flexlink/flexlink/fabric/balance"
+	"github.com/flexlink/flexlink/fabric/fake"
 	"github.com/flexlink/flexlink/fabric/linktest"
 	"github.com/flexlink/flexlink/fabric/multilink"
 )
@@ -67,5 +70,57 @@ func TestTailFollowsTheFasterLink(t *testing.T) {
 				t.Errorf("%d parts in all (links %v), want more than 2: %v", pieces, msgs, tc.wantPieces)
 			}
 		})
+	}
+}
+
+// TestTailLinkFailsWhileHandingOut: one 8 MiB message, half of it a tail,
+// over two links; link 1 fails after it delivered the frames of its head
+// part and of its share of the tail's first half, while the pieces are
+// being handed out. What link 1 lacked goes over link 0 and the message
+// arrives exactly; link 1 gets no piece after it failed.
+func TestTailLinkFailsWhileHandingOut(t *testing.T) {
+	var nets []*fake.Network
+	var frames, after atomic.Int64
+	var failed atomic.Bool
+	opts := []fake.Options{
+		{Seed: 1, Latency: 20 * time.Microsecond, Bandwidth: 800e6, MaxSegment: 64 << 10},
+		{Seed: 2, Latency: 20 * time.Microsecond, Bandwidth: 400e6, MaxSegment: 64 << 10},
+	}
+	opts[1].OnDeliver = func(from, to, n int) {
+		if from != 0 {
+			return
+		}
+		if failed.Load() {
+			after.Add(1)
+			return
+		}
+		if n == frameBytes && frames.Add(1) == 3 { // head, first half, then a piece's frame
+			failed.Store(true)
+			nets[1].FailLink(0, 1)
+		}
+	}
+	var la, lb []fabric.Link
+	for _, o := range opts {
+		nw := fake.NewNetwork(2, o)
+		nets = append(nets, nw)
+		la, lb = append(la, nw.Link(0, 1)), append(lb, nw.Link(1, 0))
+	}
+	mo := multilink.Options{Now: frozen, Tail: 0.5}
+	a, b := multilink.New(1, la, nil, mo), multilink.New(0, lb, nil, mo)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	const size = 8 << 20
+	msg := linktest.Payload(11, size)
+	got := make([]byte, size)
+	rr := b.Recv(linktest.TagOf(size), got)
+	linktest.AwaitOK(t, a.Send(linktest.TagOf(size), msg), "send")
+	linktest.AwaitOK(t, rr, "recv")
+	if !bytes.Equal(got, msg) {
+		t.Fatal("data differs")
+	}
+	if !failed.Load() {
+		t.Fatalf("link 1 delivered only %d frames; the failure never fired", frames.Load())
+	}
+	if n := after.Load(); n > 1 {
+		t.Fatalf("link 1 delivered %d messages after it failed", n)
 	}
 }

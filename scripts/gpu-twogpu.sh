@@ -50,6 +50,11 @@
 #          (default 8, 64K), replayed (-G 10; KABEAGER=1 adds eager)
 #   cputime  all_reduce, broadcast and sendrecv 8 B-64 KiB eager with -C 1
 #          (host time per call instead of the GPU's), both libraries
+#   iters  sendrecv and all_reduce eager 8 B-32 KiB at -n 200, 2000 and
+#          20000 (-w 20) and -n 200 -w 2000, both libraries: whether a
+#          row's time is the steady state's or the first calls' (the
+#          twenty-third session's eager sendrecv: 13 us at -n 200, 8.9 at
+#          -n 20000)
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
@@ -233,6 +238,15 @@ if part kab; then
 	: "${KERNELSA:=$PWD/.devbin/fatbin-a}" "${ABB:=8}" "${ABE:=64K}" "${ABTESTS:=all_reduce all_gather broadcast sendrecv}"
 	stamp "kernels $KERNELSA (flexlink-a) beside $FLEXLINK_GPU_KERNELS (flexlink), $ABB-$ABE"
 	if [ "${KABEAGER:-0}" = 1 ]; then abrows flexlink-a "-G 10" ""; else abrows flexlink-a "-G 10"; fi
+fi
+if part iters; then
+	stamp "eager sendrecv and all_reduce against the iteration count"
+	for t in sendrecv all_reduce; do
+		for nw in "200 20" "2000 20" "20000 20" "200 2000"; do
+			set -- $nw
+			for lib in NCCL flexlink; do one $lib $t -b 8 -e 32K -f 8 -n $1 -w $2; done
+		done
+	done
 fi
 if part cputime; then
 	stamp "host time per call (-C 1), 2 ranks"

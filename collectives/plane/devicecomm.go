@@ -192,7 +192,7 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 	if len(ps) == 0 {
 		return nil
 	}
-	return d.run(ctx, "gpu "+o.Kind.String(), o, s)
+	return d.run(ctx, o.Kind.what(), o, s) // "gpu group send/recv", a constant
 }
 
 // Send: see rank.DeviceComm.Send.

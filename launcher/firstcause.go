@@ -227,6 +227,17 @@ func withheld(outs []outcome, ev evidence, firstFailed outcome) (verdict, bool) 
 		v.first = fmt.Sprintf("ranks %s did not take part in %s on communicator %s: %s timed out waiting for them", joinInts(rs), call, first.Comm, whoWaited)
 		v.why = fmt.Sprintf("timed out waiting for ranks %s", joinInts(rs))
 	}
+	// The ranks that stopped: those that ended, and those that said they
+	// waited in the call but are still to be terminated (a rank serving
+	// the job's store holds its error up to 2 s for the others' questions,
+	// capi/holdstore.go): the second line names every rank the first
+	// says waited.
 	v.consequences = others(outs, func(r int) bool { return slices.Contains(rs, r) })
+	for _, r := range waited {
+		if !slices.Contains(rs, r) && !slices.Contains(v.consequences, r) {
+			v.consequences = append(v.consequences, r)
+		}
+	}
+	slices.Sort(v.consequences)
 	return v, true
 }

@@ -225,3 +225,11 @@ func (p *Planner) replan() {
 func (p *Planner) Split(bytes, align int) []Part {
 	return divide(p.Shares(bytes), bytes, align)
 }
+
+// SplitAs divides bytes, a range of a message of class bytes, by the
+// shares of messages of that size (Split's rules otherwise): a part of a
+// large message goes by what the planner learnt of the message's size,
+// not of the part's.
+func (p *Planner) SplitAs(class, bytes, align int) []Part {
+	return divide(p.Shares(class), bytes, align)
+}

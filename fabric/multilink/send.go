@@ -60,8 +60,13 @@ func (o *outbox) service(j int, issued, done time.Time) time.Duration {
 	if o.linkFree[j].After(start) {
 		start = o.linkFree[j]
 	}
-	o.linkFree[j] = done
-	return done.Sub(start)
+	// Two parts' completions may take the lock in the other order than
+	// they were timed: the link stays busy until the later one, and the
+	// earlier gets no time (the planner ignores it).
+	if done.After(o.linkFree[j]) {
+		o.linkFree[j] = done
+	}
+	return max(done.Sub(start), 0)
 }
 
 // ack records that the receiver holds [off, off+n) of m.
@@ -80,11 +85,14 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 		return fabric.DoneReq(c.st.err)
 	}
 	c.flushTailLocked() // its bytes go ahead of this message's on every link
+	if c.st.err != nil {
+		return fabric.DoneReq(c.st.err) // the flush found no link left
+	}
 	m := c.out.add(tag, buf)
 	head := c.tailStart(len(buf))
 	m.rest = head
-	c.sendRangeLocked(m, 0, head)
-	if head < len(buf) {
+	c.splitLocked(m, 0, head, len(buf)) // by the shares of the whole message's size
+	if head < len(buf) && c.st.err == nil {
 		c.out.tailing = m
 		c.startTailLocked(m)
 	}
@@ -97,9 +105,16 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 	return m.req
 }
 
-// sendRangeLocked sends bytes [off, off+n) of m, split over the live links.
+// sendRangeLocked sends bytes [off, off+n) of m, split over the live links
+// by the planner's shares for messages of n bytes.
 func (c *channel) sendRangeLocked(m *outMsg, off, n int) {
-	parts := c.bal.planner.Split(n, c.opt.Align)
+	c.splitLocked(m, off, n, n)
+}
+
+// splitLocked sends bytes [off, off+n) of m, split over the live links by
+// the planner's shares for messages of class bytes.
+func (c *channel) splitLocked(m *outMsg, off, n, class int) {
+	parts := c.bal.planner.SplitAs(class, n, c.opt.Align)
 	if len(parts) == 0 { // the planner has no live link left
 		c.failLocked(fmt.Errorf("multilink to rank %d: no link left to send on: %w", c.peer, errs.ErrPeerLost))
 		return
@@ -163,6 +178,7 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 			return
 		}
 		c.resendPartLocked(m, p)
+		c.tailStalledLocked(m)
 		c.settleSendLocked(m)
 		return
 	}
@@ -172,6 +188,7 @@ func (c *channel) awaitPart(m *outMsg, p *part, reqs []fabric.Request, issued ti
 		m.ack(p.off, p.len) // the link's Send completes on delivery
 	}
 	c.pieceLocked(m, j) // the link that finished first takes more of the tail
+	c.tailStalledLocked(m)
 	if m.pending == 0 && !m.resent && !m.observed {
 		m.observed = true
 		c.bal.observe(len(m.buf), m.obs)

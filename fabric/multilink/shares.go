@@ -92,6 +92,9 @@ const (
 func perLink(obs []balance.Observation) []balance.Observation {
 	out := obs[:0:0]
 	for _, o := range obs {
+		if o.Bytes <= 0 || o.Duration <= 0 {
+			continue // the planner ignores such an observation: so does the sum
+		}
 		i := slices.IndexFunc(out, func(x balance.Observation) bool { return x.Link == o.Link })
 		if i < 0 {
 			out = append(out, o)

@@ -35,11 +35,9 @@ func (c *channel) tailStart(n int) int {
 	if c.opt.Tail <= 0 || n < c.opt.TailMin || c.liveLinks() < 2 {
 		return n
 	}
-	tail := int(float64(n)*c.opt.Tail) / c.opt.Align * c.opt.Align
-	if tail <= 0 {
-		return n
-	}
-	return n - tail
+	// The head ends on the Align grid, so every split of the tail does.
+	head := (n - int(float64(n)*c.opt.Tail) + c.opt.Align - 1) / c.opt.Align * c.opt.Align
+	return min(head, n)
 }
 
 // shareOf is link j's share of a message of n bytes by the planner (0
@@ -78,7 +76,7 @@ func (c *channel) startTailLocked(m *outMsg) {
 	}
 	off := m.rest
 	m.rest += first
-	c.sendRangeLocked(m, off, first)
+	c.splitLocked(m, off, first, len(m.buf))
 }
 
 // pieceLocked sends the next piece of m's tail over link j, when any is
@@ -88,8 +86,15 @@ func (c *channel) pieceLocked(m *outMsg, j int) {
 	if left <= 0 || c.st.err != nil || c.st.dead[j] {
 		return
 	}
-	n := max(tailPiece, int(float64(left)*c.shareOf(len(m.buf), j)/2))
-	n = (n + c.opt.Align - 1) / c.opt.Align * c.opt.Align
+	share := c.shareOf(len(m.buf), j)
+	if share <= 0 {
+		return // the planner would not use j (the others hand the tail out)
+	}
+	// Half the link's share of what is left; at least tailPiece, but never
+	// more than its share: a link of a small share takes no more.
+	mine := int(float64(left) * share)
+	n := max(mine/2, min(tailPiece, mine))
+	n = (max(n, 1) + c.opt.Align - 1) / c.opt.Align * c.opt.Align
 	n = min(n, left)
 	off := m.rest
 	m.rest += n
@@ -109,5 +114,21 @@ func (c *channel) flushTailLocked() {
 	}
 	off := m.rest
 	m.rest = len(m.buf)
-	c.sendRangeLocked(m, off, len(m.buf)-off)
+	c.splitLocked(m, off, len(m.buf)-off, len(m.buf))
+}
+
+// tailStalledLocked sends what is left of m's tail, split by the shares,
+// when no part of m is out any more: no completion is coming to hand it
+// out (the links that carried it failed after their parts were
+// acknowledged).
+func (c *channel) tailStalledLocked(m *outMsg) {
+	if m.pending > 0 || m.rest >= len(m.buf) || c.st.err != nil {
+		return
+	}
+	if c.out.tailing == m {
+		c.out.tailing = nil
+	}
+	off := m.rest
+	m.rest = len(m.buf)
+	c.splitLocked(m, off, len(m.buf)-off, len(m.buf))
 }

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -213,7 +214,7 @@ func (p *Provider) Connect(ctx context.Context, dev int, hb []byte) (fnet.SendCo
 		c, err := d.DialContext(ctx, "tcp", h.addr.String())
 		if err != nil {
 			closeAll()
-			return nil, fail(err)
+			return nil, fail(unreachable(err))
 		}
 		tc := c.(*net.TCPConn)
 		socks = append(socks, tc)
@@ -229,6 +230,21 @@ func (p *Provider) Connect(ctx context.Context, dev int, hb []byte) (fnet.SendCo
 		return nil, fail(p.errClosed())
 	}
 	return s, nil
+}
+
+// unreachable marks a dial error that says the peer cannot be reached
+// (its listener is gone: refused or reset; its host is down or cut off:
+// no route, network unreachable, timed out) as errs.ErrPeerLost, as a
+// connection that breaks is: a rank that dials a peer whose host has just
+// gone fails on a lost peer, and flexrun waits for that host's fate
+// instead of naming the rank that dialed.
+func unreachable(err error) error {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: %w", err, errs.ErrPeerLost)
+		}
+	}
+	return err
 }
 
 // exchange writes the hello and reads the listener's reply, within ctx.

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,7 +11,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	fnet "github.com/flexlink/flexlink/fabric/net"
 	"github.com/flexlink/flexlink/internal/errs"
@@ -241,5 +244,51 @@ func (p *proxy) pipe(dst, src net.Conn) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// TestUnreachableIsPeerLost: a dial that says the peer cannot be reached
+// is a lost peer; other dial errors (a bad address, a cancelled context)
+// are not.
+func TestUnreachableIsPeerLost(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		lost bool
+	}{
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}, true},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}, true},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ETIMEDOUT)}, true},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EADDRNOTAVAIL)}, false},
+		{context.Canceled, false},
+	} {
+		got := unreachable(tc.err)
+		if errors.Is(got, errs.ErrPeerLost) != tc.lost {
+			t.Errorf("unreachable(%v) = %v: peer lost %v, want %v", tc.err, got, !tc.lost, tc.lost)
+		}
+		if !errors.Is(got, tc.err) {
+			t.Errorf("unreachable(%v) = %v: the dial's error is lost", tc.err, got)
+		}
+	}
+}
+
+// TestDialRefusedIsPeerLost: Connect to a handle whose listener is gone
+// fails with errs.ErrPeerLost.
+func TestDialRefusedIsPeerLost(t *testing.T) {
+	p, err := New(Options{IfName: "lo", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := p.Listen(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := l.Handle()
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.Connect(ctx, 0, h); !errors.Is(err, errs.ErrPeerLost) {
+		t.Fatalf("Connect to a closed listener: %v, want an error wrapping ErrPeerLost", err)
 	}
 }

@@ -233,13 +233,14 @@ func (p *Provider) Connect(ctx context.Context, dev int, hb []byte) (fnet.SendCo
 }
 
 // unreachable marks a dial error that says the peer cannot be reached
-// (its listener is gone: refused or reset; its host is down or cut off:
-// no route, network unreachable, timed out) as errs.ErrPeerLost, as a
+// (its listener is gone: refused, reset or a broken pipe; its host is
+// down or cut off: no route, network unreachable, timed out) as
+// errs.ErrPeerLost, as a
 // connection that breaks is: a rank that dials a peer whose host has just
 // gone fails on a lost peer, and flexrun waits for that host's fate
 // instead of naming the rank that dialed.
 func unreachable(err error) error {
-	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
 		if errors.Is(err, e) {
 			return fmt.Errorf("%w: %w", err, errs.ErrPeerLost)
 		}
@@ -252,14 +253,19 @@ func exchange(ctx context.Context, c *net.TCPConn, hello []byte) error {
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := c.Write(hello); err != nil {
-		return err
+		return unreachable(err)
 	}
 	var reply [len(replyOK)]byte
 	if _, err := readFull(c, reply[:]); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("listener refused the connection (stale handle or another provider version): %w", err)
+		// The listener closes a socket whose hello it refuses without a
+		// word, as the kernel does when the listener's process dies: the
+		// dialer cannot tell the two apart. A peer that dies as it is
+		// dialed is the likely one in a job whose handles all come from
+		// its own exchange, so this is a lost peer, as a dial refused is.
+		return fmt.Errorf("the listener closed the connection before answering (its process is gone, or it refused a stale handle or another provider version): %w: %w", err, errs.ErrPeerLost)
 	}
 	if string(reply[:]) != replyOK {
 		return errors.New("listener answered with garbage")

@@ -292,3 +292,28 @@ func TestDialRefusedIsPeerLost(t *testing.T) {
 		t.Fatalf("Connect to a closed listener: %v, want an error wrapping ErrPeerLost", err)
 	}
 }
+
+// TestListenerClosedBeforeAnswerIsPeerLost: a listener that closes the
+// socket without answering the hello (here: it refuses a wrong nonce, as
+// it closes a stale handle's; a listener whose process dies looks the
+// same to the dialer) fails Connect with errs.ErrPeerLost.
+func TestListenerClosedBeforeAnswerIsPeerLost(t *testing.T) {
+	p, err := New(Options{IfName: "lo", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := p.Listen(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := l.Handle()
+	h[8] ^= 0xff // the nonce's first byte (after magic, version, family and port)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = p.Connect(ctx, 0, h)
+	if !errors.Is(err, errs.ErrPeerLost) || !strings.Contains(err.Error(), "closed the connection before answering") {
+		t.Fatalf("Connect with a wrong nonce: %v, want the listener's close, wrapping ErrPeerLost", err)
+	}
+}

@@ -223,7 +223,7 @@ func (p *Planner) replan() {
 // nothing gets no part. A message of zero bytes gets one empty part on the
 // link Shares picks. It returns nil when every link is excluded.
 func (p *Planner) Split(bytes, align int) []Part {
-	return divide(p.Shares(bytes), bytes, align)
+	return p.SplitAs(bytes, bytes, align)
 }
 
 // SplitAs divides bytes, a range of a message of class bytes, by the

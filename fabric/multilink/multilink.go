@@ -218,7 +218,6 @@ func (c *channel) failLocked(err error) {
 		return
 	}
 	c.st.err = err
-	c.out.tailing = nil
 	// A request completes only once no link uses its buffer: sends whose
 	// link sends are still out, and receives with parts still being written,
 	// complete when those end (the links are aborted, so they do).

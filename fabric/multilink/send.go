@@ -41,7 +41,6 @@ type outbox struct {
 	seq      uint64             // number of the next Send
 	msgs     map[uint64]*outMsg // by seq: not yet completed
 	linkFree []time.Time        // per link: when its last part completed
-	tailing  *outMsg            // the last Send, while its tail is being handed out (tail.go)
 }
 
 // add numbers a new Send and keeps it until it completes.
@@ -93,7 +92,6 @@ func (c *channel) Send(tag fabric.Tag, buf []byte) fabric.Request {
 	m.rest = head
 	c.splitLocked(m, 0, head, len(buf)) // by the shares of the whole message's size
 	if head < len(buf) && c.st.err == nil {
-		c.out.tailing = m
 		c.startTailLocked(m)
 	}
 	if !c.opt.NoAcks {
@@ -209,9 +207,6 @@ func (c *channel) finishSendLocked(m *outMsg, err error) {
 		return
 	}
 	delete(c.out.msgs, m.seq)
-	if c.out.tailing == m {
-		c.out.tailing = nil
-	}
 	m.req.Complete(err)
 }
 

@@ -13,7 +13,8 @@ package multilink
 // Only links that complete parts of the message get pieces: a link the
 // planner gave no share stays out.
 //
-// Only the last Send hands out its tail: a Send flushes the tail left of
+// Only the last Send hands out its tail (the message numbered out.seq-1,
+// while its rest is short of its length): a Send flushes the tail left of
 // the one before (split by the shares, like a head), so a message's bytes
 // never queue behind a later message's on a link. In a stream of
 // messages (a pipelined collective) only the last one keeps its tail; in
@@ -98,35 +99,31 @@ func (c *channel) pieceLocked(m *outMsg, j int) {
 	n = min(n, left)
 	off := m.rest
 	m.rest += n
-	if m.rest == len(m.buf) && c.out.tailing == m {
-		c.out.tailing = nil // its last piece
-	}
 	c.issueLocked(m, j, off, n)
 }
 
 // flushTailLocked sends what is left of the last Send's tail, split by
-// the planner's shares.
+// the planner's shares: a new Send's bytes must not go ahead of it.
 func (c *channel) flushTailLocked() {
-	m := c.out.tailing
-	c.out.tailing = nil
-	if m == nil || m.rest >= len(m.buf) || c.st.err != nil {
-		return
+	if m := c.out.msgs[c.out.seq-1]; c.out.seq > 0 && m != nil {
+		c.sendRestLocked(m)
 	}
-	off := m.rest
-	m.rest = len(m.buf)
-	c.splitLocked(m, off, len(m.buf)-off, len(m.buf))
 }
 
-// tailStalledLocked sends what is left of m's tail, split by the shares,
-// when no part of m is out any more: no completion is coming to hand it
-// out (the links that carried it failed after their parts were
-// acknowledged).
+// tailStalledLocked sends what is left of m's tail when no part of m is
+// out any more: no completion is coming to hand it out (the links that
+// carried it failed after their parts were acknowledged).
 func (c *channel) tailStalledLocked(m *outMsg) {
-	if m.pending > 0 || m.rest >= len(m.buf) || c.st.err != nil {
-		return
+	if m.pending == 0 {
+		c.sendRestLocked(m)
 	}
-	if c.out.tailing == m {
-		c.out.tailing = nil
+}
+
+// sendRestLocked sends what is left of m's tail at once, split by the
+// planner's shares for m's size.
+func (c *channel) sendRestLocked(m *outMsg) {
+	if m.rest >= len(m.buf) || c.st.err != nil {
+		return
 	}
 	off := m.rest
 	m.rest = len(m.buf)

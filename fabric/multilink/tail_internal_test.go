@@ -37,7 +37,7 @@ func TestNextSendFlushesTheTail(t *testing.T) {
 	s0 := a.Send(fabric.Tag{}, msgs[0])
 	a.mu.Lock()
 	m0 := a.out.msgs[0]
-	if m0 == nil || m0.rest >= size || a.out.tailing != m0 {
+	if m0 == nil || m0.rest >= size {
 		a.mu.Unlock()
 		t.Fatal("the first message, 20 ms on the links, has no tail being handed out")
 	}
@@ -47,7 +47,7 @@ func TestNextSendFlushesTheTail(t *testing.T) {
 	if m0.rest != size {
 		t.Errorf("after the next Send the first message has %d bytes of its tail not sent", size-m0.rest)
 	}
-	if m1 := a.out.msgs[1]; m1 == nil || a.out.tailing != m1 {
+	if m1 := a.out.msgs[1]; m1 == nil || m1.rest >= size {
 		t.Error("the second message is not the one handing out its tail")
 	}
 	a.mu.Unlock()

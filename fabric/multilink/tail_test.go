@@ -48,12 +48,7 @@ func TestTailFollowsTheFasterLink(t *testing.T) {
 			r := newRig(t, opts, equal, multilink.Options{Now: frozen, Tail: tc.tail})
 			msg := linktest.Payload(7, size)
 			got := make([]byte, size)
-			rr := r.b.Recv(linktest.TagOf(size), got)
-			linktest.AwaitOK(t, r.a.Send(linktest.TagOf(size), msg), "send")
-			linktest.AwaitOK(t, rr, "recv")
-			if !bytes.Equal(got, msg) {
-				t.Fatal("data differs")
-			}
+			sendExactly(t, r.a, r.b, msg, got)
 			msgs, byts := tr.snapshot()
 			payload := [2]int{}
 			for i := range payload {
@@ -115,12 +110,7 @@ func TestTailLinkFailsWhileHandingOut(t *testing.T) {
 	const size = 8 << 20
 	msg := linktest.Payload(11, size)
 	got := make([]byte, size)
-	rr := b.Recv(linktest.TagOf(size), got)
-	linktest.AwaitOK(t, a.Send(linktest.TagOf(size), msg), "send")
-	linktest.AwaitOK(t, rr, "recv")
-	if !bytes.Equal(got, msg) {
-		t.Fatal("data differs")
-	}
+	sendExactly(t, a, b, msg, got)
 	if !failed.Load() {
 		t.Fatalf("link 1 delivered only %d frames; the failure never fired", frames.Load())
 	}
@@ -155,12 +145,7 @@ func TestTailUsesTheMessagesShares(t *testing.T) {
 	}
 	msg := linktest.Payload(3, size)
 	got := make([]byte, size)
-	rr := r.b.Recv(linktest.TagOf(size), got)
-	linktest.AwaitOK(t, r.a.Send(linktest.TagOf(size), msg), "send")
-	linktest.AwaitOK(t, rr, "recv")
-	if !bytes.Equal(got, msg) {
-		t.Fatal("data differs")
-	}
+	sendExactly(t, r.a, r.b, msg, got)
 	msgs, byts := tr.snapshot()
 	link0 := byts[0] - (msgs[0]/2)*frameBytes
 	// Head 3.75 MiB and first half 0.625 MiB at 3/4: 3.28 MiB on link 0
@@ -168,5 +153,17 @@ func TestTailUsesTheMessagesShares(t *testing.T) {
 	// most 2.81 in all).
 	if link0 < 3<<20 {
 		t.Errorf("link 0 carried %d bytes of %d, want at least %d (the learnt shares)", link0, size, 3<<20)
+	}
+}
+
+// sendExactly sends msg from a to b, received into got, and fails t unless
+// both complete and got equals msg.
+func sendExactly(t *testing.T, a, b fabric.Link, msg, got []byte) {
+	t.Helper()
+	rr := b.Recv(linktest.TagOf(len(msg)), got)
+	linktest.AwaitOK(t, a.Send(linktest.TagOf(len(msg)), msg), "send")
+	linktest.AwaitOK(t, rr, "recv")
+	if !bytes.Equal(got, msg) {
+		t.Fatal("data differs")
 	}
 }

@@ -166,19 +166,25 @@ func checkValue(s Setting, v string) error {
 	return nil
 }
 
-// Int parses the setting as an integer (a size in bytes may carry a K, M
-// or G suffix) after checking it against the setting's Kind.
-func (e Env) Int(name string) (int, error) {
+// checked is name's value, trimmed, after checking it against the
+// setting's Kind ("" when unset): what Int, Float and Duration parse.
+func (e Env) checked(name string) (Setting, string, error) {
 	s := lookup(name)
 	v := strings.TrimSpace(e.String(name))
 	if v == "" {
-		return 0, nil
+		return s, "", nil
 	}
-	if err := checkValue(s, v); err != nil {
+	return s, v, checkValue(s, v)
+}
+
+// Int parses the setting as an integer (a size in bytes may carry a K, M
+// or G suffix) after checking it against the setting's Kind.
+func (e Env) Int(name string) (int, error) {
+	s, v, err := e.checked(name)
+	if v == "" || err != nil {
 		return 0, err
 	}
 	var n int64
-	var err error
 	if s.Kind.bytes {
 		n, err = parseBytes(v)
 	} else {
@@ -193,12 +199,8 @@ func (e Env) Int(name string) (int, error) {
 // Float parses the setting as a number after checking it against the
 // setting's Kind (KindFloat); empty is 0.
 func (e Env) Float(name string) (float64, error) {
-	s := lookup(name)
-	v := strings.TrimSpace(e.String(name))
-	if v == "" {
-		return 0, nil
-	}
-	if err := checkValue(s, v); err != nil {
+	_, v, err := e.checked(name)
+	if v == "" || err != nil {
 		return 0, err
 	}
 	f, err := strconv.ParseFloat(v, 64)
@@ -211,12 +213,8 @@ func (e Env) Float(name string) (float64, error) {
 // Duration parses the setting as a Go duration ("90s"); a bare number is
 // seconds. A negative or malformed value is an error naming the variable.
 func (e Env) Duration(name string) (time.Duration, error) {
-	s := lookup(name)
-	v := strings.TrimSpace(e.String(name))
-	if v == "" {
-		return 0, nil
-	}
-	if err := checkValue(s, v); err != nil {
+	_, v, err := e.checked(name)
+	if v == "" || err != nil {
 		return 0, err
 	}
 	d, err := parseDuration(v)

@@ -275,20 +275,10 @@ func TestUnreachableIsPeerLost(t *testing.T) {
 // TestDialRefusedIsPeerLost: Connect to a handle whose listener is gone
 // fails with errs.ErrPeerLost.
 func TestDialRefusedIsPeerLost(t *testing.T) {
-	p, err := New(Options{IfName: "lo", Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	l, err := p.Listen(context.Background(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, l := listenLo(t)
 	h := l.Handle()
 	l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := p.Connect(ctx, 0, h); !errors.Is(err, errs.ErrPeerLost) {
+	if _, err := connect5s(p, h); !errors.Is(err, errs.ErrPeerLost) {
 		t.Fatalf("Connect to a closed listener: %v, want an error wrapping ErrPeerLost", err)
 	}
 }
@@ -298,22 +288,32 @@ func TestDialRefusedIsPeerLost(t *testing.T) {
 // it closes a stale handle's; a listener whose process dies looks the
 // same to the dialer) fails Connect with errs.ErrPeerLost.
 func TestListenerClosedBeforeAnswerIsPeerLost(t *testing.T) {
-	p, err := New(Options{IfName: "lo", Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	p, l := listenLo(t)
+	h := l.Handle()
+	h[8] ^= 0xff // the nonce's first byte (after magic, version, family and port)
+	_, err := connect5s(p, h)
+	if !errors.Is(err, errs.ErrPeerLost) || !strings.Contains(err.Error(), "closed the connection before answering") {
+		t.Fatalf("Connect with a wrong nonce: %v, want the listener's close, wrapping ErrPeerLost", err)
 	}
-	defer p.Close()
+}
+
+// listenLo is a provider on the loopback (open's) and a listener of it,
+// both closed when the test ends.
+func listenLo(t *testing.T) (fnet.Provider, fnet.Listener) {
+	t.Helper()
+	p := open(Options{Timeout: time.Second})(t)
+	t.Cleanup(func() { p.Close() })
 	l, err := p.Listen(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	h := l.Handle()
-	h[8] ^= 0xff // the nonce's first byte (after magic, version, family and port)
+	t.Cleanup(func() { l.Close() })
+	return p, l
+}
+
+// connect5s connects p's device 0 to handle h within 5 s.
+func connect5s(p fnet.Provider, h []byte) (fnet.SendConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = p.Connect(ctx, 0, h)
-	if !errors.Is(err, errs.ErrPeerLost) || !strings.Contains(err.Error(), "closed the connection before answering") {
-		t.Fatalf("Connect with a wrong nonce: %v, want the listener's close, wrapping ErrPeerLost", err)
-	}
+	return p.Connect(ctx, 0, h)
 }

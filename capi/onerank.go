@@ -69,9 +69,12 @@ func (c *Comm) runOneRank(w *work) error {
 		// session), and would make a one-rank job load the kernels.
 		err = s.CopyDtoD(recv, send)
 	}
-	var checked *Error
+	if err == nil {
+		return nil
+	}
+	var checked *Error // (escapes to the heap: declared past the common case)
 	switch {
-	case err == nil, errors.As(err, &checked): // nil, or a refusal of the call's arguments (deviceScalar)
+	case errors.As(err, &checked): // a refusal of the call's arguments (deviceScalar)
 		return err
 	case gpu.IsCaptureError(err): // the caller's capture failed, not the communicator
 		return refuse(InvalidUsage, "stream %#x: %w", call.Stream, err)

@@ -113,7 +113,7 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 		j.mu.Lock()
 		j.sessions++
 		j.mu.Unlock()
-		joined, withdrawn := j.session(env, log)
+		joined, withdrawn, sent := j.session(env, log)
 		j.mu.Lock()
 		if joined && withdrawn {
 			// A stall that resolved (a late member, not a failure: a rank
@@ -127,6 +127,7 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 			dropped := j.queue
 			j.queue, j.sending = nil, false
 			j.mu.Unlock()
+			closeAll(sent) // after the state: a report made once these are done is dropped at once
 			for _, q := range dropped {
 				log.Debug("report to flexrun dropped: this process joins its store no more", "comm", q.e.Comm, "kind", q.e.Kind, "error", q.e.Text)
 				close(q.done)
@@ -136,26 +137,34 @@ func (j *jobReport) send(env settings.Env, log hclog.Logger) {
 		if len(j.queue) == 0 {
 			j.state, j.sending = reportIdle, false
 			j.mu.Unlock()
+			closeAll(sent)
 			return
 		}
 		j.mu.Unlock()
+		closeAll(sent)
+	}
+}
+
+func closeAll(cs []chan struct{}) {
+	for _, c := range cs {
+		close(c)
 	}
 }
 
 // session joins flexrun's store, publishes the queue until it is empty,
 // and says goodbye; joined is false when it could not join (what was
-// queued is dropped). The reports are done once the goodbye has left: the
-// process may exit then, and a reporter lost before its goodbye is told
-// as a loss in flexrun's log. withdrawn says that every report it
-// published withdrew a stall (comm.EndResumed).
-func (j *jobReport) session(env settings.Env, log hclog.Logger) (joined, withdrawn bool) {
+// queued is dropped). sent are the done channels of the reports it took,
+// for send to close once the goodbye has left and the state says what the
+// session's end means: the process may exit then, and a reporter lost
+// before its goodbye is told as a loss in flexrun's log. withdrawn says
+// that every report it published withdrew a stall (comm.EndResumed).
+func (j *jobReport) session(env settings.Env, log hclog.Logger) (joined, withdrawn bool, sent []chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), reportDial)
 	rep, err := join.DialReporter(ctx, env, log.Named("report"))
 	cancel()
 	if err != nil {
 		log.Debug("cannot report to flexrun", "error", err)
 	}
-	var sent []chan struct{}
 	withdrawn = true
 	for {
 		j.mu.Lock()
@@ -184,10 +193,7 @@ func (j *jobReport) session(env settings.Env, log hclog.Logger) (joined, withdra
 	if err == nil {
 		_ = rep.Store.Close()
 	}
-	for _, done := range sent {
-		close(done)
-	}
-	return err == nil, withdrawn && len(sent) > 0
+	return err == nil, withdrawn && len(sent) > 0, sent
 }
 
 // reportEnd publishes e to flexrun (when under flexrun) and waits at most

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -23,6 +24,8 @@ type Stream struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	args atomic.Pointer[launchArgs] // Launch's spare parameter block
 }
 
 // newStream is Device.NewStream.
@@ -324,12 +327,17 @@ func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) erro
 	if f.mod.dev != s.dev {
 		return fmt.Errorf("%s: launch %s: kernel is loaded on %s", s.dev, f.name, f.mod.dev)
 	}
-	// One allocation for the values and the pointers to them (the driver
-	// reads both during the call; the fake keeps them longer).
+	// The values and the pointers to them, which the driver reads during
+	// the call only (cu.API's LaunchKernel copies the values): the
+	// stream's spare block, so a warm stream's launch allocates nothing
+	// (issue 29), or a new one when another thread's launch on s holds it.
 	var vals []uint64
 	var params []unsafe.Pointer
+	var a *launchArgs
 	if len(args) <= launchArgsMax {
-		a := new(launchArgs)
+		if a = s.args.Swap(nil); a == nil {
+			a = new(launchArgs)
+		}
 		vals, params = a.vals[:len(args)], a.params[:len(args)]
 	} else {
 		vals, params = make([]uint64, len(args)), make([]unsafe.Pointer, len(args))
@@ -338,7 +346,11 @@ func (s *Stream) Launch(f *Function, grid, block [3]uint32, args ...uint64) erro
 	for i := range vals {
 		params[i] = unsafe.Pointer(&vals[i])
 	}
-	return s.enqueueNamed(func() string { return "launch " + f.name }, func(api cu.API) error {
+	err := s.enqueueNamed(func() string { return "launch " + f.name }, func(api cu.API) error {
 		return api.LaunchKernel(f.h, grid, block, 0, s.h, params)
 	})
+	if a != nil {
+		s.args.Store(a)
+	}
+	return err
 }

@@ -52,12 +52,15 @@ func (d *DeviceComm) AllToAllv(ctx context.Context, send, recv *gpu.Buffer, send
 	if recv, err = d.trim(what+" recv", recv, nr); err != nil {
 		return err
 	}
-	o := &Op{Kind: AllToAllv, Send: send, Recv: recv, Count: ns / dt.Size(), DT: dt, SendBytes: sl, RecvBytes: rl}
+	r := d.record()
+	defer d.release(r)
+	r.op, r.s = Op{Kind: AllToAllv, Send: send, Recv: recv, Count: ns / dt.Size(), DT: dt, SendBytes: sl, RecvBytes: rl}, s
+	o := &r.op
 	if vp, ok := d.plane.(VPlane); ok && vp.RunsAllToAllv() {
 		if err := d.captureOf(o, s); err != nil {
 			return err
 		}
-		return d.run(ctx, what, o, s)
+		return d.run(ctx, what, r)
 	}
 	g, self, selfRecv := asGroup(o, me)
 	if len(g.P2P) > 0 {

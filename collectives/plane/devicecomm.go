@@ -3,6 +3,7 @@ package plane
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/gpu"
@@ -19,7 +20,8 @@ type DeviceComm struct {
 	dev   *gpu.Device
 	path  string
 	plane Plane
-	log   callLog // per-call lines (calllog.go)
+	log   callLog                 // per-call lines (calllog.go)
+	spare atomic.Pointer[callRec] // callrec.go
 }
 
 // NewDeviceComm wraps the plane the ranks agreed on (path names it:
@@ -91,17 +93,17 @@ func (d *DeviceComm) AsyncError() error {
 
 // AllReduce: see rank.DeviceComm.AllReduce.
 func (d *DeviceComm) AllReduce(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
-	return d.call(ctx, s, &Op{Kind: AllReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count, count)
+	return d.call(ctx, s, Op{Kind: AllReduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count, count)
 }
 
 // AllGather: see rank.DeviceComm.AllGather.
 func (d *DeviceComm) AllGather(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
-	return d.call(ctx, s, &Op{Kind: AllGather, Send: send, Recv: recv, Count: count, DT: dt}, count, count*d.c.Size())
+	return d.call(ctx, s, Op{Kind: AllGather, Send: send, Recv: recv, Count: count, DT: dt}, count, count*d.c.Size())
 }
 
 // ReduceScatter: see rank.DeviceComm.ReduceScatter.
 func (d *DeviceComm) ReduceScatter(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, op dtype.Op, s *gpu.Stream) error {
-	return d.call(ctx, s, &Op{Kind: ReduceScatter, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count*d.c.Size(), count)
+	return d.call(ctx, s, Op{Kind: ReduceScatter, Send: send, Recv: recv, Count: count, DT: dt, Op: op}, count*d.c.Size(), count)
 }
 
 // Broadcast: see rank.DeviceComm.Broadcast.
@@ -113,7 +115,7 @@ func (d *DeviceComm) Broadcast(ctx context.Context, send, recv *gpu.Buffer, coun
 	if d.c.Rank() != root {
 		send, sc = nil, -1
 	}
-	return d.call(ctx, s, &Op{Kind: Broadcast, Send: send, Recv: recv, Count: count, DT: dt, Root: root}, sc, count)
+	return d.call(ctx, s, Op{Kind: Broadcast, Send: send, Recv: recv, Count: count, DT: dt, Root: root}, sc, count)
 }
 
 // Reduce: see rank.DeviceComm.Reduce.
@@ -125,13 +127,13 @@ func (d *DeviceComm) Reduce(ctx context.Context, send, recv *gpu.Buffer, count i
 	if d.c.Rank() != root {
 		recv, rc = nil, -1
 	}
-	return d.call(ctx, s, &Op{Kind: Reduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op, Root: root}, count, rc)
+	return d.call(ctx, s, Op{Kind: Reduce, Send: send, Recv: recv, Count: count, DT: dt, Op: op, Root: root}, count, rc)
 }
 
 // AllToAll: see rank.DeviceComm.AllToAll.
 func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count int, dt dtype.DType, s *gpu.Stream) error {
 	n := count * d.c.Size()
-	return d.call(ctx, s, &Op{Kind: AllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
+	return d.call(ctx, s, Op{Kind: AllToAll, Send: send, Recv: recv, Count: count, DT: dt}, n, n)
 }
 
 // Group: see rank.DeviceComm.Group. Entries to the rank itself pair up in
@@ -139,7 +141,9 @@ func (d *DeviceComm) AllToAll(ctx context.Context, send, recv *gpu.Buffer, count
 // such pair beside entries to peers rides in the direct plane's call
 // (Op.Self: inside the flag kernel where one runs).
 func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error {
-	ps := make([]P2P, 0, len(ops))
+	r := d.record()
+	defer d.release(r)
+	ps := r.ps
 	var selfs [2][]*gpu.Buffer // sends, receives to the rank itself
 	me := d.c.Rank()
 	for i, o := range ops {
@@ -170,7 +174,9 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 			return fmt.Errorf("rank %d: gpu group: a send of %d bytes to itself meets a receive of %d bytes: %w", me, src.Len(), dst.Len(), errs.ErrMismatch)
 		}
 	}
-	o := &Op{Kind: Group, P2P: ps, DT: dtype.Uint8}
+	r.ps = ps // reused by the next call
+	r.op, r.s = Op{Kind: Group, P2P: ps, DT: dtype.Uint8}, s
+	o := &r.op
 	if len(ps) > 0 {
 		if err := d.captureOf(o, s); err != nil {
 			return err
@@ -192,7 +198,7 @@ func (d *DeviceComm) Group(ctx context.Context, s *gpu.Stream, ops ...P2P) error
 	if len(ps) == 0 {
 		return nil
 	}
-	return d.run(ctx, o.Kind.what(), o, s) // "gpu group send/recv", a constant
+	return d.run(ctx, o.Kind.what(), r) // "gpu group send/recv", a constant
 }
 
 // Send: see rank.DeviceComm.Send.
@@ -207,7 +213,11 @@ func (d *DeviceComm) Recv(ctx context.Context, b *gpu.Buffer, peer int, s *gpu.S
 
 // call checks o's buffers (send holds sendCount elements, recv recvCount;
 // -1: the rank has none), trims them to size and runs o.
-func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, recvCount int) error {
+func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, op Op, sendCount, recvCount int) error {
+	r := d.record()
+	defer d.release(r)
+	r.op, r.s = op, s
+	o := &r.op
 	what := o.Kind.what()
 	if !o.DT.Valid() || (o.Kind == AllReduce || o.Kind == ReduceScatter || o.Kind == Reduce) && !o.Op.Valid() {
 		return fmt.Errorf("rank %d: %s: invalid dtype %v or op %v", d.c.Rank(), what, o.DT, o.Op)
@@ -237,7 +247,7 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 			return err
 		}
 	}
-	return d.run(ctx, what, o, s)
+	return d.run(ctx, what, r)
 }
 
 // oneRankInPlace reports whether o is a collective of a one-rank
@@ -245,17 +255,6 @@ func (d *DeviceComm) call(ctx context.Context, s *gpu.Stream, o *Op, sendCount, 
 // for it (collectives/direct's selfCopy; NCCL returns at once there too).
 func oneRankInPlace(n int, o *Op) bool {
 	return n == 1 && o.Kind != Group && o.Kind != AllToAllv && o.Send != nil && o.Recv != nil && o.Send.Ptr() == o.Recv.Ptr()
-}
-
-// run runs o under the communicator's queue, on the caller's thread.
-// Enqueue and return comes from the plane (the flag kernels, which meet
-// their peers inside the GPU), never from a library thread: a thread that
-// makes driver calls while a caller's stream waits for it deadlocks
-// against any synchronous copy on another thread of the process (seen on
-// an H200 under PyTorch: the thread's cuLaunchKernel waited behind the
-// main thread's pageable cuMemcpyDtoHAsync, which waited for the stream).
-func (d *DeviceComm) run(ctx context.Context, what string, o *Op, s *gpu.Stream) error {
-	return d.c.Run(ctx, what, func(ctx context.Context) error { return d.do(ctx, o, s) })
 }
 
 // local checks that b is on the DeviceComm's GPU and holds at least n bytes

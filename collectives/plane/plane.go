@@ -124,7 +124,9 @@ type Host interface {
 type Plane interface {
 	// Do is called under the communicator's queue (one call at a time,
 	// with its deadline and abort handling); it enqueues o's work on s and
-	// returns without waiting for the GPU.
+	// returns without waiting for the GPU. o belongs to the caller again
+	// once Do returns (the DeviceComm reuses it, callrec.go): a plane
+	// that needs the call later keeps a copy, not o.
 	Do(ctx context.Context, o *Op, s *gpu.Stream) error
 	// Quiesce waits until this rank's long-running kernels, which peers
 	// write into, have ended; Close's caller calls it before the closing

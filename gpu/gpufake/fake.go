@@ -74,17 +74,23 @@ func devCopy(f *cufake.Fake, dst, src, n uint64) error {
 	return nil
 }
 
-// kernelArgs reads a launch's parameters, all 8 bytes (see gpu.Stream.Launch).
-func kernelArgs(params []unsafe.Pointer, want int) ([]uint64, error) {
-	if len(params) != want {
-		return nil, fmt.Errorf("fake kernel: %d parameters, want %d", len(params), want)
+// kernelArgs reads a launch's parameters, all 8 bytes (see gpu.Stream.Launch),
+// as CUDA does, during the launch: the values, not the pointers, are kept.
+// They come back by value (no allocation, so tests can count the
+// library's own).
+func kernelArgs(params []unsafe.Pointer, want int) (kargs, error) {
+	var v kargs
+	if len(params) != want || want > len(v) {
+		return v, fmt.Errorf("fake kernel: %d parameters, want %d", len(params), want)
 	}
-	v := make([]uint64, want)
 	for i, p := range params {
 		v[i] = *(*uint64)(p)
 	}
 	return v, nil
 }
+
+// kargs is a launch's parameter values (at most 16, as gpu.Stream.Launch).
+type kargs [16]uint64
 
 // hostReduce is flexlink_reduce_<op>_<dt> on the host:
 // (dst, a, b, count) -> dst = a op b.

@@ -44,7 +44,7 @@ func hostFlag(dt dtype.DType, op dtype.Op, mode int) cufake.KernelFunc {
 		if mode == gpu.FlagModeAR {
 			part = [2]uint64{v[7], v[8]}
 		}
-		v = append(v[:7:7], part[0], part[1])
+		v[7], v[8] = part[0], part[1]
 		raw, err := f.Mem(cu.DevPtr(v[3]), gpu.FlagCtlBytes)
 		if err != nil {
 			return err

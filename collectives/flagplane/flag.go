@@ -54,8 +54,11 @@ const (
 	// flagLLChunk: a line call's bytes per block. Measured on 2xH200
 	// (docs/PERF.md, "Lines"): a replayed allreduce of one block took
 	// 6.1 us with 4 KiB, 7.0 with 8 KiB, 12.7 with 32 KiB (the slots and
-	// counters: 9.2-10.7 us).
-	flagLLChunk  = 4 << 10
+	// counters: 9.2-10.7 us). 2 KiB (twenty-fourth session, "Line blocks
+	// of 2 KiB"): replays of 4-128 KiB 0.4-1 us faster than with 4 KiB in
+	// every collective (a block of 4 KiB costs 1 us more than one of 2
+	// KiB; two of 2 KiB 0.6 more); 1 KiB gained nothing more.
+	flagLLChunk  = 2 << 10
 	flagMinChunk = 32 << 10 // bytes: smallest chunk a block takes (1 MiB over 128 blocks of 8 KiB took ~130 µs in most runs on 2xH200, over 32 blocks 14 µs)
 	// flagAutoColl: FLEXLINK_GPU_FLAG_COLL_BYTES=-1, the largest per-peer
 	// block (and the largest broadcast, reduce or single send) the flag

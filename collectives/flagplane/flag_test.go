@@ -51,3 +51,19 @@ func TestFlagShape(t *testing.T) {
 		}
 	}
 }
+
+// TestLineCallBlocks: a two-rank line call takes one block per 2 KiB
+// (flagLLChunk), up to the line blocks: the grid measured on 2xH200.
+func TestLineCallBlocks(t *testing.T) {
+	l := gpu.FlagLayout{SlotBytes: 262144, Depth: 2, MaxBlocks: 128}
+	ll := l.LLBlocks(2)
+	for _, tc := range []struct{ bytes, grid, chunk int }{
+		{8, 1, 256}, {2 << 10, 1, 2 << 10}, {2<<10 + 4, 2, 1280}, {4 << 10, 2, 2 << 10},
+		{64 << 10, 32, 2 << 10}, {128 << 10, 64, 2 << 10}, {256 << 10, 128, 2 << 10}, {1 << 20, 128, 8 << 10},
+	} {
+		grid, chunk := shape(l, tc.bytes, 4, ll)
+		if grid != tc.grid || chunk*4 != tc.chunk {
+			t.Errorf("%d bytes: grid %d, chunk %d bytes; want %d, %d", tc.bytes, grid, chunk*4, tc.grid, tc.chunk)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"syscall"
 	"time"
 
 	"github.com/flexlink/flexlink/internal/errs"
@@ -201,4 +202,20 @@ func WaitDone(ctx context.Context, done <-chan struct{}, provider string) error 
 			return fmt.Errorf("net %s request still in flight: %w", provider, ctx.Err())
 		}
 	}
+}
+
+// Unreachable marks a dial or hello error that says the peer cannot be
+// reached (its listener is gone: refused, reset or a broken pipe; its host
+// is down or cut off: no route, network unreachable, timed out) as
+// errs.ErrPeerLost, as a connection that breaks is: a rank that dials a
+// peer whose host has just gone fails on a lost peer, and flexrun waits
+// for that host's fate instead of naming the rank that dialed. Every
+// provider's Connect uses it.
+func Unreachable(err error) error {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: %w", err, errs.ErrPeerLost)
+		}
+	}
+	return err
 }

@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -214,7 +213,7 @@ func (p *Provider) Connect(ctx context.Context, dev int, hb []byte) (fnet.SendCo
 		c, err := d.DialContext(ctx, "tcp", h.addr.String())
 		if err != nil {
 			closeAll()
-			return nil, fail(unreachable(err))
+			return nil, fail(fnet.Unreachable(err))
 		}
 		tc := c.(*net.TCPConn)
 		socks = append(socks, tc)
@@ -232,28 +231,12 @@ func (p *Provider) Connect(ctx context.Context, dev int, hb []byte) (fnet.SendCo
 	return s, nil
 }
 
-// unreachable marks a dial error that says the peer cannot be reached
-// (its listener is gone: refused, reset or a broken pipe; its host is
-// down or cut off: no route, network unreachable, timed out) as
-// errs.ErrPeerLost, as a
-// connection that breaks is: a rank that dials a peer whose host has just
-// gone fails on a lost peer, and flexrun waits for that host's fate
-// instead of naming the rank that dialed.
-func unreachable(err error) error {
-	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
-		if errors.Is(err, e) {
-			return fmt.Errorf("%w: %w", err, errs.ErrPeerLost)
-		}
-	}
-	return err
-}
-
 // exchange writes the hello and reads the listener's reply, within ctx.
 func exchange(ctx context.Context, c *net.TCPConn, hello []byte) error {
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := c.Write(hello); err != nil {
-		return unreachable(err)
+		return fnet.Unreachable(err)
 	}
 	var reply [len(replyOK)]byte
 	if _, err := readFull(c, reply[:]); err != nil {

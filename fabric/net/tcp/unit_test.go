@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -243,31 +242,6 @@ func (p *proxy) pipe(dst, src net.Conn) {
 		}
 		if err != nil {
 			return
-		}
-	}
-}
-
-// TestUnreachableIsPeerLost: a dial that says the peer cannot be reached
-// is a lost peer; other dial errors (a bad address, a cancelled context)
-// are not.
-func TestUnreachableIsPeerLost(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		lost bool
-	}{
-		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}, true},
-		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
-		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}, true},
-		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ETIMEDOUT)}, true},
-		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EADDRNOTAVAIL)}, false},
-		{context.Canceled, false},
-	} {
-		got := unreachable(tc.err)
-		if errors.Is(got, errs.ErrPeerLost) != tc.lost {
-			t.Errorf("unreachable(%v) = %v: peer lost %v, want %v", tc.err, got, !tc.lost, tc.lost)
-		}
-		if !errors.Is(got, tc.err) {
-			t.Errorf("unreachable(%v) = %v: the dial's error is lost", tc.err, got)
 		}
 	}
 }

@@ -224,4 +224,30 @@ func TestConnectRefused(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Op != "connect" || ce.Remote == "" {
 		t.Fatalf("connect to nothing: %v", err)
 	}
+	if !errors.Is(err, errs.ErrPeerLost) {
+		t.Fatalf("connect to nothing: %v, want an error wrapping ErrPeerLost (the peer's listener is gone)", err)
+	}
+}
+
+// TestListenerClosedBeforeAnswerIsPeerLost: a listener that takes the
+// connection and closes it without a reply (its process died as it was
+// dialed, as the kernel closes its sockets) is a lost peer, as with tcp.
+func TestListenerClosedBeforeAnswerIsPeerLost(t *testing.T) {
+	a := open(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+	}()
+	h := handle{nonce: 1, addr: mustAddrPort(t, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)}
+	_, err = a.Connect(ctxT(t, 5*time.Second), loDev(t, a), h.encode())
+	if !errors.Is(err, errs.ErrPeerLost) {
+		t.Fatalf("connect to a listener that hangs up: %v, want an error wrapping ErrPeerLost", err)
+	}
 }

@@ -3,7 +3,9 @@ package ucx
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -123,7 +125,7 @@ func (p *Provider) Connect(ctx context.Context, dev int, h []byte) (fnet.SendCon
 	dl := net.Dialer{KeepAliveConfig: keepAlive()}
 	c, err := dl.DialContext(ctx, "tcp", remote)
 	if err != nil {
-		return nil, cerr(remote, err)
+		return nil, cerr(remote, fnet.Unreachable(err))
 	}
 	deadline := time.Now().Add(handshakeTime)
 	if t, ok := ctx.Deadline(); ok && t.Before(deadline) {
@@ -135,13 +137,23 @@ func (p *Provider) Connect(ctx context.Context, dev int, h []byte) (fnet.SendCon
 	r := bufio.NewReader(c)
 	if err := writeHello(c, hd.nonce, p.label(d)); err != nil {
 		c.Close()
-		return nil, cerr(remote, err)
+		return nil, cerr(remote, fnet.Unreachable(err))
 	}
 	id, waddr, name, err := readReply(r)
 	if err != nil {
 		c.Close()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = ctx.Err()
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			// The listener closes a socket whose hello it refuses without
+			// a word, as the kernel does when the listener's process dies:
+			// in a job whose handles come from its own exchange, a peer
+			// that dies as it is dialed is the likely one (the tcp
+			// provider's exchange says the same).
+			return nil, cerr(remote, fmt.Errorf("handshake: the listener closed the connection before answering (its process is gone, or it refused a stale handle or another provider version): %w: %w", err, errs.ErrPeerLost))
+		default:
+			err = fnet.Unreachable(err)
 		}
 		return nil, cerr(remote, fmt.Errorf("handshake: %w (peer refused or is not a ucx listener)", err))
 	}

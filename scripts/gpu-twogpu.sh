@@ -60,6 +60,11 @@
 #          (scripts/nsys_gaps.py: duration, start to start, idle before)
 #          and its CUDA API calls (nsys's cuda_api_sum), where a call's
 #          GPU time goes beyond its host time
+#   timeline  scripts/eager_timeline.c (built here with mpicc against the
+#          installed NCCL): eager 8-byte allreduce and grouped send/recv,
+#          2000 calls each between timing events, both libraries twice,
+#          alternating: the host's time per call, the stream's time in a
+#          call and between calls (PARTS=timeline alone skips nccl-tests)
 #   nodes  scripts/graph_node_probe.cu: what an event record, a copy or a
 #          second kernel beside a small kernel costs, replayed and eager
 #          (one GPU; PARTS=nodes alone skips building nccl-tests)
@@ -100,7 +105,7 @@ if [ "${KERNELS:-0}" = 1 ]; then
 	tar -C /tmp/flexlink-fatbin -cf "$OUT/fatbin.tar" fatbin
 	export FLEXLINK_GPU_KERNELS=/tmp/flexlink-fatbin/fatbin
 fi
-[ "$PARTS" = nodes ] || nccl_tests_build "$src"
+[ "$PARTS" = nodes ] || [ "$PARTS" = timeline ] || nccl_tests_build "$src"
 
 # one LIB TEST ARGS...: one nccl-tests run at 2 MPI ranks, one per GPU;
 # its rows and #wrong line to $LOG under a header, the whole output to
@@ -283,6 +288,20 @@ if part nsys; then
 			done
 		done
 	fi
+fi
+if part timeline; then
+	stamp "eager timeline: 8-byte allreduce and send/recv between timing events"
+	step "build eager_timeline" mpicc -O2 -I/usr/local/cuda/include -o /tmp/eager_timeline scripts/eager_timeline.c -L/usr/local/cuda/lib64 -lcudart -lnccl
+	for round in 1 2; do
+		for lib in NCCL flexlink; do
+			pre=()
+			[ $lib = flexlink ] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
+			echo "-- timeline $lib round $round" >>"$LOG"
+			step "timeline $lib $round" timeout 120 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
+				-x CUDA_CACHE_MAXSIZE -np 2 /tmp/eager_timeline 2000
+			grep "^TIMELINE" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
+		done
+	done
 fi
 if part nodes; then
 	stamp "graph_node_probe"

@@ -22,7 +22,8 @@ func (runCaller) Run(ctx context.Context, _ string, f func(context.Context) erro
 	return f(ctx)
 }
 
-// recPlane records the ops it is given; recVPlane also runs AllToAllv
+// recPlane records copies of the ops it is given (an Op is the caller's
+// again once Do returns: Plane's contract); recVPlane also runs AllToAllv
 // itself (VPlane).
 type recPlane struct {
 	fakePlane
@@ -30,7 +31,9 @@ type recPlane struct {
 }
 
 func (p recPlane) Do(_ context.Context, o *Op, _ *gpu.Stream) error {
-	*p.ops = append(*p.ops, o)
+	cp := *o
+	cp.P2P = slices.Clone(o.P2P)
+	*p.ops = append(*p.ops, &cp)
 	return nil
 }
 

@@ -31,7 +31,7 @@
 #          MPSRANKS=2 runs 2 only); TestGPUProcsMismatch again
 #          without MPS (the leader path)
 #   profile  rank 0's CPU profile of flexlink's library (FLEXLINK_CPU_PROFILE)
-#          over 20000 eager 8-byte all_reduce and sendrecv calls, to
+#          over PROFN (20000) eager 8-byte all_reduce and sendrecv calls, to
 #          $OUT/prof-<test>.pb.gz (go tool pprof -top FILE)
 #   again  all_reduce and all_gather once more, the libraries alternating
 #          (eager times move with the host's noise from run to run)
@@ -178,7 +178,7 @@ if part profile; then
 	for t in all_reduce sendrecv; do
 		step "profile $t" timeout 120 mpirun --allow-run-as-root --bind-to none -x LD_PRELOAD=$LIB -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
 			-x CUDA_CACHE_MAXSIZE -x FLEXLINK_GPU_FLAG_LINES -x FLEXLINK_CPU_PROFILE_SECONDS=60 -np 2 \
-			sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then export FLEXLINK_CPU_PROFILE='"$OUT/prof-$t.pb.gz"'; fi; exec '"$B/${t}_perf"' -g 1 -b 8 -e 8 -n 20000 -w 100'
+			sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then export FLEXLINK_CPU_PROFILE='"$OUT/prof-$t.pb.gz"'; fi; exec '"$B/${t}_perf"' -g 1 -b 8 -e 8 -n '"${PROFN:-20000}"' -w 100'
 		grep -E "^ +[0-9]" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
 	done
 fi

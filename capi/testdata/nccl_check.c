@@ -348,15 +348,14 @@ static int shrink_after_exit(const char *idpath) {
     if (r != ncclSuccess) FAIL("the first allreduce failed on the rank about to die: %s", ncclGetErrorString(r));
     _exit(7);
   }
-  /* A survivor may still be taking in the first call's data when another
+  /* The first call completed on the dead rank: it completes on every
+   * survivor too, even one still taking in its data when another
    * survivor, already in the second call, fails on the dead rank and ends
-   * the communicator: its first call then reports the loss (docs/ERRORS.md,
-   * "a survivor's earlier call"). */
-  if (r == ncclSuccess) {
-    r = ncclAllReduce(x, x, 16, ncclFloat, ncclSum, comm, NULL);
-    if (r == ncclSuccess) FAIL("an allreduce with a dead member succeeded");
-  }
-  if (r != ncclSuccess) fprintf(stderr, "rank %d: the dead member reported as %s: %s\n", me, ncclGetErrorString(r), ncclGetLastError(comm));
+   * the communicator (docs/ERRORS.md, "a survivor's earlier call"). */
+  if (r != ncclSuccess) FAIL("the first allreduce, complete on every rank before one died: %s: %s", ncclGetErrorString(r), ncclGetLastError(comm));
+  r = ncclAllReduce(x, x, 16, ncclFloat, ncclSum, comm, NULL);
+  if (r == ncclSuccess) FAIL("an allreduce with a dead member succeeded");
+  fprintf(stderr, "rank %d: the dead member reported as %s: %s\n", me, ncclGetErrorString(r), ncclGetLastError(comm));
   int dead = n - 1;
   CHECK(ncclCommShrink(comm, &dead, 1, &small, NULL, NCCL_SHRINK_DEFAULT));
   int sn;

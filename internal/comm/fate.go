@@ -147,6 +147,10 @@ type endRecord struct {
 	// was in InCall, a later collective (closing.go).
 	Closed *closeRecord `json:"closed,omitempty"`
 	InCall string       `json:"in_call,omitempty"`
+	// Seq is the number of the collective that failed at the publisher
+	// (InCall's number; 0: none): a member still in an earlier one lets
+	// it finish before it ends (watchEnd).
+	Seq uint64 `json:"seq,omitempty"`
 	// Members are the communicator's world ranks (a launcher that reads
 	// the record names only members), By the publisher's world rank.
 	Members []int `json:"members,omitempty"`
@@ -200,7 +204,7 @@ func (c *Comm) publishRecord(err error, echo bool) {
 	if errors.As(err, &ce) {
 		rec.Closed, rec.InCall = &ce.rec, ce.call
 	} else if ci := c.closing.failed.Load(); ci != nil {
-		rec.InCall = fmt.Sprintf("%s #%d", ci.Op, ci.Seq) // the collective that failed here
+		rec.InCall, rec.Seq = fmt.Sprintf("%s #%d", ci.Op, ci.Seq), ci.Seq // the collective that failed here
 	}
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
@@ -219,7 +223,13 @@ func (c *Comm) publishRecord(err error, echo bool) {
 }
 
 // watchEnd ends c when another member publishes its end; it returns when
-// c ends or closes.
+// c ends or closes. An end for a lost member, published by a member that
+// failed in a later collective than the one this rank is in, is held back
+// until this rank's call returns (endAfterCall), as the loss itself is
+// (watchLosses): the publisher finished this call, so its data for it is
+// on the links already, and ending now would fail a call that can finish
+// (a survivor's earlier call, docs/ERRORS.md). A call that cannot finish
+// fails on its links and ends with the end held back as its cause.
 func (c *Comm) watchEnd() {
 	b, err := c.world.store.Get(c.links.ctx, endKey(c.name))
 	if err != nil {
@@ -228,6 +238,10 @@ func (c *Comm) watchEnd() {
 	var rec endRecord
 	if json.Unmarshal(b, &rec) != nil {
 		rec = endRecord{Kind: "aborted", Text: fmt.Sprintf("communicator %s ended by another member (unreadable reason)", c.name)}
+	}
+	if cur := c.closing.current.Load(); rec.Kind == "peer-lost" && cur != nil && cur.Seq < rec.Seq {
+		c.endAfterCall(rec.err(), serverLostGrace)
+		return
 	}
 	c.end(rec.err())
 }

@@ -67,22 +67,24 @@ func TestTwoRankCallsNoLibraryAllocs(t *testing.T) {
 	run(20) // warm: buffers located, streams wrapped, kernels loaded
 	const n = 500
 	sites := libraryAllocs(func() { run(n) })
-	total := 0
+	total, worst := 0, 0
 	var lines []string
 	for site, k := range sites {
 		total += k
+		worst = max(worst, k)
 		lines = append(lines, fmt.Sprintf("%6d %s", k, site))
 	}
 	sort.Strings(lines)
 	// The profile's collections empty the library's sync.Pools, which
-	// refill at the start (no collection runs inside: libraryAllocs); a
-	// few such one-off allocations are not per call: fewer than one per 20
-	// of the 4n calls and groups, where one allocation per allreduce alone
-	// would make 2n.
-	t.Logf("%d library allocations in %d calls and groups", total, 4*n)
-	if total >= 4*n/20 {
-		t.Errorf("%d library allocations in %d calls (2 ranks × %d allreduces and %d send/recv groups), want none per call; by innermost library frame:\n%s",
-			total, 4*n, n, n, strings.Join(lines, "\n"))
+	// refill at the start (no collection runs inside: libraryAllocs), and
+	// the library's own goroutines (watchers, tickers) allocate with the
+	// time a run takes: a few one-off allocations, none per call. An
+	// allocation per call at one site makes at least n (one rank's calls
+	// of one kind); the total backstops many small ones.
+	t.Logf("%d library allocations in %d calls and groups, at most %d at one site", total, 4*n, worst)
+	if worst >= n/2 || total >= n {
+		t.Errorf("%d library allocations in %d calls (2 ranks × %d allreduces and %d send/recv groups), %d at one site; want none per call; by innermost library frame:\n%s",
+			total, 4*n, n, n, worst, strings.Join(lines, "\n"))
 	}
 }
 

@@ -36,7 +36,7 @@ func (d *DeviceComm) record() *callRec {
 
 // release makes r the spare record again, holding no buffer.
 func (d *DeviceComm) release(r *callRec) {
-	clear(r.ps)
+	clear(r.ps[:cap(r.ps)]) // entries a refused group appended too
 	r.op, r.s, r.ps = Op{}, nil, r.ps[:0]
 	d.spare.Store(r)
 }

@@ -36,8 +36,16 @@ type checkPlane struct {
 	calls int
 }
 
-func (p *checkPlane) Do(_ context.Context, o *Op, _ *gpu.Stream) error {
+// bufKey carries, in a call's context, the buffer the caller passed.
+type bufKey struct{}
+
+func (p *checkPlane) Do(ctx context.Context, o *Op, _ *gpu.Stream) error {
 	p.calls++
+	want, _ := ctx.Value(bufKey{}).(*gpu.Buffer)
+	switch {
+	case o.Kind == AllReduce && o.Send != want, o.Kind == Group && len(o.P2P) > 0 && o.P2P[0].Buf != want:
+		return fmt.Errorf("%s: the plane was handed another call's buffer", o.Kind)
+	}
 	switch o.Kind {
 	case AllReduce:
 		if o.Send.Len() != o.Count*o.DT.Size() || o.Recv.Len() != o.Send.Len() || len(o.P2P) != 0 {
@@ -73,40 +81,42 @@ func TestDeviceCallNoAllocs(t *testing.T) {
 	lg := flog.New(&hclog.LoggerOptions{Level: hclog.Info}, flog.Default)
 	p := &checkPlane{}
 	d := NewDeviceComm(&queueCaller{fakeCaller: fakeCaller{lg: lg}}, dev, "direct", p)
-	ctx := context.Background()
 	calls := []struct {
 		name string
-		f    func(b *gpu.Buffer) error
+		f    func(ctx context.Context, b *gpu.Buffer) error
 	}{
-		{"allreduce", func(b *gpu.Buffer) error {
+		{"allreduce", func(ctx context.Context, b *gpu.Buffer) error {
 			return d.AllReduce(ctx, b, b, b.Len()/4, dtype.Float32, dtype.Sum, s)
 		}},
-		{"send/recv", func(b *gpu.Buffer) error {
+		{"send/recv", func(ctx context.Context, b *gpu.Buffer) error {
 			return d.Group(ctx, s, SendTo(1, b), RecvFrom(1, b))
 		}},
 	}
+	ctx0 := context.WithValue(context.Background(), bufKey{}, bufs[0])
 	for _, c := range calls {
-		if err := c.f(bufs[0]); err != nil {
+		if err := c.f(ctx0, bufs[0]); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if n := testing.AllocsPerRun(200, func() {
-			if err := c.f(bufs[0]); err != nil {
+			if err := c.f(ctx0, bufs[0]); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
 		}); n != 0 {
 			t.Errorf("%s: %v allocations per call, want 0", c.name, n)
 		}
 	}
-	// Four threads at once, each on its own buffer: no call sees
-	// another's Op.
+	// Four threads at once, each on its own buffer: the plane sees each
+	// call's own buffer (the caller's context says which), never another
+	// thread's Op.
 	var wg sync.WaitGroup
 	errs := make(chan error, len(bufs))
 	for _, b := range bufs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ctx := context.WithValue(context.Background(), bufKey{}, b)
 			for i := range 500 {
-				if err := calls[i%2].f(b); err != nil {
+				if err := calls[i%2].f(ctx, b); err != nil {
 					errs <- err
 					return
 				}

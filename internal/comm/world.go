@@ -100,7 +100,7 @@ func (c *Comm) endAfterCall(err error, grace time.Duration) {
 	case <-idle:
 	case <-t.C:
 	}
-	c.end(err)
+	c.end(c.fate.held()) // the first end held back: two news of one loss end alike
 }
 
 // register adds c to the communicators the world ends on news, and

@@ -45,15 +45,7 @@ func TestTwoRankCallsNoLibraryAllocs(t *testing.T) {
 					if errs[r] = f.l.Coll(tid, f.hs[r], cs[r].ar); errs[r] != nil {
 						break
 					}
-					f.l.GroupStart(tid)
-					err := f.l.Coll(tid, f.hs[r], cs[r].send)
-					if err == nil {
-						err = f.l.Coll(tid, f.hs[r], cs[r].recv)
-					}
-					if gerr := f.l.GroupEnd(tid); err == nil {
-						err = gerr
-					}
-					errs[r] = err
+					errs[r] = groupOf(f.l, tid, f.hs[r], []Call{cs[r].send, cs[r].recv})
 				}
 			}()
 		}

@@ -25,15 +25,6 @@ func BenchmarkSendRecv2(b *testing.B) {
 		}
 	}
 	benchThreads(b, len(calls), func(r int) error {
-		tid := 10 + r
-		f.l.GroupStart(tid)
-		err := f.l.Coll(tid, f.hs[r], calls[r].send)
-		if err == nil {
-			err = f.l.Coll(tid, f.hs[r], calls[r].recv)
-		}
-		if gerr := f.l.GroupEnd(tid); err == nil {
-			err = gerr
-		}
-		return err
+		return groupOf(f.l, 10+r, f.hs[r], []Call{calls[r].send, calls[r].recv})
 	})
 }

@@ -18,20 +18,12 @@ import (
 // driver (a block shared between two launches would be overwritten there).
 func TestLaunchNoAllocs(t *testing.T) {
 	var dwell atomic.Bool
-	drv, err := gpufake.Open(gpufake.Config{Devices: 1, LaunchFault: func(int, string) error {
+	dv, _ := fakeDevice(t, gpufake.Config{Devices: 1, LaunchFault: func(int, string) error {
 		if dwell.Load() {
 			time.Sleep(20 * time.Microsecond)
 		}
 		return nil
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Close() })
-	dv, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := mustStream(t, dv)
 	src, dst := mustAlloc(t, dv, 64), mustAlloc(t, dv, 64)
 	if err := s.CopyLocal(dst, src); err != nil { // loads the copy kernel

@@ -254,6 +254,53 @@ static void *blocked_allreduce(void *arg) {
   return NULL;
 }
 
+/* A group is the calling thread's: while another thread holds one open,
+ * this thread's allreduce runs at once and is complete on return (had the
+ * library taken both threads for one, the call would be queued in the
+ * other's group and return with nothing done). */
+struct open_group {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int opened, release;
+  ncclResult_t start, end;
+};
+
+static void *hold_group(void *p) {
+  struct open_group *g = p;
+  g->start = ncclGroupStart();
+  pthread_mutex_lock(&g->mu);
+  g->opened = 1;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->release) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+  g->end = ncclGroupEnd();
+  return NULL;
+}
+
+static void test_group_per_thread(ncclComm_t comm) {
+  struct open_group g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ncclSuccess, ncclSuccess};
+  pthread_t t;
+  pthread_create(&t, NULL, hold_group, &g);
+  pthread_mutex_lock(&g.mu);
+  while (!g.opened) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  float x[4];
+  double want[4];
+  for (int i = 0; i < 4; i++) {
+    x[i] = (float)(me + i);
+    want[i] = 0;
+    for (int r = 0; r < n; r++) want[i] += r + i;
+  }
+  CHECK(ncclAllReduce(x, x, 4, ncclFloat, ncclSum, comm, NULL));
+  check_floats("allreduce while another thread holds a group open", x, want, 4);
+  pthread_mutex_lock(&g.mu);
+  g.release = 1;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  pthread_join(t, NULL);
+  if (g.start != ncclSuccess || g.end != ncclSuccess) FAIL("the other thread's empty group: start %d, end %d", g.start, g.end);
+}
+
 /* abort from another thread unblocks a call in flight; the other ranks'
  * calls fail too. Rank 0 never joins the allreduce. */
 static void test_abort(const char *idpath) {
@@ -399,6 +446,7 @@ int main(int argc, char **argv) {
   if (cn != n || cr != me) FAIL("count/rank: %d/%d, want %d/%d", cn, cr, n, me);
 
   test_collectives(comm);
+  test_group_per_thread(comm);
   test_bad_input(comm);
   test_split_and_nonblocking(comm, argv[1]);
   test_mismatch(argv[1]);

@@ -4,14 +4,34 @@
 // prototypes, no cuda.h). A file of its own because a cgo file with
 // //export may only declare C functions.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
 void *fl_handle(uintptr_t h) { return (void *)h; }
 uintptr_t fl_id(void *p) { return (uintptr_t)p; }
+
+// fl_tid is the calling thread's id (gettid), asked of the kernel once
+// per thread and kept in the thread's own storage: ncclGroupStart, every
+// call inside a group and ncclGroupEnd need it, a system call each
+// otherwise. A fork's child forgets the copy its thread inherits.
+static __thread int fl_tid_cached;
+static pthread_once_t fl_tid_once = PTHREAD_ONCE_INIT;
+static void fl_tid_forget(void) { fl_tid_cached = 0; }
+static void fl_tid_init(void) { pthread_atfork(NULL, NULL, fl_tid_forget); }
+
+int fl_tid(void) {
+  if (fl_tid_cached == 0) {
+    pthread_once(&fl_tid_once, fl_tid_init);
+    fl_tid_cached = (int)syscall(SYS_gettid);
+  }
+  return fl_tid_cached;
+}
 
 static __thread char fl_last[4096];
 

@@ -4,6 +4,7 @@
 void *fl_handle(uintptr_t h);
 uintptr_t fl_id(void *p);
 const char *fl_last_error(const char *s);
+int fl_tid(void);
 int fl_cuda_open(void);
 typedef struct {
   unsigned long long id; // CU_POINTER_ATTRIBUTE_BUFFER_ID (0: the driver cannot say)

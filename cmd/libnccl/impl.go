@@ -19,7 +19,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"github.com/flexlink/flexlink/capi"
@@ -71,8 +70,9 @@ func lib() *capi.Library {
 	return theLib
 }
 
-// tid is the calling OS thread: a cgo callback runs on the C caller's thread.
-func tid() int { return syscall.Gettid() }
+// tid is the calling OS thread (a cgo callback runs on the C caller's
+// thread), kept by helpers.c per thread: gettid once per thread.
+func tid() int { return int(C.fl_tid()) }
 
 // cudaMemory is capi.Memory over the driver calls of helpers.c, and a
 // capi.Identifier: the library calls Identify (one driver call) for each

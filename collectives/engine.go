@@ -169,6 +169,9 @@ func (e *Engine) need(h header, b Buffer, n int, what string) (Buffer, error) {
 	if b.Len() < n {
 		return nil, e.argErr(h, "%s buffer has %d bytes, need %d", what, b.Len(), n)
 	}
+	if b.Len() == n {
+		return b, nil // (a slice of a HostBuffer is a new interface value: an allocation per call)
+	}
 	return b.Slice(0, n), nil
 }
 

@@ -55,11 +55,17 @@ func host(b Buffer, what string) ([]byte, error) {
 
 // hostPair is host of the destination and the source of an operation
 // (what: "copy", "reduce").
+// The names are joined only for an error (a call makes no string).
 func hostPair(dst, src Buffer, what string) (d, s []byte, err error) {
-	if d, err = host(dst, what+" destination"); err != nil {
-		return nil, nil, err
+	d, dok := dst.(HostBuffer)
+	s, sok := src.(HostBuffer)
+	switch {
+	case !dok:
+		_, err = host(dst, what+" destination")
+	case !sok:
+		_, err = host(src, what+" source")
 	}
-	if s, err = host(src, what+" source"); err != nil {
+	if err != nil {
 		return nil, nil, err
 	}
 	return d, s, nil

@@ -94,7 +94,10 @@ func (d Data) buf() collectives.Buffer {
 	if d.Buf == nil {
 		return collectives.HostBuffer(nil)
 	}
-	return d.Buf.Slice(0, d.Count*d.Type.Size())
+	if n := d.Count * d.Type.Size(); d.Buf.Len() != n {
+		return d.Buf.Slice(0, n)
+	}
+	return d.Buf // exactly the call's bytes: no new interface value
 }
 
 func sameType(a, b Data) error {

@@ -17,21 +17,30 @@ import (
 // BenchmarkAllReduce1Host is ncclAllReduce of 8 floats on host buffers,
 // one rank, no CUDA in the process.
 func BenchmarkAllReduce1Host(b *testing.B) {
-	l := New(Options{Env: settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s"})})
-	hs, err := l.InitAll(1, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = l.Destroy(hs[0]) }()
+	l, h := oneHostRank(b)
 	buf := make([]float32, 8)
 	p := unsafe.Pointer(&buf[0])
 	call := Call{Kind: AllReduce, Send: p, Recv: p, Count: 8, Type: ncclFloat32}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := l.Coll(1, hs[0], call); err != nil {
+		if err := l.Coll(1, h, call); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// oneHostRank is a Library with one rank and no CUDA, with the default
+// call deadline (none: FLEXLINK_TIMEOUT gives every call a context and a
+// timer); it is destroyed when tb ends.
+func oneHostRank(tb testing.TB) (*Library, uintptr) {
+	tb.Helper()
+	l := New(Options{Env: settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s"})})
+	hs, err := l.InitAll(1, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Destroy(hs[0]) })
+	return l, hs[0]
 }
 
 // BenchmarkAllReduce1Device is ncclAllReduce of 8 floats on device buffers
@@ -152,25 +161,21 @@ func TestFastPathNoAllocs(t *testing.T) {
 	}
 }
 
-// TestHostCallAllocs: a warm ncclAllReduce on host buffers of exactly the
+// TestHostCallAllocs: with the default call deadline (none), a warm
+// ncclAllReduce on host buffers of exactly the
 // call's bytes, one rank, makes at most the collective observer's three
 // allocations (the record of the call in flight and its start and end
 // notes): the engine takes such buffers as they are, without a new
 // interface value per slice (it made 7 when it re-sliced them).
 func TestHostCallAllocs(t *testing.T) {
-	l := New(Options{Env: settings.Map(map[string]string{"FLEXLINK_BOOTSTRAP_TIMEOUT": "20s"})})
-	hs, err := l.InitAll(1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Destroy(hs[0]) }()
+	l, h := oneHostRank(t)
 	send, recv := make([]float32, 8), make([]float32, 8)
 	for i := range send {
 		send[i] = float32(i) + 0.5
 	}
 	call := Call{Kind: AllReduce, Send: unsafe.Pointer(&send[0]), Recv: unsafe.Pointer(&recv[0]), Count: 8, Type: ncclFloat32}
 	run := func() {
-		if err := l.Coll(1, hs[0], call); err != nil {
+		if err := l.Coll(1, h, call); err != nil {
 			t.Fatal(err)
 		}
 	}

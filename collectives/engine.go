@@ -8,6 +8,7 @@ import (
 
 	"github.com/flexlink/flexlink/dtype"
 	"github.com/flexlink/flexlink/fabric"
+	"github.com/flexlink/flexlink/mem"
 )
 
 // Engine runs the collectives of one communicator on one rank.
@@ -169,10 +170,7 @@ func (e *Engine) need(h header, b Buffer, n int, what string) (Buffer, error) {
 	if b.Len() < n {
 		return nil, e.argErr(h, "%s buffer has %d bytes, need %d", what, b.Len(), n)
 	}
-	if b.Len() == n {
-		return b, nil // (a slice of a HostBuffer is a new interface value: an allocation per call)
-	}
-	return b.Slice(0, n), nil
+	return mem.Prefix(b, n), nil
 }
 
 // sameMemory reports whether a and b are the same range of memory.
@@ -197,7 +195,7 @@ func sameMemory(a, b Buffer) bool {
 // samePrefix reports whether a starts with b: the "same buffer" in-place
 // form (a may be longer than b).
 func samePrefix(a, b Buffer) bool {
-	return a != nil && b != nil && a.Len() >= b.Len() && sameMemory(a.Slice(0, b.Len()), b)
+	return a != nil && b != nil && a.Len() >= b.Len() && sameMemory(mem.Prefix(a, b.Len()), b)
 }
 
 // overlap reports whether a and b share bytes (false when unknown).

@@ -45,27 +45,23 @@ type HostMemory struct{ cache *scratchCache }
 // NewHostMemory returns a HostMemory that reuses freed scratch.
 func NewHostMemory() HostMemory { return HostMemory{cache: newScratchCache()} }
 
-func host(b Buffer, what string) ([]byte, error) {
+// host is b's bytes; what and side name it in the error (joined only
+// there: a call makes no string).
+func host(b Buffer, what, side string) ([]byte, error) {
 	h, ok := b.(HostBuffer)
 	if !ok {
-		return nil, fmt.Errorf("host memory: %s is a %T, not a HostBuffer: %w", what, b, errs.ErrNotSupported)
+		return nil, fmt.Errorf("host memory: %s%s is a %T, not a HostBuffer: %w", what, side, b, errs.ErrNotSupported)
 	}
 	return h, nil
 }
 
 // hostPair is host of the destination and the source of an operation
 // (what: "copy", "reduce").
-// The names are joined only for an error (a call makes no string).
 func hostPair(dst, src Buffer, what string) (d, s []byte, err error) {
-	d, dok := dst.(HostBuffer)
-	s, sok := src.(HostBuffer)
-	switch {
-	case !dok:
-		_, err = host(dst, what+" destination")
-	case !sok:
-		_, err = host(src, what+" source")
+	if d, err = host(dst, what, " destination"); err != nil {
+		return nil, nil, err
 	}
-	if err != nil {
+	if s, err = host(src, what, " source"); err != nil {
 		return nil, nil, err
 	}
 	return d, s, nil
@@ -116,7 +112,7 @@ func (HostMemory) Reduce(dst, src Buffer, dt dtype.DType, op dtype.Op) error {
 
 // Finish applies op's last step for n contributions (reduce.Finish).
 func (HostMemory) Finish(dst Buffer, dt dtype.DType, op dtype.Op, n int) error {
-	d, err := host(dst, "finish buffer")
+	d, err := host(dst, "finish buffer", "")
 	if err != nil {
 		return err
 	}

@@ -16,3 +16,7 @@ func (d *Device) LoadReduceKernels() error {
 	_, _, err := d.typeKernels(dtype.Float32)
 	return err
 }
+
+// HoldsSpareLaunchArgs reports whether s has a spare launch parameter
+// block (none while a launch on s is in the driver with it).
+func (s *Stream) HoldsSpareLaunchArgs() bool { return s.args.Load() != nil }

@@ -5,22 +5,26 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/flexlink/flexlink/gpu"
 	"github.com/flexlink/flexlink/gpu/gpufake"
 )
 
 // TestLaunchNoAllocs: a kernel launch on a warm stream makes no heap
-// allocation (the stream's spare parameter block; issue 29), and launches
-// from several threads on one stream each pass their own parameters: every
-// copy lands where its own arguments say, though each launch dwells in the
-// driver (a block shared between two launches would be overwritten there).
+// allocation (the stream's spare parameter block; issue 29); while a launch
+// is in the driver the block is the launch's alone (the stream holds no
+// spare another launch could take and overwrite), and it is the stream's
+// spare again once the launch returns. Launches from several threads on
+// one stream each pass their own parameters: every copy lands where its own
+// arguments say.
 func TestLaunchNoAllocs(t *testing.T) {
-	var dwell atomic.Bool
+	var (
+		watched atomic.Pointer[gpu.Stream] // the stream whose launches the driver checks
+		shared  atomic.Int32               // launches that found a spare block on it
+	)
 	dv, _ := fakeDevice(t, gpufake.Config{Devices: 1, LaunchFault: func(int, string) error {
-		if dwell.Load() {
-			time.Sleep(20 * time.Microsecond)
+		if s := watched.Load(); s != nil && s.HoldsSpareLaunchArgs() {
+			shared.Add(1)
 		}
 		return nil
 	}})
@@ -35,6 +39,19 @@ func TestLaunchNoAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("a copy kernel's launch: %v allocations, want 0", n)
+	}
+	watched.Store(s)
+	for range 10 {
+		if err := s.CopyLocal(dst, src); err != nil {
+			t.Fatal(err)
+		}
+		if !s.HoldsSpareLaunchArgs() {
+			t.Fatal("after a launch the stream holds no spare parameter block")
+		}
+	}
+	watched.Store(nil)
+	if n := shared.Load(); n != 0 {
+		t.Errorf("%d of 10 launches were in the driver while the stream offered their parameter block to another launch", n)
 	}
 
 	// Each thread copies its own 8-byte pattern into slot k of its own
@@ -51,7 +68,6 @@ func TestLaunchNoAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dwell.Store(true)
 	var wg sync.WaitGroup
 	errs := make([]error, threads)
 	for i := range threads {

@@ -16,3 +16,13 @@ type Buffer interface {
 	// Slice returns the sub-range [off, off+n).
 	Slice(off, n int) Buffer
 }
+
+// Prefix is b's first n bytes: b itself when it holds exactly n (a slice
+// of a slice-backed Buffer is a new interface value, an allocation on a
+// call's path), else b.Slice(0, n).
+func Prefix(b Buffer, n int) Buffer {
+	if b.Len() == n {
+		return b
+	}
+	return b.Slice(0, n)
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flexlink/flexlink/collectives"
 	"github.com/flexlink/flexlink/dtype"
+	"github.com/flexlink/flexlink/mem"
 )
 
 // Data is a buffer with its element type and count, like NCCL's
@@ -94,10 +95,7 @@ func (d Data) buf() collectives.Buffer {
 	if d.Buf == nil {
 		return collectives.HostBuffer(nil)
 	}
-	if n := d.Count * d.Type.Size(); d.Buf.Len() != n {
-		return d.Buf.Slice(0, n)
-	}
-	return d.Buf // exactly the call's bytes: no new interface value
+	return mem.Prefix(d.Buf, d.Count*d.Type.Size())
 }
 
 func sameType(a, b Data) error {

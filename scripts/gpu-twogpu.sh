@@ -55,11 +55,6 @@
 #          row's time is the steady state's or the first calls' (the
 #          twenty-third session's eager sendrecv: 13 us at -n 200, 8.9 at
 #          -n 20000)
-#   nsys   eager 8-byte sendrecv and all_reduce under Nsight Systems (nsys,
-#          when installed), both libraries: rank 0's GPU operations
-#          (scripts/nsys_gaps.py: duration, start to start, idle before)
-#          and its CUDA API calls (nsys's cuda_api_sum), where a call's
-#          GPU time goes beyond its host time
 #   timeline  scripts/eager_timeline.c (built here with mpicc against the
 #          installed NCCL): eager 8-byte allreduce and grouped send/recv,
 #          2000 calls each between timing events, both libraries twice,
@@ -263,31 +258,6 @@ if part cputime; then
 	for t in all_reduce broadcast sendrecv; do
 		for lib in NCCL flexlink; do one $lib $t -b 8 -e 64K -f 8 -n 2000 -w 50 -C 1; done
 	done
-fi
-if part nsys; then
-	stamp "nsys: eager 8-byte sendrecv and all_reduce, rank 0's GPU trace and API calls"
-	NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-	if [ -z "$NSYS" ]; then
-		echo "nsys: not installed on this machine" | tee -a "$LOG"
-	else
-		for t in sendrecv all_reduce; do
-			for lib in NCCL flexlink; do
-				pre=()
-				[ $lib = flexlink ] && pre=(-x LD_PRELOAD=$LIB -x FLEXLINK_GPU_FLAG_LINES)
-				rep=/tmp/nsys-$lib-$t
-				rm -f $rep-*.nsys-rep
-				step "nsys $lib $t" timeout 180 mpirun --allow-run-as-root --bind-to none "${pre[@]}" -x NCCL_NVLS_ENABLE -x FLEXLINK_GPU_KERNELS \
-					-x CUDA_CACHE_MAXSIZE -np 2 "$NSYS" profile --trace=cuda --force-overwrite=true -o "$rep-%q{OMPI_COMM_WORLD_RANK}" \
-					$B/${t}_perf -g 1 -c 0 -b 8 -e 8 -n 2000 -w 50
-				echo "-- nsys 2 GPUs $lib $t -b 8 -e 8 -n 2000 -w 50 (rank 0)" >>"$LOG"
-				grep -E "^ +[0-9]" <(tail -n +1 "$STEPLOG" | tac | sed '/^== /q' | tac) >>"$LOG"
-				step "nsys stats $lib $t" timeout 120 "$NSYS" stats -q --force-export=true --report cuda_gpu_trace,cuda_api_sum --format csv -o "$OUT/nsys-$lib-$t" "$rep-0.nsys-rep"
-				python3 scripts/nsys_gaps.py "$OUT/nsys-$lib-${t}_cuda_gpu_trace.csv" >>"$LOG" 2>&1
-				head -25 "$OUT/nsys-$lib-${t}_cuda_api_sum.csv" >>"$LOG" 2>&1
-				gzip -f "$OUT/nsys-$lib-${t}_cuda_gpu_trace.csv"
-			done
-		done
-	fi
 fi
 if part timeline; then
 	stamp "eager timeline: 8-byte allreduce and send/recv between timing events"

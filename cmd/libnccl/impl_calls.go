@@ -73,8 +73,8 @@ func xCommDeregister(c C.ncclComm_t, h unsafe.Pointer) C.ncclResult_t {
 }
 
 // coll makes call on c for the calling thread, found only when some
-// thread has a group open (gettid is a system call on every call's path
-// otherwise; tid 0 names no thread).
+// thread has a group open (a cgo call otherwise on every call's path;
+// tid 0 names no thread).
 func coll(c C.ncclComm_t, call capi.Call) C.ncclResult_t {
 	l := lib()
 	t := 0

@@ -209,17 +209,26 @@ func TestGarbageOnListener(t *testing.T) {
 	}
 }
 
+// connectTo is a's Connect to a ucx handle naming ln's address (nonce 1),
+// which is expected to fail: its error.
+func connectTo(t *testing.T, a *Provider, ln net.Listener) error {
+	t.Helper()
+	h := handle{nonce: 1, addr: mustAddrPort(t, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)}
+	s, err := a.Connect(ctxT(t, 5*time.Second), loDev(t, a), h.encode())
+	if err == nil {
+		s.Close()
+	}
+	return err
+}
+
 func TestConnectRefused(t *testing.T) {
 	a := open(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	h := handle{nonce: 1}
-	h.addr = mustAddrPort(t, "127.0.0.1", port)
-	_, err = a.Connect(ctxT(t, 5*time.Second), loDev(t, a), h.encode())
+	err = connectTo(t, a, ln)
 	var ce *fnet.ConnError
 	if !errors.As(err, &ce) || ce.Op != "connect" || ce.Remote == "" {
 		t.Fatalf("connect to nothing: %v", err)
@@ -245,9 +254,7 @@ func TestListenerClosedBeforeAnswerIsPeerLost(t *testing.T) {
 			c.Close()
 		}
 	}()
-	h := handle{nonce: 1, addr: mustAddrPort(t, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)}
-	_, err = a.Connect(ctxT(t, 5*time.Second), loDev(t, a), h.encode())
-	if !errors.Is(err, errs.ErrPeerLost) {
+	if err := connectTo(t, a, ln); !errors.Is(err, errs.ErrPeerLost) {
 		t.Fatalf("connect to a listener that hangs up: %v, want an error wrapping ErrPeerLost", err)
 	}
 }

@@ -32,8 +32,37 @@ type recvConn struct {
 	posted postings   // the IRecvs and the messages they cover
 	done   completions
 	poison poison
-	wmu    sync.Mutex // held while writing socket 0's reverse direction
+	wmu    chan struct{} // holds a token while socket 0's reverse direction is written
 }
+
+// lastAckWait bounds how long a failing receiver waits for the ack
+// writer's frame in progress before it sends its own last ack: one small
+// frame, late only when the peer has stopped reading.
+const lastAckWait = 500 * time.Millisecond
+
+// lockW takes the reverse direction; with a positive bound it gives up
+// after it and reports false.
+func (c *recvConn) lockW(bound time.Duration) bool {
+	if bound <= 0 {
+		c.wmu <- struct{}{}
+		return true
+	}
+	select {
+	case c.wmu <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case c.wmu <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (c *recvConn) unlockW() { <-c.wmu }
 
 // postings are the posted receives and the messages being read into them
 // (c.mu held).
@@ -105,8 +134,8 @@ type inMsg struct {
 
 func newRecvConn(p *Provider, dev, remote string, socks []*net.TCPConn) *recvConn {
 	c := &recvConn{endpoint: newEndpoint(p, dev, remote, socks), st: newState(),
-		posted: postings{msgs: map[uint64]*inMsg{}},
-		done:   completions{arrived: map[uint64]bool{}, kick: make(chan struct{}, 1)}}
+		posted: postings{msgs: map[uint64]*inMsg{}}, wmu: make(chan struct{}, 1),
+		done: completions{arrived: map[uint64]bool{}, kick: make(chan struct{}, 1)}}
 	c.cond = sync.NewCond(&c.mu)
 	c.start(len(socks)+1, c.fail, func() { p.untrack(c) })
 	for i := range socks {
@@ -328,10 +357,10 @@ func (c *recvConn) writeAcks() {
 			h = header{kind: kindAck, seq: acked}
 		}
 		h.put(b[:])
-		c.wmu.Lock()
+		c.lockW(0)
 		c.socks[0].SetWriteDeadline(time.Now().Add(c.timeout))
 		_, err := c.socks[0].Write(b[:])
-		c.wmu.Unlock()
+		c.unlockW()
 		if err != nil {
 			c.fail(peerLost(0, err, c.timeout), false)
 			return
@@ -361,17 +390,20 @@ func (c *recvConn) fail(err error, tell bool) {
 	c.cond.Broadcast()
 	acked := c.done.acked
 	c.mu.Unlock()
-	if tell && c.wmu.TryLock() {
+	if tell && c.lockW(min(lastAckWait, c.timeout)) {
 		// Acknowledge what has landed before the abort, so a sender whose
 		// message arrived completely sees it delivered (a receiver that
 		// closes right after its last receive must not fail that send).
+		// The ack writer may be in the middle of a frame (a heartbeat
+		// read before the last message landed): wait for it, bounded, as
+		// closing the socket under it would lose that ack.
 		var b [hdrBytes]byte
 		ack := header{kind: kindAck, seq: acked}
 		ack.put(b[:])
 		c.socks[0].SetWriteDeadline(time.Now().Add(c.timeout))
 		c.socks[0].Write(b[:])
 		writeAbort(c.socks[0], err.Error())
-		c.wmu.Unlock()
+		c.unlockW()
 	}
 	for _, s := range c.socks {
 		s.Close()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	fnet "github.com/flexlink/flexlink/fabric/net"
+	"github.com/flexlink/flexlink/fabric/net/nettest"
 	"github.com/flexlink/flexlink/internal/errs"
 )
 
@@ -290,4 +291,34 @@ func connect5s(p fnet.Provider, h []byte) (fnet.SendConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return p.Connect(ctx, 0, h)
+}
+
+// TestCloseRightAfterLastRecv: a receiver that closes right after its last
+// receive, while its ack writer is in the middle of a frame (held here),
+// still acknowledges that message: the send succeeds. (Closing without
+// waiting for the writer lost the ack, and the sender failed a delivered
+// message with "connection closed by peer".)
+func TestCloseRightAfterLastRecv(t *testing.T) {
+	pa := open(Options{Timeout: 5 * time.Second})(t)
+	pb := open(Options{Timeout: 5 * time.Second})(t)
+	t.Cleanup(func() { pa.Close(); pb.Close() })
+	s, r, err := nettest.Connect(context.Background(), pa, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rc := r.(*recvConn)
+	rc.lockW(0) // the ack writer's frame in progress
+	got := make([]byte, 8)
+	q := nettest.Recv(t, r, [][]byte{got}, []uint64{7})
+	qs := nettest.Send(t, s, nettest.Pattern(7, 8), 7)
+	nettest.AwaitOK(t, q, "recv")
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	time.Sleep(50 * time.Millisecond) // Close waits for the frame; no timing is asserted
+	rc.unlockW()
+	if _, err := nettest.Await(t, qs, "send"); err != nil {
+		t.Fatalf("send whose message the receiver took before closing: %v, want success", err)
+	}
+	<-closed
 }

@@ -18,9 +18,23 @@ import (
 // heap allocation in the library (issue 29's fast path). The fake driver's
 // kernels allocate (timers, goroutines): the heap profile, at every
 // allocation, attributes each to the innermost frame that is neither the
-// Go runtime's nor the fake driver's, and only the library's count.
+// Go runtime's nor the fake driver's, and only the library's count. With
+// a default call deadline (FLEXLINK_TIMEOUT) too: the flag kernels carry
+// it, and the call's context makes no timer unless something waits.
 func TestTwoRankCallsNoLibraryAllocs(t *testing.T) {
-	f, mem := newIDFixture(t, 2, gpufake.Config{})
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{
+		{"no deadline", nil},
+		{"FLEXLINK_TIMEOUT", []string{"FLEXLINK_TIMEOUT", "5m"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testTwoRankCallsNoLibraryAllocs(t, c.env) })
+	}
+}
+
+func testTwoRankCallsNoLibraryAllocs(t *testing.T, env []string) {
+	f, mem := newIDFixture(t, 2, gpufake.Config{}, env...)
 	type calls struct{ ar, send, recv Call }
 	var cs [2]calls
 	for r := range cs {

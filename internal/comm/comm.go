@@ -56,6 +56,7 @@ type Comm struct {
 // the counts of splits and shrinks made (they name the new communicators).
 type queue struct {
 	opMu      sync.Mutex
+	deadline  callDeadline // the call's default deadline (FLEXLINK_TIMEOUT), reused
 	closed    bool
 	splitSeq  int
 	shrinkSeq int
@@ -175,9 +176,8 @@ func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context)
 	}
 	if _, has := ctx.Deadline(); !has {
 		if d := c.world.callTimeout; d > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
+			ctx = c.deadline.begin(ctx, time.Now().Add(d))
+			defer c.deadline.end()
 		}
 	}
 	err := f(ctx)

@@ -178,9 +178,18 @@ func TestBadConnectionsDropped(t *testing.T) {
 // dialRanks joins the given ranks of a job of size ranks.
 func dialRanks(t *testing.T, addr string, size int, ranks ...int) []Store {
 	t.Helper()
+	return dialRanksTimeout(t, addr, size, 0, ranks...)
+}
+
+// dialRanksTimeout is dialRanks with the clients' PeerTimeout (0: the
+// default).
+func dialRanksTimeout(t *testing.T, addr string, size int, peerTimeout time.Duration, ranks ...int) []Store {
+	t.Helper()
 	var out []Store
 	for _, r := range ranks {
-		s, err := Dial(ctxFor(t, 10*time.Second), dialCfg(addr, r, size))
+		cfg := dialCfg(addr, r, size)
+		cfg.PeerTimeout = peerTimeout
+		s, err := Dial(ctxFor(t, 10*time.Second), cfg)
 		if err != nil {
 			t.Fatalf("dial rank %d: %v", r, err)
 		}

@@ -42,7 +42,15 @@ func TestPublishedLossWaitsForAnEarlierCall(t *testing.T) {
 					close(in)
 					select {
 					case <-release:
-						return nil
+						// The end may have come before this goroutine
+						// reached the select (both ready: either is
+						// picked): a link fails once it has.
+						select {
+						case <-c.Done():
+							return c.Err()
+						default:
+							return nil
+						}
 					case <-c.Done(): // ended mid-call: the links fail the call
 						return c.Err()
 					}

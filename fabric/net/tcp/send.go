@@ -336,7 +336,9 @@ func (w *writer) run() {
 		select {
 		case <-w.ready:
 		case now := <-tick.C:
-			if now.Sub(last) >= beat {
+			// Half a beat: a tick that fired late must not make the next
+			// one skip its beat (two beats' silence).
+			if now.Sub(last) >= beat/2 {
 				var h [hdrBytes]byte
 				(&header{kind: kindBeat}).put(h[:])
 				w.wmu.Lock()

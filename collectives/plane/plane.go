@@ -126,7 +126,9 @@ type Plane interface {
 	// with its deadline and abort handling); it enqueues o's work on s and
 	// returns without waiting for the GPU. o belongs to the caller again
 	// once Do returns (the DeviceComm reuses it, callrec.go): a plane
-	// that needs the call later keeps a copy, not o.
+	// that needs the call later keeps a copy, not o. So is ctx the call's
+	// only (the communicator reuses it, see comm.Run): work that outlives
+	// Do neither keeps nor derives from it.
 	Do(ctx context.Context, o *Op, s *gpu.Stream) error
 	// Quiesce waits until this rank's long-running kernels, which peers
 	// write into, have ended; Close's caller calls it before the closing

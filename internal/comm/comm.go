@@ -164,7 +164,10 @@ func (c *Comm) Links() []LinkReport { return c.links.report() }
 
 // Run executes one collective under the communicator's lock, applies the
 // default deadline, and turns a failure into the end of the communicator
-// on every member (fate.go).
+// on every member (fate.go). The ctx f receives is the call's only: with
+// a default deadline it is the communicator's reused call context
+// (deadline.go), which reads as the next call's once that begins, so
+// neither it nor a context derived from it is used after f returns.
 func (c *Comm) Run(ctx context.Context, what string, f func(ctx context.Context) error) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,15 +18,16 @@ import (
 // context.WithTimeout every call made four.
 //
 // A communicator keeps one and reuses it for each call (Run holds the
-// call queue). A call's context is the call's: one used after Run
-// returns reads as ended (context.Canceled) until the next call begins,
-// and then as that call's.
+// call queue). A call's context is the call's (Run's contract): one used
+// after Run returns reads as ended (with the call's error, or
+// context.Canceled) until the next call begins, and then as that call's.
 type callDeadline struct {
 	mu     sync.Mutex
 	parent context.Context
 	at     time.Time
 	ended  bool
-	real   atomic.Pointer[deadlineCtx] // made by the first Done of a call
+	final  error                       // why the ended call's context was done, if it was
+	real   atomic.Pointer[deadlineCtx] // made by the first Done of a call, or its first error
 }
 
 // deadlineCtx is the context a wait needs: the caller's context with the
@@ -39,7 +41,7 @@ type deadlineCtx struct {
 // the deadline at.
 func (d *callDeadline) begin(parent context.Context, at time.Time) context.Context {
 	d.mu.Lock()
-	d.parent, d.at, d.ended = parent, at, false
+	d.parent, d.at, d.ended, d.final = parent, at, false, nil
 	r := d.real.Swap(nil) // made by a use after the last call ended
 	d.mu.Unlock()
 	if r != nil {
@@ -52,9 +54,12 @@ func (d *callDeadline) begin(parent context.Context, at time.Time) context.Conte
 // and the context reads as ended.
 func (d *callDeadline) end() {
 	d.mu.Lock()
+	r := d.real.Swap(nil)
+	if r != nil {
+		d.final = r.Err() // a call that ran out of time stays so
+	}
 	d.ended = true
 	d.parent = nil
-	r := d.real.Swap(nil)
 	d.mu.Unlock()
 	if r != nil {
 		r.cancel()
@@ -75,46 +80,52 @@ func (d *callDeadline) Done() <-chan struct{} {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.make().Done()
+}
+
+// make returns the call's waitable context, making it if need be (d.mu
+// held).
+func (d *callDeadline) make() *deadlineCtx {
 	if r := d.real.Load(); r != nil {
-		return r.Done()
+		return r
 	}
 	parent := d.parent
 	if d.ended {
-		parent = endedCtx()
+		parent = endedCtx(d.final)
 	}
 	ctx, cancel := context.WithDeadline(parent, d.at)
 	r := &deadlineCtx{Context: ctx, cancel: cancel}
 	d.real.Store(r)
-	return r.Done()
+	return r
 }
 
-// endedCtx is a context already canceled, for a call's context used after
-// the call.
-func endedCtx() context.Context {
+// endedCtx is a context already done with err (context.Canceled if nil),
+// for a call's context used after the call.
+func endedCtx(err error) context.Context {
+	if errors.Is(err, context.DeadlineExceeded) {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Time{})
+		cancel()
+		return ctx
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
 }
 
-// Err reports why the call's context is done, without making it.
+// Err reports why the call's context is done. Until then it answers
+// from the deadline and the caller's context without making anything;
+// once it has an answer, the waitable context is made, so the answer
+// never changes.
 func (d *callDeadline) Err() error {
 	if r := d.real.Load(); r != nil {
 		return r.Err()
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if r := d.real.Load(); r != nil {
-		return r.Err()
+	if d.real.Load() == nil && !d.ended && d.parent.Err() == nil && time.Now().Before(d.at) {
+		return nil
 	}
-	switch {
-	case d.ended:
-		return context.Canceled
-	case d.parent.Err() != nil:
-		return d.parent.Err()
-	case !time.Now().Before(d.at):
-		return context.DeadlineExceeded
-	}
-	return nil
+	return d.make().Err()
 }
 
 // Value looks key up in the waitable context once made (so contexts

@@ -96,6 +96,25 @@ func TestCallDeadline(t *testing.T) {
 			within(t, child.Done(), "a derived context after the call")
 			within(t, ran, "an AfterFunc after the call")
 		}},
+		{"the first error stays", func(t *testing.T, d *callDeadline) {
+			parent, cancel := context.WithCancel(context.Background())
+			ctx := d.begin(parent, time.Now().Add(-time.Millisecond))
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("Err() = %v, want DeadlineExceeded", ctx.Err())
+			}
+			cancel()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("Err() after the caller canceled = %v, want DeadlineExceeded still", ctx.Err())
+			}
+			d.end()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("Err() after a call that ran out of time = %v, want DeadlineExceeded", ctx.Err())
+			}
+			within(t, ctx.Done(), "a wait after a call that ran out of time")
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("Err() after a late wait = %v, want DeadlineExceeded", ctx.Err())
+			}
+		}},
 		{"ended, then the next call", func(t *testing.T, d *callDeadline) {
 			ctx := d.begin(context.Background(), time.Now().Add(time.Hour))
 			done := ctx.Done()

@@ -40,13 +40,12 @@ type recvConn struct {
 // frame, late only when the peer has stopped reading.
 const lastAckWait = 500 * time.Millisecond
 
-// lockW takes the reverse direction; with a positive bound it gives up
-// after it and reports false.
-func (c *recvConn) lockW(bound time.Duration) bool {
-	if bound <= 0 {
-		c.wmu <- struct{}{}
-		return true
-	}
+// lockW takes the reverse direction.
+func (c *recvConn) lockW() { c.wmu <- struct{}{} }
+
+// lockWithin takes the reverse direction unless bound passes first, and
+// reports whether it did.
+func (c *recvConn) lockWithin(bound time.Duration) bool {
 	select {
 	case c.wmu <- struct{}{}:
 		return true
@@ -357,7 +356,7 @@ func (c *recvConn) writeAcks() {
 			h = header{kind: kindAck, seq: acked}
 		}
 		h.put(b[:])
-		c.lockW(0)
+		c.lockW()
 		c.socks[0].SetWriteDeadline(time.Now().Add(c.timeout))
 		_, err := c.socks[0].Write(b[:])
 		c.unlockW()
@@ -390,7 +389,7 @@ func (c *recvConn) fail(err error, tell bool) {
 	c.cond.Broadcast()
 	acked := c.done.acked
 	c.mu.Unlock()
-	if tell && c.lockW(min(lastAckWait, c.timeout)) {
+	if tell && c.lockWithin(min(lastAckWait, c.timeout)) {
 		// Acknowledge what has landed before the abort, so a sender whose
 		// message arrived completely sees it delivered (a receiver that
 		// closes right after its last receive must not fail that send).

@@ -308,14 +308,15 @@ func TestCloseRightAfterLastRecv(t *testing.T) {
 	}
 	defer s.Close()
 	rc := r.(*recvConn)
-	rc.lockW(0) // the ack writer's frame in progress
+	rc.lockW() // the ack writer's frame in progress
 	got := make([]byte, 8)
 	q := nettest.Recv(t, r, [][]byte{got}, []uint64{7})
 	qs := nettest.Send(t, s, nettest.Pattern(7, 8), 7)
 	nettest.AwaitOK(t, q, "recv")
 	closed := make(chan struct{})
 	go func() { r.Close(); close(closed) }()
-	time.Sleep(50 * time.Millisecond) // Close waits for the frame; no timing is asserted
+	<-rc.st.dead // Close has failed the connection and now waits for the frame
+	time.Sleep(20 * time.Millisecond)
 	rc.unlockW()
 	if _, err := nettest.Await(t, qs, "send"); err != nil {
 		t.Fatalf("send whose message the receiver took before closing: %v, want success", err)

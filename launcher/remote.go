@@ -197,22 +197,28 @@ func (l *agentLink) watch() {
 	l.mu.Unlock()
 	t := time.NewTicker(pingEvery(l.timeout))
 	defer t.Stop()
+	// Silence is judged when the timeout since the last word runs out, not
+	// at the next ping (which came up to a ping's interval, 2 s, late).
+	quiet := time.NewTimer(l.timeout)
+	defer quiet.Stop()
 	for {
 		select {
 		case <-l.done:
 			return
 		case <-t.C:
 			_ = l.fw.send(frame{Kind: kPing, Node: -1, Rank: -1})
+		case <-quiet.C:
 			l.mu.Lock()
-			quiet := time.Since(l.heard) > l.timeout
-			if quiet {
+			left := l.timeout - time.Since(l.heard)
+			if left < 0 {
 				l.silent = true
 			}
 			l.mu.Unlock()
-			if quiet {
+			if left < 0 {
 				l.kill()
 				return
 			}
+			quiet.Reset(left + time.Millisecond)
 		}
 	}
 }

@@ -15,7 +15,9 @@ import (
 
 var (
 	joinedRE = regexp.MustCompile(`(?m)^joined rank (\d+) of (\d+) host (\S+) pid (\d+)(.*)$`)
-	linkRE   = regexp.MustCompile(`link up: host=(\S+) rank=(\d+) comm=w peer=(\d+) peer_host=(\S+) kind=(\w+)`)
+	// firstCallRE is spin -say-first's line once its first allreduce is done.
+	firstCallRE = regexp.MustCompile(`(?m)^first call done rank (\d+)$`)
+	linkRE      = regexp.MustCompile(`link up: host=(\S+) rank=(\d+) comm=w peer=(\d+) peer_host=(\S+) kind=(\w+)`)
 )
 
 // TestSSHTrain runs examples/train on two emulated hosts over real ssh,
@@ -261,8 +263,9 @@ func TestSSHNetworkCut(t *testing.T) {
 func TestSSHNetworkCutLinksFirst(t *testing.T) {
 	c := testCluster(t)
 	args := []string{"--agent-timeout", "12s", "--kill-grace", "1s", "-x", "FLEXLINK_NET_TIMEOUT=2s", "-H", c.hosts[0] + ":2," + c.hosts[1] + ":2"}
-	p := c.flexrun(t, nil, append(args, st.bins.spin)...)
-	p.waitLines(t, joinedRE, 4, 30*time.Second)
+	p := c.flexrun(t, nil, append(args, st.bins.spin, "-say-first")...)
+	// The links are up (the premise: they fail first), not only joined.
+	p.waitLines(t, firstCallRE, 4, 30*time.Second)
 	cutHost2(t, c, p, 12*time.Second, 40*time.Second)
 	c.assertClean(t, 10*time.Second)
 }

@@ -3,7 +3,7 @@
 // stays up for failure tests.
 //
 //	spin [-iters N] [-env VAR,...] [-tick D] [-fail-rank R -fail-after D -fail-code C] [-lost-code C]
-//	     [-bad-rank R -bad HOW -bad-at K]
+//	     [-bad-rank R -bad HOW -bad-at K] [-say-first]
 //
 // prints "joined rank R of N host H pid P" and then VAR=value for each
 // -env variable (unset: VAR unset), on one line. An allreduce that fails
@@ -55,6 +55,7 @@ func main() {
 	badRank := flag.Int("bad-rank", -1, "rank that misbehaves as -bad says")
 	bad := flag.String("bad", "", "how -bad-rank misbehaves (see the package comment)")
 	badAt := flag.Int("bad-at", 1, "call number at which -bad-rank misbehaves")
+	sayFirst := flag.Bool("say-first", false, `print "first call done rank R" once the first allreduce is done (its links are up)`)
 	flag.Parse()
 	ctx := context.Background()
 	me := -1
@@ -133,6 +134,9 @@ func main() {
 		if buf[0] != float64(comm.Size()) {
 			fmt.Fprintf(os.Stderr, "spin: rank %d: allreduce gave %v, want %d\n", comm.Rank(), buf[0], comm.Size())
 			os.Exit(4)
+		}
+		if i == 0 && *sayFirst {
+			fmt.Printf("first call done rank %d\n", comm.Rank())
 		}
 		if tickC != nil {
 			<-tickC

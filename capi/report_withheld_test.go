@@ -79,8 +79,10 @@ func TestReportWithheld(t *testing.T) {
 			if warned := strings.Contains(log, "[WARN]") && strings.Contains(log, behind); warned != tc.loud {
 				t.Errorf("WARN line with the words: %v, want %v; log:\n%s", warned, tc.loud, log)
 			}
-			if took > reportWait+100*time.Millisecond {
-				t.Errorf("reportWithheld took %v, want at most reportWait (%v)", took, reportWait)
+			// Bounded by reportWait (the store's own bounds are 2 s and
+			// more); a second of slack for a loaded machine.
+			if took > reportWait+time.Second {
+				t.Errorf("reportWithheld took %v, want about reportWait (%v) at most", took, reportWait)
 			}
 			if !tc.flexrun {
 				return

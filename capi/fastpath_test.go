@@ -29,6 +29,16 @@ func BenchmarkAllReduce1Host(b *testing.B) {
 	}
 }
 
+// callDeadlines are the allocation tests' settings: no default call
+// deadline, and FLEXLINK_TIMEOUT (env: name, value).
+var callDeadlines = []struct {
+	name string
+	env  []string
+}{
+	{"no deadline", nil},
+	{"FLEXLINK_TIMEOUT", []string{"FLEXLINK_TIMEOUT", "5m"}},
+}
+
 // oneHostRank is a Library with one rank and no CUDA, with the default
 // call deadline (none) unless env sets FLEXLINK_TIMEOUT (env: name, value,
 // ...); it is destroyed when tb ends.
@@ -173,13 +183,7 @@ func TestFastPathNoAllocs(t *testing.T) {
 // with a default call deadline (FLEXLINK_TIMEOUT): a call that does not
 // wait makes no timer (it made 4 more allocations with one).
 func TestHostCallAllocs(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		env  []string
-	}{
-		{"no deadline", nil},
-		{"FLEXLINK_TIMEOUT", []string{"FLEXLINK_TIMEOUT", "5m"}},
-	} {
+	for _, c := range callDeadlines {
 		t.Run(c.name, func(t *testing.T) {
 			l, h := oneHostRank(t, c.env...)
 			send, recv := make([]float32, 8), make([]float32, 8)

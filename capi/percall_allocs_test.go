@@ -22,13 +22,7 @@ import (
 // a default call deadline (FLEXLINK_TIMEOUT) too: the flag kernels carry
 // it, and the call's context makes no timer unless something waits.
 func TestTwoRankCallsNoLibraryAllocs(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		env  []string
-	}{
-		{"no deadline", nil},
-		{"FLEXLINK_TIMEOUT", []string{"FLEXLINK_TIMEOUT", "5m"}},
-	} {
+	for _, c := range callDeadlines {
 		t.Run(c.name, func(t *testing.T) { testTwoRankCallsNoLibraryAllocs(t, c.env) })
 	}
 }

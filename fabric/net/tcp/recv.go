@@ -33,6 +33,9 @@ type recvConn struct {
 	done   completions
 	poison poison
 	wmu    chan struct{} // holds a token while socket 0's reverse direction is written
+	// waitingW, if set (tests), is called when lockWithin finds the
+	// reverse direction busy and starts to wait for it.
+	waitingW func()
 }
 
 // lastAckWait bounds how long a failing receiver waits for the ack
@@ -50,6 +53,9 @@ func (c *recvConn) lockWithin(bound time.Duration) bool {
 	case c.wmu <- struct{}{}:
 		return true
 	default:
+	}
+	if c.waitingW != nil {
+		c.waitingW()
 	}
 	t := time.NewTimer(bound)
 	defer t.Stop()

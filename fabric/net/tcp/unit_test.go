@@ -313,10 +313,10 @@ func TestCloseRightAfterLastRecv(t *testing.T) {
 	q := nettest.Recv(t, r, [][]byte{got}, []uint64{7})
 	qs := nettest.Send(t, s, nettest.Pattern(7, 8), 7)
 	nettest.AwaitOK(t, q, "recv")
-	closed := make(chan struct{})
+	closed, waiting := make(chan struct{}), make(chan struct{})
+	rc.waitingW = func() { close(waiting) }
 	go func() { r.Close(); close(closed) }()
-	<-rc.st.dead // Close has failed the connection and now waits for the frame
-	time.Sleep(20 * time.Millisecond)
+	<-waiting // Close has failed the connection and now waits for the frame
 	rc.unlockW()
 	if _, err := nettest.Await(t, qs, "send"); err != nil {
 		t.Fatalf("send whose message the receiver took before closing: %v, want success", err)
